@@ -1,0 +1,12 @@
+// cpu_ref: reference kernels in plain loops (fp32 accumulation). They define the math the
+// other plugins' fast kernels are checked against by the conformance suite.
+#pragma once
+
+#include <verlpp/plugin_abi.h>
+
+namespace verlpp::cpu_ref {
+
+// The kernel table (logprob_entropy and rms_norm; the rest stay NULL for now).
+const verlpp_kernel_table* reference_kernels();
+
+}  // namespace verlpp::cpu_ref

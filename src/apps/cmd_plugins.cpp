@@ -1,0 +1,67 @@
+// `verlpp plugins`: which plugins loaded (name, variant, ABI, devices, torch device type,
+// capabilities, path) and which were rejected, with the reason. A plugin named explicitly in
+// VERL_HARDWARE_PLUGIN that fails to load is an error (exit 1), as everywhere else.
+#include "commands.hpp"
+#include "text_table.hpp"
+
+#include <verlpp/hw/device.hpp>
+#include <verlpp/hw/kernels.hpp>
+#include <verlpp/hw/plugin_registry.hpp>
+#include <verlpp/hw/torch_device.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <iostream>
+
+namespace verlpp::apps {
+namespace {
+
+std::string gib(uint64_t bytes) { return fmt::format("{:.1f} GiB", double(bytes) / double(1ull << 30)); }
+
+void run_plugins() {
+  const hw::DiscoveryResult& result = hw::plugins();
+  if (result.disabled) {
+    std::cout << "VERL_HARDWARE_PLUGIN=none: plugins are disabled.\n";
+    return;
+  }
+  std::cout << fmt::format("verlpp {} (plugin ABI {}.{}, LibTorch {})\n\n", VERLPP_VERSION_STRING,
+                           VERLPP_PLUGIN_ABI_MAJOR, VERLPP_PLUGIN_ABI_MINOR, hw::torch_version());
+  TextTable loaded({"plugin", "variant", "version", "ABI", "devices", "torch", "memory", "capabilities", "kernels", "path"});
+  std::vector<std::string> notes;
+  for (const auto& p : result.loaded) {
+    int32_t n = hw::device_count(p);
+    std::string memory = "-", caps = "-";
+    if (n > 0) {
+      hw::DeviceProperties props = hw::Device(p, 0).properties();
+      memory = gib(props.total_memory_bytes);
+      caps = hw::capability_names(props.capabilities);
+    }
+    auto kernels = hw::Kernels(p).available();
+    loaded.add_row({p.name(), p.variant().empty() ? "-" : p.variant(), p.version(),
+                    fmt::format("1.{}", p.abi_minor()), std::to_string(n), p.torch_device_type(), memory, caps,
+                    kernels.empty() ? "-" : fmt::format("{}", fmt::join(kernels, ",")), p.path()});
+    std::string problem = hw::torch_placement_problem(p.torch_device_type());
+    if (!problem.empty()) notes.push_back(fmt::format("{}: {}", p.display_name(), problem));
+  }
+  std::cout << "Loaded plugins:\n";
+  if (loaded.empty()) std::cout << "  (none)\n";
+  else loaded.print(std::cout);
+  for (const auto& note : notes) std::cout << "note: " << note << "\n";
+  if (!result.rejected.empty()) {
+    std::cout << "\nRejected:\n";
+    TextTable rejected({"file", "plugin", "reason"});
+    for (const auto& r : result.rejected) rejected.add_row({r.path, r.name.empty() ? "?" : r.name, r.reason});
+    rejected.print(std::cout);
+  }
+  std::cout << "\nSearched: " << fmt::format("{}", fmt::join(result.searched_dirs, ":")) << "\n";
+}
+
+}  // namespace
+
+void register_plugins_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("plugins", "List loaded and rejected hardware plugins");
+  cmd->callback(run_plugins);
+}
+
+}  // namespace verlpp::apps

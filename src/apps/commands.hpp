@@ -1,0 +1,13 @@
+// The `verlpp` command's subcommands; each file registers one with CLI11 and runs it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace verlpp::apps {
+
+// `verlpp plugins`: the table of loaded and rejected plugins.
+void register_plugins_command(CLI::App& app);
+// `verlpp demo`: a round trip of data through every loaded plugin.
+void register_demo_command(CLI::App& app);
+
+}  // namespace verlpp::apps
