@@ -1,0 +1,123 @@
+// verlpp-plugin-check: the pieces every conformance case shares — results, the plugin under
+// test, raw-ABI helpers that expect success or a specific error code, and device buffers
+// filled from and read back to the host.
+#pragma once
+
+#include <verlpp/hw/device.hpp>
+#include <verlpp/hw/plugin.hpp>
+#include <verlpp/sdk/dlpack_util.hpp>
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace verlpp::conformance {
+
+enum class Outcome { pass, fail, not_offered };
+
+// One row of the final table.
+struct CaseResult {
+  std::string group;
+  std::string name;
+  Outcome outcome = Outcome::pass;
+  std::string detail;  // why it failed, or what it measured
+};
+
+// Thrown inside a case to fail it with a message.
+struct CaseFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Fails the current case unless `cond` holds.
+#define CHECK_THAT(cond, ...)                                                 \
+  do {                                                                        \
+    if (!(cond)) throw ::verlpp::conformance::CaseFailure(fmt::format(__VA_ARGS__)); \
+  } while (0)
+
+// Thrown inside a case when the capability under test is not offered.
+struct NotOffered : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The plugin under test and the results so far.
+class CheckContext {
+ public:
+  explicit CheckContext(const hw::Plugin& plugin) : plugin_(plugin) {}
+  const hw::Plugin& plugin() const { return plugin_; }
+  const verlpp_plugin_api& api() const { return plugin_.api(); }
+  int32_t device_count() const;
+  hw::Device device(int32_t index = 0) const { return hw::Device(plugin_, index); }
+
+  // Runs `body` as case `group`/`name`, recording pass, fail (any exception) or not offered.
+  void run(const std::string& group, const std::string& name, const std::function<void()>& body);
+  // Records a result computed elsewhere (e.g. by worker processes).
+  void record(CaseResult result) { results_.push_back(std::move(result)); }
+  const std::vector<CaseResult>& results() const { return results_; }
+
+  // Expects `error` to be NULL; otherwise fails with its message. Frees it.
+  void expect_ok(verlpp_error* error, const char* call) const;
+  // Expects an error with `code` (and a non-empty message); frees it.
+  void expect_error(verlpp_error* error, int32_t code, const char* call) const;
+  // Throws NotOffered if `slot` is NULL.
+  static void need(const void* slot, const char* what);
+
+ private:
+  const hw::Plugin& plugin_;
+  std::vector<CaseResult> results_;
+};
+
+// A DLTensor over device memory, with its shape kept alive; filled from and read to the host.
+class DeviceTensor {
+ public:
+  DeviceTensor(const hw::Device& device, std::vector<int64_t> shape, DLDataType dtype);
+  DLTensor& dl() { return tensor_; }
+  const DLTensor& dl() const { return tensor_; }
+  size_t bytes() const { return bytes_; }
+  void upload(const void* host) const;
+  void download(void* host) const;
+  template <class T>
+  std::vector<T> to_host() const {
+    std::vector<T> out(bytes_ / sizeof(T));
+    download(out.data());
+    return out;
+  }
+
+ private:
+  const hw::Device* device_;
+  std::vector<int64_t> shape_;
+  hw::DeviceBuffer buffer_;
+  DLTensor tensor_{};
+  size_t bytes_ = 0;
+};
+
+inline DLDataType dl_f32() { return {kDLFloat, 32, 1}; }
+inline DLDataType dl_f64() { return {kDLFloat, 64, 1}; }
+inline DLDataType dl_f16() { return {kDLFloat, 16, 1}; }
+inline DLDataType dl_bf16() { return {kDLBfloat, 16, 1}; }
+inline DLDataType dl_i32() { return {kDLInt, 32, 1}; }
+inline DLDataType dl_i64() { return {kDLInt, 64, 1}; }
+inline DLDataType dl_u8() { return {kDLUInt, 8, 1}; }
+
+// fp32 <-> bf16 / fp16 (round to nearest even), for building inputs and references.
+uint16_t to_bf16(float f);
+float from_bf16(uint16_t h);
+uint16_t to_f16(float f);
+float from_f16(uint16_t h);
+
+// Case groups (each file adds its cases to the context).
+void run_abi_cases(CheckContext& ctx);
+void run_memory_cases(CheckContext& ctx);
+void run_stream_cases(CheckContext& ctx);
+void run_kernel_cases(CheckContext& ctx);
+
+// Communicator cases run in `world_size` worker processes of this executable; the parent
+// collects their results. `self` is this executable's path, `plugin_arg` how workers load it.
+void run_comm_cases(CheckContext& ctx, const std::string& self, const std::string& plugin_arg,
+                    const std::vector<int>& world_sizes, int64_t timeout_ms);
+// The worker side: runs every communicator case as `rank` and prints one JSON line per case.
+int comm_worker_main(const hw::Plugin& plugin, int rank, int world_size, const std::string& host,
+                     int port, int64_t timeout_ms);
+
+}  // namespace verlpp::conformance

@@ -1,0 +1,101 @@
+// verlpp-plugin-check <name-or-path>: the conformance suite a plugin must pass. Loads the plugin
+// the way the host does, runs every case (ABI promises, error paths, memory, streams, tensor
+// copies, every collective with 2 and 4 processes, every kernel against reference math) and
+// prints a pass/fail table. Exit 0 only when nothing failed; "n/a" marks optional capabilities
+// the plugin does not offer (listed, never counted as passes).
+#include "check_context.hpp"
+
+#include <verlpp/hw/plugin_registry.hpp>
+
+#include <CLI/CLI.hpp>
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+
+using namespace verlpp;
+
+namespace {
+
+hw::Plugin load(const std::string& arg) {
+  bool is_path = arg.find('/') != std::string::npos || (arg.size() > 3 && arg.compare(arg.size() - 3, 3, ".so") == 0);
+  if (is_path) return hw::load_plugin_file(arg);
+  hw::DiscoveryOptions options = hw::DiscoveryOptions::from_environment();
+  options.requested = arg;
+  hw::DiscoveryResult result = hw::discover_plugins(options);
+  return result.loaded.at(0);
+}
+
+const char* label(conformance::Outcome o) {
+  switch (o) {
+    case conformance::Outcome::pass: return "pass";
+    case conformance::Outcome::fail: return "FAIL";
+    default: return "n/a";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"verlpp-plugin-check: the verlpp plugin conformance suite"};
+  std::string plugin_arg, json_path, ranks = "2,4";
+  int64_t timeout_ms = 60000;
+  bool worker = false;
+  int rank = 0, world = 1, port = 0;
+  std::string store_host = "127.0.0.1";
+  app.add_option("plugin", plugin_arg, "plugin short name (e.g. cpu_ref) or path to its .so")->required();
+  app.add_option("--json", json_path, "also write the results as JSON to this file");
+  app.add_option("--ranks", ranks, "process counts for the communicator cases (comma list; empty to skip)");
+  app.add_option("--timeout-ms", timeout_ms, "communicator timeout per operation");
+  app.add_flag("--comm-worker", worker, "internal: run as a communicator worker")->group("");
+  app.add_option("--rank", rank)->group("");
+  app.add_option("--world", world)->group("");
+  app.add_option("--store-port", port)->group("");
+  app.add_option("--store-host", store_host)->group("");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    hw::Plugin plugin = load(plugin_arg);
+    if (worker) return conformance::comm_worker_main(plugin, rank, world, store_host, port, timeout_ms);
+
+    std::cout << fmt::format("verlpp-plugin-check: {} {} ({}), ABI 1.{}, table {} bytes\n\n", plugin.display_name(),
+                             plugin.version(), plugin.path(), plugin.abi_minor(), plugin.plugin_table_size());
+    conformance::CheckContext ctx(plugin);
+    conformance::run_abi_cases(ctx);
+    conformance::run_memory_cases(ctx);
+    conformance::run_stream_cases(ctx);
+    conformance::run_kernel_cases(ctx);
+    std::vector<int> worlds;
+    for (size_t start = 0; start < ranks.size();) {
+      size_t end = ranks.find(',', start);
+      if (end == std::string::npos) end = ranks.size();
+      if (end > start) worlds.push_back(std::stoi(ranks.substr(start, end - start)));
+      start = end + 1;
+    }
+    std::string self = boost::dll::program_location().string();
+    conformance::run_comm_cases(ctx, self, plugin.path(), worlds, timeout_ms);
+
+    size_t passed = 0, failed = 0, absent = 0, width = 0;
+    for (const auto& r : ctx.results()) width = std::max(width, r.group.size() + r.name.size() + 3);
+    for (const auto& r : ctx.results()) {
+      std::string title = r.group + " / " + r.name;
+      std::cout << fmt::format("{:<{}}  {:<4}  {}\n", title, width, label(r.outcome), r.detail);
+      passed += r.outcome == conformance::Outcome::pass;
+      failed += r.outcome == conformance::Outcome::fail;
+      absent += r.outcome == conformance::Outcome::not_offered;
+    }
+    std::cout << fmt::format("\n{}: {} passed, {} failed, {} not offered\n", plugin.display_name(), passed, failed, absent);
+    if (!json_path.empty()) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& r : ctx.results())
+        j.push_back({{"group", r.group}, {"case", r.name}, {"outcome", label(r.outcome)}, {"detail", r.detail}});
+      std::ofstream(json_path) << nlohmann::json{{"plugin", plugin.display_name()}, {"path", plugin.path()}, {"results", j}}.dump(2);
+    }
+    return failed == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "verlpp-plugin-check: error: " << e.what() << "\n";
+    return 2;
+  }
+}
