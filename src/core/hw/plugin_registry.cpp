@@ -199,8 +199,9 @@ std::string describe(const std::vector<std::string>& items) {
   return items.empty() ? std::string("(none)") : fmt::format("{}", fmt::join(items, ", "));
 }
 
-// Loads the best of `paths` for an explicitly requested item; throws on failure.
-Plugin load_requested(const std::string& item, const std::vector<std::string>& paths) {
+// Loads the best of `paths` for an explicit request (`label` says how it was requested, e.g.
+// "VERL_HARDWARE_PLUGIN=cuda"); throws an Error naming each file and its reason on failure.
+Plugin load_requested(const std::string& label, const std::vector<std::string>& paths) {
   std::vector<std::unique_ptr<Candidate>> ok;
   std::vector<std::string> failures;
   for (const auto& path : paths) {
@@ -211,8 +212,7 @@ Plugin load_requested(const std::string& item, const std::vector<std::string>& p
     else failures.push_back(fmt::format("{}: {}", c->path, why));
   }
   if (ok.empty())
-    throw Error("VERL_HARDWARE_PLUGIN=" + item,
-                fmt::format("the requested plugin cannot be loaded: {}", fmt::join(failures, "; ")));
+    throw Error(label, fmt::format("the requested plugin cannot be loaded: {}", fmt::join(failures, "; ")));
   auto best = std::max_element(ok.begin(), ok.end(),
                                [](const auto& a, const auto& b) { return a->score < b->score; });
   std::string why = initialise(**best);
@@ -248,7 +248,7 @@ std::string executable_dir() {
   return ec ? std::string(".") : p.parent_path().string();
 }
 
-Plugin load_plugin_file(const std::string& path) { return load_requested(path, {path}); }
+Plugin load_plugin_file(const std::string& path) { return load_requested("plugin file " + path, {path}); }
 
 DiscoveryResult discover_plugins(const DiscoveryOptions& options) {
   DiscoveryResult result;
@@ -294,7 +294,7 @@ DiscoveryResult discover_plugins(const DiscoveryOptions& options) {
                       fmt::format("no plugin named '{}' (looked for {}{}.so and {}{}-*.so in {})", item,
                                   kPrefix, item, kPrefix, item, describe(result.searched_dirs)));
       }
-      Plugin p = load_requested(item, paths);
+      Plugin p = load_requested("VERL_HARDWARE_PLUGIN=" + item, paths);
       if (!names_loaded.insert(p.name()).second) {
         result.rejected.push_back({p.path(), p.name(), "duplicate: a plugin of this name is already loaded"});
         continue;

@@ -1,0 +1,18 @@
+/* Compiled with -std=c99 -Wall -Wextra -pedantic -Werror and no C++ or torch: the plugin ABI
+ * header must stay plain C. The size checks pin the v1.0 layout (append-only from here on). */
+#include <verlpp/plugin_abi.h>
+
+#include <stddef.h>
+
+typedef char check_error_first_field[offsetof(verlpp_error, struct_size) == 0 ? 1 : -1];
+typedef char check_api_first_field[offsetof(verlpp_plugin_api, struct_size) == 0 ? 1 : -1];
+#if defined(__x86_64__) || defined(__aarch64__)
+/* LP64 layout of ABI 1.0; a change here is an ABI break unless it only appends. */
+typedef char check_api_min_size[VERLPP_PLUGIN_API_MIN_SIZE == 40 ? 1 : -1];
+typedef char check_api_size[sizeof(verlpp_plugin_api) == 344 ? 1 : -1];
+typedef char check_props_size[sizeof(verlpp_device_properties) == 216 ? 1 : -1];
+typedef char check_kernels_size[sizeof(verlpp_kernel_table) == 48 ? 1 : -1];
+typedef char check_comm_config_size[sizeof(verlpp_comm_config) == 48 ? 1 : -1];
+#endif
+
+int verlpp_abi_c99_check(void) { return VERLPP_PLUGIN_ABI_MAJOR; }

@@ -1,0 +1,56 @@
+// The commands as a user runs them: `verlpp plugins` / `verlpp demo` under each
+// VERL_HARDWARE_PLUGIN form, and verlpp-plugin-check catching a deliberately wrong kernel.
+#include <catch2/catch.hpp>
+
+#include "test_paths.hpp"
+
+using namespace verlpp;
+
+namespace {
+
+std::string verlpp_cmd(const std::string& env, const std::string& args) {
+  return "env -u VERL_HARDWARE_PLUGIN -u VERLPP_PLUGIN_PATH " + env + " " + test::bin_dir() + "/verlpp " + args;
+}
+
+}  // namespace
+
+TEST_CASE("verlpp plugins lists cpu_ref found beside the executable", "[cli]") {
+  std::string out;
+  REQUIRE(test::run_command(verlpp_cmd("", "plugins"), out) == 0);
+  CHECK_THAT(out, Catch::Contains("cpu_ref") && Catch::Contains("communicator") && Catch::Contains(test::cpu_ref_path()));
+}
+
+TEST_CASE("verlpp plugins shows rejected plugins with their reason", "[cli]") {
+  std::string out;
+  REQUIRE(test::run_command(verlpp_cmd("VERLPP_PLUGIN_PATH=" + test::plugin_case_dir("init_throws"), "plugins"), out) == 0);
+  CHECK_THAT(out, Catch::Contains("Rejected") && Catch::Contains("boom: init failed on purpose"));
+  CHECK_THAT(out, Catch::Contains("cpu_ref"));
+}
+
+TEST_CASE("an explicitly named plugin that fails stops the program", "[cli]") {
+  std::string out;
+  CHECK(test::run_command(verlpp_cmd("VERL_HARDWARE_PLUGIN=/nonexistent/libverlpp-plugin-x.so", "plugins"), out) == 1);
+  CHECK_THAT(out, Catch::Contains("verlpp: error:") && Catch::Contains("/nonexistent/libverlpp-plugin-x.so"));
+  std::string initfail = test::plugin_case_file("init_throws", "initfail");
+  CHECK(test::run_command(verlpp_cmd("VERL_HARDWARE_PLUGIN=" + initfail, "demo"), out) == 1);
+  CHECK_THAT(out, Catch::Contains(initfail) && Catch::Contains("boom"));
+  CHECK(test::run_command(verlpp_cmd("VERL_HARDWARE_PLUGIN=cuda_nonexistent", "plugins"), out) == 1);
+  CHECK_THAT(out, Catch::Contains("no plugin named 'cuda_nonexistent'"));
+}
+
+TEST_CASE("VERL_HARDWARE_PLUGIN=none and the demo", "[cli]") {
+  std::string out;
+  CHECK(test::run_command(verlpp_cmd("VERL_HARDWARE_PLUGIN=none", "plugins"), out) == 0);
+  CHECK_THAT(out, Catch::Contains("disabled"));
+  CHECK(test::run_command(verlpp_cmd("VERL_HARDWARE_PLUGIN=cpu_ref", "demo"), out) == 0);
+  CHECK_THAT(out, Catch::Contains("round trip") && Catch::Contains("identical") && Catch::Contains("all checks passed"));
+}
+
+TEST_CASE("verlpp-plugin-check catches a wrong kernel", "[cli][conformance]") {
+  std::string out;
+  std::string path = test::plugin_case_file("wrong_kernel", "wrongkernel");
+  CHECK(test::run_command(test::bin_dir() + "/verlpp-plugin-check --ranks '' " + path, out) == 1);
+  CHECK_THAT(out, Catch::Contains("FAIL") && Catch::Contains("logprob_entropy") && Catch::Contains("first bad index"));
+  CHECK(test::run_command(test::bin_dir() + "/verlpp-plugin-check /nonexistent.so", out) == 2);
+  CHECK_THAT(out, Catch::Contains("/nonexistent.so") && Catch::Contains("does not exist"));
+}

@@ -1,0 +1,87 @@
+// An SDK plugin compiled several times with defines, for loader and conformance tests:
+//   TEST_NAME / TEST_VARIANT / TEST_SCORE   identity and probe score (0 = "cannot run here")
+//   TEST_INIT_THROWS                        init throws (the SDK must turn it into an error)
+//   TEST_WRONG_KERNEL                       a logprob_entropy that is off by 1e-3 (the
+//                                           conformance suite must catch it)
+#include <verlpp/sdk/export.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#ifndef TEST_NAME
+#define TEST_NAME "sdktest"
+#endif
+#ifndef TEST_VARIANT
+#define TEST_VARIANT ""
+#endif
+#ifndef TEST_SCORE
+#define TEST_SCORE 5
+#endif
+
+namespace {
+
+#ifdef TEST_WRONG_KERNEL
+verlpp_error* wrong_logprob(const DLTensor* logits, const DLTensor* labels, float, DLTensor* out_lp, DLTensor* out_ent,
+                            verlpp_stream) {
+  return verlpp::sdk::guard("wrong_logprob", [&] {
+    const DLTensor& l = verlpp::sdk::checked(logits, "logits");
+    verlpp::sdk::checked(labels, "labels");
+    verlpp::sdk::require(labels->ndim == 1 && labels->shape[0] == l.shape[0], "labels must be [N]");
+    auto* lp = static_cast<float*>(verlpp::sdk::data_ptr(verlpp::sdk::checked(out_lp, "out_logprob")));
+    // Deliberately wrong: a constant instead of the log-probability.
+    for (int64_t r = 0; r < l.shape[0]; ++r) lp[r] = -1e-3f;
+    if (out_ent) {
+      auto* e = static_cast<float*>(verlpp::sdk::data_ptr(*out_ent));
+      for (int64_t r = 0; r < l.shape[0]; ++r) e[r] = 0.0f;
+    }
+  });
+}
+#endif
+
+class TestPlugin : public verlpp::sdk::Plugin {
+ public:
+  static constexpr const char* kName = TEST_NAME;
+  static constexpr const char* kVariant = TEST_VARIANT;
+  static constexpr const char* kVersion = "0.0.1";
+  static constexpr const char* kTorchDeviceType = "cpu";
+  static int32_t probe(std::string& reason) {
+    if (TEST_SCORE == 0) reason = "no such device on this machine (test plugin)";
+    return TEST_SCORE;
+  }
+  void init(const verlpp_host_api&) override {
+#ifdef TEST_INIT_THROWS
+    throw std::runtime_error("boom: init failed on purpose");
+#endif
+  }
+  int32_t device_count() override { return 1; }
+  void device_properties(int32_t, verlpp_device_properties& out) override {
+    verlpp::sdk::copy_string(out.name, sizeof(out.name), "test device");
+    verlpp::sdk::copy_string(out.torch_device_type, sizeof(out.torch_device_type), "cpu");
+    out.dl_device_type = kDLCPU;
+    out.total_memory_bytes = out.free_memory_bytes = 1 << 30;
+  }
+  void memory_info(int32_t, uint64_t& f, uint64_t& t) override { f = t = 1 << 30; }
+  void* allocate(int32_t, size_t bytes, size_t alignment) override {
+    size_t a = alignment ? alignment : 64;
+    return std::aligned_alloc(a, ((bytes + a - 1) / a + (bytes == 0)) * a);
+  }
+  void deallocate(int32_t, void* p) override { std::free(p); }
+  void copy(void* dst, const void* src, size_t n, verlpp_copy_kind, verlpp_stream) override { std::memmove(dst, src, n); }
+  void fill(void* dst, int32_t v, size_t n, verlpp_stream) override { std::memset(dst, v, n); }
+#ifdef TEST_WRONG_KERNEL
+  static const verlpp_kernel_table* kernels() {
+    static const verlpp_kernel_table t = [] {
+      verlpp_kernel_table k{};
+      k.struct_size = sizeof(k);
+      k.logprob_entropy = &wrong_logprob;
+      return k;
+    }();
+    return &t;
+  }
+#endif
+};
+
+}  // namespace
+
+VERLPP_PLUGIN(TestPlugin)
