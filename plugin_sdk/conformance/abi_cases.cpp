@@ -4,7 +4,7 @@
 #include "check_context.hpp"
 
 #include <boost/dll/shared_library.hpp>
-#include <fmt/ranges.h>
+#include <verlpp/core/strings.hpp>
 
 #include <cstddef>
 #include <cstring>
@@ -55,7 +55,7 @@ void abi_cases(CheckContext& ctx) {
     if (!api.mem_alloc) missing.push_back("mem_alloc");
     if (!api.mem_free) missing.push_back("mem_free");
     if (!api.memcpy_async) missing.push_back("memcpy_async");
-    CHECK_THAT(missing.empty(), "missing: {}", fmt::join(missing, ", "));
+    CHECK_THAT(missing.empty(), "missing: {}", join(missing, ", "));
   });
 
   ctx.run("abi", "optional groups are all-or-nothing", [&] {

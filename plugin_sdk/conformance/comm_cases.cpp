@@ -8,7 +8,7 @@
 #include <verlpp/hw/communicator.hpp>
 #include <verlpp/hw/kv_store.hpp>
 
-#include <fmt/ranges.h>
+#include <verlpp/core/strings.hpp>
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
@@ -325,7 +325,7 @@ void run_comm_cases(CheckContext& ctx, const std::string& self, const std::strin
     }
     if (!lost.empty() || order.empty())
       ctx.record({"communicator", fmt::format("[{} ranks] workers", world), Outcome::fail,
-                  lost.empty() ? "no worker reported any result" : fmt::format("{}", fmt::join(lost, "; "))});
+                  lost.empty() ? "no worker reported any result" : join(lost, "; ")});
   }
 }
 

@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <boost/dll/runtime_symbol_info.hpp>
-#include <fmt/ranges.h>
+#include <verlpp/core/strings.hpp>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -68,12 +68,7 @@ int main(int argc, char** argv) {
     conformance::run_stream_cases(ctx);
     conformance::run_kernel_cases(ctx);
     std::vector<int> worlds;
-    for (size_t start = 0; start < ranks.size();) {
-      size_t end = ranks.find(',', start);
-      if (end == std::string::npos) end = ranks.size();
-      if (end > start) worlds.push_back(std::stoi(ranks.substr(start, end - start)));
-      start = end + 1;
-    }
+    for (const std::string& w : split(ranks, ',')) worlds.push_back(std::stoi(w));
     std::string self = boost::dll::program_location().string();
     conformance::run_comm_cases(ctx, self, plugin.path(), worlds, timeout_ms);
 

@@ -10,7 +10,7 @@
 #include <verlpp/hw/torch_device.hpp>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
+#include <verlpp/core/strings.hpp>
 
 #include <iostream>
 
@@ -40,7 +40,7 @@ void run_plugins() {
     auto kernels = hw::Kernels(p).available();
     loaded.add_row({p.name(), p.variant().empty() ? "-" : p.variant(), p.version(),
                     fmt::format("1.{}", p.abi_minor()), std::to_string(n), p.torch_device_type(), memory, caps,
-                    kernels.empty() ? "-" : fmt::format("{}", fmt::join(kernels, ",")), p.path()});
+                    kernels.empty() ? "-" : join(kernels, ","), p.path()});
     std::string problem = hw::torch_placement_problem(p.torch_device_type());
     if (!problem.empty()) notes.push_back(fmt::format("{}: {}", p.display_name(), problem));
   }
@@ -54,7 +54,7 @@ void run_plugins() {
     for (const auto& r : result.rejected) rejected.add_row({r.path, r.name.empty() ? "?" : r.name, r.reason});
     rejected.print(std::cout);
   }
-  std::cout << "\nSearched: " << fmt::format("{}", fmt::join(result.searched_dirs, ":")) << "\n";
+  std::cout << "\nSearched: " << join(result.searched_dirs, ":") << "\n";
 }
 
 }  // namespace

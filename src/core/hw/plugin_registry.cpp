@@ -7,7 +7,7 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
-#include <fmt/ranges.h>
+#include <verlpp/core/strings.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -151,7 +151,7 @@ std::string inspect(Candidate& c) {
                        c.variant, stem);
   auto missing = missing_required(c.table);
   if (!missing.empty())
-    return fmt::format("lacks required function(s) {} (table of {} bytes)", fmt::join(missing, ", "),
+    return fmt::format("lacks required function(s) {} (table of {} bytes)", join(missing, ", "),
                        c.table_size);
   return {};
 }
@@ -196,7 +196,7 @@ Plugin adopt(Candidate& c) {
 }
 
 std::string describe(const std::vector<std::string>& items) {
-  return items.empty() ? std::string("(none)") : fmt::format("{}", fmt::join(items, ", "));
+  return items.empty() ? std::string("(none)") : join(items, ", ");
 }
 
 // Loads the best of `paths` for an explicit request (`label` says how it was requested, e.g.
@@ -212,7 +212,7 @@ Plugin load_requested(const std::string& label, const std::vector<std::string>& 
     else failures.push_back(fmt::format("{}: {}", c->path, why));
   }
   if (ok.empty())
-    throw Error(label, fmt::format("the requested plugin cannot be loaded: {}", fmt::join(failures, "; ")));
+    throw Error(label, fmt::format("the requested plugin cannot be loaded: {}", join(failures, "; ")));
   auto best = std::max_element(ok.begin(), ok.end(),
                                [](const auto& a, const auto& b) { return a->score < b->score; });
   std::string why = initialise(**best);
@@ -225,16 +225,7 @@ Plugin load_requested(const std::string& label, const std::vector<std::string>& 
 DiscoveryOptions DiscoveryOptions::from_environment() {
   DiscoveryOptions o;
   if (const char* r = std::getenv("VERL_HARDWARE_PLUGIN")) o.requested = r;
-  if (const char* p = std::getenv("VERLPP_PLUGIN_PATH")) {
-    std::string s = p;
-    size_t start = 0;
-    while (start <= s.size()) {
-      size_t end = s.find(':', start);
-      if (end == std::string::npos) end = s.size();
-      if (end > start) o.search_dirs.push_back(s.substr(start, end - start));
-      start = end + 1;
-    }
-  }
+  if (const char* p = std::getenv("VERLPP_PLUGIN_PATH")) o.search_dirs = split(p, ':');
   o.search_dirs.push_back(install_plugin_dir());
   o.search_dirs.push_back(executable_dir());
   return o;
@@ -266,15 +257,7 @@ DiscoveryResult discover_plugins(const DiscoveryOptions& options) {
 
   if (!requested.empty()) {
     std::set<std::string> names_loaded;
-    size_t start = 0;
-    while (start <= requested.size()) {
-      size_t end = requested.find(',', start);
-      if (end == std::string::npos) end = requested.size();
-      std::string item = requested.substr(start, end - start);
-      start = end + 1;
-      item.erase(0, item.find_first_not_of(" \t"));
-      item.erase(item.find_last_not_of(" \t") + 1);
-      if (item.empty()) continue;
+    for (const std::string& item : split(requested, ',')) {
       bool is_path = item.find('/') != std::string::npos || ends_with(item, ".so");
       std::vector<std::string> paths;
       if (is_path) {

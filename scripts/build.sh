@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian 12, as root), then configures and builds verlpp into build/.
+# Used by both README commands and by .ci/run. BUILD_DIR and BUILD_TYPE may be overridden.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake ninja-build ccache pkg-config
+          libtorch-dev libfmt-dev nlohmann-json3-dev catch2 libboost-dev libdlpack-dev
+          libgloo-dev libcli11-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "build.sh: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+BUILD_DIR=${BUILD_DIR:-build}
+BUILD_TYPE=${BUILD_TYPE:-Release}
+JOBS=${JOBS:-$(nproc)}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" ${CMAKE_ARGS:-}
+cmake --build "$BUILD_DIR" -j "$JOBS"
