@@ -467,6 +467,18 @@ TEST_CASE("hand-computed small cases", "[advantage]") {
   }
 }
 
+TEST_CASE("grpo_vectorized floors the variance at epsilon; grpo does not", "[advantage]") {
+  va::AdvantageInputs in;
+  in.token_level_rewards = from_mat({{1.0, 0}, {1.0001, 0}}, at::kDouble);
+  in.response_mask = from_mat({{1, 1}, {1, 1}}, at::kDouble);
+  in.index = {"a", "a"};
+  // Spread 1e-4: unbiased var 5e-9 < 1e-6, so grpo_vectorized uses std = sqrt(1e-6) = 1e-3.
+  const double a0 = to_double(va::compute_advantage("grpo_vectorized", in).advantages[0][0]);
+  CHECK(a0 == Approx(-0.5e-4 / (1e-3 + 1e-6)).epsilon(1e-2));
+  const double g0 = to_double(va::compute_advantage("grpo", in).advantages[0][0]);
+  CHECK(g0 == Approx(-0.5e-4 / (std::sqrt(0.5e-8) + 1e-6)).epsilon(1e-6));
+}
+
 // ---- registry and errors ----------------------------------------------------------------------
 
 TEST_CASE("estimator registry: names, user estimators, duplicates, unknown names", "[advantage]") {
