@@ -2,10 +2,12 @@
 // every other plugin: simple, synchronous, and strict about bad input (unknown pointers, double
 // frees and foreign handles are errors, never crashes). Streams and events are bookkeeping:
 // work runs synchronously on the caller's thread, events record wall-clock time.
-#include "gloo_communicator.hpp"
 #include "host_memory.hpp"
 #include "reference_kernels.hpp"
 
+#if VERLPP_CPU_REF_HAS_GLOO
+#include "gloo_communicator.hpp"
+#endif
 #include <verlpp/sdk/export.hpp>
 
 #include <chrono>
@@ -60,8 +62,10 @@ class CpuRefPlugin : public sdk::Plugin {
     HostMemory m = read_host_memory();
     out.total_memory_bytes = m.total_bytes;
     out.free_memory_bytes = m.available_bytes;
-    out.capabilities = VERLPP_DEVICE_CAP_EVENT_TIMING | VERLPP_DEVICE_CAP_COMMUNICATOR |
-                       VERLPP_DEVICE_CAP_HOST_ADDRESSABLE;
+    out.capabilities = VERLPP_DEVICE_CAP_EVENT_TIMING | VERLPP_DEVICE_CAP_HOST_ADDRESSABLE;
+#if VERLPP_CPU_REF_HAS_GLOO
+    out.capabilities |= VERLPP_DEVICE_CAP_COMMUNICATOR;
+#endif
     unsigned cores = std::thread::hardware_concurrency();
     out.multiprocessor_count = int32_t(cores == 0 ? 1 : cores);
   }
@@ -198,9 +202,12 @@ class CpuRefPlugin : public sdk::Plugin {
     }
   }
 
+#if VERLPP_CPU_REF_HAS_GLOO
+  // Declared only with Gloo: without it the SDK leaves the communicator slots NULL.
   std::unique_ptr<sdk::Communicator> create_communicator(const verlpp_comm_config& config) override {
     return make_gloo_communicator(config);
   }
+#endif
 
   static const verlpp_kernel_table* kernels() { return reference_kernels(); }
 

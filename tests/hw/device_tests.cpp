@@ -19,10 +19,27 @@ using namespace verlpp;
 
 namespace {
 
-const hw::Plugin& cpu_ref() {
+const hw::Plugin& cpu_ref_plugin() {
   static const hw::Plugin p = hw::load_plugin_file(test::cpu_ref_path());
   return p;
 }
+
+// Whether this build's cpu_ref has its Gloo communicator (see plugins/cpu_ref/CMakeLists.txt).
+constexpr bool kHasGloo = VERLPP_CPU_REF_HAS_GLOO;
+
+// Without Gloo, a communicator must be refused as UNSUPPORTED (and the case ends there).
+bool communicator_refused_without_gloo() {
+  if (kHasGloo) return false;
+  try {
+    hw::Communicator::create(hw::Device(cpu_ref_plugin(), 0), nullptr, {});
+    FAIL("cpu_ref built without Gloo created a communicator");
+  } catch (const hw::PluginCallError& e) {
+    CHECK(e.code() == VERLPP_STATUS_UNSUPPORTED);
+  }
+  return true;
+}
+
+const hw::Plugin& cpu_ref() { return cpu_ref_plugin(); }
 
 DLTensor host_view(void* data, std::vector<int64_t>& shape, DLDataType dtype) {
   DLTensor t{};
@@ -42,11 +59,11 @@ TEST_CASE("cpu_ref device facts", "[hw][device]") {
   CHECK(props.torch_device_type == "cpu");
   CHECK(props.dl_device_type == kDLCPU);
   CHECK(props.total_memory_bytes > 0);
-  CHECK(props.has(VERLPP_DEVICE_CAP_COMMUNICATOR));
+  CHECK(props.has(VERLPP_DEVICE_CAP_COMMUNICATOR) == kHasGloo);
   CHECK_FALSE(props.has(VERLPP_DEVICE_CAP_PINNED_HOST_MEMORY));
   auto [free_bytes, total] = d.memory_info();
   CHECK(free_bytes <= total);
-  CHECK(hw::capability_names(props.capabilities).find("communicator") != std::string::npos);
+  CHECK((hw::capability_names(props.capabilities).find("communicator") != std::string::npos) == kHasGloo);
   CHECK(hw::torch_placement_problem("cpu").empty());
   CHECK_THROWS_WITH(hw::Device(cpu_ref(), 1), Catch::Contains("device index 1 out of range"));
 }
@@ -152,6 +169,7 @@ TEST_CASE("TCP store: server and client in one process", "[hw][kv]") {
 }
 
 TEST_CASE("communicator: two ranks in one process over the TCP store", "[hw][comm]") {
+  if (communicator_refused_without_gloo()) return;
   hw::TcpStoreOptions so;
   so.is_server = true;
   so.world_size = 2;
@@ -183,6 +201,7 @@ TEST_CASE("communicator: two ranks in one process over the TCP store", "[hw][com
 }
 
 TEST_CASE("communicator: a missing rank is a timeout naming the rendezvous", "[hw][comm]") {
+  if (communicator_refused_without_gloo()) return;
   auto store = hw::make_memory_store();
   hw::CommunicatorOptions co;
   co.rank = 0;

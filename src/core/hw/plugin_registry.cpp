@@ -102,6 +102,9 @@ std::string inspect(Candidate& c) {
   if (!fs::exists(c.path, ec)) return "file does not exist";
   if (!fs::is_regular_file(c.path, ec)) return "not a regular file";
   try {
+    // Plain RTLD_LOCAL, not RTLD_DEEPBIND: deep binding made libgloo bind libstdc++ vtables
+    // to copies inside the plugin and crash (LibTorch 2.11 host). A plugin must therefore not
+    // depend on a library whose symbols LibTorch also exports (see plugins/cpu_ref/CMakeLists).
     c.library = std::make_unique<boost::dll::shared_library>(
         c.path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
