@@ -8,7 +8,9 @@
 
 #include <map>
 
-#include <verlpp/algo.hpp>
+#include <verlpp/algo/advantages.hpp>
+#include <verlpp/algo/groups.hpp>
+#include <verlpp/algo/masked.hpp>
 
 #include "test_util.hpp"
 

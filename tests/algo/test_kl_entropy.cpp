@@ -4,7 +4,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/randn.h>
 
-#include <verlpp/algo.hpp>
+#include <verlpp/algo/entropy.hpp>
+#include <verlpp/algo/kl.hpp>
 
 #include "test_util.hpp"
 

@@ -7,7 +7,9 @@
 
 #include <map>
 
-#include <verlpp/algo.hpp>
+#include <verlpp/algo/agg_loss.hpp>
+#include <verlpp/algo/policy_loss.hpp>
+#include <verlpp/algo/value_loss.hpp>
 
 #include "test_util.hpp"
 
