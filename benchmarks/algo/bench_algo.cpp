@@ -38,6 +38,7 @@ struct Options {
   int64_t rows = 4096, cols = 8192, group_size = 8;
   int reps = 5, warmup = 1, threads = 0;  // threads 0: leave ATen's setting
   bool skip_literal = false;
+  std::string device = "cpu";  // e.g. cuda: inputs moved there, each timed call ends in a sync
 };
 
 struct Result {
@@ -99,10 +100,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = static_cast<int>(next());
     else if (a == "--threads") o.threads = static_cast<int>(next());
     else if (a == "--skip-literal") o.skip_literal = true;
+    else if (a == "--device" && i + 1 < argc) o.device = argv[++i];
     else {
       fmt::print(stderr,
                  "usage: verlpp-bench-algo [--rows N] [--cols N] [--group-size N] [--reps N] "
-                 "[--warmup N] [--threads N] [--skip-literal]\n");
+                 "[--warmup N] [--threads N] [--skip-literal] [--device cpu|cuda]\n");
       std::exit(a == "--help" || a == "-h" ? 0 : 2);
     }
   }
@@ -124,14 +126,21 @@ int main(int argc, char** argv) {
   // an outcome reward on each row's last token (grouped estimators), uids in groups of G.
   at::Generator gen = at::detail::createCPUGenerator(2024);
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  const at::Device device(o.device);
+  const bool on_cpu = device.is_cpu();
   const at::Tensor lengths = at::randint(T / 2, T + 1, {B, 1}, gen, at::kLong);
   const at::Tensor positions = at::arange(T, at::kLong).unsqueeze(0);
-  const at::Tensor mask = (positions < lengths).to(at::kFloat);                       // [B, T]
-  const at::Tensor dense_rewards = at::randn({B, T}, gen, f32) * mask;                // [B, T]
-  const at::Tensor values = at::randn({B, T}, gen, f32);                              // [B, T]
+  const at::Tensor mask = (positions < lengths).to(at::kFloat).to(device);            // [B, T]
+  const at::Tensor dense_rewards = (at::randn({B, T}, gen, f32)).to(device) * mask;   // [B, T]
+  const at::Tensor values = at::randn({B, T}, gen, f32).to(device);                   // [B, T]
   const at::Tensor outcome = (at::rand({B, 1}, gen, f32) > 0.5).to(at::kFloat);       // [B, 1]
-  const at::Tensor outcome_rewards = (positions == lengths - 1).to(at::kFloat) * outcome;
-  const at::Tensor baselines = at::rand({B}, gen, f32);
+  const at::Tensor outcome_rewards =
+      ((positions == lengths - 1).to(at::kFloat) * outcome).to(device);
+  const at::Tensor baselines = at::rand({B}, gen, f32).to(device);
+  // On an accelerator a copy to the host waits for the queued work: ends each timed call.
+  auto sync = [&] {
+    if (!on_cpu) (void)mask.select(0, 0).select(0, 0).item<float>();
+  };
   std::vector<std::string> uids;
   for (int64_t i = 0; i < B; ++i) uids.push_back(fmt::format("prompt-{:06d}", i / o.group_size));
 
@@ -145,7 +154,7 @@ int main(int argc, char** argv) {
   grouped.response_mask = mask;
   grouped.index = uids;
   va::AdvantageInputs grouped_ids = grouped;
-  grouped_ids.group_ids = va::make_groups(uids, at::kCPU).ids;
+  grouped_ids.group_ids = va::make_groups(uids, device).ids;
   va::AdvantageConfig cfg;
   cfg.gamma = 0.99;
   cfg.lam = 0.95;
@@ -155,23 +164,31 @@ int main(int argc, char** argv) {
     std::function<void()> fn;
   };
   std::vector<Case> cases = {
-      {"[floor] new [B,T] fp32 + fill", [&] { at::empty({B, T}, f32).fill_(1.0); }},
-      {"[floor] sum over T", [&] { (void)dense_rewards.sum(-1); }},
-      {"make_groups (B uid strings)", [&] { (void)va::make_groups(uids, at::kCPU); }},
+      {"[floor] new [B,T] fp32 + fill",
+       [&] {
+         at::empty({B, T}, f32.device(device)).fill_(1.0);
+         sync();
+       }},
+      {"[floor] sum over T", [&] { (void)dense_rewards.sum(-1); sync(); }},
+      {"make_groups (B uid strings)", [&] { (void)va::make_groups(uids, device); sync(); }},
   };
   for (const char* name : {"gae", "reinforce_plus_plus", "remax"})
-    cases.push_back({name, [&, name] { (void)va::compute_advantage(name, dense, cfg); }});
+    cases.push_back({name, [&, name] { (void)va::compute_advantage(name, dense, cfg); sync(); }});
   for (const char* name : {"grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized",
                            "reinforce_plus_plus_baseline", "opo", "gpg"})
-    cases.push_back({name, [&, name] { (void)va::compute_advantage(name, grouped, cfg); }});
+    cases.push_back({name, [&, name] { (void)va::compute_advantage(name, grouped, cfg); sync(); }});
   cases.push_back({"grpo (given group_ids)",
-                   [&] { (void)va::compute_advantage("grpo", grouped_ids, cfg); }});
+                   [&] { (void)va::compute_advantage("grpo", grouped_ids, cfg); sync(); }});
   if (!o.skip_literal)
-    cases.push_back({"gae, verl's loop literally",
-                     [&] { (void)gae_verl_literal(dense_rewards, values, mask, 0.99, 0.95); }});
+    cases.push_back({"gae, verl's loop literally", [&] {
+                       (void)gae_verl_literal(dense_rewards, values, mask, 0.99, 0.95);
+                       sync();
+                     }});
 
   std::vector<Result> results;
-  for (const char* memory : {"fresh", "reused"}) {
+  const std::vector<const char*> memories =
+      on_cpu ? std::vector<const char*>{"fresh", "reused"} : std::vector<const char*>{"caching"};
+  for (const char* memory : memories) {
     if (std::strcmp(memory, "reused") == 0) {
       // Large blocks from the heap, never trimmed: later allocations reuse warm pages.
       mallopt(M_MMAP_MAX, 0);
@@ -184,9 +201,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  fmt::print("verlpp-bench-algo: rows {} cols {} fp32, groups of {}, ATen threads {}, reps {} "
-             "(warm-up {} excluded)\n", B, T, o.group_size, at::get_num_threads(), o.reps,
-             o.warmup);
+  fmt::print("verlpp-bench-algo: rows {} cols {} fp32 on {}, groups of {}, ATen threads {}, reps {} "
+             "(warm-up {} excluded)\n", B, T, device.str(), o.group_size, at::get_num_threads(),
+             o.reps, o.warmup);
   fmt::print("{:<32} {:>8} {:>10} {:>10} {:>10}\n", "case", "memory", "min ms", "median ms",
              "max ms");
   for (const Result& r : results)
@@ -194,8 +211,9 @@ int main(int argc, char** argv) {
                r.median_s * 1e3, r.max_s * 1e3);
   std::string json = fmt::format(
       "{{\"bench\":\"verlpp-bench-algo\",\"rows\":{},\"cols\":{},\"dtype\":\"float32\","
-      "\"group_size\":{},\"threads\":{},\"reps\":{},\"warmup\":{},\"results\":[",
-      B, T, o.group_size, at::get_num_threads(), o.reps, o.warmup);
+      "\"device\":\"{}\",\"group_size\":{},\"threads\":{},\"reps\":{},\"warmup\":{},"
+      "\"results\":[",
+      B, T, device.str(), o.group_size, at::get_num_threads(), o.reps, o.warmup);
   for (size_t i = 0; i < results.size(); ++i)
     json += fmt::format("{}{{\"name\":\"{}\",\"memory\":\"{}\",\"min_s\":{:.6f},"
                         "\"median_s\":{:.6f},\"max_s\":{:.6f}}}",

@@ -191,7 +191,7 @@ Vec ref_entropy(const at::Tensor& logits) {
 
 TEST_CASE("entropy_from_logits and its chunked variant match the loop reference", "[entropy]") {
   const at::Tensor logits64 =
-      at::randn({3, 5, 37}, at::detail::createCPUGenerator(7), at::kDouble) * 3;
+      at::randn({3, 5, 37}, at::detail::createCPUGenerator(7), at::kDouble).to(test_device()) * 3;
   const Vec want = ref_entropy(logits64);
   for (at::ScalarType dtype : {at::kDouble, at::kFloat}) {
     const Tol tol = tol_for(dtype);
@@ -223,7 +223,8 @@ TEST_CASE("entropy_from_logits and its chunked variant match the loop reference"
 }
 
 TEST_CASE("entropy gradient and the aggregated entropy loss", "[entropy]") {
-  const at::Tensor logits = at::randn({2, 3, 5}, at::detail::createCPUGenerator(8), at::kDouble);
+  const at::Tensor logits =
+      at::randn({2, 3, 5}, at::detail::createCPUGenerator(8), at::kDouble).to(test_device());
   auto total = [](const at::Tensor& z) { return va::entropy_from_logits(z).sum(); };
   check_close(autograd_grad(total, logits),
               to_vec(finite_diff([&](const at::Tensor& z) { return to_double(total(z)); }, logits)),

@@ -93,6 +93,7 @@ PolicyData make_policy_data(uint64_t seed, int64_t rows, int64_t cols, bool toke
     for (int64_t t = 0; t < cols; ++t) {
       d.old_lp[i][t] = -0.05 - 3.0 * uni(rng);
       d.lp[i][t] = d.old_lp[i][t] + 0.3 * normal(rng);
+      if (rng() % 7 == 0) d.lp[i][t] += 1.5 * normal(rng);  // far off-policy: dual clip, tails
       d.adv[i][t] = token_adv ? normal(rng) : row_adv;
       if (rng() % 11 == 0) d.adv[i][t] = 0.0;  // sign 0 / "A <= 0" branches
       d.mask[i][t] = t < len && !(t > 0 && t + 1 < len && rng() % 5 == 0) ? 1.0 : 0.0;

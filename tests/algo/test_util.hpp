@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -27,8 +28,18 @@ using Mat = std::vector<Vec>;  // [B][T]
 
 inline Mat zeros_mat(int64_t rows, int64_t cols) { return Mat(rows, Vec(cols, 0.0)); }
 
+// The device test inputs are made on: VERLPP_TEST_DEVICE (e.g. "cuda"), default CPU. The
+// references stay host loops, so the same suite checks the library on an accelerator.
+inline at::Device test_device() {
+  static const at::Device device = [] {
+    const char* env = std::getenv("VERLPP_TEST_DEVICE");
+    return at::Device(env && *env ? env : "cpu");
+  }();
+  return device;
+}
+
 inline Vec to_vec(const at::Tensor& t) {
-  at::Tensor c = t.detach().to(at::kDouble).contiguous();
+  at::Tensor c = t.detach().to(at::kCPU).to(at::kDouble).contiguous();
   const double* p = c.data_ptr<double>();
   return Vec(p, p + c.numel());
 }
@@ -49,6 +60,7 @@ inline at::Tensor from_vec(const Vec& v, at::ScalarType dtype) {
   return at::from_blob(copy.data(), {static_cast<int64_t>(copy.size())},
                        at::TensorOptions().dtype(at::kDouble))
       .clone()
+      .to(test_device())
       .to(dtype);
 }
 
@@ -189,16 +201,16 @@ inline double row_sum(const Vec& v) { return std::accumulate(v.begin(), v.end(),
 // Central finite differences of a scalar function f at x (fp64): df/dx, same shape as x.
 inline at::Tensor finite_diff(const std::function<double(const at::Tensor&)>& f,
                               const at::Tensor& x, double h = 1e-6) {
-  at::Tensor base = x.detach().to(at::kDouble).contiguous().clone();
+  at::Tensor base = x.detach().to(at::kCPU).to(at::kDouble).contiguous().clone();
   at::Tensor grad = at::zeros_like(base);
   double* p = base.data_ptr<double>();
   double* g = grad.data_ptr<double>();
   for (int64_t k = 0; k < base.numel(); ++k) {
     const double keep = p[k];
     p[k] = keep + h;
-    const double up = f(base.clone());
+    const double up = f(base.to(x.device()));
     p[k] = keep - h;
-    const double down = f(base.clone());
+    const double down = f(base.to(x.device()));
     p[k] = keep;
     g[k] = (up - down) / (2 * h);
   }
