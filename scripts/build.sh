@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config
           libtorch-dev libfmt-dev nlohmann-json3-dev catch2 libboost-dev libdlpack-dev
-          libgloo-dev libcli11-dev)
+          libgloo-dev libcli11-dev libicu-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,68 @@
+// Chat templates: the prompt formats of the Qwen family (ChatML) and Llama 3, built in as C++
+// rather than interpreted from Jinja. A tokenizer_config.json's "chat_template" is recognised
+// by distinctive substrings of the published templates; an unrecognised template is an error
+// unless the caller names a built-in format, so a prompt is never silently formatted wrong.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace verlpp::model {
+
+// One message of a conversation ("system", "user", "assistant" or "tool").
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+// A built-in prompt format.
+enum class ChatFormat {
+  kChatML,  // <|im_start|>role\ncontent<|im_end|>\n, with an optional default system prompt
+  kQwen3,   // ChatML with Qwen3's <think> handling of assistant turns and tool-response grouping
+  kLlama3,  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>, bos first
+  kLlama31  // Llama 3 plus 3.1's system preamble (knowledge cut-off and date)
+};
+
+// Options a template reads besides the messages.
+struct ChatOptions {
+  bool add_generation_prompt = true;  // end with the opening of an assistant turn
+  bool enable_thinking = true;        // Qwen3: false adds an empty <think></think> block
+};
+
+class ChatTemplate {
+ public:
+  // A built-in by name: "chatml", "qwen2", "qwen2.5", "qwen3", "llama3", "llama3.1"
+  // (qwen2/qwen2.5 are ChatML with their default system prompts). Unknown names are an Error
+  // listing the known ones.
+  static ChatTemplate builtin(const std::string& name);
+  // The template of a tokenizer_config.json file (or a folder holding one). Empty `override_name`
+  // recognises the file's "chat_template"; otherwise that built-in is used (the file may then be
+  // absent, but its bos_token is still read when present).
+  static ChatTemplate from_config_file(const std::string& path, const std::string& override_name = "");
+  // Recognises a Jinja chat template's text; `bos_token` is used by the Llama formats. Error
+  // (naming `origin`) when the template is not one of the known formats.
+  static ChatTemplate recognise(const std::string& jinja, const std::string& bos_token,
+                                const std::string& origin = "chat_template");
+
+  // The prompt text for `messages` (special tokens written as text, e.g. "<|im_start|>").
+  std::string render(const std::vector<ChatMessage>& messages, const ChatOptions& options = {}) const;
+
+  ChatFormat format() const { return format_; }
+  // Name of the built-in in use ("qwen2.5", "llama3", ...).
+  const std::string& name() const { return name_; }
+  // ChatML: the system prompt used when the conversation has none (empty: none is added).
+  const std::string& default_system_prompt() const { return default_system_; }
+  // Llama: the text placed first (tokenizer_config's bos_token, "<|begin_of_text|>" by default).
+  const std::string& bos_token() const { return bos_token_; }
+
+ private:
+  ChatFormat format_ = ChatFormat::kChatML;
+  std::string name_;
+  std::string default_system_;
+  std::string bos_token_ = "<|begin_of_text|>";
+  bool group_tool_responses_ = false;     // ChatML: Qwen2.5's <tool_response> user turns
+  bool system_outside_loop_ = false;      // ChatML: default system prompt even with no messages
+  bool always_generation_prompt_ = false;  // Llama: a template that ends every prompt so
+};
+
+}  // namespace verlpp::model

@@ -1,0 +1,132 @@
+// `verlpp tokenize --tokenizer PATH [--file F]`: one JSON string per input line in, one JSON
+// array of ids per line out (no special tokens added). --decode reverses it (id arrays in, JSON
+// strings out); --chat reads one JSON array of {role, content} messages per line and tokenizes
+// the prompt of the chat template (--text prints the prompt itself). Errors name the line.
+#include "commands.hpp"
+
+#include <verlpp/core/error.hpp>
+#include <verlpp/model/chat_template.hpp>
+#include <verlpp/model/tokenizer.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+namespace verlpp::apps {
+namespace {
+
+struct TokenizeOptions {
+  std::string tokenizer_path;
+  std::string file;
+  bool decode = false;
+  bool skip_special_tokens = false;
+  bool add_special_tokens = false;
+  bool chat = false;
+  bool print_text = false;
+  bool no_generation_prompt = false;
+  bool no_thinking = false;
+  std::string chat_format;
+};
+
+std::vector<model::ChatMessage> parse_messages(const nlohmann::json& line, const std::string& where) {
+  VERLPP_CHECK(line.is_array(), "{}: expected a JSON array of messages", where);
+  std::vector<model::ChatMessage> messages;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const auto& m = line[i];
+    VERLPP_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
+                     m["content"].is_string(),
+                 "{}: message {} needs string fields \"role\" and \"content\"", where, i);
+    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return messages;
+}
+
+void append_ids(const std::vector<int32_t>& ids, std::string& out) {
+  out += '[';
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(ids[i]);
+  }
+  out += "]\n";
+}
+
+void run_tokenize(const TokenizeOptions& o) {
+  model::Tokenizer tokenizer = model::Tokenizer::from_file(o.tokenizer_path);
+  std::unique_ptr<model::ChatTemplate> chat_template;
+  if (o.chat) {
+    std::filesystem::path folder = o.tokenizer_path;
+    if (!std::filesystem::is_directory(folder)) folder = folder.parent_path();
+    chat_template = std::make_unique<model::ChatTemplate>(
+        model::ChatTemplate::from_config_file((folder / "tokenizer_config.json").string(), o.chat_format));
+  }
+  model::ChatOptions chat_options;
+  chat_options.add_generation_prompt = !o.no_generation_prompt;
+  chat_options.enable_thinking = !o.no_thinking;
+
+  std::ifstream file_stream;
+  if (!o.file.empty()) {
+    file_stream.open(o.file, std::ios::binary);
+    VERLPP_CHECK(file_stream.good(), "cannot open input file \"{}\"", o.file);
+  }
+  std::istream& in = o.file.empty() ? std::cin : file_stream;
+  const std::string source = o.file.empty() ? "<stdin>" : o.file;
+  std::string line, out;
+  for (size_t number = 1; std::getline(in, line); ++number) {
+    const std::string where = fmt::format("{}:{}", source, number);
+    nlohmann::json value;
+    try {
+      value = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      VERLPP_FAIL_AT(where, "not valid JSON: {}", e.what());
+    }
+    if (o.decode) {
+      VERLPP_CHECK(value.is_array(), "{}: expected a JSON array of ids", where);
+      std::vector<int32_t> ids;
+      for (const auto& id : value) {
+        VERLPP_CHECK(id.is_number_integer(), "{}: id {} is not an integer", where, id.dump());
+        ids.push_back(id.get<int32_t>());
+      }
+      out += nlohmann::json(tokenizer.decode(ids, o.skip_special_tokens)).dump() + "\n";
+    } else if (o.chat) {
+      std::string prompt = chat_template->render(parse_messages(value, where), chat_options);
+      if (o.print_text) out += nlohmann::json(prompt).dump() + "\n";
+      else append_ids(tokenizer.encode(prompt, o.add_special_tokens), out);
+    } else {
+      VERLPP_CHECK(value.is_string(), "{}: expected a JSON string", where);
+      append_ids(tokenizer.encode(value.get_ref<const std::string&>(), o.add_special_tokens), out);
+    }
+    if (out.size() > (1u << 16)) {
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      out.clear();
+    }
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void register_tokenize_command(CLI::App& app) {
+  auto options = std::make_shared<TokenizeOptions>();
+  CLI::App* cmd = app.add_subcommand("tokenize", "Token ids of JSON strings, one per line (HF tokenizer.json)");
+  cmd->add_option("--tokenizer", options->tokenizer_path, "tokenizer.json, or a folder holding it")->required();
+  cmd->add_option("--file", options->file, "input file, one JSON value per line (default: stdin)");
+  cmd->add_flag("--decode", options->decode, "input lines are JSON arrays of ids; print JSON strings");
+  cmd->add_flag("--skip-special-tokens", options->skip_special_tokens, "with --decode: leave out special tokens");
+  cmd->add_flag("--add-special-tokens", options->add_special_tokens, "add what the post-processor adds (e.g. BOS)");
+  cmd->add_flag("--chat", options->chat, "input lines are JSON arrays of {role, content}; tokenize the chat prompt");
+  cmd->add_option("--chat-template", options->chat_format,
+                  "with --chat: a built-in format (chatml, qwen2, qwen2.5, qwen3, llama3, llama3.1) instead of "
+                  "recognising tokenizer_config.json's");
+  cmd->add_flag("--text", options->print_text, "with --chat: print the prompt as a JSON string instead of ids");
+  cmd->add_flag("--no-generation-prompt", options->no_generation_prompt, "with --chat: no opening assistant turn");
+  cmd->add_flag("--no-thinking", options->no_thinking, "with --chat: Qwen3's enable_thinking=false");
+  cmd->callback([options] { run_tokenize(*options); });
+}
+
+}  // namespace verlpp::apps

@@ -1,0 +1,287 @@
+// Built-in chat formats and the recognition of published templates. The rendering follows the
+// templates' Jinja logic for conversations of plain text messages (no tool definitions): Qwen3's
+// <think> splitting of assistant turns after the last user query, tool-response grouping, and
+// Jinja's `trim` (Python's str.strip) on Llama message contents.
+#include <verlpp/model/chat_template.hpp>
+
+#include "tokenizer_internal.hpp"
+
+#include <verlpp/core/error.hpp>
+#include <verlpp/core/strings.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace verlpp::model {
+namespace {
+
+constexpr const char* kQwen25System = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+constexpr const char* kQwen2System = "You are a helpful assistant.";
+const std::vector<std::string> kBuiltinNames = {"chatml", "qwen2", "qwen2.5", "qwen3", "llama3", "llama3.1"};
+
+bool contains(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
+
+// Python's str.isspace: the White_Space property plus U+001C..U+001F.
+bool python_space(char32_t c) { return (c >= 0x1C && c <= 0x1F) || (tok::char_class(c) & tok::kSpace); }
+
+// Python's str.strip() (what Jinja's `trim` filter does).
+std::string python_strip(const std::string& text) {
+  size_t begin = 0, end = text.size();
+  while (begin < end) {
+    size_t pos = begin;
+    if (!python_space(tok::next_code_point(text, pos))) break;
+    begin = pos;
+  }
+  while (end > begin) {
+    size_t start = end - 1;
+    while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+    size_t pos = start;
+    if (!python_space(tok::next_code_point(text, pos))) break;
+    end = start;
+  }
+  return text.substr(begin, end - begin);
+}
+
+// str.lstrip('\n') / rstrip('\n') / strip('\n').
+std::string strip_newlines(const std::string& text, bool left, bool right) {
+  size_t begin = 0, end = text.size();
+  while (left && begin < end && text[begin] == '\n') ++begin;
+  while (right && end > begin && text[end - 1] == '\n') --end;
+  return text.substr(begin, end - begin);
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+// The literal default system prompt of a ChatML template ("<|im_start|>system\n...<|im_end|>"
+// inside one Jinja string literal), unescaped; empty when there is none.
+std::string literal_default_system(const std::string& jinja) {
+  for (const std::string opener : {"<|im_start|>system\\n", "<|im_start|>system\n"}) {
+    for (size_t at = jinja.find(opener); at != std::string::npos; at = jinja.find(opener, at + 1)) {
+      size_t begin = at + opener.size(), end = jinja.find("<|im_end|>", begin);
+      if (end == std::string::npos || end == begin) continue;
+      std::string raw = jinja.substr(begin, end - begin);
+      if (raw.find_first_of("'\"{}+") != std::string::npos) continue;  // an expression, not a literal
+      std::string out;
+      for (size_t i = 0; i < raw.size(); ++i) {
+        if (raw[i] == '\\' && i + 1 < raw.size()) {
+          char e = raw[++i];
+          out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+        } else {
+          out += raw[i];
+        }
+      }
+      return out;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::builtin(const std::string& name) {
+  ChatTemplate t;
+  t.name_ = name;
+  if (name == "chatml") {
+    t.format_ = ChatFormat::kChatML;
+  } else if (name == "qwen2") {
+    t.format_ = ChatFormat::kChatML;
+    t.default_system_ = kQwen2System;
+  } else if (name == "qwen2.5") {
+    t.format_ = ChatFormat::kChatML;
+    t.default_system_ = kQwen25System;
+    t.group_tool_responses_ = true;
+    t.system_outside_loop_ = true;
+  } else if (name == "qwen3") {
+    t.format_ = ChatFormat::kQwen3;
+  } else if (name == "llama3") {
+    t.format_ = ChatFormat::kLlama3;
+  } else if (name == "llama3.1") {
+    t.format_ = ChatFormat::kLlama31;
+  } else {
+    VERLPP_FAIL_AT("chat template", "unknown built-in \"{}\" (known: {})", name, join(kBuiltinNames, ", "));
+  }
+  return t;
+}
+
+ChatTemplate ChatTemplate::recognise(const std::string& jinja, const std::string& bos_token, const std::string& origin) {
+  ChatTemplate t;
+  if (contains(jinja, "<|im_start|>") && contains(jinja, "<|im_end|>")) {
+    if (contains(jinja, "reasoning_content") || contains(jinja, "</think>")) {
+      t = builtin("qwen3");
+    } else {
+      std::string system = literal_default_system(jinja);
+      t = builtin(system == kQwen25System ? "qwen2.5" : system == kQwen2System ? "qwen2" : "chatml");
+      t.default_system_ = system;
+      t.group_tool_responses_ = contains(jinja, "<tool_response>");
+      t.system_outside_loop_ = t.name_ == "qwen2.5";
+    }
+  } else if (contains(jinja, "<|start_header_id|>") && contains(jinja, "<|end_header_id|>") &&
+             contains(jinja, "<|eot_id|>")) {
+    VERLPP_CHECK(!contains(jinja, "strftime_now"),
+                 "{}: this Llama template writes today's date (strftime_now), which no built-in reproduces; "
+                 "name a built-in format instead (known: {})", origin, join(kBuiltinNames, ", "));
+    t = builtin(contains(jinja, "Cutting Knowledge Date") ? "llama3.1" : "llama3");
+    t.always_generation_prompt_ = !contains(jinja, "add_generation_prompt");
+  } else {
+    VERLPP_FAIL_AT(origin, "unrecognised chat template (it begins {}); name a built-in format instead (known: {})",
+                   nlohmann::json(jinja.substr(0, 80)).dump(), join(kBuiltinNames, ", "));
+  }
+  if (!bos_token.empty()) t.bos_token_ = bos_token;
+  return t;
+}
+
+ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::string& override_name) {
+  std::string file = path;
+  if (std::filesystem::is_directory(path)) file = (std::filesystem::path(path) / "tokenizer_config.json").string();
+  nlohmann::json config;
+  if (std::filesystem::exists(file)) {
+    std::ifstream in(file, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    try {
+      config = nlohmann::json::parse(text.str());
+    } catch (const nlohmann::json::parse_error& e) {
+      VERLPP_FAIL_AT(file, "not valid JSON: {}", e.what());
+    }
+    VERLPP_CHECK(config.is_object(), "{}: expected a JSON object at the top level", file);
+  } else {
+    VERLPP_CHECK(!override_name.empty(), "tokenizer config \"{}\" does not exist (name a built-in chat format to go "
+                 "without one)", file);
+  }
+  std::string bos;
+  if (config.contains("bos_token")) {
+    const auto& b = config["bos_token"];
+    if (b.is_string()) bos = b.get<std::string>();
+    else if (b.is_object() && b.contains("content") && b["content"].is_string()) bos = b["content"].get<std::string>();
+  }
+  if (!override_name.empty()) {
+    ChatTemplate t = builtin(override_name);
+    if (!bos.empty()) t.bos_token_ = bos;
+    return t;
+  }
+  VERLPP_CHECK(config.contains("chat_template"), "{}: field \"chat_template\" is missing (name a built-in chat "
+               "format instead: {})", file, join(kBuiltinNames, ", "));
+  const auto& node = config["chat_template"];
+  std::string jinja;
+  if (node.is_string()) {
+    jinja = node.get<std::string>();
+  } else if (node.is_array()) {  // [{"name": "default", "template": "..."}, ...]
+    for (const auto& entry : node)
+      if (entry.is_object() && entry.value("name", std::string()) == "default" && entry.contains("template") &&
+          entry["template"].is_string())
+        jinja = entry["template"].get<std::string>();
+  }
+  VERLPP_CHECK(!jinja.empty(), "{}: field \"chat_template\": expected a string or a list holding a \"default\" "
+               "template, got {}", file, node.dump().substr(0, 120));
+  return recognise(jinja, bos, file + ": field \"chat_template\"");
+}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
+  std::string out;
+  const size_t n = messages.size();
+  auto chatml_turn = [&](const std::string& role, const std::string& content) {
+    out += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";
+  };
+  // Qwen's grouping of consecutive tool messages into one user turn of <tool_response> blocks.
+  auto tool_turn = [&](size_t i) {
+    if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+    out += "\n<tool_response>\n" + messages[i].content + "\n</tool_response>";
+    if (i + 1 == n || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+  };
+  auto llama_turn = [&](const std::string& role, const std::string& content) {
+    out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + python_strip(content) + "<|eot_id|>";
+  };
+
+  switch (format_) {
+    case ChatFormat::kChatML: {
+      bool has_system = n > 0 && messages[0].role == "system";
+      if (!default_system_.empty() && !has_system && (n > 0 || system_outside_loop_))
+        chatml_turn("system", default_system_);
+      for (size_t i = 0; i < n; ++i) {
+        if (group_tool_responses_ && messages[i].role == "tool") tool_turn(i);
+        else chatml_turn(messages[i].role, messages[i].content);
+      }
+      if (options.add_generation_prompt) out += "<|im_start|>assistant\n";
+      break;
+    }
+    case ChatFormat::kQwen3: {
+      if (n > 0 && messages[0].role == "system") chatml_turn("system", messages[0].content);
+      // The last user message that is not a wrapped tool response.
+      size_t last_query = n == 0 ? 0 : n - 1;
+      for (size_t k = n; k-- > 0;) {
+        const auto& m = messages[k];
+        if (m.role == "user" && !(starts_with(m.content, "<tool_response>") && ends_with(m.content, "</tool_response>"))) {
+          last_query = k;
+          break;
+        }
+      }
+      for (size_t i = 0; i < n; ++i) {
+        const ChatMessage& m = messages[i];
+        if (m.role == "user" || (m.role == "system" && i != 0)) {
+          chatml_turn(m.role, m.content);
+        } else if (m.role == "assistant") {
+          std::string content = m.content, reasoning;
+          size_t close = content.find("</think>");
+          if (close != std::string::npos) {
+            size_t last_close = content.rfind("</think>");
+            std::string before = strip_newlines(content.substr(0, close), false, true);
+            size_t open = before.rfind("<think>");
+            reasoning = strip_newlines(open == std::string::npos ? before : before.substr(open + 7), true, false);
+            content = strip_newlines(content.substr(last_close + 8), true, false);
+          }
+          out += "<|im_start|>" + m.role + "\n";
+          if (i > last_query && (i + 1 == n || !reasoning.empty()))
+            out += "<think>\n" + strip_newlines(reasoning, true, true) + "\n</think>\n\n" + strip_newlines(content, true, false);
+          else
+            out += content;
+          out += "<|im_end|>\n";
+        } else if (m.role == "tool") {
+          tool_turn(i);
+        }
+      }
+      if (options.add_generation_prompt) {
+        out += "<|im_start|>assistant\n";
+        if (!options.enable_thinking) out += "<think>\n\n</think>\n\n";
+      }
+      break;
+    }
+    case ChatFormat::kLlama3: {
+      for (size_t i = 0; i < n; ++i) {
+        if (i == 0) out += bos_token_;
+        llama_turn(messages[i].role, messages[i].content);
+      }
+      if (options.add_generation_prompt || always_generation_prompt_)
+        out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      break;
+    }
+    case ChatFormat::kLlama31: {
+      out += bos_token_;
+      size_t first = 0;
+      std::string system;
+      if (n > 0 && messages[0].role == "system") {
+        system = python_strip(messages[0].content);
+        first = 1;
+      }
+      out += "<|start_header_id|>system<|end_header_id|>\n\n";
+      out += "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+      out += system + "<|eot_id|>";
+      for (size_t i = first; i < n; ++i) {
+        const ChatMessage& m = messages[i];
+        if (m.role == "tool" || m.role == "ipython")
+          out += "<|start_header_id|>ipython<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
+        else
+          llama_turn(m.role, m.content);
+      }
+      if (options.add_generation_prompt || always_generation_prompt_)
+        out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace verlpp::model

@@ -1,0 +1,152 @@
+// Internals of the tokenizer shared by its source files (not installed): UTF-8 and Unicode
+// class helpers (ICU behind them), the byte-level alphabet, normalizers, pre-tokenizers, and the
+// BPE model. Each piece is built from one node of tokenizer.json and errors name that node.
+#pragma once
+
+#include <verlpp/model/tokenizer.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace verlpp::model::tok {
+
+// ---- UTF-8 (tokenizer_unicode.cpp) ----
+
+// Decodes the valid UTF-8 sequence at text[pos], advancing pos. Precondition: text is valid.
+inline char32_t next_code_point(std::string_view text, size_t& pos) {
+  auto b = static_cast<unsigned char>(text[pos]);
+  if (b < 0x80) { ++pos; return b; }
+  int extra = b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : 1;
+  char32_t c = b & (0x3F >> extra);
+  for (int k = 1; k <= extra; ++k) c = (c << 6) | (static_cast<unsigned char>(text[pos + k]) & 0x3F);
+  pos += extra + 1;
+  return c;
+}
+// Appends the UTF-8 form of `c`.
+void append_utf8(char32_t c, std::string& out);
+// Byte offset of the first invalid UTF-8 sequence, or npos when `text` is valid.
+size_t find_invalid_utf8(std::string_view text);
+// Appends `bytes` as valid UTF-8, each maximal invalid subpart replaced by one U+FFFD (Rust's
+// from_utf8_lossy). Unless `final`, an incomplete but so-far-valid sequence at the end is left
+// unconsumed. Returns the number of bytes consumed.
+size_t append_utf8_lossy(std::string_view bytes, std::string& out, bool final);
+
+// ---- Unicode classes (ICU for non-ASCII) ----
+
+enum CharClass : uint8_t {
+  kLetter = 1,      // \p{L}
+  kNumber = 2,      // \p{N}
+  kSpace = 4,       // \s in Oniguruma and Rust regex: the White_Space property
+  kNewline = 8,     // \r or \n
+  kWord = 16,       // Rust regex \w: Alphabetic, M, Nd, Pc, Join_Control
+};
+uint8_t char_class(char32_t c);
+// Simple case fold to an ASCII letter for Oniguruma's (?i:...) on ASCII patterns: 'S' and
+// U+017F (long s) -> 's'; 0 when `c` folds to no ASCII letter.
+char32_t fold_to_ascii(char32_t c);
+
+// ---- Byte-level alphabet (GPT-2's bytes_to_unicode) ----
+
+struct ByteLevelAlphabet {
+  std::array<char32_t, 256> byte_to_char{};
+  std::unordered_map<char32_t, uint8_t> char_to_byte;
+  // The byte form of a token in this alphabet; false if a character is outside it.
+  bool to_bytes(std::string_view token, std::string& bytes) const;
+  // The token form of raw bytes ("Ġworld" for " world").
+  std::string to_token(std::string_view bytes) const;
+};
+const ByteLevelAlphabet& byte_level_alphabet();
+
+// ---- Normalizers (tokenizer_normalize.cpp) ----
+
+class Normalizer {
+ public:
+  // Builds from the "normalizer" node (null gives the identity); `where` names the node.
+  static Normalizer from_json(const nlohmann::json& node, const std::string& where);
+  bool is_identity() const { return steps_.empty(); }
+  // Normalizes `text` in place.
+  void apply(std::string& text) const;
+
+  struct Step {
+    enum Kind { kNfc, kNfd, kNfkc, kNfkd, kLowercase, kStrip, kReplace, kPrepend };
+    explicit Step(Kind k) : kind(k) {}
+    Kind kind;
+    bool left = false, right = false;  // kStrip
+    std::string from, to;              // kReplace (literal), kPrepend (to)
+  };
+
+ private:
+  std::vector<Step> steps_;
+};
+
+// ---- Pre-tokenizers (tokenizer_pretokenize.cpp) ----
+
+// A piece of text during pre-tokenization: a view into the input or into owned storage.
+using Pieces = std::vector<std::string_view>;
+
+class PreTokenizer {
+ public:
+  // Builds from the "pre_tokenizer" node (null gives one piece per segment).
+  static PreTokenizer from_json(const nlohmann::json& node, const std::string& where);
+  // Splits `text` into pieces appended to `out`; new strings (prefix spaces) go to `storage`.
+  void split(std::string_view text, Pieces& out, std::deque<std::string>& storage) const;
+  // Whether a ByteLevel step is present (the BPE alphabet is then bytes).
+  bool is_byte_level() const { return byte_level_; }
+
+  enum class Pattern { kQwen2, kLlama3, kGpt2, kLiteral };
+  struct Step {
+    enum Kind { kSplit, kByteLevel };
+    explicit Step(Kind k) : kind(k) {}
+    Kind kind;
+    Pattern pattern = Pattern::kGpt2;
+    std::string literal;          // kLiteral
+    bool remove_matches = false;  // behaviour "Removed" (else "Isolated")
+    bool invert = false;
+    bool add_prefix_space = false;  // kByteLevel
+  };
+
+ private:
+  std::vector<Step> steps_;
+  bool byte_level_ = false;
+};
+
+// Splits `text` at the matches of one of the known pre-tokenizer regexes (Isolated pieces).
+void split_by_pattern(PreTokenizer::Pattern pattern, std::string_view text, Pieces& out);
+
+// ---- BPE model (tokenizer_bpe.cpp) ----
+
+class Bpe {
+ public:
+  // Builds from the "model" node; `byte_level` selects the raw-byte alphabet.
+  static std::unique_ptr<Bpe> from_json(const nlohmann::json& node, const std::string& where,
+                                        bool byte_level);
+  // Appends the ids of one pre-tokenized piece (raw bytes when byte-level).
+  void encode_piece(std::string_view piece, std::vector<int32_t>& ids) const;
+
+  std::unordered_map<std::string, int32_t> vocab;  // stored token form -> id
+  std::vector<std::string> id_to_token;            // id -> stored form ("" for holes)
+
+ private:
+  void merge_word(std::vector<int32_t>& symbols) const;
+  int32_t lookup_symbol(std::string_view text) const;
+
+  bool byte_level_ = false;
+  bool ignore_merges_ = false;
+  int32_t unk_id_ = -1;
+  std::array<int32_t, 256> byte_ids_{};                 // raw byte -> id (-1 missing)
+  std::unordered_map<std::string, int32_t> byte_vocab_;  // raw bytes -> id (byte-level)
+  struct Merge { int32_t rank; int32_t id; };
+  std::unordered_map<uint64_t, Merge> merges_;          // (left id << 32 | right id)
+  mutable std::mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+};
+
+}  // namespace verlpp::model::tok
