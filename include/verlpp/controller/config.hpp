@@ -1,0 +1,54 @@
+// The run configuration: verl's key names and defaults (ppo_trainer.yaml) as one JSON tree,
+// merged with a user's JSON file and dotted command-line overrides. Unknown keys are errors
+// that suggest the nearest valid key; `${a.b}` references are resolved after all overrides,
+// as OmegaConf does for verl; inconsistent values are refused by validate() before any work.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace verlpp::controller {
+
+class Config {
+ public:
+  // The full default tree (every key verlpp accepts, with verl's default values).
+  static Config defaults();
+  // Defaults merged with the JSON file at `path`; errors name the file and the key.
+  static Config from_file(const std::string& path);
+
+  // Applies "a.b.c=value" (value parsed as JSON when it parses, else taken as a string; the
+  // result must fit the default's type). Errors name the key and suggest the nearest one.
+  void apply_override(const std::string& assignment);
+  void apply_overrides(const std::vector<std::string>& assignments);
+
+  // Resolves `${a.b}` references (call once, after all overrides); cycles are errors.
+  void resolve();
+  // Cross-field checks; throws one Error listing every problem found.
+  void validate(int world_size = 1) const;
+
+  // The value at a dotted path; Error if absent.
+  const nlohmann::json& at(const std::string& dotted) const;
+  template <class T>
+  T get(const std::string& dotted) const { return at(dotted).get<T>(); }
+  // True when the value at `dotted` is null (verl's "unset").
+  bool is_null(const std::string& dotted) const { return at(dotted).is_null(); }
+  void set(const std::string& dotted, nlohmann::json value);
+
+  const nlohmann::json& tree() const { return tree_; }
+  // Pretty JSON of the whole tree.
+  std::string dump() const { return tree_.dump(2); }
+
+ private:
+  explicit Config(nlohmann::json tree) : tree_(std::move(tree)) {}
+  nlohmann::json tree_;
+};
+
+// The valid key closest to `key` (edit distance over dotted paths), for "did you mean" hints.
+std::string nearest_config_key(const std::string& key);
+
+// Keys verl has that verlpp accepts for compatibility but does not act on (FSDP, vLLM, Ray).
+const std::vector<std::string>& ignored_config_keys();
+
+}  // namespace verlpp::controller

@@ -1,0 +1,36 @@
+// `verlpp config --print [CONFIG.json] [key=value ...]`: loads the defaults (or a config file),
+// applies the overrides, resolves references, validates, and prints the full tree as JSON.
+#include "commands.hpp"
+
+#include <verlpp/controller/config.hpp>
+
+#include <iostream>
+
+namespace verlpp::apps {
+
+void register_config_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("config", "Print the fully resolved run configuration (verl's keys and defaults)");
+  auto print = std::make_shared<bool>(false);
+  auto no_validate = std::make_shared<bool>(false);
+  auto args = std::make_shared<std::vector<std::string>>();
+  cmd->add_flag("--print", *print, "print the resolved configuration as JSON (the default action)");
+  cmd->add_flag("--no-validate", *no_validate, "skip the cross-field checks");
+  cmd->add_option("args", *args, "an optional CONFIG.json, then key=value overrides");
+  cmd->callback([=] {
+    std::vector<std::string> overrides = *args;
+    controller::Config config = controller::Config::defaults();
+    if (!overrides.empty() && overrides.front().find('=') == std::string::npos) {
+      config = controller::Config::from_file(overrides.front());
+      overrides.erase(overrides.begin());
+    }
+    config.apply_overrides(overrides);
+    config.resolve();
+    if (!*no_validate) {
+      int world = int(config.get<int64_t>("trainer.nnodes") * config.get<int64_t>("trainer.n_gpus_per_node"));
+      config.validate(world);
+    }
+    std::cout << config.dump() << "\n";
+  });
+}
+
+}  // namespace verlpp::apps

@@ -1,0 +1,138 @@
+// Config::validate: the cross-field checks verl makes before a run (batch sizes that must
+// divide, micro-batch settings, names that must exist in the algorithm registries), done
+// before any work so a bad run fails in a second, not after an hour. Every problem is listed.
+#include <verlpp/algo/advantages.hpp>
+#include <verlpp/algo/agg_loss.hpp>
+#include <verlpp/algo/kl.hpp>
+#include <verlpp/algo/policy_loss.hpp>
+#include <verlpp/controller/config.hpp>
+#include <verlpp/core/error.hpp>
+#include <verlpp/core/strings.hpp>
+
+#include <algorithm>
+
+namespace verlpp::controller {
+namespace {
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Problems found so far; each names the key(s) and the values.
+class Problems {
+ public:
+  template <class... Args>
+  void add(fmt::format_string<Args...> format, Args&&... args) {
+    list_.push_back(fmt::format(format, std::forward<Args>(args)...));
+  }
+  void one_of(const Config& c, const std::string& key, const std::vector<std::string>& valid) {
+    std::string v = c.get<std::string>(key);
+    if (!contains(valid, v)) add("{} = '{}' is not one of: {}", key, v, join(valid, ", "));
+  }
+  const std::vector<std::string>& list() const { return list_; }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+int64_t int_or(const Config& c, const std::string& key, int64_t fallback) {
+  return c.is_null(key) ? fallback : c.get<int64_t>(key);
+}
+
+void check_batches(const Config& c, int world_size, Problems& p) {
+  const int64_t batch = c.get<int64_t>("data.train_batch_size");
+  const int64_t n = c.get<int64_t>("actor_rollout_ref.rollout.n");
+  const int64_t mini = c.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size");
+  if (batch < 1) p.add("data.train_batch_size = {} must be >= 1", batch);
+  if (n < 1) p.add("actor_rollout_ref.rollout.n = {} must be >= 1", n);
+  if (mini < 1) p.add("actor_rollout_ref.actor.ppo_mini_batch_size = {} must be >= 1", mini);
+  if (batch < 1 || n < 1 || mini < 1) return;
+  if (batch % mini != 0)
+    p.add("data.train_batch_size = {} is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size = {}", batch, mini);
+  if ((batch * n) % world_size != 0)
+    p.add("data.train_batch_size x rollout.n = {} x {} is not divisible by the {} rank(s)", batch, n, world_size);
+  // As verl: the mini-batch counts prompts; per rank it holds mini * n / world_size sequences.
+  const int64_t mini_per_rank = mini * n / world_size;
+  if (mini * n % world_size != 0 || mini_per_rank < 1)
+    p.add("ppo_mini_batch_size x rollout.n = {} x {} does not split over {} rank(s)", mini, n, world_size);
+  for (const std::string role : {"actor_rollout_ref.actor", "critic"}) {
+    if (role == "critic" && !(c.at("critic.enable").is_boolean() && c.get<bool>("critic.enable"))) continue;
+    bool dynamic = c.get<bool>(role + ".use_dynamic_bsz");
+    int64_t micro = int_or(c, role + ".ppo_micro_batch_size_per_gpu", -1);
+    if (dynamic) {
+      if (c.get<int64_t>(role + ".ppo_max_token_len_per_gpu") < 1)
+        p.add("{}.ppo_max_token_len_per_gpu must be >= 1 with use_dynamic_bsz", role);
+      continue;
+    }
+    if (micro < 1) {
+      p.add("{}.ppo_micro_batch_size_per_gpu must be set (>= 1) unless {}.use_dynamic_bsz is true", role, role);
+    } else if (mini_per_rank >= 1 && mini_per_rank % micro != 0) {
+      p.add("{}.ppo_micro_batch_size_per_gpu = {} does not divide the per-rank mini-batch of {} sequences "
+            "(ppo_mini_batch_size {} x rollout.n {} / {} rank(s))", role, micro, mini_per_rank, mini, n, world_size);
+    }
+  }
+  if (c.get<int64_t>("data.max_prompt_length") < 1) p.add("data.max_prompt_length must be >= 1");
+  if (c.get<int64_t>("data.max_response_length") < 1) p.add("data.max_response_length must be >= 1");
+}
+
+void check_names(const Config& c, Problems& p) {
+  p.one_of(c, "algorithm.adv_estimator", algo::advantage_estimator_names());
+  p.one_of(c, "actor_rollout_ref.actor.policy_loss.loss_mode", algo::policy_loss_names());
+  p.one_of(c, "actor_rollout_ref.actor.loss_agg_mode", algo::agg_loss_modes());
+  p.one_of(c, "critic.loss_agg_mode", algo::agg_loss_modes());
+  // KL types: the registry's names, each also with a trailing '+' (straight-through form).
+  std::vector<std::string> kl_names = algo::kl_penalty_registry().names();
+  for (size_t i = 0, n = kl_names.size(); i < n; ++i) kl_names.push_back(kl_names[i] + "+");
+  p.one_of(c, "algorithm.kl_penalty", kl_names);
+  p.one_of(c, "actor_rollout_ref.actor.kl_loss_type", kl_names);
+  p.one_of(c, "algorithm.kl_ctrl.type", {"fixed", "adaptive"});
+  p.one_of(c, "data.truncation", {"error", "left", "right", "middle"});
+  p.one_of(c, "trainer.resume_mode", {"auto", "disable", "resume_path"});
+  p.one_of(c, "actor_rollout_ref.actor.optim.warmup_style", {"constant", "cosine"});
+  p.one_of(c, "actor_rollout_ref.rollout.dtype", {"float32", "bfloat16", "float16"});
+  if (c.get<std::string>("trainer.resume_mode") == "resume_path" && c.is_null("trainer.resume_from_path"))
+    p.add("trainer.resume_mode = resume_path needs trainer.resume_from_path");
+}
+
+void check_ranges(const Config& c, Problems& p) {
+  const std::string r = "actor_rollout_ref.rollout.";
+  double temperature = c.get<double>(r + "temperature"), top_p = c.get<double>(r + "top_p");
+  int64_t top_k = c.get<int64_t>(r + "top_k");
+  if (temperature < 0) p.add("{}temperature = {} must be >= 0 (0 = greedy)", r, temperature);
+  if (!(top_p > 0 && top_p <= 1)) p.add("{}top_p = {} must be in (0, 1]", r, top_p);
+  if (top_k < -1 || top_k == 0) p.add("{}top_k = {} must be -1 (off) or >= 1", r, top_k);
+  double util = c.get<double>(r + "gpu_memory_utilization");
+  if (!(util > 0 && util <= 1)) p.add("{}gpu_memory_utilization = {} must be in (0, 1]", r, util);
+  for (const std::string key : {"trainer.save_freq", "trainer.test_freq"}) {
+    int64_t v = c.get<int64_t>(key);
+    if (v == 0 || v < -1) p.add("{} = {} must be -1 (never) or >= 1", key, v);
+  }
+  double lo = c.get<double>("actor_rollout_ref.actor.clip_ratio_low"), hi = c.get<double>("actor_rollout_ref.actor.clip_ratio_high");
+  if (lo < 0 || hi < 0) p.add("clip_ratio_low/high must be >= 0 (got {}, {})", lo, hi);
+  if (c.get<double>("actor_rollout_ref.actor.clip_ratio_c") <= 1.0)
+    p.add("actor_rollout_ref.actor.clip_ratio_c = {} must be > 1 (dual-clip lower bound)", c.get<double>("actor_rollout_ref.actor.clip_ratio_c"));
+  if (c.get<double>("actor_rollout_ref.actor.optim.lr") <= 0) p.add("actor_rollout_ref.actor.optim.lr must be > 0");
+  std::string estimator = c.get<std::string>("algorithm.adv_estimator");
+  if (estimator == "gae" && c.at("critic.enable").is_boolean() && !c.get<bool>("critic.enable"))
+    p.add("algorithm.adv_estimator = gae needs a critic, but critic.enable = false");
+  if (estimator == "grpo_passk" && c.get<int64_t>(r + "n") < 2)
+    p.add("algorithm.adv_estimator = grpo_passk needs actor_rollout_ref.rollout.n >= 2");
+}
+
+}  // namespace
+
+void Config::validate(int world_size) const {
+  if (world_size < 1) throw Error("config", fmt::format("world size {} < 1", world_size));
+  Problems p;
+  check_names(*this, p);
+  check_batches(*this, world_size, p);
+  check_ranges(*this, p);
+  int64_t layout = get<int64_t>("trainer.nnodes") * get<int64_t>("trainer.n_gpus_per_node");
+  if (layout != world_size)
+    p.add("trainer.nnodes x trainer.n_gpus_per_node = {} x {} = {} rank(s), but the run has {}", get<int64_t>("trainer.nnodes"),
+          get<int64_t>("trainer.n_gpus_per_node"), layout, world_size);
+  if (!p.list().empty())
+    throw Error("config", fmt::format("{} problem(s):\n  - {}", p.list().size(), join(p.list(), "\n  - ")));
+}
+
+}  // namespace verlpp::controller

@@ -1,0 +1,143 @@
+// Config: verl's defaults, strict merging with suggestions, overrides, references, validation.
+#include <catch2/catch.hpp>
+
+#include <verlpp/controller/config.hpp>
+#include <verlpp/core/error.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+using verlpp::controller::Config;
+using Catch::Contains;
+
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  std::string path = "/tmp/verlpp-config-test-" + name + ".json";
+  std::ofstream(path) << text;
+  return path;
+}
+
+// A config that validates on one rank (verl's defaults need micro-batch sizes set).
+Config small_valid() {
+  Config c = Config::defaults();
+  c.apply_overrides({"data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",
+                     "algorithm.adv_estimator=grpo"});
+  c.resolve();
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("defaults carry verl's names and values", "[config]") {
+  Config c = Config::defaults();
+  CHECK(c.get<std::string>("algorithm.adv_estimator") == "gae");
+  CHECK(c.get<double>("algorithm.kl_ctrl.kl_coef") == 0.001);
+  CHECK(c.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size") == 256);
+  CHECK(c.get<std::string>("actor_rollout_ref.actor.loss_agg_mode") == "token-mean");
+  CHECK(c.get<double>("actor_rollout_ref.actor.clip_ratio_c") == 3.0);
+  CHECK(c.get<std::string>("actor_rollout_ref.actor.kl_loss_type") == "low_var_kl");
+  CHECK(c.is_null("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"));
+  CHECK(c.get<double>("actor_rollout_ref.rollout.val_kwargs.temperature") == 0.0);
+}
+
+TEST_CASE("references resolve after overrides, keeping types", "[config]") {
+  Config c = Config::defaults();
+  c.apply_overrides({"data.max_prompt_length=77", "trainer.project_name=p", "trainer.experiment_name=e",
+                     "actor_rollout_ref.actor.ppo_epochs=3"});
+  c.resolve();
+  CHECK(c.get<int64_t>("actor_rollout_ref.rollout.prompt_length") == 77);
+  CHECK(c.get<int64_t>("critic.ppo_epochs") == 3);
+  CHECK(c.get<std::string>("trainer.default_local_dir") == "checkpoints/p/e");
+  CHECK(c.at("critic.ppo_mini_batch_size") == c.at("actor_rollout_ref.actor.ppo_mini_batch_size"));
+}
+
+TEST_CASE("overrides: parsing, types and suggestions", "[config]") {
+  Config c = Config::defaults();
+  c.apply_override("algorithm.adv_estimator=grpo");
+  CHECK(c.get<std::string>("algorithm.adv_estimator") == "grpo");
+  c.apply_override("actor_rollout_ref.actor.optim.lr=3e-6");
+  CHECK(c.get<double>("actor_rollout_ref.actor.optim.lr") == 3e-6);
+  c.apply_override("trainer.logger=[\"console\",\"jsonl\"]");
+  CHECK(c.at("trainer.logger").size() == 2);
+  c.apply_override("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4");
+  CHECK(c.get<int64_t>("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") == 4);
+  c.apply_override("actor_rollout_ref.model.override_config.attention_dropout=0.0");  // free-form section
+  CHECK(c.get<double>("actor_rollout_ref.model.override_config.attention_dropout") == 0.0);
+  CHECK_THROWS_WITH(c.apply_override("algorithm.adv_estimater=grpo"),
+                    Contains("unknown key 'algorithm.adv_estimater'") && Contains("did you mean 'algorithm.adv_estimator'"));
+  CHECK_THROWS_WITH(c.apply_override("actor_rollout_ref.actor.ppo_epochs=two"),
+                    Contains("'actor_rollout_ref.actor.ppo_epochs' must be an integer") && Contains("\"two\""));
+  CHECK_THROWS_WITH(c.apply_override("data.shuffle=1"), Contains("must be a boolean"));
+  CHECK_THROWS_WITH(c.apply_override("algorithm.kl_ctrl=3"), Contains("must be an object"));
+  CHECK_THROWS_WITH(c.apply_override("no_equals_sign"), Contains("expected key=value"));
+  CHECK_THROWS_WITH(c.apply_override("trainer.total_epochs=1.5"), Contains("must be an integer"));
+}
+
+TEST_CASE("a config file merges strictly and names the file", "[config]") {
+  std::string good = write_temp("good", R"({"algorithm": {"adv_estimator": "rloo", "kl_ctrl": {"type": "adaptive"}},
+                                            "data": {"train_batch_size": 16}})");
+  Config c = Config::from_file(good);
+  CHECK(c.get<std::string>("algorithm.adv_estimator") == "rloo");
+  CHECK(c.get<std::string>("algorithm.kl_ctrl.type") == "adaptive");
+  CHECK(c.get<double>("algorithm.kl_ctrl.kl_coef") == 0.001);  // siblings keep their defaults
+  std::string typo = write_temp("typo", R"({"trainer": {"sav_freq": 5}})");
+  CHECK_THROWS_WITH(Config::from_file(typo), Contains(typo) && Contains("did you mean 'trainer.save_freq'"));
+  std::string broken = write_temp("broken", R"({"trainer": )");
+  CHECK_THROWS_WITH(Config::from_file(broken), Contains(broken) && Contains("not valid JSON"));
+  CHECK_THROWS_WITH(Config::from_file("/nonexistent/config.json"), Contains("cannot open"));
+  std::remove(good.c_str());
+  std::remove(typo.c_str());
+  std::remove(broken.c_str());
+}
+
+TEST_CASE("reference cycles and unknown references are errors", "[config]") {
+  Config c = Config::defaults();
+  c.apply_override("trainer.project_name=${trainer.experiment_name}");
+  c.apply_override("trainer.experiment_name=${trainer.project_name}");
+  CHECK_THROWS_WITH(c.resolve(), Contains("reference cycle"));
+  Config d = Config::defaults();
+  d.apply_override("trainer.project_name=${trainer.nope}");
+  CHECK_THROWS_WITH(d.resolve(), Contains("${trainer.nope}"));
+}
+
+TEST_CASE("validate: a good small config passes", "[config]") {
+  CHECK_NOTHROW(small_valid().validate(1));
+  CHECK_NOTHROW(small_valid().validate(1));
+}
+
+TEST_CASE("validate: inconsistent values are refused before any work, all at once", "[config]") {
+  Config c = small_valid();
+  c.set("actor_rollout_ref.actor.ppo_mini_batch_size", 3);  // 8 % 3 != 0
+  c.set("actor_rollout_ref.rollout.top_p", 1.5);
+  c.set("algorithm.adv_estimator", "grpo_typo");
+  try {
+    c.validate(1);
+    FAIL("validated");
+  } catch (const verlpp::Error& e) {
+    std::string m = e.what();
+    CHECK_THAT(m, Contains("3 problem(s)") || Contains("4 problem(s)"));
+    CHECK_THAT(m, Contains("not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size = 3"));
+    CHECK_THAT(m, Contains("top_p = 1.5"));
+    CHECK_THAT(m, Contains("'grpo_typo' is not one of") && Contains("grpo") && Contains("rloo"));
+  }
+  Config micro = small_valid();
+  micro.set("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 3);  // per-rank mini 4*2=8, 8 % 3 != 0
+  CHECK_THROWS_WITH(micro.validate(1), Contains("ppo_micro_batch_size_per_gpu = 3 does not divide the per-rank mini-batch of 8"));
+  Config unset = small_valid();
+  unset.set("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", nullptr);
+  CHECK_THROWS_WITH(unset.validate(1), Contains("must be set"));
+  unset.set("actor_rollout_ref.actor.use_dynamic_bsz", true);
+  CHECK_NOTHROW(unset.validate(1));
+  CHECK_THROWS_WITH(small_valid().validate(2), Contains("= 1 rank(s), but the run has 2"));
+  Config gae = small_valid();
+  gae.set("algorithm.adv_estimator", "gae");
+  gae.set("critic.enable", false);
+  CHECK_THROWS_WITH(gae.validate(1), Contains("needs a critic"));
+  Config kl = small_valid();
+  kl.set("actor_rollout_ref.actor.kl_loss_type", "k3+");
+  CHECK_NOTHROW(kl.validate(1));
+  kl.set("actor_rollout_ref.actor.kl_loss_type", "k9");
+  CHECK_THROWS_WITH(kl.validate(1), Contains("'k9' is not one of"));
+}
