@@ -9,6 +9,8 @@ namespace verlpp::apps {
 void register_plugins_command(CLI::App& app);
 // `verlpp demo`: a round trip of data through every loaded plugin.
 void register_demo_command(CLI::App& app);
+// `verlpp model info|logits|save`: inspect, run and save Hugging Face decoder checkpoints.
+void register_model_command(CLI::App& app);
 // `verlpp tokenize --tokenizer PATH [--file F]`: token ids of JSON strings, one array per line.
 void register_tokenize_command(CLI::App& app);
 // `verlpp config --print [CONFIG.json] [key=value ...]`: the fully resolved configuration.

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("verlpp ") + VERLPP_VERSION_STRING);
   verlpp::apps::register_plugins_command(app);
   verlpp::apps::register_demo_command(app);
+  verlpp::apps::register_model_command(app);
   verlpp::apps::register_tokenize_command(app);
   verlpp::apps::register_config_command(app);
   try {

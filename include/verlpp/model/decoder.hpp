@@ -1,0 +1,138 @@
+// DecoderLM: Qwen2 / Qwen3 / Llama decoder-only transformers on plain LibTorch tensors.
+// Parameters are at::Tensor leaves (not torch::nn modules: those headers cost ~18 s a file on
+// these machines and break the lean-include rule), named exactly as HF names them, so
+// named_parameters() maps 1:1 to checkpoint keys. Three forwards share one layer stack:
+// padded batches and packed sequences for training, and a flat token step over an external
+// KV cache (the engine's; see kv_cache.hpp) for rollout. Dimension letters: B batch, T time,
+// N flat tokens, C hidden, H query heads, KV key/value heads, D head dim, V vocab.
+#pragma once
+
+#include <verlpp/model/model_config.hpp>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace verlpp::model {
+
+// The caller's attention over its own KV cache, called once per layer per step. It stores the
+// new tokens' k/v wherever it keeps them and returns attention over each token's sequence.
+class AttentionBackend {
+ public:
+  virtual ~AttentionBackend() = default;
+  // q: [N, H, D], k/v: [N, KV, D] for the step's N new tokens (RoPE and q/k-norm applied).
+  // Returns [N, H, D] in q's dtype.
+  virtual at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            double scale) = 0;
+};
+
+// A parameter's HF name, shape and initialisation.
+struct ParamSpec {
+  enum class Init { kNormal, kZeros, kOnes };
+  std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;
+  Init init = Init::kNormal;
+};
+
+// All parameters of a config, in HF's order. A tied lm_head is not listed (it is the embedding).
+std::vector<ParamSpec> parameter_specs(const ModelConfig& config);
+// Total scalar count of parameter_specs().
+int64_t parameter_count(const ModelConfig& config);
+
+// Where and how parameters live.
+struct ModelOptions {
+  at::ScalarType dtype = at::kFloat;      // fp32, bf16 or fp16 (fp64 for gradient checks)
+  c10::Device device = c10::Device(c10::kCPU);
+  bool requires_grad = false;             // leaves start frozen; a trainer turns them on
+};
+
+// "float32" / "bfloat16" / "float16" (HF's names; "fp32", "bf16", "fp16" accepted) -> dtype.
+at::ScalarType dtype_from_name(const std::string& name);
+// The HF name of a dtype: "float32", "bfloat16", "float16".
+std::string dtype_name(at::ScalarType dtype);
+
+class DecoderLM {
+ public:
+  // Allocates every parameter (uninitialised); call init_weights() or load weights next.
+  DecoderLM(ModelConfig config, ModelOptions options = {});
+
+  const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+
+  // HF-style initialisation from a seed: weights ~ normal(0, initializer_range), biases 0,
+  // norms 1. Drawn on the CPU in fp32 in parameter order, so the result is the same on every
+  // device (then cast to the model's dtype).
+  void init_weights(uint64_t seed);
+
+  // (HF name, tensor) for every parameter, in HF order; tied lm_head omitted.
+  const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return params_; }
+  // One parameter by HF name ("lm_head.weight" resolves to the embedding when tied).
+  const at::Tensor& parameter(const std::string& name) const;
+  void set_requires_grad(bool requires_grad);
+  // Moves/casts every parameter (keeps tying).
+  void to(at::ScalarType dtype, c10::Device device);
+
+  // Training forward on a padded batch. attention_mask: 1 = token, 0 = padding (left or
+  // right). position_ids default to cumsum(mask) - 1 clamped at 0 (arange without a mask).
+  // Padding positions see only themselves; their outputs are finite and meaningless.
+  at::Tensor forward_padded(const at::Tensor& input_ids /*[B, T] int64*/,
+                            const at::Tensor& attention_mask = {} /*[B, T] int/bool*/,
+                            const at::Tensor& position_ids = {} /*[B, T] int64*/) const;  // -> [B, T, C]
+
+  // Training forward on packed sequences: segment s is tokens [cu_seqlens[s], cu_seqlens[s+1]);
+  // no attention crosses a segment boundary.
+  at::Tensor forward_packed(const at::Tensor& input_ids /*[N] int64*/, const at::Tensor& position_ids /*[N] int64*/,
+                            const at::Tensor& cu_seqlens /*[S + 1] int64*/) const;  // -> [N, C]
+
+  // One engine step (prefill, decode or a mix) over the caller's KV cache.
+  at::Tensor forward_cached(const at::Tensor& input_ids /*[N] int64*/, const at::Tensor& position_ids /*[N] int64*/,
+                            AttentionBackend& attention) const;  // -> [N, C]
+
+  // The heads, applied to final hidden states from any forward.
+  at::Tensor logits(const at::Tensor& hidden /*[..., C]*/) const;  // -> [..., V] (CausalLM)
+  at::Tensor scores(const at::Tensor& hidden /*[..., C]*/) const;  // -> [..., num_labels] (score head)
+
+ private:
+  struct Layer {
+    at::Tensor input_layernorm;            // [C]
+    at::Tensor q_proj, q_bias;             // [H*D, C], [H*D] (qkv_bias)
+    at::Tensor k_proj, k_bias;             // [KV*D, C], [KV*D]
+    at::Tensor v_proj, v_bias;             // [KV*D, C], [KV*D]
+    at::Tensor o_proj, o_bias;             // [C, H*D], [C] (o_bias)
+    at::Tensor q_norm, k_norm;             // [D] (Qwen3)
+    at::Tensor post_attention_layernorm;   // [C]
+    at::Tensor gate_proj, gate_bias;       // [F, C], [F] (mlp_bias)
+    at::Tensor up_proj, up_bias;           // [F, C], [F]
+    at::Tensor down_proj, down_bias;       // [C, F], [C]
+  };
+  // Attention over q/k/v of one layer; q [..., H, D], k/v [..., KV, D] -> [..., H, D].
+  using AttendFn = std::function<at::Tensor(int64_t layer, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
+
+  void bind();  // points the typed fields at params_
+  // embed -> layers -> final norm, for ids of any shape [...]; positions of the same shape.
+  at::Tensor run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend) const;
+  at::Tensor layer_forward(int64_t index, const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
+                           const AttendFn& attend) const;
+
+  ModelConfig config_;
+  ModelOptions options_;
+  std::vector<std::pair<std::string, at::Tensor>> params_;
+  std::map<std::string, size_t> index_;  // name -> position in params_
+  at::Tensor embed_tokens_;  // [V, C]
+  std::vector<Layer> layers_;
+  at::Tensor norm_;          // [C]
+  at::Tensor lm_head_;       // [V, C] (the embedding when tied)
+  at::Tensor score_, score_bias_;  // [num_labels, C], [num_labels]
+  at::Tensor inv_freq_;      // [D/2] float32 on the device
+};
+
+// The final hidden state of each row's last real token (HF's sequence-classification pooling
+// for right padding; also right for left padding).
+at::Tensor last_token(const at::Tensor& values /*[B, T, ...]*/, const at::Tensor& attention_mask /*[B, T]*/);
+
+}  // namespace verlpp::model

@@ -1,0 +1,59 @@
+// A paged KV cache and the reference AttentionBackend over it (plain LibTorch ops, one loop
+// over the step's sequences). The engine owns both: it sizes the cache, hands out blocks, and
+// builds a PagedStep per forward. Slots are flat: slot = block * block_size + offset, so a
+// contiguous per-sequence cache is the special case of one block per sequence. Fast kernels
+// (a plugin's paged-attention decode) replace PagedAttention, not the model.
+#pragma once
+
+#include <verlpp/model/decoder.hpp>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace verlpp::model {
+
+// Per layer K and V storage: [num_blocks, block_size, KV, D] each.
+class PagedKvCache {
+ public:
+  PagedKvCache(const ModelConfig& config, int64_t num_blocks, int64_t block_size, at::ScalarType dtype,
+               c10::Device device);
+
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return block_size_; }
+  int64_t num_layers() const { return int64_t(k_.size()); }
+  at::Tensor& k(int64_t layer) { return k_.at(size_t(layer)); }  // [num_blocks, block_size, KV, D]
+  at::Tensor& v(int64_t layer) { return v_.at(size_t(layer)); }  // [num_blocks, block_size, KV, D]
+
+ private:
+  int64_t num_blocks_, block_size_;
+  std::vector<at::Tensor> k_, v_;
+};
+
+// What one engine step over the cache looks like: N new tokens from S sequences, each
+// sequence's new tokens contiguous in the flat batch and the last of its context.
+struct PagedStep {
+  at::Tensor slot_mapping;  // [N] int64: the slot each new token's k/v is written to
+  at::Tensor cu_seqlens_q;  // [S + 1] int64: sequence s owns new tokens [cu[s], cu[s+1])
+  at::Tensor context_lens;  // [S] int64: tokens of sequence s in the cache after this step
+  at::Tensor block_tables;  // [S, max_blocks] int64: block ids of sequence s, in order
+};
+
+// The reference backend: writes k/v at slot_mapping, then for each sequence gathers its
+// context through its block table and attends causally (new token i of n sees context
+// positions <= context_len - n + i).
+class PagedAttention : public AttentionBackend {
+ public:
+  PagedAttention(PagedKvCache& cache, PagedStep step);
+  at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    double scale) override;
+
+ private:
+  PagedKvCache& cache_;
+  PagedStep step_;
+  std::vector<int64_t> cu_q_, context_lens_;  // host copies, read once per step
+  std::vector<at::Tensor> context_slots_;     // per sequence [context_len] int64 slots
+};
+
+}  // namespace verlpp::model

@@ -1,0 +1,303 @@
+// DecoderLM: parameters by HF name, seeded init, and the three forwards over one layer stack.
+// The forwards differ only in the attention callback they hand to run(): a masked dense
+// attention (padded), a loop over segments (packed), or the engine's backend (cached); the
+// layer math is written once.
+#include <verlpp/model/decoder.hpp>
+
+#include <verlpp/model/layers.hpp>
+
+#include <verlpp/core/error.hpp>
+
+#include "shape_string.hpp"
+
+#include <ATen/TensorOperators.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/eye.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/silu.h>
+
+#include <cmath>
+
+namespace verlpp::model {
+
+std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
+  using Init = ParamSpec::Init;
+  const int64_t C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
+  const int64_t HD = c.num_attention_heads * D, KVD = c.num_key_value_heads * D;
+  std::vector<ParamSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", {c.vocab_size, C}, Init::kNormal});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    auto linear = [&](const std::string& name, int64_t out, int64_t in, bool bias) {
+      specs.push_back({p + name + ".weight", {out, in}, Init::kNormal});
+      if (bias) specs.push_back({p + name + ".bias", {out}, Init::kZeros});
+    };
+    linear("self_attn.q_proj", HD, C, c.qkv_bias);
+    linear("self_attn.k_proj", KVD, C, c.qkv_bias);
+    linear("self_attn.v_proj", KVD, C, c.qkv_bias);
+    linear("self_attn.o_proj", C, HD, c.o_bias);
+    if (c.qk_norm) {
+      specs.push_back({p + "self_attn.q_norm.weight", {D}, Init::kOnes});
+      specs.push_back({p + "self_attn.k_norm.weight", {D}, Init::kOnes});
+    }
+    linear("mlp.gate_proj", F, C, c.mlp_bias);
+    linear("mlp.up_proj", F, C, c.mlp_bias);
+    linear("mlp.down_proj", C, F, c.mlp_bias);
+    specs.push_back({p + "input_layernorm.weight", {C}, Init::kOnes});
+    specs.push_back({p + "post_attention_layernorm.weight", {C}, Init::kOnes});
+  }
+  specs.push_back({"model.norm.weight", {C}, Init::kOnes});
+  if (c.head == ModelHead::kCausalLM) {
+    if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, C}, Init::kNormal});
+  } else {
+    specs.push_back({"score.weight", {c.num_labels, C}, Init::kNormal});
+    if (c.score_bias) specs.push_back({"score.bias", {c.num_labels}, Init::kZeros});
+  }
+  return specs;
+}
+
+int64_t parameter_count(const ModelConfig& config) {
+  int64_t total = 0;
+  for (const ParamSpec& s : parameter_specs(config)) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    total += n;
+  }
+  return total;
+}
+
+at::ScalarType dtype_from_name(const std::string& name) {
+  if (name == "float32" || name == "fp32" || name == "float") return at::kFloat;
+  if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
+  if (name == "float16" || name == "fp16" || name == "half") return at::kHalf;
+  throw Error("dtype", fmt::format("unknown dtype '{}' (float32, bfloat16, float16)", name));
+}
+
+std::string dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: break;
+  }
+  throw Error("dtype", fmt::format("dtype {} is not a model dtype (float32, bfloat16, float16)", c10::toString(dtype)));
+}
+
+DecoderLM::DecoderLM(ModelConfig config, ModelOptions options)
+    : config_(std::move(config)), options_(options) {
+  VERLPP_CHECK(options_.dtype == at::kFloat || options_.dtype == at::kBFloat16 || options_.dtype == at::kHalf ||
+                   options_.dtype == at::kDouble,
+               "DecoderLM: dtype {} is not float32, bfloat16, float16 (or float64)", c10::toString(options_.dtype));
+  auto opts = at::TensorOptions().dtype(options_.dtype).device(options_.device);
+  for (const ParamSpec& s : parameter_specs(config_)) {
+    index_[s.name] = params_.size();
+    params_.emplace_back(s.name, at::empty(s.shape, opts).requires_grad_(options_.requires_grad));
+  }
+  bind();
+}
+
+void DecoderLM::bind() {
+  auto get = [&](const std::string& name) -> at::Tensor {
+    auto it = index_.find(name);
+    return it == index_.end() ? at::Tensor() : params_[it->second].second;
+  };
+  embed_tokens_ = get("model.embed_tokens.weight");
+  layers_.assign(size_t(config_.num_hidden_layers), Layer{});
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    Layer& l = layers_[size_t(i)];
+    l.input_layernorm = get(p + "input_layernorm.weight");
+    l.q_proj = get(p + "self_attn.q_proj.weight"), l.q_bias = get(p + "self_attn.q_proj.bias");
+    l.k_proj = get(p + "self_attn.k_proj.weight"), l.k_bias = get(p + "self_attn.k_proj.bias");
+    l.v_proj = get(p + "self_attn.v_proj.weight"), l.v_bias = get(p + "self_attn.v_proj.bias");
+    l.o_proj = get(p + "self_attn.o_proj.weight"), l.o_bias = get(p + "self_attn.o_proj.bias");
+    l.q_norm = get(p + "self_attn.q_norm.weight"), l.k_norm = get(p + "self_attn.k_norm.weight");
+    l.post_attention_layernorm = get(p + "post_attention_layernorm.weight");
+    l.gate_proj = get(p + "mlp.gate_proj.weight"), l.gate_bias = get(p + "mlp.gate_proj.bias");
+    l.up_proj = get(p + "mlp.up_proj.weight"), l.up_bias = get(p + "mlp.up_proj.bias");
+    l.down_proj = get(p + "mlp.down_proj.weight"), l.down_bias = get(p + "mlp.down_proj.bias");
+  }
+  norm_ = get("model.norm.weight");
+  lm_head_ = config_.head != ModelHead::kCausalLM ? at::Tensor()
+             : config_.tie_word_embeddings        ? embed_tokens_
+                                                  : get("lm_head.weight");
+  score_ = get("score.weight");
+  score_bias_ = get("score.bias");
+  inv_freq_ = rope_inv_freq(config_, options_.device);
+}
+
+const at::Tensor& DecoderLM::parameter(const std::string& name) const {
+  if (name == "lm_head.weight" && config_.head == ModelHead::kCausalLM && config_.tie_word_embeddings)
+    return params_[index_.at("model.embed_tokens.weight")].second;
+  auto it = index_.find(name);
+  if (it == index_.end()) throw Error(config_.architecture, fmt::format("the model has no parameter '{}'", name));
+  return params_[it->second].second;
+}
+
+void DecoderLM::set_requires_grad(bool requires_grad) {
+  options_.requires_grad = requires_grad;
+  for (auto& [name, p] : params_) p.requires_grad_(requires_grad);
+}
+
+void DecoderLM::to(at::ScalarType dtype, c10::Device device) {
+  at::NoGradGuard no_grad;
+  options_.dtype = dtype;
+  options_.device = device;
+  for (auto& [name, p] : params_)
+    p = p.detach().to(at::TensorOptions().dtype(dtype).device(device)).requires_grad_(options_.requires_grad);
+  bind();
+}
+
+void DecoderLM::init_weights(uint64_t seed) {
+  at::NoGradGuard no_grad;
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  std::vector<ParamSpec> specs = parameter_specs(config_);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    at::Tensor t = at::empty(specs[i].shape, at::TensorOptions().dtype(at::kFloat));
+    switch (specs[i].init) {
+      case ParamSpec::Init::kNormal: t.normal_(0.0, config_.initializer_range, gen); break;
+      case ParamSpec::Init::kZeros: t.zero_(); break;
+      case ParamSpec::Init::kOnes: t.fill_(1.0); break;
+    }
+    if (specs[i].name == "model.embed_tokens.weight" && config_.pad_token_id && *config_.pad_token_id >= 0 &&
+        *config_.pad_token_id < config_.vocab_size)
+      t[*config_.pad_token_id].zero_();  // as HF's init does for the padding row
+    params_[i].second.copy_(t);
+  }
+}
+
+at::Tensor DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden, const at::Tensor& cos,
+                                    const at::Tensor& sin, const AttendFn& attend) const {
+  const Layer& l = layers_[size_t(index)];
+  const double eps = config_.rms_norm_eps;
+  std::vector<int64_t> lead(hidden.sizes().begin(), hidden.sizes().end() - 1);
+  auto heads = [&](const at::Tensor& t, int64_t n) {
+    std::vector<int64_t> shape = lead;
+    shape.push_back(n);
+    shape.push_back(config_.head_dim);
+    return t.view(shape);
+  };
+  at::Tensor x = rms_norm(hidden, l.input_layernorm, eps);
+  at::Tensor q = heads(at::linear(x, l.q_proj, l.q_bias), config_.num_attention_heads);
+  at::Tensor k = heads(at::linear(x, l.k_proj, l.k_bias), config_.num_key_value_heads);
+  at::Tensor v = heads(at::linear(x, l.v_proj, l.v_bias), config_.num_key_value_heads);
+  if (config_.qk_norm) {
+    q = rms_norm(q, l.q_norm, eps);
+    k = rms_norm(k, l.k_norm, eps);
+  }
+  q = apply_rope(q, cos, sin);
+  k = apply_rope(k, cos, sin);
+  at::Tensor a = attend(index, q, k, v);  // [..., H, D]
+  std::vector<int64_t> flat = lead;
+  flat.push_back(config_.num_attention_heads * config_.head_dim);
+  at::Tensor h = hidden + at::linear(a.reshape(flat), l.o_proj, l.o_bias);
+  x = rms_norm(h, l.post_attention_layernorm, eps);
+  at::Tensor mlp = at::silu(at::linear(x, l.gate_proj, l.gate_bias)) * at::linear(x, l.up_proj, l.up_bias);
+  return h + at::linear(mlp, l.down_proj, l.down_bias);
+}
+
+at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend) const {
+  VERLPP_CHECK(input_ids.scalar_type() == at::kLong, "{}: input_ids must be int64, got {}", config_.architecture,
+               c10::toString(input_ids.scalar_type()));
+  VERLPP_CHECK(position_ids.sizes() == input_ids.sizes(), "{}: position_ids {} and input_ids {} differ in shape",
+               config_.architecture, shape_string(position_ids.sizes()), shape_string(input_ids.sizes()));
+  at::Tensor hidden = at::embedding(embed_tokens_, input_ids);
+  auto [cos, sin] = rope_cos_sin(inv_freq_, position_ids, options_.dtype);
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) hidden = layer_forward(i, hidden, cos, sin, attend);
+  return rms_norm(hidden, norm_, config_.rms_norm_eps);
+}
+
+at::Tensor DecoderLM::forward_padded(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                                     const at::Tensor& position_ids) const {
+  VERLPP_CHECK(input_ids.dim() == 2, "{}: forward_padded wants input_ids [B, T], got {}", config_.architecture,
+               shape_string(input_ids.sizes()));
+  const int64_t B = input_ids.size(0), T = input_ids.size(1);
+  const c10::Device dev = input_ids.device();
+  at::Tensor allowed = causal_mask(T, T, dev).unsqueeze(0);  // [1, T, T]
+  at::Tensor positions = position_ids;
+  if (attention_mask.defined()) {
+    VERLPP_CHECK(attention_mask.sizes() == input_ids.sizes(), "{}: attention_mask {} and input_ids {} differ",
+                 config_.architecture, shape_string(attention_mask.sizes()), shape_string(input_ids.sizes()));
+    at::Tensor valid = attention_mask.to(at::kBool);  // [B, T]
+    at::Tensor eye = at::eye(T, at::TensorOptions().dtype(at::kBool).device(dev));
+    allowed = allowed.logical_and(valid.unsqueeze(1).logical_or(eye.unsqueeze(0)));  // [B, T, T]
+    if (!positions.defined()) positions = (valid.to(at::kLong).cumsum(-1) - 1).clamp_min(0);
+  }
+  if (!positions.defined())
+    positions = at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(0).expand({B, T});
+  const double scale = 1.0 / std::sqrt(double(config_.head_dim));
+  return run(input_ids, positions, [&](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return attention(q, k, v, allowed, scale);
+  });
+}
+
+at::Tensor DecoderLM::forward_packed(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                     const at::Tensor& cu_seqlens) const {
+  VERLPP_CHECK(input_ids.dim() == 1, "{}: forward_packed wants input_ids [N], got {}", config_.architecture,
+               shape_string(input_ids.sizes()));
+  at::Tensor cu = cu_seqlens.to(at::kCPU).to(at::kLong).contiguous();
+  VERLPP_CHECK(cu.dim() == 1 && cu.numel() >= 2, "{}: cu_seqlens must be [S + 1], got {}", config_.architecture,
+               shape_string(cu.sizes()));
+  std::vector<int64_t> bounds(cu.data_ptr<int64_t>(), cu.data_ptr<int64_t>() + cu.numel());
+  VERLPP_CHECK(bounds.front() == 0 && bounds.back() == input_ids.size(0),
+               "{}: cu_seqlens must run from 0 to N = {}, got {} .. {}", config_.architecture, input_ids.size(0),
+               bounds.front(), bounds.back());
+  for (size_t s = 1; s < bounds.size(); ++s)
+    VERLPP_CHECK(bounds[s] >= bounds[s - 1], "{}: cu_seqlens decreases at index {} ({} after {})",
+                 config_.architecture, s, bounds[s], bounds[s - 1]);
+  const double scale = 1.0 / std::sqrt(double(config_.head_dim));
+  const c10::Device dev = input_ids.device();
+  return run(input_ids, position_ids, [&](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    std::vector<at::Tensor> outs;
+    for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+      const int64_t start = bounds[s], len = bounds[s + 1] - bounds[s];
+      if (len == 0) continue;
+      outs.push_back(attention(q.narrow(0, start, len).unsqueeze(0), k.narrow(0, start, len).unsqueeze(0),
+                               v.narrow(0, start, len).unsqueeze(0), causal_mask(len, len, dev).unsqueeze(0), scale)
+                         .squeeze(0));
+    }
+    return outs.empty() ? q.narrow(0, 0, 0) : at::cat(outs, 0);
+  });
+}
+
+at::Tensor DecoderLM::forward_cached(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                     AttentionBackend& backend) const {
+  VERLPP_CHECK(input_ids.dim() == 1, "{}: forward_cached wants input_ids [N], got {}", config_.architecture,
+               shape_string(input_ids.sizes()));
+  const double scale = 1.0 / std::sqrt(double(config_.head_dim));
+  return run(input_ids, position_ids, [&](int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return backend.attend(layer, q, k, v, scale);
+  });
+}
+
+at::Tensor DecoderLM::logits(const at::Tensor& hidden) const {
+  VERLPP_CHECK(lm_head_.defined(), "{}: this model has a score head, not an LM head (use scores())",
+               config_.architecture);
+  return at::linear(hidden, lm_head_);
+}
+
+at::Tensor DecoderLM::scores(const at::Tensor& hidden) const {
+  VERLPP_CHECK(score_.defined(), "{}: this model has an LM head, not a score head (use logits())",
+               config_.architecture);
+  return at::linear(hidden, score_, score_bias_);
+}
+
+at::Tensor last_token(const at::Tensor& values, const at::Tensor& attention_mask) {
+  VERLPP_CHECK(attention_mask.dim() == 2 && values.dim() >= 2 && values.size(0) == attention_mask.size(0) &&
+                   values.size(1) == attention_mask.size(1),
+               "last_token: values {} and attention_mask {} do not share [B, T]", shape_string(values.sizes()), shape_string(attention_mask.sizes()));
+  const int64_t B = values.size(0), T = values.size(1);
+  at::Tensor steps = at::arange(T, at::TensorOptions().dtype(at::kLong).device(values.device()));
+  at::Tensor last = (steps.unsqueeze(0) * attention_mask.to(at::kLong)).argmax(-1);  // [B]
+  at::Tensor rows = at::arange(B, at::TensorOptions().dtype(at::kLong).device(values.device()));
+  return values.flatten(0, 1).index_select(0, rows * T + last);
+}
+
+}  // namespace verlpp::model

@@ -1,0 +1,84 @@
+// POSIX implementations of the model layer's file helpers (see file_util.hpp for why not
+// std::filesystem).
+#include "file_util.hpp"
+
+#include <verlpp/core/error.hpp>
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace verlpp::model::files {
+
+bool is_dir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string join(const std::string& a, const std::string& b) {
+  if (a.empty() || (!b.empty() && b[0] == '/')) return b;
+  return a.back() == '/' ? a + b : a + "/" + b;
+}
+
+void make_dirs(const std::string& path) {
+  if (path.empty() || is_dir(path)) return;
+  size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) make_dirs(path.substr(0, slash));
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST)
+    throw Error(path, fmt::format("cannot create the folder: {}", std::strerror(errno)));
+}
+
+void remove_file(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    throw Error(path, fmt::format("cannot remove: {}", std::strerror(errno)));
+}
+
+std::vector<std::string> list_dir(const std::string& path) {
+  std::vector<std::string> names;
+  DIR* dir = ::opendir(path.c_str());
+  if (!dir) throw Error(path, fmt::format("cannot list the folder: {}", std::strerror(errno)));
+  while (dirent* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void copy_file(const std::string& from, const std::string& to) {
+  write_text(to, read_text(from));
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path, "cannot open for reading");
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error(tmp, "cannot open for writing");
+    out.write(text.data(), std::streamsize(text.size()));
+    if (!out) throw Error(tmp, "write failed (disk full?)");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error(path, fmt::format("cannot rename {} into place: {}", tmp, std::strerror(errno)));
+}
+
+}  // namespace verlpp::model::files

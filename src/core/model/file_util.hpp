@@ -1,0 +1,28 @@
+// Small POSIX file helpers for the model layer (internal). std::filesystem is avoided here on
+// purpose: PyTorch wheels' libtorch.so exports some std::filesystem symbols of its own, and a
+// call bound to that copy crashed on the GPU host (docs/building.md); plain POSIX cannot.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace verlpp::model::files {
+
+bool is_dir(const std::string& path);
+bool is_file(const std::string& path);
+// "a/b" from ("a", "b"); `b` unchanged when absolute.
+std::string join(const std::string& a, const std::string& b);
+// mkdir -p; an error naming the path if it cannot be made.
+void make_dirs(const std::string& path);
+// Removes a file if present; an error if it exists and cannot be removed.
+void remove_file(const std::string& path);
+// Names of the entries of a folder (no "." or ".."), sorted.
+std::vector<std::string> list_dir(const std::string& path);
+// Copies a file byte for byte (replacing `to`).
+void copy_file(const std::string& from, const std::string& to);
+// The whole file as a string; an error naming it if it cannot be read.
+std::string read_text(const std::string& path);
+// Writes `text` to `path` through a temporary file and a rename.
+void write_text(const std::string& path, const std::string& text);
+
+}  // namespace verlpp::model::files

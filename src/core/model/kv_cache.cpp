@@ -1,0 +1,86 @@
+// PagedKvCache and the reference PagedAttention backend. Slot lists per sequence are computed
+// once per step (in the constructor) and reused by every layer; the host reads cu_seqlens_q
+// and context_lens once per step, which is the only synchronisation.
+#include <verlpp/model/kv_cache.hpp>
+
+#include <verlpp/model/layers.hpp>
+
+#include <verlpp/core/error.hpp>
+
+#include "shape_string.hpp"
+
+#include <ATen/TensorOperators.h>
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros.h>
+
+namespace verlpp::model {
+namespace {
+
+std::vector<int64_t> host_values(const at::Tensor& t) {
+  at::Tensor h = t.to(at::kCPU).to(at::kLong).contiguous();
+  return std::vector<int64_t>(h.data_ptr<int64_t>(), h.data_ptr<int64_t>() + h.numel());
+}
+
+}  // namespace
+
+PagedKvCache::PagedKvCache(const ModelConfig& config, int64_t num_blocks, int64_t block_size, at::ScalarType dtype,
+                           c10::Device device)
+    : num_blocks_(num_blocks), block_size_(block_size) {
+  VERLPP_CHECK(num_blocks > 0 && block_size > 0, "PagedKvCache: num_blocks {} and block_size {} must be positive",
+               num_blocks, block_size);
+  auto opts = at::TensorOptions().dtype(dtype).device(device);
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    k_.push_back(at::zeros({num_blocks, block_size, config.num_key_value_heads, config.head_dim}, opts));
+    v_.push_back(at::zeros({num_blocks, block_size, config.num_key_value_heads, config.head_dim}, opts));
+  }
+}
+
+PagedAttention::PagedAttention(PagedKvCache& cache, PagedStep step) : cache_(cache), step_(std::move(step)) {
+  cu_q_ = host_values(step_.cu_seqlens_q);
+  context_lens_ = host_values(step_.context_lens);
+  const int64_t S = int64_t(context_lens_.size());
+  VERLPP_CHECK(int64_t(cu_q_.size()) == S + 1 && cu_q_.front() == 0,
+               "PagedAttention: cu_seqlens_q has {} entries starting at {}, want S + 1 = {} starting at 0",
+               cu_q_.size(), cu_q_.empty() ? -1 : cu_q_.front(), S + 1);
+  VERLPP_CHECK(step_.block_tables.dim() == 2 && step_.block_tables.size(0) == S,
+               "PagedAttention: block_tables {} is not [S = {}, max_blocks]", shape_string(step_.block_tables.sizes()), S);
+  VERLPP_CHECK(step_.slot_mapping.dim() == 1 && step_.slot_mapping.size(0) == cu_q_.back(),
+               "PagedAttention: slot_mapping {} is not [N = {}]", shape_string(step_.slot_mapping.sizes()), cu_q_.back());
+  const int64_t bs = cache_.block_size();
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t n = cu_q_[size_t(s) + 1] - cu_q_[size_t(s)], len = context_lens_[size_t(s)];
+    VERLPP_CHECK(n >= 0 && n <= len, "PagedAttention: sequence {} has {} new tokens but a context of {}", s, n, len);
+    VERLPP_CHECK((len + bs - 1) / bs <= step_.block_tables.size(1),
+                 "PagedAttention: sequence {} needs {} blocks of {} for {} tokens, block_tables has {} columns", s,
+                 (len + bs - 1) / bs, bs, len, step_.block_tables.size(1));
+    at::Tensor pos = at::arange(len, at::TensorOptions().dtype(at::kLong).device(step_.block_tables.device()));
+    at::Tensor blocks = step_.block_tables[s].to(at::kLong).index_select(0, pos.div(bs, "floor"));
+    context_slots_.push_back(blocks * bs + pos.remainder(bs));
+  }
+}
+
+at::Tensor PagedAttention::attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  double scale) {
+  at::Tensor& kc = cache_.k(layer);
+  at::Tensor& vc = cache_.v(layer);
+  const int64_t KV = kc.size(2), D = kc.size(3);
+  at::Tensor kflat = kc.view({-1, KV, D}), vflat = vc.view({-1, KV, D});
+  kflat.index_copy_(0, step_.slot_mapping, k.to(kc.scalar_type()));
+  vflat.index_copy_(0, step_.slot_mapping, v.to(vc.scalar_type()));
+  std::vector<at::Tensor> outs;
+  for (size_t s = 0; s < context_slots_.size(); ++s) {
+    const int64_t start = cu_q_[s], n = cu_q_[s + 1] - cu_q_[s], len = context_lens_[s];
+    if (n == 0) continue;
+    at::Tensor ks = kflat.index_select(0, context_slots_[s]).unsqueeze(0);  // [1, len, KV, D]
+    at::Tensor vs = vflat.index_select(0, context_slots_[s]).unsqueeze(0);
+    at::Tensor qs = q.narrow(0, start, n).unsqueeze(0);                       // [1, n, H, D]
+    outs.push_back(attention(qs, ks.to(q.scalar_type()), vs.to(q.scalar_type()),
+                             causal_mask(n, len, q.device()).unsqueeze(0), scale)
+                       .squeeze(0));
+  }
+  return outs.empty() ? q.narrow(0, 0, 0) : at::cat(outs, 0);
+}
+
+}  // namespace verlpp::model
