@@ -1,0 +1,90 @@
+// Prompt datasets in verl's schema (JSONL rows with data_source, prompt as chat messages,
+// reward_model.ground_truth, extra_info), rendered with a chat template and tokenized once at
+// load; a seeded, resumable data loader; and collation into a left-padded prompt Batch.
+#pragma once
+
+#include <verlpp/controller/batch.hpp>
+#include <verlpp/model/chat_template.hpp>
+#include <verlpp/model/tokenizer.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace verlpp::controller {
+
+// One prompt row.
+struct PromptRecord {
+  std::string origin;                       // "file:line", for messages
+  std::string data_source;                  // selects the reward function
+  std::vector<model::ChatMessage> prompt;   // the conversation so far
+  nlohmann::json ground_truth;              // reward_model.ground_truth (null when absent)
+  nlohmann::json extra_info;                // extra_info (null when absent)
+  std::vector<int32_t> prompt_ids;          // chat template + tokenizer, truncated if configured
+};
+
+// verl's data.* settings that shape loading.
+struct DatasetOptions {
+  std::string prompt_key = "prompt";        // data.prompt_key
+  std::string reward_fn_key = "data_source"; // data.reward_fn_key
+  int64_t max_prompt_length = 512;          // data.max_prompt_length (tokens)
+  bool filter_overlong_prompts = false;     // data.filter_overlong_prompts: drop longer rows
+  std::string truncation = "error";         // data.truncation: error | left | right | middle
+  model::ChatOptions chat;                  // add_generation_prompt etc.
+};
+
+class PromptDataset {
+ public:
+  // Reads every JSONL file in order. A malformed row is an Error naming file and line; an
+  // overlong prompt is dropped, truncated, or an Error, as options.truncation/filter say.
+  static PromptDataset load(const std::vector<std::string>& files, const model::Tokenizer& tokenizer,
+                            const model::ChatTemplate& chat_template, const DatasetOptions& options);
+  // Builds a dataset from records already in memory (prompt_ids are computed here).
+  static PromptDataset from_records(std::vector<PromptRecord> records, const model::Tokenizer& tokenizer,
+                                    const model::ChatTemplate& chat_template, const DatasetOptions& options);
+
+  size_t size() const { return records_.size(); }
+  const PromptRecord& operator[](size_t i) const { return records_.at(i); }
+  // Rows dropped by filter_overlong_prompts.
+  size_t filtered() const { return filtered_; }
+  // The distinct data sources, sorted (for the reward check at start-up).
+  std::vector<std::string> data_sources() const;
+
+ private:
+  std::vector<PromptRecord> records_;
+  size_t filtered_ = 0;
+};
+
+// Batches of dataset indices, epoch after epoch: a fresh permutation per epoch (seeded by
+// seed and epoch, so a resumed run draws the same order), drop_last as verl's RL loader.
+class DataLoader {
+ public:
+  DataLoader(size_t dataset_size, int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last = true);
+  // The next batch's indices (rolls into the next epoch when this one is exhausted).
+  std::vector<size_t> next();
+  int64_t batches_per_epoch() const;
+  int64_t epoch() const { return epoch_; }
+  int64_t batch_in_epoch() const { return position_; }
+  // Position for a checkpoint, and restoring it (Error if it does not fit this loader).
+  nlohmann::json state() const;
+  void load_state(const nlohmann::json& state);
+
+ private:
+  std::vector<size_t> order_for(int64_t epoch) const;
+  size_t size_;
+  int64_t batch_size_;
+  bool shuffle_, drop_last_;
+  uint64_t seed_;
+  int64_t epoch_ = 0, position_ = 0;
+  std::vector<size_t> order_;
+};
+
+// A prompt Batch for `indices`: tensors input_ids / attention_mask / position_ids
+// [B, max_len] int64, left-padded with `pad_token_id` (as verl pads prompts); columns
+// data_source, ground_truth, extra_info, index (dataset row) and uid (one id per row).
+Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& indices, int64_t pad_token_id,
+                      const std::string& uid_prefix = "");
+
+}  // namespace verlpp::controller

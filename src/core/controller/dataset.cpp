@@ -1,0 +1,213 @@
+// PromptDataset, DataLoader and prompt collation (see dataset.hpp).
+#include <verlpp/controller/dataset.hpp>
+#include <verlpp/core/error.hpp>
+
+#include <ATen/ops/from_blob.h>
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <set>
+
+namespace verlpp::controller {
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<model::ChatMessage> parse_prompt(const json& value, const std::string& where, const std::string& key) {
+  std::vector<model::ChatMessage> messages;
+  if (value.is_string()) {  // plain text: one user turn
+    messages.push_back({"user", value.get<std::string>()});
+    return messages;
+  }
+  if (!value.is_array() || value.empty())
+    throw Error(where, fmt::format("'{}' must be a non-empty list of chat messages or a string, got {}", key, value.dump()));
+  for (size_t i = 0; i < value.size(); ++i) {
+    const json& m = value[i];
+    if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() || !m["content"].is_string())
+      throw Error(where, fmt::format("'{}[{}]' must be {{\"role\": string, \"content\": string}}, got {}", key, i, m.dump()));
+    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return messages;
+}
+
+PromptRecord parse_row(const std::string& line, const std::string& where, const DatasetOptions& o) {
+  json row;
+  try {
+    row = json::parse(line);
+  } catch (const json::parse_error& e) {
+    throw Error(where, fmt::format("not valid JSON: {}", e.what()));
+  }
+  if (!row.is_object()) throw Error(where, "a row must be a JSON object");
+  PromptRecord r;
+  r.origin = where;
+  if (!row.contains(o.prompt_key)) throw Error(where, fmt::format("the row has no '{}' (data.prompt_key)", o.prompt_key));
+  r.prompt = parse_prompt(row[o.prompt_key], where, o.prompt_key);
+  if (!row.contains(o.reward_fn_key) || !row[o.reward_fn_key].is_string())
+    throw Error(where, fmt::format("the row has no string '{}' (data.reward_fn_key)", o.reward_fn_key));
+  r.data_source = row[o.reward_fn_key].get<std::string>();
+  if (row.contains("reward_model")) {
+    if (!row["reward_model"].is_object()) throw Error(where, "'reward_model' must be an object");
+    if (row["reward_model"].contains("ground_truth")) r.ground_truth = row["reward_model"]["ground_truth"];
+  }
+  if (row.contains("extra_info")) r.extra_info = row["extra_info"];
+  return r;
+}
+
+// Renders, tokenizes and applies the length rule; false when the row must be dropped.
+bool prepare(PromptRecord& r, const model::Tokenizer& tokenizer, const model::ChatTemplate& chat, const DatasetOptions& o) {
+  r.prompt_ids = tokenizer.encode(chat.render(r.prompt, o.chat));
+  const size_t max_len = size_t(o.max_prompt_length);
+  if (r.prompt_ids.size() <= max_len) return true;
+  if (o.filter_overlong_prompts) return false;
+  auto& ids = r.prompt_ids;
+  if (o.truncation == "left") {
+    ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(max_len));
+  } else if (o.truncation == "right") {
+    ids.resize(max_len);
+  } else if (o.truncation == "middle") {
+    size_t left = max_len / 2, right = max_len - left;
+    std::vector<int32_t> kept(ids.begin(), ids.begin() + std::ptrdiff_t(left));
+    kept.insert(kept.end(), ids.end() - std::ptrdiff_t(right), ids.end());
+    ids = std::move(kept);
+  } else {
+    throw Error(r.origin, fmt::format("the prompt is {} tokens, longer than data.max_prompt_length = {} "
+                                      "(set data.truncation to left/right/middle or data.filter_overlong_prompts=true)",
+                                      ids.size(), max_len));
+  }
+  return true;
+}
+
+}  // namespace
+
+PromptDataset PromptDataset::from_records(std::vector<PromptRecord> records, const model::Tokenizer& tokenizer,
+                                          const model::ChatTemplate& chat_template, const DatasetOptions& options) {
+  if (options.max_prompt_length < 1)
+    throw Error("data.max_prompt_length", fmt::format("{} must be >= 1", options.max_prompt_length));
+  if (options.truncation != "error" && options.truncation != "left" && options.truncation != "right" &&
+      options.truncation != "middle")
+    throw Error("data.truncation", fmt::format("'{}' is not one of error, left, right, middle", options.truncation));
+  PromptDataset d;
+  for (auto& r : records) {
+    if (prepare(r, tokenizer, chat_template, options)) d.records_.push_back(std::move(r));
+    else ++d.filtered_;
+  }
+  return d;
+}
+
+PromptDataset PromptDataset::load(const std::vector<std::string>& files, const model::Tokenizer& tokenizer,
+                                  const model::ChatTemplate& chat_template, const DatasetOptions& options) {
+  if (files.empty()) throw Error("dataset", "no data files given");
+  std::vector<PromptRecord> records;
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    if (!in) throw Error(file, "cannot open the data file");
+    std::string line;
+    for (size_t number = 1; std::getline(in, line); ++number) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are allowed
+      records.push_back(parse_row(line, fmt::format("{}:{}", file, number), options));
+    }
+  }
+  PromptDataset d = from_records(std::move(records), tokenizer, chat_template, options);
+  if (d.size() == 0)
+    throw Error(files.front(), d.filtered_ ? fmt::format("every prompt ({}) is longer than data.max_prompt_length", d.filtered_)
+                                           : std::string("the dataset has no rows"));
+  return d;
+}
+
+std::vector<std::string> PromptDataset::data_sources() const {
+  std::set<std::string> s;
+  for (const auto& r : records_) s.insert(r.data_source);
+  return {s.begin(), s.end()};
+}
+
+DataLoader::DataLoader(size_t dataset_size, int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last)
+    : size_(dataset_size), batch_size_(batch_size), shuffle_(shuffle), drop_last_(drop_last), seed_(seed) {
+  if (batch_size < 1) throw Error("DataLoader", fmt::format("batch size {} must be >= 1", batch_size));
+  if (batches_per_epoch() < 1)
+    throw Error("DataLoader", fmt::format("the dataset has {} rows, fewer than one batch of {} (data.train_batch_size)",
+                                          dataset_size, batch_size));
+  order_ = order_for(0);
+}
+
+int64_t DataLoader::batches_per_epoch() const {
+  int64_t n = int64_t(size_);
+  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+}
+
+std::vector<size_t> DataLoader::order_for(int64_t epoch) const {
+  std::vector<size_t> order(size_);
+  for (size_t i = 0; i < size_; ++i) order[i] = i;
+  if (shuffle_) {
+    // Fisher-Yates with our own draw (std::shuffle's algorithm is not specified, so its order
+    // could change between standard libraries and break resumption across builds).
+    std::mt19937_64 rng(seed_ * 1000003ULL + uint64_t(epoch));
+    for (size_t i = size_; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+  }
+  return order;
+}
+
+std::vector<size_t> DataLoader::next() {
+  if (position_ >= batches_per_epoch()) {
+    ++epoch_;
+    position_ = 0;
+    order_ = order_for(epoch_);
+  }
+  size_t begin = size_t(position_ * batch_size_), end = std::min(size_, begin + size_t(batch_size_));
+  ++position_;
+  return std::vector<size_t>(order_.begin() + std::ptrdiff_t(begin), order_.begin() + std::ptrdiff_t(end));
+}
+
+nlohmann::json DataLoader::state() const {
+  return {{"epoch", epoch_}, {"batch_in_epoch", position_}, {"dataset_size", size_}, {"batch_size", batch_size_},
+          {"shuffle", shuffle_}, {"seed", seed_}};
+}
+
+void DataLoader::load_state(const nlohmann::json& s) {
+  if (s.value("dataset_size", size_t(0)) != size_ || s.value("batch_size", int64_t(0)) != batch_size_ ||
+      s.value("shuffle", !shuffle_) != shuffle_ || s.value("seed", seed_ + 1) != seed_)
+    throw Error("dataloader state", fmt::format("saved for {} but this loader is dataset_size={} batch_size={} shuffle={} seed={}",
+                                                s.dump(), size_, batch_size_, shuffle_, seed_));
+  epoch_ = s.at("epoch").get<int64_t>();
+  position_ = s.at("batch_in_epoch").get<int64_t>();
+  order_ = order_for(epoch_);
+}
+
+Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& indices, int64_t pad_token_id,
+                      const std::string& uid_prefix) {
+  if (indices.empty()) throw Error("collate_prompts", "no rows");
+  size_t max_len = 0;
+  for (size_t i : indices) max_len = std::max(max_len, dataset[i].prompt_ids.size());
+  const int64_t b = int64_t(indices.size()), t = int64_t(max_len);
+  std::vector<int64_t> ids(size_t(b * t), pad_token_id), mask(size_t(b * t), 0), pos(size_t(b * t), 0);
+  std::vector<json> source, truth, extra, index, uid;
+  for (int64_t row = 0; row < b; ++row) {
+    const PromptRecord& r = dataset[indices[size_t(row)]];
+    const int64_t len = int64_t(r.prompt_ids.size()), offset = t - len;  // left padding
+    for (int64_t k = 0; k < len; ++k) {
+      ids[size_t(row * t + offset + k)] = r.prompt_ids[size_t(k)];
+      mask[size_t(row * t + offset + k)] = 1;
+      pos[size_t(row * t + offset + k)] = k;
+    }
+    source.push_back(r.data_source);
+    truth.push_back(r.ground_truth);
+    extra.push_back(r.extra_info);
+    index.push_back(indices[size_t(row)]);
+    uid.push_back(uid_prefix + std::to_string(indices[size_t(row)]) + "#" + std::to_string(row));
+  }
+  auto as_tensor = [&](std::vector<int64_t>& v) {
+    return at::from_blob(v.data(), {b, t}, at::TensorOptions().dtype(at::kLong)).clone();
+  };
+  Batch out;
+  out.set("input_ids", as_tensor(ids));
+  out.set("attention_mask", as_tensor(mask));
+  out.set("position_ids", as_tensor(pos));
+  out.set_column("data_source", source);
+  out.set_column("ground_truth", truth);
+  out.set_column("extra_info", extra);
+  out.set_column("index", index);
+  out.set_column("uid", uid);
+  return out;
+}
+
+}  // namespace verlpp::controller

@@ -1,0 +1,163 @@
+// Prompt datasets (verl's JSONL schema) with the embedded tiny tokenizer: parsing and its
+// errors (file:line), truncation modes against slicing the full ids, filtering, the resumable
+// loader, and left-padded collation against a plain loop.
+#include <catch2/catch.hpp>
+
+#include <verlpp/controller/dataset.hpp>
+#include <verlpp/core/error.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+
+using namespace verlpp;
+using namespace verlpp::controller;
+using Catch::Contains;
+
+namespace {
+
+const model::Tokenizer& tiny_tokenizer() {
+  static const model::Tokenizer t = model::Tokenizer::from_file(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/tokenizer.json");
+  return t;
+}
+const model::ChatTemplate& tiny_chat() {
+  static const model::ChatTemplate c = model::ChatTemplate::from_config_file(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny");
+  return c;
+}
+
+std::string write_jsonl(const std::string& name, const std::vector<std::string>& lines) {
+  std::string path = "/tmp/verlpp-dataset-test-" + name + ".jsonl";
+  std::ofstream out(path);
+  for (const auto& l : lines) out << l << "\n";
+  return path;
+}
+
+std::string row(const std::string& question, const std::string& answer) {
+  return R"({"data_source": "arith", "prompt": [{"role": "user", "content": ")" + question +
+         R"("}], "reward_model": {"style": "rule", "ground_truth": ")" + answer + R"("}, "extra_info": {"split": "train"}})";
+}
+
+std::vector<int32_t> full_ids(const std::string& question) {
+  return tiny_tokenizer().encode(tiny_chat().render({{"user", question}}, {}));
+}
+
+}  // namespace
+
+TEST_CASE("dataset: verl rows load with their fields", "[dataset]") {
+  std::string path = write_jsonl("ok", {row("1+2", "3"), "", row("10+20", "30"), R"({"data_source": "gsm8k", "prompt": "plain text"})"});
+  DatasetOptions o;
+  PromptDataset d = PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o);
+  REQUIRE(d.size() == 3);
+  CHECK(d[0].data_source == "arith");
+  CHECK(d[0].ground_truth == "3");
+  CHECK(d[0].extra_info["split"] == "train");
+  CHECK(d[0].origin == path + ":1");
+  CHECK(d[1].origin == path + ":3");  // the blank line is skipped but counted
+  CHECK(d[0].prompt_ids == full_ids("1+2"));
+  CHECK(d[2].prompt.size() == 1);
+  CHECK(d[2].prompt[0].role == "user");
+  CHECK(d[2].ground_truth.is_null());
+  CHECK(d.data_sources() == std::vector<std::string>{"arith", "gsm8k"});
+  std::remove(path.c_str());
+}
+
+TEST_CASE("dataset: malformed rows name the file and line", "[dataset]") {
+  DatasetOptions o;
+  auto fails = [&](const std::vector<std::string>& lines, const std::string& expected) {
+    std::string path = write_jsonl("bad", lines);
+    CHECK_THROWS_WITH(PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o), Contains(path + ":2") && Contains(expected));
+    std::remove(path.c_str());
+  };
+  fails({row("1+1", "2"), "{not json"}, "not valid JSON");
+  fails({row("1+1", "2"), R"({"data_source": "arith"})"}, "no 'prompt'");
+  fails({row("1+1", "2"), R"({"prompt": "x"})"}, "no string 'data_source'");
+  fails({row("1+1", "2"), R"({"data_source": "a", "prompt": [{"role": "user"}]})"}, "'prompt[0]' must be");
+  fails({row("1+1", "2"), R"({"data_source": "a", "prompt": []})"}, "non-empty list");
+  CHECK_THROWS_WITH(PromptDataset::load({"/nonexistent.jsonl"}, tiny_tokenizer(), tiny_chat(), o), Contains("cannot open"));
+}
+
+TEST_CASE("dataset: overlong prompts are truncated, filtered or refused", "[dataset]") {
+  const std::string q = "123456789+987654321";
+  const auto full = full_ids(q);
+  const int64_t max_len = int64_t(full.size()) - 5;
+  std::string path = write_jsonl("long", {row(q, "1"), row("1+1", "2")});
+  DatasetOptions o;
+  o.max_prompt_length = max_len;
+  CHECK_THROWS_WITH(PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o),
+                    Contains(path + ":1") && Contains(std::to_string(full.size()) + " tokens"));
+  o.truncation = "left";
+  CHECK(PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o)[0].prompt_ids ==
+        std::vector<int32_t>(full.end() - max_len, full.end()));
+  o.truncation = "right";
+  CHECK(PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o)[0].prompt_ids ==
+        std::vector<int32_t>(full.begin(), full.begin() + max_len));
+  o.truncation = "middle";
+  std::vector<int32_t> middle(full.begin(), full.begin() + max_len / 2);
+  middle.insert(middle.end(), full.end() - (max_len - max_len / 2), full.end());
+  CHECK(PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o)[0].prompt_ids == middle);
+  o.filter_overlong_prompts = true;
+  PromptDataset filtered = PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o);
+  CHECK(filtered.size() == 1);
+  CHECK(filtered.filtered() == 1);
+  o.max_prompt_length = 2;
+  CHECK_THROWS_WITH(PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o), Contains("every prompt (2)"));
+  o.truncation = "sideways";
+  CHECK_THROWS_WITH(PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o), Contains("'sideways'"));
+  std::remove(path.c_str());
+}
+
+TEST_CASE("dataloader: permutations per epoch, drop_last, and exact resumption", "[dataset]") {
+  DataLoader loader(10, 3, true, 42);
+  CHECK(loader.batches_per_epoch() == 3);
+  std::set<size_t> seen;
+  std::vector<size_t> first_epoch;
+  for (int k = 0; k < 3; ++k)
+    for (size_t i : loader.next()) {
+      CHECK(seen.insert(i).second);  // no index twice within an epoch
+      first_epoch.push_back(i);
+    }
+  CHECK(seen.size() == 9);  // drop_last: one of the 10 rows sits this epoch out
+  std::vector<size_t> second_epoch;
+  for (int k = 0; k < 3; ++k)
+    for (size_t i : loader.next()) second_epoch.push_back(i);
+  CHECK(loader.epoch() == 1);
+  CHECK(second_epoch != first_epoch);
+  // Same seed, same sequence; a restored loader continues exactly.
+  DataLoader a(10, 3, true, 7), b(10, 3, true, 7);
+  for (int k = 0; k < 4; ++k) CHECK(a.next() == b.next());
+  nlohmann::json saved = a.state();
+  DataLoader resumed(10, 3, true, 7);
+  resumed.load_state(saved);
+  for (int k = 0; k < 5; ++k) CHECK(resumed.next() == a.next());
+  DataLoader other_seed(10, 3, true, 8);
+  CHECK_THROWS_WITH(other_seed.load_state(saved), Contains("seed=8"));
+  DataLoader ordered(5, 2, false, 0, false);
+  CHECK(ordered.next() == std::vector<size_t>{0, 1});
+  CHECK(ordered.next() == std::vector<size_t>{2, 3});
+  CHECK(ordered.next() == std::vector<size_t>{4});
+  CHECK_THROWS_WITH(DataLoader(2, 3, true, 0), Contains("fewer than one batch of 3"));
+}
+
+TEST_CASE("collate: left padding, mask and positions", "[dataset]") {
+  std::string path = write_jsonl("collate", {row("1+2", "3"), row("100+200", "300")});
+  PromptDataset d = PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), DatasetOptions{});
+  Batch b = collate_prompts(d, {1, 0}, -7, "s0-");
+  const auto& a = d[1].prompt_ids;
+  const auto& c = d[0].prompt_ids;
+  const int64_t t = int64_t(std::max(a.size(), c.size()));
+  REQUIRE(b.tensor("input_ids").sizes() == std::vector<int64_t>{2, t});
+  for (int r = 0; r < 2; ++r) {
+    const auto& ids = r == 0 ? a : c;
+    int64_t pad = t - int64_t(ids.size());
+    for (int64_t k = 0; k < t; ++k) {
+      bool real = k >= pad;
+      CHECK(b.tensor("input_ids")[r][k].item<int64_t>() == (real ? ids[size_t(k - pad)] : -7));
+      CHECK(b.tensor("attention_mask")[r][k].item<int64_t>() == (real ? 1 : 0));
+      CHECK(b.tensor("position_ids")[r][k].item<int64_t>() == (real ? k - pad : 0));
+    }
+  }
+  CHECK(b.column("ground_truth")[0] == "300");
+  CHECK(b.column("index")[1] == 0);
+  CHECK(b.column("uid")[0] != b.column("uid")[1]);
+  std::remove(path.c_str());
+}
