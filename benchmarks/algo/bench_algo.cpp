@@ -39,6 +39,7 @@ struct Options {
   int reps = 5, warmup = 1, threads = 0;  // threads 0: leave ATen's setting
   bool skip_literal = false;
   std::string device = "cpu";  // e.g. cuda: inputs moved there, each timed call ends in a sync
+  std::string memory = "both";  // cpu: fresh, reused or both
 };
 
 struct Result {
@@ -101,12 +102,18 @@ Options parse(int argc, char** argv) {
     else if (a == "--threads") o.threads = static_cast<int>(next());
     else if (a == "--skip-literal") o.skip_literal = true;
     else if (a == "--device" && i + 1 < argc) o.device = argv[++i];
+    else if (a == "--memory" && i + 1 < argc) o.memory = argv[++i];
     else {
       fmt::print(stderr,
                  "usage: verlpp-bench-algo [--rows N] [--cols N] [--group-size N] [--reps N] "
-                 "[--warmup N] [--threads N] [--skip-literal] [--device cpu|cuda]\n");
+                 "[--warmup N] [--threads N] [--skip-literal] [--device cpu|cuda] "
+                 "[--memory fresh|reused|both]\n");
       std::exit(a == "--help" || a == "-h" ? 0 : 2);
     }
+  }
+  if (o.memory != "fresh" && o.memory != "reused" && o.memory != "both") {
+    fmt::print(stderr, "verlpp-bench-algo: --memory is fresh, reused or both; got '{}'\n", o.memory);
+    std::exit(2);
   }
   if (o.rows < 2 || o.cols < 1 || o.group_size < 1 || o.reps < 1 || o.warmup < 0) {
     fmt::print(stderr, "verlpp-bench-algo: need rows >= 2, cols >= 1, group-size >= 1, reps >= 1\n");
@@ -186,8 +193,10 @@ int main(int argc, char** argv) {
                      }});
 
   std::vector<Result> results;
-  const std::vector<const char*> memories =
-      on_cpu ? std::vector<const char*>{"fresh", "reused"} : std::vector<const char*>{"caching"};
+  std::vector<const char*> memories = {"caching"};
+  if (on_cpu && o.memory == "both") memories = {"fresh", "reused"};
+  if (on_cpu && o.memory == "fresh") memories = {"fresh"};
+  if (on_cpu && o.memory == "reused") memories = {"reused"};
   for (const char* memory : memories) {
     if (std::strcmp(memory, "reused") == 0) {
       // Large blocks from the heap, never trimmed: later allocations reuse warm pages.
