@@ -8,6 +8,7 @@
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
+#include <verlpp/hw/torch_device.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/model/kv_cache.hpp>
 #include <verlpp/model/safetensors.hpp>
@@ -134,6 +135,10 @@ void run_logits(const std::string& dir, const std::vector<std::string>& id_lists
                 const std::string& mode, const std::string& device_name, const std::string& dtype) {
   at::NoGradGuard no_grad;
   c10::Device device(device_name);
+  if (device.type() != c10::DeviceType::CPU) {
+    std::string problem = hw::torch_placement_problem(c10::DeviceTypeName(device.type(), /*lower_case=*/true));
+    if (!problem.empty()) throw Error("--device " + device_name, problem);
+  }
   ModelOptions options;
   options.dtype = dtype_from_name(dtype);
   options.device = device;
