@@ -14,7 +14,6 @@
 namespace verlpp::model {
 
 using tok::kSpace;
-using tok::kWord;
 
 namespace {
 
@@ -62,16 +61,18 @@ class TokenTrie {
   std::array<bool, 256> first_byte_{};
 };
 
-// Class of the code point that ends just before byte `end` (0 when end == 0).
-uint8_t class_before(std::string_view text, size_t end) {
+// The code point that ends just before byte `end`, or 0 when end == 0.
+char32_t code_point_before(std::string_view text, size_t end) {
   if (end == 0) return 0;
   size_t start = end - 1;
   while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
-  return tok::char_class(tok::next_code_point(text, start));
+  return tok::next_code_point(text, start);
 }
-uint8_t class_at(std::string_view text, size_t pos) {
-  return pos < text.size() ? tok::char_class(tok::next_code_point(text, pos)) : 0;
+// The code point at byte `pos`, or 0 at the end.
+char32_t code_point_at(std::string_view text, size_t pos) {
+  return pos < text.size() ? tok::next_code_point(text, pos) : 0;
 }
+bool is_space(char32_t c) { return c != 0 && (tok::char_class(c) & kSpace); }
 
 // A post-processor template for one sequence: special-token ids and the place of the text.
 struct TemplateItem {
@@ -115,17 +116,19 @@ struct Tokenizer::Impl {
       const AddedToken& token = added[size_t(index)];
       size_t start = pos;
       pos = end;
-      if (token.single_word && ((class_before(text, start) & kWord) || (class_at(text, end) & kWord))) continue;
+      if (token.single_word && (tok::is_word_char(code_point_before(text, start)) ||
+                                tok::is_word_char(code_point_at(text, end))))
+        continue;
       if (token.lstrip) {
         size_t s = start;
-        while (s > emitted && (class_before(text, s) & kSpace)) {
+        while (s > emitted && is_space(code_point_before(text, s))) {
           --s;
           while (s > 0 && (static_cast<unsigned char>(text[s]) & 0xC0) == 0x80) --s;
         }
         start = std::max(s, emitted);
       }
       if (token.rstrip) {
-        while (end < text.size() && (class_at(text, end) & kSpace)) {
+        while (end < text.size() && is_space(code_point_at(text, end))) {
           ++end;
           while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;
         }
@@ -138,13 +141,12 @@ struct Tokenizer::Impl {
     if (emitted < text.size()) on_text(text.substr(emitted));
   }
 
-  void encode_normalized(std::string_view text, std::vector<int32_t>& ids) const {
-    thread_local tok::Pieces pieces;
-    thread_local std::deque<std::string> storage;
+  void encode_normalized(std::string_view text, std::vector<int32_t>& ids, tok::Scratch& scratch) const {
+    tok::Pieces& pieces = scratch.pieces;
     pieces.clear();
-    storage.clear();
-    pre_tokenizer.split(text, pieces, storage);
-    for (std::string_view piece : pieces) bpe->encode_piece(piece, ids);
+    scratch.storage.clear();
+    pre_tokenizer.split(text, pieces, scratch);
+    for (std::string_view piece : pieces) bpe->encode_piece(piece, ids, scratch);
   }
 
   void parse_added_tokens(const nlohmann::json& root);
@@ -285,17 +287,18 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   VERLPP_CHECK(bad == std::string_view::npos, "encode: input is not valid UTF-8 at byte {} (0x{:02x})", bad,
                bad == std::string_view::npos ? 0 : static_cast<unsigned char>(text[bad]));
   const Impl& im = *impl_;
+  thread_local tok::Scratch scratch;
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   auto push_id = [&](int32_t id) { ids.push_back(id); };
   auto on_text = [&](std::string_view segment) {
     if (im.normalizer.is_identity()) {
-      im.split_added(segment, im.normalized_trie, [&](std::string_view s) { im.encode_normalized(s, ids); }, push_id);
+      im.split_added(segment, im.normalized_trie, [&](std::string_view s) { im.encode_normalized(s, ids, scratch); }, push_id);
       return;
     }
     std::string normalized(segment);
     im.normalizer.apply(normalized);
-    im.split_added(normalized, im.normalized_trie, [&](std::string_view s) { im.encode_normalized(s, ids); }, push_id);
+    im.split_added(normalized, im.normalized_trie, [&](std::string_view s) { im.encode_normalized(s, ids, scratch); }, push_id);
   };
   im.split_added(text, im.raw_trie, on_text, push_id);
   if (add_special_tokens) {

@@ -180,27 +180,32 @@ void Bpe::merge_word(std::vector<int32_t>& symbols) const {
   symbols.resize(out);
 }
 
-void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& ids) const {
+void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& ids, Scratch& scratch) const {
   if (piece.empty()) return;
+  if (byte_level_ && piece.size() == 1) {  // a lone byte needs no merge and no cache
+    int32_t id = byte_ids_[static_cast<unsigned char>(piece[0])];
+    if (id < 0) id = unk_id_;
+    if (id >= 0) ids.push_back(id);
+    return;
+  }
   const bool cacheable = piece.size() <= kMaxCachedWordBytes;
-  std::string key;
+  const size_t key = std::hash<std::string_view>()(piece);
   if (cacheable) {
-    key.assign(piece);
     std::lock_guard<std::mutex> lock(cache_mutex_);
     auto it = cache_.find(key);
-    if (it != cache_.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
+    if (it != cache_.end() && it->second.word == piece) {
+      ids.insert(ids.end(), it->second.ids.begin(), it->second.ids.end());
       return;
     }
   }
-  std::vector<int32_t> symbols;
+  std::vector<int32_t>& symbols = scratch.symbols;
+  symbols.clear();
   if (ignore_merges_) {
     const auto& table = byte_level_ ? byte_vocab_ : vocab;
     auto it = table.find(std::string(piece));
     if (it != table.end()) symbols.push_back(it->second);
   }
   if (symbols.empty()) {
-    symbols.reserve(piece.size());
     if (byte_level_) {
       for (unsigned char b : piece) {
         int32_t id = byte_ids_[b] >= 0 ? byte_ids_[b] : unk_id_;
@@ -221,7 +226,9 @@ void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& ids) const 
   if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (cache_.size() >= kMaxCacheEntries) cache_.clear();
-    cache_.emplace(std::move(key), std::move(symbols));
+    CacheEntry& entry = cache_[key];
+    entry.word.assign(piece);
+    entry.ids.assign(symbols.begin(), symbols.end());
   }
 }
 

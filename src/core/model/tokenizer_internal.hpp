@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -46,9 +47,10 @@ enum CharClass : uint8_t {
   kNumber = 2,      // \p{N}
   kSpace = 4,       // \s in Oniguruma and Rust regex: the White_Space property
   kNewline = 8,     // \r or \n
-  kWord = 16,       // Rust regex \w: Alphabetic, M, Nd, Pc, Join_Control
 };
 uint8_t char_class(char32_t c);
+// Rust regex \w (added tokens' single_word test): Alphabetic, M, Nd, Pc, Join_Control.
+bool is_word_char(char32_t c);
 // Simple case fold to an ASCII letter for Oniguruma's (?i:...) on ASCII patterns: 'S' and
 // U+017F (long s) -> 's'; 0 when `c` folds to no ASCII letter.
 char32_t fold_to_ascii(char32_t c);
@@ -92,12 +94,24 @@ class Normalizer {
 // A piece of text during pre-tokenization: a view into the input or into owned storage.
 using Pieces = std::vector<std::string_view>;
 
+// Reused buffers of one encode call (allocated once per thread, passed down explicitly).
+struct Scratch {
+  std::vector<char32_t> cps;      // code points of the text being split
+  std::vector<uint8_t> classes;   // their CharClass bits
+  std::vector<uint32_t> offsets;  // their byte offsets, plus the end
+  std::vector<std::tuple<size_t, size_t, bool>> segments;  // (begin, end, is_match)
+  Pieces pieces, next;
+  std::deque<std::string> storage;  // text made by pre-tokenizers (prefix spaces)
+  std::vector<int32_t> symbols;     // BPE working symbols
+};
+
 class PreTokenizer {
  public:
   // Builds from the "pre_tokenizer" node (null gives one piece per segment).
   static PreTokenizer from_json(const nlohmann::json& node, const std::string& where);
-  // Splits `text` into pieces appended to `out`; new strings (prefix spaces) go to `storage`.
-  void split(std::string_view text, Pieces& out, std::deque<std::string>& storage) const;
+  // Splits `text` into pieces appended to `out` (which must not be scratch.pieces/next); new
+  // strings (prefix spaces) go to scratch.storage.
+  void split(std::string_view text, Pieces& out, Scratch& scratch) const;
   // Whether a ByteLevel step is present (the BPE alphabet is then bytes).
   bool is_byte_level() const { return byte_level_; }
 
@@ -129,7 +143,7 @@ class Bpe {
   static std::unique_ptr<Bpe> from_json(const nlohmann::json& node, const std::string& where,
                                         bool byte_level);
   // Appends the ids of one pre-tokenized piece (raw bytes when byte-level).
-  void encode_piece(std::string_view piece, std::vector<int32_t>& ids) const;
+  void encode_piece(std::string_view piece, std::vector<int32_t>& ids, Scratch& scratch) const;
 
   std::unordered_map<std::string, int32_t> vocab;  // stored token form -> id
   std::vector<std::string> id_to_token;            // id -> stored form ("" for holes)
@@ -145,8 +159,13 @@ class Bpe {
   std::unordered_map<std::string, int32_t> byte_vocab_;  // raw bytes -> id (byte-level)
   struct Merge { int32_t rank; int32_t id; };
   std::unordered_map<uint64_t, Merge> merges_;          // (left id << 32 | right id)
+  // Word cache keyed by the word's hash; the word is stored to rule out collisions.
+  struct CacheEntry {
+    std::string word;
+    std::vector<int32_t> ids;
+  };
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  mutable std::unordered_map<size_t, CacheEntry> cache_;
 };
 
 }  // namespace verlpp::model::tok

@@ -16,25 +16,21 @@ constexpr std::string_view kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// The text as code points with their classes and byte offsets (offsets has n + 1 entries).
-struct Decoded {
-  std::vector<char32_t> cps;
-  std::vector<uint8_t> classes;
-  std::vector<uint32_t> offsets;
-  void assign(std::string_view text) {
-    cps.clear();
-    classes.clear();
-    offsets.clear();
-    size_t pos = 0;
-    while (pos < text.size()) {
-      offsets.push_back(uint32_t(pos));
-      char32_t c = next_code_point(text, pos);
-      cps.push_back(c);
-      classes.push_back(char_class(c));
-    }
-    offsets.push_back(uint32_t(text.size()));
+// Fills the scratch's code points, classes and byte offsets (n + 1 of them) for `text`.
+void decode_into(std::string_view text, Scratch& d) {
+  d.cps.clear();
+  d.classes.clear();
+  d.offsets.clear();
+  size_t pos = 0;
+  while (pos < text.size()) {
+    d.offsets.push_back(uint32_t(pos));
+    char32_t c = next_code_point(text, pos);
+    d.cps.push_back(c);
+    d.classes.push_back(char_class(c));
   }
-};
+  d.offsets.push_back(uint32_t(text.size()));
+}
+using Decoded = Scratch;
 
 // Match end (in code points) of the pattern at position i, or i when nothing matches there.
 size_t match_at(PreTokenizer::Pattern pattern, const Decoded& d, size_t i) {
@@ -115,9 +111,9 @@ PreTokenizer::Pattern pattern_from_regex(const std::string& regex, const std::st
 }
 
 // Appends the pieces of `text` split by `step` (a Split step).
-void apply_split(const PreTokenizer::Step& step, std::string_view text, Pieces& out) {
+void apply_split(const PreTokenizer::Step& step, std::string_view text, Pieces& out, Scratch& scratch) {
   // Segments covering the text: (begin, end, is_match), in byte offsets.
-  thread_local std::vector<std::tuple<size_t, size_t, bool>> segments;
+  auto& segments = scratch.segments;
   segments.clear();
   if (step.pattern == PreTokenizer::Pattern::kLiteral) {
     size_t pos = 0;
@@ -128,8 +124,8 @@ void apply_split(const PreTokenizer::Step& step, std::string_view text, Pieces& 
     }
     if (pos < text.size()) segments.emplace_back(pos, text.size(), false);
   } else {
-    thread_local Decoded d;
-    d.assign(text);
+    Decoded& d = scratch;
+    decode_into(text, d);
     const size_t n = d.cps.size();
     size_t gap = 0, i = 0;
     while (i < n) {
@@ -202,7 +198,8 @@ void parse_into(const nlohmann::json& node, const std::string& where, std::vecto
 void split_by_pattern(PreTokenizer::Pattern pattern, std::string_view text, Pieces& out) {
   PreTokenizer::Step step(PreTokenizer::Step::kSplit);
   step.pattern = pattern;
-  apply_split(step, text, out);
+  Scratch scratch;
+  apply_split(step, text, out, scratch);
 }
 
 PreTokenizer PreTokenizer::from_json(const nlohmann::json& node, const std::string& where) {
@@ -212,10 +209,10 @@ PreTokenizer PreTokenizer::from_json(const nlohmann::json& node, const std::stri
   return p;
 }
 
-void PreTokenizer::split(std::string_view text, Pieces& out, std::deque<std::string>& storage) const {
+void PreTokenizer::split(std::string_view text, Pieces& out, Scratch& scratch) const {
   const size_t first = out.size();
   out.push_back(text);
-  thread_local Pieces next;
+  Pieces& next = scratch.next;
   for (const Step& step : steps_) {
     if (step.kind == Step::kByteLevel && !step.add_prefix_space) continue;  // mapping happens in BPE
     next.clear();
@@ -225,11 +222,11 @@ void PreTokenizer::split(std::string_view text, Pieces& out, std::deque<std::str
         if (piece.empty() || piece.front() == ' ') {
           next.push_back(piece);
         } else {
-          storage.push_back(" " + std::string(piece));
-          next.push_back(storage.back());
+          scratch.storage.push_back(" " + std::string(piece));
+          next.push_back(scratch.storage.back());
         }
       } else {
-        apply_split(step, piece, next);
+        apply_split(step, piece, next, scratch);
       }
     }
     out.resize(first);

@@ -102,9 +102,6 @@ uint8_t compute_class(char32_t c) {
   if (mask & U_GC_N_MASK) out |= kNumber;
   if (u_isUWhiteSpace(u)) out |= kSpace;
   if (c == '\r' || c == '\n') out |= kNewline;
-  if (u_hasBinaryProperty(u, UCHAR_ALPHABETIC) || (mask & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) ||
-      u_hasBinaryProperty(u, UCHAR_JOIN_CONTROL))
-    out |= kWord;
   return out;
 }
 
@@ -121,6 +118,13 @@ uint8_t char_class(char32_t c) {
   static const AsciiClasses ascii;
   if (c < 128) return ascii.table[c];
   return compute_class(c);
+}
+
+bool is_word_char(char32_t c) {
+  if (c < 128) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  UChar32 u = UChar32(c);
+  return u_hasBinaryProperty(u, UCHAR_ALPHABETIC) || (U_GET_GC_MASK(u) & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) ||
+         u_hasBinaryProperty(u, UCHAR_JOIN_CONTROL);
 }
 
 char32_t fold_to_ascii(char32_t c) {
