@@ -1,7 +1,8 @@
 // The tokenizer test corpus: diverse strings from a fixed seed (the same list on every run and
 // every machine). Categories: English with contractions, code, digits and arithmetic, whitespace
 // runs and newlines, CJK, emoji (ZWJ, skin tones, flags), accents (composed and decomposed),
-// other scripts, special tokens inside text, the empty string, long runs, and random mixes.
+// other scripts, special tokens inside text, the empty string, long runs, random mixes of all
+// these, and random code points from many Unicode blocks.
 
 // mulberry32: a small deterministic PRNG.
 export function rng(seed) {
@@ -49,6 +50,15 @@ const SPACES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\r", " \n ", "\u0
 const PUNCT = [".", ",", "!", "?", "...", "'", "\"", "(", ")", "[", "]", "{", "}", "-", "--", "—", "_", "/",
   "\\", "@", "#", "$", "%", "^", "&", "*", "+", "=", "<", ">", "|", "~", "`", ":", ";", "'s", "'S", "''"];
 
+// Code point ranges for random strings: long-assigned blocks only (Unicode <= 14), so the
+// character classes agree between the peer's ICU and the system's; unassigned points inside
+// them are unassigned in every version both could use.
+const RANGES = [[0x20, 0x7e], [0xa0, 0x24f], [0x300, 0x36f], [0x370, 0x3ff], [0x400, 0x4ff], [0x590, 0x5ff],
+  [0x600, 0x6ff], [0x900, 0x97f], [0xe00, 0xe7f], [0x1100, 0x11ff], [0x2000, 0x206f], [0x2070, 0x209f],
+  [0x20a0, 0x20bf], [0x2100, 0x218f], [0x2190, 0x22ff], [0x2460, 0x257f], [0x3000, 0x30ff], [0x4e00, 0x9fa5],
+  [0xac00, 0xd7a3], [0xff00, 0xffef], [0x1d400, 0x1d7ff], [0x1f300, 0x1f64f], [0x1f900, 0x1f9ff], [0x10000, 0x1007f],
+  [0x9, 0xd], [0x85, 0x85]];
+
 function pick(r, list) { return list[Math.floor(r() * list.length)]; }
 function int(r, lo, hi) { return lo + Math.floor(r() * (hi - lo + 1)); }
 
@@ -71,6 +81,15 @@ function whitespace(r) {
   let s = "";
   const n = int(r, 1, 8);
   for (let i = 0; i < n; ++i) s += pick(r, SPACES) + (r() < 0.5 ? pick(r, WORDS) : "");
+  return s;
+}
+function random_code_points(r) {
+  let s = "";
+  const n = int(r, 1, 24);
+  for (let i = 0; i < n; ++i) {
+    const [lo, hi] = pick(r, RANGES);
+    s += String.fromCodePoint(int(r, lo, hi));
+  }
   return s;
 }
 function mix(r) {
@@ -96,7 +115,7 @@ export function make_corpus(seed = 20241129, count = 2400) {
     " ".repeat(300), "\n".repeat(50), " \n".repeat(40), "a".repeat(700), "的".repeat(400),
     "0123456789".repeat(30), "😀".repeat(100), "e\u0301".repeat(50), "!@#$%^&*()".repeat(20),
     "x" + " ".repeat(100) + "y", "\r\n\r\n", "\u00a0\u00a0b", "abc   ", "   abc", "\u3000\u3000テスト"];
-  const makers = [sentence, digits, whitespace, mix, with_specials,
+  const makers = [sentence, digits, whitespace, mix, with_specials, random_code_points, random_code_points,
     (r) => pick(r, CODE) + (r() < 0.5 ? pick(r, CODE) : ""), (r) => pick(r, CJK) + pick(r, SPACES) + pick(r, CJK),
     (r) => pick(r, EMOJI) + pick(r, WORDS) + pick(r, EMOJI), (r) => pick(r, ACCENTS) + pick(r, ACCENTS) + sentence(r),
     (r) => pick(r, SCRIPTS) + " " + pick(r, SCRIPTS)];
