@@ -1,0 +1,26 @@
+// Per-token log-probabilities and entropies of the response part of a padded batch, in verl's
+// layout: input_ids = [prompt (left-padded) | response (right-padded)], so the logits at
+// positions [P-1, T-2] score the response tokens at [P, T-1]. The LM head runs over chunks of
+// rows, so a no-grad pass (old log-probs, reference) never holds [tokens x vocab] fp32 logits
+// for the whole batch; with grad, each chunk's graph is kept (the fused kernel is the plugin's).
+#pragma once
+
+#include <verlpp/model/decoder.hpp>
+
+#include <ATen/core/Tensor.h>
+
+namespace verlpp::train {
+
+struct ResponseLogProbs {
+  at::Tensor log_probs;  // [B, R] fp32: log p(response token | prefix) under softmax(logits / T)
+  at::Tensor entropy;    // [B, R] fp32, or undefined when not asked for
+};
+
+// `response_length` = R, the trailing columns of input_ids that are the response.
+// `chunk_rows`: batch rows per LM-head chunk (>= 1).
+ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Tensor& input_ids /*[B, T] int64*/,
+                                    const at::Tensor& attention_mask /*[B, T]*/, const at::Tensor& position_ids /*[B, T]*/,
+                                    int64_t response_length, double temperature, bool with_entropy,
+                                    int64_t chunk_rows = 4);
+
+}  // namespace verlpp::train

@@ -1,0 +1,38 @@
+// response_log_probs: one transformer forward, then the LM head, log-softmax and entropy per
+// chunk of rows in fp32. Entropy = logsumexp(z) - sum softmax(z) z, as verl's entropy_from_logits.
+#include <verlpp/train/logprob.hpp>
+#include <verlpp/core/error.hpp>
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/log_softmax.h>
+#include <ATen/ops/logsumexp.h>
+#include <ATen/ops/softmax.h>
+
+namespace verlpp::train {
+
+ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Tensor& input_ids,
+                                    const at::Tensor& attention_mask, const at::Tensor& position_ids,
+                                    int64_t response_length, double temperature, bool with_entropy, int64_t chunk_rows) {
+  VERLPP_CHECK(input_ids.dim() == 2, "input_ids must be [B, T], got {} dims", input_ids.dim());
+  const int64_t b = input_ids.size(0), t = input_ids.size(1), r = response_length;
+  VERLPP_CHECK(r >= 1 && r < t, "response_length {} must be in [1, T) with T = {}", r, t);
+  VERLPP_CHECK(temperature > 0, "temperature {} must be > 0", temperature);
+  VERLPP_CHECK(chunk_rows >= 1, "chunk_rows {} must be >= 1", chunk_rows);
+  at::Tensor hidden = model.forward_padded(input_ids, attention_mask, position_ids);  // [B, T, C]
+  at::Tensor scoring = hidden.narrow(1, t - r - 1, r);                                   // [B, R, C]
+  at::Tensor targets = input_ids.narrow(1, t - r, r);                                    // [B, R]
+  std::vector<at::Tensor> lps, ents;
+  for (int64_t begin = 0; begin < b; begin += chunk_rows) {
+    int64_t rows = std::min(chunk_rows, b - begin);
+    at::Tensor z = model.logits(scoring.narrow(0, begin, rows)).to(at::kFloat).div(temperature);  // [rows, R, V]
+    at::Tensor logp = at::log_softmax(z, -1);
+    lps.push_back(logp.gather(-1, targets.narrow(0, begin, rows).unsqueeze(-1)).squeeze(-1));
+    if (with_entropy) ents.push_back(at::logsumexp(z, -1).sub(at::softmax(z, -1).mul(z).sum(-1)));
+  }
+  ResponseLogProbs out;
+  out.log_probs = at::cat(lps, 0);
+  if (with_entropy) out.entropy = at::cat(ents, 0);
+  return out;
+}
+
+}  // namespace verlpp::train
