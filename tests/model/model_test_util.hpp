@@ -56,7 +56,9 @@ struct ScratchDir {
     REQUIRE(made != nullptr);
     path = made;
   }
-  ~ScratchDir() { (void)std::system(("rm -rf '" + path + "'").c_str()); }
+  ~ScratchDir() {
+    if (std::system(("rm -rf '" + path + "'").c_str()) != 0) { /* leftovers under /tmp are harmless */ }
+  }
   std::string operator/(const std::string& name) const { return path + "/" + name; }
 };
 

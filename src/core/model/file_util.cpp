@@ -5,6 +5,7 @@
 #include <verlpp/core/error.hpp>
 
 #include <dirent.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <algorithm>
