@@ -11,8 +11,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -59,10 +60,15 @@ void run_tokenize(const TokenizeOptions& o) {
   model::Tokenizer tokenizer = model::Tokenizer::from_file(o.tokenizer_path);
   std::unique_ptr<model::ChatTemplate> chat_template;
   if (o.chat) {
-    std::filesystem::path folder = o.tokenizer_path;
-    if (!std::filesystem::is_directory(folder)) folder = folder.parent_path();
+    // tokenizer_config.json beside tokenizer.json (POSIX, not std::filesystem: see docs/building.md).
+    std::string folder = o.tokenizer_path;
+    struct stat info {};
+    if (::stat(folder.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+      size_t slash = folder.find_last_of('/');
+      folder = slash == std::string::npos ? "." : folder.substr(0, slash + 1);
+    }
     chat_template = std::make_unique<model::ChatTemplate>(
-        model::ChatTemplate::from_config_file((folder / "tokenizer_config.json").string(), o.chat_format));
+        model::ChatTemplate::from_config_file(folder + "/tokenizer_config.json", o.chat_format));
   }
   model::ChatOptions chat_options;
   chat_options.add_generation_prompt = !o.no_generation_prompt;

@@ -8,8 +8,10 @@
 #include <verlpp/model/chat_template.hpp>
 #include <verlpp/model/tokenizer.hpp>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 
@@ -113,16 +115,19 @@ TEST_CASE("chat template errors", "[chat_template]") {
              }),
              Catch::Contains("strftime_now"));
   // A config without "chat_template" is an error unless a built-in is named.
-  auto dir = std::filesystem::temp_directory_path() / "verlpp_chat_template_test";
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "tokenizer_config.json") << R"({"bos_token": {"content": "<B>"}})";
-  CHECK_THAT(error_of([&] { ChatTemplate::from_config_file(dir.string()); }),
+  // (POSIX temp folder: std::filesystem is avoided in the model layer, see docs/building.md.)
+  char dir_template[] = "/tmp/verlpp_chat_template_XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template, file = dir + "/tokenizer_config.json";
+  std::ofstream(file) << R"({"bos_token": {"content": "<B>"}})";
+  CHECK_THAT(error_of([&] { ChatTemplate::from_config_file(dir); }),
              Catch::Contains("tokenizer_config.json") && Catch::Contains("chat_template"));
-  ChatTemplate named = ChatTemplate::from_config_file(dir.string(), "llama3");
+  ChatTemplate named = ChatTemplate::from_config_file(dir, "llama3");
   CHECK(named.bos_token() == "<B>");
-  std::ofstream(dir / "tokenizer_config.json") << "{not json";
-  CHECK_THAT(error_of([&] { ChatTemplate::from_config_file(dir.string()); }), Catch::Contains("not valid JSON"));
-  std::filesystem::remove_all(dir);
+  std::ofstream(file) << "{not json";
+  CHECK_THAT(error_of([&] { ChatTemplate::from_config_file(dir); }), Catch::Contains("not valid JSON"));
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
   CHECK_THAT(error_of([] { ChatTemplate::from_config_file("/nonexistent/tokenizer_config.json"); }),
              Catch::Contains("does not exist"));
 }

@@ -9,7 +9,6 @@
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -136,9 +135,9 @@ ChatTemplate ChatTemplate::recognise(const std::string& jinja, const std::string
 
 ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::string& override_name) {
   std::string file = path;
-  if (std::filesystem::is_directory(path)) file = (std::filesystem::path(path) / "tokenizer_config.json").string();
+  if (tok::is_directory(path)) file = tok::path_join(path, "tokenizer_config.json");
   nlohmann::json config;
-  if (std::filesystem::exists(file)) {
+  if (tok::path_exists(file)) {
     std::ifstream in(file, std::ios::binary);
     std::ostringstream text;
     text << in.rdbuf();

@@ -7,11 +7,28 @@
 
 #include <verlpp/core/error.hpp>
 
-#include <filesystem>
+#include <sys/stat.h>
+
 #include <fstream>
 #include <sstream>
 
 namespace verlpp::model {
+
+namespace tok {
+
+bool is_directory(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+bool path_exists(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0;
+}
+std::string path_join(const std::string& folder, const std::string& name) {
+  return !folder.empty() && folder.back() == '/' ? folder + name : folder + "/" + name;
+}
+
+}  // namespace tok
 
 using tok::kSpace;
 
@@ -248,8 +265,8 @@ void Tokenizer::Impl::build_decoder(const nlohmann::json& node) {
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
   std::string file = path;
-  if (std::filesystem::is_directory(path)) file = (std::filesystem::path(path) / "tokenizer.json").string();
-  VERLPP_CHECK(std::filesystem::exists(file), "tokenizer file \"{}\" does not exist", file);
+  if (tok::is_directory(path)) file = tok::path_join(path, "tokenizer.json");
+  VERLPP_CHECK(tok::path_exists(file), "tokenizer file \"{}\" does not exist", file);
   return from_json_string(read_file(file), file);
 }
 

@@ -19,6 +19,14 @@
 
 namespace verlpp::model::tok {
 
+// ---- Files (tokenizer.cpp): POSIX stat, not std::filesystem (see file_util.hpp's note) ----
+
+// Whether `path` is a folder / an existing file or folder.
+bool is_directory(const std::string& path);
+bool path_exists(const std::string& path);
+// `folder`/`name` (no separator doubled).
+std::string path_join(const std::string& folder, const std::string& name);
+
 // ---- UTF-8 (tokenizer_unicode.cpp) ----
 
 // Decodes the valid UTF-8 sequence at text[pos], advancing pos. Precondition: text is valid.
