@@ -1,0 +1,119 @@
+// RolloutEngine: generation for RL on a DecoderLM over a paged KV cache. generate() runs the
+// loop "schedule -> run -> postprocess" until every request is done; each step is one
+// forward_cached over a flat batch (prefill or decode) through PagedAttention or a plugin's
+// paged-attention kernel, then one sampler call. Hybrid-engine hooks: update_weights() (share
+// storage when device and dtype match, else cast into the engine's buffers), sleep()/wake()
+// (free and re-create the KV pool), each timed. See docs/rollout.md.
+#pragma once
+
+#include <verlpp/model/decoder.hpp>
+#include <verlpp/rollout/sampling.hpp>
+#include <verlpp/rollout/scheduler.hpp>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace verlpp::model {
+class PagedKvCache;
+}
+
+namespace verlpp::rollout {
+
+// How the engine sizes its pool and batches. The pool is the first of: num_blocks,
+// kv_token_budget tokens, memory_fraction of memory_total_bytes (0 = the machine's physical
+// memory on CPU) less the weights; otherwise 16384 tokens.
+struct EngineOptions {
+  int64_t block_size = 16;        // tokens per KV block
+  int64_t num_blocks = 0;         // explicit pool size in blocks (0 = derive)
+  int64_t kv_token_budget = 0;    // pool size in tokens (0 = derive)
+  double memory_fraction = 0.0;   // share of memory for weights + pool (0 = unused)
+  int64_t memory_total_bytes = 0; // the memory that fraction applies to (0 = physical RAM)
+  SchedulerLimits limits;         // max_num_seqs, max_num_batched_tokens
+  uint64_t seed = 0;              // seeds requests that bring none (request i: seed + i)
+  const hw::Kernels* kernels = nullptr;  // a plugin's kernels (sample, paged attention decode)
+};
+
+// One prompt and how to sample it.
+struct GenerateRequest {
+  std::vector<int64_t> prompt_ids;  // token ids, non-empty, shorter than the model's context
+  SamplingParams sampling;
+};
+
+// One sample's result. A refused request yields one output (sample 0) with `error` set and
+// finish_reason kAborted; the rest of the batch is unaffected.
+struct GenerateOutput {
+  int64_t request_index = 0;
+  int64_t sample_index = 0;
+  std::vector<int64_t> token_ids;  // generated ids (EOS/stop id included when it ended the sample)
+  std::vector<float> logprobs;     // [token_ids.size()] log-prob of each under softmax(logits / T)
+  FinishReason finish_reason = FinishReason::kLength;
+  std::string error;               // why the request was refused ("" = fine)
+  int64_t num_preemptions = 0;     // times this sample was preempted and recomputed
+};
+
+// Counters of the last generate() call.
+struct GenerateStats {
+  int64_t num_prefill_steps = 0, num_decode_steps = 0, num_preemptions = 0;
+  int64_t num_prompt_tokens = 0;     // tokens computed by prefills (recomputation included)
+  int64_t num_generated_tokens = 0;
+  double seconds = 0;
+};
+
+// What update_weights() did.
+struct WeightUpdateReport {
+  int64_t num_shared = 0;  // parameters now sharing the given tensor's storage (no copy)
+  int64_t num_copied = 0;  // parameters copied/cast into the engine's own buffers
+  double seconds = 0;
+};
+
+class RolloutEngine {
+ public:
+  // Takes the model (its dtype and device are the engine's) and allocates the KV pool.
+  RolloutEngine(model::DecoderLM model, EngineOptions options = {});
+  ~RolloutEngine();
+  RolloutEngine(RolloutEngine&&) noexcept;
+
+  // Generates every request; outputs ordered by (request, sample). Requests that fail their
+  // checks become error outputs. `progress(done, total)` is called as samples finish.
+  std::vector<GenerateOutput> generate(const std::vector<GenerateRequest>& requests,
+                                       const std::function<void(int64_t, int64_t)>& progress = {});
+
+  // Loads weights from a trainer: (HF name, tensor) pairs, any subset. A tensor already on the
+  // engine's device in its dtype is shared (no copy; later in-place trainer updates show
+  // through); otherwise it is cast into the engine's buffer. Unknown names and shape
+  // mismatches are Errors naming the tensor.
+  WeightUpdateReport update_weights(const std::vector<std::pair<std::string, at::Tensor>>& named);
+  // Frees the KV pool (the weights stay); returns the seconds it took. generate() then fails.
+  double sleep();
+  // Re-creates the KV pool; returns the seconds it took.
+  double wake();
+  bool is_sleeping() const { return cache_ == nullptr; }
+
+  const model::DecoderLM& model() const { return model_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return options_.block_size; }
+  // Bytes of K + V storage in the pool (all layers).
+  int64_t pool_bytes() const;
+  const GenerateStats& last_stats() const { return stats_; }
+  // The request's problem as a sentence, or "" when generate() would accept it.
+  std::string check_request(const GenerateRequest& request) const;
+
+ private:
+  int64_t bytes_per_block() const;
+  void run_step(const ScheduledStep& step, std::vector<int64_t>& token_ids, std::vector<float>& logprobs);
+
+  model::DecoderLM model_;
+  EngineOptions options_;
+  int64_t num_blocks_ = 0;
+  std::unique_ptr<model::PagedKvCache> cache_;
+  GenerateStats stats_;
+  std::vector<std::string> shared_params_;  // names whose storage is a trainer's
+};
+
+}  // namespace verlpp::rollout

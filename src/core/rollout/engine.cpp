@@ -1,0 +1,285 @@
+// RolloutEngine: request checks, the generate loop (schedule -> run_step -> postprocess), the
+// runner (flat batch + PagedStep, copy-on-write block copies, last-row logits, sampler) and
+// the hybrid-engine hooks. Only the last position of each computed sequence goes through the
+// LM head, so a prefill never materialises [N, V] logits.
+#include <verlpp/rollout/engine.hpp>
+
+#include <verlpp/core/error.hpp>
+#include <verlpp/core/strings.hpp>
+#include <verlpp/model/kv_cache.hpp>
+
+#include "attention.hpp"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
+
+#include <algorithm>
+#include <chrono>
+#include <unistd.h>
+
+namespace verlpp::rollout {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string shape_text(const at::Tensor& t) {
+  std::vector<std::string> dims;
+  for (int64_t d : t.sizes()) dims.push_back(std::to_string(d));
+  return "[" + join(dims, ", ") + "]";
+}
+
+}  // namespace
+
+RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
+    : model_(std::move(model)), options_(std::move(options)) {
+  VERLPP_CHECK(options_.block_size > 0, "RolloutEngine: block_size {} must be positive", options_.block_size);
+  const int64_t per_block = bytes_per_block();
+  if (options_.num_blocks > 0) {
+    num_blocks_ = options_.num_blocks;
+  } else if (options_.kv_token_budget > 0) {
+    num_blocks_ = (options_.kv_token_budget + options_.block_size - 1) / options_.block_size;
+  } else if (options_.memory_fraction > 0) {
+    VERLPP_CHECK(options_.memory_fraction <= 1, "RolloutEngine: memory_fraction {} must be in (0, 1]",
+                 options_.memory_fraction);
+    int64_t total = options_.memory_total_bytes;
+    if (total <= 0) total = int64_t(::sysconf(_SC_PHYS_PAGES)) * int64_t(::sysconf(_SC_PAGESIZE));
+    int64_t weights = 0;
+    for (const auto& [name, p] : model_.named_parameters()) weights += p.numel() * int64_t(p.element_size());
+    const int64_t pool = int64_t(options_.memory_fraction * double(total)) - weights;
+    num_blocks_ = pool / per_block;
+    VERLPP_CHECK(num_blocks_ > 0,
+                 "RolloutEngine: memory_fraction {} of {} bytes leaves {} bytes after {} bytes of weights, less than "
+                 "one KV block ({} bytes)", options_.memory_fraction, total, pool, weights, per_block);
+  } else {
+    num_blocks_ = (16384 + options_.block_size - 1) / options_.block_size;
+  }
+  wake();
+}
+
+RolloutEngine::~RolloutEngine() = default;
+RolloutEngine::RolloutEngine(RolloutEngine&&) noexcept = default;
+
+int64_t RolloutEngine::bytes_per_block() const {
+  const auto& c = model_.config();
+  return 2 * c.num_hidden_layers * options_.block_size * c.num_key_value_heads * c.head_dim *
+         int64_t(c10::elementSize(model_.options().dtype));
+}
+
+int64_t RolloutEngine::pool_bytes() const { return num_blocks_ * bytes_per_block(); }
+
+double RolloutEngine::sleep() {
+  const auto start = std::chrono::steady_clock::now();
+  cache_.reset();
+  return seconds_since(start);
+}
+
+double RolloutEngine::wake() {
+  const auto start = std::chrono::steady_clock::now();
+  if (!cache_)
+    cache_ = std::make_unique<model::PagedKvCache>(model_.config(), num_blocks_, options_.block_size,
+                                                    model_.options().dtype, model_.options().device);
+  return seconds_since(start);
+}
+
+std::string RolloutEngine::check_request(const GenerateRequest& request) const {
+  try {
+    validate(request.sampling);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  const auto& c = model_.config();
+  const int64_t len = int64_t(request.prompt_ids.size());
+  if (len == 0) return "the prompt is empty";
+  for (size_t i = 0; i < request.prompt_ids.size(); ++i)
+    if (request.prompt_ids[i] < 0 || request.prompt_ids[i] >= c.vocab_size)
+      return fmt::format("prompt token {} at position {} is outside the vocabulary [0, {})", request.prompt_ids[i], i,
+                         c.vocab_size);
+  if (c.max_position_embeddings > 0 && len >= c.max_position_embeddings)
+    return fmt::format("the prompt has {} tokens; the model's context is {} (max_position_embeddings), leaving no room "
+                       "to generate", len, c.max_position_embeddings);
+  int64_t max_new = request.sampling.max_new_tokens;
+  if (c.max_position_embeddings > 0) max_new = std::min(max_new, c.max_position_embeddings - len);
+  const int64_t cached = len + max_new - 1;  // the last sampled token is never fed
+  if (cached > num_blocks_ * options_.block_size)
+    return fmt::format("prompt ({} tokens) + max_new_tokens ({}) needs {} tokens of KV cache; the whole pool holds {} "
+                       "({} blocks of {})", len, max_new, cached, num_blocks_ * options_.block_size, num_blocks_,
+                       options_.block_size);
+  return "";
+}
+
+std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRequest>& requests,
+                                                    const std::function<void(int64_t, int64_t)>& progress) {
+  VERLPP_CHECK(cache_ != nullptr, "RolloutEngine::generate: the engine is asleep (call wake() first)");
+  at::NoGradGuard no_grad;
+  const auto start = std::chrono::steady_clock::now();
+  stats_ = GenerateStats{};
+  BlockManager blocks(num_blocks_, options_.block_size);
+  Scheduler scheduler(blocks, options_.limits);
+  const auto& c = model_.config();
+
+  std::vector<std::string> errors(requests.size());
+  std::vector<std::vector<int64_t>> stop_lists(requests.size());
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerateRequest& r = requests[i];
+    errors[i] = check_request(r);
+    if (!errors[i].empty()) continue;
+    stop_lists[i] = r.sampling.stop_token_ids;
+    if (!r.sampling.ignore_eos) stop_lists[i].insert(stop_lists[i].end(), c.eos_token_ids.begin(), c.eos_token_ids.end());
+    const uint64_t seed = r.sampling.seed.value_or(options_.seed + uint64_t(i));
+    const int64_t len = int64_t(r.prompt_ids.size());
+    std::vector<Sequence*> group;
+    for (int64_t j = 0; j < r.sampling.n; ++j) {
+      auto seq = std::make_unique<Sequence>();
+      seq->id = int64_t(seqs.size());
+      seq->request_index = int64_t(i);
+      seq->sample_index = j;
+      seq->token_ids = r.prompt_ids;
+      seq->num_prompt_tokens = len;
+      seq->max_new_tokens = c.max_position_embeddings > 0
+                                ? std::min(r.sampling.max_new_tokens, c.max_position_embeddings - len)
+                                : r.sampling.max_new_tokens;
+      seq->sampling = RowSampling{r.sampling.temperature, r.sampling.top_k, r.sampling.top_p, sample_seed(seed, j), 0};
+      seq->stop_ids = &stop_lists[i];
+      group.push_back(seq.get());
+      seqs.push_back(std::move(seq));
+    }
+    scheduler.add_group(std::move(group));
+  }
+
+  const int64_t total = int64_t(seqs.size());
+  int64_t done = 0;
+  std::vector<int64_t> token_ids;
+  std::vector<float> logprobs;
+  while (scheduler.has_work()) {
+    ScheduledStep step = scheduler.schedule();
+    VERLPP_CHECK(!step.empty(), "RolloutEngine: the scheduler made no progress ({} waiting, {} running, {} free blocks)",
+                 scheduler.num_waiting(), scheduler.num_running(), blocks.num_free_blocks());
+    if (step.is_prefill) {
+      ++stats_.num_prefill_steps;
+      for (const Sequence* s : step.compute) stats_.num_prompt_tokens += s->num_tokens() - s->num_cached_tokens;
+    } else {
+      ++stats_.num_decode_steps;
+    }
+    run_step(step, token_ids, logprobs);
+    stats_.num_generated_tokens += int64_t(token_ids.size());
+    const auto finished = scheduler.postprocess(step, token_ids, logprobs);
+    done += int64_t(finished.size());
+    if (progress && !finished.empty()) progress(done, total);
+  }
+  VERLPP_CHECK(blocks.num_free_blocks() == blocks.num_blocks(),
+               "RolloutEngine: {} blocks still held after every request finished",
+               blocks.num_blocks() - blocks.num_free_blocks());
+  stats_.num_preemptions = scheduler.num_preemptions();
+
+  std::vector<GenerateOutput> outputs;
+  size_t next = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!errors[i].empty()) {
+      GenerateOutput out;
+      out.request_index = int64_t(i);
+      out.finish_reason = FinishReason::kAborted;
+      out.error = errors[i];
+      outputs.push_back(std::move(out));
+      continue;
+    }
+    for (; next < seqs.size() && seqs[next]->request_index == int64_t(i); ++next) {
+      Sequence& s = *seqs[next];
+      GenerateOutput out;
+      out.request_index = s.request_index;
+      out.sample_index = s.sample_index;
+      out.token_ids.assign(s.token_ids.begin() + s.num_prompt_tokens, s.token_ids.end());
+      out.logprobs = std::move(s.logprobs);
+      out.finish_reason = s.finish_reason;
+      out.num_preemptions = s.num_preemptions;
+      outputs.push_back(std::move(out));
+    }
+  }
+  stats_.seconds = seconds_since(start);
+  return outputs;
+}
+
+void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& token_ids, std::vector<float>& logprobs) {
+  const int64_t bs = options_.block_size;
+  const auto dev = model_.options().device;
+  auto i64 = at::TensorOptions().dtype(at::kLong);
+  for (const BlockCopy& copy : step.copies)
+    for (int64_t l = 0; l < cache_->num_layers(); ++l) {
+      cache_->k(l).select(0, copy.dst).copy_(cache_->k(l).select(0, copy.src));
+      cache_->v(l).select(0, copy.dst).copy_(cache_->v(l).select(0, copy.src));
+    }
+  std::vector<int64_t> ids, positions, slots, cu{0}, lens, last_rows;
+  size_t max_blocks = 1;
+  for (const Sequence* s : step.compute) max_blocks = std::max(max_blocks, s->block_table.size());
+  std::vector<int64_t> tables(step.compute.size() * max_blocks, 0);
+  for (size_t i = 0; i < step.compute.size(); ++i) {
+    const Sequence* s = step.compute[i];
+    for (int64_t p = s->num_cached_tokens; p < s->num_tokens(); ++p) {
+      ids.push_back(s->token_ids[size_t(p)]);
+      positions.push_back(p);
+      slots.push_back(s->block_table[size_t(p / bs)] * bs + p % bs);
+    }
+    cu.push_back(int64_t(ids.size()));
+    last_rows.push_back(int64_t(ids.size()) - 1);
+    lens.push_back(s->num_tokens());
+    std::copy(s->block_table.begin(), s->block_table.end(), tables.begin() + int64_t(i * max_blocks));
+  }
+  model::PagedStep paged{at::tensor(slots, i64).to(dev), at::tensor(cu, i64).to(dev), at::tensor(lens, i64).to(dev),
+                         at::tensor(tables, i64).view({int64_t(step.compute.size()), int64_t(max_blocks)}).to(dev)};
+  detail::RolloutAttention attention(*cache_, std::move(paged), !step.is_prefill, options_.kernels);
+  at::Tensor hidden = model_.forward_cached(at::tensor(ids, i64).to(dev), at::tensor(positions, i64).to(dev), attention);
+  std::vector<int64_t> rows;
+  std::vector<RowSampling> sampling;
+  for (const auto& [seq, index] : step.samplers) {
+    rows.push_back(last_rows[size_t(index)]);
+    sampling.push_back(seq->sampling);
+  }
+  at::Tensor logits = model_.logits(hidden.index_select(0, at::tensor(rows, i64).to(dev)));  // [samplers, V]
+  SampleResult result = sample(logits, sampling, options_.kernels);
+  const int64_t* t = result.token_ids.data_ptr<int64_t>();
+  const float* lp = result.logprobs.data_ptr<float>();
+  token_ids.assign(t, t + result.token_ids.numel());
+  logprobs.assign(lp, lp + result.logprobs.numel());
+}
+
+WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std::string, at::Tensor>>& named) {
+  at::NoGradGuard no_grad;
+  const auto start = std::chrono::steady_clock::now();
+  WeightUpdateReport report;
+  const auto& c = model_.config();
+  for (const auto& [given_name, src] : named) {
+    std::string name = given_name;
+    if (name == "lm_head.weight" && c.tie_word_embeddings) {
+      // The engine's lm_head is its embedding; the trainer's tied lm_head is the same tensor.
+      bool has_embed = false;
+      for (const auto& item : named) has_embed |= item.first == "model.embed_tokens.weight";
+      if (has_embed) continue;
+      name = "model.embed_tokens.weight";
+    }
+    const at::Tensor& dst = model_.parameter(name);  // Error naming an unknown parameter
+    if (dst.sizes() != src.sizes())
+      VERLPP_FAIL_AT("RolloutEngine::update_weights", "'{}': given shape {} but the engine's is {}", given_name,
+                     shape_text(src), shape_text(dst));
+    const auto shared = std::find(shared_params_.begin(), shared_params_.end(), name);
+    if (src.device() == dst.device() && src.scalar_type() == dst.scalar_type() && src.is_contiguous()) {
+      if (!dst.is_same(src)) const_cast<at::Tensor&>(dst).set_(src.detach());
+      if (shared == shared_params_.end()) shared_params_.push_back(name);
+      ++report.num_shared;
+    } else {
+      // Never write through a storage we share with the trainer: take a private buffer first.
+      if (shared != shared_params_.end()) {
+        const_cast<at::Tensor&>(dst).set_(at::empty(dst.sizes(), dst.options()));
+        shared_params_.erase(shared);
+      }
+      dst.copy_(src.detach());
+      ++report.num_copied;
+    }
+  }
+  report.seconds = seconds_since(start);
+  return report;
+}
+
+}  // namespace verlpp::rollout

@@ -1,0 +1,239 @@
+// RolloutEngine against a naive generator (forward_padded over the whole sequence every step)
+// on the tiny model: greedy tokens and log-probs with preemption forced by a tiny pool,
+// sampled log-probs against a full forward, seeds, hybrid-engine hooks and bad requests.
+#include <verlpp/core/error.hpp>
+#include <verlpp/model/checkpoint.hpp>
+#include <verlpp/rollout/engine.hpp>
+
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/log_softmax.h>
+#include <ATen/ops/tensor.h>
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+
+using namespace verlpp;
+using namespace verlpp::rollout;
+
+namespace {
+
+// examples/tiny with a larger init scale, so logits are far from uniform (no argmax near-ties).
+model::ModelConfig tiny_config() {
+  std::ifstream in(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["initializer_range"] = 0.2;
+  return model::parse_model_config(j, "tiny");
+}
+
+model::DecoderLM tiny_model(uint64_t seed) {
+  model::DecoderLM m(tiny_config());
+  m.init_weights(seed);
+  return m;
+}
+
+std::vector<int64_t> prompt_of(int64_t len, int64_t salt) {
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < len; ++i) ids.push_back((i * 37 + salt * 101 + 5) % 340);
+  return ids;
+}
+
+// log_softmax(logits / T) of every position of `ids` by one full forward: [T, V].
+at::Tensor full_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& ids, double T) {
+  at::NoGradGuard no_grad;
+  at::Tensor x = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
+  return at::log_softmax(m.logits(m.forward_padded(x))[0] / T, -1);
+}
+
+// The naive greedy generator: full recompute, argmax each step.
+std::vector<int64_t> naive_greedy(const model::DecoderLM& m, std::vector<int64_t> ids, int64_t max_new) {
+  const size_t prompt = ids.size();
+  for (int64_t t = 0; t < max_new; ++t) ids.push_back(at::argmax(full_logprobs(m, ids, 1.0)[int64_t(ids.size()) - 1]).item<int64_t>());
+  return std::vector<int64_t>(ids.begin() + int64_t(prompt), ids.end());
+}
+
+// Every generated token's log-prob recomputed by a full forward must match within 1e-5.
+void check_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& prompt, const GenerateOutput& out, double T) {
+  std::vector<int64_t> ids = prompt;
+  ids.insert(ids.end(), out.token_ids.begin(), out.token_ids.end());
+  at::Tensor lp = full_logprobs(m, ids, T);
+  double worst = 0;
+  for (size_t i = 0; i < out.token_ids.size(); ++i) {
+    const double ref = lp[int64_t(prompt.size() + i) - 1][out.token_ids[i]].item<double>();
+    worst = std::max(worst, std::abs(ref - double(out.logprobs[i])));
+  }
+  INFO(fmt::format("request {} sample {}: worst |logprob error| {:.3g}", out.request_index, out.sample_index, worst));
+  CHECK(worst <= 1e-5);
+}
+
+SamplingParams greedy(int64_t max_new, int64_t n = 1) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_new_tokens = max_new;
+  p.n = n;
+  p.ignore_eos = true;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("engine: greedy equals a naive full-recompute generator, with preemption", "[rollout][engine]") {
+  model::DecoderLM ref = tiny_model(11);
+  const std::vector<int64_t> lens = {1, 5, 7, 16, 17, 30};
+  const int64_t max_new = 12;
+  std::vector<GenerateRequest> reqs;
+  for (size_t i = 0; i < lens.size(); ++i) reqs.push_back({prompt_of(lens[i], int64_t(i)), greedy(max_new, i == 2 ? 3 : 1)});
+  EngineOptions opts;
+  opts.block_size = 4;
+  opts.num_blocks = 14;  // the longest request alone needs 11: forces preemption
+  RolloutEngine engine(tiny_model(11), opts);
+  std::vector<GenerateOutput> outs = engine.generate(reqs);
+  REQUIRE(outs.size() == lens.size() + 2);
+  CHECK(engine.last_stats().num_preemptions > 0);
+  for (const GenerateOutput& out : outs) {
+    INFO(fmt::format("request {} sample {}", out.request_index, out.sample_index));
+    REQUIRE(out.error.empty());
+    CHECK(out.finish_reason == FinishReason::kLength);
+    const auto& prompt = reqs[size_t(out.request_index)].prompt_ids;
+    CHECK(out.token_ids == naive_greedy(ref, prompt, max_new));
+    check_logprobs(ref, prompt, out, 1.0);
+  }
+  // a roomy pool gives the same tokens without preemption
+  RolloutEngine roomy(tiny_model(11), EngineOptions{});
+  auto outs2 = roomy.generate(reqs);
+  CHECK(roomy.last_stats().num_preemptions == 0);
+  for (size_t i = 0; i < outs.size(); ++i) CHECK(outs2[i].token_ids == outs[i].token_ids);
+}
+
+TEST_CASE("engine: sampled log-probs equal a full forward at the temperature; seeds", "[rollout][engine]") {
+  model::DecoderLM ref = tiny_model(5);
+  SamplingParams p;
+  p.temperature = 0.7;
+  p.top_k = 50;
+  p.top_p = 0.9;
+  p.max_new_tokens = 10;
+  p.n = 3;
+  p.ignore_eos = true;
+  p.seed = 1234;
+  std::vector<GenerateRequest> reqs = {{prompt_of(9, 1), p}, {prompt_of(3, 2), p}, {prompt_of(13, 3), p}};
+  reqs[1].sampling.seed = 99;
+  reqs[2].sampling.temperature = 1.3;
+  reqs[2].sampling.top_k = 0;
+  EngineOptions small;
+  small.block_size = 4;
+  small.num_blocks = 9;
+  RolloutEngine engine(tiny_model(5), small);
+  auto outs = engine.generate(reqs);
+  REQUIRE(outs.size() == 9);
+  for (const auto& out : outs) {
+    REQUIRE(out.token_ids.size() == 10);
+    check_logprobs(ref, reqs[size_t(out.request_index)].prompt_ids, out, reqs[size_t(out.request_index)].sampling.temperature);
+  }
+  CHECK(outs[0].token_ids != outs[1].token_ids);  // samples of one prompt draw differently
+
+  // request 0 alone, in a roomy pool, gives the same tokens (batch composition, preemption)
+  RolloutEngine roomy(tiny_model(5), EngineOptions{});
+  auto alone = roomy.generate({reqs[0]});
+  REQUIRE(alone.size() == 3);
+  for (size_t j = 0; j < 3; ++j) CHECK(alone[j].token_ids == outs[j].token_ids);
+  // with other requests before it, again the same
+  auto mixed = roomy.generate({reqs[2], reqs[1], reqs[0]});
+  for (size_t j = 0; j < 3; ++j) CHECK(mixed[6 + j].token_ids == outs[j].token_ids);
+  // another seed, other tokens
+  reqs[0].sampling.seed = 4321;
+  auto other = roomy.generate({reqs[0]});
+  CHECK(other[0].token_ids != outs[0].token_ids);
+}
+
+TEST_CASE("engine: stop ids, EOS and the context cap", "[rollout][engine]") {
+  model::DecoderLM ref = tiny_model(3);
+  const auto prompt = prompt_of(6, 0);
+  const auto expect = naive_greedy(ref, prompt, 8);
+  RolloutEngine engine(tiny_model(3), EngineOptions{});
+  GenerateRequest r{prompt, greedy(8)};
+  r.sampling.stop_token_ids = {expect[3]};
+  auto outs = engine.generate({r});
+  const auto cut = std::find(expect.begin(), expect.end(), expect[3]);
+  CHECK(outs[0].finish_reason == FinishReason::kStop);
+  CHECK(outs[0].token_ids == std::vector<int64_t>(expect.begin(), cut + 1));
+  // a prompt near the context end generates only up to max_position_embeddings
+  const int64_t ctx = ref.config().max_position_embeddings;
+  auto near_end = engine.generate({{prompt_of(ctx - 2, 1), greedy(8)}});
+  CHECK(near_end[0].token_ids.size() == 2);
+  CHECK(near_end[0].finish_reason == FinishReason::kLength);
+}
+
+TEST_CASE("engine: bad requests are errors, the rest of the batch runs", "[rollout][engine]") {
+  model::DecoderLM ref = tiny_model(2);
+  EngineOptions opts;
+  opts.block_size = 4;
+  opts.num_blocks = 8;  // 32 tokens
+  RolloutEngine engine(tiny_model(2), opts);
+  const int64_t ctx = ref.config().max_position_embeddings;
+  std::vector<GenerateRequest> reqs = {
+      {{}, greedy(4)},                     // empty
+      {prompt_of(5, 0), greedy(4)},        // fine
+      {prompt_of(ctx, 1), greedy(4)},      // no room in the context
+      {prompt_of(5, 2), greedy(4, 0)},     // n = 0
+      {prompt_of(5, 3), greedy(4)},        // top_p = 0
+      {prompt_of(5, 4), greedy(4)},        // top_p = 1.5
+      {{3, 400}, greedy(4)},               // id outside the vocabulary
+      {prompt_of(30, 5), greedy(10)},      // too long for the whole pool
+  };
+  reqs[4].sampling.top_p = 0;
+  reqs[5].sampling.top_p = 1.5;
+  auto outs = engine.generate(reqs);
+  REQUIRE(outs.size() == reqs.size());
+  const std::vector<std::string> expected = {"empty", "", "context", "sampling.n", "top_p", "top_p", "vocabulary", "pool"};
+  for (size_t i = 0; i < outs.size(); ++i) {
+    INFO(fmt::format("request {}: '{}'", i, outs[i].error));
+    CHECK(outs[i].request_index == int64_t(i));
+    if (expected[i].empty()) {
+      CHECK(outs[i].error.empty());
+      CHECK(outs[i].token_ids == naive_greedy(ref, reqs[i].prompt_ids, 4));
+    } else {
+      CHECK_THAT(outs[i].error, Catch::Contains(expected[i]));
+      CHECK(outs[i].finish_reason == FinishReason::kAborted);
+    }
+  }
+  CHECK_THROWS_AS(model::load_pretrained("/nonexistent/model"), Error);
+}
+
+TEST_CASE("engine: update_weights shares or casts; sleep and wake", "[rollout][engine]") {
+  model::DecoderLM trainer = tiny_model(21);
+  const auto prompt = prompt_of(7, 0);
+  const auto expect = naive_greedy(trainer, prompt, 6);
+  RolloutEngine engine(tiny_model(20), EngineOptions{});
+  CHECK(engine.generate({{prompt, greedy(6)}})[0].token_ids != expect);
+  WeightUpdateReport shared = engine.update_weights(trainer.named_parameters());
+  CHECK(shared.num_shared == int64_t(trainer.named_parameters().size()));
+  CHECK(shared.num_copied == 0);
+  CHECK(engine.model().parameter("model.norm.weight").is_same(trainer.parameter("model.norm.weight")) == false);
+  CHECK(engine.model().parameter("model.norm.weight").data_ptr() == trainer.parameter("model.norm.weight").data_ptr());
+  CHECK(engine.generate({{prompt, greedy(6)}})[0].token_ids == expect);
+
+  // fp64 weights are cast into private buffers (never written through the shared storage)
+  model::DecoderLM other = tiny_model(22);
+  other.to(at::kDouble, c10::Device(c10::kCPU));
+  at::Tensor before = trainer.parameter("model.norm.weight").clone();
+  WeightUpdateReport cast = engine.update_weights(other.named_parameters());
+  CHECK(cast.num_copied == int64_t(other.named_parameters().size()));
+  CHECK(trainer.parameter("model.norm.weight").equal(before));
+  CHECK(engine.model().parameter("model.norm.weight").scalar_type() == at::kFloat);
+  model::DecoderLM other32 = tiny_model(22);
+  CHECK(engine.generate({{prompt, greedy(6)}})[0].token_ids == naive_greedy(other32, prompt, 6));
+
+  CHECK_THROWS_AS(engine.update_weights({{"model.nope", before}}), Error);
+  CHECK_THROWS_WITH(engine.update_weights({{"model.norm.weight", before.narrow(0, 0, 3)}}), Catch::Contains("shape"));
+
+  const double slept = engine.sleep();
+  CHECK(engine.is_sleeping());
+  CHECK(slept >= 0);
+  CHECK_THROWS_WITH(engine.generate({{prompt, greedy(2)}}), Catch::Contains("asleep"));
+  engine.wake();
+  CHECK(engine.generate({{prompt, greedy(6)}})[0].token_ids == naive_greedy(other32, prompt, 6));
+}
