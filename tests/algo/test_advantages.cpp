@@ -380,6 +380,40 @@ TEST_CASE("every estimator matches its loop reference on random ragged batches",
   }
 }
 
+TEST_CASE("gae and reinforce_plus_plus, stepwise and scan, lengths around the chunk sizes",
+          "[advantage]") {
+  // T = 1, 2, 3 (no chunk body), perfect squares, tails of every length, a long row.
+  for (va::Recurrence how : {va::Recurrence::stepwise, va::Recurrence::scan}) {
+    for (int64_t cols : {1, 2, 3, 4, 8, 9, 10, 15, 16, 17, 50, 97, 300}) {
+      const Batch b = make_batch(900 + cols, {3, 1, 2}, cols, /*outcome_only=*/false, true);
+      for (double lam : {0.9, 1.0}) {
+        INFO("T " << cols << " lam " << lam << " scan " << (how == va::Recurrence::scan));
+        const va::AdvantageInputs in = inputs_of(b, at::kDouble, at::kDouble);
+        const auto got = va::compute_gae_advantage_return(in.token_level_rewards, in.values,
+                                                          in.response_mask, 0.99, lam, how);
+        const RefOut want = ref_gae(b, 0.99, lam);
+        check_close(got.advantages, want.adv, 1e-9, 1e-10, "gae advantages");
+        check_close(got.returns, want.ret, 1e-10, 1e-10, "gae returns");
+        const auto rpp = va::compute_reinforce_plus_plus_outcome_advantage(
+            in.token_level_rewards, in.response_mask, 0.99, how);
+        const RefOut want_rpp = ref_rpp(b, 0.99);
+        check_close(rpp.returns, want_rpp.ret, 1e-10, 1e-10, "reinforce_plus_plus returns");
+        check_close(rpp.advantages, want_rpp.adv, 1e-9, 1e-10, "reinforce_plus_plus advantages");
+        check_close(in.token_level_rewards, b.rewards, 0, 0, "inputs are left untouched");
+        check_close(in.values, b.values, 0, 0, "inputs are left untouched");
+      }
+    }
+    // A fractional mask weights the carried values, exactly as verl's update formula does.
+    Batch b = make_batch(5, {2, 2}, 11, false, false);
+    for (auto& row : b.mask)
+      for (size_t t = 0; t < row.size(); ++t) row[t] *= 0.25 + 0.25 * (t % 3);
+    const va::AdvantageInputs in = inputs_of(b, at::kFloat, at::kFloat);
+    const auto got = va::compute_gae_advantage_return(in.token_level_rewards, in.values,
+                                                      in.response_mask, 1.0, 1.0, how);
+    check_close(got.returns, ref_gae(b, 1.0, 1.0).ret, 1e-5, 1e-5, "gae, fractional mask, fp32");
+  }
+}
+
 TEST_CASE("group_ids given as a tensor equal the string index path", "[advantage]") {
   const Batch b = make_batch(7, {1, 2, 5, 3}, 6, true);
   va::AdvantageInputs in = inputs_of(b, at::kDouble, at::kDouble);
