@@ -1,0 +1,70 @@
+// The actor: log-probs of responses, and the PPO-family policy update over mini- and
+// micro-batches, as verl's dp_actor does it (policy loss by name, entropy bonus, KL loss,
+// gradient clipping with non-finite steps skipped, AdamW, the LR schedule stepped once per
+// update). Micro-batch losses are scaled by the mini-batch's global token/row counts, so the
+// accumulated gradient equals the full mini-batch gradient exactly for every aggregation mode.
+#pragma once
+
+#include <verlpp/algo/policy_loss_types.hpp>
+#include <verlpp/controller/batch.hpp>
+#include <verlpp/model/decoder.hpp>
+#include <verlpp/train/logprob.hpp>
+#include <verlpp/train/lr_schedule.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+
+namespace verlpp::train {
+
+// verl's actor_rollout_ref.actor.* (batch sizes in sequences, i.e. already multiplied by n).
+struct ActorConfig {
+  int64_t ppo_mini_batch_size = 8;         // sequences per optimizer step
+  int64_t ppo_micro_batch_size = 2;        // sequences per forward/backward (fixed mode)
+  bool use_dynamic_bsz = false;            // micro-batches by token budget instead
+  int64_t ppo_max_token_len = 16384;       // the budget per micro-batch (dynamic mode)
+  int64_t ppo_epochs = 1;
+  double grad_clip = 1.0;
+  double entropy_coeff = 0.0;
+  bool use_kl_loss = false;
+  double kl_loss_coef = 0.001;
+  std::string kl_loss_type = "low_var_kl";
+  std::string loss_mode = "vanilla";       // policy_loss.loss_mode
+  algo::PolicyLossConfig policy;           // clip ratios, agg mode, ...
+  double temperature = 1.0;                // the rollout temperature the log-probs use
+  double weight_decay = 0.01;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  int64_t log_prob_chunk_rows = 4;
+};
+
+class Actor {
+ public:
+  // Trains `model`'s parameters (fp32) in place; the schedule gives the LR per update.
+  Actor(model::DecoderLM& model, ActorConfig config, LrSchedule schedule);
+  ~Actor();
+
+  // Log-probs (and entropy) of batch's responses without building a graph. Needs tensors
+  // input_ids, attention_mask, position_ids, responses [B, R].
+  ResponseLogProbs compute_log_prob(const controller::Batch& batch, bool with_entropy) const;
+
+  // One policy update over `batch` (needs also response_mask, old_log_probs, advantages and,
+  // with use_kl_loss, ref_log_prob). Returns verl-named metrics (actor/pg_loss, actor/grad_norm,
+  // actor/lr, ...). A step whose gradient norm is not finite is skipped and counted.
+  nlohmann::json update_policy(const controller::Batch& batch);
+
+  // Optimizer steps taken and skipped so far.
+  int64_t steps() const { return steps_; }
+  int64_t skipped_steps() const { return skipped_; }
+  const ActorConfig& config() const { return config_; }
+
+ private:
+  struct Optimizer;
+  model::DecoderLM& model_;
+  ActorConfig config_;
+  LrSchedule schedule_;
+  std::unique_ptr<Optimizer> optimizer_;
+  int64_t updates_ = 0, steps_ = 0, skipped_ = 0;
+};
+
+}  // namespace verlpp::train

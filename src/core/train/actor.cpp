@@ -1,0 +1,147 @@
+// Actor: the policy update. The one train file that includes LibTorch's optimizer headers (the
+// C++ frontend needs full ATen), hence the #undef of the lean-include guard below.
+#undef TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include <verlpp/train/actor.hpp>
+
+#include <verlpp/algo/agg_loss.hpp>
+#include <verlpp/algo/kl.hpp>
+#include <verlpp/algo/policy_loss.hpp>
+#include <verlpp/core/error.hpp>
+#include <verlpp/train/partition.hpp>
+
+#include <torch/optim/adamw.h>
+
+#include <ATen/ops/stack.h>
+
+#include <cmath>
+
+namespace verlpp::train {
+namespace {
+
+// torch.nn.utils.clip_grad_norm_ (L2): the total norm over every gradient, then all gradients
+// scaled by min(1, max_norm / (norm + 1e-6)). Returns the norm before clipping. (LibTorch 1.13's
+// C++ clip_grad.h does not compile on its own, so this is the same formula written out.)
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
+  std::vector<at::Tensor> norms;
+  for (const auto& p : params)
+    if (p.grad().defined()) norms.push_back(p.grad().detach().norm());
+  if (norms.empty()) return 0.0;
+  const double total = at::stack(norms).norm().item<double>();
+  const double coef = std::min(1.0, max_norm / (total + 1e-6));
+  if (std::isfinite(total) && coef < 1.0)
+    for (const auto& p : params)
+      if (p.grad().defined()) p.grad().detach().mul_(coef);
+  return total;
+}
+
+}  // namespace
+
+struct Actor::Optimizer {
+  std::vector<at::Tensor> params;
+  std::unique_ptr<torch::optim::AdamW> adamw;
+};
+
+Actor::Actor(model::DecoderLM& model, ActorConfig config, LrSchedule schedule)
+    : model_(model), config_(std::move(config)), schedule_(std::move(schedule)), optimizer_(std::make_unique<Optimizer>()) {
+  VERLPP_CHECK(config_.ppo_mini_batch_size >= 1, "ppo_mini_batch_size {} must be >= 1", config_.ppo_mini_batch_size);
+  VERLPP_CHECK(config_.use_dynamic_bsz || (config_.ppo_micro_batch_size >= 1 &&
+                                           config_.ppo_mini_batch_size % config_.ppo_micro_batch_size == 0),
+               "ppo_micro_batch_size {} must divide ppo_mini_batch_size {}", config_.ppo_micro_batch_size,
+               config_.ppo_mini_batch_size);
+  VERLPP_CHECK(config_.ppo_epochs >= 1, "ppo_epochs {} must be >= 1", config_.ppo_epochs);
+  model_.set_requires_grad(true);
+  for (const auto& [name, p] : model_.named_parameters()) optimizer_->params.push_back(p);
+  torch::optim::AdamWOptions options(schedule_.lr(0));
+  options.betas({config_.beta1, config_.beta2}).eps(config_.eps).weight_decay(config_.weight_decay);
+  optimizer_->adamw = std::make_unique<torch::optim::AdamW>(optimizer_->params, options);
+}
+
+Actor::~Actor() = default;
+
+ResponseLogProbs Actor::compute_log_prob(const controller::Batch& batch, bool with_entropy) const {
+  at::NoGradGuard no_grad;
+  return response_log_probs(model_, batch.tensor("input_ids"), batch.tensor("attention_mask"), batch.tensor("position_ids"),
+                            batch.tensor("responses").size(1), config_.temperature, with_entropy, config_.log_prob_chunk_rows);
+}
+
+nlohmann::json Actor::update_policy(const controller::Batch& batch) {
+  const int64_t rows = batch.size();
+  VERLPP_CHECK(rows % config_.ppo_mini_batch_size == 0, "the batch of {} sequences is not a multiple of ppo_mini_batch_size {}",
+               rows, config_.ppo_mini_batch_size);
+  const double lr = schedule_.lr(updates_);
+  for (auto& group : optimizer_->adamw->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  double pg_loss_sum = 0, clipfrac_sum = 0, ppo_kl_sum = 0, lower_sum = 0, kl_loss_sum = 0, entropy_sum = 0, grad_norm_sum = 0;
+  int64_t micro_count = 0, steps_taken = 0;
+  const int64_t response_length = batch.tensor("responses").size(1);
+  for (int64_t epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
+    for (const controller::Batch& mini : batch.split(config_.ppo_mini_batch_size)) {
+      // Global numbers of this mini-batch, so each micro-batch's loss is its exact share.
+      const at::Tensor mask = mini.tensor("response_mask");
+      algo::AggLossOptions agg = config_.policy.agg;
+      agg.batch_num_tokens = mask.sum().item<double>();
+      agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
+      std::vector<controller::Batch> micros;
+      if (config_.use_dynamic_bsz) {
+        at::Tensor lens = mini.tensor("attention_mask").sum(1).to(at::kLong).contiguous();
+        std::vector<int64_t> seq_lens(lens.data_ptr<int64_t>(), lens.data_ptr<int64_t>() + lens.numel());
+        for (const auto& group : dynamic_micro_batches(seq_lens, config_.ppo_max_token_len)) micros.push_back(mini.rows(group));
+      } else {
+        micros = mini.split(config_.ppo_micro_batch_size);
+      }
+      optimizer_->adamw->zero_grad();
+      for (const controller::Batch& micro : micros) {
+        const bool need_entropy = config_.entropy_coeff != 0.0;
+        ResponseLogProbs out = response_log_probs(model_, micro.tensor("input_ids"), micro.tensor("attention_mask"),
+                                                  micro.tensor("position_ids"), response_length, config_.temperature,
+                                                  need_entropy, config_.log_prob_chunk_rows);
+        const at::Tensor m = micro.tensor("response_mask");
+        algo::PolicyLossConfig policy = config_.policy;
+        policy.agg = agg;
+        algo::PolicyLossOutput pg = algo::compute_policy_loss(config_.loss_mode, micro.tensor("old_log_probs"), out.log_probs,
+                                                              micro.tensor("advantages"), m, policy);
+        at::Tensor loss = pg.loss;
+        if (need_entropy) {
+          at::Tensor entropy = algo::agg_loss(out.entropy, m, policy.loss_agg_mode, agg);
+          loss = loss.sub(entropy.mul(config_.entropy_coeff));
+          entropy_sum += entropy.item<double>();
+        }
+        if (config_.use_kl_loss) {
+          at::Tensor kld = algo::kl_penalty(out.log_probs, micro.tensor("ref_log_prob"), config_.kl_loss_type);
+          at::Tensor kl_loss = algo::agg_loss(kld, m, policy.loss_agg_mode, agg);
+          loss = loss.add(kl_loss.mul(config_.kl_loss_coef));
+          kl_loss_sum += kl_loss.item<double>();
+        }
+        loss.backward();
+        pg_loss_sum += pg.loss.item<double>();
+        clipfrac_sum += pg.clipfrac.item<double>();
+        ppo_kl_sum += pg.ppo_kl.item<double>();
+        lower_sum += pg.clipfrac_lower.item<double>();
+        ++micro_count;
+      }
+      double grad_norm = clip_grad_norm(optimizer_->params, config_.grad_clip);
+      if (!std::isfinite(grad_norm)) {
+        ++skipped_;  // as verl: warn and skip the step, keep the weights
+        optimizer_->adamw->zero_grad();
+      } else {
+        optimizer_->adamw->step();
+        ++steps_;
+        ++steps_taken;
+        grad_norm_sum += grad_norm;
+      }
+    }
+  }
+  ++updates_;
+  const double per_micro = double(std::max<int64_t>(micro_count, 1));
+  nlohmann::json metrics = {{"actor/pg_loss", pg_loss_sum / per_micro},   {"actor/pg_clipfrac", clipfrac_sum / per_micro},
+                            {"actor/ppo_kl", ppo_kl_sum / per_micro},     {"actor/pg_clipfrac_lower", lower_sum / per_micro},
+                            {"actor/grad_norm", grad_norm_sum / double(std::max<int64_t>(steps_taken, 1))},
+                            {"actor/lr", lr},                              {"actor/skipped_steps", skipped_}};
+  if (config_.entropy_coeff != 0.0) metrics["actor/entropy"] = entropy_sum / per_micro;
+  if (config_.use_kl_loss) {
+    metrics["actor/kl_loss"] = kl_loss_sum / per_micro;
+    metrics["actor/kl_coef"] = config_.kl_loss_coef;
+  }
+  return metrics;
+}
+
+}  // namespace verlpp::train

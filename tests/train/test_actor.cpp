@@ -1,0 +1,154 @@
+// Actor::update_policy on the tiny model: one AdamW step through micro-batches (fixed and
+// dynamic) equals the step a plain full-batch reference computes by hand; non-finite steps are
+// skipped; metrics carry verl's names.
+#include <catch2/catch.hpp>
+
+#include <verlpp/algo/policy_loss.hpp>
+#include <verlpp/model/model_config.hpp>
+#include <verlpp/train/actor.hpp>
+
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/sqrt.h>
+
+#include <cmath>
+
+using namespace verlpp;
+
+namespace {
+
+constexpr int64_t kB = 8, kP = 5, kR = 4;
+
+model::DecoderLM tiny_model() {
+  model::DecoderLM m(model::load_model_config(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json"));
+  m.init_weights(9);
+  return m;
+}
+
+// A rollout-shaped batch with ragged prompts and responses, old log-probs from `m`.
+controller::Batch make_batch(const model::DecoderLM& m) {
+  at::manual_seed(4);
+  const int64_t t = kP + kR;
+  at::Tensor ids = at::randint(m.config().vocab_size, {kB, t}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor mask = at::ones({kB, t}, at::TensorOptions().dtype(at::kLong));
+  for (int64_t r = 0; r < kB; ++r) {
+    for (int64_t k = 0; k < r % 3; ++k) mask[r][k] = 0;           // left-padded prompt
+    for (int64_t k = 0; k < (r * 5) % 4; ++k) mask[r][t - 1 - k] = 0;  // right-padded response
+  }
+  controller::Batch b;
+  b.set("input_ids", ids);
+  b.set("attention_mask", mask);
+  b.set("position_ids", mask.cumsum(1).sub(1).clamp_min(0));
+  b.set("responses", ids.narrow(1, kP, kR).contiguous());
+  b.set("response_mask", mask.narrow(1, kP, kR).to(at::kFloat).contiguous());
+  at::NoGradGuard no_grad;
+  auto old = train::response_log_probs(m, ids, mask, b.tensor("position_ids"), kR, 1.0, false);
+  // Old log-probs slightly off the current ones, so ratios differ from 1 and clipping can act.
+  b.set("old_log_probs", old.log_probs.add(at::randn({kB, kR}).mul(0.3)));
+  b.set("advantages", at::randn({kB, kR}));
+  return b;
+}
+
+train::ActorConfig base_config() {
+  train::ActorConfig c;
+  c.ppo_mini_batch_size = kB;
+  c.grad_clip = 1e9;  // no clipping: compare raw steps
+  c.eps = 1e-3;       // damps AdamW's g/(|g|+eps) near g = 0, where rounding would flip it
+  c.weight_decay = 0.01;
+  c.policy.loss_agg_mode = "token-mean";
+  return c;
+}
+
+// The expected parameters after one AdamW step on the full-batch loss, computed by hand.
+std::vector<at::Tensor> reference_step(const controller::Batch& b, const train::ActorConfig& cfg, double lr) {
+  model::DecoderLM m = tiny_model();
+  m.set_requires_grad(true);
+  auto out = train::response_log_probs(m, b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids"), kR, 1.0,
+                                       cfg.entropy_coeff != 0);
+  algo::PolicyLossConfig policy = cfg.policy;
+  at::Tensor loss = algo::compute_policy_loss(cfg.loss_mode, b.tensor("old_log_probs"), out.log_probs, b.tensor("advantages"),
+                                              b.tensor("response_mask"), policy).loss;
+  if (cfg.entropy_coeff != 0)
+    loss = loss.sub(algo::agg_loss(out.entropy, b.tensor("response_mask"), policy.loss_agg_mode).mul(cfg.entropy_coeff));
+  loss.backward();
+  std::vector<at::Tensor> expected;
+  for (const auto& [name, p] : m.named_parameters()) {
+    at::NoGradGuard no_grad;
+    at::Tensor g = p.grad();
+    // Step 1 of AdamW: m_hat = g, v_hat = g^2; decoupled weight decay first.
+    expected.push_back(p.mul(1 - lr * cfg.weight_decay).sub(g.div(at::sqrt(g.mul(g)).add(cfg.eps)).mul(lr)));
+  }
+  return expected;
+}
+
+double worst_param_diff(const model::DecoderLM& m, const std::vector<at::Tensor>& expected) {
+  double worst = 0;
+  size_t i = 0;
+  for (const auto& [name, p] : m.named_parameters()) worst = std::max(worst, p.detach().sub(expected[i++]).abs().max().item<double>());
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("actor: micro-batched and dynamic updates equal the full-batch step", "[actor]") {
+  const double lr = 1e-3;
+  for (const std::string mode : {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum"}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      model::DecoderLM m = tiny_model();
+      controller::Batch batch = make_batch(m);
+      train::ActorConfig cfg = base_config();
+      cfg.policy.loss_agg_mode = mode;
+      cfg.entropy_coeff = variant == 2 ? 0.01 : 0.0;
+      if (variant == 0) cfg.ppo_micro_batch_size = 2;
+      if (variant == 1) { cfg.use_dynamic_bsz = true; cfg.ppo_max_token_len = 20; }
+      if (variant == 2) cfg.ppo_micro_batch_size = 8;
+      auto expected = reference_step(batch, cfg, lr);
+      train::Actor actor(m, cfg, train::LrSchedule({lr, "constant", 0, 1, 0.0, 0.5}));
+      nlohmann::json metrics = actor.update_policy(batch);
+      double worst = worst_param_diff(m, expected);
+      INFO("mode " << mode << " variant " << variant << ": worst |param diff| " << worst);
+      CHECK(worst < lr * 1e-3);
+      CHECK(actor.steps() == 1);
+      for (const char* key : {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm", "actor/lr"})
+        CHECK(std::isfinite(metrics.at(key).get<double>()));
+      CHECK(metrics["actor/lr"] == lr);
+    }
+  }
+}
+
+TEST_CASE("actor: a non-finite gradient skips the step and keeps the weights", "[actor]") {
+  model::DecoderLM m = tiny_model();
+  controller::Batch batch = make_batch(m);
+  batch.set("advantages", batch.tensor("advantages").clone().fill_(std::nan("")));
+  std::vector<at::Tensor> before;
+  for (const auto& [name, p] : m.named_parameters()) before.push_back(p.detach().clone());
+  train::Actor actor(m, base_config(), train::LrSchedule({1e-3, "constant", 0, 1, 0.0, 0.5}));
+  nlohmann::json metrics = actor.update_policy(batch);
+  CHECK(actor.skipped_steps() == 1);
+  CHECK(actor.steps() == 0);
+  CHECK(metrics["actor/skipped_steps"] == 1);
+  CHECK(worst_param_diff(m, before) == 0.0);
+}
+
+TEST_CASE("actor: KL loss, epochs, warmup and clipping", "[actor]") {
+  model::DecoderLM m = tiny_model();
+  controller::Batch batch = make_batch(m);
+  batch.set("ref_log_prob", batch.tensor("old_log_probs"));
+  train::ActorConfig cfg = base_config();
+  cfg.use_kl_loss = true;
+  cfg.ppo_epochs = 2;
+  cfg.ppo_mini_batch_size = 4;  // two mini-batches per epoch: four optimizer steps
+  cfg.ppo_micro_batch_size = 2;
+  cfg.grad_clip = 1e-3;
+  train::Actor actor(m, cfg, train::LrSchedule({1e-3, "constant", 2, 10, 0.0, 0.5}));
+  nlohmann::json first = actor.update_policy(batch);
+  CHECK(actor.steps() == 4);
+  CHECK(first["actor/lr"] == 0.0);  // warmup step 0
+  CHECK(first.contains("actor/kl_loss"));
+  CHECK(first["actor/kl_coef"] == cfg.kl_loss_coef);
+  CHECK(first["actor/grad_norm"].get<double>() > cfg.grad_clip);  // the norm before clipping is reported
+  nlohmann::json second = actor.update_policy(batch);
+  CHECK(second["actor/lr"].get<double>() == Approx(0.5e-3));
+  CHECK_THROWS_WITH(actor.update_policy(batch.slice(0, 6)), Catch::Contains("not a multiple of ppo_mini_batch_size 4"));
+}
