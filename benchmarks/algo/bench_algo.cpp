@@ -2,7 +2,8 @@
 // outcome estimators) on a (rows x cols) fp32 batch and prints a table and one JSON line
 // (min/median/max over --reps runs after --warmup runs). Two reference rows show the floor:
 // one fresh [rows, cols] fp32 tensor filled, and one sum over cols. Side by side in the same
-// run: verl's GAE loop taken literally (column ops on the [B, T] layout) against ours.
+// run: verl's GAE loop taken literally (column ops on the [B, T] layout) against ours, and our
+// two recurrence methods (stepwise, scan) whatever the device's default.
 // Decision: each case runs twice, first with glibc's default allocator (every large tensor is
 // a fresh mmap, so first-touch page faults are paid on each call — very expensive in some VMs)
 // and then with mmap disabled (freed blocks are reused: the steady state of a training loop).
@@ -181,6 +182,16 @@ int main(int argc, char** argv) {
   };
   for (const char* name : {"gae", "reinforce_plus_plus", "remax"})
     cases.push_back({name, [&, name] { (void)va::compute_advantage(name, dense, cfg); sync(); }});
+  cases.push_back({"gae, stepwise recurrence", [&] {
+                     (void)va::compute_gae_advantage_return(dense_rewards, values, mask, 0.99,
+                                                            0.95, va::Recurrence::stepwise);
+                     sync();
+                   }});
+  cases.push_back({"gae, scan recurrence", [&] {
+                     (void)va::compute_gae_advantage_return(dense_rewards, values, mask, 0.99,
+                                                            0.95, va::Recurrence::scan);
+                     sync();
+                   }});
   for (const char* name : {"grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized",
                            "reinforce_plus_plus_baseline", "opo", "gpg"})
     cases.push_back({name, [&, name] { (void)va::compute_advantage(name, grouped, cfg); sync(); }});
