@@ -16,4 +16,7 @@ void register_tokenize_command(CLI::App& app);
 // `verlpp config --print [CONFIG.json] [key=value ...]`: the fully resolved configuration.
 void register_config_command(CLI::App& app);
 
+// `verlpp generate --model DIR --prompts F.jsonl [...]`: sample completions with the rollout engine.
+void register_generate_command(CLI::App& app);
+
 }  // namespace verlpp::apps

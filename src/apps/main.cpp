@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   verlpp::apps::register_model_command(app);
   verlpp::apps::register_tokenize_command(app);
   verlpp::apps::register_config_command(app);
+  verlpp::apps::register_generate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

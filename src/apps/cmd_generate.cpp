@@ -1,0 +1,161 @@
+// `verlpp generate --model DIR --prompts F.jsonl [...]`: sample completions with the rollout
+// engine. Prompts in verl's schema ("prompt": chat messages, rendered with DIR's chat
+// template) or plain "text"; one JSON line per sample out. A folder without weights (e.g.
+// examples/tiny) needs --init-seed, which initialises the model from that seed.
+#include "commands.hpp"
+
+#include <verlpp/core/error.hpp>
+#include <verlpp/model/chat_template.hpp>
+#include <verlpp/model/checkpoint.hpp>
+#include <verlpp/model/tokenizer.hpp>
+#include <verlpp/rollout/engine.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <sys/stat.h>
+
+namespace verlpp::apps {
+namespace {
+
+struct GenerateArgs {
+  std::string model_dir, prompts, output;
+  int64_t n = 1, max_new_tokens = 64, top_k = 0, init_seed = -1, block_size = 16, kv_tokens = 0;
+  double temperature = 1.0, top_p = 1.0;
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+};
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+void run_generate(const GenerateArgs& a) {
+  if (!exists(a.model_dir + "/config.json")) throw Error("--model " + a.model_dir, "no config.json in this folder");
+  if (!exists(a.model_dir + "/tokenizer.json")) throw Error("--model " + a.model_dir, "no tokenizer.json in this folder");
+  model::ModelConfig config = model::load_model_config(a.model_dir);
+  const bool has_weights = exists(a.model_dir + "/model.safetensors") || exists(a.model_dir + "/model.safetensors.index.json");
+  model::DecoderLM lm = [&] {
+    if (a.init_seed >= 0) {
+      model::DecoderLM m(config);
+      m.init_weights(uint64_t(a.init_seed));
+      return m;
+    }
+    if (!has_weights)
+      throw Error("--model " + a.model_dir, "no model.safetensors (pass --init-seed S to initialise from a seed)");
+    return model::load_pretrained(a.model_dir);
+  }();
+  model::Tokenizer tokenizer = model::Tokenizer::from_file(a.model_dir);
+  std::optional<model::ChatTemplate> chat;
+
+  rollout::SamplingParams params;
+  params.n = a.n;
+  params.max_new_tokens = a.max_new_tokens;
+  params.temperature = a.temperature;
+  params.top_k = a.top_k;
+  params.top_p = a.top_p;
+  params.seed = a.seed;
+  params.ignore_eos = a.ignore_eos;
+  rollout::validate(params);  // n, top-p, ... are the whole run's: fail before any work
+
+  std::ifstream in(a.prompts);
+  if (!in) throw Error("--prompts " + a.prompts, "cannot open the file");
+  std::vector<rollout::GenerateRequest> requests;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", a.prompts, number);
+    nlohmann::json row;
+    try {
+      row = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      throw Error(where, fmt::format("not JSON: {}", e.what()));
+    }
+    std::string text;
+    if (row.contains("prompt") && row["prompt"].is_array()) {
+      std::vector<model::ChatMessage> messages;
+      for (const auto& m : row["prompt"]) {
+        if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
+            !m["content"].is_string())
+          throw Error(where, "each prompt message must be {\"role\": string, \"content\": string}");
+        messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      }
+      if (!chat) chat = model::ChatTemplate::from_config_file(a.model_dir);
+      if (!messages.empty()) text = chat->render(messages);
+    } else if (row.contains("text") && row["text"].is_string()) {
+      text = row["text"].get<std::string>();
+    } else {
+      throw Error(where, "a row needs \"prompt\" (chat messages) or \"text\" (a string)");
+    }
+    rollout::GenerateRequest r;
+    for (int32_t id : tokenizer.encode(text)) r.prompt_ids.push_back(id);
+    r.sampling = params;
+    r.sampling.seed = a.seed + uint64_t(requests.size());  // one seed per prompt, reproducible
+    requests.push_back(std::move(r));
+  }
+
+  rollout::EngineOptions options;
+  options.block_size = a.block_size;
+  options.kv_token_budget = a.kv_tokens;
+  rollout::RolloutEngine engine(std::move(lm), options);
+  std::cerr << fmt::format("generate: {} prompts x {} samples, {} ({} layers), KV pool {} blocks of {} ({:.1f} MiB)\n",
+                           requests.size(), a.n, config.architecture, config.num_hidden_layers, engine.num_blocks(),
+                           engine.block_size(), double(engine.pool_bytes()) / (1 << 20));
+  auto outputs = engine.generate(requests, [](int64_t done, int64_t total) {
+    std::cerr << fmt::format("\rgenerate: {}/{} samples done", done, total) << std::flush;
+  });
+  const auto& st = engine.last_stats();
+  std::cerr << fmt::format("\ngenerate: {} tokens in {:.2f} s ({:.1f} tokens/s), {} prefill + {} decode steps, {} preemptions\n",
+                           st.num_generated_tokens, st.seconds, double(st.num_generated_tokens) / std::max(st.seconds, 1e-9),
+                           st.num_prefill_steps, st.num_decode_steps, st.num_preemptions);
+
+  std::ofstream file;
+  if (!a.output.empty()) {
+    file.open(a.output);
+    if (!file) throw Error("--output " + a.output, "cannot write the file");
+  }
+  std::ostream& out = a.output.empty() ? std::cout : file;
+  int64_t errors = 0;
+  for (const auto& o : outputs) {
+    std::vector<int32_t> ids(o.token_ids.begin(), o.token_ids.end());
+    nlohmann::json j = {{"prompt_index", o.request_index},
+                        {"sample_index", o.sample_index},
+                        {"text", tokenizer.decode(ids, /*skip_special_tokens=*/true)},
+                        {"token_ids", o.token_ids},
+                        {"logprobs", o.logprobs},
+                        {"finish_reason", rollout::finish_reason_name(o.finish_reason)}};
+    if (!o.error.empty()) {
+      j["error"] = o.error;
+      ++errors;
+      std::cerr << fmt::format("generate: prompt {}: {}\n", o.request_index, o.error);
+    }
+    out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  if (errors > 0) std::cerr << fmt::format("generate: {} prompt(s) refused (see \"error\" in their lines)\n", errors);
+}
+
+}  // namespace
+
+void register_generate_command(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand("generate", "sample completions of JSONL prompts with the rollout engine");
+  cmd->add_option("--model", args->model_dir, "Hugging Face model folder (config.json, tokenizer.json, weights)")->required();
+  cmd->add_option("--prompts", args->prompts, "JSONL: {\"prompt\": [chat messages]} (verl) or {\"text\": \"...\"}")->required();
+  cmd->add_option("--output", args->output, "output JSONL (default: stdout)");
+  cmd->add_option("--n", args->n, "samples per prompt")->capture_default_str();
+  cmd->add_option("--max-new-tokens", args->max_new_tokens, "generated tokens at most")->capture_default_str();
+  cmd->add_option("--temperature", args->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-p", args->top_p, "nucleus mass in (0, 1]")->capture_default_str();
+  cmd->add_option("--top-k", args->top_k, "0 = all tokens")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "prompt i is seeded seed + i")->capture_default_str();
+  cmd->add_option("--init-seed", args->init_seed, "initialise the weights from this seed instead of loading them");
+  cmd->add_option("--block-size", args->block_size, "KV cache block size (tokens)")->capture_default_str();
+  cmd->add_option("--kv-tokens", args->kv_tokens, "KV pool size in tokens (default 16384)");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "do not stop at the model's EOS ids");
+  cmd->callback([args] { run_generate(*args); });
+}
+
+}  // namespace verlpp::apps
