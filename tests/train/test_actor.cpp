@@ -53,9 +53,9 @@ controller::Batch make_batch(const model::DecoderLM& m) {
 train::ActorConfig base_config() {
   train::ActorConfig c;
   c.ppo_mini_batch_size = kB;
-  c.grad_clip = 1e9;  // no clipping: compare raw steps
-  c.eps = 1e-3;       // damps AdamW's g/(|g|+eps) near g = 0, where rounding would flip it
-  c.weight_decay = 0.01;
+  c.optim.grad_clip = 1e9;  // no clipping: compare raw steps
+  c.optim.eps = 1e-3;       // damps AdamW's g/(|g|+eps) near g = 0, where rounding would flip it
+  c.optim.weight_decay = 0.01;
   c.policy.loss_agg_mode = "token-mean";
   return c;
 }
@@ -77,7 +77,7 @@ std::vector<at::Tensor> reference_step(const controller::Batch& b, const train::
     at::NoGradGuard no_grad;
     at::Tensor g = p.grad();
     // Step 1 of AdamW: m_hat = g, v_hat = g^2; decoupled weight decay first.
-    expected.push_back(p.mul(1 - lr * cfg.weight_decay).sub(g.div(at::sqrt(g.mul(g)).add(cfg.eps)).mul(lr)));
+    expected.push_back(p.mul(1 - lr * cfg.optim.weight_decay).sub(g.div(at::sqrt(g.mul(g)).add(cfg.optim.eps)).mul(lr)));
   }
   return expected;
 }
@@ -140,14 +140,14 @@ TEST_CASE("actor: KL loss, epochs, warmup and clipping", "[actor]") {
   cfg.ppo_epochs = 2;
   cfg.ppo_mini_batch_size = 4;  // two mini-batches per epoch: four optimizer steps
   cfg.ppo_micro_batch_size = 2;
-  cfg.grad_clip = 1e-3;
+  cfg.optim.grad_clip = 1e-3;
   train::Actor actor(m, cfg, train::LrSchedule({1e-3, "constant", 2, 10, 0.0, 0.5}));
   nlohmann::json first = actor.update_policy(batch);
   CHECK(actor.steps() == 4);
   CHECK(first["actor/lr"] == 0.0);  // warmup step 0
   CHECK(first.contains("actor/kl_loss"));
   CHECK(first["actor/kl_coef"] == cfg.kl_loss_coef);
-  CHECK(first["actor/grad_norm"].get<double>() > cfg.grad_clip);  // the norm before clipping is reported
+  CHECK(first["actor/grad_norm"].get<double>() > cfg.optim.grad_clip);  // the norm before clipping is reported
   nlohmann::json second = actor.update_policy(batch);
   CHECK(second["actor/lr"].get<double>() == Approx(0.5e-3));
   CHECK_THROWS_WITH(actor.update_policy(batch.slice(0, 6)), Catch::Contains("not a multiple of ppo_mini_batch_size 4"));

@@ -10,10 +10,12 @@
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/logprob.hpp>
 #include <verlpp/train/lr_schedule.hpp>
+#include <verlpp/train/optimizer.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <vector>
 #include <string>
 
 namespace verlpp::train {
@@ -25,7 +27,6 @@ struct ActorConfig {
   bool use_dynamic_bsz = false;            // micro-batches by token budget instead
   int64_t ppo_max_token_len = 16384;       // the budget per micro-batch (dynamic mode)
   int64_t ppo_epochs = 1;
-  double grad_clip = 1.0;
   double entropy_coeff = 0.0;
   bool use_kl_loss = false;
   double kl_loss_coef = 0.001;
@@ -33,10 +34,14 @@ struct ActorConfig {
   std::string loss_mode = "vanilla";       // policy_loss.loss_mode
   algo::PolicyLossConfig policy;           // clip ratios, agg mode, ...
   double temperature = 1.0;                // the rollout temperature the log-probs use
-  double weight_decay = 0.01;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  AdamWConfig optim;                       // weight decay, betas, eps, grad_clip
   int64_t log_prob_chunk_rows = 4;
 };
+
+// Micro-batches of a mini-batch: `micro_size` rows each, or (dynamic) balanced groups whose
+// attention_mask token counts fit `max_tokens`.
+std::vector<controller::Batch> micro_batches(const controller::Batch& mini, bool dynamic, int64_t micro_size,
+                                             int64_t max_tokens);
 
 class Actor {
  public:
@@ -54,17 +59,15 @@ class Actor {
   nlohmann::json update_policy(const controller::Batch& batch);
 
   // Optimizer steps taken and skipped so far.
-  int64_t steps() const { return steps_; }
-  int64_t skipped_steps() const { return skipped_; }
+  int64_t steps() const { return optimizer_->steps(); }
+  int64_t skipped_steps() const { return optimizer_->skipped(); }
   const ActorConfig& config() const { return config_; }
 
  private:
-  struct Optimizer;
   model::DecoderLM& model_;
   ActorConfig config_;
-  LrSchedule schedule_;
-  std::unique_ptr<Optimizer> optimizer_;
-  int64_t updates_ = 0, steps_ = 0, skipped_ = 0;
+  std::unique_ptr<OptimizerStep> optimizer_;
+  int64_t updates_ = 0;
 };
 
 }  // namespace verlpp::train

@@ -1,6 +1,4 @@
-// Actor: the policy update. The one train file that includes LibTorch's optimizer headers (the
-// C++ frontend needs full ATen), hence the #undef of the lean-include guard below.
-#undef TORCH_ASSERT_ONLY_METHOD_OPERATORS
+// Actor: log-probs and the policy update (verl's dp_actor.update_policy).
 #include <verlpp/train/actor.hpp>
 
 #include <verlpp/algo/agg_loss.hpp>
@@ -9,40 +7,23 @@
 #include <verlpp/core/error.hpp>
 #include <verlpp/train/partition.hpp>
 
-#include <torch/optim/adamw.h>
-
-#include <ATen/ops/stack.h>
-
 #include <cmath>
 
 namespace verlpp::train {
-namespace {
 
-// torch.nn.utils.clip_grad_norm_ (L2): the total norm over every gradient, then all gradients
-// scaled by min(1, max_norm / (norm + 1e-6)). Returns the norm before clipping. (LibTorch 1.13's
-// C++ clip_grad.h does not compile on its own, so this is the same formula written out.)
-double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
-  std::vector<at::Tensor> norms;
-  for (const auto& p : params)
-    if (p.grad().defined()) norms.push_back(p.grad().detach().norm());
-  if (norms.empty()) return 0.0;
-  const double total = at::stack(norms).norm().item<double>();
-  const double coef = std::min(1.0, max_norm / (total + 1e-6));
-  if (std::isfinite(total) && coef < 1.0)
-    for (const auto& p : params)
-      if (p.grad().defined()) p.grad().detach().mul_(coef);
-  return total;
+// Micro-batches of `mini`: fixed size, or balanced under a token budget.
+std::vector<controller::Batch> micro_batches(const controller::Batch& mini, bool dynamic, int64_t micro_size,
+                                             int64_t max_tokens) {
+  if (!dynamic) return mini.split(micro_size);
+  at::Tensor lens = mini.tensor("attention_mask").sum(1).to(at::kLong).contiguous();
+  std::vector<int64_t> seq_lens(lens.data_ptr<int64_t>(), lens.data_ptr<int64_t>() + lens.numel());
+  std::vector<controller::Batch> out;
+  for (const auto& group : dynamic_micro_batches(seq_lens, max_tokens)) out.push_back(mini.rows(group));
+  return out;
 }
 
-}  // namespace
-
-struct Actor::Optimizer {
-  std::vector<at::Tensor> params;
-  std::unique_ptr<torch::optim::AdamW> adamw;
-};
-
 Actor::Actor(model::DecoderLM& model, ActorConfig config, LrSchedule schedule)
-    : model_(model), config_(std::move(config)), schedule_(std::move(schedule)), optimizer_(std::make_unique<Optimizer>()) {
+    : model_(model), config_(std::move(config)) {
   VERLPP_CHECK(config_.ppo_mini_batch_size >= 1, "ppo_mini_batch_size {} must be >= 1", config_.ppo_mini_batch_size);
   VERLPP_CHECK(config_.use_dynamic_bsz || (config_.ppo_micro_batch_size >= 1 &&
                                            config_.ppo_mini_batch_size % config_.ppo_micro_batch_size == 0),
@@ -50,10 +31,9 @@ Actor::Actor(model::DecoderLM& model, ActorConfig config, LrSchedule schedule)
                config_.ppo_mini_batch_size);
   VERLPP_CHECK(config_.ppo_epochs >= 1, "ppo_epochs {} must be >= 1", config_.ppo_epochs);
   model_.set_requires_grad(true);
-  for (const auto& [name, p] : model_.named_parameters()) optimizer_->params.push_back(p);
-  torch::optim::AdamWOptions options(schedule_.lr(0));
-  options.betas({config_.beta1, config_.beta2}).eps(config_.eps).weight_decay(config_.weight_decay);
-  optimizer_->adamw = std::make_unique<torch::optim::AdamW>(optimizer_->params, options);
+  std::vector<at::Tensor> params;
+  for (const auto& [name, p] : model_.named_parameters()) params.push_back(p);
+  optimizer_ = std::make_unique<OptimizerStep>(std::move(params), config_.optim, std::move(schedule));
 }
 
 Actor::~Actor() = default;
@@ -68,8 +48,7 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
   const int64_t rows = batch.size();
   VERLPP_CHECK(rows % config_.ppo_mini_batch_size == 0, "the batch of {} sequences is not a multiple of ppo_mini_batch_size {}",
                rows, config_.ppo_mini_batch_size);
-  const double lr = schedule_.lr(updates_);
-  for (auto& group : optimizer_->adamw->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  const double lr = optimizer_->set_lr_for_update(updates_);
   double pg_loss_sum = 0, clipfrac_sum = 0, ppo_kl_sum = 0, lower_sum = 0, kl_loss_sum = 0, entropy_sum = 0, grad_norm_sum = 0;
   int64_t micro_count = 0, steps_taken = 0;
   const int64_t response_length = batch.tensor("responses").size(1);
@@ -80,15 +59,8 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
       algo::AggLossOptions agg = config_.policy.agg;
       agg.batch_num_tokens = mask.sum().item<double>();
       agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
-      std::vector<controller::Batch> micros;
-      if (config_.use_dynamic_bsz) {
-        at::Tensor lens = mini.tensor("attention_mask").sum(1).to(at::kLong).contiguous();
-        std::vector<int64_t> seq_lens(lens.data_ptr<int64_t>(), lens.data_ptr<int64_t>() + lens.numel());
-        for (const auto& group : dynamic_micro_batches(seq_lens, config_.ppo_max_token_len)) micros.push_back(mini.rows(group));
-      } else {
-        micros = mini.split(config_.ppo_micro_batch_size);
-      }
-      optimizer_->adamw->zero_grad();
+      const auto micros = micro_batches(mini, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len);
+      optimizer_->zero_grad();
       for (const controller::Batch& micro : micros) {
         const bool need_entropy = config_.entropy_coeff != 0.0;
         ResponseLogProbs out = response_log_probs(model_, micro.tensor("input_ids"), micro.tensor("attention_mask"),
@@ -118,13 +90,8 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
         lower_sum += pg.clipfrac_lower.item<double>();
         ++micro_count;
       }
-      double grad_norm = clip_grad_norm(optimizer_->params, config_.grad_clip);
-      if (!std::isfinite(grad_norm)) {
-        ++skipped_;  // as verl: warn and skip the step, keep the weights
-        optimizer_->adamw->zero_grad();
-      } else {
-        optimizer_->adamw->step();
-        ++steps_;
+      const double grad_norm = optimizer_->clip_and_step();
+      if (!optimizer_->last_step_skipped()) {
         ++steps_taken;
         grad_norm_sum += grad_norm;
       }
@@ -135,7 +102,7 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
   nlohmann::json metrics = {{"actor/pg_loss", pg_loss_sum / per_micro},   {"actor/pg_clipfrac", clipfrac_sum / per_micro},
                             {"actor/ppo_kl", ppo_kl_sum / per_micro},     {"actor/pg_clipfrac_lower", lower_sum / per_micro},
                             {"actor/grad_norm", grad_norm_sum / double(std::max<int64_t>(steps_taken, 1))},
-                            {"actor/lr", lr},                              {"actor/skipped_steps", skipped_}};
+                            {"actor/lr", lr},                              {"actor/skipped_steps", optimizer_->skipped()}};
   if (config_.entropy_coeff != 0.0) metrics["actor/entropy"] = entropy_sum / per_micro;
   if (config_.use_kl_loss) {
     metrics["actor/kl_loss"] = kl_loss_sum / per_micro;

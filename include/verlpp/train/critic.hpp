@@ -1,0 +1,56 @@
+// The critic: a decoder with a one-label score head (HF ...ForTokenClassification layout) whose
+// per-token outputs are values, and its clipped value-loss update over mini- and micro-batches
+// (verl's dp_critic), with the same optimizer step and global-batch scaling as the actor.
+#pragma once
+
+#include <verlpp/controller/batch.hpp>
+#include <verlpp/model/decoder.hpp>
+#include <verlpp/train/lr_schedule.hpp>
+#include <verlpp/train/optimizer.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+
+namespace verlpp::train {
+
+// verl's critic.* (batch sizes in sequences).
+struct CriticConfig {
+  int64_t ppo_mini_batch_size = 8;
+  int64_t ppo_micro_batch_size = 2;
+  bool use_dynamic_bsz = false;
+  int64_t ppo_max_token_len = 32768;
+  int64_t ppo_epochs = 1;
+  double cliprange_value = 0.5;
+  std::string loss_agg_mode = "token-mean";
+  AdamWConfig optim;
+};
+
+class Critic {
+ public:
+  // `model` must have a score head with num_labels = 1.
+  Critic(model::DecoderLM& model, CriticConfig config, LrSchedule schedule);
+  ~Critic();
+
+  // Values of the response positions, [B, R] fp32, without a graph: the score at the position
+  // before each response token (verl: logits[:, -R-1:-1]).
+  at::Tensor compute_values(const controller::Batch& batch) const;
+
+  // One update on `batch` (needs input_ids, attention_mask, position_ids, responses,
+  // response_mask, values, returns). Metrics: critic/vf_loss, critic/vf_clipfrac,
+  // critic/vpred_mean, critic/grad_norm, critic/lr.
+  nlohmann::json update_critic(const controller::Batch& batch);
+
+  int64_t steps() const { return optimizer_->steps(); }
+  int64_t skipped_steps() const { return optimizer_->skipped(); }
+
+ private:
+  at::Tensor values_of(const controller::Batch& batch) const;  // with grad when enabled
+  model::DecoderLM& model_;
+  CriticConfig config_;
+  std::unique_ptr<OptimizerStep> optimizer_;
+  int64_t updates_ = 0;
+};
+
+}  // namespace verlpp::train

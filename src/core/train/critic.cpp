@@ -1,0 +1,81 @@
+// Critic: values from the score head and the clipped value-loss update (verl's dp_critic).
+#include <verlpp/train/critic.hpp>
+
+#include <verlpp/algo/value_loss.hpp>
+#include <verlpp/core/error.hpp>
+#include <verlpp/train/actor.hpp>
+
+namespace verlpp::train {
+
+Critic::Critic(model::DecoderLM& model, CriticConfig config, LrSchedule schedule) : model_(model), config_(std::move(config)) {
+  VERLPP_CHECK(model_.config().head != model::ModelHead::kCausalLM && model_.config().num_labels == 1,
+               "the critic needs a score head with one label (a ...ForTokenClassification model)");
+  VERLPP_CHECK(config_.ppo_mini_batch_size >= 1, "ppo_mini_batch_size {} must be >= 1", config_.ppo_mini_batch_size);
+  VERLPP_CHECK(config_.use_dynamic_bsz || (config_.ppo_micro_batch_size >= 1 &&
+                                           config_.ppo_mini_batch_size % config_.ppo_micro_batch_size == 0),
+               "ppo_micro_batch_size {} must divide ppo_mini_batch_size {}", config_.ppo_micro_batch_size,
+               config_.ppo_mini_batch_size);
+  model_.set_requires_grad(true);
+  std::vector<at::Tensor> params;
+  for (const auto& [name, p] : model_.named_parameters()) params.push_back(p);
+  optimizer_ = std::make_unique<OptimizerStep>(std::move(params), config_.optim, std::move(schedule));
+}
+
+Critic::~Critic() = default;
+
+at::Tensor Critic::values_of(const controller::Batch& batch) const {
+  const at::Tensor& ids = batch.tensor("input_ids");
+  const int64_t t = ids.size(1), r = batch.tensor("responses").size(1);
+  VERLPP_CHECK(r >= 1 && r < t, "response length {} must be in [1, T) with T = {}", r, t);
+  at::Tensor hidden = model_.forward_padded(ids, batch.tensor("attention_mask"), batch.tensor("position_ids"));
+  return model_.scores(hidden.narrow(1, t - r - 1, r)).select(-1, 0).to(at::kFloat);  // [B, R]
+}
+
+at::Tensor Critic::compute_values(const controller::Batch& batch) const {
+  at::NoGradGuard no_grad;
+  return values_of(batch);
+}
+
+nlohmann::json Critic::update_critic(const controller::Batch& batch) {
+  VERLPP_CHECK(batch.size() % config_.ppo_mini_batch_size == 0,
+               "the batch of {} sequences is not a multiple of ppo_mini_batch_size {}", batch.size(), config_.ppo_mini_batch_size);
+  const double lr = optimizer_->set_lr_for_update(updates_);
+  double loss_sum = 0, clipfrac_sum = 0, vpred_sum = 0, norm_sum = 0;
+  int64_t micro_count = 0, steps_taken = 0;
+  for (int64_t epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
+    for (const controller::Batch& mini : batch.split(config_.ppo_mini_batch_size)) {
+      const at::Tensor mask = mini.tensor("response_mask");
+      algo::AggLossOptions agg;
+      agg.batch_num_tokens = mask.sum().item<double>();
+      agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
+      optimizer_->zero_grad();
+      for (const controller::Batch& micro :
+           micro_batches(mini, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len)) {
+        at::Tensor vpreds = values_of(micro);
+        const at::Tensor m = micro.tensor("response_mask");
+        algo::ValueLossOutput out = algo::compute_value_loss(vpreds, micro.tensor("returns"), micro.tensor("values"), m,
+                                                             config_.cliprange_value, config_.loss_agg_mode, agg);
+        out.loss.backward();
+        loss_sum += out.loss.item<double>();
+        clipfrac_sum += out.clipfrac.item<double>();
+        vpred_sum += vpreds.detach().mul(m).sum().item<double>() / std::max(1.0, m.sum().item<double>());
+        ++micro_count;
+      }
+      const double norm = optimizer_->clip_and_step();
+      if (!optimizer_->last_step_skipped()) {
+        norm_sum += norm;
+        ++steps_taken;
+      }
+    }
+  }
+  ++updates_;
+  const double per_micro = double(std::max<int64_t>(micro_count, 1));
+  return {{"critic/vf_loss", loss_sum / per_micro},
+          {"critic/vf_clipfrac", clipfrac_sum / per_micro},
+          {"critic/vpred_mean", vpred_sum / per_micro},
+          {"critic/grad_norm", norm_sum / double(std::max<int64_t>(steps_taken, 1))},
+          {"critic/lr", lr},
+          {"critic/skipped_steps", optimizer_->skipped()}};
+}
+
+}  // namespace verlpp::train
