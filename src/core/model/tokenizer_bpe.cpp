@@ -28,6 +28,28 @@ const std::string& string_field(const nlohmann::json& node, const char* key, con
 
 }  // namespace
 
+void Bpe::MergeTable::reserve(size_t count) {
+  size_t capacity = 16;
+  shift = 60;
+  while (capacity < 2 * count + 2) {
+    capacity *= 2;
+    --shift;
+  }
+  keys.assign(capacity, kEmpty);
+  values.assign(capacity, Merge{0, 0});
+  mask = capacity - 1;
+}
+
+void Bpe::MergeTable::insert(uint64_t key, Merge value) {
+  for (uint64_t slot = (key * 0x9E3779B97F4A7C15ull) >> shift;; slot = (slot + 1) & mask) {
+    if (keys[slot] == key || keys[slot] == kEmpty) {
+      keys[slot] = key;
+      values[slot] = value;
+      return;
+    }
+  }
+}
+
 std::unique_ptr<Bpe> Bpe::from_json(const nlohmann::json& node, const std::string& where, bool byte_level) {
   VERLPP_CHECK(node.is_object(), "{}: expected an object", where);
   if (node.contains("type")) {
@@ -90,7 +112,7 @@ std::unique_ptr<Bpe> Bpe::from_json(const nlohmann::json& node, const std::strin
     auto l = bpe->vocab.find(left), r = bpe->vocab.find(right), merged = bpe->vocab.find(left + right);
     VERLPP_CHECK(l != bpe->vocab.end() && r != bpe->vocab.end() && merged != bpe->vocab.end(),
                  "{}.merges[{}]: {} uses a token missing from the vocabulary", where, rank, m.dump());
-    bpe->merges_.emplace(pair_key(l->second, r->second), Merge{int32_t(rank), merged->second});
+    bpe->merges_.insert(pair_key(l->second, r->second), Merge{int32_t(rank), merged->second});
   }
 
   if (byte_level) {
@@ -116,10 +138,7 @@ int32_t Bpe::lookup_symbol(std::string_view text) const {
 void Bpe::merge_word(std::vector<int32_t>& symbols) const {
   const size_t n = symbols.size();
   if (n < 2) return;
-  auto find_merge = [&](int32_t a, int32_t b) -> const Merge* {
-    auto it = merges_.find(pair_key(a, b));
-    return it == merges_.end() ? nullptr : &it->second;
-  };
+  auto find_merge = [&](int32_t a, int32_t b) { return merges_.find(pair_key(a, b)); };
   if (n <= kScanLimit) {
     // ranks[k]: rank of the pair (symbols[k], symbols[k + 1]), INT32_MAX when none.
     std::vector<int32_t> ranks(n - 1), merged(n - 1);

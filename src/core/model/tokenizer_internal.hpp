@@ -166,7 +166,25 @@ class Bpe {
   std::array<int32_t, 256> byte_ids_{};                 // raw byte -> id (-1 missing)
   std::unordered_map<std::string, int32_t> byte_vocab_;  // raw bytes -> id (byte-level)
   struct Merge { int32_t rank; int32_t id; };
-  std::unordered_map<uint64_t, Merge> merges_;          // (left id << 32 | right id)
+  // Merges keyed by (left id << 32 | right id): an open-addressing table (linear probing, at
+  // most half full), since a cold encode is dominated by these lookups.
+  struct MergeTable {
+    std::vector<uint64_t> keys;  // kEmpty where unused
+    std::vector<Merge> values;
+    uint64_t mask = 0;
+    int shift = 64;
+    static constexpr uint64_t kEmpty = ~uint64_t(0);
+    void reserve(size_t count);
+    // Inserts or replaces: a pair listed twice keeps its last rank, as HF's merge map does.
+    void insert(uint64_t key, Merge value);
+    const Merge* find(uint64_t key) const {
+      for (uint64_t slot = (key * 0x9E3779B97F4A7C15ull) >> shift;; slot = (slot + 1) & mask) {
+        if (keys[slot] == key) return &values[slot];
+        if (keys[slot] == kEmpty) return nullptr;
+      }
+    }
+  };
+  MergeTable merges_;
   // Word cache keyed by the word's hash; the word is stored to rule out collisions.
   struct CacheEntry {
     std::string word;
