@@ -2,6 +2,7 @@
 // gloo lacks); all-gather, broadcast and point-to-point move bytes; reduce-scatter is an
 // all-reduce into scratch followed by taking this rank's chunk (simple; this is the reference).
 #include "gloo_communicator.hpp"
+#include "half_float.hpp"
 
 #include <verlpp/sdk/dlpack_util.hpp>
 
@@ -88,20 +89,6 @@ gloo::transport::tcp::attr listen_attr() {
     attr.hostname = name;
   }
   return attr;
-}
-
-uint16_t to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffff) > 0x7f800000) return uint16_t((bits >> 16) | 0x40);  // NaN stays NaN
-  uint32_t rounding = 0x7fff + ((bits >> 16) & 1);  // round to nearest even
-  return uint16_t((bits + rounding) >> 16);
-}
-float from_bf16(uint16_t h) {
-  uint32_t bits = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
@@ -288,9 +275,9 @@ class GlooCommunicator : public sdk::Communicator {
         if (dtype.bits == 16) {
           auto* h = static_cast<uint16_t*>(data);
           std::vector<float> f(n);
-          for (size_t i = 0; i < n; ++i) f[i] = from_bf16(h[i]);
+          for (size_t i = 0; i < n; ++i) f[i] = bf16_to_float(h[i]);
           gloo_allreduce(f.data(), n, op, what);
-          for (size_t i = 0; i < n; ++i) h[i] = to_bf16(f[i]);
+          for (size_t i = 0; i < n; ++i) h[i] = float_to_bf16(f[i]);
           return;
         }
         break;

@@ -1,0 +1,15 @@
+// cpu_ref: fp32 <-> bf16 / fp16 conversions (round to nearest even), shared by the reference
+// kernels and the Gloo communicator (which reduces bf16 through fp32). The conformance suite
+// has its own, independent converters on purpose.
+#pragma once
+
+#include <cstdint>
+
+namespace verlpp::cpu_ref {
+
+float bf16_to_float(uint16_t h);
+uint16_t float_to_bf16(float f);
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+
+}  // namespace verlpp::cpu_ref
