@@ -102,6 +102,10 @@ TEST_CASE("tiny tokenizer: vocabulary and hand-checked tokens", "[tokenizer]") {
   CHECK(tokens_of(t, "What is 12 + 7?") ==
         std::vector<std::string>{"What", "\xC4\xA0is", "\xC4\xA0", "1", "2", "\xC4\xA0+", "\xC4\xA0", "7", "?"});
   CHECK(t.encode("").empty());
+  // The word cache never changes results.
+  auto warm = t.encode("What is 12 + 7? Answer: 19");
+  t.clear_cache();
+  CHECK(t.encode("What is 12 + 7? Answer: 19") == warm);
 }
 
 TEST_CASE("tiny tokenizer: special tokens inside text, decode and round trips", "[tokenizer]") {

@@ -62,6 +62,8 @@ class Tokenizer {
   const std::vector<AddedToken>& added_tokens() const;
   // Where this tokenizer was loaded from (a path or "<memory>").
   const std::string& origin() const;
+  // Empties the word cache (memory, or cold-start measurements); results never change.
+  void clear_cache() const;
 
   struct Impl;
 

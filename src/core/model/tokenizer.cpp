@@ -372,6 +372,7 @@ bool Tokenizer::is_special(int32_t id) const {
 int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
 const std::string& Tokenizer::origin() const { return impl_->origin; }
+void Tokenizer::clear_cache() const { impl_->bpe->clear_cache(); }
 
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens) {}

@@ -150,6 +150,11 @@ class Bpe {
   // Builds from the "model" node; `byte_level` selects the raw-byte alphabet.
   static std::unique_ptr<Bpe> from_json(const nlohmann::json& node, const std::string& where,
                                         bool byte_level);
+  // Empties the word cache.
+  void clear_cache() const {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    cache_.clear();
+  }
   // Appends the ids of one pre-tokenized piece (raw bytes when byte-level).
   void encode_piece(std::string_view piece, std::vector<int32_t>& ids, Scratch& scratch) const;
 
