@@ -124,6 +124,10 @@ TEST_CASE("chat template errors", "[chat_template]") {
              Catch::Contains("tokenizer_config.json") && Catch::Contains("chat_template"));
   ChatTemplate named = ChatTemplate::from_config_file(dir, "llama3");
   CHECK(named.bos_token() == "<B>");
+  // Without "chat_template", a chat_template.jinja beside the config is used.
+  std::ofstream(dir + "/chat_template.jinja") << "{% for m in messages %}{{ '<|im_start|>' + m.role }}{% endfor %}<|im_end|>";
+  CHECK(ChatTemplate::from_config_file(dir).name() == "chatml");
+  ::unlink((dir + "/chat_template.jinja").c_str());
   std::ofstream(file) << "{not json";
   CHECK_THAT(error_of([&] { ChatTemplate::from_config_file(dir); }), Catch::Contains("not valid JSON"));
   ::unlink(file.c_str());

@@ -36,8 +36,8 @@ class ChatTemplate {
   // listing the known ones.
   static ChatTemplate builtin(const std::string& name);
   // The template of a tokenizer_config.json file (or a folder holding one). Empty `override_name`
-  // recognises the file's "chat_template"; otherwise that built-in is used (the file may then be
-  // absent, but its bos_token is still read when present).
+  // recognises the file's "chat_template" (or, without one, a chat_template.jinja beside it);
+  // otherwise that built-in is used (the file may then be absent; its bos_token is still read).
   static ChatTemplate from_config_file(const std::string& path, const std::string& override_name = "");
   // Recognises a Jinja chat template's text; `bos_token` is used by the Llama formats. Error
   // (naming `origin`) when the template is not one of the known formats.

@@ -162,8 +162,19 @@ ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::
     if (!bos.empty()) t.bos_token_ = bos;
     return t;
   }
-  VERLPP_CHECK(config.contains("chat_template"), "{}: field \"chat_template\" is missing (name a built-in chat "
-               "format instead: {})", file, join(kBuiltinNames, ", "));
+  // Newer transformers save the template as chat_template.jinja beside the config.
+  const size_t slash = file.find_last_of('/');
+  const std::string jinja_file = (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) +
+                                 "chat_template.jinja";
+  if (!config.contains("chat_template") && tok::path_exists(jinja_file)) {
+    std::ifstream in(jinja_file, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return recognise(text.str(), bos, jinja_file);
+  }
+  VERLPP_CHECK(config.contains("chat_template"), "{}: field \"chat_template\" is missing and there is no "
+               "chat_template.jinja beside it (name a built-in chat format instead: {})", file,
+               join(kBuiltinNames, ", "));
   const auto& node = config["chat_template"];
   std::string jinja;
   if (node.is_string()) {
