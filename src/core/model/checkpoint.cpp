@@ -5,7 +5,7 @@
 
 #include <verlpp/model/safetensors.hpp>
 
-#include "file_util.hpp"
+#include "../util/files.hpp"
 #include "shape_string.hpp"
 
 #include <verlpp/core/error.hpp>

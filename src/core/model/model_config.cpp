@@ -5,7 +5,7 @@
 #include <verlpp/model/model_config.hpp>
 
 #include <verlpp/core/error.hpp>
-#include "file_util.hpp"
+#include "../util/files.hpp"
 
 namespace verlpp::model {
 namespace {

@@ -3,7 +3,7 @@
 // the file's real size, so later tensor() calls cannot read past the mapping.
 #include <verlpp/model/safetensors.hpp>
 
-#include "file_util.hpp"
+#include "../util/files.hpp"
 #include "shape_string.hpp"
 
 #include <verlpp/core/error.hpp>

@@ -4,7 +4,7 @@
 // into place, so a crash never leaves a half-written checkpoint under the real name.
 #include <verlpp/model/safetensors.hpp>
 
-#include "file_util.hpp"
+#include "../util/files.hpp"
 
 #include <verlpp/core/error.hpp>
 

@@ -1,6 +1,6 @@
 // POSIX implementations of the model layer's file helpers (see file_util.hpp for why not
 // std::filesystem).
-#include "file_util.hpp"
+#include "files.hpp"
 
 #include <verlpp/core/error.hpp>
 
@@ -15,7 +15,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace verlpp::model::files {
+namespace verlpp::files {
 
 bool is_dir(const std::string& path) {
   struct stat st {};
@@ -82,4 +82,20 @@ void write_text(const std::string& path, const std::string& text) {
     throw Error(path, fmt::format("cannot rename {} into place: {}", tmp, std::strerror(errno)));
 }
 
-}  // namespace verlpp::model::files
+void remove_tree(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return;  // absent
+  if (S_ISDIR(st.st_mode)) {
+    for (const std::string& name : list_dir(path)) remove_tree(join(path, name));
+    if (rmdir(path.c_str()) != 0) throw Error(path, fmt::format("cannot remove the folder: {}", std::strerror(errno)));
+    return;
+  }
+  if (unlink(path.c_str()) != 0) throw Error(path, fmt::format("cannot remove: {}", std::strerror(errno)));
+}
+
+void rename_path(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0)
+    throw Error(from, fmt::format("cannot rename to {}: {}", to, std::strerror(errno)));
+}
+
+}  // namespace verlpp::files

@@ -1,4 +1,4 @@
-// Small POSIX file helpers for the model layer (internal). std::filesystem is avoided here on
+// Small POSIX file helpers shared by the library (internal). std::filesystem is avoided here on
 // purpose: PyTorch wheels' libtorch.so exports some std::filesystem symbols of its own, and a
 // call bound to that copy crashed on the GPU host (docs/building.md); plain POSIX cannot.
 #pragma once
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace verlpp::model::files {
+namespace verlpp::files {
 
 bool is_dir(const std::string& path);
 bool is_file(const std::string& path);
@@ -24,5 +24,10 @@ void copy_file(const std::string& from, const std::string& to);
 std::string read_text(const std::string& path);
 // Writes `text` to `path` through a temporary file and a rename.
 void write_text(const std::string& path, const std::string& text);
+// Removes a file or a folder with everything in it (nothing if absent); an error naming what
+// could not be removed.
+void remove_tree(const std::string& path);
+// rename(2): atomic within one file system; an error naming both paths.
+void rename_path(const std::string& from, const std::string& to);
 
-}  // namespace verlpp::model::files
+}  // namespace verlpp::files
