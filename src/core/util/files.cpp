@@ -1,4 +1,4 @@
-// POSIX implementations of the model layer's file helpers (see file_util.hpp for why not
+// POSIX implementations of the shared file helpers (see files.hpp for why not
 // std::filesystem).
 #include "files.hpp"
 
