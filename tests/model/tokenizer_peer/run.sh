@@ -3,9 +3,10 @@
 # compare.mjs there. A failed install fails the test: there is no skip.
 # Usage: run.sh SOURCE_DIR NODE_PROJECT_DIR VERLPP_BINARY [install-only]
 set -euo pipefail
-src=$1 project=$2 verlpp=${3:-}
+mkdir -p "$2"
+src=$(cd "$1" && pwd) project=$(cd "$2" && pwd) verlpp=${3:-}
+[ -z "$verlpp" ] || verlpp=$(cd "$(dirname "$verlpp")" && pwd)/$(basename "$verlpp")
 here=$src/tests/model/tokenizer_peer
-mkdir -p "$project"
 # ESM resolves packages next to the script, so the scripts run from the project folder.
 cp "$here/package.json" "$here/corpus.mjs" "$here/compare.mjs" "$project/"
 stamp=$project/node_modules/.verlpp-stamp
