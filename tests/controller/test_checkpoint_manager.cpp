@@ -1,7 +1,5 @@
 // CheckpointManager: only committed folders count, the tracker follows commits, pruning keeps
 // the newest, and each resume mode picks what verl would.
-#include <catch2/catch.hpp>
-
 #include <verlpp/controller/checkpoint_manager.hpp>
 #include <verlpp/core/error.hpp>
 
@@ -9,6 +7,8 @@
 #include <fstream>
 #include <sys/stat.h>
 #include <unistd.h>
+// Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
+#include <catch2/catch.hpp>
 
 using verlpp::controller::CheckpointManager;
 using Catch::Contains;

@@ -1,11 +1,11 @@
 // Config: verl's defaults, strict merging with suggestions, overrides, references, validation.
-#include <catch2/catch.hpp>
-
 #include <verlpp/controller/config.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <cstdio>
 #include <fstream>
+// Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
+#include <catch2/catch.hpp>
 
 using verlpp::controller::Config;
 using Catch::Contains;

@@ -1,14 +1,14 @@
 // Prompt datasets (verl's JSONL schema) with the embedded tiny tokenizer: parsing and its
 // errors (file:line), truncation modes against slicing the full ids, filtering, the resumable
 // loader, and left-padded collation against a plain loop.
-#include <catch2/catch.hpp>
-
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <cstdio>
 #include <fstream>
 #include <set>
+// Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
+#include <catch2/catch.hpp>
 
 using namespace verlpp;
 using namespace verlpp::controller;

@@ -1,10 +1,10 @@
 // Rewards: verl's gsm8k and math rules on hand-worked cases (including the reference's odd
 // corners: clipping, commas kept in flexible mode, \fbox scoring 0, the plain-equality fallback),
 // the demo task, the registry, and a custom function loaded from a shared object.
-#include <catch2/catch.hpp>
-
 #include <verlpp/controller/reward.hpp>
 #include <verlpp/core/error.hpp>
+// Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
+#include <catch2/catch.hpp>
 
 using namespace verlpp::controller;
 using Catch::Contains;

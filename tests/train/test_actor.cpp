@@ -1,8 +1,7 @@
 // Actor::update_policy on the tiny model: one AdamW step through micro-batches (fixed and
 // dynamic) equals the step a plain full-batch reference computes by hand; non-finite steps are
 // skipped; metrics carry verl's names.
-#include <catch2/catch.hpp>
-
+#include <ATen/core/grad_mode.h>
 #include <verlpp/algo/policy_loss.hpp>
 #include <verlpp/model/model_config.hpp>
 #include <verlpp/train/actor.hpp>
@@ -13,6 +12,8 @@
 #include <ATen/ops/sqrt.h>
 
 #include <cmath>
+// Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
+#include <catch2/catch.hpp>
 
 using namespace verlpp;
 

@@ -1,7 +1,5 @@
 // response_log_probs on the tiny model: against full logits with fp64 log-softmax and an explicit
 // entropy loop, for every chunking; gradients equal the unchunked computation's.
-#include <catch2/catch.hpp>
-
 #include <verlpp/model/model_config.hpp>
 #include <verlpp/train/logprob.hpp>
 
@@ -10,6 +8,8 @@
 #include <ATen/ops/zeros.h>
 
 #include <cmath>
+// Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
+#include <catch2/catch.hpp>
 
 using namespace verlpp;
 

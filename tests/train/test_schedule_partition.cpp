@@ -1,6 +1,4 @@
 // LR schedules at hand-computed points, and balanced partitions against brute force.
-#include <catch2/catch.hpp>
-
 #include <verlpp/core/error.hpp>
 #include <verlpp/train/lr_schedule.hpp>
 #include <verlpp/train/partition.hpp>
@@ -9,6 +7,8 @@
 #include <functional>
 #include <numeric>
 #include <random>
+// Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
+#include <catch2/catch.hpp>
 
 using namespace verlpp::train;
 using Catch::Contains;

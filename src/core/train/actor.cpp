@@ -1,4 +1,5 @@
 // Actor: log-probs and the policy update (verl's dp_actor.update_policy).
+#include <ATen/core/grad_mode.h>
 #include <verlpp/train/actor.hpp>
 
 #include <verlpp/algo/agg_loss.hpp>

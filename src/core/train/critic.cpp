@@ -1,4 +1,5 @@
 // Critic: values from the score head and the clipped value-loss update (verl's dp_critic).
+#include <ATen/core/grad_mode.h>
 #include <verlpp/train/critic.hpp>
 
 #include <verlpp/algo/value_loss.hpp>
