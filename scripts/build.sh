@@ -18,6 +18,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# ccache keys on relative paths under the checkout, so a fresh clone elsewhere (CI) reuses the
+# objects an earlier build on this machine compiled.
+export CCACHE_BASEDIR="$PWD"
+
 BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-Release}
 JOBS=${JOBS:-$(nproc)}
