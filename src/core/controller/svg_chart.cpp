@@ -1,0 +1,154 @@
+// The run report's SVG line charts. Coordinates are computed here, in pixels, with the axis range
+// widened to the outermost "nice" ticks, so every point lies inside the plot and the grid.
+#include "svg_chart.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace verlpp::controller::svg {
+namespace {
+
+constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+constexpr int kNumColours = sizeof(kPalette) / sizeof(kPalette[0]);
+
+// Pixel layout: the plot area, then the legend to its right.
+constexpr double kLeft = 72, kTop = 34, kPlotW = 460, kPlotH = 230, kBottom = 52;
+constexpr double kLegendX = kLeft + kPlotW + 24, kLegendRow = 18, kWidth = 800;
+
+struct Range {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -std::numeric_limits<double>::infinity();
+  void add(double v) { lo = std::min(lo, v), hi = std::max(hi, v); }
+  bool empty() const { return lo > hi; }
+};
+
+bool finite_point(const Series& s, size_t i) { return std::isfinite(s.x[i]) && std::isfinite(s.y[i]); }
+
+std::string px(double v) { return fmt::format("{:.2f}", v); }
+
+}  // namespace
+
+std::string escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string format_value(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  if (value == 0) return "0";  // also -0
+  return fmt::format("{:.6g}", value);
+}
+
+std::vector<double> nice_ticks(double lo, double hi, int target, double min_step) {
+  if (!(lo <= hi) || !std::isfinite(lo) || !std::isfinite(hi)) return {};
+  if (hi == lo) {  // one value: a small symmetric band around it
+    const double pad = lo == 0 ? 1.0 : std::abs(lo) * 0.1;
+    lo -= pad, hi += pad;
+  }
+  const double raw = (hi - lo) / std::max(1, target);
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = magnitude * 10;
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * magnitude >= raw) { step = m * magnitude; break; }
+  step = std::max(step, min_step);
+  const double first = std::floor(lo / step), last = std::ceil(hi / step);
+  std::vector<double> ticks;
+  for (double k = first; k <= last + 0.5; k += 1) {
+    const double v = k * step;
+    ticks.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
+  }
+  if (ticks.size() == 1) ticks.push_back(ticks[0] + step);
+  return ticks;
+}
+
+std::string render(const LineChart& chart) {
+  Range xr, yr;
+  bool integer_x = true;
+  for (const auto& s : chart.series)
+    for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i)
+      if (finite_point(s, i)) {
+        xr.add(s.x[i]), yr.add(s.y[i]);
+        integer_x = integer_x && s.x[i] == std::floor(s.x[i]);
+      }
+  const double height =
+      std::max(kTop + kPlotH + kBottom, kTop + kLegendRow * static_cast<double>(chart.series.size()) + 16);
+  std::string out = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"{0}\" height=\"{1}\" "
+      "viewBox=\"0 0 {0} {1}\" role=\"img\" aria-label=\"{2}\">\n<title>{2}</title>\n"
+      "<text class=\"chart-title\" x=\"{3}\" y=\"20\">{2}</text>\n",
+      kWidth, px(height), escape(chart.title), px(kLeft));
+  if (xr.empty()) return out + "<text x=\"80\" y=\"80\">no finite values</text>\n</svg>\n";
+
+  const std::vector<double> xt = nice_ticks(xr.lo, xr.hi, 8, integer_x ? 1.0 : 0.0);
+  const std::vector<double> yt = nice_ticks(yr.lo, yr.hi, 5);
+  const double x0 = xt.front(), x1 = xt.back(), y0 = yt.front(), y1 = yt.back();
+  auto map_x = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * kPlotW; };
+  auto map_y = [&](double y) { return kTop + kPlotH - (y - y0) / (y1 - y0) * kPlotH; };
+  const double bottom = kTop + kPlotH;
+
+  // Grid and ticks.
+  for (double y : yt)
+    out += fmt::format(
+        "<line class=\"grid\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\"/>"
+        "<text class=\"tick\" x=\"{3}\" y=\"{4}\" text-anchor=\"end\">{5}</text>\n",
+        px(kLeft), px(map_y(y)), px(kLeft + kPlotW), px(kLeft - 6), px(map_y(y) + 4), escape(format_value(y)));
+  for (double x : xt)
+    out += fmt::format(
+        "<line class=\"axis\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>"
+        "<text class=\"tick\" x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+        px(map_x(x)), px(bottom), px(bottom + 5), px(bottom + 18), escape(format_value(x)));
+  // Axes and their labels.
+  out += fmt::format(
+      "<line class=\"axis\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\"/>"
+      "<line class=\"axis\" x1=\"{0}\" y1=\"{3}\" x2=\"{0}\" y2=\"{1}\"/>\n"
+      "<text class=\"axis-label\" x=\"{4}\" y=\"{5}\" text-anchor=\"middle\">{6}</text>\n"
+      "<text class=\"axis-label\" transform=\"translate(16 {7}) rotate(-90)\" text-anchor=\"middle\">{8}</text>\n",
+      px(kLeft), px(bottom), px(kLeft + kPlotW), px(kTop), px(kLeft + kPlotW / 2), px(bottom + 40),
+      escape(chart.x_label), px(kTop + kPlotH / 2), escape(chart.y_label));
+
+  // Lines: one polyline per run of finite points; a lone point also gets a dot so it shows.
+  for (size_t k = 0; k < chart.series.size(); ++k) {
+    const Series& s = chart.series[k];
+    const char* colour = kPalette[k % kNumColours];
+    const size_t n = std::min(s.x.size(), s.y.size());
+    for (size_t i = 0; i < n;) {
+      if (!finite_point(s, i)) { ++i; continue; }
+      std::vector<std::string> points;
+      size_t j = i;
+      for (; j < n && finite_point(s, j); ++j) points.push_back(px(map_x(s.x[j])) + "," + px(map_y(s.y[j])));
+      std::string joined;
+      for (const auto& p : points) joined += (joined.empty() ? "" : " ") + p;
+      out += fmt::format("<polyline class=\"series\" data-series=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>\n",
+                         escape(s.label), colour, joined);
+      if (j - i == 1)
+        out += fmt::format("<circle class=\"dot\" cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"{}\"/>\n",
+                           px(map_x(s.x[i])), px(map_y(s.y[i])), colour);
+      i = j;
+    }
+    // Legend entry.
+    const double ly = kTop + kLegendRow * static_cast<double>(k);
+    out += fmt::format(
+        "<line class=\"legend-line\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\"/>"
+        "<text class=\"legend\" x=\"{4}\" y=\"{5}\">{6}</text>\n",
+        px(kLegendX), px(ly + 6), px(kLegendX + 18), colour, px(kLegendX + 24), px(ly + 10), escape(s.label));
+  }
+  return out + "</svg>\n";
+}
+
+}  // namespace verlpp::controller::svg
