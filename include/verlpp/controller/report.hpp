@@ -1,7 +1,8 @@
 // The run report: metrics.jsonl (one JSON object per training step, verl's metric names) read
 // back and rendered as one self-contained HTML page of inline SVG line charts plus a table of the
 // last step. Nothing is fetched (no scripts, fonts or styles from elsewhere), so the file can be
-// opened offline or attached to an issue. Null and non-finite values are gaps in a line.
+// opened offline or attached to an issue. A null or non-finite value is a gap in its line; a
+// metric absent from a row (val/* between validation steps) is no point, so its line goes on.
 #pragma once
 
 #include <nlohmann/json.hpp>

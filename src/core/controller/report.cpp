@@ -176,13 +176,22 @@ void write_report(const std::vector<nlohmann::json>& rows, const std::string& ht
 
   // Charts: only the series with a finite point, only the panels with such a series.
   html += "<h2>Metrics</h2>\n";
+  double first_step = 0, last_step = -1;  // every chart spans the run's steps, so they align
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double step = step_of(rows[i], i);
+    first_step = i == 0 ? step : std::min(first_step, step);
+    last_step = i == 0 ? step : std::max(last_step, step);
+  }
   size_t num_charts = 0;
   for (const Panel& panel : panels_for(keys)) {
-    svg::LineChart chart{panel.title, "step", panel.y_label, {}};
+    svg::LineChart chart{panel.title, "step", panel.y_label, {}, first_step, last_step};
     for (const auto& key : panel.keys) {
       svg::Series series{key, {}, {}};
       bool any_finite = false;
       for (size_t i = 0; i < rows.size(); ++i) {
+        // Absent: no point (val/* appears only on validation steps, and its line joins them).
+        // Present but null or not finite: a point that is a gap.
+        if (!rows[i].is_object() || !rows[i].contains(key)) continue;
         series.x.push_back(step_of(rows[i], i));
         series.y.push_back(number_of(rows[i], key));
         any_finite = any_finite || std::isfinite(series.y.back());

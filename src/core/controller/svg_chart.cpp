@@ -17,6 +17,7 @@ constexpr int kNumColours = sizeof(kPalette) / sizeof(kPalette[0]);
 
 // Pixel layout: the plot area, then the legend to its right.
 constexpr double kLeft = 72, kTop = 34, kPlotW = 460, kPlotH = 230, kBottom = 52;
+constexpr size_t kMaxDotted = 12;  // series with at most this many points get a dot per point
 constexpr double kLegendX = kLeft + kPlotW + 24, kLegendRow = 18, kWidth = 800;
 
 struct Range {
@@ -90,10 +91,14 @@ std::string render(const LineChart& chart) {
       std::max(kTop + kPlotH + kBottom, kTop + kLegendRow * static_cast<double>(chart.series.size()) + 16);
   std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"{0}\" height=\"{1}\" "
-      "viewBox=\"0 0 {0} {1}\" role=\"img\" aria-label=\"{2}\">\n<title>{2}</title>\n"
-      "<text class=\"chart-title\" x=\"{3}\" y=\"20\">{2}</text>\n",
+      "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" role=\"img\" aria-label=\"{2}\">\n<title>{2}</title>\n"
+      "<text class=\"chart-title\" font-size=\"14\" font-weight=\"600\" x=\"{3}\" y=\"20\">{2}</text>\n",
       kWidth, px(height), escape(chart.title), px(kLeft));
   if (xr.empty()) return out + "<text x=\"80\" y=\"80\">no finite values</text>\n</svg>\n";
+  if (chart.x_min <= chart.x_max) {
+    xr.add(chart.x_min), xr.add(chart.x_max);
+    integer_x = integer_x && chart.x_min == std::floor(chart.x_min) && chart.x_max == std::floor(chart.x_max);
+  }
 
   const std::vector<double> xt = nice_ticks(xr.lo, xr.hi, 8, integer_x ? 1.0 : 0.0);
   const std::vector<double> yt = nice_ticks(yr.lo, yr.hi, 5);
@@ -105,28 +110,30 @@ std::string render(const LineChart& chart) {
   // Grid and ticks.
   for (double y : yt)
     out += fmt::format(
-        "<line class=\"grid\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\"/>"
-        "<text class=\"tick\" x=\"{3}\" y=\"{4}\" text-anchor=\"end\">{5}</text>\n",
+        "<line class=\"grid\" stroke=\"#e6e6e6\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\"/>"
+        "<text class=\"tick\" font-size=\"11\" x=\"{3}\" y=\"{4}\" text-anchor=\"end\">{5}</text>\n",
         px(kLeft), px(map_y(y)), px(kLeft + kPlotW), px(kLeft - 6), px(map_y(y) + 4), escape(format_value(y)));
   for (double x : xt)
     out += fmt::format(
-        "<line class=\"axis\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>"
-        "<text class=\"tick\" x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+        "<line class=\"axis\" stroke=\"#444\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>"
+        "<text class=\"tick\" font-size=\"11\" x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
         px(map_x(x)), px(bottom), px(bottom + 5), px(bottom + 18), escape(format_value(x)));
   // Axes and their labels.
   out += fmt::format(
-      "<line class=\"axis\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\"/>"
-      "<line class=\"axis\" x1=\"{0}\" y1=\"{3}\" x2=\"{0}\" y2=\"{1}\"/>\n"
-      "<text class=\"axis-label\" x=\"{4}\" y=\"{5}\" text-anchor=\"middle\">{6}</text>\n"
-      "<text class=\"axis-label\" transform=\"translate(16 {7}) rotate(-90)\" text-anchor=\"middle\">{8}</text>\n",
+      "<line class=\"axis\" stroke=\"#444\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\"/>"
+      "<line class=\"axis\" stroke=\"#444\" x1=\"{0}\" y1=\"{3}\" x2=\"{0}\" y2=\"{1}\"/>\n"
+      "<text class=\"axis-label\" font-size=\"12\" x=\"{4}\" y=\"{5}\" text-anchor=\"middle\">{6}</text>\n"
+      "<text class=\"axis-label\" font-size=\"12\" transform=\"translate(16 {7}) rotate(-90)\" text-anchor=\"middle\">{8}</text>\n",
       px(kLeft), px(bottom), px(kLeft + kPlotW), px(kTop), px(kLeft + kPlotW / 2), px(bottom + 40),
       escape(chart.x_label), px(kTop + kPlotH / 2), escape(chart.y_label));
 
-  // Lines: one polyline per run of finite points; a lone point also gets a dot so it shows.
+  // Lines: one polyline per run of finite points; dots too where points are few or alone.
   for (size_t k = 0; k < chart.series.size(); ++k) {
     const Series& s = chart.series[k];
     const char* colour = kPalette[k % kNumColours];
     const size_t n = std::min(s.x.size(), s.y.size());
+    size_t num_finite = 0;
+    for (size_t i = 0; i < n; ++i) num_finite += finite_point(s, i);
     for (size_t i = 0; i < n;) {
       if (!finite_point(s, i)) { ++i; continue; }
       std::vector<std::string> points;
@@ -136,16 +143,17 @@ std::string render(const LineChart& chart) {
       for (const auto& p : points) joined += (joined.empty() ? "" : " ") + p;
       out += fmt::format("<polyline class=\"series\" data-series=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>\n",
                          escape(s.label), colour, joined);
-      if (j - i == 1)
-        out += fmt::format("<circle class=\"dot\" cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"{}\"/>\n",
-                           px(map_x(s.x[i])), px(map_y(s.y[i])), colour);
+      if (j - i == 1 || num_finite <= kMaxDotted)
+        for (size_t d = i; d < j; ++d)
+          out += fmt::format("<circle class=\"dot\" cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"{}\"/>\n",
+                             px(map_x(s.x[d])), px(map_y(s.y[d])), colour);
       i = j;
     }
     // Legend entry.
     const double ly = kTop + kLegendRow * static_cast<double>(k);
     out += fmt::format(
-        "<line class=\"legend-line\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\"/>"
-        "<text class=\"legend\" x=\"{4}\" y=\"{5}\">{6}</text>\n",
+        "<line class=\"legend-line\" stroke-width=\"3\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\"/>"
+        "<text class=\"legend\" font-size=\"11\" x=\"{4}\" y=\"{5}\">{6}</text>\n",
         px(kLegendX), px(ly + 6), px(kLegendX + 18), colour, px(kLegendX + 24), px(ly + 10), escape(s.label));
   }
   return out + "</svg>\n";

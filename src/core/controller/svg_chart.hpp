@@ -1,6 +1,7 @@
 // Line charts as inline SVG for the run report (internal to the controller layer). Each run of
 // consecutive finite points of a series is one <polyline class="series" data-series="label">,
-// so a non-finite value is a gap and a test can count a series' points in the markup.
+// so a non-finite value is a gap and a test can count a series' points in the markup. A series
+// of few points also gets a dot per point (sparse validation metrics stay visible).
 #pragma once
 
 #include <string>
@@ -19,6 +20,7 @@ struct Series {
 struct LineChart {
   std::string title, x_label, y_label;
   std::vector<Series> series;
+  double x_min = 0, x_max = -1;  // x range to cover besides the data (so charts align); none if min > max
 };
 
 // `text` with & < > " ' replaced by entities: safe in element content and in quoted attributes.
