@@ -1,6 +1,7 @@
 // The optimizer step shared by the actor and the critic: AdamW (LibTorch's) over a model's
 // parameters, the LR from a schedule, gradient clipping as torch.nn.utils.clip_grad_norm_, and a
-// step whose gradient norm is not finite skipped (weights kept, counted), as verl does.
+// step whose gradient norm is not finite skipped (weights kept, counted), as verl does. Its state
+// saves to and loads from one .safetensors file, so a resumed run continues bit-identically.
 #pragma once
 
 #include <verlpp/train/lr_schedule.hpp>
@@ -8,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace verlpp::train {
@@ -28,6 +30,15 @@ class OptimizerStep {
   void zero_grad();
   // Clips, then steps unless the norm is not finite. Returns the norm before clipping.
   double clip_and_step();
+
+  // Writes AdamW's per-parameter state (step, exp_avg, exp_avg_sq), the step/skip counters, and the config, to one .safetensors file at `path` (parameters named by `names`, same order as the params given to the constructor).
+  // Tensors "<name>.step" ([1] int64), "<name>.exp_avg", "<name>.exp_avg_sq" (the param's shape
+  // and dtype); a parameter never stepped has none. Counters, LR, config and names: __metadata__.
+  void save_state(const std::string& path, const std::vector<std::string>& names) const;
+  // Restores what save_state wrote; Error naming the file and the tensor when a name, shape or dtype does not match.
+  // Also restores the LR and the counters; the saved config must equal this one (an Error naming
+  // the field otherwise). All or nothing: on an Error the optimizer is unchanged.
+  void load_state(const std::string& path, const std::vector<std::string>& names);
 
   int64_t steps() const { return steps_; }
   int64_t skipped() const { return skipped_; }

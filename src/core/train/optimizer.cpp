@@ -1,15 +1,27 @@
 // OptimizerStep: the one train file that includes LibTorch's optimizer headers (the C++
-// frontend needs full ATen), hence the #undef of the lean-include guard below.
+// frontend needs full ATen), hence the #undef of the lean-include guard below. Saving and loading
+// reach into AdamW's state map, whose key changed between LibTorch versions (1.x: the TensorImpl
+// pointer printed as a string; 2.x: the pointer itself): state_key() picks by the map's key type.
 #undef TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <verlpp/train/optimizer.hpp>
 
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/strings.hpp>
+#include <verlpp/model/safetensors.hpp>
 
 #include <torch/optim/adamw.h>
 
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/stack.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+#include <type_traits>
 
 namespace verlpp::train {
 
@@ -63,6 +75,166 @@ double OptimizerStep::clip_and_step() {
     ++steps_;
   }
   return norm;
+}
+
+namespace {
+
+using nlohmann::json;
+using StateMap = std::decay_t<decltype(std::declval<torch::optim::AdamW&>().state())>;
+// AdamWParamState::step()'s type (int64_t in LibTorch 1.13).
+using StepType = std::decay_t<decltype(std::declval<const torch::optim::AdamWParamState&>().step())>;
+
+// The key AdamW files `param`'s state under (a template so that only the branch for this
+// LibTorch's key type is compiled).
+template <typename Map = StateMap>
+typename Map::key_type state_key(const at::Tensor& param) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;  // what c10::guts::to_string(param.unsafeGetTensorImpl()) writes
+    key << param.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
+
+std::string shape_string(c10::IntArrayRef shape) {
+  std::vector<std::string> parts;
+  for (int64_t d : shape) parts.push_back(std::to_string(d));
+  return "[" + join(parts, ", ") + "]";
+}
+
+void check_names(const std::vector<std::string>& names, size_t num_params, const std::string& where) {
+  VERLPP_CHECK(names.size() == num_params, "{}: {} names given for {} parameters", where, names.size(), num_params);
+  std::set<std::string> seen;
+  for (const auto& name : names)
+    VERLPP_CHECK(seen.insert(name).second, "{}: parameter name '{}' given twice", where, name);
+}
+
+json config_json(const AdamWConfig& c) {
+  return {{"weight_decay", c.weight_decay}, {"beta1", c.beta1}, {"beta2", c.beta2}, {"eps", c.eps},
+          {"grad_clip", c.grad_clip}};
+}
+
+// The per-parameter fields a state file may hold ("<name>.<field>").
+const std::vector<std::string> kFields = {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+
+}  // namespace
+
+void OptimizerStep::save_state(const std::string& path, const std::vector<std::string>& names) const {
+  check_names(names, impl_->params.size(), "OptimizerStep::save_state(" + path + ")");
+  const auto& state = impl_->adamw->state();
+  std::vector<model::NamedTensor> tensors;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = state.find(state_key(impl_->params[i]));
+    if (it == state.end()) continue;  // never stepped: nothing to save
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    tensors.emplace_back(names[i] + ".step", at::full({1}, static_cast<int64_t>(s.step()), at::kLong));
+    tensors.emplace_back(names[i] + ".exp_avg", s.exp_avg());
+    tensors.emplace_back(names[i] + ".exp_avg_sq", s.exp_avg_sq());
+    if (s.max_exp_avg_sq().defined()) tensors.emplace_back(names[i] + ".max_exp_avg_sq", s.max_exp_avg_sq());
+  }
+  const auto& options = static_cast<const torch::optim::AdamWOptions&>(impl_->adamw->param_groups().at(0).options());
+  const std::map<std::string, std::string> metadata = {
+      {"verlpp.optimizer", "adamw"},
+      {"verlpp.param_names", json(names).dump()},
+      {"verlpp.config", config_json(config_).dump()},
+      {"verlpp.lr", json(options.lr()).dump()},
+      {"verlpp.steps", std::to_string(steps_)},
+      {"verlpp.skipped", std::to_string(skipped_)},
+      {"verlpp.last_step_skipped", last_skipped_ ? "true" : "false"},
+  };
+  model::write_safetensors(path, tensors, metadata);
+}
+
+void OptimizerStep::load_state(const std::string& path, const std::vector<std::string>& names) {
+  check_names(names, impl_->params.size(), "OptimizerStep::load_state(" + path + ")");
+  model::SafetensorsFile file(path);
+  auto meta = [&](const std::string& key) -> json {
+    auto it = file.metadata().find(key);
+    if (it == file.metadata().end())
+      VERLPP_FAIL_AT(path, "no '{}' in the metadata: not an optimizer state written by save_state", key);
+    try {
+      return json::parse(it->second);
+    } catch (const json::exception& e) {
+      VERLPP_FAIL_AT(path, "metadata '{}' = '{}' is not valid: {}", key, it->second, e.what());
+    }
+  };
+  auto optimizer = file.metadata().find("verlpp.optimizer");
+  if (optimizer == file.metadata().end() || optimizer->second != "adamw")
+    VERLPP_FAIL_AT(path, "not an AdamW state written by OptimizerStep::save_state (metadata verlpp.optimizer is '{}')",
+                   optimizer == file.metadata().end() ? "" : optimizer->second);
+
+  // The names: the same set (order may differ; state is matched by name).
+  const json saved_names = meta("verlpp.param_names");
+  std::set<std::string> saved;
+  for (const auto& n : saved_names) saved.insert(n.get<std::string>());
+  const std::set<std::string> given(names.begin(), names.end());
+  for (const auto& name : names)
+    if (!saved.count(name))
+      VERLPP_FAIL_AT(path, "parameter '{}' is not in the saved optimizer state (it holds {} parameters)", name, saved.size());
+  for (const auto& name : saved)
+    if (!given.count(name))
+      VERLPP_FAIL_AT(path, "the saved optimizer state has parameter '{}', which is not among the {} given names", name,
+                     names.size());
+  for (const auto& entry : file.entries()) {
+    const size_t dot = entry.name.rfind('.');
+    const bool known = dot != std::string::npos && given.count(entry.name.substr(0, dot)) &&
+                       std::count(kFields.begin(), kFields.end(), entry.name.substr(dot + 1));
+    if (!known) VERLPP_FAIL_AT(path, "tensor '{}' is no parameter's optimizer state", entry.name);
+  }
+
+  // The config must be the one this optimizer was built with.
+  const json saved_config = meta("verlpp.config"), config = config_json(config_);
+  for (auto it = config.begin(); it != config.end(); ++it)
+    if (!saved_config.contains(it.key()) || saved_config[it.key()] != it.value())
+      VERLPP_FAIL_AT(path, "saved with {} = {}, but this optimizer has {}", it.key(),
+                     saved_config.contains(it.key()) ? saved_config[it.key()].dump() : "nothing", it.value().dump());
+
+  // Every tensor checked and copied before the optimizer changes (all or nothing).
+  auto checked = [&](const std::string& tensor, const at::Tensor& param, const std::string& name) {
+    const auto& e = file.entry(tensor);
+    if (e.shape != std::vector<int64_t>(param.sizes().begin(), param.sizes().end()))
+      VERLPP_FAIL_AT(path, "tensor '{}' has shape {}, but parameter '{}' has {}", tensor, shape_string(e.shape), name,
+                     shape_string(param.sizes()));
+    if (e.dtype != param.scalar_type())
+      VERLPP_FAIL_AT(path, "tensor '{}' has dtype {}, but parameter '{}' is {}", tensor,
+                     model::safetensors_dtype_name(e.dtype), name, c10::toString(param.scalar_type()));
+    return at::empty_like(param).copy_(file.tensor(tensor));  // the param's device and layout
+  };
+  std::vector<std::unique_ptr<torch::optim::AdamWParamState>> states(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    const at::Tensor& param = impl_->params[i];
+    const bool has_any = file.contains(name + ".step") || file.contains(name + ".exp_avg") ||
+                         file.contains(name + ".exp_avg_sq");
+    if (!has_any) continue;  // never stepped when saved: stays stateless
+    for (const char* field : {".step", ".exp_avg", ".exp_avg_sq"})
+      if (!file.contains(name + field))
+        VERLPP_FAIL_AT(path, "tensor '{}{}' is missing (parameter '{}' has part of a state)", name, field, name);
+    const auto& step_entry = file.entry(name + ".step");
+    if (step_entry.dtype != at::kLong || step_entry.shape != std::vector<int64_t>{1})
+      VERLPP_FAIL_AT(path, "tensor '{}.step' must be int64 of shape [1], got {} {}", name,
+                     model::safetensors_dtype_name(step_entry.dtype), shape_string(step_entry.shape));
+    auto state = std::make_unique<torch::optim::AdamWParamState>();
+    state->step(static_cast<StepType>(file.tensor(name + ".step").item<int64_t>()));
+    state->exp_avg(checked(name + ".exp_avg", param, name));
+    state->exp_avg_sq(checked(name + ".exp_avg_sq", param, name));
+    if (file.contains(name + ".max_exp_avg_sq")) state->max_exp_avg_sq(checked(name + ".max_exp_avg_sq", param, name));
+    states[i] = std::move(state);
+  }
+  const double lr = meta("verlpp.lr").get<double>();
+  const auto steps = meta("verlpp.steps").get<int64_t>(), skipped = meta("verlpp.skipped").get<int64_t>();
+  const bool last_skipped = meta("verlpp.last_step_skipped").get<bool>();
+
+  // Commit.
+  auto& state_map = impl_->adamw->state();
+  for (size_t i = 0; i < names.size(); ++i) {
+    state_map.erase(state_key(impl_->params[i]));
+    if (states[i]) state_map[state_key(impl_->params[i])] = std::move(states[i]);
+  }
+  for (auto& group : impl_->adamw->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  steps_ = steps, skipped_ = skipped, last_skipped_ = last_skipped;
 }
 
 }  // namespace verlpp::train
