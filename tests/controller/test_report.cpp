@@ -213,6 +213,7 @@ TEST_CASE("report: read_metrics reads rows, Python's NaN/Infinity, and names fil
   CHECK_THROWS_WITH(read_metrics(path), Contains(path + ":2") && Contains("object"));
   std::remove(path.c_str());
   CHECK_THROWS_WITH(read_metrics(path), Contains(path));  // absent file
+  CHECK_THROWS_WITH(read_metrics("/tmp"), Contains("/tmp") && Contains("no such metrics file"));
 }
 
 TEST_CASE("report: missing, null, non-finite and odd rows do not crash", "[report]") {

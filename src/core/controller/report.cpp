@@ -128,6 +128,7 @@ svg .legend-line{stroke-width:3})";
 }  // namespace
 
 std::vector<nlohmann::json> read_metrics(const std::string& metrics_path) {
+  if (!files::is_file(metrics_path)) VERLPP_FAIL_AT(metrics_path, "no such metrics file");
   std::ifstream in(metrics_path, std::ios::binary);
   if (!in) VERLPP_FAIL_AT(metrics_path, "cannot open the metrics file");
   std::vector<json> rows;
