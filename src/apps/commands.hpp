@@ -18,5 +18,7 @@ void register_config_command(CLI::App& app);
 
 // `verlpp generate --model DIR --prompts F.jsonl [...]`: sample completions with the rollout engine.
 void register_generate_command(CLI::App& app);
+// `verlpp train [CONFIG.json] [key=value ...]`: RL training; no config = the embedded demo.
+void register_train_command(CLI::App& app);
 
 }  // namespace verlpp::apps

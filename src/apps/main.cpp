@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   verlpp::apps::register_tokenize_command(app);
   verlpp::apps::register_config_command(app);
   verlpp::apps::register_generate_command(app);
+  verlpp::apps::register_train_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

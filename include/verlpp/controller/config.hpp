@@ -17,6 +17,8 @@ class Config {
   static Config defaults();
   // Defaults merged with the JSON file at `path`; errors name the file and the key.
   static Config from_file(const std::string& path);
+  // Defaults merged with an already-parsed JSON object; `origin` names it in errors.
+  static Config from_json(const nlohmann::json& given, const std::string& origin);
 
   // Applies "a.b.c=value" (value parsed as JSON when it parses, else taken as a string; the
   // result must fit the default's type). Errors name the key and suggest the nearest one.

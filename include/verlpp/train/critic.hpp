@@ -44,6 +44,13 @@ class Critic {
 
   int64_t steps() const { return optimizer_->steps(); }
   int64_t skipped_steps() const { return optimizer_->skipped(); }
+  // Updates done so far (the LR schedule's position), and restoring it on resume.
+  int64_t updates() const { return updates_; }
+  void set_updates(int64_t updates) { updates_ = updates; }
+  // The optimizer's state as one .safetensors file, for checkpoints; load_state restores it
+  // (Error naming the file and tensor when it does not fit this model).
+  void save_state(const std::string& path) const;
+  void load_state(const std::string& path);
 
  private:
   at::Tensor values_of(const controller::Batch& batch) const;  // with grad when enabled

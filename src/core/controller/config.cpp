@@ -204,9 +204,13 @@ Config Config::from_file(const std::string& path) {
   } catch (const json::parse_error& e) {
     throw Error(path, fmt::format("not valid JSON: {}", e.what()));
   }
-  if (!given.is_object()) throw Error(path, "the config must be a JSON object");
+  return from_json(given, path);
+}
+
+Config Config::from_json(const json& given, const std::string& origin) {
+  if (!given.is_object()) throw Error(origin, "the config must be a JSON object");
   Config c = defaults();
-  merge(c.tree_, given, "", path);
+  merge(c.tree_, given, "", origin);
   return c;
 }
 

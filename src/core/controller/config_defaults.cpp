@@ -242,7 +242,18 @@ const char* default_config_text() {
     "ray_wait_register_center_timeout": 300,
     "seed": 1
   },
-  "ray_init": {"num_cpus": null}
+  "ray_init": {"num_cpus": null},
+  "sft": {
+    "enable": false,
+    "train_files": null,
+    "response_key": "response",
+    "total_steps": 100,
+    "batch_size": 64,
+    "micro_batch_size_per_gpu": 64,
+    "seed": 1,
+    "optim": {"lr": 1e-4, "lr_warmup_steps_ratio": 0.1, "warmup_style": "cosine", "min_lr_ratio": 0.1,
+              "weight_decay": 0.0, "betas": [0.9, 0.999], "grad_clip": 1.0}
+  }
 })json";
 }
 
@@ -258,7 +269,7 @@ const std::vector<std::string>& ignored_config_keys() {
       "actor_rollout_ref.ref.strategy", "actor_rollout_ref.ref.fsdp_config", "actor_rollout_ref.ref.use_torch_compile",
       "actor_rollout_ref.ref.ulysses_sequence_parallel_size", "actor_rollout_ref.rollout.mode",
       "actor_rollout_ref.rollout.chat_scheduler", "actor_rollout_ref.rollout.use_fire_sampling",
-      "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.free_cache_engine",
+      "actor_rollout_ref.rollout.enforce_eager",
       "actor_rollout_ref.rollout.load_format", "actor_rollout_ref.rollout.tensor_model_parallel_size",
       "actor_rollout_ref.rollout.disable_log_stats", "actor_rollout_ref.rollout.enable_chunked_prefill",
       "actor_rollout_ref.rollout.engine_kwargs", "actor_rollout_ref.rollout.multi_turn", "critic.strategy",

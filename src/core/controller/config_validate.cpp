@@ -119,6 +119,18 @@ void check_ranges(const Config& c, Problems& p) {
     p.add("algorithm.adv_estimator = grpo_passk needs actor_rollout_ref.rollout.n >= 2");
 }
 
+// The SFT warm start (verlpp's sft.* section).
+void check_sft(const Config& c, Problems& p) {
+  if (!c.get<bool>("sft.enable")) return;
+  if (c.is_null("sft.train_files")) p.add("sft.enable = true needs sft.train_files (JSONL rows with a prompt and a response)");
+  if (c.get<int64_t>("sft.total_steps") < 1) p.add("sft.total_steps = {} must be >= 1", c.get<int64_t>("sft.total_steps"));
+  const int64_t batch = c.get<int64_t>("sft.batch_size"), micro = c.get<int64_t>("sft.micro_batch_size_per_gpu");
+  if (batch < 1) p.add("sft.batch_size = {} must be >= 1", batch);
+  if (micro < 1) p.add("sft.micro_batch_size_per_gpu = {} must be >= 1", micro);
+  if (c.get<double>("sft.optim.lr") <= 0) p.add("sft.optim.lr must be > 0");
+  p.one_of(c, "sft.optim.warmup_style", {"constant", "cosine"});
+}
+
 }  // namespace
 
 void Config::validate(int world_size) const {
@@ -127,6 +139,7 @@ void Config::validate(int world_size) const {
   check_names(*this, p);
   check_batches(*this, world_size, p);
   check_ranges(*this, p);
+  check_sft(*this, p);
   int64_t layout = get<int64_t>("trainer.nnodes") * get<int64_t>("trainer.n_gpus_per_node");
   if (layout != world_size)
     p.add("trainer.nnodes x trainer.n_gpus_per_node = {} x {} = {} rank(s), but the run has {}", get<int64_t>("trainer.nnodes"),

@@ -2,6 +2,8 @@
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/core/error.hpp>
 
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/from_blob.h>
 
 #include <algorithm>
@@ -51,12 +53,19 @@ PromptRecord parse_row(const std::string& line, const std::string& where, const 
     if (row["reward_model"].contains("ground_truth")) r.ground_truth = row["reward_model"]["ground_truth"];
   }
   if (row.contains("extra_info")) r.extra_info = row["extra_info"];
+  if (!o.response_key.empty() && (!row.contains(o.response_key) || !row[o.response_key].is_string()))
+    throw Error(where, fmt::format("the row has no string '{}' (the SFT response key)", o.response_key));
+  if (!o.response_key.empty()) r.response_text = row[o.response_key].get<std::string>();
   return r;
 }
 
 // Renders, tokenizes and applies the length rule; false when the row must be dropped.
 bool prepare(PromptRecord& r, const model::Tokenizer& tokenizer, const model::ChatTemplate& chat, const DatasetOptions& o) {
   r.prompt_ids = tokenizer.encode(chat.render(r.prompt, o.chat));
+  if (r.response_text) {
+    r.response_ids = tokenizer.encode(*r.response_text);
+    r.response_ids.insert(r.response_ids.end(), o.response_suffix_ids.begin(), o.response_suffix_ids.end());
+  }
   const size_t max_len = size_t(o.max_prompt_length);
   if (r.prompt_ids.size() <= max_len) return true;
   if (o.filter_overlong_prompts) return false;
@@ -208,6 +217,58 @@ Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& i
   out.set_column("index", index);
   out.set_column("uid", uid);
   return out;
+}
+
+Batch append_responses(const Batch& prompts, const std::vector<std::vector<int64_t>>& responses, int64_t response_length,
+                       int64_t pad_token_id) {
+  const int64_t b = prompts.size(), r = response_length;
+  if (int64_t(responses.size()) != b)
+    throw Error("append_responses", fmt::format("{} responses for {} prompt rows", responses.size(), b));
+  if (r < 1) throw Error("append_responses", fmt::format("response_length {} must be >= 1", r));
+  std::vector<int64_t> ids(size_t(b * r), pad_token_id);
+  std::vector<float> mask(size_t(b * r), 0.0f);
+  for (int64_t row = 0; row < b; ++row) {
+    const auto& resp = responses[size_t(row)];
+    if (int64_t(resp.size()) > r)
+      throw Error("append_responses", fmt::format("row {}: the response has {} tokens, more than response_length {}", row,
+                                                  resp.size(), r));
+    for (size_t k = 0; k < resp.size(); ++k) {
+      ids[size_t(row * r) + k] = resp[k];
+      mask[size_t(row * r) + k] = 1.0f;
+    }
+  }
+  at::Tensor response_ids = at::from_blob(ids.data(), {b, r}, at::TensorOptions().dtype(at::kLong)).clone();
+  at::Tensor response_mask = at::from_blob(mask.data(), {b, r}, at::TensorOptions().dtype(at::kFloat)).clone();
+  const at::Tensor& prompt_ids = prompts.tensor("input_ids");
+  const at::Tensor& prompt_mask = prompts.tensor("attention_mask");
+  // Positions continue from each row's last prompt position (verl: position_ids[:, -1:] + delta).
+  at::Tensor last = prompts.tensor("position_ids").select(1, prompt_ids.size(1) - 1).unsqueeze(1);
+  at::Tensor delta = at::arange(1, r + 1, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
+  Batch out = prompts;
+  out.set("prompts", prompt_ids);
+  out.set("responses", response_ids);
+  out.set("response_mask", response_mask);
+  out.set("input_ids", at::cat({prompt_ids, response_ids}, 1));
+  out.set("attention_mask", at::cat({prompt_mask, response_mask.to(prompt_mask.scalar_type())}, 1));
+  out.set("position_ids", at::cat({prompts.tensor("position_ids"), last.add(delta)}, 1));
+  return out;
+}
+
+Batch collate_sft(const PromptDataset& dataset, const std::vector<size_t>& indices, int64_t pad_token_id,
+                  int64_t response_length) {
+  Batch prompts = collate_prompts(dataset, indices, pad_token_id);
+  std::vector<std::vector<int64_t>> responses;
+  size_t longest = 1;
+  for (size_t i : indices) {
+    const auto& ids = dataset[i].response_ids;
+    if (ids.empty()) throw Error(dataset[i].origin, "the row has no SFT response (load the dataset with a response_key)");
+    responses.emplace_back(ids.begin(), ids.end());
+    longest = std::max(longest, ids.size());
+  }
+  const int64_t r = response_length > 0 ? response_length : int64_t(longest);
+  for (auto& resp : responses)
+    if (int64_t(resp.size()) > r) resp.resize(size_t(r));
+  return append_responses(prompts, responses, r, pad_token_id);
 }
 
 }  // namespace verlpp::controller

@@ -6,6 +6,7 @@
 #include <verlpp/algo/kl.hpp>
 #include <verlpp/algo/policy_loss.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/train/parameters.hpp>
 #include <verlpp/train/partition.hpp>
 
 #include <cmath>
@@ -32,9 +33,7 @@ Actor::Actor(model::DecoderLM& model, ActorConfig config, LrSchedule schedule)
                config_.ppo_mini_batch_size);
   VERLPP_CHECK(config_.ppo_epochs >= 1, "ppo_epochs {} must be >= 1", config_.ppo_epochs);
   model_.set_requires_grad(true);
-  std::vector<at::Tensor> params;
-  for (const auto& [name, p] : model_.named_parameters()) params.push_back(p);
-  optimizer_ = std::make_unique<OptimizerStep>(std::move(params), config_.optim, std::move(schedule));
+  optimizer_ = std::make_unique<OptimizerStep>(parameter_tensors(model_), config_.optim, std::move(schedule));
 }
 
 Actor::~Actor() = default;
@@ -111,5 +110,8 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
   }
   return metrics;
 }
+
+void Actor::save_state(const std::string& path) const { optimizer_->save_state(path, parameter_names(model_)); }
+void Actor::load_state(const std::string& path) { optimizer_->load_state(path, parameter_names(model_)); }
 
 }  // namespace verlpp::train

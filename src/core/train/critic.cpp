@@ -4,6 +4,7 @@
 
 #include <verlpp/algo/value_loss.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/train/parameters.hpp>
 #include <verlpp/train/actor.hpp>
 
 namespace verlpp::train {
@@ -17,9 +18,7 @@ Critic::Critic(model::DecoderLM& model, CriticConfig config, LrSchedule schedule
                "ppo_micro_batch_size {} must divide ppo_mini_batch_size {}", config_.ppo_micro_batch_size,
                config_.ppo_mini_batch_size);
   model_.set_requires_grad(true);
-  std::vector<at::Tensor> params;
-  for (const auto& [name, p] : model_.named_parameters()) params.push_back(p);
-  optimizer_ = std::make_unique<OptimizerStep>(std::move(params), config_.optim, std::move(schedule));
+  optimizer_ = std::make_unique<OptimizerStep>(parameter_tensors(model_), config_.optim, std::move(schedule));
 }
 
 Critic::~Critic() = default;
@@ -78,5 +77,8 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
           {"critic/lr", lr},
           {"critic/skipped_steps", optimizer_->skipped()}};
 }
+
+void Critic::save_state(const std::string& path) const { optimizer_->save_state(path, parameter_names(model_)); }
+void Critic::load_state(const std::string& path) { optimizer_->load_state(path, parameter_names(model_)); }
 
 }  // namespace verlpp::train

@@ -1,0 +1,39 @@
+// The demo task of the main job: integer arithmetic problems ("37+58=") written as dataset rows
+// in verl's schema (data_source "arith", prompt as chat messages, reward_model.ground_truth),
+// with the answer also in "response" so the same rows serve the SFT warm start. Every problem
+// of the operand range is enumerated and shuffled once by the seed, then cut into disjoint
+// splits, so validation problems are never seen in SFT or RL training.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace verlpp::controller {
+
+struct ArithTaskOptions {
+  int64_t max_operand = 99;    // operands are 0..max_operand
+  std::string operators = "+"; // any of "+-*"; one problem per (a, op, b)
+  uint64_t seed = 1;           // the shuffle that assigns problems to splits
+  int64_t sft_count = 2000;    // rows in each split, taken in this order from the shuffle
+  int64_t train_count = 2000;
+  int64_t val_count = 200;
+};
+
+// Rows of the three splits; Error when the range holds fewer problems than asked for.
+struct ArithSplits {
+  std::vector<nlohmann::json> sft, train, val;
+};
+ArithSplits make_arith_splits(const ArithTaskOptions& options);
+
+// One row: {"data_source": "arith", "prompt": [{"role": "user", "content": "<a><op><b>="}],
+// "ability": "arithmetic", "reward_model": {"style": "rule", "ground_truth": "<answer>"},
+// "extra_info": {"split": split, "index": index}, "response": "<answer>"}.
+nlohmann::json arith_row(int64_t a, char op, int64_t b, const std::string& split, int64_t index);
+
+// Writes rows as JSONL (one compact object per line), replacing `path`.
+void write_jsonl(const std::string& path, const std::vector<nlohmann::json>& rows);
+
+}  // namespace verlpp::controller

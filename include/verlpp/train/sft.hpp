@@ -1,0 +1,47 @@
+// Supervised fine-tuning on (prompt, response) pairs: the token-mean negative log-likelihood of
+// the response tokens (verl's fsdp_sft_trainer loss), over micro-batches with gradient
+// accumulation scaled by the whole batch's token count, and the optimizer step the actor uses.
+// Batches use the RL layout ([left-padded prompt | right-padded response], collate_sft), so the
+// warm start and the RL actor share one log-prob path.
+#pragma once
+
+#include <verlpp/controller/batch.hpp>
+#include <verlpp/model/decoder.hpp>
+#include <verlpp/train/lr_schedule.hpp>
+#include <verlpp/train/optimizer.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+
+namespace verlpp::train {
+
+struct SftConfig {
+  int64_t micro_batch_size = 16;  // rows per forward/backward
+  AdamWConfig optim;              // weight decay, betas, eps, grad_clip
+  int64_t log_prob_chunk_rows = 8;
+};
+
+class SftTrainer {
+ public:
+  // Trains `model`'s parameters in place; the schedule gives the LR per step.
+  SftTrainer(model::DecoderLM& model, SftConfig config, LrSchedule schedule);
+  ~SftTrainer();
+
+  // One optimizer step on `batch` (input_ids, attention_mask, position_ids, responses,
+  // response_mask). Metrics: sft/loss (token-mean NLL), sft/grad_norm, sft/lr, sft/tokens.
+  nlohmann::json train_step(const controller::Batch& batch);
+
+  // The token-mean NLL of `batch`'s responses without a graph (for evaluation).
+  double loss(const controller::Batch& batch) const;
+
+  int64_t steps() const { return optimizer_->steps(); }
+
+ private:
+  model::DecoderLM& model_;
+  SftConfig config_;
+  std::unique_ptr<OptimizerStep> optimizer_;
+  int64_t updates_ = 0;
+};
+
+}  // namespace verlpp::train

@@ -1,0 +1,89 @@
+// RlTrainer checkpoints: global_step_N/ holds actor/ (a Hugging Face folder transformers loads
+// as is, plus optimizer.safetensors), critic/ (the same, with a value head) and
+// trainer_state.json (step, data loader position, KL coefficient, update counts, seed, config).
+// Written through CheckpointManager's temporary folder + rename, so a crash never leaves a
+// checkpoint that resume would pick up half-written. Everything random in a step is a function
+// of (seed, step), so these files are the whole state: a resumed run repeats the uninterrupted
+// one bit for bit on the CPU.
+#include <ATen/core/grad_mode.h>
+
+#include "rl_state.hpp"
+
+#include <verlpp/model/checkpoint.hpp>
+
+#include "../util/files.hpp"
+
+namespace verlpp::controller {
+
+using json = nlohmann::json;
+
+void save_checkpoint(RlTrainer::State& s) {
+  const int64_t step = s.global_step;
+  const std::string tmp = s.checkpoints->begin(step);
+  try {
+    model::SaveOptions options;
+    options.source_dir = s.model_path;  // tokenizer files and generation_config.json travel along
+    model::save_pretrained(*s.actor_model, files::join(tmp, "actor"), options);
+    s.actor->save_state(files::join(tmp, "actor/optimizer.safetensors"));
+    if (s.critic) {
+      model::save_pretrained(*s.critic_model, files::join(tmp, "critic"), options);
+      s.critic->save_state(files::join(tmp, "critic/optimizer.safetensors"));
+    }
+    json state = {{"global_step", step},
+                  {"dataloader", s.loader->state()},
+                  {"kl_coef", s.kl_ctrl->value()},
+                  {"actor_updates", s.actor->updates()},
+                  {"critic_updates", s.critic ? s.critic->updates() : 0},
+                  {"seed", s.seed},
+                  {"estimator", s.estimator},
+                  {"config", s.config.tree()}};
+    files::write_text(files::join(tmp, "trainer_state.json"), state.dump(2) + "\n");
+  } catch (...) {
+    s.checkpoints->abort(step);
+    throw;
+  }
+  const std::string final_dir = s.checkpoints->commit(step);
+  s.message(fmt::format("checkpoint saved: {}", final_dir));
+}
+
+int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder) {
+  const std::string state_path = files::join(folder, "trainer_state.json");
+  if (!files::is_file(state_path)) throw Error(folder, "not a verlpp checkpoint: trainer_state.json is missing");
+  json state;
+  try {
+    state = json::parse(files::read_text(state_path));
+  } catch (const json::exception& e) {
+    throw Error(state_path, fmt::format("not valid JSON: {}", e.what()));
+  }
+  const int64_t step = state.at("global_step").get<int64_t>();
+  if (state.value("estimator", s.estimator) != s.estimator)
+    throw Error(state_path, fmt::format("the checkpoint was trained with adv_estimator '{}', this run uses '{}'",
+                                        state.value("estimator", ""), s.estimator));
+  {
+    at::NoGradGuard no_grad;
+    model::load_weights(*s.actor_model, files::join(folder, "actor"));
+    // The reference is the policy RL started from: the SFT warm start's result when there was one.
+    const std::string sft_model = files::join(s.run_dir, "sft_model");
+    if (s.ref_model && s.config.get<bool>("sft.enable")) {
+      if (!files::is_dir(sft_model))
+        throw Error(folder, fmt::format("sft.enable is set but {} (the reference policy) is missing", sft_model));
+      model::load_weights(*s.ref_model, sft_model);
+    }
+    if (s.critic) model::load_weights(*s.critic_model, files::join(folder, "critic"));
+  }
+  s.actor->load_state(files::join(folder, "actor/optimizer.safetensors"));
+  s.actor->set_updates(state.at("actor_updates").get<int64_t>());
+  if (s.critic) {
+    s.critic->load_state(files::join(folder, "critic/optimizer.safetensors"));
+    s.critic->set_updates(state.at("critic_updates").get<int64_t>());
+  }
+  s.loader->load_state(state.at("dataloader"));
+  const Config& c = s.config;
+  s.kl_ctrl = algo::make_kl_controller(c.get<std::string>("algorithm.kl_ctrl.type"), state.at("kl_coef").get<double>(),
+                                       c.get<double>("algorithm.kl_ctrl.target_kl"), c.get<double>("algorithm.kl_ctrl.horizon"));
+  json ignored;
+  sync_rollout_weights(s, ignored);
+  return step;
+}
+
+}  // namespace verlpp::controller

@@ -1,0 +1,65 @@
+// Step metrics with verl's names (compute_data_metrics, compute_throughout_metrics) and the
+// process's memory as Linux reports it.
+#include "rl_state.hpp"
+
+#include <ATen/ops/masked_select.h>
+
+#include <fstream>
+
+namespace verlpp::controller {
+namespace {
+
+using json = nlohmann::json;
+
+void add_stats(const std::string& prefix, const at::Tensor& values, json& m) {
+  if (values.numel() == 0) return;
+  at::Tensor v = values.to(at::kDouble);
+  m[prefix + "/mean"] = v.mean().item<double>();
+  m[prefix + "/max"] = v.max().item<double>();
+  m[prefix + "/min"] = v.min().item<double>();
+}
+
+// A field of /proc/self/status in kB, as GiB (0 when unreadable).
+double status_gib(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / (1024.0 * 1024.0);
+  return 0.0;
+}
+
+}  // namespace
+
+double resident_gib() { return status_gib("VmRSS"); }
+double peak_resident_gib() { return status_gib("VmHWM"); }
+
+void add_data_metrics(const Batch& batch, bool with_critic, json& m) {
+  const at::Tensor mask = batch.tensor("response_mask").to(at::kBool);
+  add_stats("critic/score", batch.tensor("token_level_scores").sum(-1), m);
+  add_stats("critic/rewards", batch.tensor("token_level_rewards").sum(-1), m);
+  add_stats("critic/advantages", at::masked_select(batch.tensor("advantages"), mask), m);
+  add_stats("critic/returns", at::masked_select(batch.tensor("returns"), mask), m);
+  if (with_critic && batch.has_tensor("values")) {
+    at::Tensor values = at::masked_select(batch.tensor("values"), mask).to(at::kDouble);
+    at::Tensor returns = at::masked_select(batch.tensor("returns"), mask).to(at::kDouble);
+    add_stats("critic/values", values, m);
+    const double var_returns = returns.var(/*unbiased=*/false).item<double>();
+    m["critic/vf_explained_var"] = 1.0 - returns.sub(values).var(false).item<double>() / (var_returns + 1e-5);
+  }
+  const at::Tensor response_length = batch.tensor("response_mask").sum(-1).to(at::kDouble);
+  const int64_t max_response = batch.tensor("responses").size(1);
+  add_stats("response_length", response_length, m);
+  m["response_length/clip_ratio"] = response_length.eq(double(max_response)).to(at::kDouble).mean().item<double>();
+  const at::Tensor prompt_mask = batch.tensor("attention_mask").narrow(1, 0, batch.tensor("prompts").size(1));
+  add_stats("prompt_length", prompt_mask.sum(-1), m);
+}
+
+void add_throughput_metrics(const Batch& batch, double step_seconds, json& m) {
+  const double tokens = batch.tensor("attention_mask").sum().item<double>();
+  m["perf/total_num_tokens"] = tokens;
+  m["perf/time_per_step"] = step_seconds;
+  m["perf/throughput"] = tokens / std::max(step_seconds, 1e-9);  // one device per process
+  m["perf/max_memory_rss_gib"] = peak_resident_gib();
+}
+
+}  // namespace verlpp::controller

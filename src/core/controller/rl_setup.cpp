@@ -1,0 +1,265 @@
+// RlTrainer setup: everything a run needs, built from the resolved config in verl's terms
+// (batch sizes in prompts become sequences by multiplying with rollout.n, as verl's workers do).
+#include "rl_state.hpp"
+
+#include <verlpp/algo/advantages.hpp>
+#include <verlpp/hw/plugin_registry.hpp>
+#include <verlpp/hw/torch_device.hpp>
+#include <verlpp/model/checkpoint.hpp>
+
+#include <verlpp/core/strings.hpp>
+
+#include "../util/files.hpp"
+
+#include <ATen/Context.h>
+
+namespace verlpp::controller {
+namespace {
+
+using json = nlohmann::json;
+
+int64_t int_or(const Config& c, const std::string& key, int64_t fallback) {
+  return c.is_null(key) ? fallback : c.get<int64_t>(key);
+}
+double double_or(const Config& c, const std::string& key, double fallback) {
+  return c.is_null(key) ? fallback : c.get<double>(key);
+}
+
+// The LR schedule of `<role>.optim`, for `total_steps` optimizer updates.
+train::LrSchedule schedule_of(const Config& c, const std::string& optim, int64_t total_steps) {
+  train::LrScheduleOptions o;
+  o.base_lr = c.get<double>(optim + ".lr");
+  o.style = c.get<std::string>(optim + ".warmup_style");
+  o.total_steps = c.get<int64_t>(optim + ".total_training_steps") > 0 ? c.get<int64_t>(optim + ".total_training_steps")
+                                                                       : total_steps;
+  o.warmup_steps = train::resolve_warmup_steps(c.get<int64_t>(optim + ".lr_warmup_steps"),
+                                               c.get<double>(optim + ".lr_warmup_steps_ratio"), o.total_steps);
+  o.min_lr_ratio = double_or(c, optim + ".min_lr_ratio", 0.0);
+  o.num_cycles = c.get<double>(optim + ".num_cycles");
+  return train::LrSchedule(o);
+}
+
+train::AdamWConfig adamw_of(const Config& c, const std::string& role) {
+  train::AdamWConfig a;
+  a.weight_decay = c.get<double>(role + ".optim.weight_decay");
+  auto betas = c.get<std::vector<double>>(role + ".optim.betas");
+  if (betas.size() != 2) throw Error(role + ".optim.betas", fmt::format("needs two values, got {}", betas.size()));
+  a.beta1 = betas[0];
+  a.beta2 = betas[1];
+  a.grad_clip = c.get<double>(role + ".grad_clip");
+  return a;
+}
+
+c10::Device pick_device(RlTrainer::State& s) {
+  std::string wanted = s.config.get<std::string>("trainer.device");
+  const auto& found = hw::plugins();
+  if (!found.loaded.empty()) s.plugin = found.loaded.front().name();
+  if (wanted == "auto") {
+    // The best loaded plugin's device when this LibTorch can place tensors there, else the CPU.
+    wanted = "cpu";
+    if (!found.loaded.empty() && hw::torch_placement_problem(found.loaded.front().torch_device_type()).empty())
+      wanted = found.loaded.front().torch_device_type();
+  }
+  if (wanted != "cpu" && wanted != "cuda")
+    throw Error("trainer.device", fmt::format("'{}' is not one of auto, cpu, cuda", wanted));
+  if (wanted == "cuda" && !at::hasCUDA())
+    throw Error("trainer.device", "cuda was asked for, but this LibTorch build has no CUDA (or no GPU is visible)");
+  return c10::Device(wanted == "cuda" ? c10::kCUDA : c10::kCPU);
+}
+
+void build_actor(RlTrainer::State& s) {
+  const Config& c = s.config;
+  const std::string a = "actor_rollout_ref.actor";
+  s.actor_model = std::make_unique<model::DecoderLM>(model::load_pretrained(s.model_path, model::ModelOptions{at::kFloat, s.device, false}));
+  train::ActorConfig ac;
+  ac.ppo_mini_batch_size = c.get<int64_t>(a + ".ppo_mini_batch_size") * s.n;
+  ac.ppo_micro_batch_size = int_or(c, a + ".ppo_micro_batch_size_per_gpu", 1);
+  ac.use_dynamic_bsz = c.get<bool>(a + ".use_dynamic_bsz");
+  ac.ppo_max_token_len = c.get<int64_t>(a + ".ppo_max_token_len_per_gpu");
+  ac.ppo_epochs = c.get<int64_t>(a + ".ppo_epochs");
+  ac.entropy_coeff = c.get<double>(a + ".entropy_coeff");
+  ac.use_kl_loss = c.get<bool>(a + ".use_kl_loss");
+  ac.kl_loss_coef = c.get<double>(a + ".kl_loss_coef");
+  ac.kl_loss_type = c.get<std::string>(a + ".kl_loss_type");
+  ac.loss_mode = c.get<std::string>(a + ".policy_loss.loss_mode");
+  ac.policy.clip_ratio_low = double_or(c, a + ".clip_ratio_low", c.get<double>(a + ".clip_ratio"));
+  ac.policy.clip_ratio_high = double_or(c, a + ".clip_ratio_high", c.get<double>(a + ".clip_ratio"));
+  ac.policy.clip_ratio_c = c.get<double>(a + ".clip_ratio_c");
+  ac.policy.loss_agg_mode = c.get<std::string>(a + ".loss_agg_mode");
+  ac.policy.clip_cov_ratio = c.get<double>(a + ".policy_loss.clip_cov_ratio");
+  ac.policy.clip_cov_lb = c.get<double>(a + ".policy_loss.clip_cov_lb");
+  ac.policy.clip_cov_ub = c.get<double>(a + ".policy_loss.clip_cov_ub");
+  ac.policy.kl_cov_ratio = c.get<double>(a + ".policy_loss.kl_cov_ratio");
+  ac.policy.ppo_kl_coef = c.get<double>(a + ".policy_loss.ppo_kl_coef");
+  ac.temperature = c.get<double>("actor_rollout_ref.rollout.temperature");
+  if (ac.temperature <= 0) ac.temperature = 1.0;  // greedy rollouts: log-probs under softmax(logits)
+  ac.optim = adamw_of(c, a);
+  ac.log_prob_chunk_rows = std::max<int64_t>(1, int_or(c, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 8));
+  s.actor = std::make_unique<train::Actor>(*s.actor_model, ac, schedule_of(c, a + ".optim", s.total_steps));
+}
+
+void build_reference(RlTrainer::State& s) {
+  // A frozen copy of the starting actor weights (verl's ref worker loads the same model path).
+  s.ref_model = std::make_unique<model::DecoderLM>(s.actor_model->config(), model::ModelOptions{at::kFloat, s.device, false});
+  for (const auto& [name, p] : s.actor_model->named_parameters()) s.ref_model->parameter(name).detach().copy_(p.detach());
+}
+
+void build_critic(RlTrainer::State& s) {
+  const Config& c = s.config;
+  std::string path = c.is_null("critic.model.path") ? s.model_path : c.get<std::string>("critic.model.path");
+  model::ModelConfig mc = model::load_model_config(path);
+  if (mc.head != model::ModelHead::kTokenClassification) {
+    // A causal LM checkpoint: as verl's critic, take its decoder and add a fresh value head.
+    mc.head = model::ModelHead::kTokenClassification;
+    mc.num_labels = 1;
+    mc.score_bias = true;
+    const auto at = mc.architecture.find("ForCausalLM");
+    if (at != std::string::npos) mc.architecture.replace(at, std::string("ForCausalLM").size(), "ForTokenClassification");
+    mc.raw["num_labels"] = 1;
+  }
+  s.critic_model = std::make_unique<model::DecoderLM>(mc, model::ModelOptions{at::kFloat, s.device, false});
+  s.critic_model->init_weights(s.seed + 7);
+  model::load_weights(*s.critic_model, path, model::LoadOptions{{"score."}});
+  train::CriticConfig cc;
+  cc.ppo_mini_batch_size = c.get<int64_t>("critic.ppo_mini_batch_size") * s.n;
+  cc.ppo_micro_batch_size = int_or(c, "critic.ppo_micro_batch_size_per_gpu", 1);
+  cc.use_dynamic_bsz = c.get<bool>("critic.use_dynamic_bsz");
+  cc.ppo_max_token_len = c.get<int64_t>("critic.ppo_max_token_len_per_gpu");
+  cc.ppo_epochs = c.get<int64_t>("critic.ppo_epochs");
+  cc.cliprange_value = c.get<double>("critic.cliprange_value");
+  cc.loss_agg_mode = c.get<std::string>("critic.loss_agg_mode");
+  cc.optim = adamw_of(c, "critic");
+  s.critic = std::make_unique<train::Critic>(*s.critic_model, cc, schedule_of(c, "critic.optim", s.total_steps));
+}
+
+void build_engine(RlTrainer::State& s) {
+  const Config& c = s.config;
+  const std::string r = "actor_rollout_ref.rollout";
+  rollout::EngineOptions o;
+  o.block_size = c.get<int64_t>(r + ".block_size");
+  o.limits.max_num_seqs = c.get<int64_t>(r + ".max_num_seqs");
+  o.limits.max_num_batched_tokens = c.get<int64_t>(r + ".max_num_batched_tokens");
+  o.seed = s.seed;
+  const int64_t rows = std::max(s.train_batch_size * s.n, s.val_set ? int64_t(s.val_set->size()) : int64_t(0));
+  const int64_t per_row = c.get<int64_t>("data.max_prompt_length") + s.response_length + o.block_size;
+  if (s.device.is_cpu()) {
+    // On the CPU the pool is plain memory: room for every row of a step at full length.
+    o.kv_token_budget = std::min<int64_t>(rows * per_row, int64_t(1) << 22);
+  } else {
+    o.memory_fraction = c.get<double>(r + ".gpu_memory_utilization");
+  }
+  const at::ScalarType dtype = model::dtype_from_name(c.get<std::string>(r + ".dtype"));
+  // Same dtype: the engine's model is a second handle on the actor's tensors (the hybrid engine
+  // shares weights; optimizer steps show through). Another dtype: the engine owns a cast copy.
+  model::DecoderLM engine_model = *s.actor_model;
+  if (dtype != at::kFloat) {
+    engine_model = model::DecoderLM(s.actor_model->config(), model::ModelOptions{dtype, s.device, false});
+    for (const auto& [name, p] : s.actor_model->named_parameters()) engine_model.parameter(name).detach().copy_(p.detach());
+  }
+  s.engine = std::make_unique<rollout::RolloutEngine>(std::move(engine_model), o);
+}
+
+}  // namespace
+
+std::vector<std::string> file_list(const Config& c, const std::string& key) {
+  const json& v = c.at(key);
+  if (v.is_null()) return {};
+  if (v.is_string()) return {v.get<std::string>()};
+  if (v.is_array()) {
+    std::vector<std::string> out;
+    for (const auto& f : v) {
+      if (!f.is_string()) throw Error(key, fmt::format("every entry must be a file path, got {}", f.dump()));
+      out.push_back(f.get<std::string>());
+    }
+    return out;
+  }
+  throw Error(key, fmt::format("must be a file path or a list of them, got {}", v.dump()));
+}
+
+DatasetOptions dataset_options(const Config& c) {
+  DatasetOptions o;
+  o.prompt_key = c.get<std::string>("data.prompt_key");
+  o.reward_fn_key = c.get<std::string>("data.reward_fn_key");
+  o.max_prompt_length = c.get<int64_t>("data.max_prompt_length");
+  o.filter_overlong_prompts = c.get<bool>("data.filter_overlong_prompts");
+  o.truncation = c.get<std::string>("data.truncation");
+  return o;
+}
+
+AlgorithmFamily algorithm_family(const std::string& estimator) {
+  if (estimator == "gae") return AlgorithmFamily::kWithCritic;
+  if (estimator == "remax") return AlgorithmFamily::kGreedyBaseline;
+  const auto names = algo::advantage_estimator_names();
+  if (std::find(names.begin(), names.end(), estimator) == names.end())
+    throw Error("algorithm.adv_estimator", fmt::format("'{}' is not one of: {}", estimator, join(names, ", ")));
+  return AlgorithmFamily::kCriticFree;
+}
+
+void setup_trainer(RlTrainer::State& s) {
+  Config& c = s.config;
+  c.validate(1);
+  s.estimator = c.get<std::string>("algorithm.adv_estimator");
+  s.family = algorithm_family(s.estimator);
+  s.device = pick_device(s);
+  s.seed = uint64_t(c.get<int64_t>("trainer.seed"));
+  s.n = c.get<int64_t>("actor_rollout_ref.rollout.n");
+  s.response_length = c.get<int64_t>("data.max_response_length");
+  s.train_batch_size = c.get<int64_t>("data.train_batch_size");
+  s.run_dir = c.get<std::string>("trainer.default_local_dir");
+
+  if (c.is_null("actor_rollout_ref.model.path"))
+    throw Error("actor_rollout_ref.model.path", "no model folder given (a Hugging Face folder with config.json)");
+  s.model_path = c.get<std::string>("actor_rollout_ref.model.path");
+  const std::string tokenizer_path = c.is_null("data.tokenizer") ? s.model_path : c.get<std::string>("data.tokenizer");
+  s.tokenizer = model::Tokenizer::from_file(tokenizer_path);
+  s.chat = model::ChatTemplate::from_config_file(tokenizer_path);
+  const model::ModelConfig mc = model::load_model_config(s.model_path);
+  s.eos_ids = mc.eos_token_ids;
+  s.pad_id = mc.pad_token_id.value_or(s.eos_ids.empty() ? 0 : s.eos_ids.front());
+  const int64_t context = c.get<int64_t>("data.max_prompt_length") + s.response_length;
+  if (context > mc.max_position_embeddings)
+    throw Error("data.max_prompt_length + data.max_response_length",
+                fmt::format("{} tokens exceed the model's max_position_embeddings {}", context, mc.max_position_embeddings));
+
+  // Data, and the reward check before any work: an unknown data source fails here.
+  const DatasetOptions options = dataset_options(c);
+  const auto train_files = file_list(c, "data.train_files");
+  if (train_files.empty()) throw Error("data.train_files", "no training data given (JSONL files in verl's schema)");
+  s.train_set = PromptDataset::load(train_files, *s.tokenizer, *s.chat, options);
+  const auto val_files = file_list(c, "data.val_files");
+  if (!val_files.empty()) s.val_set = PromptDataset::load(val_files, *s.tokenizer, *s.chat, options);
+  if (!c.is_null("custom_reward_function.path"))
+    s.scorer = RewardScorer::from_library(c.get<std::string>("custom_reward_function.path"),
+                                          c.get<std::string>("custom_reward_function.name"));
+  s.scorer.check_data_sources(s.train_set->data_sources());
+  if (s.val_set) s.scorer.check_data_sources(s.val_set->data_sources());
+
+  s.loader = std::make_unique<DataLoader>(s.train_set->size(), s.train_batch_size, c.get<bool>("data.shuffle"),
+                                          uint64_t(c.get<int64_t>("data.seed")));
+  s.total_steps = c.is_null("trainer.total_training_steps")
+                      ? s.loader->batches_per_epoch() * c.get<int64_t>("trainer.total_epochs")
+                      : c.get<int64_t>("trainer.total_training_steps");
+  if (s.total_steps < 1) throw Error("trainer.total_training_steps", fmt::format("{} steps: nothing to train", s.total_steps));
+
+  s.use_kl_in_reward = c.get<bool>("algorithm.use_kl_in_reward");
+  s.use_reference = s.use_kl_in_reward || c.get<bool>("actor_rollout_ref.actor.use_kl_loss");
+  s.use_critic = c.at("critic.enable").is_boolean() ? c.get<bool>("critic.enable") : s.family == AlgorithmFamily::kWithCritic;
+  if (s.family == AlgorithmFamily::kWithCritic && !s.use_critic)
+    throw Error("critic.enable", "algorithm.adv_estimator = gae needs the critic");
+  s.kl_ctrl = algo::make_kl_controller(c.get<std::string>("algorithm.kl_ctrl.type"), c.get<double>("algorithm.kl_ctrl.kl_coef"),
+                                       c.get<double>("algorithm.kl_ctrl.target_kl"), c.get<double>("algorithm.kl_ctrl.horizon"));
+
+  build_actor(s);
+  if (s.use_reference) build_reference(s);
+  if (s.use_critic) build_critic(s);
+  build_engine(s);
+  int64_t keep = int_or(c, "trainer.max_actor_ckpt_to_keep", 0);
+  s.checkpoints = std::make_unique<CheckpointManager>(s.run_dir, keep);
+  files::make_dirs(s.run_dir);
+  s.message(fmt::format("device {} ({}), model {} ({:.2f}M parameters), {} train / {} val prompts, {} steps of {} x {} "
+                        "sequences, estimator {}", s.device.str(), s.plugin.empty() ? "no plugin" : "plugin " + s.plugin,
+                        s.model_path, double(model::parameter_count(mc)) / 1e6, s.train_set->size(),
+                        s.val_set ? s.val_set->size() : 0, s.total_steps, s.train_batch_size, s.n, s.estimator));
+}
+
+}  // namespace verlpp::controller

@@ -1,0 +1,72 @@
+// The SFT warm start (verlpp's sft.* section): before RL, the actor is fine-tuned on
+// (prompt, response) rows so that it starts from a policy that already answers in the task's
+// format, as RL recipes start from an instruct model. Its result is saved as
+// <run_dir>/sft_model (a Hugging Face folder) and is the reference policy of the RL phase.
+#include <ATen/core/grad_mode.h>
+
+#include "rl_state.hpp"
+
+#include <verlpp/model/checkpoint.hpp>
+#include <verlpp/train/sft.hpp>
+
+#include "../util/files.hpp"
+
+#include <chrono>
+#include <fstream>
+
+namespace verlpp::controller {
+
+void run_sft_warm_start(RlTrainer::State& s) {
+  const Config& c = s.config;
+  if (!c.get<bool>("sft.enable")) return;
+  const auto start = std::chrono::steady_clock::now();
+  DatasetOptions options = dataset_options(c);
+  options.response_key = c.get<std::string>("sft.response_key");
+  // The response ends the assistant turn: the first EOS id (ChatML's <|im_end|>) closes it.
+  if (!s.eos_ids.empty()) options.response_suffix_ids = {int32_t(s.eos_ids.front())};
+  PromptDataset data = PromptDataset::load(file_list(c, "sft.train_files"), *s.tokenizer, *s.chat, options);
+
+  const int64_t steps = c.get<int64_t>("sft.total_steps");
+  train::LrScheduleOptions lr;
+  lr.base_lr = c.get<double>("sft.optim.lr");
+  lr.style = c.get<std::string>("sft.optim.warmup_style");
+  lr.total_steps = steps;
+  lr.warmup_steps = train::resolve_warmup_steps(-1, c.get<double>("sft.optim.lr_warmup_steps_ratio"), steps);
+  lr.min_lr_ratio = c.get<double>("sft.optim.min_lr_ratio");
+  train::SftConfig config;
+  config.micro_batch_size = c.get<int64_t>("sft.micro_batch_size_per_gpu");
+  config.optim.weight_decay = c.get<double>("sft.optim.weight_decay");
+  const auto betas = c.get<std::vector<double>>("sft.optim.betas");
+  if (betas.size() != 2) throw Error("sft.optim.betas", fmt::format("needs two values, got {}", betas.size()));
+  config.optim.beta1 = betas[0];
+  config.optim.beta2 = betas[1];
+  config.optim.grad_clip = c.get<double>("sft.optim.grad_clip");
+  train::SftTrainer trainer(*s.actor_model, config, train::LrSchedule(lr));
+
+  DataLoader loader(data.size(), c.get<int64_t>("sft.batch_size"), /*shuffle=*/true, uint64_t(c.get<int64_t>("sft.seed")));
+  std::ofstream log(files::join(s.run_dir, "sft_metrics.jsonl"), std::ios::trunc);
+  double first_loss = 0, last_loss = 0;
+  for (int64_t step = 1; step <= steps; ++step) {
+    Batch batch = collate_sft(data, loader.next(), s.pad_id, s.response_length);
+    nlohmann::json m = trainer.train_step(batch);
+    if (step == 1) first_loss = m["sft/loss"].get<double>();
+    last_loss = m["sft/loss"].get<double>();
+    m["step"] = step;
+    log << m.dump() << "\n";
+    s.progress("sft", step, steps);
+  }
+  const std::string out = files::join(s.run_dir, "sft_model");
+  model::SaveOptions save;
+  save.source_dir = s.model_path;
+  files::remove_tree(out);
+  model::save_pretrained(*s.actor_model, out, save);
+  if (s.ref_model) {
+    at::NoGradGuard no_grad;
+    for (const auto& [name, p] : s.actor_model->named_parameters()) s.ref_model->parameter(name).copy_(p.detach());
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  s.message(fmt::format("SFT warm start: {} steps on {} rows, loss {:.3f} -> {:.3f} ({:.0f} s); saved {}", steps, data.size(),
+                        first_loss, last_loss, seconds, out));
+}
+
+}  // namespace verlpp::controller

@@ -1,0 +1,163 @@
+// The stages of one RL step (see rl_state.hpp), each a small function over the step's Batch.
+#include <ATen/core/grad_mode.h>
+
+#include "rl_state.hpp"
+
+#include <verlpp/algo/advantages.hpp>
+#include <verlpp/algo/agg_loss.hpp>
+#include <verlpp/train/logprob.hpp>
+
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
+
+namespace verlpp::controller {
+
+using json = nlohmann::json;
+
+Batch next_prompt_batch(RlTrainer::State& s) {
+  const std::vector<size_t> indices = s.loader->next();
+  return collate_prompts(*s.train_set, indices, s.pad_id, fmt::format("s{}:", s.global_step + 1));
+}
+
+namespace {
+
+// The prompt tokens of each row of a left-padded prompt batch.
+std::vector<std::vector<int64_t>> prompt_tokens(const Batch& prompts) {
+  at::Tensor ids = prompts.tensor("input_ids").cpu().contiguous(), mask = prompts.tensor("attention_mask").cpu().to(at::kLong).contiguous();
+  const int64_t b = ids.size(0), t = ids.size(1);
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(b));
+  const int64_t* ip = ids.data_ptr<int64_t>();
+  const int64_t* mp = mask.data_ptr<int64_t>();
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t k = 0; k < t; ++k)
+      if (mp[r * t + k]) out[size_t(r)].push_back(ip[r * t + k]);
+  return out;
+}
+
+}  // namespace
+
+Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, bool greedy, uint64_t seed_base) {
+  const Config& c = s.config;
+  const std::string r = "actor_rollout_ref.rollout";
+  rollout::SamplingParams params;
+  params.n = n;
+  params.max_new_tokens = s.response_length;
+  params.ignore_eos = c.get<bool>(r + ".ignore_eos");
+  if (greedy || !c.get<bool>(r + ".do_sample")) {
+    params.temperature = 0.0;
+  } else {
+    params.temperature = c.get<double>(r + ".temperature");
+    params.top_k = std::max<int64_t>(0, c.get<int64_t>(r + ".top_k"));
+    params.top_p = c.get<double>(r + ".top_p");
+  }
+  const auto tokens = prompt_tokens(prompts);
+  std::vector<rollout::GenerateRequest> requests;
+  requests.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    rollout::GenerateRequest q{tokens[i], params};
+    q.sampling.seed = seed_base + i;
+    requests.push_back(std::move(q));
+  }
+  if (s.engine->is_sleeping()) s.engine->wake();
+  const int64_t total = int64_t(tokens.size()) * n;
+  auto outputs = s.engine->generate(requests, [&](int64_t done, int64_t) { s.progress("gen", done, total); });
+  if (c.get<bool>(r + ".free_cache_engine")) s.engine->sleep();  // the pool's memory goes back for training
+
+  std::vector<std::vector<int64_t>> responses;
+  std::vector<float> logprobs(size_t(total * s.response_length), 0.0f);
+  responses.reserve(size_t(total));
+  for (const auto& out : outputs) {
+    if (!out.error.empty())
+      throw Error(fmt::format("prompt row {} ({})", out.request_index, prompts.column("uid")[size_t(out.request_index)].dump()),
+                  out.error);
+    const size_t row = responses.size();
+    for (size_t k = 0; k < out.logprobs.size(); ++k) logprobs[row * size_t(s.response_length) + k] = out.logprobs[k];
+    responses.push_back(out.token_ids);
+  }
+  if (int64_t(responses.size()) != total)
+    throw Error("rollout", fmt::format("the engine returned {} samples for {} x {} requested", responses.size(), tokens.size(), n));
+  Batch batch = append_responses(prompts.repeat(n, /*interleave=*/true), responses, s.response_length, s.pad_id);
+  batch.set("rollout_log_probs",
+            at::from_blob(logprobs.data(), {total, s.response_length}, at::TensorOptions().dtype(at::kFloat)).clone());
+  return batch;
+}
+
+void compute_scores(RlTrainer::State& s, Batch& batch) {
+  at::Tensor responses = batch.tensor("responses").cpu().contiguous();
+  at::Tensor lengths = batch.tensor("response_mask").sum(1).to(at::kLong).cpu().contiguous();
+  const int64_t b = batch.size(), r = responses.size(1);
+  std::vector<float> token_scores(size_t(b * r), 0.0f);
+  std::vector<json> scores, texts;
+  const auto& sources = batch.column("data_source");
+  const auto& truths = batch.column("ground_truth");
+  const auto& extras = batch.column("extra_info");
+  for (int64_t row = 0; row < b; ++row) {
+    const int64_t len = lengths.data_ptr<int64_t>()[row];
+    std::vector<int32_t> ids;
+    for (int64_t k = 0; k < len; ++k) ids.push_back(int32_t(responses.data_ptr<int64_t>()[row * r + k]));
+    RewardInput in{sources[size_t(row)].get<std::string>(), s.tokenizer->decode(ids, /*skip_special_tokens=*/true),
+                   truths[size_t(row)], extras[size_t(row)]};
+    const double score = s.scorer.score(in);
+    if (len > 0) token_scores[size_t(row * r + len - 1)] = float(score);  // verl: the last valid token
+    scores.push_back(score);
+    texts.push_back(std::move(in.response));
+  }
+  batch.set("token_level_scores", at::from_blob(token_scores.data(), {b, r}, at::TensorOptions().dtype(at::kFloat))
+                                      .clone()
+                                      .to(batch.tensor("response_mask").device()));
+  batch.set_column("score", std::move(scores));
+  batch.set_column("response_text", std::move(texts));
+}
+
+void compute_reference_log_prob(RlTrainer::State& s, Batch& batch) {
+  at::NoGradGuard no_grad;
+  auto out = train::response_log_probs(*s.ref_model, batch.tensor("input_ids"), batch.tensor("attention_mask"),
+                                       batch.tensor("position_ids"), s.response_length, s.actor->config().temperature, false,
+                                       s.actor->config().log_prob_chunk_rows);
+  batch.set("ref_log_prob", out.log_probs);
+}
+
+double compute_old_log_prob(RlTrainer::State& s, Batch& batch) {
+  train::ResponseLogProbs out = s.actor->compute_log_prob(batch, /*with_entropy=*/true);
+  batch.set("old_log_probs", out.log_probs);
+  return algo::agg_loss(out.entropy, batch.tensor("response_mask"), "token-mean").item<double>();
+}
+
+void compute_values(RlTrainer::State& s, Batch& batch) { batch.set("values", s.critic->compute_values(batch)); }
+
+void apply_reward_kl(RlTrainer::State& s, Batch& batch, json& metrics) {
+  if (!s.use_kl_in_reward) {
+    batch.set("token_level_rewards", batch.tensor("token_level_scores"));
+    return;
+  }
+  algo::KLRewardOutput kl = algo::apply_kl_penalty(batch.tensor("token_level_scores"), batch.tensor("old_log_probs"),
+                                                   batch.tensor("ref_log_prob"), batch.tensor("response_mask"), *s.kl_ctrl,
+                                                   s.config.get<std::string>("algorithm.kl_penalty"));
+  batch.set("token_level_rewards", kl.token_level_rewards);
+  metrics["actor/reward_kl_penalty"] = kl.current_kl;
+  metrics["actor/reward_kl_penalty_coeff"] = kl.kl_coef;
+}
+
+void compute_advantages(RlTrainer::State& s, Batch& batch) {
+  algo::AdvantageInputs in;
+  in.token_level_rewards = batch.tensor("token_level_rewards");
+  in.response_mask = batch.tensor("response_mask");
+  if (batch.has_tensor("values")) in.values = batch.tensor("values");
+  if (batch.has_tensor("reward_baselines")) in.reward_baselines = batch.tensor("reward_baselines");
+  for (const auto& uid : batch.column("uid")) in.index.push_back(uid.get<std::string>());
+  algo::AdvantageConfig cfg;
+  cfg.gamma = s.config.get<double>("algorithm.gamma");
+  cfg.lam = s.config.get<double>("algorithm.lam");
+  cfg.norm_adv_by_std_in_grpo = s.config.get<bool>("algorithm.norm_adv_by_std_in_grpo");
+  algo::AdvantageOutputs out = algo::compute_advantage(s.estimator, in, cfg);
+  batch.set("advantages", out.advantages);
+  batch.set("returns", out.returns);
+}
+
+void sync_rollout_weights(RlTrainer::State& s, json& metrics) {
+  rollout::WeightUpdateReport report = s.engine->update_weights(s.actor_model->named_parameters());
+  metrics["perf/weight_sync_shared"] = report.num_shared;
+  metrics["perf/weight_sync_copied"] = report.num_copied;
+}
+
+}  // namespace verlpp::controller

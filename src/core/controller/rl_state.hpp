@@ -1,0 +1,144 @@
+// RlTrainer's internals, shared by its translation units: the objects a run owns and the
+// stages of one step, each a function of the state and the step's Batch (rl_stages.cpp), so
+// the family step functions (rl_steps.cpp) read as verl's fit() does.
+#pragma once
+
+#include <verlpp/algo/kl.hpp>
+#include <verlpp/controller/batch.hpp>
+#include <verlpp/controller/checkpoint_manager.hpp>
+#include <verlpp/controller/config.hpp>
+#include <verlpp/controller/dataset.hpp>
+#include <verlpp/controller/reward.hpp>
+#include <verlpp/controller/rl_trainer.hpp>
+#include <verlpp/core/error.hpp>
+#include <verlpp/model/chat_template.hpp>
+#include <verlpp/model/decoder.hpp>
+#include <verlpp/model/tokenizer.hpp>
+#include <verlpp/rollout/engine.hpp>
+#include <verlpp/train/actor.hpp>
+#include <verlpp/train/critic.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace verlpp::controller {
+
+struct RlTrainer::State {
+  Config config = Config::defaults();
+  TrainerHooks hooks;
+  AlgorithmFamily family = AlgorithmFamily::kCriticFree;
+  std::string estimator;
+  c10::Device device = c10::Device(c10::kCPU);
+  std::string plugin;  // the hardware plugin the device comes from ("" = none loaded)
+
+  std::string model_path;
+  std::optional<model::Tokenizer> tokenizer;
+  std::optional<model::ChatTemplate> chat;
+  int64_t pad_id = 0;
+  std::vector<int64_t> eos_ids;
+
+  std::optional<PromptDataset> train_set, val_set;
+  std::unique_ptr<DataLoader> loader;
+
+  std::unique_ptr<model::DecoderLM> actor_model, ref_model, critic_model;
+  std::unique_ptr<train::Actor> actor;
+  std::unique_ptr<train::Critic> critic;
+  std::unique_ptr<rollout::RolloutEngine> engine;
+  RewardScorer scorer;
+  std::unique_ptr<algo::KLController> kl_ctrl;
+  std::unique_ptr<CheckpointManager> checkpoints;
+
+  bool use_reference = false, use_critic = false, use_kl_in_reward = false;
+  int64_t n = 1, response_length = 1, train_batch_size = 1;
+  int64_t global_step = 0, total_steps = 1;
+  uint64_t seed = 1;
+  std::string run_dir;
+  std::ofstream metrics_out;
+
+  void message(const std::string& text) const {
+    if (hooks.on_message) hooks.on_message(text);
+  }
+  void progress(const std::string& phase, int64_t done, int64_t total) const {
+    if (hooks.on_progress) hooks.on_progress(phase, done, total);
+  }
+};
+
+// Resident set size of this process now, and its peak, in GiB (0 where /proc is absent).
+double resident_gib();
+double peak_resident_gib();
+
+// Runs `f` as the stage `name` of a step: adds its seconds to metrics["timing_s/<name>"],
+// records memory/<name>_gib (resident after it), and turns an exception into an Error naming
+// the rank and the stage (one rank today; workers get their own ranks with scale-out).
+template <class F>
+auto run_stage(const std::string& name, nlohmann::json& metrics, F&& f) -> decltype(f()) {
+  const auto start = std::chrono::steady_clock::now();
+  auto finish = [&] {
+    metrics["timing_s/" + name] =
+        metrics.value("timing_s/" + name, 0.0) +
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    metrics["memory/" + name + "_gib"] = resident_gib();
+  };
+  try {
+    if constexpr (std::is_void_v<decltype(f())>) {
+      f();
+      finish();
+    } else {
+      auto result = f();
+      finish();
+      return result;
+    }
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("rank 0, stage {}", name), e.what());
+  }
+}
+
+// --- setup and persistence (rl_setup.cpp, rl_checkpoint.cpp, rl_sft.cpp) ---
+// The files at `key` (a path or a list of paths; null = none).
+std::vector<std::string> file_list(const Config& c, const std::string& key);
+// data.* as DatasetOptions.
+DatasetOptions dataset_options(const Config& c);
+void setup_trainer(RlTrainer::State& s);
+void save_checkpoint(RlTrainer::State& s);
+// Restores the state from `folder`; returns the step it holds.
+int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder);
+// The SFT warm start (sft.*), when enabled; writes sft_metrics.jsonl in the run folder.
+void run_sft_warm_start(RlTrainer::State& s);
+
+// --- the stages of a step (rl_stages.cpp), in verl's order ---
+// A prompt batch for the next loader batch (uids "s<step>:<row>").
+Batch next_prompt_batch(RlTrainer::State& s);
+// Samples `n` responses per prompt (n = 1 and greedy when `greedy`), returning the RL layout
+// (interleaved repeat of the prompts + responses, rollout_log_probs) and response-length stats.
+Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, bool greedy, uint64_t seed_base);
+// token_level_scores [B, R] (the score at each row's last response token) and the column
+// "score" (one double per row), from the reward functions.
+void compute_scores(RlTrainer::State& s, Batch& batch);
+// ref_log_prob under the frozen reference.
+void compute_reference_log_prob(RlTrainer::State& s, Batch& batch);
+// old_log_probs under the current actor; returns the mean response-token entropy.
+double compute_old_log_prob(RlTrainer::State& s, Batch& batch);
+// values from the critic.
+void compute_values(RlTrainer::State& s, Batch& batch);
+// token_level_rewards: scores minus the KL penalty (use_kl_in_reward) or the scores as is.
+void apply_reward_kl(RlTrainer::State& s, Batch& batch, nlohmann::json& metrics);
+// advantages and returns by algorithm.adv_estimator.
+void compute_advantages(RlTrainer::State& s, Batch& batch);
+// The rollout engine reads the actor's current weights (shared storage: no copy on one device).
+void sync_rollout_weights(RlTrainer::State& s, nlohmann::json& metrics);
+
+// --- metrics (rl_metrics.cpp) ---
+// verl's compute_data_metrics: critic/score, critic/rewards, critic/advantages, critic/returns,
+// critic/values, response_length, prompt_length (mean/max/min).
+void add_data_metrics(const Batch& batch, bool with_critic, nlohmann::json& metrics);
+// perf/total_num_tokens, perf/throughput (tokens per second per device), timing_s/step.
+void add_throughput_metrics(const Batch& batch, double step_seconds, nlohmann::json& metrics);
+
+}  // namespace verlpp::controller

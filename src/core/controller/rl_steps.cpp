@@ -1,0 +1,242 @@
+// The RL loop: one step function per algorithm family, each in verl's order (fit() of
+// RayPPOTrainer): generate -> reward -> (reference) -> old log-probs -> (values) -> KL in reward
+// -> advantages -> (critic update) -> actor update -> weight sync. Then validation and
+// checkpoints on their frequencies, and one metrics row per step.
+#include "rl_state.hpp"
+
+#include <verlpp/rollout/sampling.hpp>
+
+#include "../util/files.hpp"
+
+#include <ATen/ops/from_blob.h>
+
+#include <map>
+#include <sstream>
+
+namespace verlpp::controller {
+namespace {
+
+using json = nlohmann::json;
+
+struct StepOutput {
+  json metrics = json::object();
+  Batch batch;
+};
+
+void merge_into(json& metrics, const json& more) {
+  for (const auto& [key, value] : more.items()) metrics[key] = value;
+}
+
+// The per-step seed base of the rollout: a function of the run seed and the step alone, so a
+// resumed run samples what the uninterrupted run sampled.
+uint64_t rollout_seed(const RlTrainer::State& s, int64_t step, uint64_t salt) {
+  return rollout::sample_seed(s.seed * 0x9E3779B97F4A7C15ULL + salt, step) & ((uint64_t(1) << 52) - 1);
+}
+
+// Critic update (when there is a critic), then the actor update once critic_warmup steps have
+// passed, then the weight sync to the rollout engine. Shared by every family.
+void update_and_sync(RlTrainer::State& s, StepOutput& out) {
+  json& m = out.metrics;
+  if (s.use_critic) run_stage("update_critic", m, [&] { merge_into(m, s.critic->update_critic(out.batch)); });
+  if (s.global_step + 1 > s.config.get<int64_t>("trainer.critic_warmup")) {
+    run_stage("update_actor", m, [&] { merge_into(m, s.actor->update_policy(out.batch)); });
+    run_stage("sync", m, [&] { sync_rollout_weights(s, m); });
+  }
+}
+
+// Generation through the actor's old log-probs: the part every family starts with.
+void rollout_and_score(RlTrainer::State& s, StepOutput& out, const Batch& prompts) {
+  json& m = out.metrics;
+  const uint64_t seed = rollout_seed(s, s.global_step + 1, 0);
+  out.batch = run_stage("gen", m, [&] { return generate_sequences(s, prompts, s.n, /*greedy=*/false, seed); });
+  run_stage("reward", m, [&] { compute_scores(s, out.batch); });
+  if (s.use_reference) run_stage("ref", m, [&] { compute_reference_log_prob(s, out.batch); });
+  m["actor/entropy"] = run_stage("old_log_prob", m, [&] { return compute_old_log_prob(s, out.batch); });
+}
+
+// gae: PPO with a learned value baseline.
+StepOutput step_with_critic(RlTrainer::State& s) {
+  StepOutput out;
+  json& m = out.metrics;
+  const Batch prompts = next_prompt_batch(s);
+  rollout_and_score(s, out, prompts);
+  run_stage("values", m, [&] { compute_values(s, out.batch); });
+  run_stage("adv", m, [&] {
+    apply_reward_kl(s, out.batch, m);
+    compute_advantages(s, out.batch);
+  });
+  update_and_sync(s, out);
+  add_data_metrics(out.batch, /*with_critic=*/true, m);
+  return out;
+}
+
+// grpo, rloo, opo, gpg, grpo_passk, reinforce_plus_plus[_baseline]: baselines from the group
+// of n samples per prompt (or none), no critic.
+StepOutput step_critic_free(RlTrainer::State& s) {
+  StepOutput out;
+  json& m = out.metrics;
+  const Batch prompts = next_prompt_batch(s);
+  rollout_and_score(s, out, prompts);
+  run_stage("adv", m, [&] {
+    apply_reward_kl(s, out.batch, m);
+    compute_advantages(s, out.batch);
+  });
+  update_and_sync(s, out);
+  add_data_metrics(out.batch, false, m);
+  return out;
+}
+
+// remax: the baseline of each prompt is the reward of its greedy response.
+StepOutput step_remax(RlTrainer::State& s) {
+  StepOutput out;
+  json& m = out.metrics;
+  const Batch prompts = next_prompt_batch(s);
+  std::vector<float> baselines = run_stage("gen_max", m, [&] {
+    Batch greedy = generate_sequences(s, prompts, 1, /*greedy=*/true, rollout_seed(s, s.global_step + 1, 1));
+    compute_scores(s, greedy);
+    std::vector<float> b;
+    for (const auto& score : greedy.column("score")) b.push_back(score.get<float>());
+    return b;
+  });
+  rollout_and_score(s, out, prompts);
+  std::vector<float> repeated;  // interleaved, as the batch's rows
+  for (float b : baselines)
+    for (int64_t k = 0; k < s.n; ++k) repeated.push_back(b);
+  out.batch.set("reward_baselines",
+                at::from_blob(repeated.data(), {int64_t(repeated.size())}, at::TensorOptions().dtype(at::kFloat)).clone());
+  run_stage("adv", m, [&] {
+    apply_reward_kl(s, out.batch, m);
+    compute_advantages(s, out.batch);
+  });
+  update_and_sync(s, out);
+  add_data_metrics(out.batch, false, m);
+  return out;
+}
+
+StepOutput run_step(RlTrainer::State& s) {
+  switch (s.family) {
+    case AlgorithmFamily::kWithCritic: return step_with_critic(s);
+    case AlgorithmFamily::kGreedyBaseline: return step_remax(s);
+    case AlgorithmFamily::kCriticFree: break;
+  }
+  return step_critic_free(s);
+}
+
+// Keeps the metrics rows of steps <= `step` (a resumed run rewrites what came after).
+void truncate_metrics(const std::string& path, int64_t step) {
+  if (!files::is_file(path)) return;
+  std::string kept, line;
+  std::istringstream in(files::read_text(path));
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    json row = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (row.is_object() && row.value("step", int64_t(-1)) <= step) kept += line + "\n";
+  }
+  files::write_text(path, kept);
+}
+
+bool every(int64_t freq, int64_t step, bool last) { return freq > 0 && (step % freq == 0 || last); }
+
+json validate_model(RlTrainer::State& s) {
+  json m = json::object();
+  if (!s.val_set) return m;
+  if (s.config.get<bool>("actor_rollout_ref.rollout.val_kwargs.do_sample"))
+    throw Error("actor_rollout_ref.rollout.val_kwargs.do_sample",
+                "verlpp validates greedily (do_sample = false); sampled validation is not supported");
+  const int64_t size = int64_t(s.val_set->size());
+  const int64_t chunk = s.config.is_null("data.val_batch_size") ? size : s.config.get<int64_t>("data.val_batch_size");
+  std::map<std::string, std::pair<double, int64_t>> by_source;
+  double total = 0, length = 0;
+  for (int64_t begin = 0; begin < size; begin += chunk) {
+    std::vector<size_t> indices;
+    for (int64_t i = begin; i < std::min(size, begin + chunk); ++i) indices.push_back(size_t(i));
+    Batch batch = generate_sequences(s, collate_prompts(*s.val_set, indices, s.pad_id, "val:"), 1, /*greedy=*/true, 0);
+    compute_scores(s, batch);
+    const auto& sources = batch.column("data_source");
+    const auto& scores = batch.column("score");
+    for (size_t i = 0; i < scores.size(); ++i) {
+      auto& [sum, count] = by_source[sources[i].get<std::string>()];
+      sum += scores[i].get<double>();
+      ++count;
+      total += scores[i].get<double>();
+    }
+    length += batch.tensor("response_mask").sum().item<double>();
+    s.progress("val", std::min(size, begin + chunk), size);
+  }
+  for (const auto& [source, sc] : by_source) m["val/" + source + "/acc"] = sc.first / double(sc.second);
+  m["val/acc"] = total / double(size);
+  m["val/response_length/mean"] = length / double(size);
+  return m;
+}
+
+}  // namespace
+
+RlTrainer::RlTrainer(Config config, TrainerHooks hooks) : s_(std::make_unique<State>()) {
+  s_->config = std::move(config);
+  s_->hooks = std::move(hooks);
+  setup_trainer(*s_);
+}
+
+RlTrainer::~RlTrainer() = default;
+
+json RlTrainer::validate() { return validate_model(*s_); }
+int64_t RlTrainer::global_step() const { return s_->global_step; }
+int64_t RlTrainer::total_steps() const { return s_->total_steps; }
+const std::string& RlTrainer::run_dir() const { return s_->run_dir; }
+const Config& RlTrainer::config() const { return s_->config; }
+
+json RlTrainer::fit() {
+  State& s = *s_;
+  const Config& c = s.config;
+  const std::string metrics_path = files::join(s.run_dir, "metrics.jsonl");
+  std::optional<std::string> resume_from = s.checkpoints->resume_folder(
+      c.get<std::string>("trainer.resume_mode"),
+      c.is_null("trainer.resume_from_path") ? std::string() : c.get<std::string>("trainer.resume_from_path"));
+  if (resume_from) {
+    s.global_step = load_checkpoint(s, *resume_from);
+    truncate_metrics(metrics_path, s.global_step);
+    s.message(fmt::format("resumed from {} (step {} of {})", *resume_from, s.global_step, s.total_steps));
+  } else {
+    files::remove_file(metrics_path);
+    run_sft_warm_start(s);
+  }
+  s.metrics_out.open(metrics_path, std::ios::app);
+  if (!s.metrics_out) throw Error(metrics_path, "cannot open the metrics file for writing");
+  auto write_row = [&](const json& row) {
+    s.metrics_out << row.dump() << "\n";
+    s.metrics_out.flush();
+    if (s.hooks.on_step) s.hooks.on_step(row);
+  };
+
+  json last = json::object();
+  if (!resume_from && s.val_set && c.get<bool>("trainer.val_before_train")) {
+    last = validate_model(s);
+    last["step"] = 0;
+    write_row(last);
+    if (c.get<bool>("trainer.val_only")) return last;
+  }
+  const int64_t test_freq = c.get<int64_t>("trainer.test_freq"), save_freq = c.get<int64_t>("trainer.save_freq");
+  while (s.global_step < s.total_steps) {
+    const auto start = std::chrono::steady_clock::now();
+    StepOutput out = run_step(s);
+    ++s.global_step;
+    const bool is_last = s.global_step == s.total_steps;
+    json& m = out.metrics;
+    if (s.val_set && every(test_freq, s.global_step, is_last))
+      run_stage("testing", m, [&] { merge_into(m, validate_model(s)); });
+    if (every(save_freq, s.global_step, is_last)) run_stage("save_checkpoint", m, [&] { save_checkpoint(s); });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    m["timing_s/step"] = seconds;
+    add_throughput_metrics(out.batch, seconds, m);
+    m["training/global_step"] = s.global_step;
+    m["training/epoch"] = s.loader->epoch();
+    m["step"] = s.global_step;
+    write_row(m);
+    s.progress("train", s.global_step, s.total_steps);
+    last = m;
+  }
+  s.metrics_out.close();
+  return last;
+}
+
+}  // namespace verlpp::controller

@@ -1,0 +1,51 @@
+// SftTrainer: response-token NLL with gradient accumulation (see sft.hpp).
+#include <ATen/core/grad_mode.h>
+#include <verlpp/train/sft.hpp>
+
+#include <verlpp/core/error.hpp>
+#include <verlpp/train/parameters.hpp>
+#include <verlpp/train/logprob.hpp>
+
+namespace verlpp::train {
+
+SftTrainer::SftTrainer(model::DecoderLM& model, SftConfig config, LrSchedule schedule)
+    : model_(model), config_(std::move(config)) {
+  VERLPP_CHECK(config_.micro_batch_size >= 1, "sft micro_batch_size {} must be >= 1", config_.micro_batch_size);
+  model_.set_requires_grad(true);
+  optimizer_ = std::make_unique<OptimizerStep>(parameter_tensors(model_), config_.optim, std::move(schedule));
+}
+
+SftTrainer::~SftTrainer() = default;
+
+nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
+  const double lr = optimizer_->set_lr_for_update(updates_++);
+  const int64_t response_length = batch.tensor("responses").size(1);
+  // Every micro-batch's loss is its sum over the batch's total token count, so the accumulated
+  // gradient is exactly the full batch's token-mean gradient.
+  const double tokens = batch.tensor("response_mask").sum().item<double>();
+  VERLPP_CHECK(tokens > 0, "the SFT batch of {} rows has no response tokens", batch.size());
+  optimizer_->zero_grad();
+  double loss_sum = 0;
+  for (const controller::Batch& micro : batch.split(config_.micro_batch_size)) {
+    ResponseLogProbs out = response_log_probs(model_, micro.tensor("input_ids"), micro.tensor("attention_mask"),
+                                              micro.tensor("position_ids"), response_length, 1.0, false,
+                                              config_.log_prob_chunk_rows);
+    at::Tensor nll = out.log_probs.mul(micro.tensor("response_mask")).sum().neg().div(tokens);
+    nll.backward();
+    loss_sum += nll.item<double>();
+  }
+  const double grad_norm = optimizer_->clip_and_step();
+  return {{"sft/loss", loss_sum}, {"sft/grad_norm", grad_norm}, {"sft/lr", lr}, {"sft/tokens", tokens},
+          {"sft/skipped_steps", optimizer_->skipped()}};
+}
+
+double SftTrainer::loss(const controller::Batch& batch) const {
+  at::NoGradGuard no_grad;
+  ResponseLogProbs out = response_log_probs(model_, batch.tensor("input_ids"), batch.tensor("attention_mask"),
+                                            batch.tensor("position_ids"), batch.tensor("responses").size(1), 1.0, false,
+                                            config_.log_prob_chunk_rows);
+  const at::Tensor& mask = batch.tensor("response_mask");
+  return out.log_probs.mul(mask).sum().neg().item<double>() / std::max(1.0, mask.sum().item<double>());
+}
+
+}  // namespace verlpp::train
