@@ -3,6 +3,7 @@
 // checkpoints and the report; and a run killed with SIGKILL while training, then resumed,
 // produces exactly the metrics (timings aside) and the weights of an uninterrupted run.
 #include <verlpp/controller/arith_task.hpp>
+#include <verlpp/controller/config.hpp>
 #include <verlpp/controller/report.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/model/safetensors.hpp>
@@ -209,4 +210,21 @@ TEST_CASE("verlpp train: SIGKILL mid-run, then resume, repeats the uninterrupted
       for (const auto& entry : a.entries()) CHECK(a.tensor(entry.name).equal(b.tensor(entry.name)));
     }
   }
+}
+
+TEST_CASE("the shipped example configs load and validate", "[e2e]") {
+  for (const char* file : {"examples/gsm8k/grpo_qwen2.5_0.5b.json", "examples/gsm8k/ppo_qwen2.5_0.5b.json"}) {
+    INFO(file);
+    controller::Config c = controller::Config::from_file(std::string(VERLPP_SOURCE_DIR) + "/" + file);
+    c.resolve();
+    CHECK_NOTHROW(c.validate(1));
+  }
+  // The embedded default, as `verlpp train` reads it (its "demo" section is the CLI's).
+  json given = json::parse(read_file(std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json"));
+  REQUIRE(given.contains("demo"));
+  given.erase("demo");
+  controller::Config c = controller::Config::from_json(given, "grpo_tiny.json");
+  c.resolve();
+  CHECK_NOTHROW(c.validate(1));
+  CHECK(c.get<std::string>("data.train_files").find("/data/arith_train.jsonl") != std::string::npos);
 }

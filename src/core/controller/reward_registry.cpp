@@ -20,7 +20,9 @@ struct Registry {
   std::mutex mutex;
   std::map<std::string, RewardFn> functions;
   Registry() {
-    functions["gsm8k"] = [](const RewardInput& in) { return rewards::gsm8k(in.response, ground_truth_text(in.ground_truth)); };
+    // verl's default_compute_score names the source "openai/gsm8k"; "gsm8k" is the short form.
+    for (const char* name : {"gsm8k", "openai/gsm8k"})
+      functions[name] = [](const RewardInput& in) { return rewards::gsm8k(in.response, ground_truth_text(in.ground_truth)); };
     // verl routes these MATH-style sources to the same rule.
     for (const char* name : {"math", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500"})
       functions[name] = [](const RewardInput& in) { return rewards::math(in.response, ground_truth_text(in.ground_truth)); };
