@@ -86,3 +86,39 @@ TEST_CASE("gradients through chunked log-probs equal the unchunked ones", "[logp
   CHECK(diff < 1e-6);
   CHECK(grads[0].abs().sum().item<double>() > 0);
 }
+
+TEST_CASE("remove_padding: packed forwards give the padded batch's log-probs, entropy and gradients", "[logprob]") {
+  model::DecoderLM m = tiny_model();
+  const int64_t b = 6, p = 7, r = 5, t = p + r, v = m.config().vocab_size;
+  at::manual_seed(3);
+  at::Tensor ids = at::randint(v, {b, t}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor mask = at::ones({b, t}, at::TensorOptions().dtype(at::kLong));
+  for (int64_t row = 0; row < b; ++row) {
+    for (int64_t k = 0; k < (row * 2) % p; ++k) mask[row][k] = 0;      // left-padded prompt
+    for (int64_t k = 0; k < (row * 3) % r; ++k) mask[row][t - 1 - k] = 0;  // right-padded response
+  }
+  at::Tensor pos = mask.cumsum(1).sub(1).clamp_min(0);
+  at::Tensor response_mask = mask.narrow(1, p, r).to(at::kFloat);
+  m.set_requires_grad(true);
+  std::vector<std::vector<at::Tensor>> grads;
+  std::vector<train::ResponseLogProbs> outs;
+  for (bool packed : {false, true}) {
+    for (const auto& [name, param] : m.named_parameters()) param.mutable_grad() = at::Tensor();
+    auto out = train::response_log_probs(m, ids, mask, pos, r, 1.0, true, 2, packed);
+    out.log_probs.mul(response_mask).sum().add(out.entropy.mul(response_mask).sum().mul(0.1)).backward();
+    std::vector<at::Tensor> g;
+    for (const auto& [name, param] : m.named_parameters()) g.push_back(param.grad().clone());
+    grads.push_back(g);
+    outs.push_back({out.log_probs.detach(), out.entropy.detach()});
+  }
+  // Compared where the response is real (padding positions score nothing either way).
+  CHECK(outs[0].log_probs.sub(outs[1].log_probs).mul(response_mask).abs().max().item<double>() < 1e-5);
+  CHECK(outs[0].entropy.sub(outs[1].entropy).mul(response_mask).abs().max().item<double>() < 1e-5);
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    worst = std::max(worst, grads[0][i].sub(grads[1][i]).abs().max().item<double>());
+    scale = std::max(scale, grads[0][i].abs().max().item<double>());
+  }
+  INFO("worst |grad diff| " << worst << " of max |grad| " << scale);
+  CHECK(worst < 1e-5 * std::max(1.0, scale));
+}

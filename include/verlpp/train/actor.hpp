@@ -36,6 +36,7 @@ struct ActorConfig {
   double temperature = 1.0;                // the rollout temperature the log-probs use
   AdamWConfig optim;                       // weight decay, betas, eps, grad_clip
   int64_t log_prob_chunk_rows = 4;
+  bool remove_padding = false;             // model.use_remove_padding: packed forwards (logprob.hpp)
 };
 
 // Micro-batches of a mini-batch: `micro_size` rows each, or (dynamic) balanced groups whose

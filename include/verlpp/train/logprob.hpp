@@ -17,10 +17,12 @@ struct ResponseLogProbs {
 };
 
 // `response_length` = R, the trailing columns of input_ids that are the response.
-// `chunk_rows`: batch rows per LM-head chunk (>= 1).
+// `chunk_rows`: batch rows per LM-head chunk (>= 1). `remove_padding` (verl's use_remove_padding)
+// runs the decoder on the real tokens only, packed into one sequence per row; each row's real
+// tokens must be contiguous (left-padded prompt, right-padded response), as in verl's layout.
 ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Tensor& input_ids /*[B, T] int64*/,
                                     const at::Tensor& attention_mask /*[B, T]*/, const at::Tensor& position_ids /*[B, T]*/,
                                     int64_t response_length, double temperature, bool with_entropy,
-                                    int64_t chunk_rows = 4);
+                                    int64_t chunk_rows = 4, bool remove_padding = false);
 
 }  // namespace verlpp::train

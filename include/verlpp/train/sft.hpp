@@ -20,6 +20,7 @@ struct SftConfig {
   int64_t micro_batch_size = 16;  // rows per forward/backward
   AdamWConfig optim;              // weight decay, betas, eps, grad_clip
   int64_t log_prob_chunk_rows = 8;
+  bool remove_padding = false;    // packed forwards over the real tokens only (logprob.hpp)
 };
 
 class SftTrainer {

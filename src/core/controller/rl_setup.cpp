@@ -94,6 +94,7 @@ void build_actor(RlTrainer::State& s) {
   ac.temperature = c.get<double>("actor_rollout_ref.rollout.temperature");
   if (ac.temperature <= 0) ac.temperature = 1.0;  // greedy rollouts: log-probs under softmax(logits)
   ac.optim = adamw_of(c, a);
+  ac.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
   ac.log_prob_chunk_rows = std::max<int64_t>(1, int_or(c, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 8));
   s.actor = std::make_unique<train::Actor>(*s.actor_model, ac, schedule_of(c, a + ".optim", s.total_steps));
 }

@@ -35,6 +35,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   lr.min_lr_ratio = c.get<double>("sft.optim.min_lr_ratio");
   train::SftConfig config;
   config.micro_batch_size = c.get<int64_t>("sft.micro_batch_size_per_gpu");
+  config.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
   config.optim.weight_decay = c.get<double>("sft.optim.weight_decay");
   const auto betas = c.get<std::vector<double>>("sft.optim.betas");
   if (betas.size() != 2) throw Error("sft.optim.betas", fmt::format("needs two values, got {}", betas.size()));

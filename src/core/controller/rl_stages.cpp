@@ -113,7 +113,7 @@ void compute_reference_log_prob(RlTrainer::State& s, Batch& batch) {
   at::NoGradGuard no_grad;
   auto out = train::response_log_probs(*s.ref_model, batch.tensor("input_ids"), batch.tensor("attention_mask"),
                                        batch.tensor("position_ids"), s.response_length, s.actor->config().temperature, false,
-                                       s.actor->config().log_prob_chunk_rows);
+                                       s.actor->config().log_prob_chunk_rows, s.actor->config().remove_padding);
   batch.set("ref_log_prob", out.log_probs);
 }
 

@@ -196,6 +196,8 @@ json RlTrainer::fit() {
     s.global_step = load_checkpoint(s, *resume_from);
     truncate_metrics(metrics_path, s.global_step);
     s.message(fmt::format("resumed from {} (step {} of {})", *resume_from, s.global_step, s.total_steps));
+    if (s.global_step >= s.total_steps)
+      s.message(fmt::format("the run in {} is already complete; trainer.resume_mode=disable starts it over", s.run_dir));
   } else {
     files::remove_file(metrics_path);
     run_sft_warm_start(s);
