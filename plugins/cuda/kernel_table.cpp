@@ -1,0 +1,119 @@
+// cuda: ABI entry points of the kernel table. Each checks its DLPack arguments with the same
+// rules as cpu_ref's reference kernels (so both plugins refuse the same input), checks that the
+// tensors live in this plugin's device memory, then calls a launcher from kernels.cu. On the
+// NULL stream the call waits for the kernel, as the ABI's synchronous default stream requires.
+#include "kernel_table.hpp"
+#include "cuda_check.hpp"
+#include "kernels.hpp"
+#include "stream_registry.hpp"
+
+#include <verlpp/sdk/dlpack_util.hpp>
+
+#include <cmath>
+#include <string>
+
+namespace verlpp::cuda {
+namespace {
+
+using sdk::checked;
+using sdk::require;
+
+FloatType float_type(DLDataType d, const char* what) {
+  if (d.lanes == 1 && d.code == kDLFloat && d.bits == 32) return FloatType::f32;
+  if (d.lanes == 1 && d.code == kDLFloat && d.bits == 16) return FloatType::f16;
+  if (d.lanes == 1 && d.code == kDLBfloat && d.bits == 16) return FloatType::bf16;
+  sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, std::string(what) + " dtype " + sdk::dtype_name(d) + " is not f32/bf16/f16");
+}
+
+bool is_f32(DLDataType d) { return d.code == kDLFloat && d.bits == 32 && d.lanes == 1; }
+
+// The tensor must be in CUDA device memory on `device`.
+void require_on_device(const DLTensor& t, int32_t device, const char* what) {
+  require(t.device.device_type == kDLCUDA, std::string(what) + " is not CUDA device memory (DLPack device type " +
+                                               std::to_string(int(t.device.device_type)) + ")");
+  require(t.device.device_id == device, std::string(what) + " is on device " + std::to_string(t.device.device_id) +
+                                            ", the other tensors on device " + std::to_string(device));
+}
+
+verlpp_error* logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p, float temperature,
+                              DLTensor* out_logprob_p, DLTensor* out_entropy_p, verlpp_stream stream) {
+  return sdk::guard("cuda logprob_entropy", [&] {
+    const DLTensor& logits = checked(logits_p, "logits");
+    const DLTensor& labels = checked(labels_p, "labels");
+    DLTensor& out_lp = const_cast<DLTensor&>(checked(out_logprob_p, "out_logprob"));
+    require(logits.ndim == 2, "logits must be [N, V], got ndim " + std::to_string(logits.ndim));
+    FloatType type = float_type(logits.dtype, "logits");
+    int64_t n = logits.shape[0], v = logits.shape[1];
+    require(labels.ndim == 1 && labels.shape[0] == n, "labels must be [N] with N = " + std::to_string(n));
+    require(labels.dtype.code == kDLInt && labels.dtype.bits == 64 && labels.dtype.lanes == 1, "labels must be int64");
+    require(out_lp.ndim == 1 && out_lp.shape[0] == n && is_f32(out_lp.dtype), "out_logprob must be [N] float32");
+    require(temperature > 0.0f && std::isfinite(temperature), "temperature must be > 0, got " + std::to_string(temperature));
+    if (out_entropy_p != nullptr) {
+      const DLTensor& ent = checked(out_entropy_p, "out_entropy");
+      require(ent.ndim == 1 && ent.shape[0] == n && is_f32(ent.dtype), "out_entropy must be [N] float32");
+      require(sdk::is_contiguous(ent), "out_entropy must be contiguous");
+    }
+    require(sdk::is_contiguous(labels) && sdk::is_contiguous(out_lp), "labels and out_logprob must be contiguous");
+    require(v > 0 || n == 0, "vocabulary size is 0");
+    int64_t row_stride = logits.strides ? logits.strides[0] : v;
+    require(logits.strides == nullptr || logits.strides[1] == 1 || v == 1, "logits columns must be dense (stride 1)");
+    require(row_stride >= v || n <= 1, "logits row stride " + std::to_string(row_stride) + " < V = " + std::to_string(v));
+    const int32_t device = logits.device.device_id;
+    require_on_device(logits, device, "logits");
+    require_on_device(labels, device, "labels");
+    require_on_device(out_lp, device, "out_logprob");
+    if (out_entropy_p != nullptr) require_on_device(*out_entropy_p, device, "out_entropy");
+
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    use_device(device);
+    float* ent = out_entropy_p ? static_cast<float*>(sdk::data_ptr(*out_entropy_p)) : nullptr;
+    cuda_check(launch_logprob_entropy(sdk::data_ptr(logits), type, n, v, row_stride,
+                                      static_cast<const int64_t*>(sdk::data_ptr(labels)), temperature,
+                                      static_cast<float*>(sdk::data_ptr(out_lp)), ent, target.stream),
+               "launching logprob_entropy (N=" + std::to_string(n) + ", V=" + std::to_string(v) + ")");
+    finish_if_default(target, "logprob_entropy");
+  });
+}
+
+verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTensor* out_p, verlpp_stream stream) {
+  return sdk::guard("cuda rms_norm", [&] {
+    const DLTensor& x = checked(x_p, "x");
+    const DLTensor& w = checked(w_p, "weight");
+    DLTensor& out = const_cast<DLTensor&>(checked(out_p, "out"));
+    require(x.ndim == 2, "x must be [N, D], got ndim " + std::to_string(x.ndim));
+    int64_t n = x.shape[0], d = x.shape[1];
+    require(w.ndim == 1 && w.shape[0] == d, "weight must be [D] with D = " + std::to_string(d));
+    require(out.ndim == 2 && out.shape[0] == n && out.shape[1] == d, "out must have x's shape");
+    FloatType type = float_type(x.dtype, "x");
+    require(sdk::same_dtype(x.dtype, w.dtype) && sdk::same_dtype(x.dtype, out.dtype), "x, weight and out must share one float dtype");
+    require(sdk::is_contiguous(x) && sdk::is_contiguous(w) && sdk::is_contiguous(out), "rms_norm needs contiguous tensors");
+    require(eps >= 0.0f, "eps must be >= 0");
+    const int32_t device = x.device.device_id;
+    require_on_device(x, device, "x");
+    require_on_device(w, device, "weight");
+    require_on_device(out, device, "out");
+
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    use_device(device);
+    cuda_check(launch_rms_norm(sdk::data_ptr(x), sdk::data_ptr(w), type, n, d, eps, sdk::data_ptr(out), target.stream),
+               "launching rms_norm (N=" + std::to_string(n) + ", D=" + std::to_string(d) + ")");
+    finish_if_default(target, "rms_norm");
+  });
+}
+
+}  // namespace
+
+const verlpp_kernel_table* cuda_kernels() {
+  static const verlpp_kernel_table table = [] {
+    verlpp_kernel_table t{};
+    t.struct_size = sizeof(t);
+    t.logprob_entropy = &logprob_entropy;
+    t.rms_norm = &rms_norm;
+    return t;
+  }();
+  return &table;
+}
+
+}  // namespace verlpp::cuda
