@@ -12,7 +12,7 @@
 #include <sstream>
 
 #ifndef VERLPP_CUDA_ARCHITECTURES_STRING
-#define VERLPP_CUDA_ARCHITECTURES_STRING "80;90"
+#define VERLPP_CUDA_ARCHITECTURES_STRING "80,90"
 #endif
 
 namespace verlpp::cuda {
@@ -94,7 +94,7 @@ std::vector<int32_t> parse_architectures(const std::string& list) {
   std::vector<int32_t> out;
   std::stringstream in(list);
   std::string item;
-  while (std::getline(in, item, ';')) {
+  while (std::getline(in, item, ',')) {
     int32_t value = std::atoi(item.c_str());  // "90a" -> 90, "90-real" -> 90
     if (value > 0) out.push_back(value);
   }

@@ -20,7 +20,7 @@ struct DriverInfo {
 // Reads DriverInfo (cached after the first call; the driver cannot appear later).
 const DriverInfo& driver_info();
 
-// "80;90" -> {80, 90}; entries such as "90a" or "90-real" keep their number.
+// "80,90" -> {80, 90}; entries such as "90a" or "90-real" keep their number.
 std::vector<int32_t> parse_architectures(const std::string& list);
 
 // How well code built for `built` architectures runs on a device of compute capability `cc`:
