@@ -4,6 +4,8 @@
 
 #include "test_paths.hpp"
 
+#include <verlpp/hw/torch_device.hpp>
+
 using namespace verlpp;
 
 namespace {
@@ -26,6 +28,19 @@ TEST_CASE("verlpp plugins shows rejected plugins with their reason", "[cli]") {
   REQUIRE(test::run_command(verlpp_cmd("VERLPP_PLUGIN_PATH=" + test::plugin_case_dir("init_throws"), "plugins"), out) == 0);
   CHECK_THAT(out, Catch::Contains("Rejected") && Catch::Contains("boom: init failed on purpose"));
   CHECK_THAT(out, Catch::Contains("cpu_ref"));
+}
+
+TEST_CASE("verlpp plugins says when this LibTorch cannot place a plugin's cuda tensors", "[cli]") {
+  std::string out;
+  std::string path = test::plugin_case_file("cuda_type", "cudalike");
+  REQUIRE(test::run_command(verlpp_cmd("VERL_HARDWARE_PLUGIN=" + path, "plugins"), out) == 0);
+  std::string problem = hw::torch_placement_problem("cuda");
+  if (problem.empty()) {
+    CHECK_THAT(out, !Catch::Contains("has no CUDA"));
+  } else {
+    CHECK_THAT(problem, Catch::Contains("this LibTorch build has no CUDA"));
+    CHECK_THAT(out, Catch::Contains("note: cudalike: " + problem));
+  }
 }
 
 TEST_CASE("an explicitly named plugin that fails stops the program", "[cli]") {
