@@ -17,6 +17,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <map>
+#include <mutex>
 #include <string>
 
 #ifndef VERLPP_VERSION_STRING
@@ -122,20 +124,19 @@ class CudaPlugin : public sdk::Plugin {
     total_bytes = t;
   }
 
-  // A tiny memset and a wait on a private stream: fails if the device is lost or its context
-  // carries a sticky error, without waiting for other streams' work.
+  // A tiny memset on a private stream, waited for: fails if the device is lost or its context
+  // carries a sticky error, without waiting for other streams' work. (The word is allocated
+  // once per device: cudaFree would synchronise the whole device.)
   void health_check(int32_t device) override {
     use_device(device);
     const std::string where = "health check of device " + std::to_string(device);
     cuda_check(cudaPeekAtLastError(), where + ": an earlier error is pending");
+    void* word = health_word(device);
     cudaStream_t s = nullptr;
-    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), where + ": cudaStreamCreate");
-    void* word = nullptr;
-    cudaError_t e = cudaMallocAsync(&word, 4, s);
+    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaMemsetAsync(word, 0, 4, s);
-    if (e == cudaSuccess) e = cudaFreeAsync(word, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-    (void)cudaStreamDestroy(s);
+    if (s != nullptr) (void)cudaStreamDestroy(s);
     cuda_check(e, where);
   }
 
@@ -225,8 +226,18 @@ class CudaPlugin : public sdk::Plugin {
   static const verlpp_kernel_table* kernels() { return cuda_kernels(); }
 
  private:
+  // The health check's 4-byte scratch on `device`, allocated on first use, freed with memory_.
+  void* health_word(int32_t device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    void*& word = health_words_[device];
+    if (word == nullptr) word = memory_.allocate(device, 4, 0);
+    return word;
+  }
+
   int32_t device_count_ = 0;
   DeviceMemory memory_;
+  std::mutex mutex_;
+  std::map<int32_t, void*> health_words_;
 };
 
 }  // namespace verlpp::cuda

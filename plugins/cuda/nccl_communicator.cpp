@@ -114,10 +114,10 @@ class NcclCommunicator : public sdk::Communicator {
     for (auto& [ptr, bytes] : self_queue_) (void)cudaFree(ptr);
     if (barrier_word_ != nullptr) (void)cudaFree(barrier_word_);
     if (done_ != nullptr) (void)cudaEventDestroy(done_);
-    // An aborted communicator is already gone; a healthy one is destroyed (local, no peers).
-    if (comm_ != nullptr) {
-      if (nccl_.CommDestroy(comm_) != ncclSuccess) nccl_.CommAbort(comm_);
-    }
+    // Abort, not destroy: every operation has completed by now (each call waits for its own),
+    // and abort is local and never waits on peers, whereas ncclCommDestroy of a non-blocking
+    // communicator may finalize with them (and hang if one is gone). An aborted one is gone.
+    if (comm_ != nullptr) nccl_.CommAbort(comm_);
   }
 
   void all_reduce(const DLTensor& send, DLTensor& recv, verlpp_reduce_op op, verlpp_stream stream) override {

@@ -32,7 +32,6 @@ bool open_library(const std::string& path, NcclLibrary& lib, std::string& proble
   bind(lib.GetVersion, "ncclGetVersion", true);
   bind(lib.GetUniqueId, "ncclGetUniqueId", true);
   bind(lib.CommInitRankConfig, "ncclCommInitRankConfig", true);
-  bind(lib.CommDestroy, "ncclCommDestroy", true);
   bind(lib.CommAbort, "ncclCommAbort", true);
   bind(lib.CommGetAsyncError, "ncclCommGetAsyncError", true);
   bind(lib.GetErrorString, "ncclGetErrorString", true);
