@@ -2,10 +2,11 @@
 # Builds verlpp on a GPU host whose LibTorch is a PyTorch wheel's (no apt, no network) and runs
 # the CUDA plugin's checks, writing every log under $OUT (default /tmp/verlpp-gpu-out): the
 # recipe of docs/building.md in one command, so a short lease on a GPU machine is enough. At
-# most 7 files land in $OUT (the device tool brings back 8).
+# most 8 files land in $OUT (the device tool brings back 8).
 #   OUT=/somewhere bash scripts/gpu_check.sh            # needs .offline-deps/ (docs/building.md)
 # Variables: DEPS (the .deb folder, default .offline-deps), BUILD_DIR (default /tmp/verlpp-gpu),
-# ARCHS (VERLPP_CUDA_ARCHITECTURES, default 90), JOBS, FULL=1 to run the whole ctest too.
+# ARCHS (VERLPP_CUDA_ARCHITECTURES, default 90), JOBS, FULL=1 to run the whole ctest too,
+# SANITIZE=1 to run the single-process conformance cases under compute-sanitizer (memcheck).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/verlpp-gpu-out}
@@ -60,6 +61,14 @@ start=$(date +%s)
   > "$OUT/conformance_cuda.txt" 2> "$OUT/conformance_cuda.stderr"
 echo "verlpp-plugin-check cuda --ranks $ranks: rc $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
 grep -vE "  pass  " "$OUT/conformance_cuda.txt" | tee -a "$OUT/summary.txt"
+
+if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  step "compute-sanitizer memcheck on the kernels and copies (no communicator)"
+  compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD_DIR/bin/verlpp-plugin-check" cuda --ranks '' \
+    > "$OUT/sanitizer.txt" 2>&1
+  echo "memcheck rc $?" | tee -a "$OUT/summary.txt"
+  grep -E "ERROR SUMMARY|Invalid" "$OUT/sanitizer.txt" | head -20 | tee -a "$OUT/summary.txt"
+fi
 
 step "verlpp demo (cuda)"
 VERL_HARDWARE_PLUGIN=cuda "$BUILD_DIR/bin/verlpp" demo 2>&1 | tail -20 | tee -a "$OUT/summary.txt"

@@ -269,7 +269,7 @@ class NcclCommunicator : public sdk::Communicator {
     for (int round = 0; r == ncclInProgress; ++round) {
       if (Clock::now() - start > timeout_) {
         abort_after(what + " timed out");
-        fail(VERLPP_STATUS_TIMEOUT, prefix(what) + "NCCL did not finish setting up within " + std::to_string(timeout_.count()) +
+        fail(VERLPP_STATUS_TIMEOUT, prefix(what) + "NCCL was still in progress after " + std::to_string(timeout_.count()) +
                                         " ms (is every rank running?); the communicator was aborted");
       }
       back_off(round);
