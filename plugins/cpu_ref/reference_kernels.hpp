@@ -6,7 +6,7 @@
 
 namespace verlpp::cpu_ref {
 
-// The kernel table (logprob_entropy and rms_norm; the rest stay NULL for now).
+// The kernel table (logprob_entropy, rms_norm and sample; the rest stay NULL for now).
 const verlpp_kernel_table* reference_kernels();
 
 }  // namespace verlpp::cpu_ref
