@@ -1,4 +1,5 @@
-// cuda: ABI entry points of the kernel table. Each checks its DLPack arguments with the same
+// cuda: ABI entry points of the kernel table (logprob_entropy, rms_norm, sample: the kernels the
+// conformance suite checks). Each checks its DLPack arguments with the same
 // rules as cpu_ref's reference kernels (so both plugins refuse the same input), checks that the
 // tensors live in this plugin's device memory, then calls a launcher from kernels.cu. On the
 // NULL stream the call waits for the kernel, as the ABI's synchronous default stream requires.
@@ -103,6 +104,56 @@ verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTe
   });
 }
 
+// [n] contiguous tensor of `dtype` on `device`.
+void require_vector(const DLTensor& t, int64_t n, DLDataType dtype, int32_t device, const char* what) {
+  require(t.ndim == 1 && t.shape[0] == n && sdk::same_dtype(t.dtype, dtype) && sdk::is_contiguous(t),
+          std::string(what) + " must be [B] " + sdk::dtype_name(dtype) + " with B = " + std::to_string(n));
+  require_on_device(t, device, what);
+}
+
+// Argument checks as cpu_ref's; the per-row values (temperature, top_k, top_p) live on the
+// device and are not checked here: out-of-range values act as the kernel says (kernels.hpp).
+verlpp_error* sample(const DLTensor* logits_p, const DLTensor* temperature_p, const DLTensor* top_k_p, const DLTensor* top_p_p,
+                     const DLTensor* seeds_p, uint64_t step, DLTensor* out_tokens_p, DLTensor* out_logprobs_p,
+                     verlpp_stream stream) {
+  return sdk::guard("cuda sample", [&] {
+    const DLTensor& logits = checked(logits_p, "logits");
+    require(logits.ndim == 2, "logits must be [B, V], got ndim " + std::to_string(logits.ndim));
+    require(is_f32(logits.dtype), "logits must be float32, got " + sdk::dtype_name(logits.dtype));
+    require(sdk::is_contiguous(logits), "logits must be contiguous");
+    const int64_t b = logits.shape[0], v = logits.shape[1];
+    require(v > 0 || b == 0, "vocabulary size is 0");
+    const int32_t device = logits.device.device_id;
+    require_on_device(logits, device, "logits");
+    const DLTensor& temperature = checked(temperature_p, "temperature");
+    const DLTensor& top_k = checked(top_k_p, "top_k");
+    const DLTensor& top_p = checked(top_p_p, "top_p");
+    const DLTensor& seeds = checked(seeds_p, "seeds");
+    DLTensor& out_tokens = const_cast<DLTensor&>(checked(out_tokens_p, "out_tokens"));
+    DLTensor& out_logprobs = const_cast<DLTensor&>(checked(out_logprobs_p, "out_logprobs"));
+    require_vector(temperature, b, {kDLFloat, 32, 1}, device, "temperature");
+    require_vector(top_k, b, {kDLInt, 32, 1}, device, "top_k");
+    require_vector(top_p, b, {kDLFloat, 32, 1}, device, "top_p");
+    // Seeds are uint64 by the ABI; int64 carries the same bits and is accepted too.
+    DLDataType seed_type = seeds.dtype.code == kDLInt ? DLDataType{kDLInt, 64, 1} : DLDataType{kDLUInt, 64, 1};
+    require_vector(seeds, b, seed_type, device, "seeds");
+    require_vector(out_tokens, b, {kDLInt, 64, 1}, device, "out_tokens");
+    require_vector(out_logprobs, b, {kDLFloat, 32, 1}, device, "out_logprobs");
+
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    use_device(device);
+    cuda_check(launch_sample(static_cast<const float*>(sdk::data_ptr(logits)), b, v,
+                             static_cast<const float*>(sdk::data_ptr(temperature)),
+                             static_cast<const int32_t*>(sdk::data_ptr(top_k)), static_cast<const float*>(sdk::data_ptr(top_p)),
+                             static_cast<const uint64_t*>(sdk::data_ptr(seeds)), step,
+                             static_cast<int64_t*>(sdk::data_ptr(out_tokens)), static_cast<float*>(sdk::data_ptr(out_logprobs)),
+                             target.stream),
+               "launching sample (B=" + std::to_string(b) + ", V=" + std::to_string(v) + ")");
+    finish_if_default(target, "sample");
+  });
+}
+
 }  // namespace
 
 const verlpp_kernel_table* cuda_kernels() {
@@ -111,6 +162,7 @@ const verlpp_kernel_table* cuda_kernels() {
     t.struct_size = sizeof(t);
     t.logprob_entropy = &logprob_entropy;
     t.rms_norm = &rms_norm;
+    t.sample = &sample;
     return t;
   }();
   return &table;

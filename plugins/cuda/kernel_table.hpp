@@ -1,6 +1,6 @@
-// cuda: the plugin's kernel table. Only kernels the conformance suite checks against reference
-// math are offered (logprob_entropy, rms_norm); every other entry stays NULL so the host runs
-// its LibTorch path for it.
+// cuda: the plugin's kernel table. Only kernels the conformance suite checks are offered
+// (logprob_entropy, rms_norm, sample); every other entry stays NULL so the host runs its
+// LibTorch path for it.
 #pragma once
 
 #include <verlpp/plugin_abi.h>

@@ -2,6 +2,7 @@
 // block per row, fp32 math with two passes over the row (max, then sums relative to the max):
 // the same operation order as the cpu_ref reference, so results agree to fp32 rounding.
 // Rows are independent, so any N works with one launch (grid.x up to 2^31 - 1).
+#include "block_reduce.cuh"
 #include "kernels.hpp"
 
 #include <cuda_bf16.h>
@@ -11,47 +12,6 @@
 
 namespace verlpp::cuda {
 namespace {
-
-constexpr int kThreads = 256;  // a multiple of 32: every warp is full for the shuffles below
-constexpr int kWarps = kThreads / 32;
-
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-struct MaxOp {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct SumOp {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-
-// Reduces `value` over the block; every thread gets the result. `scratch` holds kWarps floats
-// and may be reused by the next call (the leading barrier protects earlier readers).
-template <class Op>
-__device__ float block_reduce(float value, Op op, float identity, float* scratch) {
-  for (int offset = 16; offset > 0; offset >>= 1) value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = value;
-  __syncthreads();
-  if (warp == 0) {
-    value = lane < kWarps ? scratch[lane] : identity;
-    for (int offset = 16; offset > 0; offset >>= 1) value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
-    if (lane == 0) scratch[0] = value;
-  }
-  __syncthreads();
-  return scratch[0];
-}
 
 // grid.x = n rows, block = kThreads.
 template <class T>

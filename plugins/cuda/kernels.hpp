@@ -1,6 +1,6 @@
 // cuda: launchers of the plugin's CUDA kernels. Raw pointers, element strides and a stream in,
-// a cudaError_t out: no DLPack and no plugin types, so kernels.cu (the only file nvcc compiles)
-// stays small and the argument checks live in kernel_table.cpp.
+// a cudaError_t out: no DLPack and no plugin types, so the .cu files (the only ones nvcc compiles)
+// stay small and the argument checks live in kernel_table.cpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -25,5 +25,16 @@ cudaError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n
 // (normalise in fp32, round to the input type, then scale). x, out [n, d]; weight [d]; one type.
 cudaError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps,
                             void* out, cudaStream_t stream);
+
+// One token per row r < b from softmax(logits[r] / temperature[r]) restricted to the top_k[r]
+// largest (<= 0 or >= v: all) and then to the shortest most-likely-first prefix whose mass
+// reaches top_p[r] of theirs (>= 1: all; ties at a boundary are kept); temperature <= 0 means
+// greedy (first argmax). The draw is uniform_draw(seeds[r], step) (splitmix64, as cpu_ref).
+// out_logprobs[r] = log_softmax(logits[r] / t)[token] (t = 1 when greedy).
+// logits [b, v] f32 contiguous; temperature, top_p [b] f32; top_k [b] i32; seeds [b] u64;
+// out_tokens [b] i64; out_logprobs [b] f32.
+cudaError_t launch_sample(const float* logits, int64_t b, int64_t v, const float* temperature, const int32_t* top_k,
+                          const float* top_p, const uint64_t* seeds, uint64_t step, int64_t* out_tokens,
+                          float* out_logprobs, cudaStream_t stream);
 
 }  // namespace verlpp::cuda
