@@ -9,6 +9,7 @@
 #include "driver_probe.hpp"
 #include "kernel_table.hpp"
 #include "stream_registry.hpp"
+#include "tensor_copy.hpp"
 
 #if VERLPP_CUDA_HAS_NCCL
 #include "nccl_communicator.hpp"
@@ -215,6 +216,8 @@ class CudaPlugin : public sdk::Plugin {
     cuda_check(cudaEventElapsedTime(&ms, start.event, end.event), "cudaEventElapsedTime (were both events recorded and complete?)");
     return ms;
   }
+
+  void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) override { cuda::copy_tensor(src, dst, stream); }
 
 #if VERLPP_CUDA_HAS_NCCL
   // Declared only with NCCL's header: without it the SDK leaves the communicator slots NULL.

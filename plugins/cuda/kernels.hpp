@@ -37,4 +37,17 @@ cudaError_t launch_sample(const float* logits, int64_t b, int64_t v, const float
                           const float* top_p, const uint64_t* seeds, uint64_t step, int64_t* out_tokens,
                           float* out_logprobs, cudaStream_t stream);
 
+// Element-wise copy between two device views of the same shape: dst[i...] = src[i...].
+// Strides in elements (any sign-free layout, e.g. transposed); at most kMaxCopyDims dims;
+// element_size 1, 2, 4, 8 or 16 bytes.
+constexpr int kMaxCopyDims = 8;
+struct StridedLayout {
+  int32_t ndim = 0;
+  int64_t shape[kMaxCopyDims] = {};
+  int64_t src_strides[kMaxCopyDims] = {};
+  int64_t dst_strides[kMaxCopyDims] = {};
+};
+cudaError_t launch_strided_copy(const void* src, void* dst, const StridedLayout& layout, int64_t numel,
+                                int32_t element_size, cudaStream_t stream);
+
 }  // namespace verlpp::cuda
