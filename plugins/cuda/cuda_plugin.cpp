@@ -118,7 +118,7 @@ class CudaPlugin : public sdk::Plugin {
 
   // Creates the device's primary context if it does not exist yet (as torch.cuda.mem_get_info).
   void memory_info(int32_t device, uint64_t& free_bytes, uint64_t& total_bytes) override {
-    use_device(device);
+    DeviceGuard device_guard(device);
     size_t f = 0, t = 0;
     cuda_check(cudaMemGetInfo(&f, &t), "cudaMemGetInfo on device " + std::to_string(device));
     free_bytes = f;
@@ -129,7 +129,7 @@ class CudaPlugin : public sdk::Plugin {
   // carries a sticky error, without waiting for other streams' work. (The word is allocated
   // once per device: cudaFree would synchronise the whole device.)
   void health_check(int32_t device) override {
-    use_device(device);
+    DeviceGuard device_guard(device);
     const std::string where = "health check of device " + std::to_string(device);
     cuda_check(cudaPeekAtLastError(), where + ": an earlier error is pending");
     void* word = health_word(device);
@@ -142,7 +142,7 @@ class CudaPlugin : public sdk::Plugin {
   }
 
   void synchronize(int32_t device) override {
-    use_device(device);
+    DeviceGuard device_guard(device);
     cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize on device " + std::to_string(device));
   }
 
@@ -154,7 +154,7 @@ class CudaPlugin : public sdk::Plugin {
   void copy(void* dst, const void* src, size_t bytes, verlpp_copy_kind kind, verlpp_stream stream) override {
     const void* device_side = kind == VERLPP_COPY_DEVICE_TO_HOST ? src : dst;
     StreamTarget target = resolve_stream(stream, kind == VERLPP_COPY_HOST_TO_HOST ? current_device() : device_of(device_side, current_device()));
-    use_device(target.device);
+    DeviceGuard device_guard(target.device);
     const std::string what = std::string("copy of ") + std::to_string(bytes) + " bytes " + kind_name(kind);
     cuda_check(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), target.stream), what);
     finish_if_default(target, what.c_str());
@@ -163,7 +163,7 @@ class CudaPlugin : public sdk::Plugin {
   void fill(void* dst, int32_t byte_value, size_t bytes, verlpp_stream stream) override {
     // As memset: only the low byte of `byte_value` counts.
     StreamTarget target = resolve_stream(stream, device_of(dst, current_device()));
-    use_device(target.device);
+    DeviceGuard device_guard(target.device);
     const std::string what = "memset of " + std::to_string(bytes) + " bytes";
     cuda_check(cudaMemsetAsync(dst, byte_value, bytes, target.stream), what);
     finish_if_default(target, what.c_str());
@@ -176,13 +176,13 @@ class CudaPlugin : public sdk::Plugin {
   void destroy_stream(verlpp_stream s) override { cuda::destroy_stream(s); }
   void synchronize_stream(verlpp_stream s) override {
     StreamTarget target = resolve_stream(s, current_device());
-    use_device(target.device);
+    DeviceGuard device_guard(target.device);
     cuda_check(cudaStreamSynchronize(target.stream), "cudaStreamSynchronize");
   }
   void stream_wait_event(verlpp_stream s, verlpp_event e) override {
     CudaEvent event = lookup_event(e);
     StreamTarget target = resolve_stream(s, event.device);
-    use_device(target.device);
+    DeviceGuard device_guard(target.device);
     cuda_check(cudaStreamWaitEvent(target.stream, event.event, 0), "cudaStreamWaitEvent");
   }
 
@@ -193,7 +193,7 @@ class CudaPlugin : public sdk::Plugin {
     StreamTarget target = resolve_stream(s, event.device);
     require(target.device == event.device, "event of device " + std::to_string(event.device) + " recorded on a stream of device " +
                                                std::to_string(target.device));
-    use_device(target.device);
+    DeviceGuard device_guard(target.device);
     cuda_check(cudaEventRecord(event.event, target.stream), "cudaEventRecord");
   }
   void synchronize_event(verlpp_event e) override {

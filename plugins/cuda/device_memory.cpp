@@ -24,7 +24,7 @@ void* DeviceMemory::allocate(int32_t device, size_t bytes, size_t alignment) {
   if (request + extra < request)
     sdk::fail(VERLPP_STATUS_OUT_OF_MEMORY, "cannot allocate " + std::to_string(bytes) + " bytes with alignment " +
                                                std::to_string(align) + ": the size overflows");
-  use_device(device);
+  DeviceGuard device_guard(device);
   void* base = nullptr;
   cudaError_t e = cudaMalloc(&base, request + extra);
   if (e != cudaSuccess) {
@@ -53,7 +53,7 @@ void DeviceMemory::deallocate(int32_t device, void* ptr) {
     block = it->second;
     blocks_.erase(it);
   }
-  use_device(block.device);
+  DeviceGuard device_guard(block.device);
   cuda_check(cudaFree(block.base), "cudaFree on device " + std::to_string(block.device));
 }
 

@@ -24,6 +24,11 @@ using DeviceGetCountFn = CUresult (*)(int*);
 using DeviceGetFn = CUresult (*)(CUdevice*, int);
 using DeviceGetAttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
 using GetErrorNameFn = CUresult (*)(CUresult, const char**);
+using PrimaryCtxGetStateFn = CUresult (*)(CUdevice, unsigned int*, int*);
+
+// Driver entry points kept for use after the probe (set by read_driver_info).
+DeviceGetFn g_device_get = nullptr;
+PrimaryCtxGetStateFn g_primary_ctx_state = nullptr;
 
 std::string version_text(int32_t v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 
@@ -44,6 +49,8 @@ DriverInfo read_driver_info() {
   auto get_device = reinterpret_cast<DeviceGetFn>(sym("cuDeviceGet"));
   auto get_attribute = reinterpret_cast<DeviceGetAttributeFn>(sym("cuDeviceGetAttribute"));
   auto error_name = reinterpret_cast<GetErrorNameFn>(sym("cuGetErrorName"));
+  g_device_get = get_device;
+  g_primary_ctx_state = reinterpret_cast<PrimaryCtxGetStateFn>(sym("cuDevicePrimaryCtxGetState"));
   if (!init || !get_version || !get_count || !get_device || !get_attribute) {
     info.problem = "libcuda.so.1 lacks the driver API entry points (cuInit, cuDeviceGetCount, ...)";
     return info;
@@ -88,6 +95,15 @@ DriverInfo read_driver_info() {
 const DriverInfo& driver_info() {
   static const DriverInfo info = read_driver_info();
   return info;
+}
+
+bool primary_context_active(int32_t ordinal) {
+  if (!driver_info().loaded || g_device_get == nullptr || g_primary_ctx_state == nullptr) return true;
+  CUdevice device = 0;
+  unsigned int flags = 0;
+  int active = 0;
+  if (g_device_get(&device, ordinal) != CUDA_SUCCESS || g_primary_ctx_state(device, &flags, &active) != CUDA_SUCCESS) return true;
+  return active != 0;
 }
 
 std::vector<int32_t> parse_architectures(const std::string& list) {

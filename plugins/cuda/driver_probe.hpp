@@ -30,6 +30,10 @@ std::vector<int32_t> parse_architectures(const std::string& list);
 // each listed one.)
 int32_t architecture_fit(int32_t cc, const std::vector<int32_t>& built);
 
+// Whether device `ordinal` already has an active primary context (driver API; true when the
+// driver cannot say, so that callers err on the side of their usual behaviour).
+bool primary_context_active(int32_t ordinal);
+
 // The probe's answer: a score (0 = unusable) and, when 0, the reason.
 int32_t probe_score(std::string& reason);
 

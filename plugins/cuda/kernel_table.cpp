@@ -67,7 +67,7 @@ verlpp_error* logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p
 
     StreamTarget target = resolve_stream(stream, device);
     require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
-    use_device(device);
+    DeviceGuard device_guard(device);
     float* ent = out_entropy_p ? static_cast<float*>(sdk::data_ptr(*out_entropy_p)) : nullptr;
     cuda_check(launch_logprob_entropy(sdk::data_ptr(logits), type, n, v, row_stride,
                                       static_cast<const int64_t*>(sdk::data_ptr(labels)), temperature,
@@ -97,7 +97,7 @@ verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTe
 
     StreamTarget target = resolve_stream(stream, device);
     require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
-    use_device(device);
+    DeviceGuard device_guard(device);
     cuda_check(launch_rms_norm(sdk::data_ptr(x), sdk::data_ptr(w), type, n, d, eps, sdk::data_ptr(out), target.stream),
                "launching rms_norm (N=" + std::to_string(n) + ", D=" + std::to_string(d) + ")");
     finish_if_default(target, "rms_norm");
@@ -142,7 +142,7 @@ verlpp_error* sample(const DLTensor* logits_p, const DLTensor* temperature_p, co
 
     StreamTarget target = resolve_stream(stream, device);
     require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
-    use_device(device);
+    DeviceGuard device_guard(device);
     cuda_check(launch_sample(static_cast<const float*>(sdk::data_ptr(logits)), b, v,
                              static_cast<const float*>(sdk::data_ptr(temperature)),
                              static_cast<const int32_t*>(sdk::data_ptr(top_k)), static_cast<const float*>(sdk::data_ptr(top_p)),

@@ -92,7 +92,7 @@ class NcclCommunicator : public sdk::Communicator {
   explicit NcclCommunicator(const verlpp_comm_config& c)
       : nccl_(library()), rank_(c.rank), world_(c.world_size), device_(c.device),
         timeout_(std::chrono::milliseconds(timeout_ms_for(c))) {
-    use_device(device_);
+    DeviceGuard device_guard(device_);
     ncclUniqueId id = exchange_unique_id(c);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // init and operations return at once; we poll with a deadline
@@ -110,14 +110,12 @@ class NcclCommunicator : public sdk::Communicator {
   }
 
   ~NcclCommunicator() override {
-    if (cudaSetDevice(device_) != cudaSuccess) return;
-    for (auto& [ptr, bytes] : self_queue_) (void)cudaFree(ptr);
-    if (barrier_word_ != nullptr) (void)cudaFree(barrier_word_);
-    if (done_ != nullptr) (void)cudaEventDestroy(done_);
-    // Abort, not destroy: every operation has completed by now (each call waits for its own),
-    // and abort is local and never waits on peers, whereas ncclCommDestroy of a non-blocking
-    // communicator may finalize with them (and hang if one is gone). An aborted one is gone.
-    if (comm_ != nullptr) nccl_.CommAbort(comm_);
+    try {
+      DeviceGuard device_guard(device_);
+      release();
+    } catch (...) {
+      // The device is gone: nothing left to release on it.
+    }
   }
 
   void all_reduce(const DLTensor& send, DLTensor& recv, verlpp_reduce_op op, verlpp_stream stream) override {
@@ -191,6 +189,17 @@ class NcclCommunicator : public sdk::Communicator {
   }
 
  private:
+  // Frees this communicator's device objects and the NCCL communicator (destructor only).
+  void release() noexcept {
+    for (auto& [ptr, bytes] : self_queue_) (void)cudaFree(ptr);
+    if (barrier_word_ != nullptr) (void)cudaFree(barrier_word_);
+    if (done_ != nullptr) (void)cudaEventDestroy(done_);
+    // Abort, not destroy: every operation has completed by now (each call waits for its own),
+    // and abort is local and never waits on peers, whereas ncclCommDestroy of a non-blocking
+    // communicator may finalize with them (and hang if one is gone). An aborted one is gone.
+    if (comm_ != nullptr) nccl_.CommAbort(comm_);
+  }
+
   ncclUniqueId exchange_unique_id(const verlpp_comm_config& c) {
     ncclUniqueId id;
     std::memset(&id, 0, sizeof(id));
@@ -235,7 +244,7 @@ class NcclCommunicator : public sdk::Communicator {
     StreamTarget target = resolve_stream(stream, device_);
     require(target.device == device_, what + ": stream is on device " + std::to_string(target.device) +
                                           ", the communicator on device " + std::to_string(device_));
-    use_device(device_);
+    DeviceGuard device_guard(device_);
     auto start = Clock::now();
     ncclResult_t r = enqueue(target.stream);
     if (r != ncclSuccess && r != ncclInProgress) {
@@ -322,7 +331,7 @@ class NcclCommunicator : public sdk::Communicator {
   void send_to_self(const DLTensor& buffer, size_t bytes, verlpp_stream stream) {
     require_healthy("send to self");
     StreamTarget target = resolve_stream(stream, device_);
-    use_device(device_);
+    DeviceGuard device_guard(device_);
     void* copy = nullptr;
     cuda_check(cudaMalloc(&copy, bytes), prefix("send to self") + "cudaMalloc of " + std::to_string(bytes) + " bytes");
     cudaError_t e = cudaMemcpyAsync(copy, sdk::data_ptr(buffer), bytes, cudaMemcpyDeviceToDevice, target.stream);
@@ -341,7 +350,7 @@ class NcclCommunicator : public sdk::Communicator {
                                std::to_string(bytes));
     self_queue_.pop_front();
     StreamTarget target = resolve_stream(stream, device_);
-    use_device(device_);
+    DeviceGuard device_guard(device_);
     cudaError_t e = cudaMemcpyAsync(sdk::data_ptr(buffer), copy, bytes, cudaMemcpyDeviceToDevice, target.stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(target.stream);
     (void)cudaFree(copy);

@@ -2,6 +2,7 @@
 // CUDA objects themselves are used outside the lock.
 #include "stream_registry.hpp"
 #include "cuda_check.hpp"
+#include "driver_probe.hpp"
 
 #include <mutex>
 #include <string>
@@ -24,14 +25,19 @@ Registry& registry() {
 
 }  // namespace
 
-void use_device(int32_t device) {
+DeviceGuard::DeviceGuard(int32_t device) {
   int current = -1;
   if (cudaGetDevice(&current) == cudaSuccess && current == device) return;
   cuda_check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  previous_ = current;
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0 && primary_context_active(previous_)) (void)cudaSetDevice(previous_);
 }
 
 verlpp_stream create_stream(int32_t device) {
-  use_device(device);
+  DeviceGuard device_guard(device);
   cudaStream_t s = nullptr;
   cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags on device " + std::to_string(device));
   auto* handle = new CudaStream{s, device};
@@ -48,7 +54,7 @@ void destroy_stream(verlpp_stream handle) {
     std::lock_guard<std::mutex> lock(r.mutex);
     if (r.streams.erase(s) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown stream handle (not created by the cuda plugin, or destroyed)");
   }
-  use_device(s->device);
+  DeviceGuard device_guard(s->device);
   cudaError_t e = cudaStreamDestroy(s->stream);
   delete s;
   cuda_check(e, "cudaStreamDestroy");
@@ -63,7 +69,7 @@ CudaStream lookup_stream(verlpp_stream handle) {
 }
 
 verlpp_event create_event(int32_t device) {
-  use_device(device);
+  DeviceGuard device_guard(device);
   cudaEvent_t e = nullptr;
   cuda_check(cudaEventCreate(&e), "cudaEventCreate on device " + std::to_string(device));
   auto* handle = new CudaEvent{e, device};
@@ -80,7 +86,7 @@ void destroy_event(verlpp_event handle) {
     std::lock_guard<std::mutex> lock(r.mutex);
     if (r.events.erase(e) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown event handle (not created by the cuda plugin, or destroyed)");
   }
-  use_device(e->device);
+  DeviceGuard device_guard(e->device);
   cudaError_t err = cudaEventDestroy(e->event);
   delete e;
   cuda_check(err, "cudaEventDestroy");

@@ -41,8 +41,20 @@ struct StreamTarget {
 };
 StreamTarget resolve_stream(verlpp_stream handle, int32_t default_device);
 
-// Makes `device` current on this thread (cheap when it already is).
-void use_device(int32_t device);
+// Makes `device` current on this thread for the guard's scope, then gives the thread its
+// previous device back, so that plugin calls do not move the host's (LibTorch's) current
+// device. Restoring is skipped when the previous device has no CUDA context yet: making it
+// current again would create one (hundreds of MB on a GPU the process may never use).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int32_t device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;  // -1: nothing to restore
+};
 
 // Waits for `target`'s work when it is the default stream (the ABI's synchronous NULL stream).
 void finish_if_default(const StreamTarget& target, const char* what);

@@ -67,7 +67,7 @@ StridedLayout layout_of(const DLTensor& src, const DLTensor& dst) {
 class DeviceTemp {
  public:
   DeviceTemp(int32_t device, size_t bytes) {
-    use_device(device);
+    DeviceGuard device_guard(device);
     cuda_check(cudaMalloc(&ptr_, bytes), "tensor_copy: cudaMalloc of a " + std::to_string(bytes) + "-byte temporary");
   }
   ~DeviceTemp() { (void)cudaFree(ptr_); }
@@ -103,7 +103,7 @@ void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
   (void)cudaGetDevice(&current);
   const int32_t device = on_device(src) ? src.device.device_id : on_device(dst) ? dst.device.device_id : current;
   StreamTarget target = resolve_stream(stream, device);
-  use_device(target.device);
+  DeviceGuard device_guard(target.device);
   const bool src_dense = sdk::is_contiguous(src), dst_dense = sdk::is_contiguous(dst);
 
   if (on_host(src) && on_host(dst)) {
