@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 
 namespace verlpp::conformance {
@@ -149,6 +150,113 @@ void rms_norm_cases(CheckContext& ctx) {
       worst.require("rms_norm");
     });
   }
+}
+
+// ---- paged_attention_decode: one query token per sequence over a paged KV cache with GQA,
+// against softmax(q . k * scale) v in fp64 over the positions the block table maps.
+void paged_attention_cases(CheckContext& ctx) {
+  const auto* table = ctx.api().kernels;
+  struct Shape { int64_t b, h, kv, s, block_size, num_blocks, max_blocks; std::vector<int32_t> lens; DLDataType dtype; };
+  const Shape shapes[] = {{3, 4, 2, 20, 4, 12, 4, {1, 7, 13}, dl_f32()},
+                          {2, 14, 2, 64, 16, 9, 4, {50, 33}, dl_f32()},
+                          {2, 6, 3, 32, 8, 10, 5, {17, 40}, dl_bf16()},
+                          {1, 2, 1, 16, 4, 80, 80, {300}, dl_f16()}};  // longer than one 256-position chunk
+  for (const Shape& sh : shapes) {
+    std::string lens;
+    for (int32_t len : sh.lens) lens += (lens.empty() ? "" : ",") + std::to_string(len);
+    std::string name = fmt::format("paged_attention_decode B={} H={} K={} S={} block={} lens={} {}", sh.b, sh.h, sh.kv, sh.s,
+                                   sh.block_size, lens, sdk::dtype_name(sh.dtype));
+    ctx.run("kernels", name, [&] {
+      CheckContext::need(table ? reinterpret_cast<const void*>(table->paged_attention_decode) : nullptr,
+                         "kernel paged_attention_decode");
+      hw::Device d = ctx.device();
+      std::mt19937 rng(uint32_t(sh.b * 31 + sh.s));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      const bool half = sh.dtype.bits == 16;
+      auto values = [&](int64_t n, std::vector<float>& seen) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (auto& x : v) x = normal(rng);
+        seen = v;
+        return v;
+      };
+      std::vector<float> q_seen, k_seen, v_seen;
+      std::vector<float> q = values(sh.b * sh.h * sh.s, q_seen);
+      std::vector<float> kc = values(sh.num_blocks * sh.block_size * sh.kv * sh.s, k_seen);
+      std::vector<float> vc = values(sh.num_blocks * sh.block_size * sh.kv * sh.s, v_seen);
+      // Block tables: each sequence gets distinct physical blocks in a scrambled order.
+      std::vector<int32_t> physical(size_t(sh.num_blocks));
+      std::iota(physical.begin(), physical.end(), 0);
+      std::shuffle(physical.begin(), physical.end(), rng);
+      std::vector<int32_t> tables(size_t(sh.b * sh.max_blocks), -1);
+      size_t next = 0;
+      for (int64_t b = 0; b < sh.b; ++b) {
+        int64_t needed = (sh.lens[size_t(b)] + sh.block_size - 1) / sh.block_size;
+        for (int64_t i = 0; i < needed; ++i) tables[size_t(b * sh.max_blocks + i)] = physical[next++ % physical.size()];
+      }
+      DeviceTensor qt(d, {sh.b, sh.h, sh.s}, sh.dtype), kt(d, {sh.num_blocks, sh.block_size, sh.kv, sh.s}, sh.dtype),
+          vt(d, {sh.num_blocks, sh.block_size, sh.kv, sh.s}, sh.dtype), bt(d, {sh.b, sh.max_blocks}, dl_i32()),
+          lt(d, {sh.b}, dl_i32()), ot(d, {sh.b, sh.h, sh.s}, sh.dtype);
+      if (half) {
+        qt.upload(round_half(q, sh.dtype, q_seen).data());
+        kt.upload(round_half(kc, sh.dtype, k_seen).data());
+        vt.upload(round_half(vc, sh.dtype, v_seen).data());
+      } else {
+        qt.upload(q.data());
+        kt.upload(kc.data());
+        vt.upload(vc.data());
+      }
+      bt.upload(tables.data());
+      lt.upload(sh.lens.data());
+      const float scale = 1.0f / std::sqrt(float(sh.s));
+      ctx.expect_ok(table->paged_attention_decode(&qt.dl(), &kt.dl(), &vt.dl(), &bt.dl(), &lt.dl(), scale, &ot.dl(), nullptr),
+                    "paged_attention_decode");
+      std::vector<float> got(q.size());
+      if (half) {
+        auto raw = ot.to_host<uint16_t>();
+        for (size_t i = 0; i < raw.size(); ++i) got[i] = sh.dtype.code == kDLBfloat ? from_bf16(raw[i]) : from_f16(raw[i]);
+      } else {
+        got = ot.to_host<float>();
+      }
+      const double ulp = sh.dtype.code == kDLBfloat ? 1.0 / 128 : half ? 1.0 / 1024 : 0.0;
+      Worst worst;
+      for (int64_t b = 0; b < sh.b; ++b)
+        for (int64_t h = 0; h < sh.h; ++h) {
+          const int64_t kv = h / (sh.h / sh.kv), len = sh.lens[size_t(b)];
+          auto at = [&](const std::vector<float>& cache, int64_t pos, int64_t dim) {
+            int64_t block = tables[size_t(b * sh.max_blocks + pos / sh.block_size)];
+            return double(cache[size_t(((block * sh.block_size + pos % sh.block_size) * sh.kv + kv) * sh.s + dim)]);
+          };
+          std::vector<double> score(static_cast<size_t>(len));
+          double mx = -INFINITY;
+          for (int64_t t = 0; t < len; ++t) {
+            double dot = 0;
+            for (int64_t j = 0; j < sh.s; ++j) dot += double(q_seen[size_t((b * sh.h + h) * sh.s + j)]) * at(k_seen, t, j);
+            score[size_t(t)] = dot * scale;
+            mx = std::max(mx, score[size_t(t)]);
+          }
+          double sum = 0;
+          for (double& x : score) sum += (x = std::exp(x - mx));
+          for (int64_t j = 0; j < sh.s; ++j) {
+            double want = 0;
+            for (int64_t t = 0; t < len; ++t) want += score[size_t(t)] / sum * at(v_seen, t, j);
+            size_t i = size_t((b * sh.h + h) * sh.s + j);
+            worst.add(i, got[i], want, half ? 2e-3 + std::fabs(want) * 2 * ulp : 1e-5 + 1e-5 * std::fabs(want));
+          }
+        }
+      worst.require("attention output");
+    });
+  }
+  ctx.run("kernels", "paged_attention_decode rejects bad input", [&] {
+    CheckContext::need(table ? reinterpret_cast<const void*>(table->paged_attention_decode) : nullptr, "kernel paged_attention_decode");
+    hw::Device d = ctx.device();
+    // H = 3 query heads over K = 2 KV heads: not a multiple.
+    DeviceTensor qt(d, {1, 3, 8}, dl_f32()), kt(d, {2, 4, 2, 8}, dl_f32()), vt(d, {2, 4, 2, 8}, dl_f32()), bt(d, {1, 2}, dl_i32()),
+        lt(d, {1}, dl_i32()), ot(d, {1, 3, 8}, dl_f32());
+    ctx.expect_error(table->paged_attention_decode(&qt.dl(), &kt.dl(), &vt.dl(), &bt.dl(), &lt.dl(), 1.0f, &ot.dl(), nullptr),
+                     VERLPP_STATUS_INVALID_ARGUMENT, "paged_attention_decode(H=3, K=2)");
+    ctx.expect_error(table->paged_attention_decode(nullptr, &kt.dl(), &vt.dl(), &bt.dl(), &lt.dl(), 1.0f, &ot.dl(), nullptr),
+                     VERLPP_STATUS_INVALID_ARGUMENT, "paged_attention_decode(NULL q)");
+  });
 }
 
 // ---- sample. The ABI leaves the random generator to the plugin, so these cases check what
@@ -347,6 +455,7 @@ void sample_cases(CheckContext& ctx) {
 void run_kernel_cases(CheckContext& ctx) {
   logprob_entropy_cases(ctx);
   rms_norm_cases(ctx);
+  paged_attention_cases(ctx);
   sample_cases(ctx);
   ctx.run("kernels", "table struct_size", [&] {
     CheckContext::need(reinterpret_cast<const void*>(ctx.api().kernels), "kernel table");

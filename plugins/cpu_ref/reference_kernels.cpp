@@ -1,7 +1,8 @@
 // cpu_ref: plain-loop reference kernels. Inputs may be f32, bf16 or f16; math is in fp32/fp64
 // (log-sum-exp with the row max subtracted), results are written as f32 (logprob_entropy) or in
 // the input dtype (rms_norm, rounded where HF's RMSNorm rounds), as plugin_abi.h defines them; sample
-// sorts each row (top-k, top-p) and draws with the host's counter-based splitmix64 recipe.
+// sorts each row (top-k, top-p) and draws with the host's counter-based splitmix64 recipe;
+// paged_attention_decode walks the block tables in fp64.
 #include "reference_kernels.hpp"
 #include "half_float.hpp"
 
@@ -133,6 +134,76 @@ verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTe
   });
 }
 
+// Decode attention over a paged KV cache, one query token per sequence, GQA: query head h reads
+// KV head h / (H / K); position t of sequence b lives in block block_tables[b, t / block_size],
+// slot t % block_size. fp64 scores and softmax; the output rounded to the input dtype.
+verlpp_error* paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* bt_p,
+                                     const DLTensor* lens_p, float scale, DLTensor* out_p, verlpp_stream) {
+  return sdk::guard("cpu_ref paged_attention_decode", [&] {
+    const DLTensor& q = checked(q_p, "q");
+    const DLTensor& kc = checked(k_p, "k_cache");
+    const DLTensor& vc = checked(v_p, "v_cache");
+    const DLTensor& bt = checked(bt_p, "block_tables");
+    const DLTensor& lens = checked(lens_p, "context_lens");
+    DLTensor& out = const_cast<DLTensor&>(checked(out_p, "out"));
+    require(q.ndim == 3, "q must be [B, H, S], got ndim " + std::to_string(q.ndim));
+    require(kc.ndim == 4, "k_cache must be [num_blocks, block_size, K, S], got ndim " + std::to_string(kc.ndim));
+    const int64_t b = q.shape[0], h = q.shape[1], s = q.shape[2];
+    const int64_t num_blocks = kc.shape[0], block_size = kc.shape[1], kv = kc.shape[2];
+    require(vc.ndim == 4 && std::equal(kc.shape, kc.shape + 4, vc.shape), "v_cache must have k_cache's shape");
+    require(kc.shape[3] == s, "k_cache head size " + std::to_string(kc.shape[3]) + " != q's " + std::to_string(s));
+    require(kv > 0 && h % kv == 0, "query heads H = " + std::to_string(h) + " must be a multiple of KV heads K = " + std::to_string(kv));
+    require(is_float_dtype(q.dtype) && sdk::same_dtype(q.dtype, kc.dtype) && sdk::same_dtype(q.dtype, vc.dtype) &&
+                sdk::same_dtype(q.dtype, out.dtype),
+            "q, k_cache, v_cache and out must share one float dtype");
+    require(out.ndim == 3 && std::equal(q.shape, q.shape + 3, out.shape), "out must have q's shape");
+    require(bt.ndim == 2 && bt.shape[0] == b && bt.dtype.code == kDLInt && bt.dtype.bits == 32, "block_tables must be [B, max_blocks] int32");
+    require(lens.ndim == 1 && lens.shape[0] == b && lens.dtype.code == kDLInt && lens.dtype.bits == 32, "context_lens must be [B] int32");
+    for (const DLTensor* t : {&q, &kc, &vc, &bt, &lens, static_cast<const DLTensor*>(&out)}) {
+      require(sdk::is_contiguous(*t), "paged_attention_decode needs contiguous tensors");
+      require_host(*t, "paged_attention_decode tensor");
+    }
+    const int64_t max_blocks = bt.shape[1];
+    const auto* table = static_cast<const int32_t*>(sdk::data_ptr(bt));
+    const auto* len = static_cast<const int32_t*>(sdk::data_ptr(lens));
+    const void* qb = sdk::data_ptr(q);
+    const void* kb = sdk::data_ptr(kc);
+    const void* vb = sdk::data_ptr(vc);
+    void* ob = sdk::data_ptr(out);
+    for (int64_t r = 0; r < b; ++r) {
+      require(len[r] >= 0 && len[r] <= max_blocks * block_size,
+              "context length " + std::to_string(len[r]) + " of sequence " + std::to_string(r) + " does not fit " +
+                  std::to_string(max_blocks) + " blocks of " + std::to_string(block_size));
+      // Element offset of (position t, KV head g, dim 0) of sequence r.
+      auto row = [&](int64_t t, int64_t g) {
+        int64_t block = table[r * max_blocks + t / block_size];
+        require(block >= 0 && block < num_blocks, "block table entry " + std::to_string(block) + " of sequence " +
+                                                       std::to_string(r) + " is outside [0, " + std::to_string(num_blocks) + ")");
+        return ((block * block_size + t % block_size) * kv + g) * s;
+      };
+      for (int64_t head = 0; head < h; ++head) {
+        const int64_t g = head / (h / kv), qo = (r * h + head) * s;
+        std::vector<double> score(static_cast<size_t>(len[r]));
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t t = 0; t < len[r]; ++t) {
+          const int64_t ko = row(t, g);
+          double dot = 0.0;
+          for (int64_t j = 0; j < s; ++j) dot += double(load(qb, q.dtype, qo + j)) * double(load(kb, kc.dtype, ko + j));
+          score[size_t(t)] = dot * double(scale);
+          mx = std::max(mx, score[size_t(t)]);
+        }
+        double sum = 0.0;
+        for (double& x : score) sum += (x = std::exp(x - mx));
+        for (int64_t j = 0; j < s; ++j) {
+          double acc = 0.0;
+          for (int64_t t = 0; t < len[r]; ++t) acc += score[size_t(t)] * double(load(vb, vc.dtype, row(t, g) + j));
+          store(ob, out.dtype, qo + j, len[r] > 0 ? float(acc / sum) : 0.0f);
+        }
+      }
+    }
+  });
+}
+
 // The sampler's uniform draw in [0, 1): 53 bits of splitmix64, counter-based (a row's draw
 // depends only on its seed and the step), the same recipe as the host's reference sampler.
 uint64_t splitmix64(uint64_t x) {
@@ -239,6 +310,7 @@ const verlpp_kernel_table* reference_kernels() {
     t.struct_size = sizeof(t);
     t.logprob_entropy = &logprob_entropy;
     t.rms_norm = &rms_norm;
+    t.paged_attention_decode = &paged_attention_decode;
     t.sample = &sample;
     return t;
   }();
