@@ -1,5 +1,5 @@
-// cuda: ABI entry points of the kernel table (logprob_entropy, rms_norm, sample: the kernels the
-// conformance suite checks). Each checks its DLPack arguments with the same
+// cuda: ABI entry points of the kernel table (logprob_entropy, rms_norm, paged_attention_decode,
+// sample: the kernels the conformance suite checks). Each checks its DLPack arguments with the same
 // rules as cpu_ref's reference kernels (so both plugins refuse the same input), checks that the
 // tensors live in this plugin's device memory, then calls a launcher from kernels.cu. On the
 // NULL stream the call waits for the kernel, as the ABI's synchronous default stream requires.
@@ -10,6 +10,7 @@
 
 #include <verlpp/sdk/dlpack_util.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -104,6 +105,52 @@ verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTe
   });
 }
 
+verlpp_error* paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* bt_p,
+                                     const DLTensor* lens_p, float scale, DLTensor* out_p, verlpp_stream stream) {
+  return sdk::guard("cuda paged_attention_decode", [&] {
+    const DLTensor& q = checked(q_p, "q");
+    const DLTensor& kc = checked(k_p, "k_cache");
+    const DLTensor& vc = checked(v_p, "v_cache");
+    const DLTensor& bt = checked(bt_p, "block_tables");
+    const DLTensor& lens = checked(lens_p, "context_lens");
+    DLTensor& out = const_cast<DLTensor&>(checked(out_p, "out"));
+    require(q.ndim == 3, "q must be [B, H, S], got ndim " + std::to_string(q.ndim));
+    require(kc.ndim == 4, "k_cache must be [num_blocks, block_size, K, S], got ndim " + std::to_string(kc.ndim));
+    const int64_t b = q.shape[0], h = q.shape[1], s = q.shape[2];
+    const int64_t block_size = kc.shape[1], kv = kc.shape[2];
+    require(vc.ndim == 4 && std::equal(kc.shape, kc.shape + 4, vc.shape), "v_cache must have k_cache's shape");
+    require(kc.shape[3] == s, "k_cache head size " + std::to_string(kc.shape[3]) + " != q's " + std::to_string(s));
+    require(kv > 0 && h % kv == 0, "query heads H = " + std::to_string(h) + " must be a multiple of KV heads K = " + std::to_string(kv));
+    FloatType type = float_type(q.dtype, "q");
+    require(sdk::same_dtype(q.dtype, kc.dtype) && sdk::same_dtype(q.dtype, vc.dtype) && sdk::same_dtype(q.dtype, out.dtype),
+            "q, k_cache, v_cache and out must share one float dtype");
+    require(out.ndim == 3 && std::equal(q.shape, q.shape + 3, out.shape), "out must have q's shape");
+    require(bt.ndim == 2 && bt.shape[0] == b && bt.dtype.code == kDLInt && bt.dtype.bits == 32, "block_tables must be [B, max_blocks] int32");
+    require(lens.ndim == 1 && lens.shape[0] == b && lens.dtype.code == kDLInt && lens.dtype.bits == 32, "context_lens must be [B] int32");
+    for (const DLTensor* t : {&q, &kc, &vc, &bt, &lens, static_cast<const DLTensor*>(&out)})
+      require(sdk::is_contiguous(*t), "paged_attention_decode needs contiguous tensors");
+    if (s > 256) sdk::fail(VERLPP_STATUS_UNSUPPORTED, "head size " + std::to_string(s) + " > 256 is not supported by the cuda kernel");
+    require(b <= 65535, "batch " + std::to_string(b) + " > 65535 sequences in one call");
+    const int32_t device = q.device.device_id;
+    require_on_device(q, device, "q");
+    require_on_device(kc, device, "k_cache");
+    require_on_device(vc, device, "v_cache");
+    require_on_device(bt, device, "block_tables");
+    require_on_device(lens, device, "context_lens");
+    require_on_device(out, device, "out");
+
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    cuda_check(launch_paged_attention_decode(sdk::data_ptr(q), sdk::data_ptr(kc), sdk::data_ptr(vc), type,
+                                             static_cast<const int32_t*>(sdk::data_ptr(bt)),
+                                             static_cast<const int32_t*>(sdk::data_ptr(lens)), b, h, kv, s, block_size, bt.shape[1],
+                                             scale, sdk::data_ptr(out), target.stream),
+               "launching paged_attention_decode (B=" + std::to_string(b) + ", H=" + std::to_string(h) + ", S=" + std::to_string(s) + ")");
+    finish_if_default(target, "paged_attention_decode");
+  });
+}
+
 // [n] contiguous tensor of `dtype` on `device`.
 void require_vector(const DLTensor& t, int64_t n, DLDataType dtype, int32_t device, const char* what) {
   require(t.ndim == 1 && t.shape[0] == n && sdk::same_dtype(t.dtype, dtype) && sdk::is_contiguous(t),
@@ -162,6 +209,7 @@ const verlpp_kernel_table* cuda_kernels() {
     t.struct_size = sizeof(t);
     t.logprob_entropy = &logprob_entropy;
     t.rms_norm = &rms_norm;
+    t.paged_attention_decode = &paged_attention_decode;
     t.sample = &sample;
     return t;
   }();

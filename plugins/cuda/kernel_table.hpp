@@ -1,5 +1,5 @@
 // cuda: the plugin's kernel table. Only kernels the conformance suite checks are offered
-// (logprob_entropy, rms_norm, sample); every other entry stays NULL so the host runs its
+// (logprob_entropy, rms_norm, paged_attention_decode, sample); every other entry stays NULL so the host runs its
 // LibTorch path for it.
 #pragma once
 

@@ -26,6 +26,16 @@ cudaError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n
 cudaError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps,
                             void* out, cudaStream_t stream);
 
+// Decode attention, one query token per sequence, GQA (query head h reads KV head h / (H / K)):
+// out[b, h] = softmax(q[b, h] . k[t] * scale over t < context_lens[b]) . v[t], where position t
+// lives in block block_tables[b, t / block_size], slot t % block_size. fp32 math.
+// q, out [b, H, S]; k_cache, v_cache [num_blocks, block_size, K, S]; one float type;
+// block_tables [b, max_blocks] int32; context_lens [b] int32. S <= 256, b <= 65535.
+cudaError_t launch_paged_attention_decode(const void* q, const void* k_cache, const void* v_cache, FloatType type,
+                                          const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
+                                          int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
+                                          void* out, cudaStream_t stream);
+
 // One token per row r < b from softmax(logits[r] / temperature[r]) restricted to the top_k[r]
 // largest (<= 0 or >= v: all) and then to the shortest most-likely-first prefix whose mass
 // reaches top_p[r] of theirs (>= 1: all; ties at a boundary are kept); temperature <= 0 means
