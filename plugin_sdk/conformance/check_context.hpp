@@ -119,5 +119,7 @@ void run_comm_cases(CheckContext& ctx, const std::string& self, const std::strin
 // The worker side: runs every communicator case as `rank` and prints one JSON line per case.
 int comm_worker_main(const hw::Plugin& plugin, int rank, int world_size, const std::string& host,
                      int port, int64_t timeout_ms);
+// The worker of the missing-peer case: rank 0 of a world of two whose rank 1 never starts.
+int missing_peer_worker_main(const hw::Plugin& plugin, const std::string& host, int port);
 
 }  // namespace verlpp::conformance

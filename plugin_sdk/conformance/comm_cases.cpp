@@ -2,7 +2,9 @@
 // processes (this executable re-run with --comm-worker), rendezvousing through a c10d TCPStore
 // the parent serves. Inputs are small integers, exact in every dtype, so each rank can compute
 // the exact expected result of every op from all ranks' inputs. Workers print one JSON line per
-// case; the parent merges them (a case passes only if it passes on every rank).
+// case; the parent merges them (a case passes only if it passes on every rank). Two cases prove
+// the timeout promise with a short timeout: a collective that only rank 0 enters, and a
+// communicator whose rank 1 never starts (one worker alone, so it runs on one GPU too).
 #include "check_context.hpp"
 
 #include <verlpp/hw/communicator.hpp>
@@ -99,8 +101,13 @@ double reduce(const std::vector<double>& xs, hw::ReduceOp op) {
 
 const char* op_name(hw::ReduceOp op) { return op == hw::ReduceOp::sum ? "sum" : op == hw::ReduceOp::max ? "max" : "min"; }
 
+// How long the timeout cases wait: short, so that they cost seconds, not the suite's timeout.
+constexpr std::chrono::milliseconds kShortTimeout{1000};
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 // Runs every case on this rank; `emit` records each outcome.
-void worker_cases(CheckContext& ctx, const hw::Communicator& comm) {
+void worker_cases(CheckContext& ctx, const hw::Communicator& comm, const std::shared_ptr<hw::KvStore>& store) {
   const int rank = comm.rank(), world = comm.world_size();
   hw::Device d = ctx.device();
   const std::pair<DLDataType, const char*> dtypes[] = {{dl_f32(), "f32"}, {dl_f64(), "f64"}, {dl_f16(), "f16"},
@@ -203,6 +210,37 @@ void worker_cases(CheckContext& ctx, const hw::Communicator& comm) {
     }
     comm.barrier();  // everyone is still in step afterwards
   });
+  // Last, because it leaves a communicator broken: rank 0 all-reduces alone on a communicator
+  // with a short timeout while the others stay alive but never join. Rank 0 must get an error
+  // naming itself and the op (TIMEOUT, or COMM_ERROR where the library notices first) within
+  // the timeout plus a margin, instead of hanging.
+  if (world >= 2)
+    ctx.run("communicator", "a collective a rank skips is a TIMEOUT naming the rank and op", [&] {
+      hw::CommunicatorOptions co;
+      co.rank = rank;
+      co.world_size = world;
+      co.timeout = kShortTimeout;
+      co.key_prefix = fmt::format("check/{}/skipped/", world);
+      hw::Communicator lonely = hw::Communicator::create(d, store, co);
+      if (rank != 0) {
+        std::this_thread::sleep_for(2 * kShortTimeout);  // alive, silent, past rank 0's deadline
+        return;
+      }
+      DeviceTensor buf = device_tensor(d, inputs(rank, 16, dl_f32()), dl_f32());
+      auto start = std::chrono::steady_clock::now();
+      try {
+        lonely.all_reduce(buf.dl(), hw::ReduceOp::sum);
+        throw CaseFailure("all_reduce returned although no other rank joined it");
+      } catch (const hw::PluginCallError& e) {
+        double waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        std::string m = e.what();
+        CHECK_THAT(e.code() == VERLPP_STATUS_TIMEOUT || e.code() == VERLPP_STATUS_COMM_ERROR, "expected TIMEOUT, got {}: {}",
+                   hw::status_name(e.code()), m);
+        CHECK_THAT(contains(m, "rank 0") && contains(m, "all_reduce"), "the error does not name rank 0 and all_reduce: {}", m);
+        CHECK_THAT(waited < double(kShortTimeout.count()) + 30000.0, "the error came after {:.0f} ms (timeout {} ms)", waited,
+                   kShortTimeout.count());
+      }
+    });
 }
 
 const char* outcome_name(Outcome o) { return o == Outcome::pass ? "pass" : o == Outcome::fail ? "fail" : "n/a"; }
@@ -228,7 +266,7 @@ int comm_worker_main(const hw::Plugin& plugin, int rank, int world_size, const s
     ctx.run("communicator", "create (rendezvous through the host store)", [&] {
       comm = std::make_unique<hw::Communicator>(hw::Communicator::create(ctx.device(rank % ctx.device_count()), store, co));
     });
-    if (comm) worker_cases(ctx, *comm);
+    if (comm) worker_cases(ctx, *comm, store);
   } catch (const std::exception& e) {
     ctx.record({"communicator", "worker start", Outcome::fail, e.what()});
   }
@@ -238,95 +276,172 @@ int comm_worker_main(const hw::Plugin& plugin, int rank, int world_size, const s
   return 0;
 }
 
+int missing_peer_worker_main(const hw::Plugin& plugin, const std::string& host, int port) {
+  CheckContext ctx(plugin);
+  ctx.run("communicator", "create with a rank missing is a TIMEOUT naming the rank", [&] {
+    hw::TcpStoreOptions so;
+    so.host = host;
+    so.port = uint16_t(port);
+    so.world_size = 2;
+    so.timeout = kShortTimeout;
+    auto store = hw::make_tcp_store(so);
+    hw::CommunicatorOptions co;
+    co.rank = 0;
+    co.world_size = 2;  // rank 1 is never started
+    co.timeout = kShortTimeout;
+    co.key_prefix = "check/missing/";
+    auto start = std::chrono::steady_clock::now();
+    try {
+      hw::Communicator::create(ctx.device(0), store, co);
+      throw CaseFailure("comm_create returned although rank 1 never started");
+    } catch (const hw::PluginCallError& e) {
+      double waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::string m = e.what();
+      CHECK_THAT(e.code() == VERLPP_STATUS_TIMEOUT, "expected TIMEOUT, got {}: {}", hw::status_name(e.code()), m);
+      CHECK_THAT(contains(m, "rank 0"), "the error does not name rank 0: {}", m);
+      CHECK_THAT(waited < double(kShortTimeout.count()) + 30000.0, "the error came after {:.0f} ms (timeout {} ms)", waited,
+                 kShortTimeout.count());
+    }
+  });
+  for (const auto& r : ctx.results())
+    std::cout << nlohmann::json{{"case", r.name}, {"outcome", outcome_name(r.outcome)}, {"detail", r.detail}}.dump() << "\n";
+  std::cout.flush();
+  return 0;
+}
+
+namespace {
+
+// Worker processes of this executable, their stdout collected; each is killed if it outlives
+// `deadline` (a hang is a failure, reported with the rank).
+struct WorkerOutputs {
+  std::vector<std::string> outputs;  // per worker
+  std::vector<std::string> lost;     // "rank 1 was killed after the deadline", ...
+};
+
+WorkerOutputs run_workers(const std::string& self, const std::vector<std::vector<std::string>>& args,
+                          std::chrono::milliseconds deadline_after) {
+  struct Child { pid_t pid; int fd; std::string output; std::thread reader; };
+  std::vector<Child> children(args.size());
+  for (size_t r = 0; r < args.size(); ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe() failed");
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(self.c_str()));
+    for (const std::string& a : args[r]) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      execv(self.c_str(), argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    children[r].pid = pid;
+    children[r].fd = fds[0];
+  }
+  for (auto& c : children)
+    c.reader = std::thread([&c] {
+      char buf[4096];
+      ssize_t k;
+      while ((k = read(c.fd, buf, sizeof(buf))) > 0) c.output.append(buf, size_t(k));
+      close(c.fd);
+    });
+  WorkerOutputs result;
+  auto deadline = std::chrono::steady_clock::now() + deadline_after;
+  for (size_t r = 0; r < children.size(); ++r) {
+    auto& c = children[r];
+    int status = 0;
+    bool killed = false;
+    while (waitpid(c.pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, &status, 0);
+        result.lost.push_back(fmt::format("rank {} was killed after the deadline", r));
+        killed = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (WIFSIGNALED(status) && !killed) result.lost.push_back(fmt::format("rank {} died with signal {}", r, WTERMSIG(status)));
+  }
+  for (auto& c : children) {
+    c.reader.join();
+    result.outputs.push_back(std::move(c.output));
+  }
+  return result;
+}
+
+// Merges the workers' JSON lines into one result per case (passed only if every reporting
+// worker passed it and all `expected` workers reported), titled "<label> <case>".
+void record_merged(CheckContext& ctx, const WorkerOutputs& w, size_t expected, const std::string& label) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> by_case;
+  for (size_t r = 0; r < w.outputs.size(); ++r) {
+    std::istringstream lines(w.outputs[r]);
+    std::string line;
+    while (std::getline(lines, line)) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.contains("case")) continue;
+      std::string name = j["case"];
+      if (!by_case.count(name)) order.push_back(name);
+      by_case[name].push_back({j["outcome"], fmt::format("rank {}: {}", r, j["detail"].get<std::string>())});
+    }
+  }
+  for (const auto& name : order) {
+    const auto& outs = by_case[name];
+    CaseResult res{"communicator", label + " " + name, Outcome::pass, ""};
+    if (outs.size() != expected) {
+      res.outcome = Outcome::fail;
+      res.detail = fmt::format("only {} of {} ranks reported", outs.size(), expected);
+    }
+    for (const auto& [outcome, detail] : outs) {
+      if (outcome == "fail") { res.outcome = Outcome::fail; res.detail += (res.detail.empty() ? "" : "; ") + detail; }
+      else if (outcome == "n/a" && res.outcome == Outcome::pass) { res.outcome = Outcome::not_offered; res.detail = detail; }
+    }
+    ctx.record(res);
+  }
+  if (!w.lost.empty() || order.empty())
+    ctx.record({"communicator", label + " workers", Outcome::fail,
+                w.lost.empty() ? "no worker reported any result" : join(w.lost, "; ")});
+}
+
+}  // namespace
+
 void run_comm_cases(CheckContext& ctx, const std::string& self, const std::string& plugin_arg,
                     const std::vector<int>& world_sizes, int64_t timeout_ms) {
   if (ctx.api().comm_create == nullptr) {
     ctx.record({"communicator", "all collectives", Outcome::not_offered, "communicator not offered"});
     return;
   }
+  const std::string ts = std::to_string(timeout_ms);
   for (int world : world_sizes) {
     hw::TcpStoreOptions so;
     so.is_server = true;
     so.world_size = world + 1;
     so.timeout = std::chrono::milliseconds(timeout_ms);
     auto store = hw::make_tcp_store(so);
-    int port = hw::tcp_store_port(*store);
-    struct Child { pid_t pid; int fd; std::string output; std::thread reader; };
-    std::vector<Child> children(static_cast<size_t>(world));
-    for (int r = 0; r < world; ++r) {
-      int fds[2];
-      if (pipe(fds) != 0) throw std::runtime_error("pipe() failed");
-      pid_t pid = fork();
-      if (pid == 0) {
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        std::string rs = std::to_string(r), ws = std::to_string(world), ps = std::to_string(port), ts = std::to_string(timeout_ms);
-        execl(self.c_str(), self.c_str(), "--comm-worker", "--rank", rs.c_str(), "--world", ws.c_str(), "--store-port",
-              ps.c_str(), "--timeout-ms", ts.c_str(), plugin_arg.c_str(), static_cast<char*>(nullptr));
-        _exit(127);
-      }
-      close(fds[1]);
-      children[size_t(r)].pid = pid;
-      children[size_t(r)].fd = fds[0];
-    }
-    for (auto& c : children)
-      c.reader = std::thread([&c] {
-        char buf[4096];
-        ssize_t k;
-        while ((k = read(c.fd, buf, sizeof(buf))) > 0) c.output.append(buf, size_t(k));
-        close(c.fd);
-      });
-    // Wait for every worker, killing any that outlive the timeout (a hang is a failure).
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms + 60000);
-    std::vector<std::string> lost;
-    for (int r = 0; r < world; ++r) {
-      auto& c = children[size_t(r)];
-      int status = 0;
-      while (waitpid(c.pid, &status, WNOHANG) == 0) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          kill(c.pid, SIGKILL);
-          waitpid(c.pid, &status, 0);
-          lost.push_back(fmt::format("rank {} was killed after the deadline", r));
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      if (WIFSIGNALED(status) && lost.size() < size_t(r + 1))
-        lost.push_back(fmt::format("rank {} died with signal {}", r, WTERMSIG(status)));
-    }
-    for (auto& c : children) c.reader.join();
-    // Merge: case -> per-rank outcomes, in first-seen order.
-    std::vector<std::string> order;
-    std::map<std::string, std::vector<std::pair<std::string, std::string>>> by_case;
-    for (int r = 0; r < world; ++r) {
-      std::istringstream lines(children[size_t(r)].output);
-      std::string line;
-      while (std::getline(lines, line)) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.contains("case")) continue;
-        std::string name = j["case"];
-        if (!by_case.count(name)) order.push_back(name);
-        by_case[name].push_back({j["outcome"], fmt::format("rank {}: {}", r, j["detail"].get<std::string>())});
-      }
-    }
-    for (const auto& name : order) {
-      const auto& outs = by_case[name];
-      CaseResult res{"communicator", fmt::format("[{} ranks] {}", world, name), Outcome::pass, ""};
-      if (outs.size() != size_t(world)) {
-        res.outcome = Outcome::fail;
-        res.detail = fmt::format("only {} of {} ranks reported", outs.size(), world);
-      }
-      for (const auto& [outcome, detail] : outs) {
-        if (outcome == "fail") { res.outcome = Outcome::fail; res.detail += (res.detail.empty() ? "" : "; ") + detail; }
-        else if (outcome == "n/a" && res.outcome == Outcome::pass) { res.outcome = Outcome::not_offered; res.detail = detail; }
-      }
-      ctx.record(res);
-    }
-    if (!lost.empty() || order.empty())
-      ctx.record({"communicator", fmt::format("[{} ranks] workers", world), Outcome::fail,
-                  lost.empty() ? "no worker reported any result" : join(lost, "; ")});
+    const std::string port = std::to_string(hw::tcp_store_port(*store));
+    std::vector<std::vector<std::string>> args;
+    for (int r = 0; r < world; ++r)
+      args.push_back({"--comm-worker", "--rank", std::to_string(r), "--world", std::to_string(world), "--store-port", port,
+                      "--timeout-ms", ts, plugin_arg});
+    WorkerOutputs w = run_workers(self, args, std::chrono::milliseconds(timeout_ms + 60000));
+    record_merged(ctx, w, size_t(world), fmt::format("[{} ranks]", world));
   }
+  if (world_sizes.empty()) return;
+  // One worker of a world of two, its peer never started: creating the communicator must fail
+  // with TIMEOUT after the short timeout, not hang.
+  hw::TcpStoreOptions so;
+  so.is_server = true;
+  so.world_size = 2;
+  so.timeout = std::chrono::milliseconds(timeout_ms);
+  auto store = hw::make_tcp_store(so);
+  const std::string port = std::to_string(hw::tcp_store_port(*store));
+  WorkerOutputs w = run_workers(self, {{"--comm-worker", "--missing-peer-case", "--store-port", port, plugin_arg}},
+                                std::chrono::milliseconds(timeout_ms + 60000));
+  record_merged(ctx, w, 1, "[1 of 2 ranks]");
 }
 
 }  // namespace verlpp::conformance

@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", ranks, "process counts for the communicator cases (comma list; empty to skip)");
   app.add_option("--timeout-ms", timeout_ms, "communicator timeout per operation");
   app.add_flag("--comm-worker", worker, "internal: run as a communicator worker")->group("");
+  bool missing_peer = false;
+  app.add_flag("--missing-peer-case", missing_peer, "internal: the worker whose peer never starts")->group("");
   app.add_option("--rank", rank)->group("");
   app.add_option("--world", world)->group("");
   app.add_option("--store-port", port)->group("");
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
 
   try {
     hw::Plugin plugin = load(plugin_arg);
+    if (worker && missing_peer) return conformance::missing_peer_worker_main(plugin, store_host, port);
     if (worker) return conformance::comm_worker_main(plugin, rank, world, store_host, port, timeout_ms);
 
     std::cout << fmt::format("verlpp-plugin-check: {} {} ({}), ABI 1.{}, table {} bytes\n\n", plugin.display_name(),

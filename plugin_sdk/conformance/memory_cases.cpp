@@ -175,6 +175,54 @@ void tensor_copy_cases(CheckContext& ctx) {
         CHECK_THAT(back[size_t(i * rows + j)] == host[size_t(j * cols + i)], "element [{}, {}] = {}, want {}", i, j,
                    back[size_t(i * rows + j)], host[size_t(j * cols + i)]);
   });
+  ctx.run("tensor_copy", "strided device tensor to host, and device to device", [&] {
+    CheckContext::need(reinterpret_cast<const void*>(ctx.api().tensor_copy), "tensor_copy");
+    hw::Device d = ctx.device();
+    // A [3, 4, 5] int32 device tensor holding 0..59, read through a permuted view [5, 3, 4]
+    // (strides [1, 20, 5]) that starts one element in (byte_offset) of a 61-element buffer.
+    const int64_t a = 3, b = 4, c = 5;
+    std::vector<int32_t> values(size_t(a * b * c + 1));
+    std::iota(values.begin(), values.end(), -1);  // element 0 is padding (-1), then 0..59
+    DeviceTensor buf(d, {a * b * c + 1}, dl_i32());
+    buf.upload(values.data());
+    std::vector<int64_t> shape = {c, a, b}, strides = {1, b * c, c};
+    DLTensor view = buf.dl();
+    view.ndim = 3;
+    view.shape = shape.data();
+    view.strides = strides.data();
+    view.byte_offset = sizeof(int32_t);
+    auto want = [&](int64_t k, int64_t i, int64_t j) { return int32_t(i * b * c + j * c + k); };  // view[k, i, j] = x[i, j, k]
+    // device (strided) -> host (contiguous)
+    std::vector<int32_t> host(size_t(a * b * c), 0);
+    DLTensor dst{};
+    dst.data = host.data();
+    dst.device = {kDLCPU, 0};
+    dst.ndim = 3;
+    dst.dtype = dl_i32();
+    dst.shape = shape.data();
+    d.copy_tensor(view, dst, VERLPP_COPY_DEVICE_TO_HOST);
+    d.synchronize();
+    for (int64_t k = 0; k < c; ++k)
+      for (int64_t i = 0; i < a; ++i)
+        for (int64_t j = 0; j < b; ++j) {
+          int32_t got = host[size_t((k * a + i) * b + j)];
+          CHECK_THAT(got == want(k, i, j), "device->host element [{}, {}, {}] = {}, want {}", k, i, j, got, want(k, i, j));
+        }
+    // device (strided) -> device (contiguous), then back to the host contiguously
+    DeviceTensor packed(d, {c, a, b}, dl_i32());
+    d.copy_tensor(view, packed.dl(), VERLPP_COPY_DEVICE_TO_DEVICE);
+    auto back = packed.to_host<int32_t>();
+    CHECK_THAT(back == host, "device->device packed copy differs from the device->host one");
+    // device (contiguous) -> device (strided): scatter the packed copy into a fresh buffer
+    // through the same permuted view; the buffer must come back as the original.
+    DeviceTensor again(d, {a * b * c + 1}, dl_i32());
+    std::vector<int32_t> minus(values.size(), -1);
+    again.upload(minus.data());
+    DLTensor again_view = view;
+    again_view.data = again.dl().data;
+    d.copy_tensor(packed.dl(), again_view, VERLPP_COPY_DEVICE_TO_DEVICE);
+    CHECK_THAT(again.to_host<int32_t>() == values, "device->device strided scatter did not restore the original buffer");
+  });
   ctx.run("tensor_copy", "mismatched shapes are errors", [&] {
     CheckContext::need(reinterpret_cast<const void*>(ctx.api().tensor_copy), "tensor_copy");
     hw::Device d = ctx.device();

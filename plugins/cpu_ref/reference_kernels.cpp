@@ -1,15 +1,19 @@
 // cpu_ref: plain-loop reference kernels. Inputs may be f32, bf16 or f16; math is in fp32/fp64
 // (log-sum-exp with the row max subtracted), results are written as f32 (logprob_entropy) or in
-// the input dtype (rms_norm, rounded where HF's RMSNorm rounds), as plugin_abi.h defines them.
+// the input dtype (rms_norm, rounded where HF's RMSNorm rounds), as plugin_abi.h defines them; sample
+// sorts each row (top-k, top-p) and draws with the host's counter-based splitmix64 recipe;
+// paged_attention_decode walks the block tables in fp64.
 #include "reference_kernels.hpp"
 #include "half_float.hpp"
 
 #include <verlpp/sdk/dlpack_util.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace verlpp::cpu_ref {
 namespace {
@@ -130,6 +134,174 @@ verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTe
   });
 }
 
+// Decode attention over a paged KV cache, one query token per sequence, GQA: query head h reads
+// KV head h / (H / K); position t of sequence b lives in block block_tables[b, t / block_size],
+// slot t % block_size. fp64 scores and softmax; the output rounded to the input dtype.
+verlpp_error* paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* bt_p,
+                                     const DLTensor* lens_p, float scale, DLTensor* out_p, verlpp_stream) {
+  return sdk::guard("cpu_ref paged_attention_decode", [&] {
+    const DLTensor& q = checked(q_p, "q");
+    const DLTensor& kc = checked(k_p, "k_cache");
+    const DLTensor& vc = checked(v_p, "v_cache");
+    const DLTensor& bt = checked(bt_p, "block_tables");
+    const DLTensor& lens = checked(lens_p, "context_lens");
+    DLTensor& out = const_cast<DLTensor&>(checked(out_p, "out"));
+    require(q.ndim == 3, "q must be [B, H, S], got ndim " + std::to_string(q.ndim));
+    require(kc.ndim == 4, "k_cache must be [num_blocks, block_size, K, S], got ndim " + std::to_string(kc.ndim));
+    const int64_t b = q.shape[0], h = q.shape[1], s = q.shape[2];
+    const int64_t num_blocks = kc.shape[0], block_size = kc.shape[1], kv = kc.shape[2];
+    require(vc.ndim == 4 && std::equal(kc.shape, kc.shape + 4, vc.shape), "v_cache must have k_cache's shape");
+    require(kc.shape[3] == s, "k_cache head size " + std::to_string(kc.shape[3]) + " != q's " + std::to_string(s));
+    require(kv > 0 && h % kv == 0, "query heads H = " + std::to_string(h) + " must be a multiple of KV heads K = " + std::to_string(kv));
+    require(is_float_dtype(q.dtype) && sdk::same_dtype(q.dtype, kc.dtype) && sdk::same_dtype(q.dtype, vc.dtype) &&
+                sdk::same_dtype(q.dtype, out.dtype),
+            "q, k_cache, v_cache and out must share one float dtype");
+    require(out.ndim == 3 && std::equal(q.shape, q.shape + 3, out.shape), "out must have q's shape");
+    require(bt.ndim == 2 && bt.shape[0] == b && bt.dtype.code == kDLInt && bt.dtype.bits == 32, "block_tables must be [B, max_blocks] int32");
+    require(lens.ndim == 1 && lens.shape[0] == b && lens.dtype.code == kDLInt && lens.dtype.bits == 32, "context_lens must be [B] int32");
+    for (const DLTensor* t : {&q, &kc, &vc, &bt, &lens, static_cast<const DLTensor*>(&out)}) {
+      require(sdk::is_contiguous(*t), "paged_attention_decode needs contiguous tensors");
+      require_host(*t, "paged_attention_decode tensor");
+    }
+    const int64_t max_blocks = bt.shape[1];
+    const auto* table = static_cast<const int32_t*>(sdk::data_ptr(bt));
+    const auto* len = static_cast<const int32_t*>(sdk::data_ptr(lens));
+    const void* qb = sdk::data_ptr(q);
+    const void* kb = sdk::data_ptr(kc);
+    const void* vb = sdk::data_ptr(vc);
+    void* ob = sdk::data_ptr(out);
+    for (int64_t r = 0; r < b; ++r) {
+      require(len[r] >= 0 && len[r] <= max_blocks * block_size,
+              "context length " + std::to_string(len[r]) + " of sequence " + std::to_string(r) + " does not fit " +
+                  std::to_string(max_blocks) + " blocks of " + std::to_string(block_size));
+      // Element offset of (position t, KV head g, dim 0) of sequence r.
+      auto row = [&](int64_t t, int64_t g) {
+        int64_t block = table[r * max_blocks + t / block_size];
+        require(block >= 0 && block < num_blocks, "block table entry " + std::to_string(block) + " of sequence " +
+                                                       std::to_string(r) + " is outside [0, " + std::to_string(num_blocks) + ")");
+        return ((block * block_size + t % block_size) * kv + g) * s;
+      };
+      for (int64_t head = 0; head < h; ++head) {
+        const int64_t g = head / (h / kv), qo = (r * h + head) * s;
+        std::vector<double> score(static_cast<size_t>(len[r]));
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t t = 0; t < len[r]; ++t) {
+          const int64_t ko = row(t, g);
+          double dot = 0.0;
+          for (int64_t j = 0; j < s; ++j) dot += double(load(qb, q.dtype, qo + j)) * double(load(kb, kc.dtype, ko + j));
+          score[size_t(t)] = dot * double(scale);
+          mx = std::max(mx, score[size_t(t)]);
+        }
+        double sum = 0.0;
+        for (double& x : score) sum += (x = std::exp(x - mx));
+        for (int64_t j = 0; j < s; ++j) {
+          double acc = 0.0;
+          for (int64_t t = 0; t < len[r]; ++t) acc += score[size_t(t)] * double(load(vb, vc.dtype, row(t, g) + j));
+          store(ob, out.dtype, qo + j, len[r] > 0 ? float(acc / sum) : 0.0f);
+        }
+      }
+    }
+  });
+}
+
+// The sampler's uniform draw in [0, 1): 53 bits of splitmix64, counter-based (a row's draw
+// depends only on its seed and the step), the same recipe as the host's reference sampler.
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+double uniform_draw(uint64_t seed, uint64_t step) {
+  uint64_t bits = splitmix64(splitmix64(seed) + step * 0x9E3779B97F4A7C15ull);
+  return double(bits >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// [n] tensor of the given dtype on the host, contiguous.
+void require_vector(const DLTensor& t, int64_t n, DLDataType dtype, const char* what) {
+  require(t.ndim == 1 && t.shape[0] == n && sdk::same_dtype(t.dtype, dtype) && sdk::is_contiguous(t),
+          std::string(what) + " must be [B] " + sdk::dtype_name(dtype) + " with B = " + std::to_string(n));
+  require_host(t, what);
+}
+
+// One row: greedy (t == 0) takes the first argmax; otherwise the k most likely tokens, then the
+// shortest prefix of them (most likely first) whose mass reaches top_p of theirs, and a draw
+// from those by inverse CDF in that order. Log-prob from log_softmax(x / t) (t = 1 if greedy).
+void sample_row(const float* x, int64_t v, float t, int32_t k, float p, uint64_t seed, uint64_t step,
+                int64_t& token, float& logprob) {
+  const double temp = t == 0.0f ? 1.0 : double(t);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < v; ++j) mx = std::max(mx, double(x[j]) / temp);
+  std::vector<double> q(static_cast<size_t>(v));
+  double total = 0.0;
+  for (int64_t j = 0; j < v; ++j) total += q[size_t(j)] = std::exp(double(x[j]) / temp - mx);
+  if (t == 0.0f) {
+    token = int64_t(std::max_element(x, x + v) - x);
+  } else {
+    std::vector<int64_t> order(static_cast<size_t>(v));
+    for (int64_t j = 0; j < v; ++j) order[size_t(j)] = j;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return q[size_t(a)] > q[size_t(b)]; });
+    int64_t kk = k > 0 && k < v ? k : v;
+    double mass_k = 0.0;
+    for (int64_t i = 0; i < kk; ++i) mass_k += q[size_t(order[size_t(i)])];
+    int64_t kept = 0;
+    double kept_mass = 0.0;
+    while (kept < kk && kept_mass < double(p) * mass_k) kept_mass += q[size_t(order[size_t(kept++)])];
+    double target = uniform_draw(seed, step) * kept_mass, cum = 0.0;
+    token = order[size_t(kept - 1)];  // rounding can leave the target past the last kept token
+    for (int64_t i = 0; i < kept; ++i) {
+      cum += q[size_t(order[size_t(i)])];
+      if (cum > target) {
+        token = order[size_t(i)];
+        break;
+      }
+    }
+  }
+  logprob = float(double(x[token]) / temp - mx - std::log(total));
+}
+
+verlpp_error* sample(const DLTensor* logits_p, const DLTensor* temperature_p, const DLTensor* top_k_p,
+                     const DLTensor* top_p_p, const DLTensor* seeds_p, uint64_t step, DLTensor* out_tokens_p,
+                     DLTensor* out_logprobs_p, verlpp_stream) {
+  return sdk::guard("cpu_ref sample", [&] {
+    const DLTensor& logits = checked(logits_p, "logits");
+    require(logits.ndim == 2, "logits must be [B, V], got ndim " + std::to_string(logits.ndim));
+    require(is_f32(logits.dtype), "logits must be float32, got " + sdk::dtype_name(logits.dtype));
+    require(sdk::is_contiguous(logits), "logits must be contiguous");
+    require_host(logits, "logits");
+    const int64_t b = logits.shape[0], v = logits.shape[1];
+    require(v > 0 || b == 0, "vocabulary size is 0");
+    const DLTensor& temperature = checked(temperature_p, "temperature");
+    const DLTensor& top_k = checked(top_k_p, "top_k");
+    const DLTensor& top_p = checked(top_p_p, "top_p");
+    const DLTensor& seeds = checked(seeds_p, "seeds");
+    DLTensor& out_tokens = const_cast<DLTensor&>(checked(out_tokens_p, "out_tokens"));
+    DLTensor& out_logprobs = const_cast<DLTensor&>(checked(out_logprobs_p, "out_logprobs"));
+    require_vector(temperature, b, {kDLFloat, 32, 1}, "temperature");
+    require_vector(top_k, b, {kDLInt, 32, 1}, "top_k");
+    require_vector(top_p, b, {kDLFloat, 32, 1}, "top_p");
+    // Seeds are uint64 by the ABI; int64 carries the same bits and is accepted too.
+    DLDataType seed_type = seeds.dtype.code == kDLInt ? DLDataType{kDLInt, 64, 1} : DLDataType{kDLUInt, 64, 1};
+    require_vector(seeds, b, seed_type, "seeds");
+    require_vector(out_tokens, b, {kDLInt, 64, 1}, "out_tokens");
+    require_vector(out_logprobs, b, {kDLFloat, 32, 1}, "out_logprobs");
+    const auto* x = static_cast<const float*>(sdk::data_ptr(logits));
+    const auto* temps = static_cast<const float*>(sdk::data_ptr(temperature));
+    const auto* ks = static_cast<const int32_t*>(sdk::data_ptr(top_k));
+    const auto* ps = static_cast<const float*>(sdk::data_ptr(top_p));
+    const auto* seed = static_cast<const uint64_t*>(sdk::data_ptr(seeds));
+    auto* tokens = static_cast<int64_t*>(sdk::data_ptr(out_tokens));
+    auto* logprobs = static_cast<float*>(sdk::data_ptr(out_logprobs));
+    for (int64_t r = 0; r < b; ++r) {
+      const std::string row = " at row " + std::to_string(r);
+      require(temps[r] >= 0.0f && std::isfinite(temps[r]), "temperature " + std::to_string(temps[r]) + row + " must be finite and >= 0");
+      require(ks[r] >= 0, "top_k " + std::to_string(ks[r]) + row + " must be >= 0 (0 = all)");
+      require(ps[r] > 0.0f && ps[r] <= 1.0f, "top_p " + std::to_string(ps[r]) + row + " must be in (0, 1]");
+      sample_row(x + r * v, v, temps[r], ks[r], ps[r], seed[r], step, tokens[r], logprobs[r]);
+    }
+  });
+}
+
 }  // namespace
 
 const verlpp_kernel_table* reference_kernels() {
@@ -138,6 +310,8 @@ const verlpp_kernel_table* reference_kernels() {
     t.struct_size = sizeof(t);
     t.logprob_entropy = &logprob_entropy;
     t.rms_norm = &rms_norm;
+    t.paged_attention_decode = &paged_attention_decode;
+    t.sample = &sample;
     return t;
   }();
   return &table;

@@ -6,7 +6,8 @@
 
 namespace verlpp::cpu_ref {
 
-// The kernel table (logprob_entropy and rms_norm; the rest stay NULL for now).
+// The kernel table (logprob_entropy, rms_norm, paged_attention_decode and sample; rotary_embedding
+// stays NULL for now).
 const verlpp_kernel_table* reference_kernels();
 
 }  // namespace verlpp::cpu_ref

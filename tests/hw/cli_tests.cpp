@@ -4,6 +4,8 @@
 
 #include "test_paths.hpp"
 
+#include <verlpp/hw/torch_device.hpp>
+
 using namespace verlpp;
 
 namespace {
@@ -18,7 +20,11 @@ TEST_CASE("verlpp plugins lists cpu_ref found beside the executable", "[cli]") {
   std::string out;
   REQUIRE(test::run_command(verlpp_cmd("", "plugins"), out) == 0);
   CHECK_THAT(out, Catch::Contains("cpu_ref") && Catch::Contains(test::cpu_ref_path()));
-  CHECK((out.find("communicator") != std::string::npos) == bool(VERLPP_CPU_REF_HAS_GLOO));
+  // cpu_ref's own row (on a GPU host the cuda plugin's row lists a communicator too).
+  size_t row = out.find("\ncpu_ref ");
+  REQUIRE(row != std::string::npos);
+  std::string cpu_ref_row = out.substr(row + 1, out.find('\n', row + 1) - row - 1);
+  CHECK((cpu_ref_row.find("communicator") != std::string::npos) == bool(VERLPP_CPU_REF_HAS_GLOO));
 }
 
 TEST_CASE("verlpp plugins shows rejected plugins with their reason", "[cli]") {
@@ -26,6 +32,19 @@ TEST_CASE("verlpp plugins shows rejected plugins with their reason", "[cli]") {
   REQUIRE(test::run_command(verlpp_cmd("VERLPP_PLUGIN_PATH=" + test::plugin_case_dir("init_throws"), "plugins"), out) == 0);
   CHECK_THAT(out, Catch::Contains("Rejected") && Catch::Contains("boom: init failed on purpose"));
   CHECK_THAT(out, Catch::Contains("cpu_ref"));
+}
+
+TEST_CASE("verlpp plugins says when this LibTorch cannot place a plugin's cuda tensors", "[cli]") {
+  std::string out;
+  std::string path = test::plugin_case_file("cuda_type", "cudalike");
+  REQUIRE(test::run_command(verlpp_cmd("VERL_HARDWARE_PLUGIN=" + path, "plugins"), out) == 0);
+  std::string problem = hw::torch_placement_problem("cuda");
+  if (problem.empty()) {
+    CHECK_THAT(out, !Catch::Contains("has no CUDA"));
+  } else {
+    CHECK_THAT(problem, Catch::Contains("this LibTorch build has no CUDA"));
+    CHECK_THAT(out, Catch::Contains("note: cudalike: " + problem));
+  }
 }
 
 TEST_CASE("an explicitly named plugin that fails stops the program", "[cli]") {

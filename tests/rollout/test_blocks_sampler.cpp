@@ -1,6 +1,9 @@
 // Block manager and scheduler invariants (ref counts, copy on write, preemption, no leaks) and
-// the sampler's distribution against the exact filtered softmax (fp64 loops written here).
+// the sampler's distribution against the exact filtered softmax (fp64 loops written here), both
+// the LibTorch reference and a plugin's sample kernel (cpu_ref's) reached through sample().
 #include <verlpp/core/error.hpp>
+#include <verlpp/hw/kernels.hpp>
+#include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/rollout/block_manager.hpp>
 #include <verlpp/rollout/sampling.hpp>
 #include <verlpp/rollout/scheduler.hpp>
@@ -137,9 +140,10 @@ std::vector<double> filtered(const std::vector<double>& logits, double T, int64_
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("sampler: temperature, top-k, top-p follow the filtered softmax (chi-square)", "[rollout][sampler]") {
+// Draws 20000 tokens per setting through sample() (the LibTorch reference when `kernels` is
+// NULL, else the plugin's kernel through the host's dispatch) and compares the counts with the
+// exact filtered softmax; log-probs are under softmax(logits / T) before filtering.
+void check_filtered_softmax(const verlpp::hw::Kernels* kernels) {
   const std::vector<double> logits = {1.2, -0.3, 0.8, 2.0, -1.5, 0.1, 1.9, -0.7};  // V = 8
   struct Case { double T; int64_t k; double p; };
   const std::vector<Case> cases = {{1.0, 0, 1.0}, {0.5, 0, 1.0}, {1.7, 0, 1.0}, {1.0, 3, 1.0},
@@ -151,7 +155,7 @@ TEST_CASE("sampler: temperature, top-k, top-p follow the filtered softmax (chi-s
     INFO(fmt::format("T {} top_k {} top_p {}", c.T, c.k, c.p));
     std::vector<RowSampling> rows;
     for (int64_t i = 0; i < draws; ++i) rows.push_back(RowSampling{c.T, c.k, c.p, sample_seed(7, i), 3});
-    SampleResult r = sample(batch, rows);
+    SampleResult r = sample(batch, rows, kernels);
     const std::vector<double> expect = filtered(logits, c.T, c.k, c.p);
     std::vector<int64_t> counts(8, 0);
     for (int64_t i = 0; i < draws; ++i) ++counts[size_t(r.token_ids[i].item<int64_t>())];
@@ -177,13 +181,36 @@ TEST_CASE("sampler: temperature, top-k, top-p follow the filtered softmax (chi-s
       CHECK(std::abs(r.logprobs[i].item<float>() - (logits[size_t(t)] / c.T - mx - std::log(z))) < 1e-5);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("sampler: temperature, top-k, top-p follow the filtered softmax (chi-square)", "[rollout][sampler]") {
+  check_filtered_softmax(nullptr);
+  const std::vector<double> logits = {1.2, -0.3, 0.8, 2.0, -1.5, 0.1, 1.9, -0.7};  // V = 8
+  at::Tensor row = at::tensor(std::vector<float>(logits.begin(), logits.end()));
+  at::Tensor batch = row.unsqueeze(0).expand({2, 8}).contiguous();
   // greedy: argmax, log-prob at temperature 1; a row's draw depends only on (seed, step)
-  SampleResult g = sample(batch.narrow(0, 0, 2), {RowSampling{0.0, 0, 1.0, 1, 0}, RowSampling{0.0, 0, 1.0, 2, 5}});
+  SampleResult g = sample(batch, {RowSampling{0.0, 0, 1.0, 1, 0}, RowSampling{0.0, 0, 1.0, 2, 5}});
   CHECK(g.token_ids[0].item<int64_t>() == 3);
   CHECK(g.token_ids[1].item<int64_t>() == 3);
   CHECK(uniform_draw(5, 2) == uniform_draw(5, 2));
   CHECK(uniform_draw(5, 2) != uniform_draw(5, 3));
   CHECK(sample_seed(5, 0) != sample_seed(5, 1));
+}
+
+TEST_CASE("sampler: a plugin's sample kernel (cpu_ref) through the host's dispatch", "[rollout][sampler]") {
+  verlpp::hw::Plugin plugin = verlpp::hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
+  verlpp::hw::Kernels kernels(plugin);
+  REQUIRE(kernels.table().sample != nullptr);
+  check_filtered_softmax(&kernels);
+  // greedy rows take the argmax, with the log-prob at temperature 1
+  at::Tensor batch = at::tensor(std::vector<float>{0.5f, 3.0f, -1.0f, 2.0f, 4.0f, 1.0f}).reshape({2, 3});
+  SampleResult g = sample(batch, {RowSampling{0.0, 0, 1.0, 1, 0}, RowSampling{0.0, 5, 0.5, 2, 5}}, &kernels);
+  CHECK(g.token_ids[0].item<int64_t>() == 1);
+  CHECK(g.token_ids[1].item<int64_t>() == 1);
+  const double z0 = std::log(std::exp(0.5 - 3.0) + 1.0 + std::exp(-1.0 - 3.0));
+  CHECK(std::abs(g.logprobs[0].item<float>() - (0.0 - z0)) < 1e-5);
 }
 
 TEST_CASE("sampling params: bad values are errors naming the field", "[rollout][sampler]") {

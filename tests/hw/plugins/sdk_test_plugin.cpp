@@ -1,6 +1,7 @@
 // An SDK plugin compiled several times with defines, for loader and conformance tests:
 //   TEST_NAME / TEST_VARIANT / TEST_SCORE   identity and probe score (0 = "cannot run here")
 //   TEST_INIT_THROWS                        init throws (the SDK must turn it into an error)
+//   TEST_TORCH_TYPE                         the torch device type it reports (default "cpu")
 //   TEST_WRONG_KERNEL                       a logprob_entropy that is off by 1e-3 (the
 //                                           conformance suite must catch it)
 #include <verlpp/sdk/export.hpp>
@@ -14,6 +15,9 @@
 #endif
 #ifndef TEST_VARIANT
 #define TEST_VARIANT ""
+#endif
+#ifndef TEST_TORCH_TYPE
+#define TEST_TORCH_TYPE "cpu"
 #endif
 #ifndef TEST_SCORE
 #define TEST_SCORE 5
@@ -44,7 +48,7 @@ class TestPlugin : public verlpp::sdk::Plugin {
   static constexpr const char* kName = TEST_NAME;
   static constexpr const char* kVariant = TEST_VARIANT;
   static constexpr const char* kVersion = "0.0.1";
-  static constexpr const char* kTorchDeviceType = "cpu";
+  static constexpr const char* kTorchDeviceType = TEST_TORCH_TYPE;
   static int32_t probe(std::string& reason) {
     if (TEST_SCORE == 0) reason = "no such device on this machine (test plugin)";
     return TEST_SCORE;
@@ -57,7 +61,7 @@ class TestPlugin : public verlpp::sdk::Plugin {
   int32_t device_count() override { return 1; }
   void device_properties(int32_t, verlpp_device_properties& out) override {
     verlpp::sdk::copy_string(out.name, sizeof(out.name), "test device");
-    verlpp::sdk::copy_string(out.torch_device_type, sizeof(out.torch_device_type), "cpu");
+    verlpp::sdk::copy_string(out.torch_device_type, sizeof(out.torch_device_type), TEST_TORCH_TYPE);
     out.dl_device_type = kDLCPU;
     out.total_memory_bytes = out.free_memory_bytes = 1 << 30;
   }

@@ -1,0 +1,219 @@
+// cuda: ABI entry points of the kernel table (logprob_entropy, rms_norm, paged_attention_decode,
+// sample: the kernels the conformance suite checks). Each checks its DLPack arguments with the same
+// rules as cpu_ref's reference kernels (so both plugins refuse the same input), checks that the
+// tensors live in this plugin's device memory, then calls a launcher from kernels.cu. On the
+// NULL stream the call waits for the kernel, as the ABI's synchronous default stream requires.
+#include "kernel_table.hpp"
+#include "cuda_check.hpp"
+#include "kernels.hpp"
+#include "stream_registry.hpp"
+
+#include <verlpp/sdk/dlpack_util.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace verlpp::cuda {
+namespace {
+
+using sdk::checked;
+using sdk::require;
+
+FloatType float_type(DLDataType d, const char* what) {
+  if (d.lanes == 1 && d.code == kDLFloat && d.bits == 32) return FloatType::f32;
+  if (d.lanes == 1 && d.code == kDLFloat && d.bits == 16) return FloatType::f16;
+  if (d.lanes == 1 && d.code == kDLBfloat && d.bits == 16) return FloatType::bf16;
+  sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, std::string(what) + " dtype " + sdk::dtype_name(d) + " is not f32/bf16/f16");
+}
+
+bool is_f32(DLDataType d) { return d.code == kDLFloat && d.bits == 32 && d.lanes == 1; }
+
+// The tensor must be in CUDA device memory on `device`.
+void require_on_device(const DLTensor& t, int32_t device, const char* what) {
+  require(t.device.device_type == kDLCUDA, std::string(what) + " is not CUDA device memory (DLPack device type " +
+                                               std::to_string(int(t.device.device_type)) + ")");
+  require(t.device.device_id == device, std::string(what) + " is on device " + std::to_string(t.device.device_id) +
+                                            ", the other tensors on device " + std::to_string(device));
+}
+
+verlpp_error* logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p, float temperature,
+                              DLTensor* out_logprob_p, DLTensor* out_entropy_p, verlpp_stream stream) {
+  return sdk::guard("cuda logprob_entropy", [&] {
+    const DLTensor& logits = checked(logits_p, "logits");
+    const DLTensor& labels = checked(labels_p, "labels");
+    DLTensor& out_lp = const_cast<DLTensor&>(checked(out_logprob_p, "out_logprob"));
+    require(logits.ndim == 2, "logits must be [N, V], got ndim " + std::to_string(logits.ndim));
+    FloatType type = float_type(logits.dtype, "logits");
+    int64_t n = logits.shape[0], v = logits.shape[1];
+    require(labels.ndim == 1 && labels.shape[0] == n, "labels must be [N] with N = " + std::to_string(n));
+    require(labels.dtype.code == kDLInt && labels.dtype.bits == 64 && labels.dtype.lanes == 1, "labels must be int64");
+    require(out_lp.ndim == 1 && out_lp.shape[0] == n && is_f32(out_lp.dtype), "out_logprob must be [N] float32");
+    require(temperature > 0.0f && std::isfinite(temperature), "temperature must be > 0, got " + std::to_string(temperature));
+    if (out_entropy_p != nullptr) {
+      const DLTensor& ent = checked(out_entropy_p, "out_entropy");
+      require(ent.ndim == 1 && ent.shape[0] == n && is_f32(ent.dtype), "out_entropy must be [N] float32");
+      require(sdk::is_contiguous(ent), "out_entropy must be contiguous");
+    }
+    require(sdk::is_contiguous(labels) && sdk::is_contiguous(out_lp), "labels and out_logprob must be contiguous");
+    require(v > 0 || n == 0, "vocabulary size is 0");
+    int64_t row_stride = logits.strides ? logits.strides[0] : v;
+    require(logits.strides == nullptr || logits.strides[1] == 1 || v == 1, "logits columns must be dense (stride 1)");
+    require(row_stride >= v || n <= 1, "logits row stride " + std::to_string(row_stride) + " < V = " + std::to_string(v));
+    const int32_t device = logits.device.device_id;
+    require_on_device(logits, device, "logits");
+    require_on_device(labels, device, "labels");
+    require_on_device(out_lp, device, "out_logprob");
+    if (out_entropy_p != nullptr) require_on_device(*out_entropy_p, device, "out_entropy");
+
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    float* ent = out_entropy_p ? static_cast<float*>(sdk::data_ptr(*out_entropy_p)) : nullptr;
+    cuda_check(launch_logprob_entropy(sdk::data_ptr(logits), type, n, v, row_stride,
+                                      static_cast<const int64_t*>(sdk::data_ptr(labels)), temperature,
+                                      static_cast<float*>(sdk::data_ptr(out_lp)), ent, target.stream),
+               "launching logprob_entropy (N=" + std::to_string(n) + ", V=" + std::to_string(v) + ")");
+    finish_if_default(target, "logprob_entropy");
+  });
+}
+
+verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTensor* out_p, verlpp_stream stream) {
+  return sdk::guard("cuda rms_norm", [&] {
+    const DLTensor& x = checked(x_p, "x");
+    const DLTensor& w = checked(w_p, "weight");
+    DLTensor& out = const_cast<DLTensor&>(checked(out_p, "out"));
+    require(x.ndim == 2, "x must be [N, D], got ndim " + std::to_string(x.ndim));
+    int64_t n = x.shape[0], d = x.shape[1];
+    require(w.ndim == 1 && w.shape[0] == d, "weight must be [D] with D = " + std::to_string(d));
+    require(out.ndim == 2 && out.shape[0] == n && out.shape[1] == d, "out must have x's shape");
+    FloatType type = float_type(x.dtype, "x");
+    require(sdk::same_dtype(x.dtype, w.dtype) && sdk::same_dtype(x.dtype, out.dtype), "x, weight and out must share one float dtype");
+    require(sdk::is_contiguous(x) && sdk::is_contiguous(w) && sdk::is_contiguous(out), "rms_norm needs contiguous tensors");
+    require(eps >= 0.0f, "eps must be >= 0");
+    const int32_t device = x.device.device_id;
+    require_on_device(x, device, "x");
+    require_on_device(w, device, "weight");
+    require_on_device(out, device, "out");
+
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    cuda_check(launch_rms_norm(sdk::data_ptr(x), sdk::data_ptr(w), type, n, d, eps, sdk::data_ptr(out), target.stream),
+               "launching rms_norm (N=" + std::to_string(n) + ", D=" + std::to_string(d) + ")");
+    finish_if_default(target, "rms_norm");
+  });
+}
+
+verlpp_error* paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* bt_p,
+                                     const DLTensor* lens_p, float scale, DLTensor* out_p, verlpp_stream stream) {
+  return sdk::guard("cuda paged_attention_decode", [&] {
+    const DLTensor& q = checked(q_p, "q");
+    const DLTensor& kc = checked(k_p, "k_cache");
+    const DLTensor& vc = checked(v_p, "v_cache");
+    const DLTensor& bt = checked(bt_p, "block_tables");
+    const DLTensor& lens = checked(lens_p, "context_lens");
+    DLTensor& out = const_cast<DLTensor&>(checked(out_p, "out"));
+    require(q.ndim == 3, "q must be [B, H, S], got ndim " + std::to_string(q.ndim));
+    require(kc.ndim == 4, "k_cache must be [num_blocks, block_size, K, S], got ndim " + std::to_string(kc.ndim));
+    const int64_t b = q.shape[0], h = q.shape[1], s = q.shape[2];
+    const int64_t block_size = kc.shape[1], kv = kc.shape[2];
+    require(vc.ndim == 4 && std::equal(kc.shape, kc.shape + 4, vc.shape), "v_cache must have k_cache's shape");
+    require(kc.shape[3] == s, "k_cache head size " + std::to_string(kc.shape[3]) + " != q's " + std::to_string(s));
+    require(kv > 0 && h % kv == 0, "query heads H = " + std::to_string(h) + " must be a multiple of KV heads K = " + std::to_string(kv));
+    FloatType type = float_type(q.dtype, "q");
+    require(sdk::same_dtype(q.dtype, kc.dtype) && sdk::same_dtype(q.dtype, vc.dtype) && sdk::same_dtype(q.dtype, out.dtype),
+            "q, k_cache, v_cache and out must share one float dtype");
+    require(out.ndim == 3 && std::equal(q.shape, q.shape + 3, out.shape), "out must have q's shape");
+    require(bt.ndim == 2 && bt.shape[0] == b && bt.dtype.code == kDLInt && bt.dtype.bits == 32, "block_tables must be [B, max_blocks] int32");
+    require(lens.ndim == 1 && lens.shape[0] == b && lens.dtype.code == kDLInt && lens.dtype.bits == 32, "context_lens must be [B] int32");
+    for (const DLTensor* t : {&q, &kc, &vc, &bt, &lens, static_cast<const DLTensor*>(&out)})
+      require(sdk::is_contiguous(*t), "paged_attention_decode needs contiguous tensors");
+    if (s > 256) sdk::fail(VERLPP_STATUS_UNSUPPORTED, "head size " + std::to_string(s) + " > 256 is not supported by the cuda kernel");
+    require(b <= 65535, "batch " + std::to_string(b) + " > 65535 sequences in one call");
+    const int32_t device = q.device.device_id;
+    require_on_device(q, device, "q");
+    require_on_device(kc, device, "k_cache");
+    require_on_device(vc, device, "v_cache");
+    require_on_device(bt, device, "block_tables");
+    require_on_device(lens, device, "context_lens");
+    require_on_device(out, device, "out");
+
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    cuda_check(launch_paged_attention_decode(sdk::data_ptr(q), sdk::data_ptr(kc), sdk::data_ptr(vc), type,
+                                             static_cast<const int32_t*>(sdk::data_ptr(bt)),
+                                             static_cast<const int32_t*>(sdk::data_ptr(lens)), b, h, kv, s, block_size, bt.shape[1],
+                                             scale, sdk::data_ptr(out), target.stream),
+               "launching paged_attention_decode (B=" + std::to_string(b) + ", H=" + std::to_string(h) + ", S=" + std::to_string(s) + ")");
+    finish_if_default(target, "paged_attention_decode");
+  });
+}
+
+// [n] contiguous tensor of `dtype` on `device`.
+void require_vector(const DLTensor& t, int64_t n, DLDataType dtype, int32_t device, const char* what) {
+  require(t.ndim == 1 && t.shape[0] == n && sdk::same_dtype(t.dtype, dtype) && sdk::is_contiguous(t),
+          std::string(what) + " must be [B] " + sdk::dtype_name(dtype) + " with B = " + std::to_string(n));
+  require_on_device(t, device, what);
+}
+
+// Argument checks as cpu_ref's; the per-row values (temperature, top_k, top_p) live on the
+// device and are not checked here: out-of-range values act as the kernel says (kernels.hpp).
+verlpp_error* sample(const DLTensor* logits_p, const DLTensor* temperature_p, const DLTensor* top_k_p, const DLTensor* top_p_p,
+                     const DLTensor* seeds_p, uint64_t step, DLTensor* out_tokens_p, DLTensor* out_logprobs_p,
+                     verlpp_stream stream) {
+  return sdk::guard("cuda sample", [&] {
+    const DLTensor& logits = checked(logits_p, "logits");
+    require(logits.ndim == 2, "logits must be [B, V], got ndim " + std::to_string(logits.ndim));
+    require(is_f32(logits.dtype), "logits must be float32, got " + sdk::dtype_name(logits.dtype));
+    require(sdk::is_contiguous(logits), "logits must be contiguous");
+    const int64_t b = logits.shape[0], v = logits.shape[1];
+    require(v > 0 || b == 0, "vocabulary size is 0");
+    const int32_t device = logits.device.device_id;
+    require_on_device(logits, device, "logits");
+    const DLTensor& temperature = checked(temperature_p, "temperature");
+    const DLTensor& top_k = checked(top_k_p, "top_k");
+    const DLTensor& top_p = checked(top_p_p, "top_p");
+    const DLTensor& seeds = checked(seeds_p, "seeds");
+    DLTensor& out_tokens = const_cast<DLTensor&>(checked(out_tokens_p, "out_tokens"));
+    DLTensor& out_logprobs = const_cast<DLTensor&>(checked(out_logprobs_p, "out_logprobs"));
+    require_vector(temperature, b, {kDLFloat, 32, 1}, device, "temperature");
+    require_vector(top_k, b, {kDLInt, 32, 1}, device, "top_k");
+    require_vector(top_p, b, {kDLFloat, 32, 1}, device, "top_p");
+    // Seeds are uint64 by the ABI; int64 carries the same bits and is accepted too.
+    DLDataType seed_type = seeds.dtype.code == kDLInt ? DLDataType{kDLInt, 64, 1} : DLDataType{kDLUInt, 64, 1};
+    require_vector(seeds, b, seed_type, device, "seeds");
+    require_vector(out_tokens, b, {kDLInt, 64, 1}, device, "out_tokens");
+    require_vector(out_logprobs, b, {kDLFloat, 32, 1}, device, "out_logprobs");
+
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    cuda_check(launch_sample(static_cast<const float*>(sdk::data_ptr(logits)), b, v,
+                             static_cast<const float*>(sdk::data_ptr(temperature)),
+                             static_cast<const int32_t*>(sdk::data_ptr(top_k)), static_cast<const float*>(sdk::data_ptr(top_p)),
+                             static_cast<const uint64_t*>(sdk::data_ptr(seeds)), step,
+                             static_cast<int64_t*>(sdk::data_ptr(out_tokens)), static_cast<float*>(sdk::data_ptr(out_logprobs)),
+                             target.stream),
+               "launching sample (B=" + std::to_string(b) + ", V=" + std::to_string(v) + ")");
+    finish_if_default(target, "sample");
+  });
+}
+
+}  // namespace
+
+const verlpp_kernel_table* cuda_kernels() {
+  static const verlpp_kernel_table table = [] {
+    verlpp_kernel_table t{};
+    t.struct_size = sizeof(t);
+    t.logprob_entropy = &logprob_entropy;
+    t.rms_norm = &rms_norm;
+    t.paged_attention_decode = &paged_attention_decode;
+    t.sample = &sample;
+    return t;
+  }();
+  return &table;
+}
+
+}  // namespace verlpp::cuda

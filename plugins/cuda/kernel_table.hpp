@@ -1,0 +1,12 @@
+// cuda: the plugin's kernel table. Only kernels the conformance suite checks are offered
+// (logprob_entropy, rms_norm, paged_attention_decode, sample); every other entry stays NULL so the host runs its
+// LibTorch path for it.
+#pragma once
+
+#include <verlpp/plugin_abi.h>
+
+namespace verlpp::cuda {
+
+const verlpp_kernel_table* cuda_kernels();
+
+}  // namespace verlpp::cuda

@@ -1,0 +1,124 @@
+// cuda: the CUDA kernels (fused log-prob/entropy, RMSNorm) and their launchers. One thread
+// block per row, fp32 math with two passes over the row (max, then sums relative to the max):
+// the same operation order as the cpu_ref reference, so results agree to fp32 rounding.
+// Rows are independent, so any N works with one launch (grid.x up to 2^31 - 1).
+#include "block_reduce.cuh"
+#include "kernels.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+namespace verlpp::cuda {
+namespace {
+
+// grid.x = n rows, block = kThreads.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+logprob_entropy_kernel(const T* __restrict__ logits,  // [n, v], row stride row_stride
+                       int64_t v, int64_t row_stride,
+                       const int64_t* __restrict__ labels,  // [n]
+                       float temperature,
+                       float* __restrict__ out_logprob,  // [n]
+                       float* __restrict__ out_entropy) {  // [n] or NULL
+  __shared__ float scratch_max[kWarps];
+  __shared__ float scratch_sum[kWarps];
+  __shared__ float scratch_weighted[kWarps];
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * row_stride;
+
+  float local_max = -INFINITY;
+  for (int64_t j = threadIdx.x; j < v; j += kThreads) local_max = fmaxf(local_max, to_float(x[j]) / temperature);
+  const float row_max = block_reduce(local_max, MaxOp{}, -INFINITY, scratch_max);
+
+  // sum of e = exp(z - max) and of e * (z - max): entropy = log(sum) - weighted / sum.
+  float local_sum = 0.0f, local_weighted = 0.0f;
+  for (int64_t j = threadIdx.x; j < v; j += kThreads) {
+    float shifted = to_float(x[j]) / temperature - row_max;
+    float e = expf(shifted);
+    local_sum += e;
+    local_weighted += e * shifted;
+  }
+  const float sum = block_reduce(local_sum, SumOp{}, 0.0f, scratch_sum);
+  const float weighted = block_reduce(local_weighted, SumOp{}, 0.0f, scratch_weighted);
+
+  if (threadIdx.x == 0) {
+    const float log_sum = logf(sum);
+    const int64_t label = labels[row];
+    out_logprob[row] = (label >= 0 && label < v) ? to_float(x[label]) / temperature - row_max - log_sum : NAN;
+    if (out_entropy != nullptr) out_entropy[row] = log_sum - weighted / sum;
+  }
+}
+
+// grid.x = n rows, block = kThreads.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+rms_norm_kernel(const T* __restrict__ x,       // [n, d]
+                const T* __restrict__ weight,  // [d]
+                int64_t d, float eps,
+                T* __restrict__ out) {  // [n, d]
+  __shared__ float scratch[kWarps];
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * d;
+  T* outr = out + row * d;
+  float local = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += kThreads) {
+    float value = to_float(xr[j]);
+    local += value * value;
+  }
+  const float sum_squares = block_reduce(local, SumOp{}, 0.0f, scratch);
+  const float inv = 1.0f / sqrtf(sum_squares / float(d) + eps);
+  for (int64_t j = threadIdx.x; j < d; j += kThreads) {
+    // Round the normalised value to T before the weight, as HF's RMSNorm does.
+    float normed = to_float(from_float<T>(to_float(xr[j]) * inv));
+    outr[j] = from_float<T>(to_float(weight[j]) * normed);
+  }
+}
+
+template <class T>
+cudaError_t logprob_entropy_as(const void* logits, int64_t n, int64_t v, int64_t row_stride, const int64_t* labels,
+                               float temperature, float* out_logprob, float* out_entropy, cudaStream_t stream) {
+  logprob_entropy_kernel<T><<<dim3(unsigned(n)), kThreads, 0, stream>>>(static_cast<const T*>(logits), v, row_stride, labels,
+                                                                        temperature, out_logprob, out_entropy);
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t rms_norm_as(const void* x, const void* weight, int64_t n, int64_t d, float eps, void* out, cudaStream_t stream) {
+  rms_norm_kernel<T><<<dim3(unsigned(n)), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(weight), d,
+                                                                 eps, static_cast<T*>(out));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n, int64_t v, int64_t row_stride,
+                                   const int64_t* labels, float temperature, float* out_logprob, float* out_entropy,
+                                   cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (n > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  switch (type) {
+    case FloatType::f32:
+      return logprob_entropy_as<float>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
+    case FloatType::f16:
+      return logprob_entropy_as<__half>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
+    case FloatType::bf16:
+      return logprob_entropy_as<__nv_bfloat16>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps, void* out,
+                            cudaStream_t stream) {
+  if (n == 0 || d == 0) return cudaSuccess;
+  if (n > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  switch (type) {
+    case FloatType::f32: return rms_norm_as<float>(x, weight, n, d, eps, out, stream);
+    case FloatType::f16: return rms_norm_as<__half>(x, weight, n, d, eps, out, stream);
+    case FloatType::bf16: return rms_norm_as<__nv_bfloat16>(x, weight, n, d, eps, out, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace verlpp::cuda
