@@ -250,6 +250,7 @@ const char* default_config_text() {
     "total_steps": 100,
     "batch_size": 64,
     "micro_batch_size_per_gpu": 64,
+    "test_freq": -1,
     "seed": 1,
     "optim": {"lr": 1e-4, "lr_warmup_steps_ratio": 0.1, "warmup_style": "cosine", "min_lr_ratio": 0.1,
               "weight_decay": 0.0, "betas": [0.9, 0.999], "grad_clip": 1.0}

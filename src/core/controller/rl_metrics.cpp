@@ -54,6 +54,15 @@ void add_data_metrics(const Batch& batch, bool with_critic, json& m) {
   add_stats("prompt_length", prompt_mask.sum(-1), m);
 }
 
+void add_rollout_drift_metrics(const Batch& batch, json& m) {
+  if (!batch.has_tensor("rollout_log_probs") || !batch.has_tensor("old_log_probs")) return;
+  const at::Tensor mask = batch.tensor("response_mask").to(at::kBool);
+  at::Tensor diff = at::masked_select(batch.tensor("rollout_log_probs").exp().sub(batch.tensor("old_log_probs").exp()).abs(), mask);
+  if (diff.numel() == 0) return;
+  m["training/rollout_probs_diff_max"] = diff.max().item<double>();
+  m["training/rollout_probs_diff_mean"] = diff.mean().item<double>();
+}
+
 void add_throughput_metrics(const Batch& batch, double step_seconds, json& m) {
   const double tokens = batch.tensor("attention_mask").sum().item<double>();
   m["perf/total_num_tokens"] = tokens;

@@ -47,12 +47,18 @@ void run_sft_warm_start(RlTrainer::State& s) {
   DataLoader loader(data.size(), c.get<int64_t>("sft.batch_size"), /*shuffle=*/true, uint64_t(c.get<int64_t>("sft.seed")));
   std::ofstream log(files::join(s.run_dir, "sft_metrics.jsonl"), std::ios::trunc);
   double first_loss = 0, last_loss = 0;
+  const int64_t test_freq = c.get<int64_t>("sft.test_freq");
   for (int64_t step = 1; step <= steps; ++step) {
     Batch batch = collate_sft(data, loader.next(), s.pad_id, s.response_length);
     nlohmann::json m = trainer.train_step(batch);
     if (step == 1) first_loss = m["sft/loss"].get<double>();
     last_loss = m["sft/loss"].get<double>();
     m["step"] = step;
+    if (test_freq > 0 && s.val_set && (step % test_freq == 0 || step == steps)) {
+      const nlohmann::json val = validate_model(s);
+      for (const auto& [key, value] : val.items()) m["sft/" + key] = value;
+      s.message(fmt::format("SFT step {}/{}: loss {:.3f}, val/acc {:.3f}", step, steps, last_loss, val.value("val/acc", 0.0)));
+    }
     log << m.dump() << "\n";
     s.progress("sft", step, steps);
   }

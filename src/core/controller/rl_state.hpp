@@ -134,10 +134,17 @@ void compute_advantages(RlTrainer::State& s, Batch& batch);
 // The rollout engine reads the actor's current weights (shared storage: no copy on one device).
 void sync_rollout_weights(RlTrainer::State& s, nlohmann::json& metrics);
 
+// Greedy validation over the val set (rl_steps.cpp): val/<data_source>/acc, val/acc,
+// val/response_length/mean; empty without data.val_files.
+nlohmann::json validate_model(RlTrainer::State& s);
+
 // --- metrics (rl_metrics.cpp) ---
 // verl's compute_data_metrics: critic/score, critic/rewards, critic/advantages, critic/returns,
 // critic/values, response_length, prompt_length (mean/max/min).
 void add_data_metrics(const Batch& batch, bool with_critic, nlohmann::json& metrics);
+// training/rollout_probs_diff_{max,mean}: |p_rollout - p_actor| over response tokens (verl's
+// check that the engine and the trainer score the same tokens alike).
+void add_rollout_drift_metrics(const Batch& batch, nlohmann::json& metrics);
 // perf/total_num_tokens, perf/throughput (tokens per second per device), timing_s/step.
 void add_throughput_metrics(const Batch& batch, double step_seconds, nlohmann::json& metrics);
 

@@ -52,6 +52,7 @@ void rollout_and_score(RlTrainer::State& s, StepOutput& out, const Batch& prompt
   run_stage("reward", m, [&] { compute_scores(s, out.batch); });
   if (s.use_reference) run_stage("ref", m, [&] { compute_reference_log_prob(s, out.batch); });
   m["actor/entropy"] = run_stage("old_log_prob", m, [&] { return compute_old_log_prob(s, out.batch); });
+  add_rollout_drift_metrics(out.batch, m);
 }
 
 // gae: PPO with a learned value baseline.
@@ -137,6 +138,8 @@ void truncate_metrics(const std::string& path, int64_t step) {
 
 bool every(int64_t freq, int64_t step, bool last) { return freq > 0 && (step % freq == 0 || last); }
 
+}  // namespace
+
 json validate_model(RlTrainer::State& s) {
   json m = json::object();
   if (!s.val_set) return m;
@@ -168,8 +171,6 @@ json validate_model(RlTrainer::State& s) {
   m["val/response_length/mean"] = length / double(size);
   return m;
 }
-
-}  // namespace
 
 RlTrainer::RlTrainer(Config config, TrainerHooks hooks) : s_(std::make_unique<State>()) {
   s_->config = std::move(config);
