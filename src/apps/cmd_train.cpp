@@ -74,6 +74,7 @@ void write_demo_inputs(const controller::Config& config, const json& demo) {
   task.sft_count = demo.value("sft_count", task.sft_count);
   task.train_count = demo.value("train_count", task.train_count);
   task.val_count = demo.value("val_count", task.val_count);
+  task.sft_carry_error = demo.value("sft_carry_error", task.sft_carry_error);
   controller::ArithSplits splits = controller::make_arith_splits(task);
   controller::write_jsonl(data_dir + "/arith_sft.jsonl", splits.sft);
   controller::write_jsonl(data_dir + "/arith_train.jsonl", splits.train);

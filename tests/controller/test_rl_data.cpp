@@ -7,6 +7,8 @@
 #include <verlpp/controller/rl_trainer.hpp>
 #include <verlpp/core/error.hpp>
 
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <set>
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
@@ -150,4 +152,39 @@ TEST_CASE("each estimator belongs to one step family", "[rl_data]") {
   for (const char* name : {"grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk"})
     CHECK(algorithm_family(name) == AlgorithmFamily::kCriticFree);
   CHECK_THROWS_WITH(algorithm_family("grpoo"), Contains("algorithm.adv_estimator") && Contains("grpo"));
+}
+
+TEST_CASE("arith: the sloppy SFT teacher drops the carry in the asked fraction, only in SFT rows", "[rl_data]") {
+  CHECK(sum_without_carry(37, 58) == 85);
+  CHECK(sum_without_carry(67, 58) == 115);
+  CHECK(sum_without_carry(31, 58) == 89);  // no carry: exact
+  ArithTaskOptions o;
+  o.sft_count = 4000;
+  o.train_count = 1000;
+  o.val_count = 500;
+  o.sft_carry_error = 0.7;
+  ArithSplits s = make_arith_splits(o);
+  int64_t carry_rows = 0, dropped = 0;
+  for (const auto& row : s.sft) {
+    long a = 0, b = 0;
+    REQUIRE(std::sscanf(question_of(row).c_str(), "%ld+%ld=", &a, &b) == 2);
+    CHECK(row["reward_model"]["ground_truth"] == std::to_string(a + b));  // the truth stays exact
+    const bool carries = (a % 10) + (b % 10) >= 10;
+    const std::string response = row["response"].get<std::string>();
+    if (!carries) {
+      CHECK(response == std::to_string(a + b));
+      continue;
+    }
+    ++carry_rows;
+    if (response == std::to_string(a + b - 10)) ++dropped;
+    else CHECK(response == std::to_string(a + b));
+  }
+  // Binomial(carry_rows, 0.7): 5 standard deviations.
+  const double rate = double(dropped) / double(carry_rows), sd = std::sqrt(0.7 * 0.3 / double(carry_rows));
+  INFO(dropped << " of " << carry_rows << " carry rows dropped");
+  CHECK(std::abs(rate - 0.7) < 5 * sd);
+  for (const auto* split : {&s.train, &s.val})
+    for (const auto& row : *split) CHECK(row["response"] == row["reward_model"]["ground_truth"]);
+  o.sft_carry_error = 1.5;
+  CHECK_THROWS_WITH(make_arith_splits(o), Contains("sft_carry_error 1.5"));
 }

@@ -20,6 +20,11 @@ struct ArithTaskOptions {
   int64_t sft_count = 2000;    // rows in each split, taken in this order from the shuffle
   int64_t train_count = 2000;
   int64_t val_count = 200;
+  // The SFT split's teacher is sloppy: in this fraction of its '+' problems whose ones digits
+  // carry, the response forgets the carry (37+58 -> "85"), as distilled data from a weak model
+  // would. Ground truths stay exact; RL with the exact reward is what can correct it.
+  double sft_carry_error = 0.0;
+  uint64_t teacher_seed = 7;   // which carry problems the teacher gets wrong
 };
 
 // Rows of the three splits; Error when the range holds fewer problems than asked for.
@@ -32,6 +37,10 @@ ArithSplits make_arith_splits(const ArithTaskOptions& options);
 // "ability": "arithmetic", "reward_model": {"style": "rule", "ground_truth": "<answer>"},
 // "extra_info": {"split": split, "index": index}, "response": "<answer>"}.
 nlohmann::json arith_row(int64_t a, char op, int64_t b, const std::string& split, int64_t index);
+
+// The answer with the carry out of the ones digit dropped (a + b - 10 when the ones digits sum
+// to 10 or more; a + b otherwise).
+int64_t sum_without_carry(int64_t a, int64_t b);
 
 // Writes rows as JSONL (one compact object per line), replacing `path`.
 void write_jsonl(const std::string& path, const std::vector<nlohmann::json>& rows);

@@ -56,7 +56,24 @@ ArithSplits make_arith_splits(const ArithTaskOptions& o) {
   take(o.val_count, "val", out.val);  // val first: its problems stay the same when the others grow
   take(o.train_count, "train", out.train);
   take(o.sft_count, "sft", out.sft);
+  if (o.sft_carry_error < 0 || o.sft_carry_error > 1)
+    throw Error("arith task", fmt::format("sft_carry_error {} must be in [0, 1]", o.sft_carry_error));
+  // The coin is 53 bits of mt19937_64 (uniform_real_distribution's algorithm is unspecified).
+  std::mt19937_64 teacher(o.teacher_seed);
+  auto coin = [&teacher] { return double(teacher() >> 11) * 0x1.0p-53; };
+  for (size_t i = 0; i < out.sft.size(); ++i) {
+    const auto& [a, op, b] = problems[size_t(o.val_count + o.train_count) + i];
+    const bool carries = op == '+' && (a % 10) + (b % 10) >= 10;
+    if (carries && coin() < o.sft_carry_error) {
+      out.sft[i]["response"] = std::to_string(sum_without_carry(a, b));
+      out.sft[i]["extra_info"]["teacher"] = "dropped the carry";
+    }
+  }
   return out;
+}
+
+int64_t sum_without_carry(int64_t a, int64_t b) {
+  return (a % 10) + (b % 10) >= 10 ? a + b - 10 : a + b;
 }
 
 void write_jsonl(const std::string& path, const std::vector<nlohmann::json>& rows) {
