@@ -12,6 +12,7 @@
 #include <ATen/ops/sqrt.h>
 
 #include <cmath>
+#include "tiny_fixture.hpp"
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
@@ -20,12 +21,6 @@ using namespace verlpp;
 namespace {
 
 constexpr int64_t kB = 8, kP = 5, kR = 4;
-
-model::DecoderLM tiny_model() {
-  model::DecoderLM m(model::load_model_config(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json"));
-  m.init_weights(9);
-  return m;
-}
 
 // A rollout-shaped batch with ragged prompts and responses, old log-probs from `m`.
 controller::Batch make_batch(const model::DecoderLM& m) {
@@ -63,7 +58,7 @@ train::ActorConfig base_config() {
 
 // The expected parameters after one AdamW step on the full-batch loss, computed by hand.
 std::vector<at::Tensor> reference_step(const controller::Batch& b, const train::ActorConfig& cfg, double lr) {
-  model::DecoderLM m = tiny_model();
+  model::DecoderLM m = test::tiny_model(9);
   m.set_requires_grad(true);
   auto out = train::response_log_probs(m, b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids"), kR, 1.0,
                                        cfg.entropy_coeff != 0);
@@ -96,7 +91,7 @@ TEST_CASE("actor: micro-batched and dynamic updates equal the full-batch step", 
   const double lr = 1e-3;
   for (const std::string mode : {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum"}) {
     for (int variant = 0; variant < 3; ++variant) {
-      model::DecoderLM m = tiny_model();
+      model::DecoderLM m = test::tiny_model(9);
       controller::Batch batch = make_batch(m);
       train::ActorConfig cfg = base_config();
       cfg.policy.loss_agg_mode = mode;
@@ -119,7 +114,7 @@ TEST_CASE("actor: micro-batched and dynamic updates equal the full-batch step", 
 }
 
 TEST_CASE("actor: a non-finite gradient skips the step and keeps the weights", "[actor]") {
-  model::DecoderLM m = tiny_model();
+  model::DecoderLM m = test::tiny_model(9);
   controller::Batch batch = make_batch(m);
   batch.set("advantages", batch.tensor("advantages").clone().fill_(std::nan("")));
   std::vector<at::Tensor> before;
@@ -133,7 +128,7 @@ TEST_CASE("actor: a non-finite gradient skips the step and keeps the weights", "
 }
 
 TEST_CASE("actor: KL loss, epochs, warmup and clipping", "[actor]") {
-  model::DecoderLM m = tiny_model();
+  model::DecoderLM m = test::tiny_model(9);
   controller::Batch batch = make_batch(m);
   batch.set("ref_log_prob", batch.tensor("old_log_probs"));
   train::ActorConfig cfg = base_config();

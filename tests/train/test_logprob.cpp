@@ -8,6 +8,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <cmath>
+#include "tiny_fixture.hpp"
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
@@ -15,16 +16,10 @@ using namespace verlpp;
 
 namespace {
 
-model::DecoderLM tiny_model() {
-  model::DecoderLM m(model::load_model_config(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json"));
-  m.init_weights(5);
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("response log-probs and entropy match a full fp64 recompute", "[logprob]") {
-  model::DecoderLM m = tiny_model();
+  model::DecoderLM m = test::tiny_model(5);
   const int64_t b = 5, p = 6, r = 4, t = p + r, v = m.config().vocab_size;
   at::manual_seed(1);
   at::Tensor ids = at::randint(v, {b, t}, at::TensorOptions().dtype(at::kLong));
@@ -67,7 +62,7 @@ TEST_CASE("response log-probs and entropy match a full fp64 recompute", "[logpro
 }
 
 TEST_CASE("gradients through chunked log-probs equal the unchunked ones", "[logprob]") {
-  model::DecoderLM m = tiny_model();
+  model::DecoderLM m = test::tiny_model(5);
   m.set_requires_grad(true);
   const int64_t b = 4, t = 9, r = 3, v = m.config().vocab_size;
   at::manual_seed(2);
@@ -88,7 +83,7 @@ TEST_CASE("gradients through chunked log-probs equal the unchunked ones", "[logp
 }
 
 TEST_CASE("remove_padding: packed forwards give the padded batch's log-probs, entropy and gradients", "[logprob]") {
-  model::DecoderLM m = tiny_model();
+  model::DecoderLM m = test::tiny_model(5);
   const int64_t b = 6, p = 7, r = 5, t = p + r, v = m.config().vocab_size;
   at::manual_seed(3);
   at::Tensor ids = at::randint(v, {b, t}, at::TensorOptions().dtype(at::kLong));

@@ -12,6 +12,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <cmath>
+#include "tiny_fixture.hpp"
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
@@ -20,12 +21,6 @@ using namespace verlpp;
 namespace {
 
 constexpr int64_t kB = 6, kP = 5, kR = 4;
-
-model::DecoderLM tiny() {
-  model::DecoderLM m(model::load_model_config(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json"));
-  m.init_weights(21);
-  return m;
-}
 
 controller::Batch sft_batch(int64_t vocab) {
   at::manual_seed(8);
@@ -66,7 +61,7 @@ at::Tensor reference_nll(const model::DecoderLM& m, const controller::Batch& b) 
 TEST_CASE("sft: a micro-batched step equals the full-batch step computed by hand", "[sft]") {
   const double lr = 1e-3;
   for (int64_t micro : {1, 2, 6}) {
-    model::DecoderLM m = tiny(), ref = tiny();
+    model::DecoderLM m = test::tiny_model(21), ref = test::tiny_model(21);
     controller::Batch batch = sft_batch(m.config().vocab_size);
     ref.set_requires_grad(true);
     at::Tensor nll = reference_nll(ref, batch);

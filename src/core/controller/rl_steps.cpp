@@ -33,15 +33,21 @@ uint64_t rollout_seed(const RlTrainer::State& s, int64_t step, uint64_t salt) {
   return rollout::sample_seed(s.seed * 0x9E3779B97F4A7C15ULL + salt, step) & ((uint64_t(1) << 52) - 1);
 }
 
-// Critic update (when there is a critic), then the actor update once critic_warmup steps have
-// passed, then the weight sync to the rollout engine. Shared by every family.
-void update_and_sync(RlTrainer::State& s, StepOutput& out) {
+// The tail every family shares: the KL penalty in the reward and the advantages, the critic
+// update (when there is a critic), the actor update once critic_warmup steps have passed, the
+// weight sync to the rollout engine, and the step's data metrics.
+void advantages_update_and_sync(RlTrainer::State& s, StepOutput& out) {
   json& m = out.metrics;
+  run_stage("adv", m, [&] {
+    apply_reward_kl(s, out.batch, m);
+    compute_advantages(s, out.batch);
+  });
   if (s.use_critic) run_stage("update_critic", m, [&] { merge_into(m, s.critic->update_critic(out.batch)); });
   if (s.global_step + 1 > s.config.get<int64_t>("trainer.critic_warmup")) {
     run_stage("update_actor", m, [&] { merge_into(m, s.actor->update_policy(out.batch)); });
     run_stage("sync", m, [&] { sync_rollout_weights(s, m); });
   }
+  add_data_metrics(out.batch, s.use_critic, m);
 }
 
 // Generation through the actor's old log-probs: the part every family starts with.
@@ -58,16 +64,10 @@ void rollout_and_score(RlTrainer::State& s, StepOutput& out, const Batch& prompt
 // gae: PPO with a learned value baseline.
 StepOutput step_with_critic(RlTrainer::State& s) {
   StepOutput out;
-  json& m = out.metrics;
   const Batch prompts = next_prompt_batch(s);
   rollout_and_score(s, out, prompts);
-  run_stage("values", m, [&] { compute_values(s, out.batch); });
-  run_stage("adv", m, [&] {
-    apply_reward_kl(s, out.batch, m);
-    compute_advantages(s, out.batch);
-  });
-  update_and_sync(s, out);
-  add_data_metrics(out.batch, /*with_critic=*/true, m);
+  run_stage("values", out.metrics, [&] { compute_values(s, out.batch); });
+  advantages_update_and_sync(s, out);
   return out;
 }
 
@@ -75,15 +75,9 @@ StepOutput step_with_critic(RlTrainer::State& s) {
 // of n samples per prompt (or none), no critic.
 StepOutput step_critic_free(RlTrainer::State& s) {
   StepOutput out;
-  json& m = out.metrics;
   const Batch prompts = next_prompt_batch(s);
   rollout_and_score(s, out, prompts);
-  run_stage("adv", m, [&] {
-    apply_reward_kl(s, out.batch, m);
-    compute_advantages(s, out.batch);
-  });
-  update_and_sync(s, out);
-  add_data_metrics(out.batch, false, m);
+  advantages_update_and_sync(s, out);
   return out;
 }
 
@@ -105,12 +99,7 @@ StepOutput step_remax(RlTrainer::State& s) {
     for (int64_t k = 0; k < s.n; ++k) repeated.push_back(b);
   out.batch.set("reward_baselines",
                 at::from_blob(repeated.data(), {int64_t(repeated.size())}, at::TensorOptions().dtype(at::kFloat)).clone());
-  run_stage("adv", m, [&] {
-    apply_reward_kl(s, out.batch, m);
-    compute_advantages(s, out.batch);
-  });
-  update_and_sync(s, out);
-  add_data_metrics(out.batch, false, m);
+  advantages_update_and_sync(s, out);
   return out;
 }
 
