@@ -50,17 +50,17 @@ BENCH="$BUILD_DIR/bin/verlpp-bench-rollout"
 COMMON=(--shape qwen2.5-0.5b --device cuda --dtype bfloat16 --temperature "$TEMPERATURE" --repeat "$REPEAT")
 
 step "verlpp, cuda plugin kernels: $SHAPES (+ transitions)"
-VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BENCH" "${COMMON[@]}" --plugin cuda --shapes "$SHAPES" \
+VERL_HARDWARE_PLUGIN=cuda timeout 180 "$BENCH" "${COMMON[@]}" --plugin cuda --shapes "$SHAPES" \
   --json "$OUT/ours_cuda.json" --transitions 2>&1 | tee -a "$OUT/summary.txt"
 echo "rc ${PIPESTATUS[0]}" | tee -a "$OUT/summary.txt"
 
 step "HF transformers generate (sdpa): $SHAPES"
-timeout 200 python3 benchmarks/rollout/hf_generate.py --shapes "$SHAPES" --dtype bfloat16 \
+timeout 150 python3 benchmarks/rollout/hf_generate.py --shapes "$SHAPES" --dtype bfloat16 \
   --temperature "$TEMPERATURE" --repeat "$REPEAT" --json "$OUT/hf.json" 2>&1 | grep -v Warning | tee -a "$OUT/summary.txt"
 echo "rc ${PIPESTATUS[0]}" | tee -a "$OUT/summary.txt"
 
 step "verlpp, LibTorch reference path: $REF_SHAPES"
-VERL_HARDWARE_PLUGIN=none timeout 150 "$BENCH" "${COMMON[@]}" --repeat 1 --shapes "$REF_SHAPES" \
+VERL_HARDWARE_PLUGIN=none timeout 100 "$BENCH" "${COMMON[@]}" --repeat 1 --shapes "$REF_SHAPES" \
   --json "$OUT/ours_reference.json" 2>&1 | tee -a "$OUT/summary.txt"
 echo "rc ${PIPESTATUS[0]}" | tee -a "$OUT/summary.txt"
 
