@@ -125,14 +125,16 @@ int run(const RolloutBenchOptions& o) {
   }
 
   // The pool holds the largest shape whole (no preemption), unless --kv-tokens says otherwise.
+  // Each sequence owns whole blocks, so its tokens round up to a multiple of the block size.
+  rollout::EngineOptions options;
+  const int64_t bs = options.block_size;
   int64_t kv_tokens = o.kv_tokens;
   for (const RolloutShape& s : o.shapes)
-    if (o.kv_tokens == 0) kv_tokens = std::max(kv_tokens, s.batch * (s.prompt + s.response));
+    if (o.kv_tokens == 0) kv_tokens = std::max(kv_tokens, s.batch * ((s.prompt + s.response + bs - 1) / bs) * bs);
 
   model::DecoderLM lm(config);  // fp32 on the CPU: init_weights draws there, then one move
   lm.init_weights(o.init_seed);
   lm.to(model::dtype_from_name(o.dtype), device);
-  rollout::EngineOptions options;
   options.kv_token_budget = kv_tokens;
   options.kernels = kernels ? &*kernels : nullptr;
   // Admit the whole batch at once, as a rollout worker does with its share of prompts.
