@@ -1,54 +1,209 @@
-// verlpp-bench-rollout [--model DIR] [--repeat R]: generated tokens/s of RolloutEngine for
-// fixed shapes (batch, prompt, response), greedy, EOS ignored so every sample runs its full
-// length; the model is DIR's config (examples/tiny by default) with random weights (seed 1).
-// Prints a table and one JSON line per shape.
-#include <verlpp/model/model_config.hpp>
+// verlpp-bench-rollout: generated tokens/s of RolloutEngine for fixed shapes (batch, prompt,
+// response), EOS ignored so every sample runs its full length, random weights. Runs on the CPU
+// or a CUDA GPU (`--device cuda --dtype bfloat16 --shape qwen2.5-0.5b`), with a plugin's kernels
+// (`--plugin cuda`) or the LibTorch reference path; `--transitions` also times the hybrid-engine
+// hooks. One engine serves every shape: its KV pool is sized for the largest shape (so no
+// preemption, and a pool that is not the whole GPU). Options: bench_options.hpp, --help.
+#include "bench_options.hpp"
+
+#include <verlpp/core/error.hpp>
+#include <verlpp/hw/kernels.hpp>
+#include <verlpp/hw/plugin_registry.hpp>
+#include <verlpp/hw/torch_device.hpp>
+#include <verlpp/model/decoder.hpp>
 #include <verlpp/rollout/engine.hpp>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
-#include <cstring>
+#include <algorithm>
+#include <fstream>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
 
-int main(int argc, char** argv) {
-  std::string dir = std::string(VERLPP_SOURCE_DIR) + "/examples/tiny";
-  int repeat = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--model")) dir = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--repeat")) repeat = std::stoi(argv[i + 1]);
+namespace verlpp::bench {
+namespace {
+
+// Prompts of deterministic, spread-out ids; every sample runs exactly `response` tokens.
+std::vector<rollout::GenerateRequest> make_requests(const RolloutShape& s, int64_t vocab, double temperature) {
+  std::vector<rollout::GenerateRequest> reqs;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    rollout::GenerateRequest r;
+    for (int64_t t = 0; t < s.prompt; ++t) r.prompt_ids.push_back((b * 131 + t * 17) % vocab);
+    r.sampling.temperature = temperature;
+    r.sampling.max_new_tokens = s.response;
+    r.sampling.ignore_eos = true;
+    reqs.push_back(std::move(r));
   }
-  using namespace verlpp;
-  const model::ModelConfig config = model::load_model_config(dir);
-  struct Shape { int64_t batch, prompt, response; };
-  const Shape shapes[] = {{1, 32, 128}, {8, 32, 128}, {32, 64, 128}, {64, 128, 256}};
-  std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12} {:>10} {:>12}\n", "batch", "prompt", "response", "tokens/s", "seconds", "preemptions");
-  for (const Shape& s : shapes) {
-    model::DecoderLM lm(config);
-    lm.init_weights(1);
-    rollout::RolloutEngine engine(std::move(lm), rollout::EngineOptions{});
-    std::vector<rollout::GenerateRequest> reqs;
-    for (int64_t b = 0; b < s.batch; ++b) {
-      rollout::GenerateRequest r;
-      for (int64_t t = 0; t < s.prompt; ++t) r.prompt_ids.push_back((b * 131 + t * 17) % config.vocab_size);
-      r.sampling.temperature = 0;
-      r.sampling.max_new_tokens = s.response;
-      r.sampling.ignore_eos = true;
-      reqs.push_back(std::move(r));
+  return reqs;
+}
+
+// The common fields of every JSON object this bench writes (hf_generate.py writes the same).
+nlohmann::json base_json(const RolloutBenchOptions& o, const model::ModelConfig& config) {
+  return {{"bench", "rollout"},
+          {"impl", "verlpp"},
+          {"kernels", o.plugin.empty() ? std::string("reference") : o.plugin},
+          {"model", o.shape_name.empty() ? config.architecture : o.shape_name},
+          {"device", o.device},
+          {"dtype", o.dtype},
+          {"temperature", o.temperature}};
+}
+
+// Times the hybrid-engine hooks; each figure is the best of `repeat` calls (and the first).
+// The trainer's tensors are clones on the engine's device: once in the engine's dtype (shared,
+// no copy) and once in another dtype (fp32 for a bf16/fp16 engine: a cast into the engine's
+// buffers, as after a training step with fp32 master weights).
+nlohmann::json time_transitions(rollout::RolloutEngine& engine, int repeat) {
+  const auto& params = engine.model().named_parameters();
+  const at::ScalarType dtype = engine.model().options().dtype;
+  const at::ScalarType cast_from = dtype == at::kFloat ? at::kBFloat16 : at::kFloat;
+  std::vector<std::pair<std::string, at::Tensor>> same, other;
+  for (const auto& [name, p] : params) {
+    same.emplace_back(name, p.clone());
+    other.emplace_back(name, p.to(cast_from));
+  }
+  struct Timing {
+    double first = 0, best = 1e30;
+    void add(int i, double s) {
+      if (i == 0) first = s;
+      best = std::min(best, s);
     }
-    engine.generate(reqs);  // warm-up
+  };
+  Timing cast, shared, sleep, wake;
+  int64_t num_cast = 0, num_shared = 0;
+  // Cast first: a parameter shared earlier would make the first cast allocate a private buffer.
+  for (int i = 0; i < repeat; ++i) {
+    const auto r = engine.update_weights(other);
+    cast.add(i, r.seconds);
+    num_cast = r.num_copied;
+  }
+  for (int i = 0; i < repeat; ++i) {
+    const auto r = engine.update_weights(same);
+    shared.add(i, r.seconds);
+    num_shared = r.num_shared;
+  }
+  for (int i = 0; i < repeat; ++i) {
+    sleep.add(i, engine.sleep());
+    wake.add(i, engine.wake());
+  }
+  auto row = [](const char* what, const Timing& t, const std::string& note) {
+    std::cout << fmt::format("{:<34} {:>10.4f} {:>10.4f}  {}\n", what, t.best, t.first, note);
+  };
+  std::cout << fmt::format("\n{:<34} {:>10} {:>10}\n", "transition", "best s", "first s");
+  row("update_weights (same dtype: share)", shared, fmt::format("{} tensors shared", num_shared));
+  row(fmt::format("update_weights (cast from {})", model::dtype_name(cast_from)).c_str(), cast,
+      fmt::format("{} tensors cast", num_cast));
+  row("sleep (free the KV pool)", sleep, fmt::format("{:.1f} MiB pool", double(engine.pool_bytes()) / (1 << 20)));
+  row("wake (re-create the KV pool)", wake, "");
+  return {{"update_weights_shared_s", shared.best},  {"update_weights_shared_first_s", shared.first},
+          {"update_weights_cast_s", cast.best},      {"update_weights_cast_first_s", cast.first},
+          {"cast_from", model::dtype_name(cast_from)}, {"num_shared", num_shared},
+          {"num_cast", num_cast},                    {"sleep_s", sleep.best},
+          {"wake_s", wake.best},                     {"pool_bytes", engine.pool_bytes()}};
+}
+
+int run(const RolloutBenchOptions& o) {
+  const model::ModelConfig config =
+      !o.shape_name.empty() ? builtin_model_config(o.shape_name)
+                            : model::load_model_config(o.model_dir.empty() ? std::string(VERLPP_SOURCE_DIR) + "/examples/tiny"
+                                                                           : o.model_dir);
+  if (o.device != "cpu") {
+    const std::string problem = hw::torch_placement_problem(o.device);
+    if (!problem.empty()) VERLPP_FAIL_AT("--device", "{}: {}", o.device, problem);
+  }
+  const c10::Device device(o.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
+
+  std::optional<hw::Kernels> kernels;
+  if (!o.plugin.empty()) {
+    const hw::Plugin& plugin = hw::plugin_named(o.plugin);  // Error listing the loaded ones
+    if (plugin.torch_device_type() != o.device)
+      VERLPP_FAIL_AT("--plugin", "plugin '{}' places tensors on torch device '{}', but --device is '{}'", o.plugin,
+                     plugin.torch_device_type(), o.device);
+    kernels.emplace(plugin);
+  }
+
+  // The pool holds the largest shape whole (no preemption), unless --kv-tokens says otherwise.
+  // Each sequence owns whole blocks, so its tokens round up to a multiple of the block size.
+  rollout::EngineOptions options;
+  const int64_t bs = options.block_size;
+  int64_t kv_tokens = o.kv_tokens;
+  for (const RolloutShape& s : o.shapes)
+    if (o.kv_tokens == 0) kv_tokens = std::max(kv_tokens, s.batch * ((s.prompt + s.response + bs - 1) / bs) * bs);
+
+  model::DecoderLM lm(config);  // fp32 on the CPU: init_weights draws there, then one move
+  lm.init_weights(o.init_seed);
+  lm.to(model::dtype_from_name(o.dtype), device);
+  options.kv_token_budget = kv_tokens;
+  options.kernels = kernels ? &*kernels : nullptr;
+  // Admit the whole batch at once, as a rollout worker does with its share of prompts.
+  for (const RolloutShape& s : o.shapes) options.limits.max_num_seqs = std::max(options.limits.max_num_seqs, s.batch);
+  rollout::RolloutEngine engine(std::move(lm), options);
+
+  std::cout << fmt::format("model {} ({} layers, hidden {}, vocab {}), {} {}, kernels: {}, KV pool {} tokens ({:.1f} MiB)\n",
+                           o.shape_name.empty() ? config.architecture : o.shape_name, config.num_hidden_layers,
+                           config.hidden_size, config.vocab_size, o.device, o.dtype,
+                           o.plugin.empty() ? "LibTorch reference" : o.plugin + " plugin",
+                           engine.num_blocks() * engine.block_size(), double(engine.pool_bytes()) / (1 << 20));
+  std::unique_ptr<std::ofstream> json_out;
+  if (!o.json_path.empty()) {
+    json_out = std::make_unique<std::ofstream>(o.json_path);
+    VERLPP_CHECK(json_out->good(), "--json: cannot write '{}'", o.json_path);
+  }
+  std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12} {:>10} {:>8} {:>8} {:>12}\n", "batch", "prompt", "response",
+                           "tokens/s", "seconds", "prefills", "decodes", "preemptions")
+            << std::flush;
+  for (const RolloutShape& s : o.shapes) {
+    const auto reqs = make_requests(s, config.vocab_size, o.temperature);
+    engine.generate(reqs);  // warm-up: kernels, cuBLAS handles, the caching allocator
     double best = 1e30;
-    int64_t tokens = 0, preemptions = 0;
-    for (int r = 0; r < repeat; ++r) {
+    rollout::GenerateStats stats;
+    for (int r = 0; r < o.repeat; ++r) {
       engine.generate(reqs);
-      best = std::min(best, engine.last_stats().seconds);
-      tokens = engine.last_stats().num_generated_tokens;
-      preemptions = engine.last_stats().num_preemptions;
+      if (engine.last_stats().seconds < best) {
+        best = engine.last_stats().seconds;
+        stats = engine.last_stats();
+      }
     }
-    const double tps = double(tokens) / best;
-    std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12.1f} {:>10.3f} {:>12}\n", s.batch, s.prompt, s.response, tps, best, preemptions);
-    std::cout << fmt::format("{{\"bench\":\"rollout\",\"model\":\"{}\",\"batch\":{},\"prompt\":{},\"response\":{},\"tokens_per_s\":{:.1f},\"seconds\":{:.4f}}}\n",
-                             config.architecture, s.batch, s.prompt, s.response, tps, best);
+    const double tps = double(stats.num_generated_tokens) / best;
+    std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12.1f} {:>10.3f} {:>8} {:>8} {:>12}\n", s.batch, s.prompt,
+                             s.response, tps, best, stats.num_prefill_steps, stats.num_decode_steps,
+                             stats.num_preemptions)
+              << std::flush;
+    nlohmann::json j = base_json(o, config);
+    j.update({{"batch", s.batch},
+              {"prompt", s.prompt},
+              {"response", s.response},
+              {"generated_tokens", stats.num_generated_tokens},
+              {"tokens_per_s", tps},
+              {"seconds", best},
+              {"repeat", o.repeat},
+              {"preemptions", stats.num_preemptions}});
+    if (json_out) *json_out << j.dump() << "\n" << std::flush;
+  }
+  if (o.transitions) {
+    nlohmann::json j = base_json(o, config);
+    j["transitions"] = time_transitions(engine, o.repeat);
+    if (json_out) *json_out << j.dump() << "\n" << std::flush;
   }
   return 0;
+}
+
+}  // namespace
+}  // namespace verlpp::bench
+
+int main(int argc, char** argv) {
+  try {
+    bool help = false;
+    const auto options = verlpp::bench::parse_rollout_bench_args(argc, argv, help);
+    if (help) {
+      std::cout << verlpp::bench::rollout_bench_usage();
+      return 0;
+    }
+    return verlpp::bench::run(options);
+  } catch (const std::exception& e) {
+    std::cerr << "verlpp-bench-rollout: " << e.what() << "\n";
+    return 2;
+  }
 }

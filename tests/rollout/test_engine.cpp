@@ -308,3 +308,13 @@ TEST_CASE("engine: update_weights shares or casts; sleep and wake", "[rollout][e
   engine.wake();
   CHECK(engine.generate({{prompt, greedy(6)}})[0].token_ids == naive_greedy(other32, prompt, 6));
 }
+
+TEST_CASE("engine: memory_fraction off the CPU needs memory_total_bytes", "[rollout][engine]") {
+  // Physical RAM is no measure of a GPU's memory; the meta device stands in for one here (it
+  // allocates nothing, and the check fires before the pool is created).
+  model::ModelOptions on_meta;
+  on_meta.device = c10::Device(c10::kMeta);
+  EngineOptions opts;
+  opts.memory_fraction = 0.5;
+  CHECK_THROWS_WITH(RolloutEngine(model::DecoderLM(tiny_config(), on_meta), opts), Catch::Contains("memory_total_bytes"));
+}

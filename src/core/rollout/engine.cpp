@@ -25,6 +25,14 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Waits until the work queued before `t`'s last write on its device is done, so that a reported
+// time covers the work and not just its launch (CUDA copies and fills are asynchronous).
+// Reading one element back synchronises LibTorch's current stream, which needs no device
+// headers (this library also builds against a CPU-only LibTorch).
+void wait_for_device(const at::Tensor& t) {
+  if (t.defined() && !t.is_cpu() && t.numel() > 0) (void)t.reshape({-1}).narrow(0, 0, 1).to(at::kCPU);
+}
+
 std::string shape_text(const at::Tensor& t) {
   std::vector<std::string> dims;
   for (int64_t d : t.sizes()) dims.push_back(std::to_string(d));
@@ -45,6 +53,12 @@ RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
     VERLPP_CHECK(options_.memory_fraction <= 1, "RolloutEngine: memory_fraction {} must be in (0, 1]",
                  options_.memory_fraction);
     int64_t total = options_.memory_total_bytes;
+    // Physical RAM says nothing about a GPU's memory: sizing a device pool from it could ask for
+    // more than the device has, or far less than intended.
+    VERLPP_CHECK(total > 0 || model_.options().device.is_cpu(),
+                 "RolloutEngine: memory_fraction {} on device {} needs memory_total_bytes (the device's memory, e.g. "
+                 "from the plugin's memory figures); 0 means physical RAM, which is only right on the CPU",
+                 options_.memory_fraction, model_.options().device.str());
     if (total <= 0) total = int64_t(::sysconf(_SC_PHYS_PAGES)) * int64_t(::sysconf(_SC_PAGESIZE));
     int64_t weights = 0;
     for (const auto& [name, p] : model_.named_parameters()) weights += p.numel() * int64_t(p.element_size());
@@ -72,15 +86,17 @@ int64_t RolloutEngine::pool_bytes() const { return num_blocks_ * bytes_per_block
 
 double RolloutEngine::sleep() {
   const auto start = std::chrono::steady_clock::now();
-  cache_.reset();
+  cache_.reset();  // on CUDA the memory goes back to LibTorch's caching allocator (docs/rollout.md)
   return seconds_since(start);
 }
 
 double RolloutEngine::wake() {
   const auto start = std::chrono::steady_clock::now();
-  if (!cache_)
+  if (!cache_) {
     cache_ = std::make_unique<model::PagedKvCache>(model_.config(), num_blocks_, options_.block_size,
                                                     model_.options().dtype, model_.options().device);
+    wait_for_device(cache_->v(cache_->num_layers() - 1));  // the pool is zero-filled asynchronously on a GPU
+  }
   return seconds_since(start);
 }
 
@@ -250,6 +266,7 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
   const auto start = std::chrono::steady_clock::now();
   WeightUpdateReport report;
   const auto& c = model_.config();
+  const at::Tensor* last_copied = nullptr;
   for (const auto& [given_name, src] : named) {
     std::string name = given_name;
     if (name == "lm_head.weight" && c.tie_word_embeddings) {
@@ -275,9 +292,11 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
         shared_params_.erase(shared);
       }
       dst.copy_(src.detach());
+      last_copied = &dst;
       ++report.num_copied;
     }
   }
+  if (last_copied != nullptr) wait_for_device(*last_copied);  // copies on one stream finish in order
   report.seconds = seconds_since(start);
   return report;
 }

@@ -1,0 +1,129 @@
+// Option parsing for verlpp-bench-rollout. Every bad option or value is an Error naming it, so
+// a typo in a GPU script fails in the first second rather than after a model has been built.
+#include "bench_options.hpp"
+
+#include <verlpp/core/error.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace verlpp::bench {
+namespace {
+
+int64_t parse_int(const std::string& option, const std::string& value, int64_t min) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno != 0 || v < min)
+    VERLPP_FAIL_AT(option, "'{}' is not an integer >= {}", value, min);
+  return int64_t(v);
+}
+
+double parse_double(const std::string& option, const std::string& value) {
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0') VERLPP_FAIL_AT(option, "'{}' is not a number", value);
+  return v;
+}
+
+}  // namespace
+
+const char* rollout_bench_usage() {
+  return "verlpp-bench-rollout [--model DIR | --shape qwen2.5-0.5b] [--device cpu|cuda]\n"
+         "                     [--dtype float32|bfloat16|float16] [--plugin NAME] [--shapes B:P:R,...]\n"
+         "                     [--temperature T] [--repeat R] [--kv-tokens N] [--init-seed S]\n"
+         "                     [--json FILE] [--transitions]\n"
+         "Generated tokens/s of RolloutEngine::generate, every sample running exactly R new tokens\n"
+         "(EOS ignored), random weights, best of --repeat runs after one warm-up run.\n"
+         "--plugin NAME uses that loaded plugin's kernels (paged attention decode, sampling);\n"
+         "without it the LibTorch reference path runs. --transitions also times the hybrid-engine\n"
+         "hooks (update_weights shared / cast from fp32, sleep, wake).\n";
+}
+
+std::vector<RolloutShape> parse_shapes(const std::string& text) {
+  std::vector<RolloutShape> shapes;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t a = item.find(':'), b = a == std::string::npos ? a : item.find(':', a + 1);
+    if (b == std::string::npos || item.find(':', b + 1) != std::string::npos)
+      VERLPP_FAIL_AT("--shapes", "'{}' is not batch:prompt:response (e.g. 32:128:128)", item);
+    RolloutShape s;
+    s.batch = parse_int("--shapes batch", item.substr(0, a), 1);
+    s.prompt = parse_int("--shapes prompt", item.substr(a + 1, b - a - 1), 1);
+    s.response = parse_int("--shapes response", item.substr(b + 1), 1);
+    shapes.push_back(s);
+  }
+  if (shapes.empty()) VERLPP_FAIL_AT("--shapes", "no shape given in '{}'", text);
+  return shapes;
+}
+
+RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help) {
+  RolloutBenchOptions o;
+  help = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string opt = argv[i];
+    if (opt == "--help" || opt == "-h") {
+      help = true;
+      return o;
+    }
+    if (opt == "--transitions") {
+      o.transitions = true;
+      continue;
+    }
+    if (i + 1 >= argc) VERLPP_FAIL_AT(opt, "needs a value (see --help)");
+    const std::string val = argv[++i];
+    if (opt == "--model") o.model_dir = val;
+    else if (opt == "--shape") o.shape_name = val;
+    else if (opt == "--device") o.device = val;
+    else if (opt == "--dtype") o.dtype = val;
+    else if (opt == "--plugin") o.plugin = val;
+    else if (opt == "--shapes") o.shapes = parse_shapes(val);
+    else if (opt == "--temperature") o.temperature = parse_double(opt, val);
+    else if (opt == "--repeat") o.repeat = int(parse_int(opt, val, 1));
+    else if (opt == "--kv-tokens") o.kv_tokens = parse_int(opt, val, 1);
+    else if (opt == "--init-seed") o.init_seed = uint64_t(parse_int(opt, val, 0));
+    else if (opt == "--json") o.json_path = val;
+    else VERLPP_FAIL_AT(opt, "unknown option (see --help)");
+  }
+  if (!o.model_dir.empty() && !o.shape_name.empty())
+    VERLPP_FAIL_AT("--model/--shape", "give one of --model DIR and --shape NAME, not both");
+  if (o.device != "cpu" && o.device != "cuda") VERLPP_FAIL_AT("--device", "'{}' is not cpu or cuda", o.device);
+  if (o.dtype != "float32" && o.dtype != "bfloat16" && o.dtype != "float16")
+    VERLPP_FAIL_AT("--dtype", "'{}' is not float32, bfloat16 or float16", o.dtype);
+  if (!(o.temperature >= 0)) VERLPP_FAIL_AT("--temperature", "{} must be >= 0 (0 = greedy)", o.temperature);
+  if (o.shapes.empty()) o.shapes = {{1, 32, 128}, {8, 32, 128}, {32, 64, 128}, {64, 128, 256}};
+  return o;
+}
+
+model::ModelConfig builtin_model_config(const std::string& name) {
+  if (name != "qwen2.5-0.5b") VERLPP_FAIL_AT("--shape", "unknown shape '{}' (known: qwen2.5-0.5b)", name);
+  // Qwen/Qwen2.5-0.5B's config.json, shape-defining fields (the weights are random).
+  const nlohmann::json j = {
+      {"architectures", {"Qwen2ForCausalLM"}},
+      {"model_type", "qwen2"},
+      {"vocab_size", 151936},
+      {"hidden_size", 896},
+      {"intermediate_size", 4864},
+      {"num_hidden_layers", 24},
+      {"num_attention_heads", 14},
+      {"num_key_value_heads", 2},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", 32768},
+      {"rms_norm_eps", 1e-6},
+      {"rope_theta", 1000000.0},
+      {"initializer_range", 0.02},
+      {"tie_word_embeddings", true},
+      {"use_sliding_window", false},
+      {"torch_dtype", "bfloat16"},
+      {"bos_token_id", 151643},
+      {"eos_token_id", 151643},
+  };
+  return model::parse_model_config(j, "built-in shape " + name);
+}
+
+}  // namespace verlpp::bench

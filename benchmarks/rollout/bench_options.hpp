@@ -1,0 +1,46 @@
+// Command-line options of verlpp-bench-rollout and the built-in model shapes. Kept apart from
+// the measuring code so that main() reads as "parse, build the engine, time each shape".
+#pragma once
+
+#include <verlpp/model/model_config.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace verlpp::bench {
+
+// One workload: `batch` prompts of `prompt` tokens, each generating exactly `response` tokens.
+struct RolloutShape {
+  int64_t batch = 1, prompt = 1, response = 1;
+};
+
+struct RolloutBenchOptions {
+  std::string model_dir;          // --model DIR (config.json; random weights)
+  std::string shape_name;         // --shape NAME (a built-in config); one of the two, else examples/tiny
+  std::string device = "cpu";     // --device cpu|cuda
+  std::string dtype = "float32";  // --dtype float32|bfloat16|float16
+  std::string plugin;             // --plugin NAME: that plugin's kernels ("" = LibTorch reference)
+  std::vector<RolloutShape> shapes;  // --shapes B:P:R,... (default: the CPU set of docs/benchmarks.md)
+  double temperature = 0;         // --temperature T (0 = greedy)
+  int repeat = 3;                 // --repeat R: timed runs per shape, best reported
+  int64_t kv_tokens = 0;          // --kv-tokens N: pool size (0 = what the largest shape needs)
+  uint64_t init_seed = 1;         // --init-seed S: random weights
+  std::string json_path;          // --json FILE: one JSON object per line, per shape
+  bool transitions = false;       // --transitions: also time update_weights / sleep / wake
+};
+
+// Parses argv; throws verlpp::Error naming the offending option or value. `--help` fills
+// `help` with the usage text and returns.
+RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help);
+const char* rollout_bench_usage();
+
+// "B:P:R,B:P:R" -> shapes; throws naming the bad entry.
+std::vector<RolloutShape> parse_shapes(const std::string& text);
+
+// A built-in config by name: "qwen2.5-0.5b" (Qwen2.5-0.5B's shape: hidden 896, 24 layers, 14
+// heads, 2 KV heads, intermediate 4864, vocab 151936, tied embeddings). Unknown names throw,
+// listing the known ones.
+model::ModelConfig builtin_model_config(const std::string& name);
+
+}  // namespace verlpp::bench
