@@ -74,6 +74,11 @@ class DecoderLM {
   // One parameter by HF name ("lm_head.weight" resolves to the embedding when tied).
   const at::Tensor& parameter(const std::string& name) const;
   void set_requires_grad(bool requires_grad);
+  // Activation checkpointing for training forwards (HF's gradient_checkpointing): with grad
+  // enabled, each layer keeps only its input and is recomputed in the backward (less memory,
+  // one more layer forward per layer).
+  void set_gradient_checkpointing(bool enabled) { gradient_checkpointing_ = enabled; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
   // Moves/casts every parameter (keeps tying).
   void to(at::ScalarType dtype, c10::Device device);
 
@@ -114,6 +119,7 @@ class DecoderLM {
   using AttendFn = std::function<at::Tensor(int64_t layer, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
 
   void bind();  // points the typed fields at params_
+  std::vector<at::Tensor> layer_parameters(int64_t index) const;  // layer `index`'s defined tensors
   // embed -> layers -> final norm, for ids of any shape [...]; positions of the same shape.
   at::Tensor run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend) const;
   at::Tensor layer_forward(int64_t index, const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
@@ -129,6 +135,7 @@ class DecoderLM {
   at::Tensor lm_head_;       // [V, C] (the embedding when tied)
   at::Tensor score_, score_bias_;  // [num_labels, C], [num_labels]
   at::Tensor inv_freq_;      // [D/2] float32 on the device
+  bool gradient_checkpointing_ = false;
 };
 
 // The final hidden state of each row's last real token (HF's sequence-classification pooling

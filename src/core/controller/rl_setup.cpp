@@ -71,6 +71,7 @@ void build_actor(RlTrainer::State& s) {
   const Config& c = s.config;
   const std::string a = "actor_rollout_ref.actor";
   s.actor_model = std::make_unique<model::DecoderLM>(model::load_pretrained(s.model_path, model::ModelOptions{at::kFloat, s.device, false}));
+  s.actor_model->set_gradient_checkpointing(c.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing"));
   train::ActorConfig ac;
   ac.ppo_mini_batch_size = c.get<int64_t>(a + ".ppo_mini_batch_size") * s.n;
   ac.ppo_micro_batch_size = int_or(c, a + ".ppo_micro_batch_size_per_gpu", 1);
@@ -121,6 +122,7 @@ void build_critic(RlTrainer::State& s) {
   s.critic_model = std::make_unique<model::DecoderLM>(mc, model::ModelOptions{at::kFloat, s.device, false});
   s.critic_model->init_weights(s.seed + 7);
   model::load_weights(*s.critic_model, path, model::LoadOptions{{"score."}});
+  s.critic_model->set_gradient_checkpointing(c.get<bool>("critic.model.enable_gradient_checkpointing"));
   train::CriticConfig cc;
   cc.ppo_mini_batch_size = c.get<int64_t>("critic.ppo_mini_batch_size") * s.n;
   cc.ppo_micro_batch_size = int_or(c, "critic.ppo_micro_batch_size_per_gpu", 1);

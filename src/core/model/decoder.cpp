@@ -14,6 +14,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
+
+#include "checkpointing.hpp"
 #include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cat.h>
@@ -141,6 +143,16 @@ const at::Tensor& DecoderLM::parameter(const std::string& name) const {
   return params_[it->second].second;
 }
 
+std::vector<at::Tensor> DecoderLM::layer_parameters(int64_t index) const {
+  const Layer& l = layers_[size_t(index)];
+  std::vector<at::Tensor> out;
+  for (const at::Tensor* t : {&l.input_layernorm, &l.q_proj, &l.q_bias, &l.k_proj, &l.k_bias, &l.v_proj, &l.v_bias, &l.o_proj,
+                              &l.o_bias, &l.q_norm, &l.k_norm, &l.post_attention_layernorm, &l.gate_proj, &l.gate_bias,
+                              &l.up_proj, &l.up_bias, &l.down_proj, &l.down_bias})
+    if (t->defined()) out.push_back(*t);
+  return out;
+}
+
 void DecoderLM::set_requires_grad(bool requires_grad) {
   options_.requires_grad = requires_grad;
   for (auto& [name, p] : params_) p.requires_grad_(requires_grad);
@@ -210,7 +222,19 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
                config_.architecture, shape_string(position_ids.sizes()), shape_string(input_ids.sizes()));
   at::Tensor hidden = at::embedding(embed_tokens_, input_ids);
   auto [cos, sin] = rope_cos_sin(inv_freq_, position_ids, options_.dtype);
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) hidden = layer_forward(i, hidden, cos, sin, attend);
+  const bool checkpoint = gradient_checkpointing_ && at::GradMode::is_enabled() && options_.requires_grad;
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    if (!checkpoint) {
+      hidden = layer_forward(i, hidden, cos, sin, attend);
+      continue;
+    }
+    // Everything the recomputation needs is copied into the closure (tensor handles, the
+    // attention function): the backward runs after this call has returned.
+    at::Tensor c = cos, s = sin;
+    AttendFn a = attend;
+    hidden = detail::checkpointed([this, i, c, s, a](const at::Tensor& h) { return layer_forward(i, h, c, s, a); },
+                                  hidden, layer_parameters(i));
+  }
   return rms_norm(hidden, norm_, config_.rms_norm_eps);
 }
 
@@ -233,7 +257,8 @@ at::Tensor DecoderLM::forward_padded(const at::Tensor& input_ids, const at::Tens
   if (!positions.defined())
     positions = at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(0).expand({B, T});
   const double scale = 1.0 / std::sqrt(double(config_.head_dim));
-  return run(input_ids, positions, [&](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  // Captures by value: with gradient checkpointing this runs again in the backward.
+  return run(input_ids, positions, [allowed, scale](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return attention(q, k, v, allowed, scale);
   });
 }
@@ -254,7 +279,9 @@ at::Tensor DecoderLM::forward_packed(const at::Tensor& input_ids, const at::Tens
                  config_.architecture, s, bounds[s], bounds[s - 1]);
   const double scale = 1.0 / std::sqrt(double(config_.head_dim));
   const c10::Device dev = input_ids.device();
-  return run(input_ids, position_ids, [&](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  // Captures by value: with gradient checkpointing this runs again in the backward.
+  return run(input_ids, position_ids, [bounds, scale, dev](int64_t, const at::Tensor& q, const at::Tensor& k,
+                                                           const at::Tensor& v) {
     std::vector<at::Tensor> outs;
     for (size_t s = 0; s + 1 < bounds.size(); ++s) {
       const int64_t start = bounds[s], len = bounds[s + 1] - bounds[s];

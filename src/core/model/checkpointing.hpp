@@ -1,0 +1,22 @@
+// Activation checkpointing of one decoder layer (HF's gradient_checkpointing): the forward keeps
+// only the layer's input; the backward runs the layer again with grad and differentiates it.
+// Internal to the model layer (decoder.cpp); the one file that includes autograd's custom
+// Function header.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <vector>
+
+namespace verlpp::model::detail {
+
+// The layer as a function of its input; it must own (copy) everything it uses, since it runs
+// again during the backward, after the forward call that made it has returned.
+using LayerFn = std::function<at::Tensor(const at::Tensor&)>;
+
+// fn(hidden), recorded for autograd so that the backward recomputes it; `params` are the
+// tensors fn reads (their gradients flow through).
+at::Tensor checkpointed(LayerFn fn, const at::Tensor& hidden, const std::vector<at::Tensor>& params);
+
+}  // namespace verlpp::model::detail
