@@ -3,6 +3,7 @@
 #include "rl_state.hpp"
 
 #include <verlpp/algo/advantages.hpp>
+#include <verlpp/hw/device.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/hw/torch_device.hpp>
 #include <verlpp/model/checkpoint.hpp>
@@ -11,7 +12,6 @@
 
 #include "../util/files.hpp"
 
-#include <ATen/Context.h>
 
 namespace verlpp::controller {
 namespace {
@@ -52,18 +52,30 @@ train::AdamWConfig adamw_of(const Config& c, const std::string& role) {
 
 c10::Device pick_device(RlTrainer::State& s) {
   std::string wanted = s.config.get<std::string>("trainer.device");
-  const auto& found = hw::plugins();
-  if (!found.loaded.empty()) s.plugin = found.loaded.front().name();
-  if (wanted == "auto") {
-    // The best loaded plugin's device when this LibTorch can place tensors there, else the CPU.
-    wanted = "cpu";
-    if (!found.loaded.empty() && hw::torch_placement_problem(found.loaded.front().torch_device_type()).empty())
-      wanted = found.loaded.front().torch_device_type();
-  }
-  if (wanted != "cpu" && wanted != "cuda")
+  if (wanted != "auto" && wanted != "cpu" && wanted != "cuda")
     throw Error("trainer.device", fmt::format("'{}' is not one of auto, cpu, cuda", wanted));
-  if (wanted == "cuda" && !at::hasCUDA())
-    throw Error("trainer.device", "cuda was asked for, but this LibTorch build has no CUDA (or no GPU is visible)");
+  const auto& found = hw::plugins();
+  const hw::Plugin* chosen = nullptr;
+  if (wanted == "auto") {
+    // An accelerator plugin whose device this LibTorch can place tensors on, else the CPU.
+    for (const auto& p : found.loaded)
+      if (p.torch_device_type() != "cpu" && hw::torch_placement_problem(p.torch_device_type()).empty()) {
+        chosen = &p;
+        break;
+      }
+    wanted = chosen ? chosen->torch_device_type() : "cpu";
+  }
+  if (!chosen)
+    for (const auto& p : found.loaded)
+      if (p.torch_device_type() == wanted) {
+        chosen = &p;
+        break;
+      }
+  if (chosen) s.plugin = chosen->name();
+  if (wanted == "cuda") {
+    const std::string problem = hw::torch_placement_problem("cuda");
+    if (!problem.empty()) throw Error("trainer.device", "cuda was asked for, but " + problem);
+  }
   return c10::Device(wanted == "cuda" ? c10::kCUDA : c10::kCPU);
 }
 
@@ -149,7 +161,16 @@ void build_engine(RlTrainer::State& s) {
     // On the CPU the pool is plain memory: room for every row of a step at full length.
     o.kv_token_budget = std::min<int64_t>(rows * per_row, int64_t(1) << 22);
   } else {
+    // On an accelerator: verl's gpu_memory_utilization of the device's memory (the plugin's
+    // figure) for weights + pool.
     o.memory_fraction = c.get<double>(r + ".gpu_memory_utilization");
+    if (!s.plugin.empty()) {
+      const hw::Device device(hw::plugin_named(s.plugin), int32_t(s.device.has_index() ? s.device.index() : 0));
+      o.memory_total_bytes = int64_t(device.memory_info().second);
+    }
+    if (o.memory_total_bytes <= 0)
+      throw Error("trainer.device", fmt::format("{}: no plugin reports this device's memory, so the KV pool cannot be sized "
+                                                "from rollout.gpu_memory_utilization", s.device.str()));
   }
   const at::ScalarType dtype = model::dtype_from_name(c.get<std::string>(r + ".dtype"));
   // Same dtype: the engine's model is a second handle on the actor's tensors (the hybrid engine
@@ -158,6 +179,12 @@ void build_engine(RlTrainer::State& s) {
   if (dtype != at::kFloat) {
     engine_model = model::DecoderLM(s.actor_model->config(), model::ModelOptions{dtype, s.device, false});
     for (const auto& [name, p] : s.actor_model->named_parameters()) engine_model.parameter(name).detach().copy_(p.detach());
+  }
+  if (!s.device.is_cpu() && !s.plugin.empty()) {
+    // The accelerator plugin's kernels (paged attention decode, sampling) for the engine; on the
+    // CPU, cpu_ref's are correctness loops, slower than LibTorch's path, so they stay unused.
+    s.kernels = std::make_unique<hw::Kernels>(hw::plugin_named(s.plugin));
+    o.kernels = s.kernels.get();
   }
   s.engine = std::make_unique<rollout::RolloutEngine>(std::move(engine_model), o);
 }

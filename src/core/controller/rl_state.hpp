@@ -11,6 +11,7 @@
 #include <verlpp/controller/reward.hpp>
 #include <verlpp/controller/rl_trainer.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/hw/kernels.hpp>
 #include <verlpp/model/chat_template.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/model/tokenizer.hpp>
@@ -50,6 +51,7 @@ struct RlTrainer::State {
   std::unique_ptr<model::DecoderLM> actor_model, ref_model, critic_model;
   std::unique_ptr<train::Actor> actor;
   std::unique_ptr<train::Critic> critic;
+  std::unique_ptr<hw::Kernels> kernels;  // the plugin's, for the engine on an accelerator
   std::unique_ptr<rollout::RolloutEngine> engine;
   RewardScorer scorer;
   std::unique_ptr<algo::KLController> kl_ctrl;

@@ -98,7 +98,9 @@ StepOutput step_remax(RlTrainer::State& s) {
   for (float b : baselines)
     for (int64_t k = 0; k < s.n; ++k) repeated.push_back(b);
   out.batch.set("reward_baselines",
-                at::from_blob(repeated.data(), {int64_t(repeated.size())}, at::TensorOptions().dtype(at::kFloat)).clone());
+                at::from_blob(repeated.data(), {int64_t(repeated.size())}, at::TensorOptions().dtype(at::kFloat))
+                    .clone()
+                    .to(s.device));
   advantages_update_and_sync(s, out);
   return out;
 }
