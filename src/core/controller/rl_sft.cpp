@@ -50,6 +50,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   const int64_t test_freq = c.get<int64_t>("sft.test_freq");
   for (int64_t step = 1; step <= steps; ++step) {
     Batch batch = collate_sft(data, loader.next(), s.pad_id, s.response_length);
+    move_to(batch, s.device);
     nlohmann::json m = trainer.train_step(batch);
     if (step == 1) first_loss = m["sft/loss"].get<double>();
     last_loss = m["sft/loss"].get<double>();

@@ -80,7 +80,7 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, b
   batch.set("rollout_log_probs",
             at::from_blob(logprobs.data(), {total, s.response_length}, at::TensorOptions().dtype(at::kFloat)).clone());
   // Collation happens on the host; the trainer's forwards run on the device.
-  for (const std::string& name : batch.tensor_names()) batch.set(name, batch.tensor(name).to(s.device));
+  move_to(batch, s.device);
   return batch;
 }
 

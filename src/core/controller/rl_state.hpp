@@ -102,6 +102,11 @@ auto run_stage(const std::string& name, nlohmann::json& metrics, F&& f) -> declt
   }
 }
 
+// Moves every tensor of `batch` to `device` (collation happens on the host).
+inline void move_to(Batch& batch, c10::Device device) {
+  for (const std::string& name : batch.tensor_names()) batch.set(name, batch.tensor(name).to(device));
+}
+
 // --- setup and persistence (rl_setup.cpp, rl_checkpoint.cpp, rl_sft.cpp) ---
 // The files at `key` (a path or a list of paths; null = none).
 std::vector<std::string> file_list(const Config& c, const std::string& key);

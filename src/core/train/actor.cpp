@@ -17,7 +17,7 @@ namespace verlpp::train {
 std::vector<controller::Batch> micro_batches(const controller::Batch& mini, bool dynamic, int64_t micro_size,
                                              int64_t max_tokens) {
   if (!dynamic) return mini.split(micro_size);
-  at::Tensor lens = mini.tensor("attention_mask").sum(1).to(at::kLong).contiguous();
+  at::Tensor lens = mini.tensor("attention_mask").sum(1).to(at::kLong).cpu().contiguous();
   std::vector<int64_t> seq_lens(lens.data_ptr<int64_t>(), lens.data_ptr<int64_t>() + lens.numel());
   std::vector<controller::Batch> out;
   for (const auto& group : dynamic_micro_batches(seq_lens, max_tokens)) out.push_back(mini.rows(group));
