@@ -35,10 +35,6 @@ class Problems {
   std::vector<std::string> list_;
 };
 
-int64_t int_or(const Config& c, const std::string& key, int64_t fallback) {
-  return c.is_null(key) ? fallback : c.get<int64_t>(key);
-}
-
 void check_batches(const Config& c, int world_size, Problems& p) {
   const int64_t batch = c.get<int64_t>("data.train_batch_size");
   const int64_t n = c.get<int64_t>("actor_rollout_ref.rollout.n");
@@ -58,7 +54,7 @@ void check_batches(const Config& c, int world_size, Problems& p) {
   for (const std::string role : {"actor_rollout_ref.actor", "critic"}) {
     if (role == "critic" && !(c.at("critic.enable").is_boolean() && c.get<bool>("critic.enable"))) continue;
     bool dynamic = c.get<bool>(role + ".use_dynamic_bsz");
-    int64_t micro = int_or(c, role + ".ppo_micro_batch_size_per_gpu", -1);
+    int64_t micro = c.get_or<int64_t>(role + ".ppo_micro_batch_size_per_gpu", -1);
     if (dynamic) {
       if (c.get<int64_t>(role + ".ppo_max_token_len_per_gpu") < 1)
         p.add("{}.ppo_max_token_len_per_gpu must be >= 1 with use_dynamic_bsz", role);

@@ -18,12 +18,6 @@ namespace {
 
 using json = nlohmann::json;
 
-int64_t int_or(const Config& c, const std::string& key, int64_t fallback) {
-  return c.is_null(key) ? fallback : c.get<int64_t>(key);
-}
-double double_or(const Config& c, const std::string& key, double fallback) {
-  return c.is_null(key) ? fallback : c.get<double>(key);
-}
 
 // The LR schedule of `<role>.optim`, for `total_steps` optimizer updates.
 train::LrSchedule schedule_of(const Config& c, const std::string& optim, int64_t total_steps) {
@@ -34,20 +28,9 @@ train::LrSchedule schedule_of(const Config& c, const std::string& optim, int64_t
                                                                        : total_steps;
   o.warmup_steps = train::resolve_warmup_steps(c.get<int64_t>(optim + ".lr_warmup_steps"),
                                                c.get<double>(optim + ".lr_warmup_steps_ratio"), o.total_steps);
-  o.min_lr_ratio = double_or(c, optim + ".min_lr_ratio", 0.0);
+  o.min_lr_ratio = c.get_or<double>(optim + ".min_lr_ratio", 0.0);
   o.num_cycles = c.get<double>(optim + ".num_cycles");
   return train::LrSchedule(o);
-}
-
-train::AdamWConfig adamw_of(const Config& c, const std::string& role) {
-  train::AdamWConfig a;
-  a.weight_decay = c.get<double>(role + ".optim.weight_decay");
-  auto betas = c.get<std::vector<double>>(role + ".optim.betas");
-  if (betas.size() != 2) throw Error(role + ".optim.betas", fmt::format("needs two values, got {}", betas.size()));
-  a.beta1 = betas[0];
-  a.beta2 = betas[1];
-  a.grad_clip = c.get<double>(role + ".grad_clip");
-  return a;
 }
 
 c10::Device pick_device(RlTrainer::State& s) {
@@ -86,7 +69,7 @@ void build_actor(RlTrainer::State& s) {
   s.actor_model->set_gradient_checkpointing(c.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing"));
   train::ActorConfig ac;
   ac.ppo_mini_batch_size = c.get<int64_t>(a + ".ppo_mini_batch_size") * s.n;
-  ac.ppo_micro_batch_size = int_or(c, a + ".ppo_micro_batch_size_per_gpu", 1);
+  ac.ppo_micro_batch_size = c.get_or<int64_t>(a + ".ppo_micro_batch_size_per_gpu", 1);
   ac.use_dynamic_bsz = c.get<bool>(a + ".use_dynamic_bsz");
   ac.ppo_max_token_len = c.get<int64_t>(a + ".ppo_max_token_len_per_gpu");
   ac.ppo_epochs = c.get<int64_t>(a + ".ppo_epochs");
@@ -95,8 +78,8 @@ void build_actor(RlTrainer::State& s) {
   ac.kl_loss_coef = c.get<double>(a + ".kl_loss_coef");
   ac.kl_loss_type = c.get<std::string>(a + ".kl_loss_type");
   ac.loss_mode = c.get<std::string>(a + ".policy_loss.loss_mode");
-  ac.policy.clip_ratio_low = double_or(c, a + ".clip_ratio_low", c.get<double>(a + ".clip_ratio"));
-  ac.policy.clip_ratio_high = double_or(c, a + ".clip_ratio_high", c.get<double>(a + ".clip_ratio"));
+  ac.policy.clip_ratio_low = c.get_or<double>(a + ".clip_ratio_low", c.get<double>(a + ".clip_ratio"));
+  ac.policy.clip_ratio_high = c.get_or<double>(a + ".clip_ratio_high", c.get<double>(a + ".clip_ratio"));
   ac.policy.clip_ratio_c = c.get<double>(a + ".clip_ratio_c");
   ac.policy.loss_agg_mode = c.get<std::string>(a + ".loss_agg_mode");
   ac.policy.clip_cov_ratio = c.get<double>(a + ".policy_loss.clip_cov_ratio");
@@ -106,9 +89,9 @@ void build_actor(RlTrainer::State& s) {
   ac.policy.ppo_kl_coef = c.get<double>(a + ".policy_loss.ppo_kl_coef");
   ac.temperature = c.get<double>("actor_rollout_ref.rollout.temperature");
   if (ac.temperature <= 0) ac.temperature = 1.0;  // greedy rollouts: log-probs under softmax(logits)
-  ac.optim = adamw_of(c, a);
+  ac.optim = adamw_of(c, a + ".optim", a + ".grad_clip");
   ac.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
-  ac.log_prob_chunk_rows = std::max<int64_t>(1, int_or(c, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 8));
+  ac.log_prob_chunk_rows = std::max<int64_t>(1, c.get_or<int64_t>("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 8));
   s.actor = std::make_unique<train::Actor>(*s.actor_model, ac, schedule_of(c, a + ".optim", s.total_steps));
 }
 
@@ -137,13 +120,13 @@ void build_critic(RlTrainer::State& s) {
   s.critic_model->set_gradient_checkpointing(c.get<bool>("critic.model.enable_gradient_checkpointing"));
   train::CriticConfig cc;
   cc.ppo_mini_batch_size = c.get<int64_t>("critic.ppo_mini_batch_size") * s.n;
-  cc.ppo_micro_batch_size = int_or(c, "critic.ppo_micro_batch_size_per_gpu", 1);
+  cc.ppo_micro_batch_size = c.get_or<int64_t>("critic.ppo_micro_batch_size_per_gpu", 1);
   cc.use_dynamic_bsz = c.get<bool>("critic.use_dynamic_bsz");
   cc.ppo_max_token_len = c.get<int64_t>("critic.ppo_max_token_len_per_gpu");
   cc.ppo_epochs = c.get<int64_t>("critic.ppo_epochs");
   cc.cliprange_value = c.get<double>("critic.cliprange_value");
   cc.loss_agg_mode = c.get<std::string>("critic.loss_agg_mode");
-  cc.optim = adamw_of(c, "critic");
+  cc.optim = adamw_of(c, "critic.optim", "critic.grad_clip");
   s.critic = std::make_unique<train::Critic>(*s.critic_model, cc, schedule_of(c, "critic.optim", s.total_steps));
 }
 
@@ -190,6 +173,17 @@ void build_engine(RlTrainer::State& s) {
 }
 
 }  // namespace
+
+train::AdamWConfig adamw_of(const Config& c, const std::string& optim, const std::string& grad_clip_key) {
+  train::AdamWConfig a;
+  a.weight_decay = c.get<double>(optim + ".weight_decay");
+  auto betas = c.get<std::vector<double>>(optim + ".betas");
+  if (betas.size() != 2) throw Error(optim + ".betas", fmt::format("needs two values, got {}", betas.size()));
+  a.beta1 = betas[0];
+  a.beta2 = betas[1];
+  a.grad_clip = c.get<double>(grad_clip_key);
+  return a;
+}
 
 std::vector<std::string> file_list(const Config& c, const std::string& key) {
   const json& v = c.at(key);
@@ -283,7 +277,7 @@ void setup_trainer(RlTrainer::State& s) {
   if (s.use_reference) build_reference(s);
   if (s.use_critic) build_critic(s);
   build_engine(s);
-  int64_t keep = int_or(c, "trainer.max_actor_ckpt_to_keep", 0);
+  int64_t keep = c.get_or<int64_t>("trainer.max_actor_ckpt_to_keep", 0);
   s.checkpoints = std::make_unique<CheckpointManager>(s.run_dir, keep);
   files::make_dirs(s.run_dir);
   s.message(fmt::format("device {} ({}), model {} ({:.2f}M parameters), {} train / {} val prompts, {} steps of {} x {} "

@@ -36,12 +36,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   train::SftConfig config;
   config.micro_batch_size = c.get<int64_t>("sft.micro_batch_size_per_gpu");
   config.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
-  config.optim.weight_decay = c.get<double>("sft.optim.weight_decay");
-  const auto betas = c.get<std::vector<double>>("sft.optim.betas");
-  if (betas.size() != 2) throw Error("sft.optim.betas", fmt::format("needs two values, got {}", betas.size()));
-  config.optim.beta1 = betas[0];
-  config.optim.beta2 = betas[1];
-  config.optim.grad_clip = c.get<double>("sft.optim.grad_clip");
+  config.optim = adamw_of(c, "sft.optim", "sft.optim.grad_clip");
   train::SftTrainer trainer(*s.actor_model, config, train::LrSchedule(lr));
 
   DataLoader loader(data.size(), c.get<int64_t>("sft.batch_size"), /*shuffle=*/true, uint64_t(c.get<int64_t>("sft.seed")));

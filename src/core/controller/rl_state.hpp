@@ -110,6 +110,8 @@ inline void move_to(Batch& batch, c10::Device device) {
 // --- setup and persistence (rl_setup.cpp, rl_checkpoint.cpp, rl_sft.cpp) ---
 // The files at `key` (a path or a list of paths; null = none).
 std::vector<std::string> file_list(const Config& c, const std::string& key);
+// AdamW settings from `<optim>.{weight_decay, betas}` and the clipping norm at `grad_clip_key`.
+train::AdamWConfig adamw_of(const Config& c, const std::string& optim, const std::string& grad_clip_key);
 // data.* as DatasetOptions.
 DatasetOptions dataset_options(const Config& c);
 void setup_trainer(RlTrainer::State& s);
