@@ -26,8 +26,9 @@ void register_config_command(CLI::App& app) {
     config.apply_overrides(overrides);
     config.resolve();
     if (!*no_validate) {
-      int world = int(config.get<int64_t>("trainer.nnodes") * config.get<int64_t>("trainer.n_gpus_per_node"));
-      config.validate(world);
+      // The layout the config asks for (null: one machine, one rank), as a launch would give it.
+      const int per_node = int(config.get_or<int64_t>("trainer.n_gpus_per_node", 1));
+      config.validate(int(config.get_or<int64_t>("trainer.nnodes", 1)) * per_node, per_node);
     }
     std::cout << config.dump() << "\n";
   });

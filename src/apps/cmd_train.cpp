@@ -10,15 +10,18 @@
 
 #include <verlpp/controller/arith_task.hpp>
 #include <verlpp/controller/config.hpp>
+#include <verlpp/controller/launcher.hpp>
 #include <verlpp/controller/report.hpp>
 #include <verlpp/controller/rl_trainer.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/hw/world.hpp>
 #include <verlpp/model/checkpoint.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <string_view>
 
@@ -72,8 +75,27 @@ std::string fixed(const json& row, const char* key, int precision = 3) {
   return fmt::format("{:.{}f}", row[key].get<double>(), precision);
 }
 
-void run_train(std::vector<std::string> args) {
+// Set by `--nproc` for its ranks: the launcher already wrote the embedded demo's inputs.
+constexpr const char* kDemoInputsReady = "VERLPP_DEMO_INPUTS_READY";
+
+// `--nproc N`: this process becomes the launcher of N ranks running the same command.
+void launch_ranks(int nproc, const std::vector<std::string>& args, const controller::Config& config) {
+  controller::LaunchOptions o;
+  o.nproc = nproc;
+  o.argv = {"/proc/self/exe", "train"};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  // The ranks find a dead peer within trainer.dist_timeout_s; the grace period is that and a bit.
+  o.grace = std::chrono::milliseconds(int64_t(config.get<double>("trainer.dist_timeout_s") * 1000.0) + 30000);
+  o.on_message = [](const std::string& text) { std::cerr << "verlpp launcher: " << text << "\n"; };
+  ::setenv(kDemoInputsReady, "1", 1);
+  const controller::LaunchResult result = controller::launch_local(o);
+  if (!result.ok()) throw Error(fmt::format("verlpp train --nproc {}", nproc), result.summary());
+  std::cerr << "verlpp launcher: " << result.summary() << "\n";
+}
+
+void run_train(std::vector<std::string> args, int nproc) {
   const auto start = std::chrono::steady_clock::now();
+  const std::vector<std::string> given_args = args;
   const bool embedded_default = args.empty() || args.front().find('=') != std::string::npos;
   json demo;
   controller::Config config = controller::Config::defaults();
@@ -88,7 +110,22 @@ void run_train(std::vector<std::string> args) {
   }
   config.apply_overrides(args);
   config.resolve();
-  if (embedded_default) write_demo_inputs(config, demo);
+  const hw::WorldInfo world = hw::world_from_environment();
+  if (nproc < 1) throw Error("--nproc", fmt::format("{} ranks: at least one is needed", nproc));
+  if (nproc > 1 && world.is_distributed())
+    throw Error("--nproc", fmt::format("this process is already rank {} of {} ({} launch); --nproc starts ranks itself",
+                                       world.rank, world.world_size, world.launcher));
+  if (embedded_default && std::getenv(kDemoInputsReady) == nullptr) {
+    if (world.is_distributed())
+      throw Error("verlpp train", fmt::format("the embedded demo under {} with {} ranks: start it with `verlpp train --nproc N` "
+                                              "(which writes its inputs once), or give a config file", world.launcher,
+                                              world.world_size));
+    write_demo_inputs(config, demo);
+  }
+  if (nproc > 1) {
+    launch_ranks(nproc, given_args, config);
+    return;
+  }
 
   Progress progress;
   controller::TrainerHooks hooks;
@@ -110,6 +147,7 @@ void run_train(std::vector<std::string> args) {
   controller::RlTrainer trainer(std::move(config), hooks);
   total = trainer.total_steps();
   json last = trainer.fit();
+  if (trainer.rank() != 0) return;  // rank 0 reports for the run
 
   // The report, from everything metrics.jsonl holds (a resumed run included).
   const std::string metrics_path = trainer.run_dir() + "/metrics.jsonl";
@@ -146,8 +184,11 @@ void register_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "RL post-training (PPO, GRPO, ...); without a config, the embedded demo: "
                                           "SFT then GRPO of the tiny model on arithmetic");
   auto args = std::make_shared<std::vector<std::string>>();
+  auto nproc = std::make_shared<int>(1);
   cmd->add_option("args", *args, "an optional CONFIG.json (verl's keys), then key=value overrides");
-  cmd->callback([=] { run_train(*args); });
+  cmd->add_option("--nproc", *nproc, "ranks to start on this machine (data parallel; one process per device). Under "
+                                     "mpirun, srun or torchrun leave it out: the launcher's environment gives the ranks");
+  cmd->callback([=] { run_train(*args, *nproc); });
 }
 
 }  // namespace verlpp::apps

@@ -130,7 +130,16 @@ TEST_CASE("validate: inconsistent values are refused before any work, all at onc
   CHECK_THROWS_WITH(unset.validate(1), Contains("must be set"));
   unset.set("actor_rollout_ref.actor.use_dynamic_bsz", true);
   CHECK_NOTHROW(unset.validate(1));
-  CHECK_THROWS_WITH(small_valid().validate(2), Contains("= 1 rank(s), but the run has 2"));
+  // The layout: null takes the launched one; set values must match it, both layouts named.
+  CHECK_NOTHROW(small_valid().validate(2));
+  Config pinned = small_valid();
+  pinned.apply_overrides({"trainer.nnodes=1", "trainer.n_gpus_per_node=1"});
+  CHECK_THROWS_WITH(pinned.validate(2), Contains("1 x 1 = 1 rank(s) asked, but the run was launched as 1 node(s) x 2 rank(s) per node = 2 rank(s)"));
+  Config big = small_valid();
+  big.apply_overrides({"trainer.nnodes=4", "trainer.n_gpus_per_node=8", "data.train_batch_size=32",
+                       "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"});
+  CHECK_THROWS_WITH(big.validate(32, 32), Contains("4 x 8 = 32 rank(s) asked, but the run was launched as 1 node(s) x 32 rank(s) per node"));
+  CHECK_NOTHROW(big.validate(32, 8));
   Config gae = small_valid();
   gae.set("algorithm.adv_estimator", "gae");
   gae.set("critic.enable", false);

@@ -27,8 +27,10 @@ class Config {
 
   // Resolves `${a.b}` references (call once, after all overrides); cycles are errors.
   void resolve();
-  // Cross-field checks; throws one Error listing every problem found.
-  void validate(int world_size = 1) const;
+  // Cross-field checks for a run of `world_size` ranks, `ranks_per_node` per machine (0 = all
+  // on one); throws one Error listing every problem found. trainer.nnodes and
+  // trainer.n_gpus_per_node, when set, must equal the launched layout.
+  void validate(int world_size = 1, int ranks_per_node = 0) const;
 
   // The value at a dotted path; Error if absent.
   const nlohmann::json& at(const std::string& dotted) const;

@@ -58,6 +58,10 @@ class RlTrainer {
   // trainer.default_local_dir: metrics.jsonl, report.html and the checkpoints live here.
   const std::string& run_dir() const;
   const Config& config() const;
+  // This process's rank and the number of ranks (from the launcher's environment; see
+  // hw/world.hpp). Rank 0 writes metrics, checkpoints and sft_model; every rank trains.
+  int32_t rank() const;
+  int32_t world_size() const;
 
   // The run's objects; defined inside the library (src/core/controller/rl_state.hpp).
   struct State;

@@ -8,6 +8,7 @@
 #include <verlpp/algo/policy_loss_types.hpp>
 #include <verlpp/controller/batch.hpp>
 #include <verlpp/model/decoder.hpp>
+#include <verlpp/train/data_parallel.hpp>
 #include <verlpp/train/logprob.hpp>
 #include <verlpp/train/lr_schedule.hpp>
 #include <verlpp/train/optimizer.hpp>
@@ -59,6 +60,12 @@ class Actor {
   // actor/lr, ...). A step whose gradient norm is not finite is skipped and counted.
   nlohmann::json update_policy(const controller::Batch& batch);
 
+  // Data parallelism: each mini-batch's rows are split over the ranks (the global token and
+  // row counts still scale the losses), gradients are summed over ranks before the step, and
+  // the metrics are averaged over every rank's micro-batches. Every rank must call
+  // update_policy with the same batch.
+  void set_data_parallel(DataParallel dp) { dp_ = dp; }
+
   // Optimizer steps taken and skipped so far.
   int64_t steps() const { return optimizer_->steps(); }
   int64_t skipped_steps() const { return optimizer_->skipped(); }
@@ -75,6 +82,8 @@ class Actor {
   model::DecoderLM& model_;
   ActorConfig config_;
   std::unique_ptr<OptimizerStep> optimizer_;
+  std::vector<at::Tensor> params_;  // the optimizer's parameters, for the gradient all-reduce
+  DataParallel dp_;
   int64_t updates_ = 0;
 };
 

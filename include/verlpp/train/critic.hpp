@@ -5,6 +5,7 @@
 
 #include <verlpp/controller/batch.hpp>
 #include <verlpp/model/decoder.hpp>
+#include <verlpp/train/data_parallel.hpp>
 #include <verlpp/train/lr_schedule.hpp>
 #include <verlpp/train/optimizer.hpp>
 
@@ -42,6 +43,9 @@ class Critic {
   // critic/vpred_mean, critic/grad_norm, critic/lr.
   nlohmann::json update_critic(const controller::Batch& batch);
 
+  // Data parallelism as the actor's (see Actor::set_data_parallel).
+  void set_data_parallel(DataParallel dp) { dp_ = dp; }
+
   int64_t steps() const { return optimizer_->steps(); }
   int64_t skipped_steps() const { return optimizer_->skipped(); }
   // Updates done so far (the LR schedule's position), and restoring it on resume.
@@ -57,6 +61,8 @@ class Critic {
   model::DecoderLM& model_;
   CriticConfig config_;
   std::unique_ptr<OptimizerStep> optimizer_;
+  std::vector<at::Tensor> params_;
+  DataParallel dp_;
   int64_t updates_ = 0;
 };
 

@@ -7,6 +7,7 @@
 
 #include <verlpp/controller/batch.hpp>
 #include <verlpp/model/decoder.hpp>
+#include <verlpp/train/data_parallel.hpp>
 #include <verlpp/train/lr_schedule.hpp>
 #include <verlpp/train/optimizer.hpp>
 
@@ -36,12 +37,17 @@ class SftTrainer {
   // The token-mean NLL of `batch`'s responses without a graph (for evaluation).
   double loss(const controller::Batch& batch) const;
 
+  // Data parallelism as the actor's: each rank trains on its rows, gradients are summed.
+  void set_data_parallel(DataParallel dp) { dp_ = dp; }
+
   int64_t steps() const { return optimizer_->steps(); }
 
  private:
   model::DecoderLM& model_;
   SftConfig config_;
   std::unique_ptr<OptimizerStep> optimizer_;
+  std::vector<at::Tensor> params_;
+  DataParallel dp_;
   int64_t updates_ = 0;
 };
 

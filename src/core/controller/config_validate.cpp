@@ -127,19 +127,39 @@ void check_sft(const Config& c, Problems& p) {
   p.one_of(c, "sft.optim.warmup_style", {"constant", "cosine"});
 }
 
+// The layout asked for (trainer.nnodes x trainer.n_gpus_per_node; null = what was launched)
+// against the launched one. Checked before any work, naming both layouts.
+void check_layout(const Config& c, int world_size, int ranks_per_node, Problems& p) {
+  const int nodes = world_size / ranks_per_node;
+  const int64_t asked_nodes = c.get_or<int64_t>("trainer.nnodes", nodes);
+  const int64_t asked_per_node = c.get_or<int64_t>("trainer.n_gpus_per_node", ranks_per_node);
+  if (asked_nodes < 1 || asked_per_node < 1) {
+    p.add("trainer.nnodes = {} and trainer.n_gpus_per_node = {} must be >= 1 (or null: the launched layout)", asked_nodes,
+          asked_per_node);
+  } else if (asked_nodes != nodes || asked_per_node != ranks_per_node) {
+    p.add("trainer.nnodes x trainer.n_gpus_per_node = {} x {} = {} rank(s) asked, but the run was launched as {} node(s) x {} "
+          "rank(s) per node = {} rank(s)",
+          asked_nodes, asked_per_node, asked_nodes * asked_per_node, nodes, ranks_per_node, world_size);
+  }
+  if (c.get<bool>("sft.enable") && c.get<int64_t>("sft.batch_size") % world_size != 0)
+    p.add("sft.batch_size = {} does not split over {} rank(s)", c.get<int64_t>("sft.batch_size"), world_size);
+  if (c.get_or<double>("trainer.dist_timeout_s", 1.0) <= 0)
+    p.add("trainer.dist_timeout_s = {} must be > 0", c.get<double>("trainer.dist_timeout_s"));
+}
+
 }  // namespace
 
-void Config::validate(int world_size) const {
+void Config::validate(int world_size, int ranks_per_node) const {
   if (world_size < 1) throw Error("config", fmt::format("world size {} < 1", world_size));
+  if (ranks_per_node <= 0) ranks_per_node = world_size;
+  if (world_size % ranks_per_node != 0)
+    throw Error("config", fmt::format("{} ranks per node do not divide the world of {}", ranks_per_node, world_size));
   Problems p;
   check_names(*this, p);
   check_batches(*this, world_size, p);
   check_ranges(*this, p);
   check_sft(*this, p);
-  int64_t layout = get<int64_t>("trainer.nnodes") * get<int64_t>("trainer.n_gpus_per_node");
-  if (layout != world_size)
-    p.add("trainer.nnodes x trainer.n_gpus_per_node = {} x {} = {} rank(s), but the run has {}", get<int64_t>("trainer.nnodes"),
-          get<int64_t>("trainer.n_gpus_per_node"), layout, world_size);
+  check_layout(*this, world_size, ranks_per_node, p);
   if (!p.list().empty())
     throw Error("config", fmt::format("{} problem(s):\n  - {}", p.list().size(), join(p.list(), "\n  - ")));
 }

@@ -18,6 +18,13 @@ namespace verlpp::controller {
 using json = nlohmann::json;
 
 void save_checkpoint(RlTrainer::State& s) {
+  // Every rank holds the whole state (replicated parameters and optimizer), so rank 0 writes it
+  // alone, and a checkpoint of N ranks resumes on any number of ranks. The others wait, so no
+  // rank runs ahead of a checkpoint that might still fail.
+  if (!s.is_writer()) {
+    s.group->barrier();
+    return;
+  }
   const int64_t step = s.global_step;
   const std::string tmp = s.checkpoints->begin(step);
   try {
@@ -43,6 +50,7 @@ void save_checkpoint(RlTrainer::State& s) {
     throw;
   }
   const std::string final_dir = s.checkpoints->commit(step);
+  if (s.group) s.group->barrier();
   s.message(fmt::format("checkpoint saved: {}", final_dir));
 }
 

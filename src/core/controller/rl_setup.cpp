@@ -58,8 +58,23 @@ c10::Device pick_device(RlTrainer::State& s) {
   if (wanted == "cuda") {
     const std::string problem = hw::torch_placement_problem("cuda");
     if (!problem.empty()) throw Error("trainer.device", "cuda was asked for, but " + problem);
+    // One process per device: the rank's local rank picks its GPU.
+    return c10::Device(c10::kCUDA, c10::DeviceIndex(s.world.local_rank));
   }
-  return c10::Device(wanted == "cuda" ? c10::kCUDA : c10::kCPU);
+  return c10::Device(c10::kCPU);
+}
+
+// With several ranks: the rendezvous and the plugin communicator (a collective over all ranks).
+void join_process_group(RlTrainer::State& s) {
+  if (!s.world.is_distributed()) return;
+  if (s.plugin.empty())
+    throw Error("trainer.device", fmt::format("{} ranks need a plugin communicator, but no hardware plugin is loaded for {} "
+                                              "(VERL_HARDWARE_PLUGIN, `verlpp plugins`)", s.world.world_size, s.device.str()));
+  hw::ProcessGroupOptions options;
+  options.timeout = std::chrono::milliseconds(int64_t(s.config.get<double>("trainer.dist_timeout_s") * 1000.0));
+  const hw::Device device(hw::plugin_named(s.plugin), int32_t(s.device.has_index() ? s.device.index() : 0));
+  s.group = hw::ProcessGroup::create(s.world, device, options);
+  s.dp = train::DataParallel(s.group.get(), s.device);
 }
 
 void build_actor(RlTrainer::State& s) {
@@ -221,10 +236,12 @@ AlgorithmFamily algorithm_family(const std::string& estimator) {
 
 void setup_trainer(RlTrainer::State& s) {
   Config& c = s.config;
-  c.validate(1);
+  s.world = hw::world_from_environment();
+  c.validate(s.world.world_size, s.world.local_world_size);
   s.estimator = c.get<std::string>("algorithm.adv_estimator");
   s.family = algorithm_family(s.estimator);
   s.device = pick_device(s);
+  join_process_group(s);
   s.seed = uint64_t(c.get<int64_t>("trainer.seed"));
   s.n = c.get<int64_t>("actor_rollout_ref.rollout.n");
   s.response_length = c.get<int64_t>("data.max_response_length");
@@ -274,12 +291,17 @@ void setup_trainer(RlTrainer::State& s) {
                                        c.get<double>("algorithm.kl_ctrl.target_kl"), c.get<double>("algorithm.kl_ctrl.horizon"));
 
   build_actor(s);
+  s.actor->set_data_parallel(s.dp);
   if (s.use_reference) build_reference(s);
-  if (s.use_critic) build_critic(s);
+  if (s.use_critic) {
+    build_critic(s);
+    s.critic->set_data_parallel(s.dp);
+  }
   build_engine(s);
   int64_t keep = c.get_or<int64_t>("trainer.max_actor_ckpt_to_keep", 0);
   s.checkpoints = std::make_unique<CheckpointManager>(s.run_dir, keep);
   files::make_dirs(s.run_dir);
+  if (s.world.is_distributed()) s.message(fmt::format("{} ranks: {}", s.world.world_size, hw::describe(s.world)));
   s.message(fmt::format("device {} ({}), model {} ({:.2f}M parameters), {} train / {} val prompts, {} steps of {} x {} "
                         "sequences, estimator {}", s.device.str(), s.plugin.empty() ? "no plugin" : "plugin " + s.plugin,
                         s.model_path, double(model::parameter_count(mc)) / 1e6, s.train_set->size(),

@@ -38,9 +38,11 @@ void run_sft_warm_start(RlTrainer::State& s) {
   config.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
   config.optim = adamw_of(c, "sft.optim", "sft.optim.grad_clip");
   train::SftTrainer trainer(*s.actor_model, config, train::LrSchedule(lr));
+  trainer.set_data_parallel(s.dp);
 
   DataLoader loader(data.size(), c.get<int64_t>("sft.batch_size"), /*shuffle=*/true, uint64_t(c.get<int64_t>("sft.seed")));
-  std::ofstream log(files::join(s.run_dir, "sft_metrics.jsonl"), std::ios::trunc);
+  std::ofstream log;  // rank 0 writes the files
+  if (s.is_writer()) log.open(files::join(s.run_dir, "sft_metrics.jsonl"), std::ios::trunc);
   double first_loss = 0, last_loss = 0;
   const int64_t test_freq = c.get<int64_t>("sft.test_freq");
   for (int64_t step = 1; step <= steps; ++step) {
@@ -55,14 +57,16 @@ void run_sft_warm_start(RlTrainer::State& s) {
       for (const auto& [key, value] : val.items()) m["sft/" + key] = value;
       s.message(fmt::format("SFT step {}/{}: loss {:.3f}, val/acc {:.3f}", step, steps, last_loss, val.value("val/acc", 0.0)));
     }
-    log << m.dump() << "\n";
+    if (log.is_open()) log << m.dump() << "\n";
     s.progress("sft", step, steps);
   }
   const std::string out = files::join(s.run_dir, "sft_model");
   model::SaveOptions save;
   save.source_dir = s.model_path;
-  files::remove_tree(out);
-  model::save_pretrained(*s.actor_model, out, save);
+  if (s.is_writer()) {
+    files::remove_tree(out);
+    model::save_pretrained(*s.actor_model, out, save);
+  }
   if (s.ref_model) {
     at::NoGradGuard no_grad;
     for (const auto& [name, p] : s.actor_model->named_parameters()) s.ref_model->parameter(name).copy_(p.detach());

@@ -7,7 +7,9 @@
 #include <verlpp/algo/agg_loss.hpp>
 #include <verlpp/train/logprob.hpp>
 
+#include <ATen/ops/cat.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 
 namespace verlpp::controller {
@@ -36,6 +38,50 @@ std::vector<std::vector<int64_t>> prompt_tokens(const Batch& prompts) {
 
 }  // namespace
 
+namespace {
+
+// Generated samples of some prompts: token ids per sample and their log-probs [samples, R].
+struct Samples {
+  std::vector<std::vector<int64_t>> responses;
+  std::vector<float> logprobs;
+};
+
+// With several ranks, each generated the samples of its own prompt range [begin_r, end_r);
+// returns everyone's, in prompt order, on every rank. Rows travel padded to the longest range.
+Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vector<int64_t>& begins, int64_t n) {
+  const int64_t world = s.world.world_size, r_len = s.response_length;
+  int64_t chunk = 0;
+  for (int64_t r = 0; r < world; ++r) chunk = std::max(chunk, (begins[size_t(r) + 1] - begins[size_t(r)]) * n);
+  at::Tensor ids = at::full({chunk, r_len}, s.pad_id, at::TensorOptions().dtype(at::kLong));
+  at::Tensor lens = at::zeros({chunk}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor lps = at::zeros({chunk, r_len}, at::TensorOptions().dtype(at::kFloat));
+  for (size_t row = 0; row < local.responses.size(); ++row) {
+    const auto& tokens = local.responses[row];
+    lens[int64_t(row)] = int64_t(tokens.size());
+    for (size_t k = 0; k < tokens.size(); ++k) ids[int64_t(row)][int64_t(k)] = tokens[k];
+  }
+  if (!local.logprobs.empty())
+    lps.narrow(0, 0, int64_t(local.responses.size()))
+        .copy_(at::from_blob(local.logprobs.data(), {int64_t(local.responses.size()), r_len}, at::TensorOptions().dtype(at::kFloat)));
+  at::Tensor all_ids = s.group->all_gather(ids.to(s.device)).cpu().contiguous();
+  at::Tensor all_lens = s.group->all_gather(lens.to(s.device)).cpu().contiguous();
+  at::Tensor all_lps = s.group->all_gather(lps.to(s.device)).cpu().contiguous();
+  Samples out;
+  for (int64_t r = 0; r < world; ++r) {
+    const int64_t rows = (begins[size_t(r) + 1] - begins[size_t(r)]) * n;
+    for (int64_t k = 0; k < rows; ++k) {
+      const int64_t g = r * chunk + k, len = all_lens.data_ptr<int64_t>()[g];
+      const int64_t* row_ids = all_ids.data_ptr<int64_t>() + g * r_len;
+      out.responses.emplace_back(row_ids, row_ids + len);
+      const float* row_lps = all_lps.data_ptr<float>() + g * r_len;
+      out.logprobs.insert(out.logprobs.end(), row_lps, row_lps + r_len);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, bool greedy, uint64_t seed_base) {
   const Config& c = s.config;
   const std::string r = "actor_rollout_ref.rollout";
@@ -51,34 +97,48 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, b
     params.top_p = c.get<double>(r + ".top_p");
   }
   const auto tokens = prompt_tokens(prompts);
+  // Data-parallel rollout: rank r generates the prompts [begins[r], begins[r+1]) with all their
+  // n samples (GRPO groups stay whole); every seed is a function of the global prompt index,
+  // so the tokens do not depend on the number of ranks.
+  const int64_t num_prompts = int64_t(tokens.size()), world = s.world.world_size;
+  const int64_t per_rank = (num_prompts + world - 1) / world;
+  std::vector<int64_t> begins;
+  for (int64_t k = 0; k <= world; ++k) begins.push_back(std::min(num_prompts, k * per_rank));
+  const int64_t first = begins[size_t(s.world.rank)], last = begins[size_t(s.world.rank) + 1];
   std::vector<rollout::GenerateRequest> requests;
-  requests.reserve(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    rollout::GenerateRequest q{tokens[i], params};
-    q.sampling.seed = seed_base + i;
+  requests.reserve(size_t(last - first));
+  for (int64_t i = first; i < last; ++i) {
+    rollout::GenerateRequest q{tokens[size_t(i)], params};
+    q.sampling.seed = seed_base + uint64_t(i);
     requests.push_back(std::move(q));
   }
   if (s.engine->is_sleeping()) s.engine->wake();
-  const int64_t total = int64_t(tokens.size()) * n;
-  auto outputs = s.engine->generate(requests, [&](int64_t done, int64_t) { s.progress("gen", done, total); });
+  const int64_t local_total = (last - first) * n;
+  std::vector<rollout::GenerateOutput> outputs;
+  if (!requests.empty())
+    outputs = s.engine->generate(requests, [&](int64_t done, int64_t) { s.progress("gen", done * world, num_prompts * n); });
   if (c.get<bool>(r + ".free_cache_engine")) s.engine->sleep();  // the pool's memory goes back for training
 
-  std::vector<std::vector<int64_t>> responses;
-  std::vector<float> logprobs(size_t(total * s.response_length), 0.0f);
-  responses.reserve(size_t(total));
+  Samples local;
+  local.logprobs.assign(size_t(local_total * s.response_length), 0.0f);
+  local.responses.reserve(size_t(local_total));
   for (const auto& out : outputs) {
     if (!out.error.empty())
-      throw Error(fmt::format("prompt row {} ({})", out.request_index, prompts.column("uid")[size_t(out.request_index)].dump()),
+      throw Error(fmt::format("prompt row {} ({})", first + out.request_index,
+                              prompts.column("uid")[size_t(first + out.request_index)].dump()),
                   out.error);
-    const size_t row = responses.size();
-    for (size_t k = 0; k < out.logprobs.size(); ++k) logprobs[row * size_t(s.response_length) + k] = out.logprobs[k];
-    responses.push_back(out.token_ids);
+    const size_t row = local.responses.size();
+    for (size_t k = 0; k < out.logprobs.size(); ++k) local.logprobs[row * size_t(s.response_length) + k] = out.logprobs[k];
+    local.responses.push_back(out.token_ids);
   }
-  if (int64_t(responses.size()) != total)
-    throw Error("rollout", fmt::format("the engine returned {} samples for {} x {} requested", responses.size(), tokens.size(), n));
-  Batch batch = append_responses(prompts.repeat(n, /*interleave=*/true), responses, s.response_length, s.pad_id);
+  if (int64_t(local.responses.size()) != local_total)
+    throw Error("rollout", fmt::format("the engine returned {} samples for {} x {} requested", local.responses.size(),
+                                       last - first, n));
+  Samples all = world > 1 ? gather_samples(s, std::move(local), begins, n) : std::move(local);
+  const int64_t total = num_prompts * n;
+  Batch batch = append_responses(prompts.repeat(n, /*interleave=*/true), all.responses, s.response_length, s.pad_id);
   batch.set("rollout_log_probs",
-            at::from_blob(logprobs.data(), {total, s.response_length}, at::TensorOptions().dtype(at::kFloat)).clone());
+            at::from_blob(all.logprobs.data(), {total, s.response_length}, at::TensorOptions().dtype(at::kFloat)).clone());
   // Collation happens on the host; the trainer's forwards run on the device.
   move_to(batch, s.device);
   return batch;
@@ -113,19 +173,28 @@ void compute_scores(RlTrainer::State& s, Batch& batch) {
 
 void compute_reference_log_prob(RlTrainer::State& s, Batch& batch) {
   at::NoGradGuard no_grad;
-  auto out = train::response_log_probs(*s.ref_model, batch.tensor("input_ids"), batch.tensor("attention_mask"),
-                                       batch.tensor("position_ids"), s.response_length, s.actor->config().temperature, false,
-                                       s.actor->config().log_prob_chunk_rows, s.actor->config().remove_padding);
-  batch.set("ref_log_prob", out.log_probs);
+  batch.set("ref_log_prob", dispatch_rows(s, batch, [&](const Batch& rows) {
+              return train::response_log_probs(*s.ref_model, rows.tensor("input_ids"), rows.tensor("attention_mask"),
+                                               rows.tensor("position_ids"), s.response_length, s.actor->config().temperature,
+                                               false, s.actor->config().log_prob_chunk_rows, s.actor->config().remove_padding)
+                  .log_probs;
+            }));
 }
 
 double compute_old_log_prob(RlTrainer::State& s, Batch& batch) {
-  train::ResponseLogProbs out = s.actor->compute_log_prob(batch, /*with_entropy=*/true);
-  batch.set("old_log_probs", out.log_probs);
-  return algo::agg_loss(out.entropy, batch.tensor("response_mask"), "token-mean").item<double>();
+  // Log-probs and entropies side by side [B, 2R], so one gather brings both back.
+  at::Tensor both = dispatch_rows(s, batch, [&](const Batch& rows) {
+    train::ResponseLogProbs out = s.actor->compute_log_prob(rows, /*with_entropy=*/true);
+    return at::cat({out.log_probs, out.entropy}, 1);
+  });
+  batch.set("old_log_probs", both.narrow(1, 0, s.response_length).contiguous());
+  const at::Tensor entropy = both.narrow(1, s.response_length, s.response_length);
+  return algo::agg_loss(entropy, batch.tensor("response_mask"), "token-mean").item<double>();
 }
 
-void compute_values(RlTrainer::State& s, Batch& batch) { batch.set("values", s.critic->compute_values(batch)); }
+void compute_values(RlTrainer::State& s, Batch& batch) {
+  batch.set("values", dispatch_rows(s, batch, [&](const Batch& rows) { return s.critic->compute_values(rows); }));
+}
 
 void apply_reward_kl(RlTrainer::State& s, Batch& batch, json& metrics) {
   if (!s.use_kl_in_reward) {

@@ -12,12 +12,15 @@
 #include <verlpp/controller/rl_trainer.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>
+#include <verlpp/hw/process_group.hpp>
+#include <verlpp/hw/world.hpp>
 #include <verlpp/model/chat_template.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/model/tokenizer.hpp>
 #include <verlpp/rollout/engine.hpp>
 #include <verlpp/train/actor.hpp>
 #include <verlpp/train/critic.hpp>
+#include <verlpp/train/data_parallel.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +41,14 @@ struct RlTrainer::State {
   std::string estimator;
   c10::Device device = c10::Device(c10::kCPU);
   std::string plugin;  // the hardware plugin the device comes from ("" = none loaded)
+
+  // Scale-out (SPMD): every rank runs this loop on the same data; generation and the forward
+  // stages split their rows over the ranks and gather the results, updates sum gradients.
+  // Only rank 0 writes files (metrics, checkpoints, report) and reports progress.
+  hw::WorldInfo world;
+  std::unique_ptr<hw::ProcessGroup> group;  // null with one rank
+  train::DataParallel dp;
+  bool is_writer() const { return world.rank == 0; }
 
   std::string model_path;
   std::optional<model::Tokenizer> tokenizer;
@@ -65,10 +76,10 @@ struct RlTrainer::State {
   std::ofstream metrics_out;
 
   void message(const std::string& text) const {
-    if (hooks.on_message) hooks.on_message(text);
+    if (hooks.on_message && is_writer()) hooks.on_message(text);
   }
   void progress(const std::string& phase, int64_t done, int64_t total) const {
-    if (hooks.on_progress) hooks.on_progress(phase, done, total);
+    if (hooks.on_progress && is_writer()) hooks.on_progress(phase, done, total);
   }
 };
 
@@ -77,11 +88,13 @@ double resident_gib();
 double peak_resident_gib();
 
 // Runs `f` as the stage `name` of a step: adds its seconds to metrics["timing_s/<name>"],
-// records memory/<name>_gib (resident after it), and turns an exception into an Error naming
-// the rank and the stage (one rank today; workers get their own ranks with scale-out).
+// records memory/<name>_gib (resident after it), tells the other ranks where this one is, and
+// turns an exception into an Error naming the rank, the step and the stage.
 template <class F>
-auto run_stage(const std::string& name, nlohmann::json& metrics, F&& f) -> decltype(f()) {
+auto run_stage(RlTrainer::State& s, const std::string& name, nlohmann::json& metrics, F&& f) -> decltype(f()) {
   const auto start = std::chrono::steady_clock::now();
+  const std::string where = fmt::format("step {} {}", s.global_step + 1, name);
+  if (s.group) s.group->set_stage(where);
   auto finish = [&] {
     metrics["timing_s/" + name] =
         metrics.value("timing_s/" + name, 0.0) +
@@ -98,8 +111,17 @@ auto run_stage(const std::string& name, nlohmann::json& metrics, F&& f) -> declt
       return result;
     }
   } catch (const std::exception& e) {
-    throw Error(fmt::format("rank 0, stage {}", name), e.what());
+    throw Error(fmt::format("rank {} of {}, {}", s.world.rank, s.world.world_size, where), e.what());
   }
+}
+
+// Runs `compute` (a forward over rows of `batch`, returning [rows, ...]) on this rank's share of
+// the rows and returns the whole batch's result in its order, on every rank.
+template <class F>
+at::Tensor dispatch_rows(const RlTrainer::State& s, const Batch& batch, F&& compute) {
+  if (!s.dp.is_distributed()) return compute(batch);
+  const auto parts = s.dp.partition(batch);
+  return s.dp.gather(compute(s.dp.local_rows(batch, parts)).contiguous(), parts);
 }
 
 // Moves every tensor of `batch` to `device` (collation happens on the host).

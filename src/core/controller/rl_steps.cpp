@@ -38,14 +38,14 @@ uint64_t rollout_seed(const RlTrainer::State& s, int64_t step, uint64_t salt) {
 // weight sync to the rollout engine, and the step's data metrics.
 void advantages_update_and_sync(RlTrainer::State& s, StepOutput& out) {
   json& m = out.metrics;
-  run_stage("adv", m, [&] {
+  run_stage(s, "adv", m, [&] {
     apply_reward_kl(s, out.batch, m);
     compute_advantages(s, out.batch);
   });
-  if (s.use_critic) run_stage("update_critic", m, [&] { merge_into(m, s.critic->update_critic(out.batch)); });
+  if (s.use_critic) run_stage(s, "update_critic", m, [&] { merge_into(m, s.critic->update_critic(out.batch)); });
   if (s.global_step + 1 > s.config.get<int64_t>("trainer.critic_warmup")) {
-    run_stage("update_actor", m, [&] { merge_into(m, s.actor->update_policy(out.batch)); });
-    run_stage("sync", m, [&] { sync_rollout_weights(s, m); });
+    run_stage(s, "update_actor", m, [&] { merge_into(m, s.actor->update_policy(out.batch)); });
+    run_stage(s, "sync", m, [&] { sync_rollout_weights(s, m); });
   }
   add_data_metrics(out.batch, s.use_critic, m);
 }
@@ -54,10 +54,10 @@ void advantages_update_and_sync(RlTrainer::State& s, StepOutput& out) {
 void rollout_and_score(RlTrainer::State& s, StepOutput& out, const Batch& prompts) {
   json& m = out.metrics;
   const uint64_t seed = rollout_seed(s, s.global_step + 1, 0);
-  out.batch = run_stage("gen", m, [&] { return generate_sequences(s, prompts, s.n, /*greedy=*/false, seed); });
-  run_stage("reward", m, [&] { compute_scores(s, out.batch); });
-  if (s.use_reference) run_stage("ref", m, [&] { compute_reference_log_prob(s, out.batch); });
-  m["actor/entropy"] = run_stage("old_log_prob", m, [&] { return compute_old_log_prob(s, out.batch); });
+  out.batch = run_stage(s, "gen", m, [&] { return generate_sequences(s, prompts, s.n, /*greedy=*/false, seed); });
+  run_stage(s, "reward", m, [&] { compute_scores(s, out.batch); });
+  if (s.use_reference) run_stage(s, "ref", m, [&] { compute_reference_log_prob(s, out.batch); });
+  m["actor/entropy"] = run_stage(s, "old_log_prob", m, [&] { return compute_old_log_prob(s, out.batch); });
   add_rollout_drift_metrics(out.batch, m);
 }
 
@@ -66,7 +66,7 @@ StepOutput step_with_critic(RlTrainer::State& s) {
   StepOutput out;
   const Batch prompts = next_prompt_batch(s);
   rollout_and_score(s, out, prompts);
-  run_stage("values", out.metrics, [&] { compute_values(s, out.batch); });
+  run_stage(s, "values", out.metrics, [&] { compute_values(s, out.batch); });
   advantages_update_and_sync(s, out);
   return out;
 }
@@ -86,7 +86,7 @@ StepOutput step_remax(RlTrainer::State& s) {
   StepOutput out;
   json& m = out.metrics;
   const Batch prompts = next_prompt_batch(s);
-  std::vector<float> baselines = run_stage("gen_max", m, [&] {
+  std::vector<float> baselines = run_stage(s, "gen_max", m, [&] {
     Batch greedy = generate_sequences(s, prompts, 1, /*greedy=*/true, rollout_seed(s, s.global_step + 1, 1));
     compute_scores(s, greedy);
     std::vector<float> b;
@@ -176,6 +176,8 @@ int64_t RlTrainer::global_step() const { return s_->global_step; }
 int64_t RlTrainer::total_steps() const { return s_->total_steps; }
 const std::string& RlTrainer::run_dir() const { return s_->run_dir; }
 const Config& RlTrainer::config() const { return s_->config; }
+int32_t RlTrainer::rank() const { return s_->world.rank; }
+int32_t RlTrainer::world_size() const { return s_->world.world_size; }
 
 json RlTrainer::fit() {
   State& s = *s_;
@@ -186,17 +188,20 @@ json RlTrainer::fit() {
       c.is_null("trainer.resume_from_path") ? std::string() : c.get<std::string>("trainer.resume_from_path"));
   if (resume_from) {
     s.global_step = load_checkpoint(s, *resume_from);
-    truncate_metrics(metrics_path, s.global_step);
+    if (s.is_writer()) truncate_metrics(metrics_path, s.global_step);
     s.message(fmt::format("resumed from {} (step {} of {})", *resume_from, s.global_step, s.total_steps));
     if (s.global_step >= s.total_steps)
       s.message(fmt::format("the run in {} is already complete; trainer.resume_mode=disable starts it over", s.run_dir));
   } else {
-    files::remove_file(metrics_path);
+    if (s.is_writer()) files::remove_file(metrics_path);
     run_sft_warm_start(s);
   }
-  s.metrics_out.open(metrics_path, std::ios::app);
-  if (!s.metrics_out) throw Error(metrics_path, "cannot open the metrics file for writing");
+  if (s.is_writer()) {
+    s.metrics_out.open(metrics_path, std::ios::app);
+    if (!s.metrics_out) throw Error(metrics_path, "cannot open the metrics file for writing");
+  }
   auto write_row = [&](const json& row) {
+    if (!s.is_writer()) return;
     s.metrics_out << row.dump() << "\n";
     s.metrics_out.flush();
     if (s.hooks.on_step) s.hooks.on_step(row);
@@ -217,8 +222,8 @@ json RlTrainer::fit() {
     const bool is_last = s.global_step == s.total_steps;
     json& m = out.metrics;
     if (s.val_set && every(test_freq, s.global_step, is_last))
-      run_stage("testing", m, [&] { merge_into(m, validate_model(s)); });
-    if (every(save_freq, s.global_step, is_last)) run_stage("save_checkpoint", m, [&] { save_checkpoint(s); });
+      run_stage(s, "testing", m, [&] { merge_into(m, validate_model(s)); });
+    if (every(save_freq, s.global_step, is_last)) run_stage(s, "save_checkpoint", m, [&] { save_checkpoint(s); });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     m["timing_s/step"] = seconds;
     add_throughput_metrics(out.batch, seconds, m);
@@ -229,7 +234,9 @@ json RlTrainer::fit() {
     s.progress("train", s.global_step, s.total_steps);
     last = m;
   }
-  s.metrics_out.close();
+  if (s.metrics_out.is_open()) s.metrics_out.close();
+  // No rank leaves (and rank 0 stops serving the store) while another still needs it.
+  if (s.group) s.group->barrier();
   return last;
 }
 

@@ -2,13 +2,14 @@
 // (decode), or everything delegated to PagedAttention (prefill, or no kernel).
 #include "attention.hpp"
 
-#include "dlpack_view.hpp"
+#include "../hw/dlpack_view.hpp"
 
 #include <verlpp/hw/kernels.hpp>
 
 #include <ATen/ops/empty.h>
 
 namespace verlpp::rollout::detail {
+using hw::detail::dl_view;
 
 RolloutAttention::RolloutAttention(model::PagedKvCache& cache, model::PagedStep step, bool is_decode,
                                    const hw::Kernels* kernels)

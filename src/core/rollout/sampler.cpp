@@ -6,7 +6,7 @@
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>
 
-#include "dlpack_view.hpp"
+#include "../hw/dlpack_view.hpp"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
@@ -133,9 +133,9 @@ SampleResult sample(const at::Tensor& logits, const std::vector<RowSampling>& ro
   at::Tensor t_topp = at::tensor(top_ps, at::TensorOptions().dtype(at::kFloat)).to(dev);
   at::Tensor t_seed = at::tensor(seeds, at::TensorOptions().dtype(at::kLong)).to(dev);
   at::Tensor out_tokens = at::empty({x.size(0)}, on(at::kLong)), out_logprobs = at::empty({x.size(0)}, on(at::kFloat));
-  DLTensor d_x = detail::dl_view(x), d_temp = detail::dl_view(t_temp), d_topk = detail::dl_view(t_topk),
-           d_topp = detail::dl_view(t_topp), d_seed = detail::dl_view(t_seed, /*as_unsigned=*/true),
-           d_tok = detail::dl_view(out_tokens), d_lp = detail::dl_view(out_logprobs);
+  DLTensor d_x = hw::detail::dl_view(x), d_temp = hw::detail::dl_view(t_temp), d_topk = hw::detail::dl_view(t_topk),
+           d_topp = hw::detail::dl_view(t_topp), d_seed = hw::detail::dl_view(t_seed, /*as_unsigned=*/true),
+           d_tok = hw::detail::dl_view(out_tokens), d_lp = hw::detail::dl_view(out_logprobs);
   kernels->plugin().check(kernels->table().sample(&d_x, &d_temp, &d_topk, &d_topp, &d_seed, 0, &d_tok, &d_lp, nullptr),
                           "kernels.sample");
   return SampleResult{out_tokens.to(at::kCPU), out_logprobs.to(at::kCPU)};

@@ -33,7 +33,8 @@ Actor::Actor(model::DecoderLM& model, ActorConfig config, LrSchedule schedule)
                config_.ppo_mini_batch_size);
   VERLPP_CHECK(config_.ppo_epochs >= 1, "ppo_epochs {} must be >= 1", config_.ppo_epochs);
   model_.set_requires_grad(true);
-  optimizer_ = std::make_unique<OptimizerStep>(parameter_tensors(model_), config_.optim, std::move(schedule));
+  params_ = parameter_tensors(model_);
+  optimizer_ = std::make_unique<OptimizerStep>(params_, config_.optim, std::move(schedule));
 }
 
 Actor::~Actor() = default;
@@ -59,7 +60,8 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
       algo::AggLossOptions agg = config_.policy.agg;
       agg.batch_num_tokens = mask.sum().item<double>();
       agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
-      const auto micros = micro_batches(mini, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len);
+      const controller::Batch local = dp_.local_rows(mini, dp_.partition(mini));
+      const auto micros = micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len);
       optimizer_->zero_grad();
       for (const controller::Batch& micro : micros) {
         const bool need_entropy = config_.entropy_coeff != 0.0;
@@ -90,6 +92,7 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
         lower_sum += pg.clipfrac_lower.item<double>();
         ++micro_count;
       }
+      dp_.all_reduce_gradients(params_);
       const double grad_norm = optimizer_->clip_and_step();
       if (!optimizer_->last_step_skipped()) {
         ++steps_taken;
@@ -98,6 +101,12 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
     }
   }
   ++updates_;
+  // With data parallelism: sums over every rank's micro-batches (the same on every rank).
+  std::vector<double> sums = {pg_loss_sum, clipfrac_sum, ppo_kl_sum, lower_sum, kl_loss_sum, entropy_sum, double(micro_count)};
+  dp_.all_reduce_sum(sums);
+  pg_loss_sum = sums[0], clipfrac_sum = sums[1], ppo_kl_sum = sums[2], lower_sum = sums[3], kl_loss_sum = sums[4];
+  entropy_sum = sums[5];
+  micro_count = int64_t(sums[6]);
   const double per_micro = double(std::max<int64_t>(micro_count, 1));
   nlohmann::json metrics = {{"actor/pg_loss", pg_loss_sum / per_micro},   {"actor/pg_clipfrac", clipfrac_sum / per_micro},
                             {"actor/ppo_kl", ppo_kl_sum / per_micro},     {"actor/pg_clipfrac_lower", lower_sum / per_micro},

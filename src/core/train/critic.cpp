@@ -18,7 +18,8 @@ Critic::Critic(model::DecoderLM& model, CriticConfig config, LrSchedule schedule
                "ppo_micro_batch_size {} must divide ppo_mini_batch_size {}", config_.ppo_micro_batch_size,
                config_.ppo_mini_batch_size);
   model_.set_requires_grad(true);
-  optimizer_ = std::make_unique<OptimizerStep>(parameter_tensors(model_), config_.optim, std::move(schedule));
+  params_ = parameter_tensors(model_);
+  optimizer_ = std::make_unique<OptimizerStep>(params_, config_.optim, std::move(schedule));
 }
 
 Critic::~Critic() = default;
@@ -49,8 +50,9 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
       agg.batch_num_tokens = mask.sum().item<double>();
       agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
       optimizer_->zero_grad();
+      const controller::Batch local = dp_.local_rows(mini, dp_.partition(mini));
       for (const controller::Batch& micro :
-           micro_batches(mini, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len)) {
+           micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len)) {
         at::Tensor vpreds = values_of(micro);
         const at::Tensor m = micro.tensor("response_mask");
         algo::ValueLossOutput out = algo::compute_value_loss(vpreds, micro.tensor("returns"), micro.tensor("values"), m,
@@ -61,6 +63,7 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
         vpred_sum += vpreds.detach().mul(m).sum().item<double>() / std::max(1.0, m.sum().item<double>());
         ++micro_count;
       }
+      dp_.all_reduce_gradients(params_);
       const double norm = optimizer_->clip_and_step();
       if (!optimizer_->last_step_skipped()) {
         norm_sum += norm;
@@ -69,6 +72,10 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
     }
   }
   ++updates_;
+  std::vector<double> sums = {loss_sum, clipfrac_sum, vpred_sum, double(micro_count)};
+  dp_.all_reduce_sum(sums);
+  loss_sum = sums[0], clipfrac_sum = sums[1], vpred_sum = sums[2];
+  micro_count = int64_t(sums[3]);
   const double per_micro = double(std::max<int64_t>(micro_count, 1));
   return {{"critic/vf_loss", loss_sum / per_micro},
           {"critic/vf_clipfrac", clipfrac_sum / per_micro},

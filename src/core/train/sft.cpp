@@ -12,7 +12,8 @@ SftTrainer::SftTrainer(model::DecoderLM& model, SftConfig config, LrSchedule sch
     : model_(model), config_(std::move(config)) {
   VERLPP_CHECK(config_.micro_batch_size >= 1, "sft micro_batch_size {} must be >= 1", config_.micro_batch_size);
   model_.set_requires_grad(true);
-  optimizer_ = std::make_unique<OptimizerStep>(parameter_tensors(model_), config_.optim, std::move(schedule));
+  params_ = parameter_tensors(model_);
+  optimizer_ = std::make_unique<OptimizerStep>(params_, config_.optim, std::move(schedule));
 }
 
 SftTrainer::~SftTrainer() = default;
@@ -26,7 +27,7 @@ nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
   VERLPP_CHECK(tokens > 0, "the SFT batch of {} rows has no response tokens", batch.size());
   optimizer_->zero_grad();
   double loss_sum = 0;
-  for (const controller::Batch& micro : batch.split(config_.micro_batch_size)) {
+  for (const controller::Batch& micro : dp_.local_rows(batch, dp_.partition(batch)).split(config_.micro_batch_size)) {
     ResponseLogProbs out = response_log_probs(model_, micro.tensor("input_ids"), micro.tensor("attention_mask"),
                                               micro.tensor("position_ids"), response_length, 1.0, false,
                                               config_.log_prob_chunk_rows, config_.remove_padding);
@@ -34,6 +35,10 @@ nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
     nll.backward();
     loss_sum += nll.item<double>();
   }
+  dp_.all_reduce_gradients(params_);
+  std::vector<double> sums = {loss_sum};
+  dp_.all_reduce_sum(sums);
+  loss_sum = sums[0];
   const double grad_norm = optimizer_->clip_and_step();
   return {{"sft/loss", loss_sum}, {"sft/grad_norm", grad_norm}, {"sft/lr", lr}, {"sft/tokens", tokens},
           {"sft/skipped_steps", optimizer_->skipped()}};

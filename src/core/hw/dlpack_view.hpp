@@ -1,4 +1,4 @@
-// Borrowed DLPack views of at::Tensors for plugin kernel calls. Built by hand rather than with
+// Borrowed DLPack views of at::Tensors for plugin calls (kernels, collectives). Built by hand rather than with
 // ATen/DLConvertor.h, whose own copy of dlpack.h would clash with the ABI's in one file.
 #pragma once
 
@@ -8,7 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
-namespace verlpp::rollout::detail {
+namespace verlpp::hw::detail {
 
 // A view of `t` valid while `t` lives. `as_unsigned` marks an integer tensor as kDLUInt
 // (LibTorch 1.13 has no uint64).
@@ -35,4 +35,4 @@ inline DLTensor dl_view(const at::Tensor& t, bool as_unsigned = false) {
   return d;
 }
 
-}  // namespace verlpp::rollout::detail
+}  // namespace verlpp::hw::detail

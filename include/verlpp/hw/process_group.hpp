@@ -1,0 +1,69 @@
+// One rank's membership in a multi-process run: the rendezvous store (LibTorch's c10d
+// TCPStore, served by rank 0 at MASTER_ADDR:MASTER_PORT), the plugin communicator built over
+// it (NCCL on cuda, Gloo on cpu_ref), collectives on at::Tensors, and liveness. A heartbeat
+// thread bumps this rank's counter in the store, and each rank records the stage it is in, so
+// that when a collective fails or times out the error names the ranks that stopped and where.
+#pragma once
+
+#include <verlpp/hw/communicator.hpp>
+#include <verlpp/hw/world.hpp>
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace verlpp::hw {
+
+struct ProcessGroupOptions {
+  // Rendezvous and every collective: a rank that does not answer within it is an error.
+  std::chrono::milliseconds timeout{600000};
+  // How often each rank proves it is alive.
+  std::chrono::milliseconds heartbeat{500};
+};
+
+class ProcessGroup {
+ public:
+  // Collective: every rank of `world` calls it. `device` is this rank's (its plugin provides
+  // the communicator). Errors name the store address, the rank and the plugin.
+  static std::unique_ptr<ProcessGroup> create(const WorldInfo& world, const Device& device,
+                                              const ProcessGroupOptions& options = {});
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int32_t rank() const { return world_.rank; }
+  int32_t world_size() const { return world_.world_size; }
+  const WorldInfo& world() const { return world_; }
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+
+  // In place over ranks; `t` contiguous on the group's device.
+  void all_reduce_sum(at::Tensor& t) const;
+  void all_reduce_max(at::Tensor& t) const;
+  // Every rank's `t` [n, ...] (same shape on all ranks) concatenated in rank order: [world * n, ...].
+  at::Tensor all_gather(const at::Tensor& t) const;
+  // `t` of rank `root` on every rank (in place).
+  void broadcast(at::Tensor& t, int32_t root) const;
+  void barrier() const;
+
+  // Records what this rank is doing now ("step 3 update_actor"), for the others' error messages.
+  void set_stage(const std::string& stage);
+  const std::string& stage() const { return stage_; }
+  // A sentence naming the ranks whose heartbeat stopped (and the stage each last recorded), or
+  // saying the store itself is gone; empty when every other rank is alive. Takes a few
+  // heartbeat periods.
+  std::string diagnose_peers() const;
+
+ private:
+  struct Impl;
+  ProcessGroup(WorldInfo world, ProcessGroupOptions options);
+  template <class F>
+  void checked(const char* op, F&& call) const;
+  WorldInfo world_;
+  ProcessGroupOptions options_;
+  std::string stage_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace verlpp::hw

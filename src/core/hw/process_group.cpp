@@ -1,0 +1,199 @@
+// ProcessGroup: store + communicator + heartbeat (see process_group.hpp). The heartbeat and the
+// diagnosis use their own store connections, so they never share a socket with the main thread.
+#include <verlpp/core/error.hpp>
+#include <verlpp/hw/process_group.hpp>
+
+#include "dlpack_view.hpp"
+
+#include <ATen/ops/empty.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace verlpp::hw {
+
+struct ProcessGroup::Impl {
+  std::shared_ptr<KvStore> store;
+  std::unique_ptr<Communicator> comm;
+  std::thread heartbeat;
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false;
+};
+
+namespace {
+
+std::string hb_key(int32_t rank) { return fmt::format("verlpp/hb/{}", rank); }
+std::string stage_key(int32_t rank) { return fmt::format("verlpp/stage/{}", rank); }
+
+std::shared_ptr<KvStore> connect(const WorldInfo& w, bool serve, std::chrono::milliseconds timeout) {
+  TcpStoreOptions o;
+  o.host = w.master_addr;
+  o.port = w.master_port;
+  o.is_server = serve;
+  o.world_size = w.world_size;
+  o.timeout = timeout;
+  return make_tcp_store(o);
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(WorldInfo world, ProcessGroupOptions options)
+    : world_(std::move(world)), options_(options), impl_(std::make_unique<Impl>()) {}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::create(const WorldInfo& world, const Device& device,
+                                                   const ProcessGroupOptions& options) {
+  std::unique_ptr<ProcessGroup> g(new ProcessGroup(world, options));
+  const std::string where = fmt::format("rank {} of {}", world.rank, world.world_size);
+  try {
+    g->impl_->store = connect(world, world.rank == 0, options.timeout);
+  } catch (const std::exception& e) {
+    throw Error(where, fmt::format("rendezvous at {}:{} failed ({}): {}", world.master_addr, world.master_port,
+                                   world.rank == 0 ? "serving the store" : "connecting to rank 0's store", e.what()));
+  }
+  g->impl_->store->add(hb_key(world.rank), 1);
+  g->set_stage("setup");
+  CommunicatorOptions co;
+  co.rank = world.rank;
+  co.world_size = world.world_size;
+  co.key_prefix = "verlpp/comm/";
+  co.timeout = options.timeout;
+  try {
+    g->impl_->comm = std::make_unique<Communicator>(Communicator::create(device, g->impl_->store, co));
+  } catch (const std::exception& e) {
+    throw Error(where, fmt::format("creating the {} communicator failed: {}{}", device.plugin().name(), e.what(),
+                                   g->diagnose_peers()));
+  }
+  // The heartbeat: its own connection; a store that goes away just ends it (the next
+  // collective reports the failure with a diagnosis).
+  Impl* impl = g->impl_.get();
+  g->impl_->heartbeat = std::thread([impl, world, options] {
+    std::shared_ptr<KvStore> own;
+    try {
+      own = connect(world, false, options.timeout);
+    } catch (...) {
+      return;
+    }
+    std::unique_lock<std::mutex> lock(impl->mutex);
+    while (!impl->stopping) {
+      lock.unlock();
+      try {
+        own->add(hb_key(world.rank), 1);
+      } catch (...) {
+        return;
+      }
+      lock.lock();
+      impl->wake.wait_for(lock, options.heartbeat, [impl] { return impl->stopping; });
+    }
+  });
+  return g;
+}
+
+ProcessGroup::~ProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  if (impl_->heartbeat.joinable()) impl_->heartbeat.join();
+}
+
+void ProcessGroup::set_stage(const std::string& stage) {
+  stage_ = stage;
+  const std::string& s = stage_;
+  try {
+    impl_->store->set(stage_key(world_.rank), std::vector<uint8_t>(s.begin(), s.end()));
+  } catch (const std::exception&) {
+    // A store that is gone shows up in the next collective, with a diagnosis.
+  }
+}
+
+std::string ProcessGroup::diagnose_peers() const {
+  if (world_.world_size < 2) return "";
+  std::shared_ptr<KvStore> probe;
+  try {
+    probe = connect(world_, false, std::chrono::milliseconds(3000));
+  } catch (const std::exception&) {
+    return fmt::format("; the rendezvous store at {}:{} is unreachable, so rank 0 (which serves it) has stopped",
+                       world_.master_addr, world_.master_port);
+  }
+  try {
+    std::vector<int64_t> before(size_t(world_.world_size));
+    for (int32_t r = 0; r < world_.world_size; ++r) before[size_t(r)] = probe->add(hb_key(r), 0);
+    std::this_thread::sleep_for(options_.heartbeat * 4);
+    std::vector<std::string> stopped;
+    for (int32_t r = 0; r < world_.world_size; ++r) {
+      if (r == world_.rank || probe->add(hb_key(r), 0) != before[size_t(r)]) continue;
+      std::string stage = "unknown";
+      try {
+        const auto v = probe->get(stage_key(r), std::chrono::milliseconds(500));
+        stage.assign(v.begin(), v.end());
+      } catch (const std::exception&) {
+      }
+      stopped.push_back(fmt::format("rank {} (last stage: {})", r, stage));
+    }
+    if (stopped.empty()) return "";
+    std::string list;
+    for (const auto& s : stopped) list += (list.empty() ? "" : ", ") + s;
+    return fmt::format("; stopped responding (no heartbeat for {} ms): {}", (options_.heartbeat * 4).count(), list);
+  } catch (const std::exception& e) {
+    return fmt::format("; the rendezvous store at {}:{} failed while checking the other ranks ({}): rank 0 has probably stopped",
+                       world_.master_addr, world_.master_port, e.what());
+  }
+}
+
+template <class F>
+void ProcessGroup::checked(const char* op, F&& call) const {
+  try {
+    call();
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("rank {} of {}, {} during '{}'", world_.rank, world_.world_size, op, stage_),
+                fmt::format("{}{}", e.what(), diagnose_peers()));
+  }
+}
+
+namespace {
+void require_contiguous(const at::Tensor& t, const char* op) {
+  if (!t.is_contiguous()) throw Error(op, "the tensor must be contiguous");
+}
+}  // namespace
+
+void ProcessGroup::all_reduce_sum(at::Tensor& t) const {
+  require_contiguous(t, "all_reduce");
+  DLTensor d = detail::dl_view(t);
+  checked("all_reduce", [&] { impl_->comm->all_reduce(d, ReduceOp::sum); });
+}
+
+void ProcessGroup::all_reduce_max(at::Tensor& t) const {
+  require_contiguous(t, "all_reduce");
+  DLTensor d = detail::dl_view(t);
+  checked("all_reduce", [&] { impl_->comm->all_reduce(d, ReduceOp::max); });
+}
+
+at::Tensor ProcessGroup::all_gather(const at::Tensor& t) const {
+  const at::Tensor in = t.contiguous();
+  std::vector<int64_t> shape(in.sizes().begin(), in.sizes().end());
+  if (shape.empty()) shape.push_back(1);
+  shape[0] *= world_.world_size;
+  at::Tensor out = at::empty(shape, in.options());
+  // Flat views: the communicator gathers [n] into [world * n].
+  at::Tensor flat_in = in.view({-1}), flat_out = out.view({-1});
+  DLTensor send = detail::dl_view(flat_in), recv = detail::dl_view(flat_out);
+  checked("all_gather", [&] { impl_->comm->all_gather(send, recv); });
+  return out;
+}
+
+void ProcessGroup::broadcast(at::Tensor& t, int32_t root) const {
+  require_contiguous(t, "broadcast");
+  DLTensor d = detail::dl_view(t);
+  checked("broadcast", [&] { impl_->comm->broadcast(d, root); });
+}
+
+void ProcessGroup::barrier() const {
+  checked("barrier", [&] { impl_->comm->barrier(); });
+}
+
+}  // namespace verlpp::hw

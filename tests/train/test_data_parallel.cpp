@@ -1,0 +1,209 @@
+// Data parallelism on cpu_ref's Gloo communicator, with ranks as threads of this process (each
+// with its own TCPStore connection, communicator and model replica): one actor update (two
+// optimizer steps) and one SFT step over 2 and 4 ranks give the parameters of the one-rank
+// update on the same global batch, every replica stays identical, and dispatch + gather
+// returns rows in the batch's order.
+#include <ATen/core/grad_mode.h>
+#include <verlpp/controller/launcher.hpp>
+#include <verlpp/hw/plugin_registry.hpp>
+#include <verlpp/hw/process_group.hpp>
+#include <verlpp/train/actor.hpp>
+#include <verlpp/train/data_parallel.hpp>
+#include <verlpp/train/sft.hpp>
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "tiny_fixture.hpp"
+// Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
+#include <catch2/catch.hpp>
+
+using namespace verlpp;
+
+namespace {
+
+constexpr int64_t kB = 16, kP = 5, kR = 4;
+
+const hw::Plugin& cpu_ref() {
+  static const hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
+  return plugin;
+}
+
+// Runs `body(dp)` on `world` threads, each a rank of one process group; fails with the first
+// error. Bodies only record results: Catch2's assertions are not thread-safe.
+void run_ranks(int32_t world, const std::function<void(const train::DataParallel&)>& body) {
+  const uint16_t port = controller::pick_free_port();
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::string first_error;
+  for (int32_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        hw::WorldInfo w;
+        w.rank = r;
+        w.world_size = w.local_world_size = world;
+        w.local_rank = r;
+        w.master_port = port;
+        hw::ProcessGroupOptions options;
+        options.timeout = std::chrono::milliseconds(60000);
+        auto group = hw::ProcessGroup::create(w, hw::Device(cpu_ref(), 0), options);
+        body(train::DataParallel(group.get(), c10::Device(c10::kCPU)));
+        group->barrier();
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (first_error.empty()) first_error = fmt::format("rank {}: {}", r, e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!first_error.empty()) FAIL(first_error);
+}
+
+// A rollout-shaped batch with ragged prompts and responses (so the partition has work to do).
+controller::Batch make_batch(const model::DecoderLM& m) {
+  at::manual_seed(11);
+  const int64_t t = kP + kR;
+  at::Tensor ids = at::randint(m.config().vocab_size, {kB, t}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor mask = at::ones({kB, t}, at::TensorOptions().dtype(at::kLong));
+  for (int64_t r = 0; r < kB; ++r) {
+    for (int64_t k = 0; k < r % 4; ++k) mask[r][k] = 0;
+    for (int64_t k = 0; k < (r * 7) % 4; ++k) mask[r][t - 1 - k] = 0;
+  }
+  controller::Batch b;
+  b.set("input_ids", ids);
+  b.set("attention_mask", mask);
+  b.set("position_ids", mask.cumsum(1).sub(1).clamp_min(0));
+  b.set("responses", ids.narrow(1, kP, kR).contiguous());
+  b.set("response_mask", mask.narrow(1, kP, kR).to(at::kFloat).contiguous());
+  at::NoGradGuard no_grad;
+  auto old = train::response_log_probs(m, ids, mask, b.tensor("position_ids"), kR, 1.0, false);
+  b.set("old_log_probs", old.log_probs.add(at::randn({kB, kR}).mul(0.3)));
+  b.set("advantages", at::randn({kB, kR}));
+  return b;
+}
+
+train::ActorConfig actor_config() {
+  train::ActorConfig c;
+  c.ppo_mini_batch_size = 8;  // two optimizer steps per update
+  c.ppo_micro_batch_size = 2;
+  c.optim.eps = 1e-3;
+  c.entropy_coeff = 0.01;
+  c.policy.loss_agg_mode = "token-mean";
+  return c;
+}
+
+std::vector<at::Tensor> params_of(const model::DecoderLM& m) {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, p] : m.named_parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+double worst_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, a[i].sub(b[i]).abs().max().item<double>());
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("data parallel: dispatch and gather keep the batch's row order", "[dp]") {
+  for (int32_t world : {2, 4}) {
+    std::vector<std::vector<std::vector<int64_t>>> parts(static_cast<size_t>(world));
+    std::vector<at::Tensor> gathered(static_cast<size_t>(world));
+    run_ranks(world, [&](const train::DataParallel& dp) {
+      controller::Batch b = make_batch(test::tiny_model(9));
+      const auto p = dp.partition(b);
+      // Each rank computes "10 x row index" for its rows; the gather must give 0, 10, 20, ...
+      const auto& mine = p.at(size_t(dp.rank()));
+      at::Tensor local = at::empty({int64_t(mine.size()), 2}, at::TensorOptions().dtype(at::kFloat));
+      for (size_t i = 0; i < mine.size(); ++i) local[int64_t(i)].fill_(float(mine[i] * 10));
+      gathered[size_t(dp.rank())] = dp.gather(local, p);
+      parts[size_t(dp.rank())] = p;
+    });
+    const at::Tensor want = at::arange(kB, at::TensorOptions().dtype(at::kFloat)).mul(10).unsqueeze(1).expand({kB, 2});
+    for (int32_t r = 0; r < world; ++r) {
+      REQUIRE(int32_t(parts[size_t(r)].size()) == world);
+      CHECK(parts[size_t(r)] == parts[0]);  // every rank computes the same partition
+      for (const auto& part : parts[size_t(r)]) CHECK(int64_t(part.size()) == kB / world);  // equal counts
+      CHECK(gathered[size_t(r)].equal(want));
+    }
+  }
+}
+
+TEST_CASE("data parallel: an actor update over N ranks equals the one-rank update", "[dp]") {
+  const double lr = 1e-3;
+  const train::LrScheduleOptions schedule{lr, "constant", 0, 1, 0.0, 0.5};
+  model::DecoderLM single = test::tiny_model(9);
+  const controller::Batch batch = make_batch(single);
+  train::Actor reference(single, actor_config(), train::LrSchedule(schedule));
+  const nlohmann::json ref_metrics = reference.update_policy(batch);
+  const std::vector<at::Tensor> expected = params_of(single);
+  REQUIRE(worst_diff(expected, params_of(test::tiny_model(9))) > lr * 0.5);  // the update moved the weights
+
+  for (int32_t world : {2, 4}) {
+    std::vector<std::vector<at::Tensor>> replicas(static_cast<size_t>(world));
+    std::vector<nlohmann::json> metrics(static_cast<size_t>(world));
+    run_ranks(world, [&](const train::DataParallel& dp) {
+      model::DecoderLM m = test::tiny_model(9);
+      train::Actor actor(m, actor_config(), train::LrSchedule(schedule));
+      actor.set_data_parallel(dp);
+      metrics[size_t(dp.rank())] = actor.update_policy(batch);
+      replicas[size_t(dp.rank())] = params_of(m);
+    });
+    const double worst = worst_diff(replicas[0], expected);
+    INFO(world << " ranks: worst |param - one-rank param| " << worst);
+    CHECK(worst < lr * 1e-3);
+    for (int32_t r = 1; r < world; ++r) CHECK(worst_diff(replicas[size_t(r)], replicas[0]) == 0.0);  // replicas in sync
+    for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy"})
+      CHECK(metrics[0][key].get<double>() == Approx(ref_metrics[key].get<double>()).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("data parallel: an SFT step over N ranks equals the one-rank step", "[dp]") {
+  const double lr = 1e-3;
+  const train::LrScheduleOptions schedule{lr, "constant", 0, 1, 0.0, 0.5};
+  train::SftConfig cfg;
+  cfg.micro_batch_size = 2;
+  cfg.optim.eps = 1e-3;
+  model::DecoderLM single = test::tiny_model(9);
+  const controller::Batch batch = make_batch(single);
+  train::SftTrainer reference(single, cfg, train::LrSchedule(schedule));
+  const double ref_loss = reference.train_step(batch)["sft/loss"].get<double>();
+  const std::vector<at::Tensor> expected = params_of(single);
+  for (int32_t world : {2, 4}) {
+    std::vector<at::Tensor> rank0;
+    double loss = 0;
+    run_ranks(world, [&](const train::DataParallel& dp) {
+      model::DecoderLM m = test::tiny_model(9);
+      train::SftTrainer sft(m, cfg, train::LrSchedule(schedule));
+      sft.set_data_parallel(dp);
+      const double l = sft.train_step(batch)["sft/loss"].get<double>();
+      if (dp.rank() == 0) {
+        rank0 = params_of(m);
+        loss = l;
+      }
+    });
+    CHECK(worst_diff(rank0, expected) < lr * 1e-3);
+    CHECK(loss == Approx(ref_loss).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("data parallel: a batch that does not split evenly is refused", "[dp]") {
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](const train::DataParallel& dp) {
+    controller::Batch b = make_batch(test::tiny_model(9)).rows({0, 1, 2});
+    try {
+      dp.partition(b);
+    } catch (const std::exception& e) {
+      errors[size_t(dp.rank())] = e.what();
+    }
+  });
+  for (const auto& e : errors) CHECK_THAT(e, Catch::Contains("a batch of 3 rows does not split evenly over 2 ranks"));
+}
