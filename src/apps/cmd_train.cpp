@@ -123,6 +123,7 @@ void run_train(std::vector<std::string> args, int nproc) {
     write_demo_inputs(config, demo);
   }
   if (nproc > 1) {
+    config.validate(nproc, nproc);  // a layout or batch that cannot work is refused before any rank starts
     launch_ranks(nproc, given_args, config);
     return;
   }

@@ -46,6 +46,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   double first_loss = 0, last_loss = 0;
   const int64_t test_freq = c.get<int64_t>("sft.test_freq");
   for (int64_t step = 1; step <= steps; ++step) {
+    if (s.group) s.group->set_stage(fmt::format("sft step {}", step));
     Batch batch = collate_sft(data, loader.next(), s.pad_id, s.response_length);
     move_to(batch, s.device);
     nlohmann::json m = trainer.train_step(batch);

@@ -194,7 +194,11 @@ json RlTrainer::fit() {
       s.message(fmt::format("the run in {} is already complete; trainer.resume_mode=disable starts it over", s.run_dir));
   } else {
     if (s.is_writer()) files::remove_file(metrics_path);
-    run_sft_warm_start(s);
+    try {
+      run_sft_warm_start(s);
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("rank {} of {}, SFT warm start", s.world.rank, s.world.world_size), e.what());
+    }
   }
   if (s.is_writer()) {
     s.metrics_out.open(metrics_path, std::ios::app);

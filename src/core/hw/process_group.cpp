@@ -150,7 +150,9 @@ void ProcessGroup::checked(const char* op, F&& call) const {
   try {
     call();
   } catch (const std::exception& e) {
-    throw Error(fmt::format("rank {} of {}, {} during '{}'", world_.rank, world_.world_size, op, stage_),
+    // The caller (the trainer's stage runner) adds the rank; the stage is said here because a
+    // collective outside a stage (setup, SFT) has no other place to say it.
+    throw Error(fmt::format("{} over {} ranks during '{}'", op, world_.world_size, stage_),
                 fmt::format("{}{}", e.what(), diagnose_peers()));
   }
 }

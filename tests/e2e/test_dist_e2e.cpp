@@ -1,0 +1,145 @@
+// Scale-out end to end with `verlpp train --nproc N` on cpu_ref (Gloo): a GRPO run on 2 and on
+// 4 ranks matches the 1-rank run (same samples, metrics within float tolerance); SIGKILL of one
+// rank mid-step stops the whole run within trainer.dist_timeout_s with that rank named, and
+// the last checkpoint resumes on a different number of ranks; a layout that does not match
+// the launch is refused before any work, naming both layouts.
+#include "e2e_util.hpp"
+
+#include <dirent.h>
+
+using namespace verlpp;
+using namespace verlpp::e2e;
+
+namespace {
+
+// A run for data parallelism: 4 prompts x 4 samples, micro-batches of 2 (so 1, 2 and 4 ranks
+// all split the per-rank mini-batch), an SFT warm start of 2 steps (data-parallel as well).
+std::string write_dist_config(const std::string& dir, const std::string& run, int64_t steps) {
+  const std::string path = write_config(dir, run, "grpo");
+  json c = json::parse(read_file(path));
+  c["trainer"]["total_training_steps"] = steps;
+  c["trainer"]["test_freq"] = 2;
+  c["trainer"]["dist_timeout_s"] = 20;
+  c["actor_rollout_ref"]["actor"]["ppo_micro_batch_size_per_gpu"] = 2;
+  c["sft"]["total_steps"] = 2;
+  c["sft"]["micro_batch_size_per_gpu"] = 2;
+  std::ofstream(path) << c.dump(2);
+  return path;
+}
+
+// The pid of rank `rank` among the children of the launcher `launcher` (its RANK variable).
+pid_t rank_pid(pid_t launcher, int rank) {
+  DIR* proc = ::opendir("/proc");
+  REQUIRE(proc != nullptr);
+  pid_t found = 0;
+  while (dirent* e = ::readdir(proc)) {
+    const pid_t pid = pid_t(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    int ppid = 0;
+    char state = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2 || ppid != launcher) continue;
+    std::string env = read_file("/proc/" + std::to_string(pid) + "/environ");
+    for (char& ch : env)
+      if (ch == '\0') ch = '\n';
+    if (("\n" + env).find("\nRANK=" + std::to_string(rank) + "\n") != std::string::npos) found = pid;
+  }
+  ::closedir(proc);
+  return found;
+}
+
+void check_close_rows(const std::vector<json>& want, const std::vector<json>& got, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(what << " row " << i << "\n one rank: " << want[i].dump() << "\n N ranks:  " << got[i].dump());
+    for (const auto& [key, value] : want[i].items()) {
+      REQUIRE(got[i].contains(key));
+      // Means over micro-batches of per-micro-batch ratios depend on which rows share a
+      // micro-batch, which differs with the rank count (as in verl); every loss is a share of
+      // the whole mini-batch and must agree.
+      if (!value.is_number() || key == "actor/ppo_kl" || key.rfind("actor/pg_clipfrac", 0) == 0) continue;
+      // Samples, rewards and counts agree exactly; losses and norms up to float sums taken in
+      // another order.
+      CHECK(got[i][key].get<double>() == Approx(value.get<double>()).epsilon(1e-3).margin(1e-6));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("verlpp train --nproc 2 and 4 match the one-rank run", "[e2e][dist]") {
+  const std::string dir = make_fixture("dist");
+  const std::string one = dir + "/one";
+  // Two steps: AdamW's early steps are nearly sign(g), so a gradient element within rounding of
+  // zero can step either way and later steps drift apart by more than rounding (seen at step 3
+  // with 4 ranks); the exact equality of one update is proven in tests/train.
+  run_to_end(write_dist_config(dir, one, 2), one + ".log");
+  const auto expected = deterministic_rows(one);
+  REQUIRE(expected.size() == 3);  // validation before training + 2 steps
+  for (const int nproc : {2, 4}) {
+    const std::string run = dir + "/nproc" + std::to_string(nproc);
+    // n_gpus_per_node set explicitly: a layout that matches the launch runs.
+    run_to_end(write_dist_config(dir, run, 2), run + ".log",
+               {"--nproc", std::to_string(nproc), "trainer.nnodes=1", "trainer.n_gpus_per_node=" + std::to_string(nproc)});
+    const std::string log = read_file(run + ".log");
+    CHECK(log.find(std::to_string(nproc) + " ranks: 1 node x " + std::to_string(nproc) + " ranks") != std::string::npos);
+    check_close_rows(expected, deterministic_rows(run), std::to_string(nproc) + " ranks");
+    // Rank 0 alone writes the run's files; the checkpoint holds the whole state.
+    CHECK(exists(run + "/global_step_2/actor/optimizer.safetensors"));
+    CHECK(exists(run + "/sft_model/model.safetensors"));
+  }
+}
+
+TEST_CASE("verlpp train --nproc: a killed rank stops the run, named; resume on another rank count", "[e2e][dist]") {
+  const std::string dir = make_fixture("dist-kill");
+  const std::string run = dir + "/run";
+  const std::string config = write_dist_config(dir, run, 5);
+  const pid_t launcher = start_train(config, run + ".log", {"--nproc", "2"});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (read_file(run + "/metrics.jsonl").find("\"step\":2") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const pid_t victim = rank_pid(launcher, 1);
+  REQUIRE(victim > 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  ::kill(victim, SIGKILL);
+  const int status = wait_for(launcher);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const std::string log = read_file(run + ".log");
+  INFO(log);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  CHECK(seconds < 20.0);  // trainer.dist_timeout_s
+  // The launcher names the dead rank and how it ended; rank 0 names it and the stage.
+  CHECK(log.find("rank 1 failed first: rank 1 (pid " + std::to_string(victim) + ") was killed by signal 9") != std::string::npos);
+  CHECK(log.find("rank 0 of 2, step ") != std::string::npos);
+  CHECK(log.find("rank 1 (last stage: step ") != std::string::npos);
+  CHECK(controller::read_metrics(run + "/metrics.jsonl").size() < 6);
+
+  // The last complete checkpoint resumes on one rank and the run finishes.
+  run_to_end(config, run + "-resumed.log");
+  CHECK(read_file(run + "-resumed.log").find("resumed from") != std::string::npos);
+  const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+  REQUIRE(rows.size() == 6);
+  for (int64_t step = 1; step <= 5; ++step) CHECK(rows[size_t(step)]["step"] == step);
+  CHECK(exists(run + "/global_step_5/actor/model.safetensors"));
+}
+
+TEST_CASE("verlpp train --nproc: a layout that does not fit the launch is refused before any work", "[e2e][dist]") {
+  const std::string dir = make_fixture("dist-layout");
+  const std::string run = dir + "/run";
+  const pid_t pid = start_train(write_dist_config(dir, run, 1), run + ".log",
+                                {"--nproc", "2", "trainer.nnodes=2", "trainer.n_gpus_per_node=2"});
+  const int status = wait_for(pid);
+  const std::string log = read_file(run + ".log");
+  INFO(log);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  CHECK(log.find("trainer.nnodes x trainer.n_gpus_per_node = 2 x 2 = 4 rank(s) asked, but the run was launched as 1 node(s) "
+                 "x 2 rank(s) per node = 2 rank(s)") != std::string::npos);
+  CHECK_FALSE(exists(run + "/metrics.jsonl"));                   // refused before any work:
+  CHECK(log.find("verlpp launcher: started") == std::string::npos);  // no rank was started
+}
