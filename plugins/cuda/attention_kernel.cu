@@ -69,34 +69,34 @@ paged_attention_decode_kernel(const T* __restrict__ q,               // [B, H, S
 }
 
 template <class T>
-cudaError_t attention_as(const void* q, const void* k_cache, const void* v_cache, const int32_t* block_tables,
+gpuError_t attention_as(const void* q, const void* k_cache, const void* v_cache, const int32_t* block_tables,
                          const int32_t* context_lens, int64_t b, int64_t h, int64_t kv, int64_t s, int64_t block_size,
-                         int64_t max_blocks, float scale, void* out, cudaStream_t stream) {
+                         int64_t max_blocks, float scale, void* out, gpuStream_t stream) {
   const dim3 grid{static_cast<unsigned>(h), static_cast<unsigned>(b)};
   paged_attention_decode_kernel<T><<<grid, kThreads, 0, stream>>>(
       static_cast<const T*>(q), static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), block_tables, context_lens, h,
       kv, s, block_size, max_blocks, scale, static_cast<T*>(out));
-  return cudaGetLastError();
+  return gpuGetLastError();
 }
 
 }  // namespace
 
-cudaError_t launch_paged_attention_decode(const void* q, const void* k_cache, const void* v_cache, FloatType type,
+gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, const void* v_cache, FloatType type,
                                           const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
                                           int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
-                                          void* out, cudaStream_t stream) {
-  if (b == 0 || h == 0 || s == 0) return cudaSuccess;
-  if (s > kThreads || kv <= 0 || h % kv != 0 || b > 65535 || h > 0x7fffffff) return cudaErrorInvalidValue;
+                                          void* out, gpuStream_t stream) {
+  if (b == 0 || h == 0 || s == 0) return gpuSuccess;
+  if (s > kThreads || kv <= 0 || h % kv != 0 || b > 65535 || h > 0x7fffffff) return gpuErrorInvalidValue;
   switch (type) {
     case FloatType::f32:
       return attention_as<float>(q, k_cache, v_cache, block_tables, context_lens, b, h, kv, s, block_size, max_blocks, scale, out, stream);
     case FloatType::f16:
       return attention_as<__half>(q, k_cache, v_cache, block_tables, context_lens, b, h, kv, s, block_size, max_blocks, scale, out, stream);
     case FloatType::bf16:
-      return attention_as<__nv_bfloat16>(q, k_cache, v_cache, block_tables, context_lens, b, h, kv, s, block_size, max_blocks, scale,
+      return attention_as<gpu_bfloat16>(q, k_cache, v_cache, block_tables, context_lens, b, h, kv, s, block_size, max_blocks, scale,
                                          out, stream);
   }
-  return cudaErrorInvalidValue;
+  return gpuErrorInvalidValue;
 }
 
 }  // namespace verlpp::cuda

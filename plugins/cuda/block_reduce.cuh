@@ -2,8 +2,7 @@
 // block-wide reduction. Included only by .cu files.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "gpu_device.cuh"
 
 namespace verlpp::cuda {
 
@@ -12,7 +11,7 @@ constexpr int kWarps = kThreads / 32;
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(gpu_bfloat16 x) { return gpu_bfloat162float(x); }
 
 template <class T>
 __device__ __forceinline__ T from_float(float x);
@@ -21,7 +20,7 @@ __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ gpu_bfloat16 from_float<gpu_bfloat16>(float x) { return gpu_float2bfloat16_rn(x); }
 
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -38,14 +37,14 @@ struct SumOp {
 // and may be reused by the next call (the leading barrier protects earlier readers).
 template <class V, class Op>
 __device__ V block_reduce(V value, Op op, V identity, V* scratch) {
-  for (int offset = 16; offset > 0; offset >>= 1) value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  for (int offset = 16; offset > 0; offset >>= 1) value = op(value, gpu_shfl_xor(value, offset));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __syncthreads();
   if (lane == 0) scratch[warp] = value;
   __syncthreads();
   if (warp == 0) {
     value = lane < kWarps ? scratch[lane] : identity;
-    for (int offset = 16; offset > 0; offset >>= 1) value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    for (int offset = 16; offset > 0; offset >>= 1) value = op(value, gpu_shfl_xor(value, offset));
     if (lane == 0) scratch[0] = value;
   }
   __syncthreads();

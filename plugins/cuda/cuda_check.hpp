@@ -6,33 +6,33 @@
 
 #include <verlpp/sdk/errors.hpp>
 
-#include <cuda_runtime_api.h>
+#include "gpu_runtime.hpp"
 
 #include <string>
 
 namespace verlpp::cuda {
 
 // The verlpp status a CUDA runtime error maps to.
-inline verlpp_status status_of(cudaError_t error) {
+inline verlpp_status status_of(gpuError_t error) {
   switch (error) {
-    case cudaErrorMemoryAllocation: return VERLPP_STATUS_OUT_OF_MEMORY;
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidDevice:
-    case cudaErrorInvalidDevicePointer:
-    case cudaErrorInvalidMemcpyDirection:
-    case cudaErrorInvalidResourceHandle: return VERLPP_STATUS_INVALID_ARGUMENT;
-    case cudaErrorInsufficientDriver:
-    case cudaErrorNoDevice: return VERLPP_STATUS_NOT_INITIALIZED;
+    case gpuErrorMemoryAllocation: return VERLPP_STATUS_OUT_OF_MEMORY;
+    case gpuErrorInvalidValue:
+    case gpuErrorInvalidDevice:
+    case gpuErrorInvalidDevicePointer:
+    case gpuErrorInvalidMemcpyDirection:
+    case gpuErrorInvalidResourceHandle: return VERLPP_STATUS_INVALID_ARGUMENT;
+    case gpuErrorInsufficientDriver:
+    case gpuErrorNoDevice: return VERLPP_STATUS_NOT_INITIALIZED;
     default: return VERLPP_STATUS_DEVICE_ERROR;
   }
 }
 
 // Throws a PluginError for `error` (unless cudaSuccess) naming `what`. Non-sticky errors are
 // cleared from the thread's last-error slot so that they do not resurface in a later call.
-inline void cuda_check(cudaError_t error, const std::string& what) {
-  if (error == cudaSuccess) return;
-  (void)cudaGetLastError();
-  sdk::fail(status_of(error), what + ": " + cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")");
+inline void cuda_check(gpuError_t error, const std::string& what) {
+  if (error == gpuSuccess) return;
+  (void)gpuGetLastError();
+  sdk::fail(status_of(error), what + ": " + gpuGetErrorName(error) + " (" + gpuGetErrorString(error) + ")");
 }
 
 }  // namespace verlpp::cuda

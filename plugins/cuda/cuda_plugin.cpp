@@ -16,7 +16,7 @@
 #endif
 #include <verlpp/sdk/export.hpp>
 
-#include <cuda_runtime_api.h>
+#include "gpu_runtime.hpp"
 
 #include <map>
 #include <mutex>
@@ -33,12 +33,12 @@ using sdk::require;
 
 namespace {
 
-cudaMemcpyKind memcpy_kind(verlpp_copy_kind kind) {
+gpuMemcpyKind memcpy_kind(verlpp_copy_kind kind) {
   switch (kind) {
-    case VERLPP_COPY_HOST_TO_DEVICE: return cudaMemcpyHostToDevice;
-    case VERLPP_COPY_DEVICE_TO_HOST: return cudaMemcpyDeviceToHost;
-    case VERLPP_COPY_DEVICE_TO_DEVICE: return cudaMemcpyDeviceToDevice;
-    default: return cudaMemcpyHostToHost;
+    case VERLPP_COPY_HOST_TO_DEVICE: return gpuMemcpyHostToDevice;
+    case VERLPP_COPY_DEVICE_TO_HOST: return gpuMemcpyDeviceToHost;
+    case VERLPP_COPY_DEVICE_TO_DEVICE: return gpuMemcpyDeviceToDevice;
+    default: return gpuMemcpyHostToHost;
   }
 }
 
@@ -54,24 +54,20 @@ const char* kind_name(verlpp_copy_kind kind) {
 // The device owning `ptr` when it is CUDA device memory, else `fallback`. Used for work on the
 // NULL stream, which must run on the default stream of the device the data lives on.
 int32_t device_of(const void* ptr, int32_t fallback) {
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return fallback;
-  }
-  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged ? attributes.device : fallback;
+  int device = 0;
+  return gpu_pointer_device(ptr, &device) ? device : fallback;
 }
 
 int32_t current_device() {
   int device = 0;
-  return cudaGetDevice(&device) == cudaSuccess ? device : 0;
+  return gpuGetDevice(&device) == gpuSuccess ? device : 0;
 }
 
 }  // namespace
 
 class CudaPlugin : public sdk::Plugin {
  public:
-  static constexpr const char* kName = "cuda";
+  static constexpr const char* kName = VERLPP_GPU_PLUGIN_NAME;
   static constexpr const char* kVariant = "";
   static constexpr const char* kVersion = VERLPP_VERSION_STRING;
   static constexpr const char* kTorchDeviceType = "cuda";
@@ -80,20 +76,20 @@ class CudaPlugin : public sdk::Plugin {
 
   void init(const verlpp_host_api&) override {
     int count = 0;
-    cuda_check(cudaGetDeviceCount(&count), "cudaGetDeviceCount (does the CUDA runtime accept this driver?)");
-    if (count <= 0) fail(VERLPP_STATUS_NOT_INITIALIZED, "the CUDA runtime sees no device");
+    cuda_check(gpuGetDeviceCount(&count), VERLPP_GPU_API "GetDeviceCount (does the " VERLPP_GPU_PLATFORM " runtime accept this driver?)");
+    if (count <= 0) fail(VERLPP_STATUS_NOT_INITIALIZED, "the " VERLPP_GPU_PLATFORM " runtime sees no device");
     device_count_ = count;
   }
 
   int32_t device_count() override { return device_count_; }
 
   void device_properties(int32_t device, verlpp_device_properties& out) override {
-    cudaDeviceProp prop{};
-    cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties(" + std::to_string(device) + ")");
+    gpuDeviceProp prop{};
+    cuda_check(gpuGetDeviceProperties(&prop, device), VERLPP_GPU_API "GetDeviceProperties(" + std::to_string(device) + ")");
     sdk::copy_string(out.name, sizeof(out.name), prop.name);
     sdk::copy_string(out.torch_device_type, sizeof(out.torch_device_type), kTorchDeviceType);
     out.torch_device_index = device;  // same process, same CUDA_VISIBLE_DEVICES: same ordinal as torch
-    out.dl_device_type = kDLCUDA;
+    out.dl_device_type = VERLPP_GPU_DL_DEVICE;
     uint64_t free_bytes = 0, total = 0;
     memory_info(device, free_bytes, total);
     out.total_memory_bytes = total;
@@ -106,7 +102,7 @@ class CudaPlugin : public sdk::Plugin {
 #endif
     for (int32_t other = 0; other < device_count_; ++other) {
       int can = 0;
-      if (other != device && cudaDeviceCanAccessPeer(&can, device, other) == cudaSuccess && can) {
+      if (other != device && gpuDeviceCanAccessPeer(&can, device, other) == gpuSuccess && can) {
         out.capabilities |= VERLPP_DEVICE_CAP_PEER_ACCESS;
         break;
       }
@@ -120,7 +116,7 @@ class CudaPlugin : public sdk::Plugin {
   void memory_info(int32_t device, uint64_t& free_bytes, uint64_t& total_bytes) override {
     DeviceGuard device_guard(device);
     size_t f = 0, t = 0;
-    cuda_check(cudaMemGetInfo(&f, &t), "cudaMemGetInfo on device " + std::to_string(device));
+    cuda_check(gpuMemGetInfo(&f, &t), VERLPP_GPU_API "MemGetInfo on device " + std::to_string(device));
     free_bytes = f;
     total_bytes = t;
   }
@@ -131,19 +127,19 @@ class CudaPlugin : public sdk::Plugin {
   void health_check(int32_t device) override {
     DeviceGuard device_guard(device);
     const std::string where = "health check of device " + std::to_string(device);
-    cuda_check(cudaPeekAtLastError(), where + ": an earlier error is pending");
+    cuda_check(gpuPeekAtLastError(), where + ": an earlier error is pending");
     void* word = health_word(device);
-    cudaStream_t s = nullptr;
-    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaMemsetAsync(word, 0, 4, s);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-    if (s != nullptr) (void)cudaStreamDestroy(s);
+    gpuStream_t s = nullptr;
+    gpuError_t e = gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking);
+    if (e == gpuSuccess) e = gpuMemsetAsync(word, 0, 4, s);
+    if (e == gpuSuccess) e = gpuStreamSynchronize(s);
+    if (s != nullptr) (void)gpuStreamDestroy(s);
     cuda_check(e, where);
   }
 
   void synchronize(int32_t device) override {
     DeviceGuard device_guard(device);
-    cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize on device " + std::to_string(device));
+    cuda_check(gpuDeviceSynchronize(), VERLPP_GPU_API "DeviceSynchronize on device " + std::to_string(device));
   }
 
   void* allocate(int32_t device, size_t bytes, size_t alignment) override {
@@ -156,7 +152,7 @@ class CudaPlugin : public sdk::Plugin {
     StreamTarget target = resolve_stream(stream, kind == VERLPP_COPY_HOST_TO_HOST ? current_device() : device_of(device_side, current_device()));
     DeviceGuard device_guard(target.device);
     const std::string what = std::string("copy of ") + std::to_string(bytes) + " bytes " + kind_name(kind);
-    cuda_check(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), target.stream), what);
+    cuda_check(gpuMemcpyAsync(dst, src, bytes, memcpy_kind(kind), target.stream), what);
     finish_if_default(target, what.c_str());
   }
 
@@ -165,7 +161,7 @@ class CudaPlugin : public sdk::Plugin {
     StreamTarget target = resolve_stream(stream, device_of(dst, current_device()));
     DeviceGuard device_guard(target.device);
     const std::string what = "memset of " + std::to_string(bytes) + " bytes";
-    cuda_check(cudaMemsetAsync(dst, byte_value, bytes, target.stream), what);
+    cuda_check(gpuMemsetAsync(dst, byte_value, bytes, target.stream), what);
     finish_if_default(target, what.c_str());
   }
 
@@ -177,13 +173,13 @@ class CudaPlugin : public sdk::Plugin {
   void synchronize_stream(verlpp_stream s) override {
     StreamTarget target = resolve_stream(s, current_device());
     DeviceGuard device_guard(target.device);
-    cuda_check(cudaStreamSynchronize(target.stream), "cudaStreamSynchronize");
+    cuda_check(gpuStreamSynchronize(target.stream), VERLPP_GPU_API "StreamSynchronize");
   }
   void stream_wait_event(verlpp_stream s, verlpp_event e) override {
     CudaEvent event = lookup_event(e);
     StreamTarget target = resolve_stream(s, event.device);
     DeviceGuard device_guard(target.device);
-    cuda_check(cudaStreamWaitEvent(target.stream, event.event, 0), "cudaStreamWaitEvent");
+    cuda_check(gpuStreamWaitEvent(target.stream, event.event, 0), VERLPP_GPU_API "StreamWaitEvent");
   }
 
   verlpp_event create_event(int32_t device) override { return cuda::create_event(device); }
@@ -194,26 +190,26 @@ class CudaPlugin : public sdk::Plugin {
     require(target.device == event.device, "event of device " + std::to_string(event.device) + " recorded on a stream of device " +
                                                std::to_string(target.device));
     DeviceGuard device_guard(target.device);
-    cuda_check(cudaEventRecord(event.event, target.stream), "cudaEventRecord");
+    cuda_check(gpuEventRecord(event.event, target.stream), VERLPP_GPU_API "EventRecord");
   }
   void synchronize_event(verlpp_event e) override {
     CudaEvent event = lookup_event(e);
-    cuda_check(cudaEventSynchronize(event.event), "cudaEventSynchronize");
+    cuda_check(gpuEventSynchronize(event.event), VERLPP_GPU_API "EventSynchronize");
   }
   bool query_event(verlpp_event e) override {
     CudaEvent event = lookup_event(e);
-    cudaError_t r = cudaEventQuery(event.event);
-    if (r == cudaErrorNotReady) {
-      (void)cudaGetLastError();
+    gpuError_t r = gpuEventQuery(event.event);
+    if (r == gpuErrorNotReady) {
+      (void)gpuGetLastError();
       return false;
     }
-    cuda_check(r, "cudaEventQuery");
+    cuda_check(r, VERLPP_GPU_API "EventQuery");
     return true;
   }
   float elapsed_ms(verlpp_event a, verlpp_event b) override {
     CudaEvent start = lookup_event(a), end = lookup_event(b);
     float ms = 0.0f;
-    cuda_check(cudaEventElapsedTime(&ms, start.event, end.event), "cudaEventElapsedTime (were both events recorded and complete?)");
+    cuda_check(gpuEventElapsedTime(&ms, start.event, end.event), VERLPP_GPU_API "EventElapsedTime (were both events recorded and complete?)");
     return ms;
   }
 

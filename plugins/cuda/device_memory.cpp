@@ -3,7 +3,7 @@
 #include "cuda_check.hpp"
 #include "stream_registry.hpp"
 
-#include <cuda_runtime_api.h>
+#include "gpu_runtime.hpp"
 
 #include <string>
 
@@ -11,9 +11,9 @@ namespace verlpp::cuda {
 
 DeviceMemory::~DeviceMemory() {
   for (auto& [ptr, block] : blocks_) {
-    if (cudaSetDevice(block.device) == cudaSuccess) (void)cudaFree(block.base);
+    if (gpuSetDevice(block.device) == gpuSuccess) (void)gpuFree(block.base);
   }
-  for (void* p : pinned_) (void)cudaFreeHost(p);
+  for (void* p : pinned_) (void)gpuFreeHost(p);
 }
 
 void* DeviceMemory::allocate(int32_t device, size_t bytes, size_t alignment) {
@@ -26,12 +26,12 @@ void* DeviceMemory::allocate(int32_t device, size_t bytes, size_t alignment) {
                                                std::to_string(align) + ": the size overflows");
   DeviceGuard device_guard(device);
   void* base = nullptr;
-  cudaError_t e = cudaMalloc(&base, request + extra);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    verlpp_status code = e == cudaErrorMemoryAllocation ? VERLPP_STATUS_OUT_OF_MEMORY : status_of(e);
-    sdk::fail(code, "cudaMalloc of " + std::to_string(request + extra) + " bytes on device " + std::to_string(device) +
-                        " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  gpuError_t e = gpuMalloc(&base, request + extra);
+  if (e != gpuSuccess) {
+    (void)gpuGetLastError();
+    verlpp_status code = e == gpuErrorMemoryAllocation ? VERLPP_STATUS_OUT_OF_MEMORY : status_of(e);
+    sdk::fail(code, VERLPP_GPU_API "Malloc of " + std::to_string(request + extra) + " bytes on device " + std::to_string(device) +
+                        " failed: " + gpuGetErrorName(e) + " (" + gpuGetErrorString(e) + ")");
   }
   auto address = reinterpret_cast<uintptr_t>(base);
   void* aligned = reinterpret_cast<void*>((address + align - 1) / align * align);
@@ -46,7 +46,7 @@ void DeviceMemory::deallocate(int32_t device, void* ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = blocks_.find(ptr);
     if (it == blocks_.end())
-      sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "pointer was not allocated by the cuda plugin's mem_alloc (or was already freed)");
+      sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "pointer was not allocated by the " VERLPP_GPU_PLUGIN_NAME " plugin's mem_alloc (or was already freed)");
     if (it->second.device != device)
       sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "pointer belongs to device " + std::to_string(it->second.device) +
                                                     ", not device " + std::to_string(device));
@@ -54,16 +54,16 @@ void DeviceMemory::deallocate(int32_t device, void* ptr) {
     blocks_.erase(it);
   }
   DeviceGuard device_guard(block.device);
-  cuda_check(cudaFree(block.base), "cudaFree on device " + std::to_string(block.device));
+  cuda_check(gpuFree(block.base), VERLPP_GPU_API "Free on device " + std::to_string(block.device));
 }
 
 void* DeviceMemory::allocate_pinned(size_t bytes) {
   void* p = nullptr;
-  cudaError_t e = cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    sdk::fail(e == cudaErrorMemoryAllocation ? VERLPP_STATUS_OUT_OF_MEMORY : status_of(e),
-              "cudaHostAlloc of " + std::to_string(bytes) + " bytes failed: " + cudaGetErrorName(e));
+  gpuError_t e = gpuHostAlloc(&p, bytes == 0 ? 1 : bytes, gpuHostAllocPortable);
+  if (e != gpuSuccess) {
+    (void)gpuGetLastError();
+    sdk::fail(e == gpuErrorMemoryAllocation ? VERLPP_STATUS_OUT_OF_MEMORY : status_of(e),
+              VERLPP_GPU_API "HostAlloc of " + std::to_string(bytes) + " bytes failed: " + gpuGetErrorName(e));
   }
   std::lock_guard<std::mutex> lock(mutex_);
   pinned_.insert(p);
@@ -76,7 +76,7 @@ void DeviceMemory::deallocate_pinned(void* ptr) {
     if (pinned_.erase(ptr) == 0)
       sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "pointer was not allocated by host_alloc_pinned (or was already freed)");
   }
-  cuda_check(cudaFreeHost(ptr), "cudaFreeHost");
+  cuda_check(gpuFreeHost(ptr), VERLPP_GPU_API "FreeHost");
 }
 
 }  // namespace verlpp::cuda

@@ -37,4 +37,7 @@ bool primary_context_active(int32_t ordinal);
 // The probe's answer: a score (0 = unusable) and, when 0, the reason.
 int32_t probe_score(std::string& reason);
 
+// The shared sources call only probe_score and primary_context_active; the rocm plugin defines
+// those two in plugins/rocm/kfd_probe.cpp instead of compiling this file's driver_probe.cpp.
+
 }  // namespace verlpp::cuda

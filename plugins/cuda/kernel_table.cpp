@@ -31,7 +31,7 @@ bool is_f32(DLDataType d) { return d.code == kDLFloat && d.bits == 32 && d.lanes
 
 // The tensor must be in CUDA device memory on `device`.
 void require_on_device(const DLTensor& t, int32_t device, const char* what) {
-  require(t.device.device_type == kDLCUDA, std::string(what) + " is not CUDA device memory (DLPack device type " +
+  require(t.device.device_type == VERLPP_GPU_DL_DEVICE, std::string(what) + " is not " VERLPP_GPU_PLATFORM " device memory (DLPack device type " +
                                                std::to_string(int(t.device.device_type)) + ")");
   require(t.device.device_id == device, std::string(what) + " is on device " + std::to_string(t.device.device_id) +
                                             ", the other tensors on device " + std::to_string(device));
@@ -39,7 +39,7 @@ void require_on_device(const DLTensor& t, int32_t device, const char* what) {
 
 verlpp_error* logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p, float temperature,
                               DLTensor* out_logprob_p, DLTensor* out_entropy_p, verlpp_stream stream) {
-  return sdk::guard("cuda logprob_entropy", [&] {
+  return sdk::guard(VERLPP_GPU_PLUGIN_NAME " logprob_entropy", [&] {
     const DLTensor& logits = checked(logits_p, "logits");
     const DLTensor& labels = checked(labels_p, "labels");
     DLTensor& out_lp = const_cast<DLTensor&>(checked(out_logprob_p, "out_logprob"));
@@ -79,7 +79,7 @@ verlpp_error* logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p
 }
 
 verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTensor* out_p, verlpp_stream stream) {
-  return sdk::guard("cuda rms_norm", [&] {
+  return sdk::guard(VERLPP_GPU_PLUGIN_NAME " rms_norm", [&] {
     const DLTensor& x = checked(x_p, "x");
     const DLTensor& w = checked(w_p, "weight");
     DLTensor& out = const_cast<DLTensor&>(checked(out_p, "out"));
@@ -107,7 +107,7 @@ verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTe
 
 verlpp_error* paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* bt_p,
                                      const DLTensor* lens_p, float scale, DLTensor* out_p, verlpp_stream stream) {
-  return sdk::guard("cuda paged_attention_decode", [&] {
+  return sdk::guard(VERLPP_GPU_PLUGIN_NAME " paged_attention_decode", [&] {
     const DLTensor& q = checked(q_p, "q");
     const DLTensor& kc = checked(k_p, "k_cache");
     const DLTensor& vc = checked(v_p, "v_cache");
@@ -129,7 +129,7 @@ verlpp_error* paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, c
     require(lens.ndim == 1 && lens.shape[0] == b && lens.dtype.code == kDLInt && lens.dtype.bits == 32, "context_lens must be [B] int32");
     for (const DLTensor* t : {&q, &kc, &vc, &bt, &lens, static_cast<const DLTensor*>(&out)})
       require(sdk::is_contiguous(*t), "paged_attention_decode needs contiguous tensors");
-    if (s > 256) sdk::fail(VERLPP_STATUS_UNSUPPORTED, "head size " + std::to_string(s) + " > 256 is not supported by the cuda kernel");
+    if (s > 256) sdk::fail(VERLPP_STATUS_UNSUPPORTED, "head size " + std::to_string(s) + " > 256 is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
     require(b <= 65535, "batch " + std::to_string(b) + " > 65535 sequences in one call");
     const int32_t device = q.device.device_id;
     require_on_device(q, device, "q");
@@ -163,7 +163,7 @@ void require_vector(const DLTensor& t, int64_t n, DLDataType dtype, int32_t devi
 verlpp_error* sample(const DLTensor* logits_p, const DLTensor* temperature_p, const DLTensor* top_k_p, const DLTensor* top_p_p,
                      const DLTensor* seeds_p, uint64_t step, DLTensor* out_tokens_p, DLTensor* out_logprobs_p,
                      verlpp_stream stream) {
-  return sdk::guard("cuda sample", [&] {
+  return sdk::guard(VERLPP_GPU_PLUGIN_NAME " sample", [&] {
     const DLTensor& logits = checked(logits_p, "logits");
     require(logits.ndim == 2, "logits must be [B, V], got ndim " + std::to_string(logits.ndim));
     require(is_f32(logits.dtype), "logits must be float32, got " + sdk::dtype_name(logits.dtype));

@@ -5,8 +5,7 @@
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "gpu_device.cuh"
 
 #include <cmath>
 
@@ -77,48 +76,48 @@ rms_norm_kernel(const T* __restrict__ x,       // [n, d]
 }
 
 template <class T>
-cudaError_t logprob_entropy_as(const void* logits, int64_t n, int64_t v, int64_t row_stride, const int64_t* labels,
-                               float temperature, float* out_logprob, float* out_entropy, cudaStream_t stream) {
+gpuError_t logprob_entropy_as(const void* logits, int64_t n, int64_t v, int64_t row_stride, const int64_t* labels,
+                               float temperature, float* out_logprob, float* out_entropy, gpuStream_t stream) {
   logprob_entropy_kernel<T><<<dim3(unsigned(n)), kThreads, 0, stream>>>(static_cast<const T*>(logits), v, row_stride, labels,
                                                                         temperature, out_logprob, out_entropy);
-  return cudaGetLastError();
+  return gpuGetLastError();
 }
 
 template <class T>
-cudaError_t rms_norm_as(const void* x, const void* weight, int64_t n, int64_t d, float eps, void* out, cudaStream_t stream) {
+gpuError_t rms_norm_as(const void* x, const void* weight, int64_t n, int64_t d, float eps, void* out, gpuStream_t stream) {
   rms_norm_kernel<T><<<dim3(unsigned(n)), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(weight), d,
                                                                  eps, static_cast<T*>(out));
-  return cudaGetLastError();
+  return gpuGetLastError();
 }
 
 }  // namespace
 
-cudaError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n, int64_t v, int64_t row_stride,
+gpuError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n, int64_t v, int64_t row_stride,
                                    const int64_t* labels, float temperature, float* out_logprob, float* out_entropy,
-                                   cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  if (n > 0x7fffffff) return cudaErrorInvalidConfiguration;
+                                   gpuStream_t stream) {
+  if (n == 0) return gpuSuccess;
+  if (n > 0x7fffffff) return gpuErrorInvalidConfiguration;
   switch (type) {
     case FloatType::f32:
       return logprob_entropy_as<float>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
     case FloatType::f16:
       return logprob_entropy_as<__half>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
     case FloatType::bf16:
-      return logprob_entropy_as<__nv_bfloat16>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
+      return logprob_entropy_as<gpu_bfloat16>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
   }
-  return cudaErrorInvalidValue;
+  return gpuErrorInvalidValue;
 }
 
-cudaError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps, void* out,
-                            cudaStream_t stream) {
-  if (n == 0 || d == 0) return cudaSuccess;
-  if (n > 0x7fffffff) return cudaErrorInvalidConfiguration;
+gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps, void* out,
+                            gpuStream_t stream) {
+  if (n == 0 || d == 0) return gpuSuccess;
+  if (n > 0x7fffffff) return gpuErrorInvalidConfiguration;
   switch (type) {
     case FloatType::f32: return rms_norm_as<float>(x, weight, n, d, eps, out, stream);
     case FloatType::f16: return rms_norm_as<__half>(x, weight, n, d, eps, out, stream);
-    case FloatType::bf16: return rms_norm_as<__nv_bfloat16>(x, weight, n, d, eps, out, stream);
+    case FloatType::bf16: return rms_norm_as<gpu_bfloat16>(x, weight, n, d, eps, out, stream);
   }
-  return cudaErrorInvalidValue;
+  return gpuErrorInvalidValue;
 }
 
 }  // namespace verlpp::cuda

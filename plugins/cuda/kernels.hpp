@@ -3,7 +3,7 @@
 // stay small and the argument checks live in kernel_table.cpp.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "gpu_runtime.hpp"
 
 #include <cstdint>
 
@@ -17,24 +17,24 @@ enum class FloatType { f32, f16, bf16 };
 // A label outside [0, v) gives NaN in out_logprob (checking it on the host would need a sync).
 // logits [n, v] with row stride `row_stride` elements, columns dense; labels [n] int64;
 // out_logprob, out_entropy [n] f32.
-cudaError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n, int64_t v, int64_t row_stride,
+gpuError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n, int64_t v, int64_t row_stride,
                                    const int64_t* labels, float temperature, float* out_logprob,
-                                   float* out_entropy, cudaStream_t stream);
+                                   float* out_entropy, gpuStream_t stream);
 
 // out[r, :] = weight * round_to_type(x[r, :] / sqrt(mean(x[r, :]^2) + eps)), as HF's RMSNorm
 // (normalise in fp32, round to the input type, then scale). x, out [n, d]; weight [d]; one type.
-cudaError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps,
-                            void* out, cudaStream_t stream);
+gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps,
+                            void* out, gpuStream_t stream);
 
 // Decode attention, one query token per sequence, GQA (query head h reads KV head h / (H / K)):
 // out[b, h] = softmax(q[b, h] . k[t] * scale over t < context_lens[b]) . v[t], where position t
 // lives in block block_tables[b, t / block_size], slot t % block_size. fp32 math.
 // q, out [b, H, S]; k_cache, v_cache [num_blocks, block_size, K, S]; one float type;
 // block_tables [b, max_blocks] int32; context_lens [b] int32. S <= 256, b <= 65535.
-cudaError_t launch_paged_attention_decode(const void* q, const void* k_cache, const void* v_cache, FloatType type,
+gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, const void* v_cache, FloatType type,
                                           const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
                                           int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
-                                          void* out, cudaStream_t stream);
+                                          void* out, gpuStream_t stream);
 
 // One token per row r < b from softmax(logits[r] / temperature[r]) restricted to the top_k[r]
 // largest (<= 0 or >= v: all) and then to the shortest most-likely-first prefix whose mass
@@ -43,9 +43,9 @@ cudaError_t launch_paged_attention_decode(const void* q, const void* k_cache, co
 // out_logprobs[r] = log_softmax(logits[r] / t)[token] (t = 1 when greedy).
 // logits [b, v] f32 contiguous; temperature, top_p [b] f32; top_k [b] i32; seeds [b] u64;
 // out_tokens [b] i64; out_logprobs [b] f32.
-cudaError_t launch_sample(const float* logits, int64_t b, int64_t v, const float* temperature, const int32_t* top_k,
+gpuError_t launch_sample(const float* logits, int64_t b, int64_t v, const float* temperature, const int32_t* top_k,
                           const float* top_p, const uint64_t* seeds, uint64_t step, int64_t* out_tokens,
-                          float* out_logprobs, cudaStream_t stream);
+                          float* out_logprobs, gpuStream_t stream);
 
 // Element-wise copy between two device views of the same shape: dst[i...] = src[i...].
 // Strides in elements (any sign-free layout, e.g. transposed); at most kMaxCopyDims dims;
@@ -57,7 +57,7 @@ struct StridedLayout {
   int64_t src_strides[kMaxCopyDims] = {};
   int64_t dst_strides[kMaxCopyDims] = {};
 };
-cudaError_t launch_strided_copy(const void* src, void* dst, const StridedLayout& layout, int64_t numel,
-                                int32_t element_size, cudaStream_t stream);
+gpuError_t launch_strided_copy(const void* src, void* dst, const StridedLayout& layout, int64_t numel,
+                                int32_t element_size, gpuStream_t stream);
 
 }  // namespace verlpp::cuda

@@ -104,9 +104,9 @@ class NcclCommunicator : public sdk::Communicator {
       fail(VERLPP_STATUS_COMM_ERROR, prefix(what) + "ncclCommInitRankConfig failed: " + error_text(r));
     }
     settle(r, what);
-    cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), prefix(what) + "cudaEventCreate");
-    cuda_check(cudaMalloc(&barrier_word_, sizeof(float)), prefix(what) + "cudaMalloc for the barrier");
-    cuda_check(cudaMemset(barrier_word_, 0, sizeof(float)), prefix(what) + "cudaMemset for the barrier");
+    cuda_check(gpuEventCreateWithFlags(&done_, gpuEventDisableTiming), prefix(what) + VERLPP_GPU_API "EventCreate");
+    cuda_check(gpuMalloc(&barrier_word_, sizeof(float)), prefix(what) + VERLPP_GPU_API "Malloc for the barrier");
+    cuda_check(gpuMemset(barrier_word_, 0, sizeof(float)), prefix(what) + VERLPP_GPU_API "Memset for the barrier");
   }
 
   ~NcclCommunicator() override {
@@ -124,7 +124,7 @@ class NcclCommunicator : public sdk::Communicator {
     ncclDataType_t type = nccl_type(recv.dtype, what);
     size_t count = size_t(sdk::numel(recv));
     if (count == 0) return;
-    run(what, stream, [&](cudaStream_t s) {
+    run(what, stream, [&](gpuStream_t s) {
       return nccl_.AllReduce(sdk::data_ptr(send), sdk::data_ptr(recv), count, type, nccl_op(op), comm_, s);
     });
   }
@@ -133,7 +133,7 @@ class NcclCommunicator : public sdk::Communicator {
     check_pair(send, recv, world_, "all_gather");
     size_t bytes = sdk::nbytes(send);
     if (bytes == 0) return;
-    run("all_gather", stream, [&](cudaStream_t s) {
+    run("all_gather", stream, [&](gpuStream_t s) {
       return nccl_.AllGather(sdk::data_ptr(send), sdk::data_ptr(recv), bytes, ncclUint8, comm_, s);
     });
   }
@@ -144,7 +144,7 @@ class NcclCommunicator : public sdk::Communicator {
     ncclDataType_t type = nccl_type(recv.dtype, what);
     size_t count = size_t(sdk::numel(recv));
     if (count == 0) return;
-    run(what, stream, [&](cudaStream_t s) {
+    run(what, stream, [&](gpuStream_t s) {
       return nccl_.ReduceScatter(sdk::data_ptr(send), sdk::data_ptr(recv), count, type, nccl_op(op), comm_, s);
     });
   }
@@ -154,7 +154,7 @@ class NcclCommunicator : public sdk::Communicator {
     check_tensor(buffer, "broadcast buffer");
     size_t bytes = sdk::nbytes(buffer);
     if (bytes == 0) return;
-    run("broadcast from rank " + std::to_string(root), stream, [&](cudaStream_t s) {
+    run("broadcast from rank " + std::to_string(root), stream, [&](gpuStream_t s) {
       return nccl_.Broadcast(sdk::data_ptr(buffer), sdk::data_ptr(buffer), bytes, ncclUint8, root, comm_, s);
     });
   }
@@ -165,7 +165,7 @@ class NcclCommunicator : public sdk::Communicator {
     size_t bytes = sdk::nbytes(buffer);
     if (bytes == 0) return;
     if (peer == rank_) return send_to_self(buffer, bytes, stream);
-    run("send to rank " + std::to_string(peer), stream, [&](cudaStream_t s) {
+    run("send to rank " + std::to_string(peer), stream, [&](gpuStream_t s) {
       return nccl_.Send(sdk::data_ptr(buffer), bytes, ncclUint8, peer, comm_, s);
     });
   }
@@ -176,14 +176,14 @@ class NcclCommunicator : public sdk::Communicator {
     size_t bytes = sdk::nbytes(buffer);
     if (bytes == 0) return;
     if (peer == rank_) return recv_from_self(buffer, bytes, stream);
-    run("recv from rank " + std::to_string(peer), stream, [&](cudaStream_t s) {
+    run("recv from rank " + std::to_string(peer), stream, [&](gpuStream_t s) {
       return nccl_.Recv(sdk::data_ptr(buffer), bytes, ncclUint8, peer, comm_, s);
     });
   }
 
   // NCCL has no barrier: a one-element all-reduce completes only when every rank has joined.
   void barrier(verlpp_stream stream) override {
-    run("barrier", stream, [&](cudaStream_t s) {
+    run("barrier", stream, [&](gpuStream_t s) {
       return nccl_.AllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, s);
     });
   }
@@ -191,9 +191,9 @@ class NcclCommunicator : public sdk::Communicator {
  private:
   // Frees this communicator's device objects and the NCCL communicator (destructor only).
   void release() noexcept {
-    for (auto& [ptr, bytes] : self_queue_) (void)cudaFree(ptr);
-    if (barrier_word_ != nullptr) (void)cudaFree(barrier_word_);
-    if (done_ != nullptr) (void)cudaEventDestroy(done_);
+    for (auto& [ptr, bytes] : self_queue_) (void)gpuFree(ptr);
+    if (barrier_word_ != nullptr) (void)gpuFree(barrier_word_);
+    if (done_ != nullptr) (void)gpuEventDestroy(done_);
     // Abort, not destroy: every operation has completed by now (each call waits for its own),
     // and abort is local and never waits on peers, whereas ncclCommDestroy of a non-blocking
     // communicator may finalize with them (and hang if one is gone). An aborted one is gone.
@@ -255,11 +255,11 @@ class NcclCommunicator : public sdk::Communicator {
       fail(is_misuse ? VERLPP_STATUS_INVALID_ARGUMENT : VERLPP_STATUS_COMM_ERROR, prefix(what) + text);
     }
     settle(r, what, start);
-    cuda_check(cudaEventRecord(done_, target.stream), prefix(what) + "cudaEventRecord");
+    cuda_check(gpuEventRecord(done_, target.stream), prefix(what) + VERLPP_GPU_API "EventRecord");
     for (int round = 0;; ++round) {
-      cudaError_t q = cudaEventQuery(done_);
-      if (q == cudaSuccess) return;
-      if (q != cudaErrorNotReady) {
+      gpuError_t q = gpuEventQuery(done_);
+      if (q == gpuSuccess) return;
+      if (q != gpuErrorNotReady) {
         abort_after(what + ": the device failed");
         cuda_check(q, prefix(what) + "waiting for completion");
       }
@@ -333,11 +333,11 @@ class NcclCommunicator : public sdk::Communicator {
     StreamTarget target = resolve_stream(stream, device_);
     DeviceGuard device_guard(device_);
     void* copy = nullptr;
-    cuda_check(cudaMalloc(&copy, bytes), prefix("send to self") + "cudaMalloc of " + std::to_string(bytes) + " bytes");
-    cudaError_t e = cudaMemcpyAsync(copy, sdk::data_ptr(buffer), bytes, cudaMemcpyDeviceToDevice, target.stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(target.stream);
-    if (e != cudaSuccess) {
-      (void)cudaFree(copy);
+    cuda_check(gpuMalloc(&copy, bytes), prefix("send to self") + VERLPP_GPU_API "Malloc of " + std::to_string(bytes) + " bytes");
+    gpuError_t e = gpuMemcpyAsync(copy, sdk::data_ptr(buffer), bytes, gpuMemcpyDeviceToDevice, target.stream);
+    if (e == gpuSuccess) e = gpuStreamSynchronize(target.stream);
+    if (e != gpuSuccess) {
+      (void)gpuFree(copy);
       cuda_check(e, prefix("send to self") + "copy");
     }
     self_queue_.emplace_back(copy, bytes);
@@ -351,14 +351,14 @@ class NcclCommunicator : public sdk::Communicator {
     self_queue_.pop_front();
     StreamTarget target = resolve_stream(stream, device_);
     DeviceGuard device_guard(device_);
-    cudaError_t e = cudaMemcpyAsync(sdk::data_ptr(buffer), copy, bytes, cudaMemcpyDeviceToDevice, target.stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(target.stream);
-    (void)cudaFree(copy);
+    gpuError_t e = gpuMemcpyAsync(sdk::data_ptr(buffer), copy, bytes, gpuMemcpyDeviceToDevice, target.stream);
+    if (e == gpuSuccess) e = gpuStreamSynchronize(target.stream);
+    (void)gpuFree(copy);
     cuda_check(e, prefix("recv from self") + "copy");
   }
 
   void check_tensor(const DLTensor& t, const std::string& what) const {
-    require(t.device.device_type == kDLCUDA, prefix(what) + "is not CUDA device memory (DLPack device type " +
+    require(t.device.device_type == VERLPP_GPU_DL_DEVICE, prefix(what) + "is not " VERLPP_GPU_PLATFORM " device memory (DLPack device type " +
                                                  std::to_string(int(t.device.device_type)) + ")");
     require(t.device.device_id == device_, prefix(what) + "is on device " + std::to_string(t.device.device_id) +
                                                ", the communicator on device " + std::to_string(device_));
@@ -383,7 +383,7 @@ class NcclCommunicator : public sdk::Communicator {
   int32_t rank_, world_, device_;
   std::chrono::milliseconds timeout_;
   ncclComm_t comm_ = nullptr;
-  cudaEvent_t done_ = nullptr;
+  gpuEvent_t done_ = nullptr;
   float* barrier_word_ = nullptr;  // [1] f32, device: the barrier's all-reduce operand
   std::string broken_;             // why the communicator was aborted; empty while healthy
   std::deque<std::pair<void*, size_t>> self_queue_;  // buffered sends to this rank, oldest first

@@ -49,7 +49,7 @@ bool open_library(const std::string& path, NcclLibrary& lib, std::string& proble
   lib.path = path;
   if (lib.GetVersion(&lib.version) != ncclSuccess) lib.version = 0;
   if (lib.version < 21400) {
-    problem = path + " is NCCL " + nccl_version_text(lib.version) + "; the cuda plugin needs NCCL >= 2.14";
+    problem = path + " is NCCL " + nccl_version_text(lib.version) + "; the " VERLPP_GPU_PLUGIN_NAME " plugin needs NCCL >= 2.14";
     return false;
   }
   return true;
@@ -58,11 +58,11 @@ bool open_library(const std::string& path, NcclLibrary& lib, std::string& proble
 Loaded load() {
   Loaded out;
   std::string first_problem;
-  if (open_library("libnccl.so.2", out.library, first_problem)) {
+  if (open_library(VERLPP_CCL_LIBRARY_NAME, out.library, first_problem)) {
     out.ok = true;
     return out;
   }
-  const char* env = std::getenv("VERLPP_NCCL_LIBRARY");
+  const char* env = std::getenv(VERLPP_CCL_LIBRARY_ENV);
   if (env != nullptr && *env != '\0') {
     std::string second_problem;
     out.library = NcclLibrary{};
@@ -70,11 +70,10 @@ Loaded load() {
       out.ok = true;
       return out;
     }
-    out.problem = first_problem + "; VERLPP_NCCL_LIBRARY: " + second_problem;
+    out.problem = first_problem + "; " VERLPP_CCL_LIBRARY_ENV ": " + second_problem;
     return out;
   }
-  out.problem = first_problem + "; set VERLPP_NCCL_LIBRARY to the path of libnccl.so.2 (a PyTorch wheel has it in "
-                                "site-packages/nvidia/nccl/lib)";
+  out.problem = first_problem + "; set " VERLPP_CCL_LIBRARY_ENV " to the path of " VERLPP_CCL_LIBRARY_NAME " " VERLPP_CCL_LIBRARY_HINT;
   return out;
 }
 

@@ -68,8 +68,8 @@ sample_kernel(const float* __restrict__ logits,       // [b, v] f32
     if (value > best.value || (value == best.value && j < best.index)) best = ArgMax{value, j};
   }
   for (int offset = 16; offset > 0; offset >>= 1) {
-    float other_value = __shfl_xor_sync(0xffffffffu, best.value, offset);
-    int64_t other_index = __shfl_xor_sync(0xffffffffu, best.index, offset);
+    float other_value = gpu_shfl_xor(best.value, offset);
+    int64_t other_index = gpu_shfl_xor(best.index, offset);
     if (other_value > best.value || (other_value == best.value && other_index < best.index)) best = ArgMax{other_value, other_index};
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -195,14 +195,14 @@ sample_kernel(const float* __restrict__ logits,       // [b, v] f32
 
 }  // namespace
 
-cudaError_t launch_sample(const float* logits, int64_t b, int64_t v, const float* temperature, const int32_t* top_k,
+gpuError_t launch_sample(const float* logits, int64_t b, int64_t v, const float* temperature, const int32_t* top_k,
                           const float* top_p, const uint64_t* seeds, uint64_t step, int64_t* out_tokens,
-                          float* out_logprobs, cudaStream_t stream) {
-  if (b == 0) return cudaSuccess;
-  if (b > 0x7fffffff || v <= 0) return cudaErrorInvalidValue;
+                          float* out_logprobs, gpuStream_t stream) {
+  if (b == 0) return gpuSuccess;
+  if (b > 0x7fffffff || v <= 0) return gpuErrorInvalidValue;
   sample_kernel<<<dim3(unsigned(b)), kThreads, 0, stream>>>(logits, v, temperature, top_k, top_p, seeds, step, out_tokens,
                                                             out_logprobs);
-  return cudaGetLastError();
+  return gpuGetLastError();
 }
 
 }  // namespace verlpp::cuda

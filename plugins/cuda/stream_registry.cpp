@@ -27,19 +27,19 @@ Registry& registry() {
 
 DeviceGuard::DeviceGuard(int32_t device) {
   int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current == device) return;
-  cuda_check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  if (gpuGetDevice(&current) == gpuSuccess && current == device) return;
+  cuda_check(gpuSetDevice(device), VERLPP_GPU_API "SetDevice(" + std::to_string(device) + ")");
   previous_ = current;
 }
 
 DeviceGuard::~DeviceGuard() {
-  if (previous_ >= 0 && primary_context_active(previous_)) (void)cudaSetDevice(previous_);
+  if (previous_ >= 0 && primary_context_active(previous_)) (void)gpuSetDevice(previous_);
 }
 
 verlpp_stream create_stream(int32_t device) {
   DeviceGuard device_guard(device);
-  cudaStream_t s = nullptr;
-  cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags on device " + std::to_string(device));
+  gpuStream_t s = nullptr;
+  cuda_check(gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking), VERLPP_GPU_API "StreamCreateWithFlags on device " + std::to_string(device));
   auto* handle = new CudaStream{s, device};
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -52,26 +52,26 @@ void destroy_stream(verlpp_stream handle) {
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    if (r.streams.erase(s) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown stream handle (not created by the cuda plugin, or destroyed)");
+    if (r.streams.erase(s) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown stream handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
   }
   DeviceGuard device_guard(s->device);
-  cudaError_t e = cudaStreamDestroy(s->stream);
+  gpuError_t e = gpuStreamDestroy(s->stream);
   delete s;
-  cuda_check(e, "cudaStreamDestroy");
+  cuda_check(e, VERLPP_GPU_API "StreamDestroy");
 }
 
 CudaStream lookup_stream(verlpp_stream handle) {
   auto* s = reinterpret_cast<CudaStream*>(handle);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  if (r.streams.count(s) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown stream handle (not created by the cuda plugin, or destroyed)");
+  if (r.streams.count(s) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown stream handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
   return *s;
 }
 
 verlpp_event create_event(int32_t device) {
   DeviceGuard device_guard(device);
-  cudaEvent_t e = nullptr;
-  cuda_check(cudaEventCreate(&e), "cudaEventCreate on device " + std::to_string(device));
+  gpuEvent_t e = nullptr;
+  cuda_check(gpuEventCreate(&e), VERLPP_GPU_API "EventCreate on device " + std::to_string(device));
   auto* handle = new CudaEvent{e, device};
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -84,19 +84,19 @@ void destroy_event(verlpp_event handle) {
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    if (r.events.erase(e) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown event handle (not created by the cuda plugin, or destroyed)");
+    if (r.events.erase(e) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown event handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
   }
   DeviceGuard device_guard(e->device);
-  cudaError_t err = cudaEventDestroy(e->event);
+  gpuError_t err = gpuEventDestroy(e->event);
   delete e;
-  cuda_check(err, "cudaEventDestroy");
+  cuda_check(err, VERLPP_GPU_API "EventDestroy");
 }
 
 CudaEvent lookup_event(verlpp_event handle) {
   auto* e = reinterpret_cast<CudaEvent*>(handle);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  if (r.events.count(e) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown event handle (not created by the cuda plugin, or destroyed)");
+  if (r.events.count(e) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown event handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
   return *e;
 }
 
@@ -108,7 +108,7 @@ StreamTarget resolve_stream(verlpp_stream handle, int32_t default_device) {
 
 void finish_if_default(const StreamTarget& target, const char* what) {
   if (!target.is_default) return;
-  cuda_check(cudaStreamSynchronize(target.stream), std::string(what) + ": waiting on the default stream of device " +
+  cuda_check(gpuStreamSynchronize(target.stream), std::string(what) + ": waiting on the default stream of device " +
                                                        std::to_string(target.device));
 }
 

@@ -5,19 +5,19 @@
 
 #include <verlpp/plugin_abi.h>
 
-#include <cuda_runtime_api.h>
+#include "gpu_runtime.hpp"
 
 #include <cstdint>
 
 namespace verlpp::cuda {
 
 struct CudaStream {
-  cudaStream_t stream = nullptr;
+  gpuStream_t stream = nullptr;
   int32_t device = 0;
 };
 
 struct CudaEvent {
-  cudaEvent_t event = nullptr;
+  gpuEvent_t event = nullptr;
   int32_t device = 0;
 };
 
@@ -35,7 +35,7 @@ CudaEvent lookup_event(verlpp_event handle);
 // Where work for `handle` runs: the registered stream, or for NULL the legacy default stream of
 // `default_device` (ABI: NULL = the device's default stream, synchronous with the host).
 struct StreamTarget {
-  cudaStream_t stream = nullptr;
+  gpuStream_t stream = nullptr;
   int32_t device = 0;
   bool is_default = true;  // then the caller waits for the work before returning
 };

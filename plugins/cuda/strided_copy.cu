@@ -29,25 +29,25 @@ __global__ void strided_copy_kernel(const Word* __restrict__ src, Word* __restri
 }
 
 template <class Word>
-cudaError_t launch_as(const void* src, void* dst, const StridedLayout& layout, int64_t n, cudaStream_t stream) {
+gpuError_t launch_as(const void* src, void* dst, const StridedLayout& layout, int64_t n, gpuStream_t stream) {
   const int64_t wanted = (n + kThreads - 1) / kThreads;
   const unsigned blocks = unsigned(wanted < 65535 ? wanted : 65535);  // the grid-stride loop covers the rest
   strided_copy_kernel<Word><<<blocks, kThreads, 0, stream>>>(static_cast<const Word*>(src), static_cast<Word*>(dst), layout, n);
-  return cudaGetLastError();
+  return gpuGetLastError();
 }
 
 }  // namespace
 
-cudaError_t launch_strided_copy(const void* src, void* dst, const StridedLayout& layout, int64_t numel,
-                                int32_t element_size, cudaStream_t stream) {
-  if (numel == 0) return cudaSuccess;
+gpuError_t launch_strided_copy(const void* src, void* dst, const StridedLayout& layout, int64_t numel,
+                                int32_t element_size, gpuStream_t stream) {
+  if (numel == 0) return gpuSuccess;
   switch (element_size) {
     case 1: return launch_as<uint8_t>(src, dst, layout, numel, stream);
     case 2: return launch_as<uint16_t>(src, dst, layout, numel, stream);
     case 4: return launch_as<uint32_t>(src, dst, layout, numel, stream);
     case 8: return launch_as<uint64_t>(src, dst, layout, numel, stream);
     case 16: return launch_as<Bytes16>(src, dst, layout, numel, stream);
-    default: return cudaErrorInvalidValue;
+    default: return gpuErrorInvalidValue;
   }
 }
 

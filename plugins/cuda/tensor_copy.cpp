@@ -16,8 +16,8 @@ namespace {
 
 using sdk::require;
 
-bool on_host(const DLTensor& t) { return t.device.device_type == kDLCPU || t.device.device_type == kDLCUDAHost; }
-bool on_device(const DLTensor& t) { return t.device.device_type == kDLCUDA || t.device.device_type == kDLCUDAManaged; }
+bool on_host(const DLTensor& t) { return t.device.device_type == kDLCPU || t.device.device_type == VERLPP_GPU_DL_HOST; }
+bool on_device(const DLTensor& t) { return t.device.device_type == VERLPP_GPU_DL_DEVICE || t.device.device_type == VERLPP_GPU_DL_MANAGED; }
 
 // Element strides of `t` (row-major compact ones when it has none).
 std::vector<int64_t> strides_of(const DLTensor& t) {
@@ -68,9 +68,9 @@ class DeviceTemp {
  public:
   DeviceTemp(int32_t device, size_t bytes) {
     DeviceGuard device_guard(device);
-    cuda_check(cudaMalloc(&ptr_, bytes), "tensor_copy: cudaMalloc of a " + std::to_string(bytes) + "-byte temporary");
+    cuda_check(gpuMalloc(&ptr_, bytes), "tensor_copy: " VERLPP_GPU_API "Malloc of a " + std::to_string(bytes) + "-byte temporary");
   }
-  ~DeviceTemp() { (void)cudaFree(ptr_); }
+  ~DeviceTemp() { (void)gpuFree(ptr_); }
   DeviceTemp(const DeviceTemp&) = delete;
   DeviceTemp& operator=(const DeviceTemp&) = delete;
   void* get() const { return ptr_; }
@@ -92,15 +92,15 @@ DLTensor dense_like(const DLTensor& t, void* data, DLDevice device) {
 }  // namespace
 
 void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
-  require(on_host(src) || on_device(src), "tensor_copy: src is neither host nor CUDA memory (DLPack device type " +
+  require(on_host(src) || on_device(src), "tensor_copy: src is neither host nor " VERLPP_GPU_PLATFORM " memory (DLPack device type " +
                                               std::to_string(int(src.device.device_type)) + ")");
-  require(on_host(dst) || on_device(dst), "tensor_copy: dst is neither host nor CUDA memory (DLPack device type " +
+  require(on_host(dst) || on_device(dst), "tensor_copy: dst is neither host nor " VERLPP_GPU_PLATFORM " memory (DLPack device type " +
                                               std::to_string(int(dst.device.device_type)) + ")");
   const int64_t n = sdk::numel(src);
   if (n == 0) return;
   const size_t element = sdk::dtype_size(src.dtype), bytes = size_t(n) * element;
   int current = 0;
-  (void)cudaGetDevice(&current);
+  (void)gpuGetDevice(&current);
   const int32_t device = on_device(src) ? src.device.device_id : on_device(dst) ? dst.device.device_id : current;
   StreamTarget target = resolve_stream(stream, device);
   DeviceGuard device_guard(target.device);
@@ -108,7 +108,7 @@ void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
 
   if (on_host(src) && on_host(dst)) {
     // Host to host: the caller's stream may still be writing src (pinned memory), so wait.
-    cuda_check(cudaStreamSynchronize(target.stream), "tensor_copy: waiting for the stream");
+    cuda_check(gpuStreamSynchronize(target.stream), "tensor_copy: waiting for the stream");
     std::vector<char> dense(src_dense ? 0 : bytes);
     const char* from = static_cast<const char*>(sdk::data_ptr(src));
     if (!src_dense) {
@@ -121,8 +121,8 @@ void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
   }
 
   if (src_dense && dst_dense) {
-    cuda_check(cudaMemcpyAsync(sdk::data_ptr(dst), sdk::data_ptr(src), bytes, cudaMemcpyDefault, target.stream),
-               "tensor_copy: cudaMemcpyAsync of " + std::to_string(bytes) + " bytes");
+    cuda_check(gpuMemcpyAsync(sdk::data_ptr(dst), sdk::data_ptr(src), bytes, gpuMemcpyDefault, target.stream),
+               "tensor_copy: " VERLPP_GPU_API "MemcpyAsync of " + std::to_string(bytes) + " bytes");
     finish_if_default(target, "tensor_copy");
     return;
   }
@@ -134,7 +134,7 @@ void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
     return;
   }
 
-  const DLDevice cuda_device{kDLCUDA, device};
+  const DLDevice cuda_device{VERLPP_GPU_DL_DEVICE, device};
   if (on_host(src)) {
     // Host -> device: dense host bytes, then to dst directly or through a dense device temporary.
     std::vector<char> packed(src_dense ? 0 : bytes);
@@ -144,18 +144,18 @@ void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
       from = packed.data();
     }
     if (dst_dense) {
-      cuda_check(cudaMemcpyAsync(sdk::data_ptr(dst), from, bytes, cudaMemcpyHostToDevice, target.stream), "tensor_copy: host->device");
+      cuda_check(gpuMemcpyAsync(sdk::data_ptr(dst), from, bytes, gpuMemcpyHostToDevice, target.stream), "tensor_copy: host->device");
     } else {
       DeviceTemp temp(device, bytes);
-      cuda_check(cudaMemcpyAsync(temp.get(), from, bytes, cudaMemcpyHostToDevice, target.stream), "tensor_copy: host->device");
+      cuda_check(gpuMemcpyAsync(temp.get(), from, bytes, gpuMemcpyHostToDevice, target.stream), "tensor_copy: host->device");
       DLTensor dense = dense_like(src, temp.get(), cuda_device);
       cuda_check(launch_strided_copy(temp.get(), sdk::data_ptr(dst), layout_of(dense, dst), n, int32_t(element), target.stream),
                  "tensor_copy: strided scatter kernel");
-      cuda_check(cudaStreamSynchronize(target.stream), "tensor_copy: waiting for the scatter");
+      cuda_check(gpuStreamSynchronize(target.stream), "tensor_copy: waiting for the scatter");
       return;
     }
     // The host bytes may be a temporary of this call: wait before it goes.
-    cuda_check(cudaStreamSynchronize(target.stream), "tensor_copy: waiting for the copy");
+    cuda_check(gpuStreamSynchronize(target.stream), "tensor_copy: waiting for the copy");
     return;
   }
 
@@ -172,8 +172,8 @@ void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
   }
   std::vector<char> unpacked(dst_dense ? 0 : bytes);
   void* to = dst_dense ? sdk::data_ptr(dst) : unpacked.data();
-  cuda_check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToHost, target.stream), "tensor_copy: device->host");
-  cuda_check(cudaStreamSynchronize(target.stream), "tensor_copy: waiting for the copy");
+  cuda_check(gpuMemcpyAsync(to, from, bytes, gpuMemcpyDeviceToHost, target.stream), "tensor_copy: device->host");
+  cuda_check(gpuStreamSynchronize(target.stream), "tensor_copy: waiting for the copy");
   if (!dst_dense) host_strided(dst, unpacked.data(), element, false);
 }
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The vendor's path, end to end: install this build's `sdk` and `runtime` components to a fresh
+# prefix, copy the installed template plugin, build it OUT OF TREE with find_package(verlpp)
+# against that prefix only, and run the installed verlpp-plugin-check on the result. Fails at
+# the first step that fails, naming it. Also fails if the SDK's CMake package mentions torch
+# (consumers must not need LibTorch) or if configure found verlpp anywhere but the prefix.
+# Usage: out_of_tree_plugin.sh <verlpp build dir>
+set -euo pipefail
+build_dir=$(cd "$1" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/verlpp-oot.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+step() { echo "== $*"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+step "install components sdk, runtime into $prefix"
+for component in sdk runtime; do
+  cmake --install "$build_dir" --prefix "$prefix" --component "$component" >"$work/install-$component.log" ||
+    { cat "$work/install-$component.log"; fail "cmake --install --component $component"; }
+done
+config_dir=$prefix/lib/cmake/verlpp
+for f in verlppConfig.cmake verlppConfigVersion.cmake verlppSdkTargets.cmake VerlppPlugin.cmake; do
+  [ -f "$config_dir/$f" ] || fail "the install lacks $config_dir/$f"
+done
+[ -x "$prefix/bin/verlpp-plugin-check" ] || fail "the install lacks bin/verlpp-plugin-check"
+[ -f "$prefix/include/verlpp/plugin_abi.h" ] || fail "the install lacks include/verlpp/plugin_abi.h"
+if grep -li torch "$config_dir"/verlppSdkTargets*.cmake; then fail "the SDK's exported targets mention torch (files above)"; fi
+if grep -Eil "find_(package|dependency) *\( *Torch" "$config_dir"/*.cmake; then fail "the SDK's package looks for LibTorch (files above)"; fi
+
+step "copy the installed template and build it out of tree"
+cp -r "$prefix/share/verlpp/plugin_template" "$work/my_plugin"
+generator=()
+if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+# Only the fresh prefix may provide verlpp: no package registry, no other prefix.
+cmake -S "$work/my_plugin" -B "$work/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$work/configure.log" 2>&1 ||
+  { cat "$work/configure.log"; fail "configure of the out-of-tree plugin"; }
+grep -q "template plugin: verlpp [0-9.]* from $config_dir" "$work/configure.log" ||
+  { cat "$work/configure.log"; fail "configure did not take verlpp from $config_dir"; }
+cmake --build "$work/build" >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "build of the out-of-tree plugin"; }
+plugin=$work/build/libverlpp-plugin-template.so
+[ -f "$plugin" ] || fail "the build produced no $plugin"
+
+step "run the installed verlpp-plugin-check on it"
+env -u LD_LIBRARY_PATH -u VERL_HARDWARE_PLUGIN -u VERLPP_PLUGIN_PATH "$prefix/bin/verlpp-plugin-check" "$plugin" ||
+  fail "verlpp-plugin-check $plugin"
+echo "out-of-tree plugin: built against $prefix and passed verlpp-plugin-check"
