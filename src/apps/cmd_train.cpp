@@ -84,8 +84,9 @@ void launch_ranks(int nproc, const std::vector<std::string>& args, const control
   o.nproc = nproc;
   o.argv = {"/proc/self/exe", "train"};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
-  // The ranks find a dead peer within trainer.dist_timeout_s; the grace period is that and a bit.
-  o.grace = std::chrono::milliseconds(int64_t(config.get<double>("trainer.dist_timeout_s") * 1000.0) + 30000);
+  // The ranks find a dead or hung peer within trainer.dist_timeout_s and then take a few seconds
+  // to name it; the grace period is that and a little more.
+  o.grace = std::chrono::milliseconds(int64_t(config.get<double>("trainer.dist_timeout_s") * 1000.0) + 5000);
   o.on_message = [](const std::string& text) { std::cerr << "verlpp launcher: " << text << "\n"; };
   ::setenv(kDemoInputsReady, "1", 1);
   const controller::LaunchResult result = controller::launch_local(o);

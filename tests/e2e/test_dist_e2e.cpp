@@ -128,6 +128,36 @@ TEST_CASE("verlpp train --nproc: a killed rank stops the run, named; resume on a
   CHECK(exists(run + "/global_step_5/actor/model.safetensors"));
 }
 
+TEST_CASE("verlpp train --nproc: a hung rank stops the run within the timeout, named", "[e2e][dist]") {
+  const std::string dir = make_fixture("dist-hang");
+  const std::string run = dir + "/run";
+  const std::string config = write_dist_config(dir, run, 5);
+  const pid_t launcher = start_train(config, run + ".log", {"--nproc", "2", "trainer.dist_timeout_s=5"});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (read_file(run + "/metrics.jsonl").find("\"step\":2") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const pid_t victim = rank_pid(launcher, 1);
+  REQUIRE(victim > 0);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  ::kill(victim, SIGSTOP);  // alive but silent: no heartbeat, no collective
+  const int status = wait_for(launcher);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  const std::string log = read_file(run + ".log");
+  INFO(log << "\n" << seconds << " s after SIGSTOP");
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  // Rank 0 times out in its next collective (5 s), names rank 1 and its stage, and stops; the
+  // launcher then ends the stopped rank after its grace period (timeout + 5 s).
+  CHECK(log.find("rank 1 failed first") == std::string::npos);
+  CHECK(log.find("rank 0 of 2, step ") != std::string::npos);
+  CHECK(log.find("stopped responding (no heartbeat for 2000 ms): rank 1 (last stage: step ") != std::string::npos);
+  CHECK(log.find("rank 1 (pid " + std::to_string(victim) + ") was killed by signal 9 (Killed), sent by the launcher") !=
+        std::string::npos);
+  CHECK(seconds < 5.0 + 4.0 + 10.0 + 5.0);  // timeout + diagnosis + grace + slack
+}
+
 TEST_CASE("verlpp train --nproc: a layout that does not fit the launch is refused before any work", "[e2e][dist]") {
   const std::string dir = make_fixture("dist-layout");
   const std::string run = dir + "/run";
