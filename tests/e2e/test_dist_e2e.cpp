@@ -1,8 +1,9 @@
 // Scale-out end to end with `verlpp train --nproc N` on cpu_ref (Gloo): a GRPO run on 2 and on
-// 4 ranks matches the 1-rank run (same samples, metrics within float tolerance); SIGKILL of one
-// rank mid-step stops the whole run within trainer.dist_timeout_s with that rank named, and
-// the last checkpoint resumes on a different number of ranks; a layout that does not match
-// the launch is refused before any work, naming both layouts.
+// 4 ranks (ZeRO-1) matches the 1-rank run (same samples, metrics within float tolerance);
+// SIGKILL of one rank mid-step stops the whole run within trainer.dist_timeout_s with that rank
+// named, and the last checkpoint (sharded optimizer states) resumes on one rank; a hung rank
+// (SIGSTOP) is named after the timeout; a layout that does not match the launch is refused
+// before any rank starts, naming both layouts.
 #include "e2e_util.hpp"
 
 #include <dirent.h>
@@ -81,8 +82,10 @@ TEST_CASE("verlpp train --nproc 2 and 4 match the one-rank run", "[e2e][dist]") 
   for (const int nproc : {2, 4}) {
     const std::string run = dir + "/nproc" + std::to_string(nproc);
     // n_gpus_per_node set explicitly: a layout that matches the launch runs.
+    // 4 ranks with the optimizer states sharded (ZeRO-1): the same numbers again.
     run_to_end(write_dist_config(dir, run, 2), run + ".log",
-               {"--nproc", std::to_string(nproc), "trainer.nnodes=1", "trainer.n_gpus_per_node=" + std::to_string(nproc)});
+               {"--nproc", std::to_string(nproc), "trainer.nnodes=1", "trainer.n_gpus_per_node=" + std::to_string(nproc),
+                "trainer.zero_stage=" + std::string(nproc == 4 ? "1" : "0")});
     const std::string log = read_file(run + ".log");
     CHECK(log.find(std::to_string(nproc) + " ranks: 1 node x " + std::to_string(nproc) + " ranks") != std::string::npos);
     check_close_rows(expected, deterministic_rows(run), std::to_string(nproc) + " ranks");
@@ -96,7 +99,8 @@ TEST_CASE("verlpp train --nproc: a killed rank stops the run, named; resume on a
   const std::string dir = make_fixture("dist-kill");
   const std::string run = dir + "/run";
   const std::string config = write_dist_config(dir, run, 5);
-  const pid_t launcher = start_train(config, run + ".log", {"--nproc", "2"});
+  // Sharded optimizer states: the checkpoint gathers them, so one rank can resume it.
+  const pid_t launcher = start_train(config, run + ".log", {"--nproc", "2", "trainer.zero_stage=1"});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   while (read_file(run + "/metrics.jsonl").find("\"step\":2") == std::string::npos) {
     REQUIRE(std::chrono::steady_clock::now() < deadline);

@@ -64,7 +64,13 @@ class Actor {
   // row counts still scale the losses), gradients are summed over ranks before the step, and
   // the metrics are averaged over every rank's micro-batches. Every rank must call
   // update_policy with the same batch.
-  void set_data_parallel(DataParallel dp) { dp_ = dp; }
+  // With `shard_optimizer` (ZeRO-1) each rank keeps the AdamW state of its own parameters
+  // only (OptimizerStep::shard); save_state/load_state then become collective.
+  void set_data_parallel(DataParallel dp, bool shard_optimizer = false) {
+    dp_ = dp;
+    if (shard_optimizer) optimizer_->shard(dp);
+  }
+  const OptimizerStep& optimizer() const { return *optimizer_; }
 
   // Optimizer steps taken and skipped so far.
   int64_t steps() const { return optimizer_->steps(); }

@@ -44,7 +44,13 @@ class Critic {
   nlohmann::json update_critic(const controller::Batch& batch);
 
   // Data parallelism as the actor's (see Actor::set_data_parallel).
-  void set_data_parallel(DataParallel dp) { dp_ = dp; }
+  // With `shard_optimizer` (ZeRO-1) each rank keeps the AdamW state of its own parameters
+  // only (OptimizerStep::shard); save_state/load_state then become collective.
+  void set_data_parallel(DataParallel dp, bool shard_optimizer = false) {
+    dp_ = dp;
+    if (shard_optimizer) optimizer_->shard(dp);
+  }
+  const OptimizerStep& optimizer() const { return *optimizer_; }
 
   int64_t steps() const { return optimizer_->steps(); }
   int64_t skipped_steps() const { return optimizer_->skipped(); }

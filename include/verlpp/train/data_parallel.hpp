@@ -43,6 +43,14 @@ class DataParallel {
   void all_reduce_gradients(const std::vector<at::Tensor>& params, int64_t bucket_elements = int64_t(1) << 24) const;
   // Sums each value over ranks (metrics), in place.
   void all_reduce_sum(std::vector<double>& values) const;
+  // `t` of rank `root` on every rank (contiguous, on this rank's device).
+  void broadcast(at::Tensor& t, int32_t root) const;
+
+  // ZeRO-1 ownership: each parameter's owner rank, whole parameters assigned largest first to
+  // the rank holding the fewest elements so far (the same answer on every rank).
+  std::vector<int32_t> owners(const std::vector<at::Tensor>& params) const;
+  // Every parameter's values from its owner (one broadcast of a flat buffer per owner).
+  void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<int32_t>& owners) const;
 
  private:
   const hw::ProcessGroup* group_ = nullptr;

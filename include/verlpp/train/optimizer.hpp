@@ -4,6 +4,7 @@
 // saves to and loads from one .safetensors file, so a resumed run continues bit-identically.
 #pragma once
 
+#include <verlpp/train/data_parallel.hpp>
 #include <verlpp/train/lr_schedule.hpp>
 
 #include <ATen/core/Tensor.h>
@@ -24,6 +25,17 @@ class OptimizerStep {
  public:
   OptimizerStep(std::vector<at::Tensor> params, AdamWConfig config, LrSchedule schedule);
   ~OptimizerStep();
+
+  // ZeRO-1: from now on this rank keeps AdamW state only for the parameters it owns (whole
+  // parameters, balanced by size over dp's ranks); after each step every parameter is
+  // broadcast from its owner, so all replicas stay equal. Gradients must be summed over the
+  // ranks before clip_and_step (DataParallel::all_reduce_gradients). save_state and
+  // load_state become collective: the file still holds every parameter's state (rank 0 writes
+  // it), so a checkpoint resumes on any number of ranks, sharded or not. Call before the first step.
+  void shard(const DataParallel& dp);
+  bool is_sharded() const;
+  // Elements of AdamW state this rank holds (exp_avg + exp_avg_sq), for memory reports.
+  int64_t state_elements() const;
 
   // Sets the LR for update number `update` (0-based) and returns it.
   double set_lr_for_update(int64_t update);

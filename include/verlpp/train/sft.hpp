@@ -38,7 +38,13 @@ class SftTrainer {
   double loss(const controller::Batch& batch) const;
 
   // Data parallelism as the actor's: each rank trains on its rows, gradients are summed.
-  void set_data_parallel(DataParallel dp) { dp_ = dp; }
+  // With `shard_optimizer` (ZeRO-1) each rank keeps the AdamW state of its own parameters
+  // only (OptimizerStep::shard); save_state/load_state then become collective.
+  void set_data_parallel(DataParallel dp, bool shard_optimizer = false) {
+    dp_ = dp;
+    if (shard_optimizer) optimizer_->shard(dp);
+  }
+  const OptimizerStep& optimizer() const { return *optimizer_; }
 
   int64_t steps() const { return optimizer_->steps(); }
 

@@ -227,6 +227,7 @@ const char* default_config_text() {
     "nnodes": null,
     "n_gpus_per_node": null,
     "dist_timeout_s": 600,
+    "zero_stage": 0,
     "device": "auto",
     "save_freq": -1,
     "resume_mode": "auto",

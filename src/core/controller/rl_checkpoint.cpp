@@ -18,40 +18,46 @@ namespace verlpp::controller {
 using json = nlohmann::json;
 
 void save_checkpoint(RlTrainer::State& s) {
-  // Every rank holds the whole state (replicated parameters and optimizer), so rank 0 writes it
-  // alone, and a checkpoint of N ranks resumes on any number of ranks. The others wait, so no
-  // rank runs ahead of a checkpoint that might still fail.
-  if (!s.is_writer()) {
-    s.group->barrier();
-    return;
-  }
+  // Every rank holds the whole model (replicated parameters), so rank 0 writes it alone, and a
+  // checkpoint of N ranks resumes on any number of ranks. With sharded optimizer states
+  // (trainer.zero_stage=1) saving them is collective: each owner sends its part to rank 0.
+  // The others wait at the end, so no rank runs ahead of a checkpoint that might still fail.
   const int64_t step = s.global_step;
-  const std::string tmp = s.checkpoints->begin(step);
+  const bool writer = s.is_writer();
+  const std::string tmp = writer ? s.checkpoints->begin(step) : std::string();
+  auto optimizer_state = [&](const std::string& role, const auto& trainer) {
+    if (writer || trainer.optimizer().is_sharded()) trainer.save_state(files::join(tmp, role + "/optimizer.safetensors"));
+  };
   try {
     model::SaveOptions options;
     options.source_dir = s.model_path;  // tokenizer files and generation_config.json travel along
-    model::save_pretrained(*s.actor_model, files::join(tmp, "actor"), options);
-    s.actor->save_state(files::join(tmp, "actor/optimizer.safetensors"));
+    if (writer) model::save_pretrained(*s.actor_model, files::join(tmp, "actor"), options);
+    optimizer_state("actor", *s.actor);
     if (s.critic) {
-      model::save_pretrained(*s.critic_model, files::join(tmp, "critic"), options);
-      s.critic->save_state(files::join(tmp, "critic/optimizer.safetensors"));
+      if (writer) model::save_pretrained(*s.critic_model, files::join(tmp, "critic"), options);
+      optimizer_state("critic", *s.critic);
     }
-    json state = {{"global_step", step},
-                  {"dataloader", s.loader->state()},
-                  {"kl_coef", s.kl_ctrl->value()},
-                  {"actor_updates", s.actor->updates()},
-                  {"critic_updates", s.critic ? s.critic->updates() : 0},
-                  {"seed", s.seed},
-                  {"estimator", s.estimator},
-                  {"config", s.config.tree()}};
-    files::write_text(files::join(tmp, "trainer_state.json"), state.dump(2) + "\n");
+    if (writer) {
+      json state = {{"global_step", step},
+                    {"dataloader", s.loader->state()},
+                    {"kl_coef", s.kl_ctrl->value()},
+                    {"actor_updates", s.actor->updates()},
+                    {"critic_updates", s.critic ? s.critic->updates() : 0},
+                    {"seed", s.seed},
+                    {"estimator", s.estimator},
+                    {"world_size", s.world.world_size},
+                    {"config", s.config.tree()}};
+      files::write_text(files::join(tmp, "trainer_state.json"), state.dump(2) + "\n");
+    }
   } catch (...) {
-    s.checkpoints->abort(step);
+    if (writer) s.checkpoints->abort(step);
     throw;
   }
-  const std::string final_dir = s.checkpoints->commit(step);
+  if (writer) {
+    const std::string final_dir = s.checkpoints->commit(step);
+    s.message(fmt::format("checkpoint saved: {}", final_dir));
+  }
   if (s.group) s.group->barrier();
-  s.message(fmt::format("checkpoint saved: {}", final_dir));
 }
 
 int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder) {

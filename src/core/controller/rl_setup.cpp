@@ -290,12 +290,13 @@ void setup_trainer(RlTrainer::State& s) {
   s.kl_ctrl = algo::make_kl_controller(c.get<std::string>("algorithm.kl_ctrl.type"), c.get<double>("algorithm.kl_ctrl.kl_coef"),
                                        c.get<double>("algorithm.kl_ctrl.target_kl"), c.get<double>("algorithm.kl_ctrl.horizon"));
 
+  const bool zero1 = c.get<int64_t>("trainer.zero_stage") == 1;
   build_actor(s);
-  s.actor->set_data_parallel(s.dp);
+  s.actor->set_data_parallel(s.dp, zero1);
   if (s.use_reference) build_reference(s);
   if (s.use_critic) {
     build_critic(s);
-    s.critic->set_data_parallel(s.dp);
+    s.critic->set_data_parallel(s.dp, zero1);
   }
   build_engine(s);
   int64_t keep = c.get_or<int64_t>("trainer.max_actor_ckpt_to_keep", 0);

@@ -38,7 +38,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   config.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
   config.optim = adamw_of(c, "sft.optim", "sft.optim.grad_clip");
   train::SftTrainer trainer(*s.actor_model, config, train::LrSchedule(lr));
-  trainer.set_data_parallel(s.dp);
+  trainer.set_data_parallel(s.dp, c.get<int64_t>("trainer.zero_stage") == 1);
 
   DataLoader loader(data.size(), c.get<int64_t>("sft.batch_size"), /*shuffle=*/true, uint64_t(c.get<int64_t>("sft.seed")));
   std::ofstream log;  // rank 0 writes the files

@@ -1,4 +1,5 @@
 // DataParallel: dispatch, gather and gradient all-reduce over a ProcessGroup (see the header).
+#include <ATen/core/grad_mode.h>
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/process_group.hpp>
 #include <verlpp/train/data_parallel.hpp>
@@ -8,6 +9,8 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
+
+#include <algorithm>
 
 namespace verlpp::train {
 
@@ -84,6 +87,45 @@ void DataParallel::all_reduce_sum(std::vector<double>& values) const {
   group_->all_reduce_sum(t);
   t = t.cpu();
   for (size_t i = 0; i < values.size(); ++i) values[i] = t.data_ptr<double>()[i];
+}
+
+void DataParallel::broadcast(at::Tensor& t, int32_t root) const {
+  if (world_size() > 1) group_->broadcast(t, root);
+}
+
+std::vector<int32_t> DataParallel::owners(const std::vector<at::Tensor>& params) const {
+  std::vector<size_t> order(params.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+  std::vector<int64_t> load(size_t(world_size()), 0);
+  std::vector<int32_t> owner(params.size(), 0);
+  for (size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    owner[i] = int32_t(least);
+    load[size_t(least)] += params[i].numel();
+  }
+  return owner;
+}
+
+void DataParallel::broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<int32_t>& owners) const {
+  if (world_size() == 1) return;
+  VERLPP_CHECK(owners.size() == params.size(), "{} owners for {} parameters", owners.size(), params.size());
+  at::NoGradGuard no_grad;
+  for (int32_t r = 0; r < world_size(); ++r) {
+    std::vector<at::Tensor> mine;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (owners[i] == r) mine.push_back(params[i].detach().reshape({-1}));
+    if (mine.empty()) continue;
+    at::Tensor flat = at::cat(mine);
+    group_->broadcast(flat, r);
+    if (r == rank()) continue;  // the owner's values are already in place
+    int64_t offset = 0;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (owners[i] == r) {
+        params[i].detach().copy_(flat.narrow(0, offset, params[i].numel()).view(params[i].sizes()));
+        offset += params[i].numel();
+      }
+  }
 }
 
 }  // namespace verlpp::train

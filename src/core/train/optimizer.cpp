@@ -43,36 +43,88 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
 
 struct OptimizerStep::Impl {
   std::vector<at::Tensor> params;
+  // AdamW over every parameter, or (sharded) over this rank's; null when it owns none.
   std::unique_ptr<torch::optim::AdamW> adamw;
+  double lr = 0;
+  // ZeRO-1: the owner rank of each parameter, and whether this rank owns it.
+  DataParallel dp;
+  std::vector<int32_t> owners;
+  std::vector<bool> owned;
+  bool sharded = false;
+
+  void build(const AdamWConfig& c) {
+    std::vector<at::Tensor> mine;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!sharded || owned[i]) mine.push_back(params[i]);
+    adamw.reset();
+    if (mine.empty()) return;
+    torch::optim::AdamWOptions options(lr);
+    options.betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(c.weight_decay);
+    adamw = std::make_unique<torch::optim::AdamW>(mine, options);
+  }
+  void zero_grad() {
+    if (!sharded) {
+      adamw->zero_grad();
+      return;
+    }
+    for (auto& p : params)  // every parameter: the gradients of others' parameters are summed here too
+      if (p.grad().defined()) p.mutable_grad().detach_().zero_();
+  }
 };
 
 OptimizerStep::OptimizerStep(std::vector<at::Tensor> params, AdamWConfig config, LrSchedule schedule)
     : impl_(std::make_unique<Impl>()), config_(config), schedule_(std::move(schedule)) {
   VERLPP_CHECK(config_.grad_clip > 0, "grad_clip {} must be > 0", config_.grad_clip);
   impl_->params = std::move(params);
-  torch::optim::AdamWOptions options(schedule_.lr(0));
-  options.betas({config_.beta1, config_.beta2}).eps(config_.eps).weight_decay(config_.weight_decay);
-  impl_->adamw = std::make_unique<torch::optim::AdamW>(impl_->params, options);
+  impl_->lr = schedule_.lr(0);
+  impl_->build(config_);
 }
 
 OptimizerStep::~OptimizerStep() = default;
 
+void OptimizerStep::shard(const DataParallel& dp) {
+  VERLPP_CHECK(steps_ == 0 && skipped_ == 0, "OptimizerStep::shard must come before the first step ({} taken)", steps_);
+  if (!dp.is_distributed()) return;
+  impl_->dp = dp;
+  impl_->owners = dp.owners(impl_->params);
+  impl_->owned.assign(impl_->params.size(), false);
+  for (size_t i = 0; i < impl_->params.size(); ++i) impl_->owned[i] = impl_->owners[i] == dp.rank();
+  impl_->sharded = true;
+  impl_->build(config_);
+}
+
+bool OptimizerStep::is_sharded() const { return impl_->sharded; }
+
+int64_t OptimizerStep::state_elements() const {
+  if (!impl_->adamw) return 0;
+  int64_t n = 0;
+  for (const auto& [key, state] : impl_->adamw->state()) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+    n += s.exp_avg().numel() + s.exp_avg_sq().numel();
+  }
+  return n;
+}
+
 double OptimizerStep::set_lr_for_update(int64_t update) {
   const double lr = schedule_.lr(update);
-  for (auto& group : impl_->adamw->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  impl_->lr = lr;
+  if (impl_->adamw)
+    for (auto& group : impl_->adamw->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   return lr;
 }
 
-void OptimizerStep::zero_grad() { impl_->adamw->zero_grad(); }
+void OptimizerStep::zero_grad() { impl_->zero_grad(); }
 
 double OptimizerStep::clip_and_step() {
+  // Sharded or not, the norm is over every parameter (the gradients are already summed).
   const double norm = clip_grad_norm(impl_->params, config_.grad_clip);
   last_skipped_ = !std::isfinite(norm);
   if (last_skipped_) {
     ++skipped_;
-    impl_->adamw->zero_grad();
+    impl_->zero_grad();
   } else {
-    impl_->adamw->step();
+    if (impl_->adamw) impl_->adamw->step();
+    if (impl_->sharded) impl_->dp.broadcast_from_owners(impl_->params, impl_->owners);
     ++steps_;
   }
   return norm;
@@ -124,23 +176,49 @@ const std::vector<std::string> kFields = {"step", "exp_avg", "exp_avg_sq", "max_
 
 void OptimizerStep::save_state(const std::string& path, const std::vector<std::string>& names) const {
   check_names(names, impl_->params.size(), "OptimizerStep::save_state(" + path + ")");
-  const auto& state = impl_->adamw->state();
   std::vector<model::NamedTensor> tensors;
+  const bool writes = !impl_->sharded || impl_->dp.rank() == 0;
   for (size_t i = 0; i < names.size(); ++i) {
-    auto it = state.find(state_key(impl_->params[i]));
-    if (it == state.end()) continue;  // never stepped: nothing to save
-    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    tensors.emplace_back(names[i] + ".step", at::full({1}, static_cast<int64_t>(s.step()), at::kLong));
-    tensors.emplace_back(names[i] + ".exp_avg", s.exp_avg());
-    tensors.emplace_back(names[i] + ".exp_avg_sq", s.exp_avg_sq());
-    if (s.max_exp_avg_sq().defined()) tensors.emplace_back(names[i] + ".max_exp_avg_sq", s.max_exp_avg_sq());
+    const torch::optim::AdamWParamState* s = nullptr;
+    if (impl_->adamw && (!impl_->sharded || impl_->owned[i])) {
+      auto it = impl_->adamw->state().find(state_key(impl_->params[i]));
+      if (it != impl_->adamw->state().end()) s = static_cast<const torch::optim::AdamWParamState*>(it->second.get());
+    }
+    at::Tensor step, exp_avg, exp_avg_sq;
+    if (impl_->sharded) {
+      // Collective: the owner sends this parameter's state to every rank; rank 0 keeps it.
+      const int32_t owner = impl_->owners[i];
+      const at::Tensor& p = impl_->params[i];
+      at::Tensor head = at::full({2}, 0.0, p.options().dtype(at::kDouble));  // [has state, step]
+      if (s) {
+        head[0] = 1.0;
+        head[1] = double(s->step());
+      }
+      impl_->dp.broadcast(head, owner);
+      if (head[0].item<double>() == 0.0) continue;  // never stepped: nothing to save
+      exp_avg = s ? s->exp_avg().contiguous() : at::empty_like(p);
+      exp_avg_sq = s ? s->exp_avg_sq().contiguous() : at::empty_like(p);
+      impl_->dp.broadcast(exp_avg, owner);
+      impl_->dp.broadcast(exp_avg_sq, owner);
+      step = at::full({1}, int64_t(head[1].item<double>()), at::kLong);
+    } else {
+      if (!s) continue;  // never stepped: nothing to save
+      step = at::full({1}, static_cast<int64_t>(s->step()), at::kLong);
+      exp_avg = s->exp_avg();
+      exp_avg_sq = s->exp_avg_sq();
+      // amsgrad is off in verl and here; its buffer is kept only on the unsharded path.
+      if (s->max_exp_avg_sq().defined()) tensors.emplace_back(names[i] + ".max_exp_avg_sq", s->max_exp_avg_sq());
+    }
+    tensors.emplace_back(names[i] + ".step", step);
+    tensors.emplace_back(names[i] + ".exp_avg", exp_avg);
+    tensors.emplace_back(names[i] + ".exp_avg_sq", exp_avg_sq);
   }
-  const auto& options = static_cast<const torch::optim::AdamWOptions&>(impl_->adamw->param_groups().at(0).options());
+  if (!writes) return;
   const std::map<std::string, std::string> metadata = {
       {"verlpp.optimizer", "adamw"},
       {"verlpp.param_names", json(names).dump()},
       {"verlpp.config", config_json(config_).dump()},
-      {"verlpp.lr", json(options.lr()).dump()},
+      {"verlpp.lr", json(impl_->lr).dump()},
       {"verlpp.steps", std::to_string(steps_)},
       {"verlpp.skipped", std::to_string(skipped_)},
       {"verlpp.last_step_skipped", last_skipped_ ? "true" : "false"},
@@ -228,13 +306,17 @@ void OptimizerStep::load_state(const std::string& path, const std::vector<std::s
   const auto steps = meta("verlpp.steps").get<int64_t>(), skipped = meta("verlpp.skipped").get<int64_t>();
   const bool last_skipped = meta("verlpp.last_step_skipped").get<bool>();
 
-  // Commit.
-  auto& state_map = impl_->adamw->state();
-  for (size_t i = 0; i < names.size(); ++i) {
-    state_map.erase(state_key(impl_->params[i]));
-    if (states[i]) state_map[state_key(impl_->params[i])] = std::move(states[i]);
+  // Commit (sharded: only the states of this rank's parameters).
+  if (impl_->adamw) {
+    auto& state_map = impl_->adamw->state();
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (impl_->sharded && !impl_->owned[i]) continue;
+      state_map.erase(state_key(impl_->params[i]));
+      if (states[i]) state_map[state_key(impl_->params[i])] = std::move(states[i]);
+    }
+    for (auto& group : impl_->adamw->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  for (auto& group : impl_->adamw->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  impl_->lr = lr;
   steps_ = steps, skipped_ = skipped, last_skipped_ = last_skipped;
 }
 
