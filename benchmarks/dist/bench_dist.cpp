@@ -1,4 +1,4 @@
-// verlpp-bench-dist [--nproc N] [--plugin cpu_ref] [--max-mb 256] [--reps 5] [--rows 64] [--micro 8] [--json F]
+// verlpp-bench-dist [--nproc N] [--plugin cpu_ref] [--max-mb 256] [--reps 5] [--rows 64] [--micro 8] [--zero1] [--json F]
 // Started plainly it is the launcher: it times the one-rank training step itself (all cores),
 // then starts N ranks of itself (launch_local, as `verlpp train --nproc`). The ranks measure
 // all-reduce and all-gather through the plugin communicator for 1 KB .. --max-mb (bus bandwidth
@@ -38,6 +38,7 @@ struct Options {
   int nproc = 2, reps = 5;
   int64_t max_mb = 256, rows = 64, micro = 8, prompt = 24, response = 40;
   std::string plugin = "cpu_ref", json_path, model = std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json";
+  bool zero1 = false;       // --zero1: the N-rank step with sharded optimizer states
   std::string result_file;  // internal: where rank 0 writes its figures
   std::vector<std::string> argv;
 };
@@ -59,6 +60,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--plugin") o.plugin = value();
     else if (a == "--model") o.model = value();
     else if (a == "--json") o.json_path = value();
+    else if (a == "--zero1") o.zero1 = true;
     else if (a == "--result-file") o.result_file = value();
     else throw Error(a, "unknown option (see the opening comment of benchmarks/dist/bench_dist.cpp)");
   }
@@ -100,7 +102,7 @@ json time_train_step(const Options& o, const train::DataParallel& dp) {
   // The same micro-batch size on every rank count, so only the split differs.
   cfg.ppo_micro_batch_size = o.micro;
   train::Actor actor(m, cfg, train::LrSchedule({1e-5, "constant", 0, 1000, 0.0, 0.5}));
-  actor.set_data_parallel(dp);
+  actor.set_data_parallel(dp, o.zero1 && dp.is_distributed());
   actor.update_policy(batch);  // warm-up
   std::vector<double> times;
   for (int i = 0; i < o.reps; ++i) {
@@ -110,6 +112,8 @@ json time_train_step(const Options& o, const train::DataParallel& dp) {
   }
   const double tokens = batch.tensor("attention_mask").sum().item<double>();
   return {{"ranks", dp.world_size()}, {"threads_per_rank", at::get_num_threads()}, {"median_s", median(times)},
+          {"zero_stage", actor.optimizer().is_sharded() ? 1 : 0},
+          {"optimizer_state_mib_rank0", double(actor.optimizer().state_elements()) * 4 / (1 << 20)},
           {"tokens", tokens}, {"tokens_per_s", tokens / median(times)}};
 }
 
@@ -197,9 +201,12 @@ int run_launcher(const Options& o) {
   for (const json* one : {&single_1, &single_all})
     std::cout << fmt::format("  1 rank  x {} threads: {:.3f} s, {:.0f} tokens/s\n", (*one)["threads_per_rank"].get<int>(),
                              (*one)["median_s"].get<double>(), (*one)["tokens_per_s"].get<double>());
-  std::cout << fmt::format("  {} ranks x {} threads: {:.3f} s, {:.0f} tokens/s  (throughput ratio to the faster one-rank run {:.2f})\n", o.nproc,
-                           dp["threads_per_rank"].get<int>(), dp["median_s"].get<double>(), dp["tokens_per_s"].get<double>(),
-                           efficiency);
+  std::cout << fmt::format("  {} ranks x {} threads{}: {:.3f} s, {:.0f} tokens/s  (throughput ratio to the faster one-rank run {:.2f})\n",
+                           o.nproc, dp["threads_per_rank"].get<int>(), o.zero1 ? ", ZeRO-1" : "", dp["median_s"].get<double>(),
+                           dp["tokens_per_s"].get<double>(), efficiency);
+  std::cout << fmt::format("  AdamW state on rank 0: {:.2f} MiB with 1 rank, {:.2f} MiB with {} ranks{}\n",
+                           single["optimizer_state_mib_rank0"].get<double>(), dp["optimizer_state_mib_rank0"].get<double>(),
+                           o.nproc, o.zero1 ? " (ZeRO-1)" : " (replicated)");
   const json all = {{"nproc", o.nproc}, {"plugin", o.plugin}, {"collectives", c}, {"train_step_1_rank_1_thread", single_1}, {"train_step_1_rank_all_cores", single_all},
                     {"train_step_n_ranks", dp}, {"dp_throughput_ratio", efficiency}};
   if (!o.json_path.empty()) std::ofstream(o.json_path) << all.dump(2) << "\n";
