@@ -51,6 +51,21 @@ pid_t rank_pid(pid_t launcher, int rank) {
   return found;
 }
 
+// Starts `verlpp train <config> <extra...>` (a launcher), waits until rank 0 has recorded
+// `step`, and returns the launcher's pid and the pid of its rank 1.
+std::pair<pid_t, pid_t> start_and_reach_step(const std::string& config, const std::string& log,
+                                             const std::vector<std::string>& extra, const std::string& metrics, int step) {
+  const pid_t launcher = start_train(config, log, extra);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (read_file(metrics).find("\"step\":" + std::to_string(step)) == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const pid_t rank1 = rank_pid(launcher, 1);
+  REQUIRE(rank1 > 0);
+  return {launcher, rank1};
+}
+
 void check_close_rows(const std::vector<json>& want, const std::vector<json>& got, const std::string& what) {
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < want.size(); ++i) {
@@ -100,14 +115,8 @@ TEST_CASE("verlpp train --nproc: a killed rank stops the run, named; resume on a
   const std::string run = dir + "/run";
   const std::string config = write_dist_config(dir, run, 5);
   // Sharded optimizer states: the checkpoint gathers them, so one rank can resume it.
-  const pid_t launcher = start_train(config, run + ".log", {"--nproc", "2", "trainer.zero_stage=1"});
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-  while (read_file(run + "/metrics.jsonl").find("\"step\":2") == std::string::npos) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  const pid_t victim = rank_pid(launcher, 1);
-  REQUIRE(victim > 0);
+  const auto [launcher, victim] =
+      start_and_reach_step(config, run + ".log", {"--nproc", "2", "trainer.zero_stage=1"}, run + "/metrics.jsonl", 2);
   const auto killed_at = std::chrono::steady_clock::now();
   ::kill(victim, SIGKILL);
   const int status = wait_for(launcher);
@@ -136,14 +145,8 @@ TEST_CASE("verlpp train --nproc: a hung rank stops the run within the timeout, n
   const std::string dir = make_fixture("dist-hang");
   const std::string run = dir + "/run";
   const std::string config = write_dist_config(dir, run, 5);
-  const pid_t launcher = start_train(config, run + ".log", {"--nproc", "2", "trainer.dist_timeout_s=5"});
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-  while (read_file(run + "/metrics.jsonl").find("\"step\":2") == std::string::npos) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  const pid_t victim = rank_pid(launcher, 1);
-  REQUIRE(victim > 0);
+  const auto [launcher, victim] =
+      start_and_reach_step(config, run + ".log", {"--nproc", "2", "trainer.dist_timeout_s=5"}, run + "/metrics.jsonl", 2);
   const auto stopped_at = std::chrono::steady_clock::now();
   ::kill(victim, SIGSTOP);  // alive but silent: no heartbeat, no collective
   const int status = wait_for(launcher);

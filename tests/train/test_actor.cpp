@@ -24,26 +24,7 @@ constexpr int64_t kB = 8, kP = 5, kR = 4;
 
 // A rollout-shaped batch with ragged prompts and responses, old log-probs from `m`.
 controller::Batch make_batch(const model::DecoderLM& m) {
-  at::manual_seed(4);
-  const int64_t t = kP + kR;
-  at::Tensor ids = at::randint(m.config().vocab_size, {kB, t}, at::TensorOptions().dtype(at::kLong));
-  at::Tensor mask = at::ones({kB, t}, at::TensorOptions().dtype(at::kLong));
-  for (int64_t r = 0; r < kB; ++r) {
-    for (int64_t k = 0; k < r % 3; ++k) mask[r][k] = 0;           // left-padded prompt
-    for (int64_t k = 0; k < (r * 5) % 4; ++k) mask[r][t - 1 - k] = 0;  // right-padded response
-  }
-  controller::Batch b;
-  b.set("input_ids", ids);
-  b.set("attention_mask", mask);
-  b.set("position_ids", mask.cumsum(1).sub(1).clamp_min(0));
-  b.set("responses", ids.narrow(1, kP, kR).contiguous());
-  b.set("response_mask", mask.narrow(1, kP, kR).to(at::kFloat).contiguous());
-  at::NoGradGuard no_grad;
-  auto old = train::response_log_probs(m, ids, mask, b.tensor("position_ids"), kR, 1.0, false);
-  // Old log-probs slightly off the current ones, so ratios differ from 1 and clipping can act.
-  b.set("old_log_probs", old.log_probs.add(at::randn({kB, kR}).mul(0.3)));
-  b.set("advantages", at::randn({kB, kR}));
-  return b;
+  return test::policy_batch(m, kB, kP, kR, 4, [](int64_t r) { return r % 3; }, [](int64_t r) { return (r * 5) % 4; });
 }
 
 train::ActorConfig base_config() {

@@ -9,6 +9,8 @@
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/sqrt.h>
+
+#include "tiny_fixture.hpp"
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
@@ -28,18 +30,8 @@ model::DecoderLM tiny_critic() {
 }
 
 controller::Batch make_batch(const model::DecoderLM& m) {
-  at::manual_seed(8);
-  const int64_t t = kP + kR;
-  at::Tensor ids = at::randint(m.config().vocab_size, {kB, t}, at::TensorOptions().dtype(at::kLong));
-  at::Tensor mask = at::ones({kB, t}, at::TensorOptions().dtype(at::kLong));
-  for (int64_t r = 0; r < kB; ++r)
-    for (int64_t k = 0; k < r % 4; ++k) mask[r][t - 1 - k] = 0;
-  controller::Batch b;
-  b.set("input_ids", ids);
-  b.set("attention_mask", mask);
-  b.set("position_ids", mask.cumsum(1).sub(1).clamp_min(0));
-  b.set("responses", ids.narrow(1, kP, kR).contiguous());
-  b.set("response_mask", mask.narrow(1, kP, kR).to(at::kFloat).contiguous());
+  controller::Batch b = test::ragged_batch(m.config().vocab_size, kB, kP, kR, 8, [](int64_t) { return 0; },
+                                           [](int64_t r) { return r % 4; });
   b.set("returns", at::randn({kB, kR}));
   return b;
 }

@@ -68,25 +68,7 @@ void run_ranks(int32_t world, const std::function<void(const train::DataParallel
 
 // A rollout-shaped batch with ragged prompts and responses (so the partition has work to do).
 controller::Batch make_batch(const model::DecoderLM& m) {
-  at::manual_seed(11);
-  const int64_t t = kP + kR;
-  at::Tensor ids = at::randint(m.config().vocab_size, {kB, t}, at::TensorOptions().dtype(at::kLong));
-  at::Tensor mask = at::ones({kB, t}, at::TensorOptions().dtype(at::kLong));
-  for (int64_t r = 0; r < kB; ++r) {
-    for (int64_t k = 0; k < r % 4; ++k) mask[r][k] = 0;
-    for (int64_t k = 0; k < (r * 7) % 4; ++k) mask[r][t - 1 - k] = 0;
-  }
-  controller::Batch b;
-  b.set("input_ids", ids);
-  b.set("attention_mask", mask);
-  b.set("position_ids", mask.cumsum(1).sub(1).clamp_min(0));
-  b.set("responses", ids.narrow(1, kP, kR).contiguous());
-  b.set("response_mask", mask.narrow(1, kP, kR).to(at::kFloat).contiguous());
-  at::NoGradGuard no_grad;
-  auto old = train::response_log_probs(m, ids, mask, b.tensor("position_ids"), kR, 1.0, false);
-  b.set("old_log_probs", old.log_probs.add(at::randn({kB, kR}).mul(0.3)));
-  b.set("advantages", at::randn({kB, kR}));
-  return b;
+  return test::policy_batch(m, kB, kP, kR, 11, [](int64_t r) { return r % 4; }, [](int64_t r) { return (r * 7) % 4; });
 }
 
 train::ActorConfig actor_config() {

@@ -23,21 +23,7 @@ namespace {
 constexpr int64_t kB = 6, kP = 5, kR = 4;
 
 controller::Batch sft_batch(int64_t vocab) {
-  at::manual_seed(8);
-  const int64_t t = kP + kR;
-  at::Tensor ids = at::randint(vocab, {kB, t}, at::TensorOptions().dtype(at::kLong));
-  at::Tensor mask = at::ones({kB, t}, at::TensorOptions().dtype(at::kLong));
-  for (int64_t r = 0; r < kB; ++r) {
-    for (int64_t k = 0; k < r % 3; ++k) mask[r][k] = 0;                // left-padded prompt
-    for (int64_t k = 0; k < (r * 3) % kR; ++k) mask[r][t - 1 - k] = 0;  // right-padded response
-  }
-  controller::Batch b;
-  b.set("input_ids", ids);
-  b.set("attention_mask", mask);
-  b.set("position_ids", mask.cumsum(1).sub(1).clamp_min(0));
-  b.set("responses", ids.narrow(1, kP, kR).contiguous());
-  b.set("response_mask", mask.narrow(1, kP, kR).to(at::kFloat).contiguous());
-  return b;
+  return test::ragged_batch(vocab, kB, kP, kR, 8, [](int64_t r) { return r % 3; }, [](int64_t r) { return (r * 3) % kR; });
 }
 
 // Token-mean NLL of the response tokens from the full sequence's logits, written out directly.
