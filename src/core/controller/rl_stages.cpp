@@ -9,7 +9,6 @@
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/from_blob.h>
-#include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 
 namespace verlpp::controller {
@@ -36,10 +35,6 @@ std::vector<std::vector<int64_t>> prompt_tokens(const Batch& prompts) {
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // Generated samples of some prompts: token ids per sample and their log-probs [samples, R].
 struct Samples {
   std::vector<std::vector<int64_t>> responses;
@@ -52,20 +47,22 @@ Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vect
   const int64_t world = s.world.world_size, r_len = s.response_length;
   int64_t chunk = 0;
   for (int64_t r = 0; r < world; ++r) chunk = std::max(chunk, (begins[size_t(r) + 1] - begins[size_t(r)]) * n);
-  at::Tensor ids = at::full({chunk, r_len}, s.pad_id, at::TensorOptions().dtype(at::kLong));
-  at::Tensor lens = at::zeros({chunk}, at::TensorOptions().dtype(at::kLong));
-  at::Tensor lps = at::zeros({chunk, r_len}, at::TensorOptions().dtype(at::kFloat));
+  // Host buffers first (one element write each), then one tensor per field for the gather.
+  std::vector<int64_t> ids(size_t(chunk * r_len), s.pad_id), lens(size_t(chunk), 0);
+  std::vector<float> lps(size_t(chunk * r_len), 0.0f);
   for (size_t row = 0; row < local.responses.size(); ++row) {
     const auto& tokens = local.responses[row];
-    lens[int64_t(row)] = int64_t(tokens.size());
-    for (size_t k = 0; k < tokens.size(); ++k) ids[int64_t(row)][int64_t(k)] = tokens[k];
+    lens[row] = int64_t(tokens.size());
+    std::copy(tokens.begin(), tokens.end(), ids.begin() + int64_t(row) * r_len);
   }
-  if (!local.logprobs.empty())
-    lps.narrow(0, 0, int64_t(local.responses.size()))
-        .copy_(at::from_blob(local.logprobs.data(), {int64_t(local.responses.size()), r_len}, at::TensorOptions().dtype(at::kFloat)));
-  at::Tensor all_ids = s.group->all_gather(ids.to(s.device)).cpu().contiguous();
-  at::Tensor all_lens = s.group->all_gather(lens.to(s.device)).cpu().contiguous();
-  at::Tensor all_lps = s.group->all_gather(lps.to(s.device)).cpu().contiguous();
+  std::copy(local.logprobs.begin(), local.logprobs.end(), lps.begin());
+  auto gather = [&](void* data, std::vector<int64_t> shape, at::ScalarType type) {
+    at::Tensor t = at::from_blob(data, shape, at::TensorOptions().dtype(type)).to(s.device);
+    return s.group->all_gather(t).cpu().contiguous();
+  };
+  const at::Tensor all_ids = gather(ids.data(), {chunk, r_len}, at::kLong);
+  const at::Tensor all_lens = gather(lens.data(), {chunk}, at::kLong);
+  const at::Tensor all_lps = gather(lps.data(), {chunk, r_len}, at::kFloat);
   Samples out;
   for (int64_t r = 0; r < world; ++r) {
     const int64_t rows = (begins[size_t(r) + 1] - begins[size_t(r)]) * n;
