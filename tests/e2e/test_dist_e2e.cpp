@@ -6,10 +6,15 @@
 // before any rank starts, naming both layouts.
 #include "e2e_util.hpp"
 
+#include <verlpp/controller/launcher.hpp>
+
 #include <dirent.h>
 
 using namespace verlpp;
 using namespace verlpp::e2e;
+
+// Built only where cpu_ref has its Gloo communicator (CMakeLists.txt says why).
+#if VERLPP_CPU_REF_HAS_GLOO
 
 namespace {
 
@@ -117,6 +122,47 @@ TEST_CASE("verlpp train --nproc 2 and 4 match the one-rank run", "[e2e][dist]") 
   }
 }
 
+TEST_CASE("ranks started by another launcher (mpirun's environment) train together", "[e2e][dist]") {
+  // What mpirun gives each process, without mpirun: OMPI_COMM_WORLD_* and MASTER_ADDR/PORT.
+  const std::string dir = make_fixture("dist-mpi");
+  const std::string run = dir + "/run";
+  const std::string config = write_dist_config(dir, run, 1);
+  const std::string port = std::to_string(controller::pick_free_port());
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    for (const std::string& v : {"OMPI_COMM_WORLD_RANK=" + std::to_string(rank), std::string("OMPI_COMM_WORLD_SIZE=2"),
+                                 "OMPI_COMM_WORLD_LOCAL_RANK=" + std::to_string(rank), std::string("OMPI_COMM_WORLD_LOCAL_SIZE=2"),
+                                 std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + port, std::string("OMP_NUM_THREADS=1")})
+      env.push_back(v);
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    const std::string log = run + ".rank" + std::to_string(rank) + ".log";
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::vector<std::string> args = {VERLPP_CLI, "train", config};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    REQUIRE(posix_spawn(&pid, VERLPP_CLI, &actions, nullptr, argv.data(), envp.data()) == 0);
+    posix_spawn_file_actions_destroy(&actions);
+    pids.push_back(pid);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    const int status = wait_for(pids[size_t(rank)]);
+    INFO(read_file(run + ".rank" + std::to_string(rank) + ".log"));
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  CHECK(read_file(run + ".rank0.log").find("2 ranks: 1 node x 2 ranks (rank 0, local rank 0; mpirun)") != std::string::npos);
+  CHECK(controller::read_metrics(run + "/metrics.jsonl").size() == 2);  // validation + 1 step, written once
+}
+
 TEST_CASE("verlpp train --nproc: a killed rank stops the run, named; resume on another rank count", "[e2e][dist]") {
   const std::string dir = make_fixture("dist-kill");
   const std::string run = dir + "/run";
@@ -187,3 +233,5 @@ TEST_CASE("verlpp train --nproc: a layout that does not fit the launch is refuse
   CHECK_FALSE(exists(run + "/metrics.jsonl"));                   // refused before any work:
   CHECK(log.find("verlpp launcher: started") == std::string::npos);  // no rank was started
 }
+
+#endif  // VERLPP_CPU_REF_HAS_GLOO
