@@ -153,7 +153,11 @@ void build_engine(RlTrainer::State& s) {
   o.limits.max_num_seqs = c.get<int64_t>(r + ".max_num_seqs");
   o.limits.max_num_batched_tokens = c.get<int64_t>(r + ".max_num_batched_tokens");
   o.seed = s.seed;
-  const int64_t rows = std::max(s.train_batch_size * s.n, s.val_set ? int64_t(s.val_set->size()) : int64_t(0));
+  // Each rank generates its share of the prompts (all n samples of each).
+  const int64_t world = s.world.world_size;
+  const int64_t train_rows = (s.train_batch_size + world - 1) / world * s.n;
+  const int64_t val_rows = s.val_set ? (int64_t(s.val_set->size()) + world - 1) / world : 0;
+  const int64_t rows = std::max(train_rows, val_rows);
   const int64_t per_row = c.get<int64_t>("data.max_prompt_length") + s.response_length + o.block_size;
   if (s.device.is_cpu()) {
     // On the CPU the pool is plain memory: room for every row of a step at full length.
