@@ -50,7 +50,7 @@ std::vector<Measurement> run_collectives(const Options& o, const Target& t) {
   auto store = hw::make_memory_store();
   // times[w][rank]: that rank's seconds per timed repetition of workload w.
   std::vector<std::vector<std::vector<double>>> times(workloads.size(), std::vector<std::vector<double>>(size_t(N)));
-  std::vector<std::string> errors(size_t(N));
+  std::vector<std::string> errors(static_cast<size_t>(N));
   auto rank_main = [&](int32_t rank) {
     try {
       const int32_t index = t.device.is_cpu() ? 0 : rank % num_devices;

@@ -59,7 +59,7 @@ std::vector<Measurement> run_e2e(const Options& o, const Target& t) {
         {"rollout", {{"n", n}, {"dtype", "float32"}}}}},
       {"algorithm", {{"adv_estimator", "grpo"}}},
       {"trainer", {{"default_local_dir", dir + "/run"}, {"total_training_steps", steps}, {"save_freq", -1},
-                   {"test_freq", -1}, {"val_before_train", false}, {"resume_mode", "disable"}, {"logger", {"console"}},
+                   {"test_freq", -1}, {"val_before_train", false}, {"resume_mode", "disable"},
                    {"device", t.device.is_cpu() ? "cpu" : t.device.type() == c10::kCUDA ? "cuda" : t.device.str()},
                    {"seed", 5}}},
       {"sft", {{"enable", false}}}};
