@@ -163,12 +163,12 @@ int run(const Options& o, const nlohmann::json& machine) {
       std::cout << fmt::format("  {} on {} ...\n", suite.name, t.name) << std::flush;
       std::vector<Measurement> got;
       if (!t.skip_reason.empty()) {
-        got.push_back(skipped(suite.name, "*", "", t, t.skip_reason));
+        got.push_back(skipped(suite.name, "(all workloads)", "", t, t.skip_reason));
       } else {
         try {
           got = suite.run(o, t);
         } catch (const std::exception& e) {  // a suite that fails is one row, not the end of the run
-          Measurement m = make_measurement(suite.name, "*", "", t);
+          Measurement m = make_measurement(suite.name, "(all workloads)", "", t);
           m.status = Status::error;
           m.reason = e.what();
           got.push_back(m);

@@ -55,10 +55,16 @@ std::string outcome(const Measurement& m) {
 void print_table(const std::vector<Measurement>& all, const std::string& baseline) {
   std::cout << fmt::format("\n{:<14} {:>10} {:>10} {:>10} {:>18} {:>9}  {}\n", "plugin", "min ms", "median ms", "max ms",
                            "throughput", "vs " + baseline, "status");
-  std::string suite;
+  std::string suite, shape;
   for (const Group& g : group_rows(all)) {
-    if (g.suite != suite) std::cout << "\n[" << (suite = g.suite) << "]\n";
-    std::cout << fmt::format("{}{}\n", g.workload, g.shape.empty() ? "" : "  (" + g.shape + ")");
+    if (g.suite != suite) {
+      std::cout << "\n[" << (suite = g.suite) << "]\n";
+      shape.clear();
+    }
+    // The shape once per run of workloads that share it (e2e's stages all do).
+    const std::string note = g.shape.empty() ? "" : g.shape == shape ? "  (same shape)" : "  (" + g.shape + ")";
+    std::cout << g.workload << note << "\n";
+    shape = g.shape;
     for (const Measurement* m : g.rows) {
       if (m->status != Status::ok) {
         std::cout << fmt::format("  {:<12} {:>10} {:>10} {:>10} {:>18} {:>9}  {}\n", m->plugin, "-", "-", "-", "", "",
