@@ -1,5 +1,7 @@
-// The run report's SVG line charts. Coordinates are computed here, in pixels, with the axis range
-// widened to the outermost "nice" ticks, so every point lies inside the plot and the grid.
+// The run report's SVG line charts and verlpp-bench's bar charts. Coordinates are computed here,
+// in pixels, with the axis range widened to the outermost "nice" ticks, so every point lies
+// inside the plot and the grid. Bars run left to right from 0, so categories of any count stack
+// downwards and long workload names fit as labels on the left.
 #include "svg_chart.hpp"
 
 #include <fmt/format.h>
@@ -156,6 +158,74 @@ std::string render(const LineChart& chart) {
         "<text class=\"legend\" font-size=\"11\" x=\"{4}\" y=\"{5}\">{6}</text>\n",
         px(kLegendX), px(ly + 6), px(kLegendX + 18), colour, px(kLegendX + 24), px(ly + 10), escape(s.label));
   }
+  return out + "</svg>\n";
+}
+
+// ---- bar charts (verlpp-bench --html)
+// Bar chart layout: category labels, the plot, then the legend to its right.
+constexpr double kBarLabelW = 230, kBarTop = 34, kBarPlotW = 400, kBarH = 14, kBarGap = 10, kBarBottom = 48;
+constexpr double kBarLegendW = 150, kBarRow = 18;
+
+std::string render(const BarChart& chart) {
+  const size_t num_series = std::max<size_t>(1, chart.series.size());
+  const double group_h = double(num_series) * kBarH + kBarGap;
+  const double plot_h = std::max(group_h * double(chart.categories.size()), kBarRow * double(chart.series.size()));
+  const double width = kBarLabelW + kBarPlotW + 24 + kBarLegendW, height = kBarTop + plot_h + kBarBottom;
+  double hi = 0;
+  for (const auto& row : chart.values)
+    for (double v : row)
+      if (std::isfinite(v)) hi = std::max(hi, v);
+  if (std::isfinite(chart.reference)) hi = std::max(hi, chart.reference);
+  const std::vector<double> ticks = nice_ticks(0.0, hi > 0 ? hi : 1.0, 5);
+  const double top_value = ticks.empty() ? 1.0 : ticks.back();
+  auto map_x = [&](double v) { return kBarLabelW + std::max(0.0, v) / top_value * kBarPlotW; };
+
+  std::string out = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+      "font-family=\"sans-serif\" role=\"img\" aria-label=\"{2}\">\n<title>{2}</title>\n"
+      "<text class=\"chart-title\" font-size=\"14\" font-weight=\"600\" x=\"8\" y=\"20\">{2}</text>\n",
+      px(width), px(height), escape(chart.title));
+  const double bottom = kBarTop + plot_h;
+  for (double t : ticks)
+    out += fmt::format(
+        "<line class=\"grid\" stroke=\"#e6e6e6\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>"
+        "<text class=\"tick\" font-size=\"11\" x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+        px(map_x(t)), px(kBarTop), px(bottom), px(bottom + 16), escape(format_value(t)));
+  out += fmt::format(
+      "<line class=\"axis\" stroke=\"#444\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>"
+      "<text class=\"axis-label\" font-size=\"12\" x=\"{3}\" y=\"{4}\" text-anchor=\"middle\">{5}</text>\n",
+      px(kBarLabelW), px(kBarTop), px(bottom), px(kBarLabelW + kBarPlotW / 2), px(bottom + 36), escape(chart.value_label));
+  for (size_t c = 0; c < chart.categories.size(); ++c) {
+    const double y0 = kBarTop + group_h * double(c) + kBarGap / 2;
+    out += fmt::format("<text class=\"tick\" font-size=\"11\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n",
+                       px(kBarLabelW - 6), px(y0 + double(num_series) * kBarH / 2 + 4), escape(chart.categories[c]));
+    for (size_t s = 0; s < chart.series.size(); ++s) {
+      const double v = c < chart.values.size() && s < chart.values[c].size() ? chart.values[c][s] : NAN;
+      const double y = y0 + kBarH * double(s);
+      const char* colour = kPalette[s % kNumColours];
+      if (!std::isfinite(v)) {
+        out += fmt::format("<text class=\"note\" font-size=\"10\" fill=\"#888\" x=\"{}\" y=\"{}\">{}: {}</text>\n",
+                           px(kBarLabelW + 4), px(y + kBarH - 3), escape(chart.series[s]), escape(chart.missing_note));
+        continue;
+      }
+      out += fmt::format(
+          "<rect class=\"bar\" data-series=\"{0}\" x=\"{1}\" y=\"{2}\" width=\"{3}\" height=\"{4}\" fill=\"{5}\"/>"
+          "<text class=\"value\" font-size=\"10\" x=\"{6}\" y=\"{7}\">{8}</text>\n",
+          escape(chart.series[s]), px(kBarLabelW), px(y), px(map_x(v) - kBarLabelW), px(kBarH - 2), colour,
+          px(map_x(v) + 3), px(y + kBarH - 4), escape(format_value(v)));
+    }
+  }
+  if (std::isfinite(chart.reference))
+    out += fmt::format("<line class=\"reference\" stroke=\"#444\" stroke-dasharray=\"4 3\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" "
+                       "y2=\"{2}\"/>\n",
+                       px(map_x(chart.reference)), px(kBarTop), px(bottom));
+  const double legend_x = kBarLabelW + kBarPlotW + 24;
+  for (size_t s = 0; s < chart.series.size(); ++s)
+    out += fmt::format(
+        "<rect x=\"{0}\" y=\"{1}\" width=\"12\" height=\"12\" fill=\"{2}\"/>"
+        "<text class=\"legend\" font-size=\"11\" x=\"{3}\" y=\"{4}\">{5}</text>\n",
+        px(legend_x), px(kBarTop + kBarRow * double(s)), kPalette[s % kNumColours], px(legend_x + 18),
+        px(kBarTop + kBarRow * double(s) + 10), escape(chart.series[s]));
   return out + "</svg>\n";
 }
 
