@@ -88,6 +88,9 @@ rotary_kernel(T* __restrict__ q, int64_t hq,  // [n, hq, 2 half] or NULL
               int64_t half,
               const int64_t* __restrict__ positions,  // [n]
               const float* __restrict__ inv_freq) {   // [half]
+#if defined(__clang__)
+#pragma clang fp contract(off)  // HIP's __fmul_rn is a plain multiply, which clang would fuse
+#endif
   extern __shared__ float cos_sin[];  // cos [half], then sin [half], rounded to T
   const int64_t token = blockIdx.x;
   const float position = float(positions[token]);

@@ -6,11 +6,14 @@
 #include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/rollout/engine.hpp>
+#include <verlpp/train/logprob.hpp>
 
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/argmax.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/log_softmax.h>
+#include <ATen/ops/ones_like.h>
 #include <ATen/ops/tensor.h>
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -78,8 +81,40 @@ void check_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& promp
     const double ref = lp[int64_t(prompt.size() + i) - 1][out.token_ids[i]].item<double>();
     worst = std::max(worst, std::abs(ref - double(out.logprobs[i])) / std::max(1.0, std::abs(ref)));
   }
+  double worst_abs = 0;
+  for (size_t i = 0; i < out.token_ids.size(); ++i)
+    worst_abs = std::max(worst_abs, std::abs(lp[int64_t(prompt.size() + i) - 1][out.token_ids[i]].item<double>() - double(out.logprobs[i])));
+  if (m.options().dtype == at::kFloat) {
+    fp32_trainer_abs_error(m, prompt, out, T, lp);
+    WARN(fmt::format("MEASURE fp32-vs-fp64 abs {:.3g} rel {:.3g}", worst_abs, worst));
+  }
   INFO(fmt::format("request {} sample {}: worst relative |logprob error| {:.3g}", out.request_index, out.sample_index, worst));
   CHECK(worst <= tolerance);
+}
+
+// MEASURE: the literal bound of issue 5, against an fp32 full forward as the trainer computes it.
+double g_worst_fp32_abs = 0, g_worst_ff_abs = 0;
+double fp32_trainer_abs_error(const model::DecoderLM& m, const std::vector<int64_t>& prompt, const GenerateOutput& out, double T,
+                              const at::Tensor& lp64) {
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> ids = prompt;
+  ids.insert(ids.end(), out.token_ids.begin(), out.token_ids.end());
+  at::Tensor x = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
+  at::Tensor pos = at::arange(x.size(1), x.options()).unsqueeze(0);
+  train::ResponseLogProbs lp = train::response_log_probs(m, x, at::ones_like(x), pos, int64_t(out.token_ids.size()), T, false);
+  double worst = 0, ff = 0, mag = 0;
+  for (size_t i = 0; i < out.token_ids.size(); ++i) {
+    const double t32 = lp.log_probs[0][int64_t(i)].item<double>();
+    const double t64 = lp64[int64_t(prompt.size() + i) - 1][out.token_ids[i]].item<double>();
+    worst = std::max(worst, std::abs(t32 - double(out.logprobs[i])));
+    ff = std::max(ff, std::abs(t32 - t64));
+    mag = std::max(mag, std::abs(t64));
+  }
+  g_worst_fp32_abs = std::max(g_worst_fp32_abs, worst);
+  g_worst_ff_abs = std::max(g_worst_ff_abs, ff);
+  WARN(fmt::format("MEASURE engine-vs-ff32 abs {:.3g} ff32-vs-fp64 abs {:.3g} max|lp| {:.3g} (running worst {:.3g} / {:.3g})",
+                   worst, ff, mag, g_worst_fp32_abs, g_worst_ff_abs));
+  return worst;
 }
 
 SamplingParams greedy(int64_t max_new, int64_t n = 1) {
