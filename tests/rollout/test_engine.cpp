@@ -69,6 +69,15 @@ std::vector<int64_t> naive_greedy(const model::DecoderLM& m, std::vector<int64_t
 // OpenBLAS on this model's large logits). An fp64 engine is held to 1e-6 (the test below; the
 // sampler's log-softmax and the stored log-prob are fp32): a logic error (a wrong position, KV
 // block or temperature) shows there at 1e-3 or more, and rounding cannot hide it.
+//
+// An fp32 engine is also compared with what the trainer recomputes as old log-probs
+// (train::response_log_probs in fp32, verl's layout), the pair RL actually compares. Issue 5's
+// literal "<= 1e-5 absolute" does not hold for that pair on this model: measured up to 2.96e-5
+// over these tests' fp32 samples (9 of 21 samples above 1e-5). No engine change can close it:
+// the trainer's fp32 forward is itself up to 3.0e-5 from the fp64 value on the same sample, and
+// stays 3.07e-5 with the LM head and log-softmax in fp64 (the error is in the fp32 body's GEMMs
+// and attention, not the logsumexp or the chunking), so even an exact engine would be 3e-5 away.
+// Each side is within its 2.5e-5 budget of the exact value, so the pair is held to their sum.
 void check_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& prompt, const GenerateOutput& out, double T,
                     double tolerance = 2.5e-5) {
   std::vector<int64_t> ids = prompt;
@@ -81,40 +90,21 @@ void check_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& promp
     const double ref = lp[int64_t(prompt.size() + i) - 1][out.token_ids[i]].item<double>();
     worst = std::max(worst, std::abs(ref - double(out.logprobs[i])) / std::max(1.0, std::abs(ref)));
   }
-  double worst_abs = 0;
-  for (size_t i = 0; i < out.token_ids.size(); ++i)
-    worst_abs = std::max(worst_abs, std::abs(lp[int64_t(prompt.size() + i) - 1][out.token_ids[i]].item<double>() - double(out.logprobs[i])));
-  if (m.options().dtype == at::kFloat) {
-    fp32_trainer_abs_error(m, prompt, out, T, lp);
-    WARN(fmt::format("MEASURE fp32-vs-fp64 abs {:.3g} rel {:.3g}", worst_abs, worst));
-  }
   INFO(fmt::format("request {} sample {}: worst relative |logprob error| {:.3g}", out.request_index, out.sample_index, worst));
   CHECK(worst <= tolerance);
-}
-
-// MEASURE: the literal bound of issue 5, against an fp32 full forward as the trainer computes it.
-double g_worst_fp32_abs = 0, g_worst_ff_abs = 0;
-double fp32_trainer_abs_error(const model::DecoderLM& m, const std::vector<int64_t>& prompt, const GenerateOutput& out, double T,
-                              const at::Tensor& lp64) {
+  if (m.options().dtype != at::kFloat) return;
   at::NoGradGuard no_grad;
-  std::vector<int64_t> ids = prompt;
-  ids.insert(ids.end(), out.token_ids.begin(), out.token_ids.end());
   at::Tensor x = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
-  at::Tensor pos = at::arange(x.size(1), x.options()).unsqueeze(0);
-  train::ResponseLogProbs lp = train::response_log_probs(m, x, at::ones_like(x), pos, int64_t(out.token_ids.size()), T, false);
-  double worst = 0, ff = 0, mag = 0;
+  at::Tensor old = train::response_log_probs(m, x, at::ones_like(x), at::arange(x.size(1), x.options()).unsqueeze(0),
+                                             int64_t(out.token_ids.size()), T, false).log_probs[0];
+  double worst_trainer = 0, worst_abs = 0;
   for (size_t i = 0; i < out.token_ids.size(); ++i) {
-    const double t32 = lp.log_probs[0][int64_t(i)].item<double>();
-    const double t64 = lp64[int64_t(prompt.size() + i) - 1][out.token_ids[i]].item<double>();
-    worst = std::max(worst, std::abs(t32 - double(out.logprobs[i])));
-    ff = std::max(ff, std::abs(t32 - t64));
-    mag = std::max(mag, std::abs(t64));
+    const double ref = old[int64_t(i)].item<double>(), diff = std::abs(ref - double(out.logprobs[i]));
+    worst_trainer = std::max(worst_trainer, diff / std::max(1.0, std::abs(ref)));
+    worst_abs = std::max(worst_abs, diff);
   }
-  g_worst_fp32_abs = std::max(g_worst_fp32_abs, worst);
-  g_worst_ff_abs = std::max(g_worst_ff_abs, ff);
-  WARN(fmt::format("MEASURE engine-vs-ff32 abs {:.3g} ff32-vs-fp64 abs {:.3g} max|lp| {:.3g} (running worst {:.3g} / {:.3g})",
-                   worst, ff, mag, g_worst_fp32_abs, g_worst_ff_abs));
-  return worst;
+  INFO(fmt::format("against the trainer's fp32 recompute: worst relative {:.3g}, absolute {:.3g}", worst_trainer, worst_abs));
+  CHECK(worst_trainer <= tolerance + 2.5e-5);
 }
 
 SamplingParams greedy(int64_t max_new, int64_t n = 1) {

@@ -2,7 +2,8 @@
 // apply_rope) on the same tensors, and the engine with a kernel table that holds only cpu_ref's
 // rotary (wrapped to count its calls) against the engine on the reference path. Only RoPE is
 // swapped, so any difference is the kernel's or its dispatch's. The one allowed difference: the
-// fp32 cos/sin (LibTorch's vectorised cos vs cpu_ref's correctly rounded one, <= 1 ulp apart).
+// fp32 cos/sin (LibTorch's vectorised cos vs cpu_ref's correctly rounded one, ~1 ulp apart);
+// with equal cos/sin the kernel is bit for bit the model's RoPE.
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/model/layers.hpp>
@@ -11,6 +12,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/abs.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <catch2/catch.hpp>
@@ -19,7 +21,7 @@
 
 #include <cmath>
 #include <fstream>
-#include <tuple>
+#include <utility>
 
 using namespace verlpp;
 using namespace verlpp::rollout;
@@ -93,15 +95,23 @@ TEST_CASE("rotary: cpu_ref's kernel equals the model's RoPE (f32, bf16, f16; def
       at::Generator gen = at::detail::createCPUGenerator(7);
       const at::Tensor pos = at::randint(0, 20000, {37}, gen, at::TensorOptions().dtype(at::kLong));
       const at::Tensor q = at::randn({37, 4, c.head_dim}, gen).to(dtype), k = at::randn({37, 2, c.head_dim}, gen).to(dtype);
-      auto [cos, sin] = model::rope_cos_sin(inv_freq, pos, dtype);
-      const at::Tensor want_q = model::apply_rope(q, cos, sin), want_k = model::apply_rope(k, cos, sin);
       at::Tensor got_q = q.clone(), got_k = k.clone();
       DLTensor dq = host_view(got_q), dk = host_view(got_k), dp = host_view(pos), df = host_view(inv_freq);
       plugin.check(g_cpu_ref->rotary_embedding(&dq, &dk, &dp, &df, nullptr), "rotary_embedding");
-      // Bound: the kernel's and LibTorch's fp32 cos/sin may differ by 1 ulp, which moves an
-      // output by at most ~1 ulp of the dtype at the pair's size (|x_j| + |x_{j+D/2}|).
+      // 1. Given the same cos/sin (of the fp32 angle, computed in fp64 and rounded), the kernel's
+      //    result is bit for bit the model's apply_rope in that dtype: same layout, same roundings.
+      const at::Tensor half_angles = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [N, D/2] fp32
+      const at::Tensor angles = at::cat({half_angles, half_angles}, -1).to(at::kDouble);
+      const at::Tensor exact_cos = angles.cos().to(at::kFloat).to(dtype), exact_sin = angles.sin().to(at::kFloat).to(dtype);
+      CHECK(got_q.equal(model::apply_rope(q, exact_cos, exact_sin)));
+      CHECK(got_k.equal(model::apply_rope(k, exact_cos, exact_sin)));
+      // 2. Against the model's own cos/sin (LibTorch's fp32 cos, which may differ by an ulp from
+      //    the correctly rounded one): bf16/f16 absorb that in rounding cos/sin; fp32 outputs may
+      //    move by about an ulp of the pair's size (|x_j| + |x_{j+D/2}|).
+      auto [cos, sin] = model::rope_cos_sin(inv_freq, pos, dtype);
       const double ulp = dtype == at::kFloat ? 1.0 / (1 << 23) : dtype == at::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
-      for (const auto& [got, want, x] : {std::tuple{got_q, want_q, q}, std::tuple{got_k, want_k, k}}) {
+      for (const auto& [got, x] : {std::pair{got_q, q}, std::pair{got_k, k}}) {
+        const at::Tensor want = model::apply_rope(x, cos, sin);
         const at::Tensor size = x.to(at::kDouble).abs();
         const at::Tensor pair = size + size.roll(c.head_dim / 2, -1);
         const at::Tensor err = (got.to(at::kDouble) - want.to(at::kDouble)).abs();
@@ -109,8 +119,7 @@ TEST_CASE("rotary: cpu_ref's kernel equals the model's RoPE (f32, bf16, f16; def
         const int64_t differing = got.ne(want).sum().item<int64_t>();
         INFO(fmt::format("worst error {:.3g} ulp of the pair's size; {} of {} elements differ from LibTorch's", worst,
                          differing, got.numel()));
-        CHECK(worst <= 1.0);
-        CHECK(differing * 100 <= got.numel());  // the 1-ulp cos differences are rare, not systematic
+        CHECK(worst <= (dtype == at::kFloat ? 2.0 : 1.0));
       }
     }
   }
@@ -167,7 +176,8 @@ TEST_CASE("rotary: the engine with cpu_ref's rotary kernel equals the reference 
       INFO(fmt::format("worst |log-prob difference| {:.3g}", worst));
       // fp32: only the <= 1-ulp cos/sin differences propagate; bf16: they rarely survive the
       // rounding of cos/sin to bf16.
-      CHECK(worst <= (dtype == at::kFloat ? 1e-5 : 1e-2));
+      WARN(fmt::format("{} {}: worst |log-prob difference| {:.3g}", arch, c10::toString(dtype), worst));
+      CHECK(worst <= (dtype == at::kFloat ? 2e-5 : 1e-2));  // measured 8.2e-6 and 0
 
       // The same comparison catches a kernel that does not rotate.
       opts.kernels = &with_broken;
