@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -100,6 +102,22 @@ inline DLDataType dl_i32() { return {kDLInt, 32, 1}; }
 inline DLDataType dl_i64() { return {kDLInt, 64, 1}; }
 inline DLDataType dl_u8() { return {kDLUInt, 8, 1}; }
 
+// The worst element of a comparison and the first one over its tolerance (NaN counts as worst).
+struct Worst {
+  double error = 0;
+  size_t index = 0;
+  size_t first_bad = SIZE_MAX;
+  void add(size_t i, double got, double want, double tol) {
+    double e = std::fabs(got - want);
+    if (!(e <= error)) { error = e; index = i; }
+    if (!(e <= tol) && first_bad == SIZE_MAX) first_bad = i;
+  }
+  // Fails the case naming the first bad index and the worst error.
+  void require(const std::string& what) const {
+    CHECK_THAT(first_bad == SIZE_MAX, "{}: first bad index {}, worst |diff| {:.3e} at {}", what, first_bad, error, index);
+  }
+};
+
 // fp32 <-> bf16 / fp16 (round to nearest even), for building inputs and references.
 uint16_t to_bf16(float f);
 float from_bf16(uint16_t h);
@@ -111,6 +129,7 @@ void run_abi_cases(CheckContext& ctx);
 void run_memory_cases(CheckContext& ctx);
 void run_stream_cases(CheckContext& ctx);
 void run_kernel_cases(CheckContext& ctx);
+void run_rotary_cases(CheckContext& ctx);  // part of the "kernels" group
 
 // Communicator cases run in `world_size` worker processes of this executable; the parent
 // collects their results. `self` is this executable's path, `plugin_arg` how workers load it.

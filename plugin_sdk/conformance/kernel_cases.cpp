@@ -12,20 +12,6 @@
 namespace verlpp::conformance {
 namespace {
 
-struct Worst {
-  double error = 0;
-  size_t index = 0;
-  size_t first_bad = SIZE_MAX;
-  void add(size_t i, double got, double want, double tol) {
-    double e = std::fabs(got - want);
-    if (!(e <= error)) { error = e; index = i; }  // NaN counts as worst
-    if (!(e <= tol) && first_bad == SIZE_MAX) first_bad = i;
-  }
-  void require(const std::string& what) const {
-    CHECK_THAT(first_bad == SIZE_MAX, "{}: first bad index {}, worst |diff| {:.3e} at {}", what, first_bad, error, index);
-  }
-};
-
 // Host data of `dtype` from fp32 values (rounded), and the values as the kernel sees them.
 std::vector<uint16_t> round_half(const std::vector<float>& v, DLDataType dtype, std::vector<float>& seen) {
   std::vector<uint16_t> out(v.size());

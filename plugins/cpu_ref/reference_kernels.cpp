@@ -1,8 +1,8 @@
 // cpu_ref: plain-loop reference kernels. Inputs may be f32, bf16 or f16; math is in fp32/fp64
 // (log-sum-exp with the row max subtracted), results are written as f32 (logprob_entropy) or in
-// the input dtype (rms_norm, rounded where HF's RMSNorm rounds), as plugin_abi.h defines them; sample
-// sorts each row (top-k, top-p) and draws with the host's counter-based splitmix64 recipe;
-// paged_attention_decode walks the block tables in fp64.
+// the input dtype (rms_norm and rotary_embedding, rounded where HF rounds), as plugin_abi.h
+// defines them; sample sorts each row (top-k, top-p) and draws with the host's counter-based
+// splitmix64 recipe; paged_attention_decode walks the block tables in fp64.
 #include "reference_kernels.hpp"
 #include "half_float.hpp"
 
@@ -204,6 +204,62 @@ verlpp_error* paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, c
   });
 }
 
+// RoPE in place, HF's rotate_half layout: dims j and j + S/2 of each head form a pair. As the
+// host model in dtype T: angle = float(position) * inv_freq[j] (fp32), cos/sin of that fp32
+// angle rounded to T (computed in fp64, so correctly rounded), then every product and the sum
+// rounded to T: x_j' = T(T(x_j c) - T(x_{j+S/2} s)), x_{j+S/2}' = T(T(x_{j+S/2} c) + T(x_j s)).
+void rotate_rows(DLTensor& x, const int64_t* pos, const float* inv_freq, int64_t half) {
+  const int64_t n = x.shape[0], heads = x.shape[1];
+  void* base = sdk::data_ptr(x);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < half; ++j) {
+      const float angle = float(pos[t]) * inv_freq[j];
+      const float c = round_to(x.dtype, float(std::cos(double(angle))));
+      const float s = round_to(x.dtype, float(std::sin(double(angle))));
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t lo = (t * heads + h) * 2 * half + j, hi = lo + half;
+        const float a = load(base, x.dtype, lo), b = load(base, x.dtype, hi);
+        const float ac = round_to(x.dtype, a * c), bs = round_to(x.dtype, b * s);
+        const float bc = round_to(x.dtype, b * c), as = round_to(x.dtype, a * s);
+        store(base, x.dtype, lo, ac - bs);
+        store(base, x.dtype, hi, bc + as);
+      }
+    }
+}
+
+verlpp_error* rotary_embedding(DLTensor* q_p, DLTensor* k_p, const DLTensor* pos_p, const DLTensor* inv_freq_p,
+                               verlpp_stream) {
+  return sdk::guard("cpu_ref rotary_embedding", [&] {
+    const DLTensor& pos = checked(pos_p, "positions");
+    const DLTensor& inv_freq = checked(inv_freq_p, "inv_freq");
+    require(pos.ndim == 1 && pos.dtype.code == kDLInt && pos.dtype.bits == 64 && pos.dtype.lanes == 1,
+            "positions must be [N] int64");
+    require(inv_freq.ndim == 1 && is_f32(inv_freq.dtype), "inv_freq must be [S/2] float32");
+    require(sdk::is_contiguous(pos) && sdk::is_contiguous(inv_freq), "positions and inv_freq must be contiguous");
+    require_host(pos, "positions");
+    require_host(inv_freq, "inv_freq");
+    const int64_t n = pos.shape[0], half = inv_freq.shape[0];
+    std::vector<DLTensor*> targets;
+    for (DLTensor* x : {q_p, k_p}) {
+      if (x == nullptr) continue;
+      const char* what = x == q_p ? "q" : "k";
+      checked(x, what);
+      require(x->ndim == 3, std::string(what) + " must be [N, heads, S], got ndim " + std::to_string(x->ndim));
+      require(x->shape[0] == n, std::string(what) + " has " + std::to_string(x->shape[0]) + " tokens, positions " + std::to_string(n));
+      require(x->shape[2] == 2 * half, std::string(what) + " head size " + std::to_string(x->shape[2]) +
+                                           " is not twice inv_freq's " + std::to_string(half));
+      require(is_float_dtype(x->dtype), std::string(what) + " dtype " + sdk::dtype_name(x->dtype) + " is not f32/bf16/f16");
+      require(sdk::is_contiguous(*x), std::string(what) + " must be contiguous");
+      require_host(*x, what);
+      targets.push_back(x);
+    }
+    require(targets.size() < 2 || sdk::same_dtype(q_p->dtype, k_p->dtype), "q and k must share one dtype");
+    const auto* p = static_cast<const int64_t*>(sdk::data_ptr(pos));
+    const auto* f = static_cast<const float*>(sdk::data_ptr(inv_freq));
+    for (DLTensor* x : targets) rotate_rows(*x, p, f, half);
+  });
+}
+
 // The sampler's uniform draw in [0, 1): 53 bits of splitmix64, counter-based (a row's draw
 // depends only on its seed and the step), the same recipe as the host's reference sampler.
 uint64_t splitmix64(uint64_t x) {
@@ -310,6 +366,7 @@ const verlpp_kernel_table* reference_kernels() {
     t.struct_size = sizeof(t);
     t.logprob_entropy = &logprob_entropy;
     t.rms_norm = &rms_norm;
+    t.rotary_embedding = &rotary_embedding;
     t.paged_attention_decode = &paged_attention_decode;
     t.sample = &sample;
     return t;

@@ -6,8 +6,7 @@
 
 namespace verlpp::cpu_ref {
 
-// The kernel table (logprob_entropy, rms_norm, paged_attention_decode and sample; rotary_embedding
-// stays NULL for now).
+// The kernel table: logprob_entropy, rms_norm, rotary_embedding, paged_attention_decode, sample.
 const verlpp_kernel_table* reference_kernels();
 
 }  // namespace verlpp::cpu_ref

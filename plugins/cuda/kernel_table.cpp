@@ -1,8 +1,9 @@
-// cuda: ABI entry points of the kernel table (logprob_entropy, rms_norm, paged_attention_decode,
-// sample: the kernels the conformance suite checks). Each checks its DLPack arguments with the same
-// rules as cpu_ref's reference kernels (so both plugins refuse the same input), checks that the
-// tensors live in this plugin's device memory, then calls a launcher from kernels.cu. On the
-// NULL stream the call waits for the kernel, as the ABI's synchronous default stream requires.
+// cuda: ABI entry points of the kernel table (logprob_entropy, rms_norm, rotary_embedding,
+// paged_attention_decode, sample: the kernels the conformance suite checks). Each checks its
+// DLPack arguments with the same rules as cpu_ref's reference kernels (so both plugins refuse
+// the same input), checks that the tensors live in this plugin's device memory, then calls a
+// launcher from kernels.cu. On the NULL stream the call waits for the kernel, as the ABI's
+// synchronous default stream requires.
 #include "kernel_table.hpp"
 #include "cuda_check.hpp"
 #include "kernels.hpp"
@@ -102,6 +103,48 @@ verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTe
     cuda_check(launch_rms_norm(sdk::data_ptr(x), sdk::data_ptr(w), type, n, d, eps, sdk::data_ptr(out), target.stream),
                "launching rms_norm (N=" + std::to_string(n) + ", D=" + std::to_string(d) + ")");
     finish_if_default(target, "rms_norm");
+  });
+}
+
+verlpp_error* rotary_embedding(DLTensor* q_p, DLTensor* k_p, const DLTensor* pos_p, const DLTensor* inv_freq_p,
+                               verlpp_stream stream) {
+  return sdk::guard(VERLPP_GPU_PLUGIN_NAME " rotary_embedding", [&] {
+    const DLTensor& pos = checked(pos_p, "positions");
+    const DLTensor& inv_freq = checked(inv_freq_p, "inv_freq");
+    require(pos.ndim == 1 && pos.dtype.code == kDLInt && pos.dtype.bits == 64 && pos.dtype.lanes == 1,
+            "positions must be [N] int64");
+    require(inv_freq.ndim == 1 && is_f32(inv_freq.dtype), "inv_freq must be [S/2] float32");
+    require(sdk::is_contiguous(pos) && sdk::is_contiguous(inv_freq), "positions and inv_freq must be contiguous");
+    const int64_t n = pos.shape[0], half = inv_freq.shape[0];
+    const int32_t device = pos.device.device_id;
+    require_on_device(pos, device, "positions");
+    require_on_device(inv_freq, device, "inv_freq");
+    FloatType type = FloatType::f32;
+    for (DLTensor* x : {q_p, k_p}) {
+      if (x == nullptr) continue;
+      const std::string what = x == q_p ? "q" : "k";
+      checked(x, what.c_str());
+      require(x->ndim == 3, what + " must be [N, heads, S], got ndim " + std::to_string(x->ndim));
+      require(x->shape[0] == n, what + " has " + std::to_string(x->shape[0]) + " tokens, positions " + std::to_string(n));
+      require(x->shape[2] == 2 * half, what + " head size " + std::to_string(x->shape[2]) + " is not twice inv_freq's " +
+                                           std::to_string(half));
+      type = float_type(x->dtype, what.c_str());
+      require(sdk::is_contiguous(*x), what + " must be contiguous");
+      require_on_device(*x, device, what.c_str());
+    }
+    require(q_p == nullptr || k_p == nullptr || sdk::same_dtype(q_p->dtype, k_p->dtype), "q and k must share one dtype");
+    if (half > 4096) sdk::fail(VERLPP_STATUS_UNSUPPORTED, "head size " + std::to_string(2 * half) + " > 8192 is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
+    require(n <= 0x7fffffff, "N = " + std::to_string(n) + " tokens > 2^31 - 1 in one call");
+
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    cuda_check(launch_rotary_embedding(q_p ? sdk::data_ptr(*q_p) : nullptr, q_p ? q_p->shape[1] : 0,
+                                       k_p ? sdk::data_ptr(*k_p) : nullptr, k_p ? k_p->shape[1] : 0, type, n, half,
+                                       static_cast<const int64_t*>(sdk::data_ptr(pos)),
+                                       static_cast<const float*>(sdk::data_ptr(inv_freq)), target.stream),
+               "launching rotary_embedding (N=" + std::to_string(n) + ", S=" + std::to_string(2 * half) + ")");
+    finish_if_default(target, "rotary_embedding");
   });
 }
 
@@ -209,6 +252,7 @@ const verlpp_kernel_table* cuda_kernels() {
     t.struct_size = sizeof(t);
     t.logprob_entropy = &logprob_entropy;
     t.rms_norm = &rms_norm;
+    t.rotary_embedding = &rotary_embedding;
     t.paged_attention_decode = &paged_attention_decode;
     t.sample = &sample;
     return t;

@@ -26,6 +26,15 @@ gpuError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n,
 gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps,
                             void* out, gpuStream_t stream);
 
+// RoPE in place, HF's rotate_half layout (dims j and j + half of a head form a pair), with the
+// host model's rounding in type T: angle = float(positions[t]) * inv_freq[j] (fp32), cos/sin
+// of it (fp64, rounded to fp32, then to T), x_j' = T(T(x_j c) - T(x_{j+half} s)) and
+// x_{j+half}' = T(T(x_{j+half} c) + T(x_j s)), no fused multiply-add. q [n, hq, 2 half],
+// k [n, hk, 2 half], contiguous, one type; either may be NULL (its head count is then ignored);
+// positions [n] int64; inv_freq [half] f32. half <= 4096.
+gpuError_t launch_rotary_embedding(void* q, int64_t hq, void* k, int64_t hk, FloatType type, int64_t n, int64_t half,
+                                    const int64_t* positions, const float* inv_freq, gpuStream_t stream);
+
 // Decode attention, one query token per sequence, GQA (query head h reads KV head h / (H / K)):
 // out[b, h] = softmax(q[b, h] . k[t] * scale over t < context_lens[b]) . v[t], where position t
 // lives in block block_tables[b, t / block_size], slot t % block_size. fp32 math.

@@ -71,6 +71,11 @@ TEST_CASE("verlpp-plugin-check catches a wrong kernel", "[cli][conformance]") {
   std::string path = test::plugin_case_file("wrong_kernel", "wrongkernel");
   CHECK(test::run_command(test::bin_dir() + "/verlpp-plugin-check --ranks '' " + path, out) == 1);
   CHECK_THAT(out, Catch::Contains("FAIL") && Catch::Contains("logprob_entropy") && Catch::Contains("first bad index"));
+  // The interleaved (GPT-J) RoPE layout fails the f32 rotary cases on the values, not on a refusal.
+  const size_t row = out.find("rotary_embedding N=7 H=4 K=2 S=64 float32");
+  REQUIRE(row != std::string::npos);
+  const std::string line = out.substr(row, out.find('\n', row) - row);
+  CHECK_THAT(line, Catch::Contains("FAIL") && Catch::Contains("first bad index"));
   CHECK(test::run_command(test::bin_dir() + "/verlpp-plugin-check /nonexistent.so", out) == 2);
   CHECK_THAT(out, Catch::Contains("/nonexistent.so") && Catch::Contains("does not exist"));
 }

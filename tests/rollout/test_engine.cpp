@@ -6,11 +6,14 @@
 #include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/rollout/engine.hpp>
+#include <verlpp/train/logprob.hpp>
 
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/argmax.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/log_softmax.h>
+#include <ATen/ops/ones_like.h>
 #include <ATen/ops/tensor.h>
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -66,6 +69,15 @@ std::vector<int64_t> naive_greedy(const model::DecoderLM& m, std::vector<int64_t
 // OpenBLAS on this model's large logits). An fp64 engine is held to 1e-6 (the test below; the
 // sampler's log-softmax and the stored log-prob are fp32): a logic error (a wrong position, KV
 // block or temperature) shows there at 1e-3 or more, and rounding cannot hide it.
+//
+// An fp32 engine is also compared with what the trainer recomputes as old log-probs
+// (train::response_log_probs in fp32, verl's layout), the pair RL actually compares. Issue 5's
+// literal "<= 1e-5 absolute" does not hold for that pair on this model: measured up to 2.96e-5
+// over these tests' fp32 samples (9 of 21 samples above 1e-5). No engine change can close it:
+// the trainer's fp32 forward is itself up to 3.0e-5 from the fp64 value on the same sample, and
+// stays 3.07e-5 with the LM head and log-softmax in fp64 (the error is in the fp32 body's GEMMs
+// and attention, not the logsumexp or the chunking), so even an exact engine would be 3e-5 away.
+// Each side is within its 2.5e-5 budget of the exact value, so the pair is held to their sum.
 void check_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& prompt, const GenerateOutput& out, double T,
                     double tolerance = 2.5e-5) {
   std::vector<int64_t> ids = prompt;
@@ -80,6 +92,19 @@ void check_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& promp
   }
   INFO(fmt::format("request {} sample {}: worst relative |logprob error| {:.3g}", out.request_index, out.sample_index, worst));
   CHECK(worst <= tolerance);
+  if (m.options().dtype != at::kFloat) return;
+  at::NoGradGuard no_grad;
+  at::Tensor x = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
+  at::Tensor old = train::response_log_probs(m, x, at::ones_like(x), at::arange(x.size(1), x.options()).unsqueeze(0),
+                                             int64_t(out.token_ids.size()), T, false).log_probs[0];
+  double worst_trainer = 0, worst_abs = 0;
+  for (size_t i = 0; i < out.token_ids.size(); ++i) {
+    const double ref = old[int64_t(i)].item<double>(), diff = std::abs(ref - double(out.logprobs[i]));
+    worst_trainer = std::max(worst_trainer, diff / std::max(1.0, std::abs(ref)));
+    worst_abs = std::max(worst_abs, diff);
+  }
+  INFO(fmt::format("against the trainer's fp32 recompute: worst relative {:.3g}, absolute {:.3g}", worst_trainer, worst_abs));
+  CHECK(worst_trainer <= tolerance + 2.5e-5);
 }
 
 SamplingParams greedy(int64_t max_new, int64_t n = 1) {

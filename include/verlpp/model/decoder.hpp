@@ -29,6 +29,13 @@ class AttentionBackend {
   // Returns [N, H, D] in q's dtype.
   virtual at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             double scale) = 0;
+  // Whether rotate() replaces the model's RoPE for this step (asked once per forward; the
+  // default is no: the model applies apply_rope itself).
+  virtual bool rotates() const { return false; }
+  // RoPE on q [N, H, D] and k [N, KV, D] (q/k-norm applied) at the step's positions
+  // [N] int64, with the model's inv_freq [D/2] f32 (rope scaling already in it); may rotate in
+  // place or replace q and k. Called only when rotates() is true.
+  virtual void rotate(at::Tensor& q, at::Tensor& k, const at::Tensor& position_ids, const at::Tensor& inv_freq) {}
 };
 
 // A parameter's HF name, shape and initialisation.
@@ -94,7 +101,8 @@ class DecoderLM {
   at::Tensor forward_packed(const at::Tensor& input_ids /*[N] int64*/, const at::Tensor& position_ids /*[N] int64*/,
                             const at::Tensor& cu_seqlens /*[S + 1] int64*/) const;  // -> [N, C]
 
-  // One engine step (prefill, decode or a mix) over the caller's KV cache.
+  // One engine step (prefill, decode or a mix) over the caller's KV cache. The backend may
+  // take over RoPE (AttentionBackend::rotates), e.g. with a plugin kernel.
   at::Tensor forward_cached(const at::Tensor& input_ids /*[N] int64*/, const at::Tensor& position_ids /*[N] int64*/,
                             AttentionBackend& attention) const;  // -> [N, C]
 
@@ -117,13 +125,16 @@ class DecoderLM {
   };
   // Attention over q/k/v of one layer; q [..., H, D], k/v [..., KV, D] -> [..., H, D].
   using AttendFn = std::function<at::Tensor(int64_t layer, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
+  // RoPE on one layer's q [..., H, D] and k [..., KV, D], replacing them.
+  using RotateFn = std::function<void(at::Tensor& q, at::Tensor& k)>;
 
   void bind();  // points the typed fields at params_
   std::vector<at::Tensor> layer_parameters(int64_t index) const;  // layer `index`'s defined tensors
   // embed -> layers -> final norm, for ids of any shape [...]; positions of the same shape.
-  at::Tensor run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend) const;
-  at::Tensor layer_forward(int64_t index, const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
-                           const AttendFn& attend) const;
+  // `rotate` empty: the reference RoPE (rope_cos_sin + apply_rope) at position_ids.
+  at::Tensor run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend,
+                 const RotateFn& rotate = {}) const;
+  at::Tensor layer_forward(int64_t index, const at::Tensor& hidden, const RotateFn& rotate, const AttendFn& attend) const;
 
   ModelConfig config_;
   ModelOptions options_;

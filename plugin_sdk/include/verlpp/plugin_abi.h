@@ -180,7 +180,9 @@ typedef struct verlpp_kernel_table {
   verlpp_error* (*rms_norm)(const DLTensor* x, const DLTensor* weight, float eps, DLTensor* out,
                             verlpp_stream stream);
   /* Rotary embedding in place, HF "rotate_half" layout. q [N, H, S], k [N, K, S] (either may be
-   * NULL); positions [N] int64; inv_freq [S/2] f32. */
+   * NULL; same dtype, f32/bf16/f16); positions [N] int64; inv_freq [S/2] f32 (any rope scaling
+   * already applied). angle = (float)position * inv_freq[j] in fp32; pairs (j, j + S/2) rotate
+   * by it; cos/sin and the result in q's dtype (docs/plugin-abi.md, "Kernel contracts"). */
   verlpp_error* (*rotary_embedding)(DLTensor* q, DLTensor* k, const DLTensor* positions,
                                     const DLTensor* inv_freq, verlpp_stream stream);
   /* Decode attention over a paged KV cache, one query token per sequence.

@@ -1,7 +1,7 @@
 // DecoderLM: parameters by HF name, seeded init, and the three forwards over one layer stack.
 // The forwards differ only in the attention callback they hand to run(): a masked dense
-// attention (padded), a loop over segments (packed), or the engine's backend (cached); the
-// layer math is written once.
+// attention (padded), a loop over segments (packed), or the engine's backend (cached), which
+// may also take over RoPE (a plugin kernel); the layer math is written once.
 #include <verlpp/model/decoder.hpp>
 
 #include <verlpp/model/layers.hpp>
@@ -185,8 +185,8 @@ void DecoderLM::init_weights(uint64_t seed) {
   }
 }
 
-at::Tensor DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden, const at::Tensor& cos,
-                                    const at::Tensor& sin, const AttendFn& attend) const {
+at::Tensor DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden, const RotateFn& rotate,
+                                    const AttendFn& attend) const {
   const Layer& l = layers_[size_t(index)];
   const double eps = config_.rms_norm_eps;
   std::vector<int64_t> lead(hidden.sizes().begin(), hidden.sizes().end() - 1);
@@ -204,8 +204,7 @@ at::Tensor DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden, con
     q = rms_norm(q, l.q_norm, eps);
     k = rms_norm(k, l.k_norm, eps);
   }
-  q = apply_rope(q, cos, sin);
-  k = apply_rope(k, cos, sin);
+  rotate(q, k);
   at::Tensor a = attend(index, q, k, v);  // [..., H, D]
   std::vector<int64_t> flat = lead;
   flat.push_back(config_.num_attention_heads * config_.head_dim);
@@ -215,24 +214,32 @@ at::Tensor DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden, con
   return h + at::linear(mlp, l.down_proj, l.down_bias);
 }
 
-at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend) const {
+at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend,
+                          const RotateFn& rotate) const {
   VERLPP_CHECK(input_ids.scalar_type() == at::kLong, "{}: input_ids must be int64, got {}", config_.architecture,
                c10::toString(input_ids.scalar_type()));
   VERLPP_CHECK(position_ids.sizes() == input_ids.sizes(), "{}: position_ids {} and input_ids {} differ in shape",
                config_.architecture, shape_string(position_ids.sizes()), shape_string(input_ids.sizes()));
   at::Tensor hidden = at::embedding(embed_tokens_, input_ids);
-  auto [cos, sin] = rope_cos_sin(inv_freq_, position_ids, options_.dtype);
+  RotateFn rope = rotate;
+  if (!rope) {
+    // cos/sin once per forward, shared by every layer; captured by value (see below).
+    std::pair<at::Tensor, at::Tensor> cos_sin = rope_cos_sin(inv_freq_, position_ids, options_.dtype);
+    rope = [cos_sin](at::Tensor& q, at::Tensor& k) {
+      q = apply_rope(q, cos_sin.first, cos_sin.second);
+      k = apply_rope(k, cos_sin.first, cos_sin.second);
+    };
+  }
   const bool checkpoint = gradient_checkpointing_ && at::GradMode::is_enabled() && options_.requires_grad;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     if (!checkpoint) {
-      hidden = layer_forward(i, hidden, cos, sin, attend);
+      hidden = layer_forward(i, hidden, rope, attend);
       continue;
     }
-    // Everything the recomputation needs is copied into the closure (tensor handles, the
-    // attention function): the backward runs after this call has returned.
-    at::Tensor c = cos, s = sin;
+    // Everything the recomputation needs is copied into the closure (the RoPE function with
+    // its cos/sin, the attention function): the backward runs after this call has returned.
     AttendFn a = attend;
-    hidden = detail::checkpointed([this, i, c, s, a](const at::Tensor& h) { return layer_forward(i, h, c, s, a); },
+    hidden = detail::checkpointed([this, i, rope, a](const at::Tensor& h) { return layer_forward(i, h, rope, a); },
                                   hidden, layer_parameters(i));
   }
   return rms_norm(hidden, norm_, config_.rms_norm_eps);
@@ -299,9 +306,12 @@ at::Tensor DecoderLM::forward_cached(const at::Tensor& input_ids, const at::Tens
   VERLPP_CHECK(input_ids.dim() == 1, "{}: forward_cached wants input_ids [N], got {}", config_.architecture,
                shape_string(input_ids.sizes()));
   const double scale = 1.0 / std::sqrt(double(config_.head_dim));
+  RotateFn rotate;  // empty: the reference RoPE
+  if (backend.rotates())
+    rotate = [&](at::Tensor& q, at::Tensor& k) { backend.rotate(q, k, position_ids, inv_freq_); };
   return run(input_ids, position_ids, [&](int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return backend.attend(layer, q, k, v, scale);
-  });
+  }, rotate);
 }
 
 at::Tensor DecoderLM::logits(const at::Tensor& hidden) const {

@@ -1,5 +1,7 @@
 // RolloutAttention: k/v written at slot_mapping, then the plugin kernel over the block tables
-// (decode), or everything delegated to PagedAttention (prefill, or no kernel).
+// (decode), or everything delegated to PagedAttention (prefill, or no kernel); RoPE through
+// the plugin's rotary_embedding on q and k in place. Plugin calls take the NULL stream (the
+// call returns when the kernel is done), as the other kernel calls here.
 #include "attention.hpp"
 
 #include "../hw/dlpack_view.hpp"
@@ -13,7 +15,11 @@ using hw::detail::dl_view;
 
 RolloutAttention::RolloutAttention(model::PagedKvCache& cache, model::PagedStep step, bool is_decode,
                                    const hw::Kernels* kernels)
-    : cache_(cache), step_(std::move(step)), kernels_(nullptr) {
+    : cache_(cache), step_(std::move(step)), kernels_(nullptr), rotary_(nullptr) {
+  // fp64 (a test dtype) has no plugin kernel; the model's RoPE runs then.
+  const at::ScalarType dtype = cache_.k(0).scalar_type();
+  const bool kernel_dtype = dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf;
+  if (kernels != nullptr && kernels->table().rotary_embedding != nullptr && kernel_dtype) rotary_ = kernels;
   if (is_decode && kernels != nullptr && kernels->table().paged_attention_decode != nullptr) {
     kernels_ = kernels;
     block_tables_i32_ = step_.block_tables.to(at::kInt).contiguous();
@@ -39,6 +45,16 @@ at::Tensor RolloutAttention::attend(int64_t layer, const at::Tensor& q, const at
       kernels_->table().paged_attention_decode(&d_q, &d_k, &d_v, &d_bt, &d_len, float(scale), &d_out, nullptr),
       "kernels.paged_attention_decode");
   return out.to(q.scalar_type());
+}
+
+void RolloutAttention::rotate(at::Tensor& q, at::Tensor& k, const at::Tensor& position_ids, const at::Tensor& inv_freq) {
+  q = q.contiguous();  // no copy for the model's q/k (views of one projection's output)
+  k = k.contiguous();
+  const at::Tensor positions = position_ids.contiguous();
+  const at::Tensor freq = inv_freq.contiguous();
+  DLTensor d_q = dl_view(q), d_k = dl_view(k), d_pos = dl_view(positions), d_freq = dl_view(freq);
+  rotary_->plugin().check(rotary_->table().rotary_embedding(&d_q, &d_k, &d_pos, &d_freq, nullptr),
+                          "kernels.rotary_embedding");
 }
 
 }  // namespace verlpp::rollout::detail

@@ -1,6 +1,8 @@
 // The engine's attention backend: a plugin's paged_attention_decode kernel for pure decode
-// steps when the plugin has one, the model layer's reference PagedAttention otherwise.
-// The dispatch lives here only; call sites never test for the kernel.
+// steps when the plugin has one, the model layer's reference PagedAttention otherwise; and the
+// plugin's rotary_embedding for every step (prefill and decode) when it has one and the model's
+// dtype is f32/bf16/f16, the model's own RoPE otherwise. The dispatch lives here only; call
+// sites never test for a kernel.
 #pragma once
 
 #include <verlpp/model/kv_cache.hpp>
@@ -19,12 +21,16 @@ class RolloutAttention : public model::AttentionBackend {
   RolloutAttention(model::PagedKvCache& cache, model::PagedStep step, bool is_decode, const hw::Kernels* kernels);
   at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     double scale) override;
+  bool rotates() const override { return rotary_ != nullptr; }
+  // The plugin's rotary_embedding in place on contiguous q/k (positions [N] int64, inv_freq f32).
+  void rotate(at::Tensor& q, at::Tensor& k, const at::Tensor& position_ids, const at::Tensor& inv_freq) override;
   bool uses_kernel() const { return kernels_ != nullptr; }
 
  private:
   model::PagedKvCache& cache_;
   model::PagedStep step_;
-  const hw::Kernels* kernels_;              // non-null only when the kernel will be used
+  const hw::Kernels* kernels_;              // non-null only when the decode kernel will be used
+  const hw::Kernels* rotary_;               // non-null only when the rotary kernel will be used
   at::Tensor block_tables_i32_, context_lens_i32_;  // [S, max_blocks], [S] int32 for the kernel
   std::optional<model::PagedAttention> reference_;
 };

@@ -2,10 +2,12 @@
 //   TEST_NAME / TEST_VARIANT / TEST_SCORE   identity and probe score (0 = "cannot run here")
 //   TEST_INIT_THROWS                        init throws (the SDK must turn it into an error)
 //   TEST_TORCH_TYPE                         the torch device type it reports (default "cpu")
-//   TEST_WRONG_KERNEL                       a logprob_entropy that is off by 1e-3 (the
-//                                           conformance suite must catch it)
+//   TEST_WRONG_KERNEL                       a logprob_entropy that is off by 1e-3 and a
+//                                           rotary_embedding with GPT-J's interleaved pairs
+//                                           (the conformance suite must catch both)
 #include <verlpp/sdk/export.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -38,6 +40,30 @@ verlpp_error* wrong_logprob(const DLTensor* logits, const DLTensor* labels, floa
     if (out_ent) {
       auto* e = static_cast<float*>(verlpp::sdk::data_ptr(*out_ent));
       for (int64_t r = 0; r < l.shape[0]; ++r) e[r] = 0.0f;
+    }
+  });
+}
+
+// Deliberately wrong: pairs (2j, 2j + 1) as GPT-J interleaves them, not HF's (j, j + S/2).
+// f32 only (anything else is refused, so no buffer is misread).
+verlpp_error* wrong_rotary(DLTensor* q, DLTensor* k, const DLTensor* positions, const DLTensor* inv_freq, verlpp_stream) {
+  return verlpp::sdk::guard("wrong_rotary", [&] {
+    const auto* pos = static_cast<const int64_t*>(verlpp::sdk::data_ptr(verlpp::sdk::checked(positions, "positions")));
+    const auto* freq = static_cast<const float*>(verlpp::sdk::data_ptr(verlpp::sdk::checked(inv_freq, "inv_freq")));
+    for (DLTensor* x : {q, k}) {
+      if (x == nullptr) continue;
+      verlpp::sdk::require(x->ndim == 3 && x->dtype.code == kDLFloat && x->dtype.bits == 32, "f32 [N, heads, S] only");
+      auto* v = static_cast<float*>(verlpp::sdk::data_ptr(*x));
+      const int64_t heads = x->shape[1], s = x->shape[2];
+      for (int64_t t = 0; t < x->shape[0]; ++t)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t j = 0; j < s / 2; ++j) {
+            float* pair = v + (t * heads + h) * s + 2 * j;
+            const float angle = float(pos[t]) * freq[j], c = std::cos(angle), sn = std::sin(angle);
+            const float a = pair[0], b = pair[1];
+            pair[0] = a * c - b * sn;
+            pair[1] = b * c + a * sn;
+          }
     }
   });
 }
@@ -79,6 +105,7 @@ class TestPlugin : public verlpp::sdk::Plugin {
       verlpp_kernel_table k{};
       k.struct_size = sizeof(k);
       k.logprob_entropy = &wrong_logprob;
+      k.rotary_embedding = &wrong_rotary;
       return k;
     }();
     return &t;
