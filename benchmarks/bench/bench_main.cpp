@@ -5,6 +5,7 @@
 // with the loader's reason; a name nobody found is an error naming the known plugins.
 #include "bench.hpp"
 
+#include <verlpp/core/strings.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/hw/torch_device.hpp>
 
@@ -150,7 +151,7 @@ int run(const Options& o, const nlohmann::json& machine) {
   for (const Target& t : targets) baseline_listed = baseline_listed || t.name == baseline;
   if (!baseline_listed) throw Error("--baseline", fmt::format("'{}' is not one of the plugins run", baseline));
 
-  std::cout << fmt::format("verlpp-bench: suites {}; plugins", fmt::join(o.suites, ","));
+  std::cout << fmt::format("verlpp-bench: suites {}; plugins", verlpp::join(o.suites, ","));
   for (const Target& t : targets)
     std::cout << " " << t.name << (t.skip_reason.empty() ? " (" + t.device.str() + ")" : " (skipped: " + t.skip_reason + ")");
   std::cout << fmt::format("; {} reps after {} warm-up{}; baseline {}\n", o.reps, o.warmup, o.quick ? "; quick shapes" : "",
