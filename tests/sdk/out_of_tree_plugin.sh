@@ -4,9 +4,11 @@
 # against that prefix only, and run the installed verlpp-plugin-check on the result. Fails at
 # the first step that fails, naming it. Also fails if the SDK's CMake package mentions torch
 # (consumers must not need LibTorch) or if configure found verlpp anywhere but the prefix.
-# Usage: out_of_tree_plugin.sh <verlpp build dir>
+# Usage: out_of_tree_plugin.sh <verlpp build dir> [DLPack include dir: given to the consumer as
+# VERLPP_DLPACK_INCLUDE_DIR, as a vendor whose DLPack is not in a system folder would]
 set -euo pipefail
 build_dir=$(cd "$1" && pwd)
+dlpack_dir=${2:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/verlpp-oot.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix
@@ -31,8 +33,10 @@ step "copy the installed template and build it out of tree"
 cp -r "$prefix/share/verlpp/plugin_template" "$work/my_plugin"
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+dlpack=()
+case "$dlpack_dir" in ""|/usr/include|/usr/local/include) ;; *) dlpack=(-DVERLPP_DLPACK_INCLUDE_DIR="$dlpack_dir") ;; esac
 # Only the fresh prefix may provide verlpp: no package registry, no other prefix.
-cmake -S "$work/my_plugin" -B "$work/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$work/my_plugin" -B "$work/build" "${generator[@]}" "${dlpack[@]}" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$work/configure.log" 2>&1 ||
   { cat "$work/configure.log"; fail "configure of the out-of-tree plugin"; }
 grep -q "template plugin: verlpp [0-9.]* from $config_dir" "$work/configure.log" ||
