@@ -47,6 +47,14 @@ std::vector<Measurement> run_collectives(const Options& o, const Target& t) {
     return out;
   }
   const int32_t num_devices = std::max<int32_t>(1, hw::device_count(*t.plugin));
+  if (!t.device.is_cpu() && num_devices < N) {
+    // One rank per device: NCCL-style communicators refuse two ranks on one GPU (they would wait
+    // for each other until the timeout).
+    for (const auto& w : workloads)
+      out.push_back(skipped("collectives", w.op + "_" + size_name(w.bytes), shape_of(w), t,
+                            fmt::format("{} ranks need {} devices, the plugin has {}", N, N, num_devices)));
+    return out;
+  }
   auto store = hw::make_memory_store();
   // times[w][rank]: that rank's seconds per timed repetition of workload w.
   std::vector<std::vector<std::vector<double>>> times(workloads.size(), std::vector<std::vector<double>>(size_t(N)));

@@ -46,6 +46,15 @@ plugin=$work/build/libverlpp-plugin-template.so
 [ -f "$plugin" ] || fail "the build produced no $plugin"
 
 step "run the installed verlpp-plugin-check on it"
-env -u LD_LIBRARY_PATH -u VERL_HARDWARE_PLUGIN -u VERLPP_PLUGIN_PATH "$prefix/bin/verlpp-plugin-check" "$plugin" ||
-  fail "verlpp-plugin-check $plugin"
+# The installed runner must find the installed libverlpp by itself: LD_LIBRARY_PATH keeps only
+# folders without a libverlpp (a GPU host keeps Debian's libraries, e.g. ICU's, under /opt/deps
+# and needs those; a transitive dependency is not found through the installed RUNPATH).
+kept=()
+IFS=: read -r -a entries <<< "${LD_LIBRARY_PATH:-}"
+for d in "${entries[@]}"; do
+  [ -n "$d" ] && ! compgen -G "$d/libverlpp*.so*" >/dev/null && kept+=("$d")
+done
+library_path=$(IFS=:; echo "${kept[*]}")
+env -u VERL_HARDWARE_PLUGIN -u VERLPP_PLUGIN_PATH LD_LIBRARY_PATH="$library_path" \
+  "$prefix/bin/verlpp-plugin-check" "$plugin" || fail "verlpp-plugin-check $plugin"
 echo "out-of-tree plugin: built against $prefix and passed verlpp-plugin-check"
