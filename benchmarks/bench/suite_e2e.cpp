@@ -13,7 +13,8 @@
 
 #include <fmt/format.h>
 
-#include <filesystem>
+#include "util/files.hpp"  // POSIX, not std::filesystem: the wheel's libtorch exports its own (docs/building.md)
+
 #include <fstream>
 #include <map>
 #include <unistd.h>
@@ -23,12 +24,11 @@ namespace {
 
 // A fresh folder with the tiny model (weights from seed 1) and small arithmetic splits.
 std::string make_run_inputs(const std::string& dir) {
-  namespace fs = std::filesystem;
-  fs::remove_all(dir);
-  fs::create_directories(dir + "/model");
+  files::remove_tree(dir);
+  files::make_dirs(dir + "/model");
   const std::string tiny = std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/";
   for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"})
-    fs::copy_file(tiny + f, dir + "/model/" + f);
+    files::copy_file(tiny + f, dir + "/model/" + f);
   model::DecoderLM m(model::load_model_config(dir + "/model"));
   m.init_weights(1);
   model::save_pretrained(m, dir + "/model");
@@ -72,7 +72,7 @@ std::vector<Measurement> run_e2e(const Options& o, const Target& t) {
     controller::RlTrainer trainer(config, hooks);
     trainer.fit();
   }
-  std::filesystem::remove_all(dir);
+  files::remove_tree(dir);
 
   // stage -> seconds per timed step, in the order the metrics name them.
   std::map<std::string, std::vector<double>> stages;
