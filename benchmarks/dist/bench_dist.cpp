@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -217,6 +219,10 @@ int run_launcher(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As the verlpp command does (src/apps/main.cpp): a fixed mmap threshold, so the one-rank and
+  // the N-rank steps both run with activations reused from the heap, not page-faulted afresh.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   try {
     const Options o = parse(argc, argv);
     return std::getenv("RANK") != nullptr ? run_rank(o) : run_launcher(o);
