@@ -26,7 +26,8 @@ struct ProcessGroupOptions {
 class ProcessGroup {
  public:
   // Collective: every rank of `world` calls it. `device` is this rank's (its plugin provides
-  // the communicator). Errors name the store address, the rank and the plugin.
+  // the communicator). Errors name the store address, the rank and the plugin. Sets SIGPIPE to
+  // ignored when it has the default action, so a dead peer is an error, not a silent exit.
   static std::unique_ptr<ProcessGroup> create(const WorldInfo& world, const Device& device,
                                               const ProcessGroupOptions& options = {});
   ~ProcessGroup();

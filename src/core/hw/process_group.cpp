@@ -7,6 +7,8 @@
 
 #include <ATen/ops/empty.h>
 
+#include <signal.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -46,6 +48,17 @@ ProcessGroup::ProcessGroup(WorldInfo world, ProcessGroupOptions options)
 
 std::unique_ptr<ProcessGroup> ProcessGroup::create(const WorldInfo& world, const Device& device,
                                                    const ProcessGroupOptions& options) {
+  // A write to a socket whose peer died raises SIGPIPE, whose default action ends the process
+  // without a word (seen: rank 0 "killed by signal 13" when rank 1 was killed mid-send). Ignored,
+  // the write fails with EPIPE and the collective reports the dead rank. Only the default
+  // disposition is replaced: a program that installed its own handler keeps it.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, nullptr);
+  }
   std::unique_ptr<ProcessGroup> g(new ProcessGroup(world, options));
   const std::string where = fmt::format("rank {} of {}", world.rank, world.world_size);
   try {
