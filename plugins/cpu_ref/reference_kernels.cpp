@@ -7,6 +7,7 @@
 #include "half_float.hpp"
 
 #include <verlpp/sdk/dlpack_util.hpp>
+#include <verlpp/sdk/kernel_args.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -20,12 +21,10 @@ namespace {
 
 using sdk::checked;
 using sdk::fail;
+using sdk::is_f32;
+using sdk::is_float_dtype;
 using sdk::require;
 
-bool is_float_dtype(DLDataType d) {
-  return d.lanes == 1 && ((d.code == kDLFloat && (d.bits == 32 || d.bits == 16)) ||
-                          (d.code == kDLBfloat && d.bits == 16));
-}
 
 float load(const void* base, DLDataType d, int64_t i) {
   if (d.code == kDLFloat && d.bits == 32) return static_cast<const float*>(base)[i];
@@ -47,7 +46,6 @@ float round_to(DLDataType d, float v) {
   return load(&h, d, 0);
 }
 
-bool is_f32(DLDataType d) { return d.code == kDLFloat && d.bits == 32 && d.lanes == 1; }
 
 void require_host(const DLTensor& t, const char* what) {
   require(t.device.device_type == kDLCPU, std::string(what) + " is not in host memory");
@@ -230,33 +228,13 @@ void rotate_rows(DLTensor& x, const int64_t* pos, const float* inv_freq, int64_t
 verlpp_error* rotary_embedding(DLTensor* q_p, DLTensor* k_p, const DLTensor* pos_p, const DLTensor* inv_freq_p,
                                verlpp_stream) {
   return sdk::guard("cpu_ref rotary_embedding", [&] {
-    const DLTensor& pos = checked(pos_p, "positions");
-    const DLTensor& inv_freq = checked(inv_freq_p, "inv_freq");
-    require(pos.ndim == 1 && pos.dtype.code == kDLInt && pos.dtype.bits == 64 && pos.dtype.lanes == 1,
-            "positions must be [N] int64");
-    require(inv_freq.ndim == 1 && is_f32(inv_freq.dtype), "inv_freq must be [S/2] float32");
-    require(sdk::is_contiguous(pos) && sdk::is_contiguous(inv_freq), "positions and inv_freq must be contiguous");
-    require_host(pos, "positions");
-    require_host(inv_freq, "inv_freq");
-    const int64_t n = pos.shape[0], half = inv_freq.shape[0];
-    std::vector<DLTensor*> targets;
-    for (DLTensor* x : {q_p, k_p}) {
-      if (x == nullptr) continue;
-      const char* what = x == q_p ? "q" : "k";
-      checked(x, what);
-      require(x->ndim == 3, std::string(what) + " must be [N, heads, S], got ndim " + std::to_string(x->ndim));
-      require(x->shape[0] == n, std::string(what) + " has " + std::to_string(x->shape[0]) + " tokens, positions " + std::to_string(n));
-      require(x->shape[2] == 2 * half, std::string(what) + " head size " + std::to_string(x->shape[2]) +
-                                           " is not twice inv_freq's " + std::to_string(half));
-      require(is_float_dtype(x->dtype), std::string(what) + " dtype " + sdk::dtype_name(x->dtype) + " is not f32/bf16/f16");
-      require(sdk::is_contiguous(*x), std::string(what) + " must be contiguous");
-      require_host(*x, what);
-      targets.push_back(x);
-    }
-    require(targets.size() < 2 || sdk::same_dtype(q_p->dtype, k_p->dtype), "q and k must share one dtype");
-    const auto* p = static_cast<const int64_t*>(sdk::data_ptr(pos));
-    const auto* f = static_cast<const float*>(sdk::data_ptr(inv_freq));
-    for (DLTensor* x : targets) rotate_rows(*x, p, f, half);
+    const sdk::RotaryArgs args = sdk::check_rotary_args(q_p, k_p, pos_p, inv_freq_p);
+    require_host(*args.positions, "positions");
+    require_host(*args.inv_freq, "inv_freq");
+    for (DLTensor* x : args.targets) require_host(*x, x == q_p ? "q" : "k");
+    const auto* p = static_cast<const int64_t*>(sdk::data_ptr(*args.positions));
+    const auto* f = static_cast<const float*>(sdk::data_ptr(*args.inv_freq));
+    for (DLTensor* x : args.targets) rotate_rows(*x, p, f, args.half);
   });
 }
 

@@ -1,7 +1,8 @@
 // cuda: ABI entry points of the kernel table (logprob_entropy, rms_norm, rotary_embedding,
 // paged_attention_decode, sample: the kernels the conformance suite checks). Each checks its
-// DLPack arguments with the same rules as cpu_ref's reference kernels (so both plugins refuse
-// the same input), checks that the tensors live in this plugin's device memory, then calls a
+// DLPack arguments with the same rules as cpu_ref's reference kernels (rotary_embedding's through
+// the SDK's kernel_args.hpp, so both plugins refuse the same input), checks that the tensors
+// live in this plugin's device memory, then calls a
 // launcher from kernels.cu. On the NULL stream the call waits for the kernel, as the ABI's
 // synchronous default stream requires.
 #include "kernel_table.hpp"
@@ -10,6 +11,7 @@
 #include "stream_registry.hpp"
 
 #include <verlpp/sdk/dlpack_util.hpp>
+#include <verlpp/sdk/kernel_args.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +21,7 @@ namespace verlpp::cuda {
 namespace {
 
 using sdk::checked;
+using sdk::is_f32;
 using sdk::require;
 
 FloatType float_type(DLDataType d, const char* what) {
@@ -28,7 +31,6 @@ FloatType float_type(DLDataType d, const char* what) {
   sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, std::string(what) + " dtype " + sdk::dtype_name(d) + " is not f32/bf16/f16");
 }
 
-bool is_f32(DLDataType d) { return d.code == kDLFloat && d.bits == 32 && d.lanes == 1; }
 
 // The tensor must be in CUDA device memory on `device`.
 void require_on_device(const DLTensor& t, int32_t device, const char* what) {
@@ -109,30 +111,15 @@ verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTe
 verlpp_error* rotary_embedding(DLTensor* q_p, DLTensor* k_p, const DLTensor* pos_p, const DLTensor* inv_freq_p,
                                verlpp_stream stream) {
   return sdk::guard(VERLPP_GPU_PLUGIN_NAME " rotary_embedding", [&] {
-    const DLTensor& pos = checked(pos_p, "positions");
-    const DLTensor& inv_freq = checked(inv_freq_p, "inv_freq");
-    require(pos.ndim == 1 && pos.dtype.code == kDLInt && pos.dtype.bits == 64 && pos.dtype.lanes == 1,
-            "positions must be [N] int64");
-    require(inv_freq.ndim == 1 && is_f32(inv_freq.dtype), "inv_freq must be [S/2] float32");
-    require(sdk::is_contiguous(pos) && sdk::is_contiguous(inv_freq), "positions and inv_freq must be contiguous");
-    const int64_t n = pos.shape[0], half = inv_freq.shape[0];
+    const sdk::RotaryArgs args = sdk::check_rotary_args(q_p, k_p, pos_p, inv_freq_p);
+    const DLTensor& pos = *args.positions;
+    const DLTensor& inv_freq = *args.inv_freq;
+    const int64_t n = args.tokens, half = args.half;
     const int32_t device = pos.device.device_id;
     require_on_device(pos, device, "positions");
     require_on_device(inv_freq, device, "inv_freq");
-    FloatType type = FloatType::f32;
-    for (DLTensor* x : {q_p, k_p}) {
-      if (x == nullptr) continue;
-      const std::string what = x == q_p ? "q" : "k";
-      checked(x, what.c_str());
-      require(x->ndim == 3, what + " must be [N, heads, S], got ndim " + std::to_string(x->ndim));
-      require(x->shape[0] == n, what + " has " + std::to_string(x->shape[0]) + " tokens, positions " + std::to_string(n));
-      require(x->shape[2] == 2 * half, what + " head size " + std::to_string(x->shape[2]) + " is not twice inv_freq's " +
-                                           std::to_string(half));
-      type = float_type(x->dtype, what.c_str());
-      require(sdk::is_contiguous(*x), what + " must be contiguous");
-      require_on_device(*x, device, what.c_str());
-    }
-    require(q_p == nullptr || k_p == nullptr || sdk::same_dtype(q_p->dtype, k_p->dtype), "q and k must share one dtype");
+    for (DLTensor* x : args.targets) require_on_device(*x, device, x == q_p ? "q" : "k");
+    const FloatType type = args.targets.empty() ? FloatType::f32 : float_type(args.targets.front()->dtype, args.targets.front() == q_p ? "q" : "k");
     if (half > 4096) sdk::fail(VERLPP_STATUS_UNSUPPORTED, "head size " + std::to_string(2 * half) + " > 8192 is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
     require(n <= 0x7fffffff, "N = " + std::to_string(n) + " tokens > 2^31 - 1 in one call");
 
