@@ -64,6 +64,11 @@ c10::Device pick_device(RlTrainer::State& s) {
   return c10::Device(c10::kCPU);
 }
 
+// The chosen plugin's device behind s.device (the plugin must be loaded).
+hw::Device plugin_device(const RlTrainer::State& s) {
+  return hw::Device(hw::plugin_named(s.plugin), int32_t(s.device.has_index() ? s.device.index() : 0));
+}
+
 // With several ranks: the rendezvous and the plugin communicator (a collective over all ranks).
 void join_process_group(RlTrainer::State& s) {
   if (!s.world.is_distributed()) return;
@@ -72,8 +77,7 @@ void join_process_group(RlTrainer::State& s) {
                                               "(VERL_HARDWARE_PLUGIN, `verlpp plugins`)", s.world.world_size, s.device.str()));
   hw::ProcessGroupOptions options;
   options.timeout = std::chrono::milliseconds(int64_t(s.config.get<double>("trainer.dist_timeout_s") * 1000.0));
-  const hw::Device device(hw::plugin_named(s.plugin), int32_t(s.device.has_index() ? s.device.index() : 0));
-  s.group = hw::ProcessGroup::create(s.world, device, options);
+  s.group = hw::ProcessGroup::create(s.world, plugin_device(s), options);
   s.dp = train::DataParallel(s.group.get(), s.device);
 }
 
@@ -166,10 +170,7 @@ void build_engine(RlTrainer::State& s) {
     // On an accelerator: verl's gpu_memory_utilization of the device's memory (the plugin's
     // figure) for weights + pool.
     o.memory_fraction = c.get<double>(r + ".gpu_memory_utilization");
-    if (!s.plugin.empty()) {
-      const hw::Device device(hw::plugin_named(s.plugin), int32_t(s.device.has_index() ? s.device.index() : 0));
-      o.memory_total_bytes = int64_t(device.memory_info().second);
-    }
+    if (!s.plugin.empty()) o.memory_total_bytes = int64_t(plugin_device(s).memory_info().second);
     if (o.memory_total_bytes <= 0)
       throw Error("trainer.device", fmt::format("{}: no plugin reports this device's memory, so the KV pool cannot be sized "
                                                 "from rollout.gpu_memory_utilization", s.device.str()));

@@ -60,7 +60,7 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
       algo::AggLossOptions agg = config_.policy.agg;
       agg.batch_num_tokens = mask.sum().item<double>();
       agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
-      const controller::Batch local = dp_.local_rows(mini, dp_.partition(mini));
+      const controller::Batch local = dp_.local_rows(mini);
       const auto micros = micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len);
       optimizer_->zero_grad();
       for (const controller::Batch& micro : micros) {

@@ -50,7 +50,7 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
       agg.batch_num_tokens = mask.sum().item<double>();
       agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
       optimizer_->zero_grad();
-      const controller::Batch local = dp_.local_rows(mini, dp_.partition(mini));
+      const controller::Batch local = dp_.local_rows(mini);
       for (const controller::Batch& micro :
            micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len)) {
         at::Tensor vpreds = values_of(micro);

@@ -36,6 +36,10 @@ controller::Batch DataParallel::local_rows(const controller::Batch& batch, const
   return batch.rows(parts.at(size_t(rank())));
 }
 
+controller::Batch DataParallel::local_rows(const controller::Batch& batch) const {
+  return world_size() == 1 ? batch : local_rows(batch, partition(batch));
+}
+
 at::Tensor DataParallel::gather(const at::Tensor& local, const std::vector<std::vector<int64_t>>& parts) const {
   if (world_size() == 1) return local;
   at::Tensor gathered = group_->all_gather(local);  // rank-major: rank r's rows in parts[r] order

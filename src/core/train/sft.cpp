@@ -27,7 +27,7 @@ nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
   VERLPP_CHECK(tokens > 0, "the SFT batch of {} rows has no response tokens", batch.size());
   optimizer_->zero_grad();
   double loss_sum = 0;
-  for (const controller::Batch& micro : dp_.local_rows(batch, dp_.partition(batch)).split(config_.micro_batch_size)) {
+  for (const controller::Batch& micro : dp_.local_rows(batch).split(config_.micro_batch_size)) {
     ResponseLogProbs out = response_log_probs(model_, micro.tensor("input_ids"), micro.tensor("attention_mask"),
                                               micro.tensor("position_ids"), response_length, 1.0, false,
                                               config_.log_prob_chunk_rows, config_.remove_padding);
