@@ -63,7 +63,7 @@ struct OptimizerStep::Impl {
     adamw = std::make_unique<torch::optim::AdamW>(mine, options);
   }
   void zero_grad() {
-    if (!sharded) {
+    if (!sharded && adamw) {
       adamw->zero_grad();
       return;
     }
