@@ -84,8 +84,10 @@ inline std::string write_config(const std::string& dir, const std::string& run, 
   return path;
 }
 
-// Starts `verlpp train <config> [extra...]` with output to `log`; returns its pid.
-inline pid_t start_train(const std::string& config, const std::string& log, const std::vector<std::string>& extra = {}) {
+// Starts `verlpp train <config> [extra...]` with output to `log`, in this process's environment
+// with `env` ("NAME=value" entries) set over it; returns its pid.
+inline pid_t start_train(const std::string& config, const std::string& log, const std::vector<std::string>& extra = {},
+                         const std::vector<std::string>& env = {}) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -95,8 +97,19 @@ inline pid_t start_train(const std::string& config, const std::string& log, cons
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
+  std::vector<std::string> environment(env.begin(), env.end());
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    bool replaced = false;
+    for (const auto& mine : env) replaced = replaced || name_of(mine) == name_of(entry);
+    if (!replaced) environment.push_back(entry);
+  }
+  std::vector<char*> envp;
+  for (auto& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = 0;
-  REQUIRE(posix_spawn(&pid, VERLPP_CLI, &actions, nullptr, argv.data(), environ) == 0);
+  REQUIRE(posix_spawn(&pid, VERLPP_CLI, &actions, nullptr, argv.data(), envp.data()) == 0);
   posix_spawn_file_actions_destroy(&actions);
   return pid;
 }

@@ -129,30 +129,11 @@ TEST_CASE("ranks started by another launcher (mpirun's environment) train togeth
   const std::string config = write_dist_config(dir, run, 1);
   const std::string port = std::to_string(controller::pick_free_port());
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < 2; ++rank) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    for (const std::string& v : {"OMPI_COMM_WORLD_RANK=" + std::to_string(rank), std::string("OMPI_COMM_WORLD_SIZE=2"),
-                                 "OMPI_COMM_WORLD_LOCAL_RANK=" + std::to_string(rank), std::string("OMPI_COMM_WORLD_LOCAL_SIZE=2"),
-                                 std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + port, std::string("OMP_NUM_THREADS=1")})
-      env.push_back(v);
-    std::vector<char*> envp;
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    const std::string log = run + ".rank" + std::to_string(rank) + ".log";
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    std::vector<std::string> args = {VERLPP_CLI, "train", config};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    REQUIRE(posix_spawn(&pid, VERLPP_CLI, &actions, nullptr, argv.data(), envp.data()) == 0);
-    posix_spawn_file_actions_destroy(&actions);
-    pids.push_back(pid);
-  }
+  for (int rank = 0; rank < 2; ++rank)
+    pids.push_back(start_train(config, run + ".rank" + std::to_string(rank) + ".log", {},
+                               {"OMPI_COMM_WORLD_RANK=" + std::to_string(rank), "OMPI_COMM_WORLD_SIZE=2",
+                                "OMPI_COMM_WORLD_LOCAL_RANK=" + std::to_string(rank), "OMPI_COMM_WORLD_LOCAL_SIZE=2",
+                                "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "OMP_NUM_THREADS=1"}));
   for (int rank = 0; rank < 2; ++rank) {
     const int status = wait_for(pids[size_t(rank)]);
     INFO(read_file(run + ".rank" + std::to_string(rank) + ".log"));
