@@ -1,9 +1,16 @@
 // response_log_probs on the tiny model: against full logits with fp64 log-softmax and an explicit
 // entropy loop, for every chunking; gradients equal the unchunked computation's.
 #include <verlpp/model/model_config.hpp>
+#include <verlpp/train/linear_log_probs.hpp>
 #include <verlpp/train/logprob.hpp>
 
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/log_softmax.h>
+#include <ATen/ops/logsumexp.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/softmax.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/zeros.h>
 
@@ -158,4 +165,51 @@ TEST_CASE("gradient checkpointing: the same log-probs and gradients, padded and 
     INFO("worst |grad diff| " << worst << " of max |grad| " << scale);
     CHECK(worst <= 1e-6 * std::max(1.0, scale));
   }
+}
+
+// linear_log_probs against autograd through the plain formula (full logits, log_softmax, the
+// entropy as logsumexp - sum p z) in fp64: values, and the gradients of hidden and weight for
+// an upstream gradient on both outputs, on log-probs alone, and on entropy alone; every chunking.
+TEST_CASE("linear_log_probs: values and gradients equal autograd through full logits", "[logprob]") {
+  at::manual_seed(3);
+  const int64_t n = 7, c = 5, v = 11;
+  auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor h0 = at::randn({n, c}, f64), w0 = at::randn({v, c}, f64).mul(2);
+  const at::Tensor targets = at::randint(v, {n}, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor g_lp = at::randn({n}, f64), g_ent = at::randn({n}, f64);
+  for (double temperature : {1.0, 0.6}) {
+    for (int which : {0, 1, 2}) {  // both outputs, log-probs only, entropy only
+      at::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+      at::Tensor z = at::linear(h, w).div(temperature);
+      at::Tensor lp = at::log_softmax(z, -1).gather(1, targets.unsqueeze(1)).squeeze(1);
+      at::Tensor ent = at::logsumexp(z, -1) - at::softmax(z, -1).mul(z).sum(-1);
+      at::Tensor loss = (which != 2 ? lp.mul(g_lp).sum() : at::zeros({}, f64)) + (which != 1 ? ent.mul(g_ent).sum() : at::zeros({}, f64));
+      loss.backward();
+      for (int64_t chunk : {int64_t(1), int64_t(3), n}) {
+        at::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
+        train::LinearLogProbs out = train::linear_log_probs(h2, w2, targets, temperature, which != 1, chunk);
+        CHECK(out.log_probs.sub(lp.detach()).abs().max().item<double>() < 1e-12);
+        at::Tensor loss2 = which != 2 ? out.log_probs.mul(g_lp).sum() : at::zeros({}, f64);
+        if (which != 1) {
+          CHECK(out.entropy.sub(ent.detach()).abs().max().item<double>() < 1e-12);
+          loss2 = loss2 + out.entropy.mul(g_ent).sum();
+        }
+        loss2.backward();
+        INFO("T " << temperature << " outputs " << which << " chunk " << chunk);
+        CHECK(h2.grad().sub(h.grad()).abs().max().item<double>() < 1e-11);
+        CHECK(w2.grad().sub(w.grad()).abs().max().item<double>() < 1e-11);
+      }
+    }
+  }
+}
+
+TEST_CASE("linear_log_probs: bad shapes and arguments are named errors", "[logprob]") {
+  auto f32 = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor h = at::zeros({3, 4}, f32), w = at::zeros({6, 4}, f32);
+  const at::Tensor t = at::zeros({3}, at::TensorOptions().dtype(at::kLong));
+  CHECK_THROWS_WITH(train::linear_log_probs(h, at::zeros({6, 5}, f32), t, 1.0, false, 2), Catch::Contains("C 4 vs 5"));
+  CHECK_THROWS_WITH(train::linear_log_probs(h, w, t.narrow(0, 0, 2), 1.0, false, 2), Catch::Contains("targets"));
+  CHECK_THROWS_WITH(train::linear_log_probs(h, w.to(at::kDouble), t, 1.0, false, 2), Catch::Contains("weight is"));
+  CHECK_THROWS_WITH(train::linear_log_probs(h, w, t, 0.0, false, 2), Catch::Contains("temperature"));
+  CHECK_THROWS_WITH(train::linear_log_probs(h, w, t, 1.0, false, 0), Catch::Contains("chunk_tokens"));
 }

@@ -2,7 +2,7 @@
 // layout: input_ids = [prompt (left-padded) | response (right-padded)], so the logits at
 // positions [P-1, T-2] score the response tokens at [P, T-1]. The LM head runs over chunks of
 // rows, so a no-grad pass (old log-probs, reference) never holds [tokens x vocab] fp32 logits
-// for the whole batch; with grad, each chunk's graph is kept (the fused kernel is the plugin's).
+// for the whole batch, and the backward recomputes each chunk (linear_log_probs.hpp).
 #pragma once
 
 #include <verlpp/model/decoder.hpp>

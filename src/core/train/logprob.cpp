@@ -1,13 +1,12 @@
-// response_log_probs: one transformer forward, then the LM head, log-softmax and entropy per
-// chunk of rows in fp32. Entropy = logsumexp(z) - sum softmax(z) z, as verl's entropy_from_logits.
+// response_log_probs: one transformer forward, then linear_log_probs (the LM head, log-softmax and
+// entropy per chunk of rows in fp32, recomputed in the backward). Entropy = logsumexp(z) -
+// sum softmax(z) z, as verl's entropy_from_logits.
 #include <verlpp/train/logprob.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/train/linear_log_probs.hpp>
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
-#include <ATen/ops/log_softmax.h>
-#include <ATen/ops/logsumexp.h>
-#include <ATen/ops/softmax.h>
 
 namespace verlpp::train {
 namespace {
@@ -40,19 +39,13 @@ ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Ten
   VERLPP_CHECK(chunk_rows >= 1, "chunk_rows {} must be >= 1", chunk_rows);
   at::Tensor hidden = remove_padding ? packed_hidden(model, input_ids, attention_mask, position_ids)
                                      : model.forward_padded(input_ids, attention_mask, position_ids);  // [B, T, C]
-  at::Tensor scoring = hidden.narrow(1, t - r - 1, r);                                   // [B, R, C]
-  at::Tensor targets = input_ids.narrow(1, t - r, r);                                    // [B, R]
-  std::vector<at::Tensor> lps, ents;
-  for (int64_t begin = 0; begin < b; begin += chunk_rows) {
-    int64_t rows = std::min(chunk_rows, b - begin);
-    at::Tensor z = model.logits(scoring.narrow(0, begin, rows)).to(at::kFloat).div(temperature);  // [rows, R, V]
-    at::Tensor logp = at::log_softmax(z, -1);
-    lps.push_back(logp.gather(-1, targets.narrow(0, begin, rows).unsqueeze(-1)).squeeze(-1));
-    if (with_entropy) ents.push_back(at::logsumexp(z, -1).sub(at::softmax(z, -1).mul(z).sum(-1)));
-  }
+  at::Tensor scoring = hidden.narrow(1, t - r - 1, r).reshape({b * r, hidden.size(2)});  // [B R, C]
+  at::Tensor targets = input_ids.narrow(1, t - r, r).reshape({b * r});                     // [B R]
+  LinearLogProbs lp = linear_log_probs(scoring, model.parameter("lm_head.weight"), targets, temperature, with_entropy,
+                                       chunk_rows * r);
   ResponseLogProbs out;
-  out.log_probs = at::cat(lps, 0);
-  if (with_entropy) out.entropy = at::cat(ents, 0);
+  out.log_probs = lp.log_probs.view({b, r});
+  if (with_entropy) out.entropy = lp.entropy.view({b, r});
   return out;
 }
 

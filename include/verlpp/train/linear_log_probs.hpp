@@ -1,0 +1,25 @@
+// Log-probabilities (and entropies) of target tokens straight from hidden states and the LM
+// head, over chunks of rows: neither the forward nor the backward ever holds more than one
+// chunk's [rows x vocab] fp32 logits. The backward recomputes a chunk's logits (one more
+// LM-head product) instead of keeping every chunk's softmax alive until then, which is what
+// autograd through a chunked log_softmax would do (tokens x vocab x 4 bytes: 5 GB for 8k tokens
+// of a 152k vocabulary). The "fused linear cross-entropy" idea, for log-probs and entropy.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace verlpp::train {
+
+struct LinearLogProbs {
+  at::Tensor log_probs;  // [N] fp32 (fp64 for fp64 inputs): log softmax((hidden @ weight^T) / T)[target]
+  at::Tensor entropy;    // [N] likewise, or undefined when not asked for
+};
+
+// hidden [N, C] and weight [V, C] of one floating dtype; targets [N] int64 in [0, V).
+// Differentiable in hidden and weight (each only when it requires grad). Logits are formed
+// in the weight's dtype (as at::linear would) and then taken to fp32 for the softmax, as verl
+// casts logits to float (fp64 inputs stay fp64). `chunk_tokens` >= 1 rows per chunk.
+LinearLogProbs linear_log_probs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                                double temperature, bool with_entropy, int64_t chunk_tokens);
+
+}  // namespace verlpp::train
