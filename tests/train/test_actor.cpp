@@ -37,9 +37,14 @@ train::ActorConfig base_config() {
   return c;
 }
 
-// The expected parameters after one AdamW step on the full-batch loss, computed by hand.
-std::vector<at::Tensor> reference_step(const controller::Batch& b, const train::ActorConfig& cfg, double lr) {
+// The expected parameters after one AdamW step on the full-batch loss, computed by hand. With
+// `compute` bf16/fp16 the loss and its gradient come from a copy of the model in that dtype (the
+// gradient then taken to fp32) and the step applies to the fp32 weights, as mixed precision does.
+std::vector<at::Tensor> reference_step(const controller::Batch& b, const train::ActorConfig& cfg, double lr,
+                                       at::ScalarType compute = at::kFloat) {
+  const model::DecoderLM master = test::tiny_model(9);
   model::DecoderLM m = test::tiny_model(9);
+  if (compute != at::kFloat) m.to(compute, m.options().device);
   m.set_requires_grad(true);
   auto out = train::response_log_probs(m, b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids"), kR, 1.0,
                                        cfg.entropy_coeff != 0);
@@ -50,9 +55,10 @@ std::vector<at::Tensor> reference_step(const controller::Batch& b, const train::
     loss = loss.sub(algo::agg_loss(out.entropy, b.tensor("response_mask"), policy.loss_agg_mode).mul(cfg.entropy_coeff));
   loss.backward();
   std::vector<at::Tensor> expected;
-  for (const auto& [name, p] : m.named_parameters()) {
+  for (size_t i = 0; i < m.named_parameters().size(); ++i) {
     at::NoGradGuard no_grad;
-    at::Tensor g = p.grad();
+    at::Tensor g = m.named_parameters()[i].second.grad().to(at::kFloat);
+    const at::Tensor& p = master.named_parameters()[i].second;
     // Step 1 of AdamW: m_hat = g, v_hat = g^2; decoupled weight decay first.
     expected.push_back(p.mul(1 - lr * cfg.optim.weight_decay).sub(g.div(at::sqrt(g.mul(g)).add(cfg.optim.eps)).mul(lr)));
   }
@@ -128,4 +134,62 @@ TEST_CASE("actor: KL loss, epochs, warmup and clipping", "[actor]") {
   nlohmann::json second = actor.update_policy(batch);
   CHECK(second["actor/lr"].get<double>() == Approx(0.5e-3));
   CHECK_THROWS_WITH(actor.update_policy(batch.slice(0, 6)), Catch::Contains("not a multiple of ppo_mini_batch_size 4"));
+}
+
+// Mixed precision (param_dtype bf16): the passes run on a bf16 copy, the fp32 weights take the
+// step with the bf16 gradient taken to fp32, and the copy then holds the new weights cast.
+TEST_CASE("actor: bf16 mixed precision steps the fp32 weights with the bf16 gradient", "[actor][mixed]") {
+  const double lr = 1e-3;
+  model::DecoderLM m = test::tiny_model(9);
+  controller::Batch batch = make_batch(m);
+  train::ActorConfig cfg = base_config();
+  cfg.ppo_micro_batch_size = kB;  // one backward: the gradient is the reference's bit for bit
+  cfg.param_dtype = at::kBFloat16;
+  auto expected = reference_step(batch, cfg, lr, at::kBFloat16);
+  train::Actor actor(m, cfg, train::LrSchedule({lr, "constant", 0, 1, 0.0, 0.5}));
+  REQUIRE(actor.compute_model().options().dtype == at::kBFloat16);
+  REQUIRE(m.options().dtype == at::kFloat);
+  auto same_as_cast = [&] {
+    double worst = 0;
+    for (size_t i = 0; i < m.named_parameters().size(); ++i)
+      worst = std::max(worst, actor.compute_model().named_parameters()[i].second.detach().to(at::kFloat)
+                                  .sub(m.named_parameters()[i].second.detach().to(at::kBFloat16).to(at::kFloat))
+                                  .abs().max().item<double>());
+    return worst;
+  };
+  CHECK(same_as_cast() == 0.0);
+  actor.update_policy(batch);
+  const double worst = worst_param_diff(m, expected);
+  INFO("worst |param diff| " << worst);
+  CHECK(worst < lr * 1e-3);
+  CHECK(same_as_cast() == 0.0);
+  for (const auto& [name, p] : actor.compute_model().named_parameters()) CHECK(!p.grad().defined());
+}
+
+// Micro-batch gradients accumulate in fp32 on the masters: the sum of each bf16 gradient cast.
+TEST_CASE("mixed precision: gradients of several backwards add up in fp32", "[actor][mixed]") {
+  model::DecoderLM master = test::tiny_model(3);
+  master.set_requires_grad(true);
+  train::MixedPrecision mp(master, at::kBFloat16);
+  REQUIRE(mp.enabled());
+  controller::Batch b = test::ragged_batch(master.config().vocab_size, 4, 3, 3, 11, [](int64_t) { return 0; },
+                                          [](int64_t) { return 0; });
+  std::vector<at::Tensor> expected(master.named_parameters().size());
+  for (int pass = 0; pass < 3; ++pass) {
+    auto out = train::response_log_probs(mp.compute(), b.tensor("input_ids"), b.tensor("attention_mask"),
+                                         b.tensor("position_ids"), 3, 1.0 + pass, false);
+    out.log_probs.mul(double(pass + 1)).sum().backward();
+    for (size_t i = 0; i < expected.size(); ++i) {
+      at::Tensor g = mp.compute().named_parameters()[i].second.grad().to(at::kFloat);
+      expected[i] = pass == 0 ? g : expected[i].add(g);
+    }
+    mp.accumulate_gradients();
+  }
+  double worst = 0;
+  for (size_t i = 0; i < expected.size(); ++i)
+    worst = std::max(worst, master.named_parameters()[i].second.grad().sub(expected[i]).abs().max().item<double>());
+  CHECK(worst == 0.0);
+  train::MixedPrecision same(master, at::kFloat);
+  CHECK(!same.enabled());
+  CHECK(&same.compute() == &master);
 }

@@ -29,10 +29,19 @@ at::Tensor apply_rope(const at::Tensor& x /*[..., heads, D]*/, const at::Tensor&
                       const at::Tensor& sin /*[..., D]*/);
 
 // Scaled dot-product attention with GQA (query head h reads key/value head h / (H / KV)).
-// `allowed` says which key each query may see (true = attend); undefined means all.
+// `allowed` says which key each query may see (true = attend); undefined means all. fp32/fp64:
+// written out in HF eager's order (parity); bf16/fp16: LibTorch's fused SDPA where it has one.
 at::Tensor attention(const at::Tensor& q /*[B, Tq, H, D]*/, const at::Tensor& k /*[B, Tk, KV, D]*/,
                      const at::Tensor& v /*[B, Tk, KV, D]*/, const at::Tensor& allowed /*[B|1, Tq, Tk] bool*/,
                      double scale);  // -> [B, Tq, H, D]
+
+// attention() with the causal mask of causal_mask(Tq, Tk); for bf16/fp16 LibTorch's fused SDPA
+// with is_causal (its flash kernel, which needs no mask) where it has one.
+at::Tensor causal_attention(const at::Tensor& q /*[B, T, H, D]*/, const at::Tensor& k /*[B, T, KV, D]*/,
+                            const at::Tensor& v /*[B, T, KV, D]*/, double scale);  // -> [B, T, H, D]
+
+// Whether this build's LibTorch has the fused SDPA that attention() uses for 16-bit dtypes.
+bool has_fused_attention();
 
 // Causal visibility for Tq new queries that end a sequence of Tk keys: query i sees keys
 // j <= Tk - Tq + i.

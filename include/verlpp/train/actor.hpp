@@ -11,6 +11,7 @@
 #include <verlpp/train/data_parallel.hpp>
 #include <verlpp/train/logprob.hpp>
 #include <verlpp/train/lr_schedule.hpp>
+#include <verlpp/train/mixed_precision.hpp>
 #include <verlpp/train/optimizer.hpp>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,9 @@ struct ActorConfig {
   AdamWConfig optim;                       // weight decay, betas, eps, grad_clip
   int64_t log_prob_chunk_rows = 4;
   bool remove_padding = false;             // model.use_remove_padding: packed forwards (logprob.hpp)
+  // fsdp_config.mixed_precision.param_dtype: the dtype forwards and backwards run in; the
+  // optimizer keeps the model's own (fp32) weights as masters (mixed_precision.hpp).
+  at::ScalarType param_dtype = at::kFloat;
 };
 
 // Micro-batches of a mini-batch: `micro_size` rows each, or (dynamic) balanced groups whose
@@ -47,7 +51,8 @@ std::vector<controller::Batch> micro_batches(const controller::Batch& mini, bool
 
 class Actor {
  public:
-  // Trains `model`'s parameters (fp32) in place; the schedule gives the LR per update.
+  // Trains `model`'s parameters (fp32) in place; the schedule gives the LR per update. With a
+  // 16-bit config.param_dtype the passes run on a compute copy (compute_model()).
   Actor(model::DecoderLM& model, ActorConfig config, LrSchedule schedule);
   ~Actor();
 
@@ -83,10 +88,16 @@ class Actor {
   void save_state(const std::string& path) const;
   void load_state(const std::string& path);
   const ActorConfig& config() const { return config_; }
+  // The model the forwards run on: the trained model itself, or its 16-bit compute copy, which
+  // always holds the latest weights (what a rollout engine of that dtype can share).
+  const model::DecoderLM& compute_model() const { return precision_.compute(); }
+  // Casts the model's weights into the compute copy again (after they changed outside update_policy).
+  void refresh_compute_model() { precision_.refresh_compute(); }
 
  private:
   model::DecoderLM& model_;
   ActorConfig config_;
+  MixedPrecision precision_;
   std::unique_ptr<OptimizerStep> optimizer_;
   std::vector<at::Tensor> params_;  // the optimizer's parameters, for the gradient all-reduce
   DataParallel dp_;

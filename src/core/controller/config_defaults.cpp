@@ -90,7 +90,8 @@ const char* default_config_text() {
         "optimizer_offload": false,
         "offload_policy": false,
         "reshard_after_forward": true,
-        "fsdp_size": -1
+        "fsdp_size": -1,
+        "mixed_precision": {"param_dtype": null, "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
       }
     },
     "ref": {

@@ -54,6 +54,8 @@ void run_sft_warm_start(RlTrainer::State& s) {
     last_loss = m["sft/loss"].get<double>();
     m["step"] = step;
     if (test_freq > 0 && s.val_set && (step % test_freq == 0 || step == steps)) {
+      nlohmann::json sync;
+      sync_rollout_weights(s, sync);  // the engine may hold a cast copy of the weights
       const nlohmann::json val = validate_model(s);
       for (const auto& [key, value] : val.items()) m["sft/" + key] = value;
       s.message(fmt::format("SFT step {}/{}: loss {:.3f}, val/acc {:.3f}", step, steps, last_loss, val.value("val/acc", 0.0)));

@@ -223,7 +223,11 @@ void compute_advantages(RlTrainer::State& s, Batch& batch) {
 }
 
 void sync_rollout_weights(RlTrainer::State& s, json& metrics) {
-  rollout::WeightUpdateReport report = s.engine->update_weights(s.actor_model->named_parameters());
+  // From the actor's compute copy when it has one (mixed precision): the engine, in the same
+  // dtype, then shares those tensors. The refresh covers master weights changed outside the
+  // actor's own steps (the SFT warm start, a checkpoint load).
+  s.actor->refresh_compute_model();
+  rollout::WeightUpdateReport report = s.engine->update_weights(s.actor->compute_model().named_parameters());
   metrics["perf/weight_sync_shared"] = report.num_shared;
   metrics["perf/weight_sync_copied"] = report.num_copied;
 }

@@ -285,16 +285,15 @@ at::Tensor DecoderLM::forward_packed(const at::Tensor& input_ids, const at::Tens
     VERLPP_CHECK(bounds[s] >= bounds[s - 1], "{}: cu_seqlens decreases at index {} ({} after {})",
                  config_.architecture, s, bounds[s], bounds[s - 1]);
   const double scale = 1.0 / std::sqrt(double(config_.head_dim));
-  const c10::Device dev = input_ids.device();
   // Captures by value: with gradient checkpointing this runs again in the backward.
-  return run(input_ids, position_ids, [bounds, scale, dev](int64_t, const at::Tensor& q, const at::Tensor& k,
+  return run(input_ids, position_ids, [bounds, scale](int64_t, const at::Tensor& q, const at::Tensor& k,
                                                            const at::Tensor& v) {
     std::vector<at::Tensor> outs;
     for (size_t s = 0; s + 1 < bounds.size(); ++s) {
       const int64_t start = bounds[s], len = bounds[s + 1] - bounds[s];
       if (len == 0) continue;
-      outs.push_back(attention(q.narrow(0, start, len).unsqueeze(0), k.narrow(0, start, len).unsqueeze(0),
-                               v.narrow(0, start, len).unsqueeze(0), causal_mask(len, len, dev).unsqueeze(0), scale)
+      outs.push_back(causal_attention(q.narrow(0, start, len).unsqueeze(0), k.narrow(0, start, len).unsqueeze(0),
+                                      v.narrow(0, start, len).unsqueeze(0), scale)
                          .squeeze(0));
     }
     return outs.empty() ? q.narrow(0, 0, 0) : at::cat(outs, 0);

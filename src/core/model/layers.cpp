@@ -21,6 +21,16 @@
 
 #include <cmath>
 
+// LibTorch's fused scaled_dot_product_attention (flash / memory-efficient kernels) exists from
+// 2.0; its `scale` argument from 2.1. Debian's LibTorch 1.13 has neither.
+#if __has_include(<torch/version.h>) && __has_include(<ATen/ops/scaled_dot_product_attention.h>)
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#include <ATen/ops/scaled_dot_product_attention.h>
+#define VERLPP_HAVE_SDPA 1
+#endif
+#endif
+
 namespace verlpp::model {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -63,31 +73,82 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   return x * cos.unsqueeze(-2) + rotated * sin.unsqueeze(-2);
 }
 
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed,
-                     double scale) {
-  const int64_t B = q.size(0), Tq = q.size(1), H = q.size(2), D = q.size(3);
-  const int64_t Tk = k.size(1), KV = k.size(2);
-  VERLPP_CHECK(k.dim() == 4 && v.sizes() == k.sizes() && k.size(0) == B && k.size(3) == D && H % KV == 0,
+namespace {
+
+// [B, T, KV, D] -> [B, H, T, D]: each kv head repeated for its group of query heads.
+at::Tensor heads_first(const at::Tensor& t, int64_t heads) {
+  const int64_t B = t.size(0), T = t.size(1), KV = t.size(2), D = t.size(3), group = heads / KV;
+  at::Tensor th = t.transpose(1, 2);
+  if (group == 1) return th;
+  return th.unsqueeze(2).expand({B, KV, group, T, D}).reshape({B, heads, T, D});
+}
+
+void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  VERLPP_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3) &&
+                   q.size(2) % k.size(2) == 0,
                "attention: q {} and k/v {} / {} do not fit [B, T, H, D] with H a multiple of KV", shape_string(q.sizes()),
                shape_string(k.sizes()), shape_string(v.sizes()));
-  const int64_t group = H / KV;
-  at::Tensor qh = q.transpose(1, 2);  // [B, H, Tq, D]
-  // Repeat each kv head for its group of query heads: [B, KV, Tk, D] -> [B, H, Tk, D].
-  auto repeat = [&](const at::Tensor& t) {
-    at::Tensor th = t.transpose(1, 2);
-    if (group == 1) return th;
-    return th.unsqueeze(2).expand({B, KV, group, Tk, D}).reshape({B, H, Tk, D});
-  };
-  at::Tensor kh = repeat(k), vh = repeat(v);
-  at::Tensor scores = at::matmul(qh, kh.transpose(2, 3)) * scale;  // [B, H, Tq, Tk]
-  if (allowed.defined()) {
+}
+
+bool fused_dtype(const at::Tensor& q) {
+#ifdef VERLPP_HAVE_SDPA
+  return q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf;
+#else
+  (void)q;
+  return false;
+#endif
+}
+
+// LibTorch's SDPA on [B, H, T, D] views; `mask` [B|1, 1, Tq, Tk] bool or undefined.
+at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                           bool causal, double scale) {
+#ifdef VERLPP_HAVE_SDPA
+  const int64_t H = q.size(2);
+  at::Tensor out = at::scaled_dot_product_attention(q.transpose(1, 2), heads_first(k, H), heads_first(v, H),
+                                                    mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt,
+                                                    0.0, causal, scale);
+  return out.transpose(1, 2);  // [B, Tq, H, D]
+#else
+  (void)q, (void)k, (void)v, (void)mask, (void)causal, (void)scale;
+  throw Error("attention", "this LibTorch has no fused scaled_dot_product_attention");
+#endif
+}
+
+}  // namespace
+
+bool has_fused_attention() {
+#ifdef VERLPP_HAVE_SDPA
+  return true;
+#else
+  return false;
+#endif
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed,
+                     double scale) {
+  check_qkv(q, k, v);
+  const int64_t B = q.size(0), Tq = q.size(1), H = q.size(2);
+  const int64_t Tk = k.size(1);
+  if (allowed.defined())
     VERLPP_CHECK(allowed.dim() == 3 && allowed.size(1) == Tq && allowed.size(2) == Tk,
                  "attention: mask {} does not fit [B, {}, {}]", shape_string(allowed.sizes()), Tq, Tk);
+  if (fused_dtype(q)) return fused_attention(q, k, v, allowed.defined() ? allowed.unsqueeze(1) : at::Tensor(), false, scale);
+  at::Tensor qh = q.transpose(1, 2);  // [B, H, Tq, D]
+  at::Tensor kh = heads_first(k, H), vh = heads_first(v, H);
+  at::Tensor scores = at::matmul(qh, kh.transpose(2, 3)) * scale;  // [B, H, Tq, Tk]
+  if (allowed.defined())
     scores = scores.masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<double>::infinity());
-  }
   at::Tensor probs = at::softmax(scores, -1, q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat)
                          .to(q.scalar_type());
+  (void)B;
   return at::matmul(probs, vh).transpose(1, 2);  // [B, Tq, H, D]
+}
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+  check_qkv(q, k, v);
+  VERLPP_CHECK(q.size(1) == k.size(1), "causal_attention: {} queries but {} keys", q.size(1), k.size(1));
+  if (fused_dtype(q)) return fused_attention(q, k, v, at::Tensor(), true, scale);
+  return attention(q, k, v, causal_mask(q.size(1), k.size(1), q.device()).unsqueeze(0), scale);
 }
 
 at::Tensor causal_mask(int64_t tq, int64_t tk, c10::Device device) {

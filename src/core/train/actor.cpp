@@ -25,7 +25,7 @@ std::vector<controller::Batch> micro_batches(const controller::Batch& mini, bool
 }
 
 Actor::Actor(model::DecoderLM& model, ActorConfig config, LrSchedule schedule)
-    : model_(model), config_(std::move(config)) {
+    : model_(model), config_(std::move(config)), precision_(model_, config_.param_dtype) {
   VERLPP_CHECK(config_.ppo_mini_batch_size >= 1, "ppo_mini_batch_size {} must be >= 1", config_.ppo_mini_batch_size);
   VERLPP_CHECK(config_.use_dynamic_bsz || (config_.ppo_micro_batch_size >= 1 &&
                                            config_.ppo_mini_batch_size % config_.ppo_micro_batch_size == 0),
@@ -41,7 +41,7 @@ Actor::~Actor() = default;
 
 ResponseLogProbs Actor::compute_log_prob(const controller::Batch& batch, bool with_entropy) const {
   at::NoGradGuard no_grad;
-  return response_log_probs(model_, batch.tensor("input_ids"), batch.tensor("attention_mask"), batch.tensor("position_ids"),
+  return response_log_probs(precision_.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"), batch.tensor("position_ids"),
                             batch.tensor("responses").size(1), config_.temperature, with_entropy, config_.log_prob_chunk_rows, config_.remove_padding);
 }
 
@@ -65,7 +65,7 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
       optimizer_->zero_grad();
       for (const controller::Batch& micro : micros) {
         const bool need_entropy = config_.entropy_coeff != 0.0;
-        ResponseLogProbs out = response_log_probs(model_, micro.tensor("input_ids"), micro.tensor("attention_mask"),
+        ResponseLogProbs out = response_log_probs(precision_.compute(), micro.tensor("input_ids"), micro.tensor("attention_mask"),
                                                   micro.tensor("position_ids"), response_length, config_.temperature,
                                                   need_entropy, config_.log_prob_chunk_rows, config_.remove_padding);
         const at::Tensor m = micro.tensor("response_mask");
@@ -86,6 +86,7 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
           kl_loss_sum += kl_loss.item<double>();
         }
         loss.backward();
+        precision_.accumulate_gradients();
         pg_loss_sum += pg.loss.item<double>();
         clipfrac_sum += pg.clipfrac.item<double>();
         ppo_kl_sum += pg.ppo_kl.item<double>();
@@ -95,6 +96,7 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
       dp_.all_reduce_gradients(params_);
       const double grad_norm = optimizer_->clip_and_step();
       if (!optimizer_->last_step_skipped()) {
+        precision_.refresh_compute();
         ++steps_taken;
         grad_norm_sum += grad_norm;
       }
@@ -121,6 +123,9 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
 }
 
 void Actor::save_state(const std::string& path) const { optimizer_->save_state(path, parameter_names(model_)); }
-void Actor::load_state(const std::string& path) { optimizer_->load_state(path, parameter_names(model_)); }
+void Actor::load_state(const std::string& path) {
+  optimizer_->load_state(path, parameter_names(model_));
+  precision_.refresh_compute();  // the caller may have loaded new master weights too
+}
 
 }  // namespace verlpp::train

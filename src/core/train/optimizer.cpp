@@ -11,7 +11,11 @@
 
 #include <torch/optim/adamw.h>
 
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_norm.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros_like.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/stack.h>
 
@@ -24,20 +28,61 @@
 #include <sstream>
 #include <type_traits>
 
+// LibTorch 2.x's fused multi-tensor AdamW kernel (CUDA): one launch per few hundred tensors
+// instead of about ten ops per parameter.
+#if __has_include(<ATen/ops/_fused_adamw.h>)
+#include <ATen/ops/_fused_adamw.h>
+#define VERLPP_HAVE_FUSED_ADAMW 1
+#endif
+
 namespace verlpp::train {
+namespace {
+
+using StateMap = std::decay_t<decltype(std::declval<torch::optim::AdamW&>().state())>;
+// AdamWParamState::step()'s type (int64_t in LibTorch 1.13).
+using StepType = std::decay_t<decltype(std::declval<const torch::optim::AdamWParamState&>().step())>;
+
+// The key AdamW files `param`'s state under (a template so that only the branch for this
+// LibTorch's key type is compiled).
+template <typename Map = StateMap>
+typename Map::key_type state_key(const at::Tensor& param) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;  // what c10::guts::to_string(param.unsafeGetTensorImpl()) writes
+    key << param.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
+
+}  // namespace
 
 double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
   // The same formula as PyTorch's clip_grad_norm_, written out: LibTorch 1.13's C++
   // torch/nn/utils/clip_grad.h does not compile on its own (it needs torch:: ops in scope).
-  std::vector<at::Tensor> norms;
+  std::vector<at::Tensor> grads;
   for (const auto& p : params)
-    if (p.grad().defined()) norms.push_back(p.grad().detach().norm());
-  if (norms.empty()) return 0.0;
+    if (p.grad().defined()) grads.push_back(p.grad().detach());
+  if (grads.empty()) return 0.0;
+  // On a GPU the multi-tensor ops (a few launches for all gradients, as PyTorch's foreach path);
+  // on the CPU one op per tensor, which is what they do there anyway.
+  const bool foreach = !grads.front().is_cpu();
+  std::vector<at::Tensor> norms;
+  if (foreach) {
+    norms = at::_foreach_norm(grads, 2);
+  } else {
+    for (const auto& g : grads) norms.push_back(g.norm());
+  }
   const double total = at::stack(norms).norm().item<double>();
   const double coef = std::min(1.0, max_norm / (total + 1e-6));
-  if (std::isfinite(total) && coef < 1.0)
-    for (const auto& p : params)
-      if (p.grad().defined()) p.grad().detach().mul_(coef);
+  if (std::isfinite(total) && coef < 1.0) {
+    if (foreach) {
+      at::_foreach_mul_(grads, coef);
+    } else {
+      for (auto& g : grads) g.mul_(coef);
+    }
+  }
   return total;
 }
 
@@ -62,6 +107,57 @@ struct OptimizerStep::Impl {
     options.betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(c.weight_decay);
     adamw = std::make_unique<torch::optim::AdamW>(mine, options);
   }
+  // Whether the step can go through LibTorch's fused AdamW kernel: it exists in this build and
+  // every parameter this rank steps is an fp32 tensor on one CUDA device.
+  bool fused_usable() const {
+#ifdef VERLPP_HAVE_FUSED_ADAMW
+    if (!adamw) return false;
+    for (const auto& group : adamw->param_groups())
+      for (const auto& p : group.params())
+        if (!p.is_cuda() || p.scalar_type() != at::kFloat || p.device() != params.front().device()) return false;
+    return true;
+#else
+    return false;
+#endif
+  }
+
+  // torch::optim::AdamW::step's math through the fused kernel, on AdamW's own state objects (so
+  // save_state/load_state and the unfused path see the same state): created as its step would
+  // (step 0, zero moments), and `step` advanced as its step would.
+  void fused_step(const AdamWConfig& c) {
+#ifdef VERLPP_HAVE_FUSED_ADAMW
+    std::vector<at::Tensor> ps, gs, ms, vs;
+    std::vector<float> steps;
+    auto& state = adamw->state();
+    for (auto& group : adamw->param_groups())
+      for (auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        const auto key = state_key(p);
+        if (state.find(key) == state.end()) {
+          auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+          fresh->step(0);
+          fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+          fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+          state[key] = std::move(fresh);
+        }
+        auto& st = static_cast<torch::optim::AdamWParamState&>(*state[key]);
+        ps.push_back(p.detach());
+        gs.push_back(p.grad().detach());
+        ms.push_back(st.exp_avg());
+        vs.push_back(st.exp_avg_sq());
+        steps.push_back(float(st.step()));
+        st.step(st.step() + 1);
+      }
+    if (ps.empty()) return;
+    // The kernel takes each parameter's step count as a device tensor and increments it first.
+    std::vector<at::Tensor> step_list = at::tensor(steps).to(ps.front().device()).unbind(0);
+    at::_fused_adamw_(ps, gs, ms, vs, {}, step_list, lr, c.beta1, c.beta2, c.weight_decay, c.eps, /*amsgrad=*/false,
+                      /*maximize=*/false);
+#else
+    (void)c;
+#endif
+  }
+
   void zero_grad() {
     if (!sharded && adamw) {
       adamw->zero_grad();
@@ -123,7 +219,13 @@ double OptimizerStep::clip_and_step() {
     ++skipped_;
     impl_->zero_grad();
   } else {
-    if (impl_->adamw) impl_->adamw->step();
+    if (impl_->adamw) {
+      if (impl_->fused_usable()) {
+        impl_->fused_step(config_);
+      } else {
+        impl_->adamw->step();
+      }
+    }
     if (impl_->sharded) impl_->dp.broadcast_from_owners(impl_->params, impl_->owners);
     ++steps_;
   }
@@ -133,24 +235,6 @@ double OptimizerStep::clip_and_step() {
 namespace {
 
 using nlohmann::json;
-using StateMap = std::decay_t<decltype(std::declval<torch::optim::AdamW&>().state())>;
-// AdamWParamState::step()'s type (int64_t in LibTorch 1.13).
-using StepType = std::decay_t<decltype(std::declval<const torch::optim::AdamWParamState&>().step())>;
-
-// The key AdamW files `param`'s state under (a template so that only the branch for this
-// LibTorch's key type is compiled).
-template <typename Map = StateMap>
-typename Map::key_type state_key(const at::Tensor& param) {
-  using Key = typename Map::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream key;  // what c10::guts::to_string(param.unsafeGetTensorImpl()) writes
-    key << param.unsafeGetTensorImpl();
-    return key.str();
-  } else {
-    return static_cast<Key>(param.unsafeGetTensorImpl());
-  }
-}
-
 std::string shape_string(c10::IntArrayRef shape) {
   std::vector<std::string> parts;
   for (int64_t d : shape) parts.push_back(std::to_string(d));
