@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Issue 7's figures in one GPU lease, side by side (docs/benchmarks.md): builds verlpp, the cuda
+# plugin and the benchmark binaries against the PyTorch wheel's LibTorch (scripts/gpu_check.sh's
+# recipe), checks the cuda plugin's kernels (conformance, no communicator), then runs
+#   train:   verlpp-bench-train (bf16 mixed precision, and fp32) beside hf_train_step.py
+#            (eager, and torch.compile), 16 x 512 tokens;
+#   rollout: verlpp-bench-rollout with the cuda plugin beside hf_generate.py, temperature 1;
+#   e2e:     benchmarks/e2e/grpo_step.sh (only with E2E=1: it needs a few minutes of its own).
+# At most 8 files under $OUT (the device tool brings back 8): summary.txt, build.log,
+# conformance.txt, train.jsonl, rollout.jsonl, and grpo_step.{json,log} with E2E=1.
+#   OUT=/somewhere bash benchmarks/run_gpu_perf.sh     # .offline-deps beside it (docs/building.md)
+# Variables: STAGES (default "conformance train rollout"), E2E=1, SHAPES, BUILD_DIR, ARCHS, JOBS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/verlpp-perf-out}
+DEPS=${DEPS:-.offline-deps}
+BUILD_DIR=${BUILD_DIR:-/tmp/verlpp-gpu}
+ARCHS=${ARCHS:-90}
+JOBS=${JOBS:-$(nproc)}
+STAGES=${STAGES:-conformance train rollout}
+SHAPES=${SHAPES:-32:128:128,256:128:512}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # shared hosts
+export PYTHONUNBUFFERED=1
+step() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/summary.txt"; }
+
+step "host"
+{ nvidia-smi -L; git -c safe.directory='*' log -1 --format='commit %H %s' 2>/dev/null
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'; } \
+  2>&1 | tee -a "$OUT/summary.txt"
+
+if [ ! -x "$BUILD_DIR/bin/verlpp-bench-train" ] || [ "${REBUILD:-1}" = 1 ]; then
+  step "unpack Debian dependencies, configure, build"
+  bash "$DEPS/offline-deps.sh" unpack "$DEPS" /opt/deps > /tmp/verlpp-unpack.log 2>&1 || { echo "unpack failed" | tee -a "$OUT/summary.txt"; exit 1; }
+fi
+export LD_LIBRARY_PATH=/opt/deps/usr/lib:/opt/deps/usr/lib/x86_64-linux-gnu:/opt/deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+if [ ! -x "$BUILD_DIR/bin/verlpp-bench-train" ] || [ "${REBUILD:-1}" = 1 ]; then
+  TP=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  start=$(date +%s)
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TP;/opt/deps/usr" \
+    -DVERLPP_CUDA_ARCHITECTURES="$ARCHS" -DVERLPP_BUILD_BENCHMARKS=ON > "$OUT/build.log" 2>&1 &&
+    cmake --build "$BUILD_DIR" -j "$JOBS" --target verlpp_plugin_cuda verlpp_plugin_cpu_ref verlpp_plugin_check \
+      verlpp_cli verlpp-bench-train verlpp-bench-rollout >> "$OUT/build.log" 2>&1
+  rc=$?
+  echo "build rc $rc after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
+  [ $rc -eq 0 ] || { grep -E "error|FAILED|Error" "$OUT/build.log" | head -40 | tee -a "$OUT/summary.txt"; exit 1; }
+fi
+BIN=$BUILD_DIR/bin
+
+if [[ " $STAGES " == *" conformance "* ]]; then
+  step "verlpp-plugin-check cuda (kernels, memory, streams; no communicator)"
+  timeout 240 "$BIN/verlpp-plugin-check" cuda --ranks '' > "$OUT/conformance.txt" 2>&1
+  echo "rc $?" | tee -a "$OUT/summary.txt"
+  grep -vE "  pass  " "$OUT/conformance.txt" | tail -30 | tee -a "$OUT/summary.txt"
+fi
+
+if [[ " $STAGES " == *" train "* ]]; then
+  step "train step, 16 x 512 tokens: verlpp (bf16 mixed, fp32) beside HF (eager, compile)"
+  : > "$OUT/train.jsonl"
+  for dtype in bfloat16 float32; do
+    timeout 240 "$BIN/verlpp-bench-train" --shape qwen2.5-0.5b --device cuda --param-dtype $dtype --batch 16 --seq 512 \
+      --steps 7 --warmup 2 --json /tmp/t.json 2>&1 | tee -a "$OUT/summary.txt"
+    cat /tmp/t.json >> "$OUT/train.jsonl" 2>/dev/null; rm -f /tmp/t.json
+  done
+  for mode in "" --compile; do
+    timeout 300 python3 benchmarks/train/hf_train_step.py --batch 16 --seq 512 --steps 10 --warmup 3 $mode \
+      --json /tmp/t.json 2>&1 | grep -vi warn | tail -3 | tee -a "$OUT/summary.txt"
+    cat /tmp/t.json >> "$OUT/train.jsonl" 2>/dev/null; rm -f /tmp/t.json
+  done
+fi
+
+if [[ " $STAGES " == *" rollout "* ]]; then
+  step "rollout $SHAPES, temperature 1: verlpp + cuda plugin beside HF generate"
+  : > "$OUT/rollout.jsonl"
+  VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b --device cuda --dtype bfloat16 \
+    --temperature 1 --repeat 2 --plugin cuda --shapes "$SHAPES" --transitions --json /tmp/r.json 2>&1 | tee -a "$OUT/summary.txt"
+  cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
+  timeout 200 python3 benchmarks/rollout/hf_generate.py --shapes "$SHAPES" --dtype bfloat16 --temperature 1 --repeat 2 \
+    --json /tmp/r.json 2>&1 | grep -vi warn | tee -a "$OUT/summary.txt"
+  cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
+fi
+
+if [ "${E2E:-0}" = 1 ]; then
+  step "end-to-end GRPO step (benchmarks/e2e/grpo_step.sh)"
+  BIN=$BIN OUT=$OUT bash benchmarks/e2e/grpo_step.sh 2>&1 | tail -12 | tee -a "$OUT/summary.txt"
+fi
+step "done"

@@ -1,0 +1,166 @@
+// verlpp-bench-train: tokens/s and peak device memory of one training step, the workload of
+// issue 7's training goal: forward + backward + AdamW over B x T tokens with a log-prob loss
+// (-mean log p(token | prefix) over every position but the first), on a Qwen2.5-0.5B-shaped model
+// with random weights (or the tiny model on the CPU). The step is the library's own path:
+// train::MixedPrecision (fp32 masters, a 16-bit compute copy), train::response_log_probs (the
+// chunked LM head with its recomputing backward), train::OptimizerStep (AdamW, clipping at 1.0).
+// benchmarks/train/hf_train_step.py times the same step in PyTorch + HF transformers beside it.
+#include "../rollout/bench_options.hpp"
+
+#include <verlpp/core/error.hpp>
+#include <verlpp/hw/torch_device.hpp>
+#include <verlpp/model/decoder.hpp>
+#include <verlpp/train/logprob.hpp>
+#include <verlpp/train/mixed_precision.hpp>
+#include <verlpp/train/optimizer.hpp>
+#include <verlpp/train/parameters.hpp>
+
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randint.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <vector>
+
+// Peak memory comes from LibTorch's CUDA caching allocator (what torch.cuda.max_memory_allocated
+// reads in the peer script), available only where the build found LibTorch's c10_cuda.
+#ifdef VERLPP_BENCH_CUDA_STATS
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace {
+
+using namespace verlpp;
+
+struct Options {
+  std::string shape, model_dir, device = "cpu", param_dtype = "float32";
+  int64_t batch = 4, seq = 64, chunk_rows = 4;
+  int steps = 5, warmup = 2;
+  bool checkpointing = false;
+  std::string json_path;
+};
+
+void reset_peak(const c10::Device& d) {
+#ifdef VERLPP_BENCH_CUDA_STATS
+  if (d.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
+#else
+  (void)d;
+#endif
+}
+
+// Peak bytes allocated since the last reset_peak; -1 where unknown (CPU, or no c10_cuda).
+int64_t peak_bytes(const c10::Device& d) {
+#ifdef VERLPP_BENCH_CUDA_STATS
+  if (d.is_cuda()) return c10::cuda::CUDACachingAllocator::getDeviceStats(d.index()).allocated_bytes[0].peak;
+#else
+  (void)d;
+#endif
+  return -1;
+}
+
+// Waits for the device by reading one element back (no device headers needed).
+void wait_for(const at::Tensor& t) { (void)t.reshape({-1}).narrow(0, 0, 1).to(at::kCPU); }
+
+int run(const Options& o) {
+  const model::ModelConfig config =
+      !o.shape.empty() ? bench::builtin_model_config(o.shape)
+                       : model::load_model_config(o.model_dir.empty() ? std::string(VERLPP_SOURCE_DIR) + "/examples/tiny"
+                                                                      : o.model_dir);
+  if (o.device != "cpu") {
+    const std::string problem = hw::torch_placement_problem(o.device);
+    if (!problem.empty()) VERLPP_FAIL_AT("--device", "{}: {}", o.device, problem);
+  }
+  const c10::Device device(o.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
+  const at::ScalarType compute = model::dtype_from_name(o.param_dtype);
+  VERLPP_CHECK(o.batch >= 1 && o.seq >= 2, "--batch {} must be >= 1 and --seq {} >= 2", o.batch, o.seq);
+
+  model::DecoderLM master(config);  // fp32 masters, drawn on the CPU, then moved
+  master.init_weights(1);
+  master.to(at::kFloat, device);
+  master.set_requires_grad(true);
+  master.set_gradient_checkpointing(o.checkpointing);
+  train::MixedPrecision precision(master, compute);
+  train::AdamWConfig adamw;
+  adamw.grad_clip = 1.0;
+  train::OptimizerStep optimizer(train::parameter_tensors(master), adamw, train::LrSchedule({1e-6, "constant", 0, 1, 0.0, 0.5}));
+
+  at::manual_seed(7);
+  const at::Tensor ids = at::randint(config.vocab_size, {o.batch, o.seq}, at::TensorOptions().dtype(at::kLong)).to(device);
+  const at::Tensor mask = at::ones({o.batch, o.seq}, ids.options());
+  const at::Tensor positions = mask.cumsum(1).sub(1);
+  double last_loss = 0;
+  auto step = [&] {
+    optimizer.zero_grad();
+    train::ResponseLogProbs out = train::response_log_probs(precision.compute(), ids, mask, positions, o.seq - 1, 1.0,
+                                                            /*with_entropy=*/false, o.chunk_rows);
+    at::Tensor loss = out.log_probs.mean().neg();
+    loss.backward();
+    precision.accumulate_gradients();
+    optimizer.clip_and_step();  // reads the gradient norm back: the step's one host sync
+    precision.refresh_compute();
+    last_loss = loss.item<double>();
+  };
+  std::cerr << fmt::format("verlpp-bench-train: {} x {} tokens, param_dtype {}, {} warm-up + {} timed steps on {}\n",
+                           o.batch, o.seq, o.param_dtype, o.warmup, o.steps, device.str());
+  for (int i = 0; i < o.warmup; ++i) step();
+  wait_for(master.named_parameters().back().second);
+  reset_peak(device);
+  std::vector<double> seconds;
+  for (int i = 0; i < o.steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    wait_for(master.named_parameters().back().second);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::vector<double> sorted = seconds;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  const double tokens = double(o.batch * o.seq);
+  const int64_t peak = peak_bytes(device);
+  fmt::print("step: min {:.4f} s, median {:.4f} s, max {:.4f} s; {:.0f} tokens/s (median); peak {}; loss {:.4f}\n",
+             sorted.front(), median, sorted.back(), tokens / median,
+             peak < 0 ? std::string("unknown") : fmt::format("{:.2f} GiB", double(peak) / double(1ll << 30)), last_loss);
+  if (!o.json_path.empty()) {
+    nlohmann::json j = {{"impl", "verlpp"},          {"shape", o.shape.empty() ? config.architecture : o.shape},
+                        {"device", device.str()},    {"param_dtype", o.param_dtype},
+                        {"batch", o.batch},          {"seq", o.seq},
+                        {"steps", o.steps},          {"seconds", seconds},
+                        {"median_s", median},        {"tokens_per_s", tokens / median},
+                        {"peak_bytes", peak},        {"loss", last_loss},
+                        {"gradient_checkpointing", o.checkpointing}};
+    std::ofstream(o.json_path) << j.dump() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"verlpp-bench-train: tokens/s and peak memory of one training step (forward + backward + AdamW, "
+               "log-prob loss)"};
+  app.add_option("--shape", o.shape, "a built-in model shape (qwen2.5-0.5b)");
+  app.add_option("--model", o.model_dir, "a model folder (config.json; random weights); default examples/tiny");
+  app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--param-dtype", o.param_dtype, "compute dtype of the passes (float32, bfloat16); masters stay fp32");
+  app.add_option("--batch", o.batch, "sequences per step");
+  app.add_option("--seq", o.seq, "tokens per sequence");
+  app.add_option("--chunk-rows", o.chunk_rows, "rows per LM-head chunk of the log-prob");
+  app.add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_flag("--gradient-checkpointing", o.checkpointing, "recompute each layer in the backward");
+  app.add_option("--json", o.json_path, "write the figures as one JSON line");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::cerr << "verlpp-bench-train: " << e.what() << "\n";
+    return 1;
+  }
+}
