@@ -17,6 +17,7 @@
 
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -24,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <vector>
@@ -64,6 +66,39 @@ int64_t peak_bytes(const c10::Device& d) {
   return -1;
 }
 
+// Before timing: OptimizerStep on the device (LibTorch's fused AdamW kernel on a GPU) against
+// the same steps on CPU copies (torch::optim::AdamW's per-tensor ops), three steps with
+// clipping on random parameters and gradients. Returns the worst relative difference.
+double check_optimizer(const c10::Device& device) {
+  at::manual_seed(5);
+  std::vector<at::Tensor> host, dev;
+  for (int64_t n : {7, 300, 4096}) {
+    host.push_back(at::randn({n}).requires_grad_(true));
+    dev.push_back(host.back().detach().to(device).requires_grad_(true));
+  }
+  train::AdamWConfig c;
+  c.grad_clip = 0.5;
+  c.weight_decay = 0.1;
+  train::OptimizerStep on_host(host, c, train::LrSchedule({1e-2, "constant", 0, 1, 0.0, 0.5}));
+  train::OptimizerStep on_dev(dev, c, train::LrSchedule({1e-2, "constant", 0, 1, 0.0, 0.5}));
+  for (int s = 0; s < 3; ++s) {
+    on_host.zero_grad();
+    on_dev.zero_grad();
+    for (size_t i = 0; i < host.size(); ++i) {
+      at::Tensor g = at::randn(host[i].sizes());
+      host[i].mutable_grad() = g;
+      dev[i].mutable_grad() = g.to(device);
+    }
+    on_host.clip_and_step();
+    on_dev.clip_and_step();
+  }
+  double worst = 0;
+  for (size_t i = 0; i < host.size(); ++i)
+    worst = std::max(worst, dev[i].detach().cpu().sub(host[i].detach()).abs().max().item<double>() /
+                                std::max(1e-12, host[i].detach().abs().max().item<double>()));
+  return worst;
+}
+
 // Waits for the device by reading one element back (no device headers needed).
 void wait_for(const at::Tensor& t) { (void)t.reshape({-1}).narrow(0, 0, 1).to(at::kCPU); }
 
@@ -79,6 +114,12 @@ int run(const Options& o) {
   const c10::Device device(o.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
   const at::ScalarType compute = model::dtype_from_name(o.param_dtype);
   VERLPP_CHECK(o.batch >= 1 && o.seq >= 2, "--batch {} must be >= 1 and --seq {} >= 2", o.batch, o.seq);
+
+  const double optimizer_error = check_optimizer(device);
+  std::cerr << fmt::format("optimizer check (device vs CPU AdamW, 3 steps): worst relative difference {:.2e}\n",
+                           optimizer_error);
+  VERLPP_CHECK(optimizer_error < 1e-5, "WRONG: the optimizer on {} differs from the CPU reference by {:.3e} (relative)",
+               device.str(), optimizer_error);
 
   model::DecoderLM master(config);  // fp32 masters, drawn on the CPU, then moved
   master.init_weights(1);
@@ -118,6 +159,7 @@ int run(const Options& o) {
     wait_for(master.named_parameters().back().second);
     seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
+  VERLPP_CHECK(std::isfinite(last_loss), "WRONG: the loss after {} steps is {}", o.warmup + o.steps, last_loss);
   std::vector<double> sorted = seconds;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];

@@ -31,9 +31,21 @@
 #endif
 #endif
 
+// at::rms_norm exists from LibTorch 2.4 (not in Debian's 1.13).
+#if __has_include(<ATen/ops/rms_norm.h>)
+#include <ATen/ops/rms_norm.h>
+#define VERLPP_HAVE_RMS_NORM_OP 1
+#endif
+
 namespace verlpp::model {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+#ifdef VERLPP_HAVE_RMS_NORM_OP
+  // 16-bit: LibTorch's own op (a fused kernel on CUDA in recent LibTorch, forward and backward),
+  // fp32 math inside; it rounds once after the weight multiply where HF rounds before it too.
+  if ((x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf) && weight.scalar_type() == x.scalar_type())
+    return at::rms_norm(x, {x.size(-1)}, weight, eps);
+#endif
   at::Tensor h = x.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);  // fp64 only in tests
   at::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * at::rsqrt(variance + eps);

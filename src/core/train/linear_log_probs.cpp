@@ -75,21 +75,30 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t rows = std::min(chunk, n - begin);
       at::Tensor h = hidden.narrow(0, begin, rows);
-      at::Tensor z = chunk_logits(h, weight, temperature);
-      at::Tensor p = z.sub(lse.narrow(0, begin, rows).unsqueeze(1)).exp_();  // softmax(z), from the saved lse
-      at::Tensor gz;                                                          // dL/dz [rows, V]
+      at::Tensor gl;  // dL/dlogits in the product's dtype [rows, V]
       if (g_ent.defined()) {
+        at::Tensor z = chunk_logits(h, weight, temperature);
+        at::Tensor p = z.sub(lse.narrow(0, begin, rows).unsqueeze(1)).exp_();  // softmax(z), from the saved lse
         // -p (g_logp + g_ent (z - E_p[z])), then + g_logp at the target.
-        gz = z.sub_(mean_z.narrow(0, begin, rows).unsqueeze(1)).mul_(g_ent.narrow(0, begin, rows).unsqueeze(1));
+        at::Tensor gz = z.sub_(mean_z.narrow(0, begin, rows).unsqueeze(1)).mul_(g_ent.narrow(0, begin, rows).unsqueeze(1));
         gz.add_(g_logp.defined() ? g_logp.narrow(0, begin, rows).unsqueeze(1) : at::zeros({rows, 1}, gz.options()));
         gz.mul_(p).neg_();
+        if (g_logp.defined())
+          gz.scatter_add_(1, targets.narrow(0, begin, rows).unsqueeze(1), g_logp.narrow(0, begin, rows).unsqueeze(1));
+        if (temperature != 1.0) gz.div_(temperature);
+        gl = gz.to(weight.scalar_type());
       } else {
-        gz = p.mul_(g_logp.narrow(0, begin, rows).unsqueeze(1).neg());
+        // Log-probs only (the policy loss): dL/dz = g (onehot - p) = (p - onehot) * (-g), formed in
+        // three passes over the chunk: softmax (read z, write fp32 p), the onehot subtraction
+        // (a scatter), and one multiply that writes the product's dtype.
+        at::Tensor p = temperature == 1.0 ? at::softmax(at::linear(h, weight), -1, math_dtype(weight))
+                                          : at::softmax(chunk_logits(h, weight, temperature), -1);
+        p.scatter_add_(1, targets.narrow(0, begin, rows).unsqueeze(1), at::full({rows, 1}, -1.0, p.options()));
+        at::Tensor scale = g_logp.narrow(0, begin, rows).unsqueeze(1).neg();
+        if (temperature != 1.0) scale = scale.div(temperature);
+        gl = at::empty(p.sizes(), p.options().dtype(weight.scalar_type()));
+        at::mul_out(gl, p, scale);
       }
-      if (g_logp.defined())
-        gz.scatter_add_(1, targets.narrow(0, begin, rows).unsqueeze(1), g_logp.narrow(0, begin, rows).unsqueeze(1));
-      if (temperature != 1.0) gz.div_(temperature);
-      at::Tensor gl = gz.to(weight.scalar_type());  // dL/dlogits in the product's dtype
       if (need_h) grad_h.narrow(0, begin, rows).copy_(at::mm(gl, weight));
       if (need_w) grad_w.add_(at::mm(gl.t(), h));
     }

@@ -4,7 +4,6 @@
 #include <verlpp/core/error.hpp>
 
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/zeros_like.h>
 
 namespace verlpp::train {
 
@@ -29,8 +28,11 @@ void MixedPrecision::accumulate_gradients() {
     at::Tensor& cp = const_cast<at::Tensor&>(computes[i].second);
     if (!cp.grad().defined()) continue;
     at::Tensor& mp = const_cast<at::Tensor&>(masters[i].second);
-    if (!mp.grad().defined()) mp.mutable_grad() = at::zeros_like(mp);
-    mp.mutable_grad().add_(cp.grad());  // add_ promotes the 16-bit gradient into the fp32 sum
+    if (!mp.grad().defined()) {
+      mp.mutable_grad() = cp.grad().to(mp.scalar_type());  // the first backward: one cast, no zero fill
+    } else {
+      mp.mutable_grad().add_(cp.grad());  // add_ promotes the 16-bit gradient into the fp32 sum
+    }
     cp.mutable_grad() = at::Tensor();
   }
 }

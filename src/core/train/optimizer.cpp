@@ -145,11 +145,12 @@ struct OptimizerStep::Impl {
         gs.push_back(p.grad().detach());
         ms.push_back(st.exp_avg());
         vs.push_back(st.exp_avg_sq());
-        steps.push_back(float(st.step()));
         st.step(st.step() + 1);
+        steps.push_back(float(st.step()));
       }
     if (ps.empty()) return;
-    // The kernel takes each parameter's step count as a device tensor and increments it first.
+    // The kernel takes each parameter's step count, already advanced (PyTorch's _fused_adamw
+    // adds 1 before the call), as a device tensor.
     std::vector<at::Tensor> step_list = at::tensor(steps).to(ps.front().device()).unbind(0);
     at::_fused_adamw_(ps, gs, ms, vs, {}, step_list, lr, c.beta1, c.beta2, c.weight_decay, c.eps, /*amsgrad=*/false,
                       /*maximize=*/false);
