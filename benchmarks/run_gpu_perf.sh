@@ -76,6 +76,10 @@ if [[ " $STAGES " == *" rollout "* ]]; then
   VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b --device cuda --dtype bfloat16 \
     --temperature 1 --repeat 2 --plugin cuda --shapes "$SHAPES" --transitions --json /tmp/r.json 2>&1 | tee -a "$OUT/summary.txt"
   cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
+  step "profile: batch 256, 16 new tokens (Kineto trace, summarised)"
+  VERL_HARDWARE_PLUGIN=cuda timeout 120 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b --device cuda --dtype bfloat16 \
+    --temperature 1 --repeat 1 --plugin cuda --shapes 256:128:16 --profile /tmp/trace.json --profile-tokens 16 > /dev/null 2>&1
+  python3 benchmarks/rollout/trace_summary.py /tmp/trace.json --top 30 2>&1 | tee -a "$OUT/summary.txt"
   timeout 200 python3 benchmarks/rollout/hf_generate.py --shapes "$SHAPES" --dtype bfloat16 --temperature 1 --repeat 2 \
     --json /tmp/r.json 2>&1 | grep -vi warn | tee -a "$OUT/summary.txt"
   cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json

@@ -36,12 +36,14 @@ const char* rollout_bench_usage() {
   return "verlpp-bench-rollout [--model DIR | --shape qwen2.5-0.5b] [--device cpu|cuda]\n"
          "                     [--dtype float32|bfloat16|float16] [--plugin NAME] [--shapes B:P:R,...]\n"
          "                     [--temperature T] [--repeat R] [--kv-tokens N] [--init-seed S]\n"
-         "                     [--json FILE] [--transitions]\n"
+         "                     [--json FILE] [--transitions] [--profile FILE [--profile-tokens N]]\n"
          "Generated tokens/s of RolloutEngine::generate, every sample running exactly R new tokens\n"
          "(EOS ignored), random weights, best of --repeat runs after one warm-up run.\n"
          "--plugin NAME uses that loaded plugin's kernels (paged attention decode, sampling);\n"
          "without it the LibTorch reference path runs. --transitions also times the hybrid-engine\n"
-         "hooks (update_weights shared / cast from fp32, sleep, wake).\n";
+         "hooks (update_weights shared / cast from fp32, sleep, wake). --profile FILE writes a Kineto\n"
+         "(chrome://tracing) trace of one more run of the first shape with --profile-tokens new tokens\n"
+         "(default 16), where this LibTorch (2.1+) has the profiler.\n";
 }
 
 std::vector<RolloutShape> parse_shapes(const std::string& text) {
@@ -88,6 +90,8 @@ RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help) 
     else if (opt == "--kv-tokens") o.kv_tokens = parse_int(opt, val, 1);
     else if (opt == "--init-seed") o.init_seed = uint64_t(parse_int(opt, val, 0));
     else if (opt == "--json") o.json_path = val;
+    else if (opt == "--profile") o.profile_path = val;
+    else if (opt == "--profile-tokens") o.profile_tokens = parse_int(opt, val, 1);
     else VERLPP_FAIL_AT(opt, "unknown option (see --help)");
   }
   if (!o.model_dir.empty() && !o.shape_name.empty())

@@ -28,6 +28,8 @@ struct RolloutBenchOptions {
   uint64_t init_seed = 1;         // --init-seed S: random weights
   std::string json_path;          // --json FILE: one JSON object per line, per shape
   bool transitions = false;       // --transitions: also time update_weights / sleep / wake
+  std::string profile_path;       // --profile FILE: a Kineto trace of one more run of the first shape
+  int64_t profile_tokens = 16;    // --profile-tokens N: that run's response length
 };
 
 // Parses argv; throws verlpp::Error naming the offending option or value. `--help` fills

@@ -16,6 +16,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#ifdef VERLPP_BENCH_KINETO
+#include <torch/csrc/autograd/profiler_kineto.h>
+#endif
+
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -104,7 +108,32 @@ nlohmann::json time_transitions(rollout::RolloutEngine& engine, int repeat) {
           {"wake_s", wake.best},                     {"pool_bytes", engine.pool_bytes()}};
 }
 
+// One generate of `reqs` under LibTorch's Kineto profiler (host ops and device kernels, the
+// plugin's kernels included: CUPTI sees every launch in the process), saved as a trace file.
+void profile_run(rollout::RolloutEngine& engine, const std::vector<rollout::GenerateRequest>& reqs,
+                 const std::string& path) {
+#ifdef VERLPP_BENCH_KINETO
+  namespace impl = torch::profiler::impl;
+  const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
+  const std::set<impl::ActivityType> activities{impl::ActivityType::CPU, impl::ActivityType::CUDA};
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
+  engine.generate(reqs);
+  torch::autograd::profiler::disableProfiler()->save(path);
+  std::cout << fmt::format("profile: {} ({} prefill + {} decode steps)\n", path, engine.last_stats().num_prefill_steps,
+                           engine.last_stats().num_decode_steps);
+#else
+  (void)engine, (void)reqs;
+  VERLPP_FAIL_AT("--profile", "this build's LibTorch has no Kineto profiler API (LibTorch 2.1+); cannot write '{}'", path);
+#endif
+}
+
 int run(const RolloutBenchOptions& o) {
+#ifndef VERLPP_BENCH_KINETO
+  if (!o.profile_path.empty())
+    VERLPP_FAIL_AT("--profile", "this build's LibTorch has no Kineto profiler API (LibTorch 2.1+); cannot write '{}'",
+                   o.profile_path);
+#endif
   const model::ModelConfig config =
       !o.shape_name.empty() ? builtin_model_config(o.shape_name)
                             : model::load_model_config(o.model_dir.empty() ? std::string(VERLPP_SOURCE_DIR) + "/examples/tiny"
@@ -181,6 +210,11 @@ int run(const RolloutBenchOptions& o) {
               {"repeat", o.repeat},
               {"preemptions", stats.num_preemptions}});
     if (json_out) *json_out << j.dump() << "\n" << std::flush;
+  }
+  if (!o.profile_path.empty() && !o.shapes.empty()) {
+    RolloutShape shape = o.shapes.front();
+    shape.response = o.profile_tokens;
+    profile_run(engine, make_requests(shape, config.vocab_size, o.temperature), o.profile_path);
   }
   if (o.transitions) {
     nlohmann::json j = base_json(o, config);

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Summarises a Kineto trace (verlpp-bench-rollout --profile): device time per kernel name, the
+share of the traced span the device was busy, and the host ops launched.
+
+  python3 trace_summary.py trace.json [--top 25]
+"""
+import argparse
+import collections
+import json
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("trace")
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    events = json.load(open(args.trace)).get("traceEvents", [])
+    kernels = collections.defaultdict(lambda: [0.0, 0])
+    ops = collections.Counter()
+    start, end, busy = float("inf"), 0.0, 0.0
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat = e.get("cat", "")
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            k = kernels[e["name"][:90]]
+            k[0] += e.get("dur", 0.0)
+            k[1] += 1
+            busy += e.get("dur", 0.0)
+        elif cat == "cpu_op":
+            ops[e["name"]] += 1
+        if cat in ("kernel", "cpu_op", "cuda_runtime", "gpu_memcpy", "gpu_memset"):
+            start = min(start, e["ts"])
+            end = max(end, e["ts"] + e.get("dur", 0.0))
+    span = end - start if end > start else 0.0
+    print(f"traced span {span / 1e3:.1f} ms; device busy {busy / 1e3:.1f} ms ({100 * busy / max(span, 1):.0f}%); "
+          f"{sum(k[1] for k in kernels.values())} device activities; {sum(ops.values())} host ops")
+    print(f"{'device ms':>10} {'count':>7} {'us each':>8}  name")
+    for name, (dur, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[: args.top]:
+        print(f"{dur / 1e3:>10.2f} {n:>7} {dur / max(n, 1):>8.1f}  {name}")
+    print("host ops (most launched): " + ", ".join(f"{name} {n}" for name, n in ops.most_common(12)))
+
+
+if __name__ == "__main__":
+    main()
