@@ -114,6 +114,9 @@ class RolloutEngine {
   std::unique_ptr<model::PagedKvCache> cache_;
   GenerateStats stats_;
   std::vector<std::string> shared_params_;  // names whose storage is a trainer's
+  // A step's int64 inputs staged in one host buffer (pinned on an accelerator) and moved with
+  // one asynchronous copy; reused, since each step reads its sampled tokens back before the next.
+  at::Tensor staging_;
 };
 
 }  // namespace verlpp::rollout

@@ -243,17 +243,34 @@ void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& to
     lens.push_back(s->num_tokens());
     std::copy(s->block_table.begin(), s->block_table.end(), tables.begin() + int64_t(i * max_blocks));
   }
-  model::PagedStep paged{at::tensor(slots, i64).to(dev), at::tensor(cu, i64).to(dev), at::tensor(lens, i64).to(dev),
-                         at::tensor(tables, i64).view({int64_t(step.compute.size()), int64_t(max_blocks)}).to(dev)};
-  detail::RolloutAttention attention(*cache_, std::move(paged), !step.is_prefill, options_.kernels);
-  at::Tensor hidden = model_.forward_cached(at::tensor(ids, i64).to(dev), at::tensor(positions, i64).to(dev), attention);
   std::vector<int64_t> rows;
   std::vector<RowSampling> sampling;
   for (const auto& [seq, index] : step.samplers) {
     rows.push_back(last_rows[size_t(index)]);
     sampling.push_back(seq->sampling);
   }
-  at::Tensor logits = model_.logits(hidden.index_select(0, at::tensor(rows, i64).to(dev)));  // [samplers, V]
+  // Every int64 input of the step in one buffer, one host-to-device copy (on a GPU: from pinned
+  // memory, asynchronous), then views: ids | positions | slots | cu | lens | tables | rows.
+  const std::vector<const std::vector<int64_t>*> parts = {&ids, &positions, &slots, &cu, &lens, &tables, &rows};
+  int64_t total = 0;
+  for (const auto* part : parts) total += int64_t(part->size());
+  if (!staging_.defined() || staging_.numel() < total) {
+    auto opts = i64.pinned_memory(!dev.is_cpu());
+    staging_ = at::empty({std::max<int64_t>(total, 4096)}, opts);
+  }
+  int64_t* out = staging_.data_ptr<int64_t>();
+  for (const auto* part : parts) out = std::copy(part->begin(), part->end(), out);
+  const at::Tensor device_inputs = staging_.narrow(0, 0, total).to(dev, /*non_blocking=*/!dev.is_cpu());
+  std::vector<at::Tensor> views;
+  int64_t offset = 0;
+  for (const auto* part : parts) {
+    views.push_back(device_inputs.narrow(0, offset, int64_t(part->size())));
+    offset += int64_t(part->size());
+  }
+  model::PagedStep paged{views[2], views[3], views[4], views[5].view({int64_t(step.compute.size()), int64_t(max_blocks)})};
+  detail::RolloutAttention attention(*cache_, std::move(paged), !step.is_prefill, options_.kernels);
+  at::Tensor hidden = model_.forward_cached(views[0], views[1], attention);
+  at::Tensor logits = model_.logits(hidden.index_select(0, views[6]));  // [samplers, V]
   SampleResult result = sample(logits, sampling, options_.kernels);
   const int64_t* t = result.token_ids.data_ptr<int64_t>();
   const float* lp = result.logprobs.data_ptr<float>();
