@@ -135,8 +135,14 @@ __device__ __forceinline__ float row_reduce(const float (&v)[N], int c, int lane
 
 // grid = (parts, kv_count * blocks per group, B), block = kAttnThreads. Lane `lane` of a warp
 // serves row lane / lanes of each step and vectors c, c + lanes, ... of it (c = lane % lanes).
+// Blocks per SM the register allocation must allow: 3 (<= 168 registers) keeps up to 4 heads
+// per block spill-free; 8 heads (64 fp32 accumulators and 32 words of q per lane) need up to
+// 255 registers, so 2.
+template <int GMAX>
+constexpr int kMinBlocksPerSm = GMAX >= 8 ? 2 : 3;
+
 template <class T, int VEC, int NC, int GMAX>
-__global__ void __launch_bounds__(kAttnThreads) paged_attention_kernel(Args a) {
+__global__ void __launch_bounds__(kAttnThreads, kMinBlocksPerSm<GMAX>) paged_attention_kernel(Args a) {
   static_assert(VEC * NC <= 8, "at most 8 dimensions per lane");
   __shared__ float probs[GMAX][kMaxChunk];  // a chunk's scores, then exp(score - max); at the end the sums
   __shared__ float run_max[GMAX], run_sum[GMAX], rescale[GMAX];
