@@ -139,17 +139,37 @@ void rms_norm_cases(CheckContext& ctx) {
 }
 
 // ---- paged_attention_decode: one query token per sequence over a paged KV cache with GQA,
-// against softmax(q . k * scale) v in fp64 over the positions the block table maps.
+// against softmax(q . k * scale) v in fp64 over the positions the block table maps. Beyond the
+// small awkward shapes, Qwen2.5-0.5B's decode shape (14 query heads over 2 KV heads, head 64)
+// in f32 and bf16 with: ragged lengths around the block size (and 0); contexts of 1000+ positions
+// for a few sequences (a fast kernel splits them over several partitions and combines them);
+// a batch of 320 sequences (640 (sequence, KV head) pairs: enough to fill a GPU unsplit); a
+// head size of 20 in bf16 (not a whole 16-byte vector); head 128 without GQA; head 256.
 void paged_attention_cases(CheckContext& ctx) {
   const auto* table = ctx.api().kernels;
   struct Shape { int64_t b, h, kv, s, block_size, num_blocks, max_blocks; std::vector<int32_t> lens; DLDataType dtype; };
+  std::vector<int32_t> many(320);  // lengths 1..640, ragged
+  for (size_t i = 0; i < many.size(); ++i) many[i] = int32_t(1 + (i * 97) % 640);
+  const std::vector<int32_t> ragged = {1, 16, 17, 0, 15, 33, 2, 48};
   const Shape shapes[] = {{3, 4, 2, 20, 4, 12, 4, {1, 7, 13}, dl_f32()},
                           {2, 14, 2, 64, 16, 9, 4, {50, 33}, dl_f32()},
                           {2, 6, 3, 32, 8, 10, 5, {17, 40}, dl_bf16()},
-                          {1, 2, 1, 16, 4, 80, 80, {300}, dl_f16()}};  // longer than one 256-position chunk
+                          {1, 2, 1, 16, 4, 80, 80, {300}, dl_f16()},  // longer than one 256-position chunk
+                          {8, 14, 2, 64, 16, 30, 4, ragged, dl_bf16()},
+                          {8, 14, 2, 64, 16, 30, 4, ragged, dl_f32()},
+                          {2, 14, 2, 64, 16, 300, 100, {1537, 1000}, dl_bf16()},
+                          {3, 14, 2, 64, 16, 300, 130, {2053, 7, 1200}, dl_f32()},
+                          {320, 14, 2, 64, 16, 2000, 40, many, dl_bf16()},
+                          {2, 6, 2, 20, 8, 200, 100, {700, 5}, dl_bf16()},
+                          {2, 4, 4, 128, 16, 60, 30, {300, 45}, dl_f16()},
+                          {1, 8, 1, 256, 16, 40, 40, {600}, dl_f32()}};
   for (const Shape& sh : shapes) {
     std::string lens;
-    for (int32_t len : sh.lens) lens += (lens.empty() ? "" : ",") + std::to_string(len);
+    if (sh.lens.size() <= 8) {
+      for (int32_t len : sh.lens) lens += (lens.empty() ? "" : ",") + std::to_string(len);
+    } else {
+      lens = fmt::format("{}..{}", *std::min_element(sh.lens.begin(), sh.lens.end()), *std::max_element(sh.lens.begin(), sh.lens.end()));
+    }
     std::string name = fmt::format("paged_attention_decode B={} H={} K={} S={} block={} lens={} {}", sh.b, sh.h, sh.kv, sh.s,
                                    sh.block_size, lens, sdk::dtype_name(sh.dtype));
     ctx.run("kernels", name, [&] {

@@ -28,6 +28,7 @@
 #define gpuFreeHost hipHostFree
 #define gpuHostAllocPortable hipHostMallocPortable
 #define gpuPointerAttributes hipPointerAttribute_t
+#define gpuDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
 #else
 #include <cuda_runtime_api.h>
 #define VERLPP_GPU_NAME(suffix) cuda##suffix
@@ -46,6 +47,7 @@
 #define gpuFreeHost cudaFreeHost
 #define gpuHostAllocPortable cudaHostAllocPortable
 #define gpuPointerAttributes cudaPointerAttributes
+#define gpuDevAttrMultiProcessorCount cudaDevAttrMultiProcessorCount
 #endif
 
 // Types.
@@ -81,6 +83,7 @@
 #define gpuDeviceSynchronize VERLPP_GPU_NAME(DeviceSynchronize)
 #define gpuMemGetInfo VERLPP_GPU_NAME(MemGetInfo)
 #define gpuPointerGetAttributes VERLPP_GPU_NAME(PointerGetAttributes)
+#define gpuDeviceGetAttribute VERLPP_GPU_NAME(DeviceGetAttribute)
 
 // Memory and copies.
 #define gpuMalloc VERLPP_GPU_NAME(Malloc)
@@ -93,6 +96,17 @@
 #define gpuMemcpyDeviceToHost VERLPP_GPU_NAME(MemcpyDeviceToHost)
 #define gpuMemcpyDeviceToDevice VERLPP_GPU_NAME(MemcpyDeviceToDevice)
 #define gpuMemcpyDefault VERLPP_GPU_NAME(MemcpyDefault)
+
+// Stream-ordered allocation from a memory pool (paged attention's split-K workspace).
+#define gpuMemPool_t VERLPP_GPU_NAME(MemPool_t)
+#define gpuMemPoolProps VERLPP_GPU_NAME(MemPoolProps)
+#define gpuMemPoolCreate VERLPP_GPU_NAME(MemPoolCreate)
+#define gpuMemPoolSetAttribute VERLPP_GPU_NAME(MemPoolSetAttribute)
+#define gpuMemPoolAttrReleaseThreshold VERLPP_GPU_NAME(MemPoolAttrReleaseThreshold)
+#define gpuMemAllocationTypePinned VERLPP_GPU_NAME(MemAllocationTypePinned)
+#define gpuMemLocationTypeDevice VERLPP_GPU_NAME(MemLocationTypeDevice)
+#define gpuMallocFromPoolAsync VERLPP_GPU_NAME(MallocFromPoolAsync)
+#define gpuFreeAsync VERLPP_GPU_NAME(FreeAsync)
 
 // Streams and events.
 #define gpuStreamNonBlocking VERLPP_GPU_NAME(StreamNonBlocking)

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 namespace verlpp::cuda {
@@ -161,6 +162,9 @@ verlpp_error* paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, c
       require(sdk::is_contiguous(*t), "paged_attention_decode needs contiguous tensors");
     if (s > 256) sdk::fail(VERLPP_STATUS_UNSUPPORTED, "head size " + std::to_string(s) + " > 256 is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
     require(b <= 65535, "batch " + std::to_string(b) + " > 65535 sequences in one call");
+    // The kernel indexes cache rows (block * block_size + slot) and positions with 32-bit ints.
+    if (kc.shape[0] * block_size > INT32_MAX || bt.shape[1] * block_size > INT32_MAX)
+      sdk::fail(VERLPP_STATUS_UNSUPPORTED, "a KV cache or block table of more than 2^31 - 1 positions is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
     const int32_t device = q.device.device_id;
     require_on_device(q, device, "q");
     require_on_device(kc, device, "k_cache");

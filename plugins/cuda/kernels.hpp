@@ -39,7 +39,11 @@ gpuError_t launch_rotary_embedding(void* q, int64_t hq, void* k, int64_t hk, Flo
 // out[b, h] = softmax(q[b, h] . k[t] * scale over t < context_lens[b]) . v[t], where position t
 // lives in block block_tables[b, t / block_size], slot t % block_size. fp32 math.
 // q, out [b, H, S]; k_cache, v_cache [num_blocks, block_size, K, S]; one float type;
-// block_tables [b, max_blocks] int32; context_lens [b] int32. S <= 256, b <= 65535.
+// block_tables [b, max_blocks] int32; context_lens [b] int32 (read on the device only: lengths
+// are clamped to [0, max_blocks * block_size]). S <= 256, b <= 65535, fewer than 2^31 cache
+// positions. When the (sequence, KV head) grid is too small for the GPU, the context is split
+// over several blocks whose partial results live in a workspace allocated and freed in stream
+// order on `stream` (attention_kernel.cu); nothing waits for the stream.
 gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, const void* v_cache, FloatType type,
                                           const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
                                           int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
