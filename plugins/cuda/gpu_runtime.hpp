@@ -65,6 +65,7 @@
 #define gpuErrorInsufficientDriver VERLPP_GPU_NAME(ErrorInsufficientDriver)
 #define gpuErrorNoDevice VERLPP_GPU_NAME(ErrorNoDevice)
 #define gpuErrorNotReady VERLPP_GPU_NAME(ErrorNotReady)
+#define gpuErrorNotSupported VERLPP_GPU_NAME(ErrorNotSupported)
 
 // Errors.
 #define gpuGetLastError VERLPP_GPU_NAME(GetLastError)
@@ -93,6 +94,8 @@
 #define gpuMemcpyDeviceToHost VERLPP_GPU_NAME(MemcpyDeviceToHost)
 #define gpuMemcpyDeviceToDevice VERLPP_GPU_NAME(MemcpyDeviceToDevice)
 #define gpuMemcpyDefault VERLPP_GPU_NAME(MemcpyDefault)
+#define gpuMallocAsync VERLPP_GPU_NAME(MallocAsync)  // stream-ordered allocator (CUDA 11.2+, HIP 5.2+)
+#define gpuFreeAsync VERLPP_GPU_NAME(FreeAsync)
 
 // Streams and events.
 #define gpuStreamNonBlocking VERLPP_GPU_NAME(StreamNonBlocking)
