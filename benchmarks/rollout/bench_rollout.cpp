@@ -188,8 +188,12 @@ int run(const RolloutBenchOptions& o) {
     engine.generate(reqs);  // warm-up: kernels, cuBLAS handles, the caching allocator
     double best = 1e30;
     rollout::GenerateStats stats;
-    for (int r = 0; r < o.repeat; ++r) {
-      engine.generate(reqs);
+    uint64_t tokens_hash = 1469598103934665603ull;  // FNV-1a over the last run's token ids: runs that
+    for (int r = 0; r < o.repeat; ++r) {              // must agree (e.g. greedy, streams on/off) compare it
+      const auto outputs = engine.generate(reqs);
+      tokens_hash = 1469598103934665603ull;
+      for (const auto& out : outputs)
+        for (int64_t id : out.token_ids) tokens_hash = (tokens_hash ^ uint64_t(id)) * 1099511628211ull;
       if (engine.last_stats().seconds < best) {
         best = engine.last_stats().seconds;
         stats = engine.last_stats();
@@ -208,7 +212,8 @@ int run(const RolloutBenchOptions& o) {
               {"tokens_per_s", tps},
               {"seconds", best},
               {"repeat", o.repeat},
-              {"preemptions", stats.num_preemptions}});
+              {"preemptions", stats.num_preemptions},
+              {"tokens_fnv1a", fmt::format("{:016x}", tokens_hash)}});
     if (json_out) *json_out << j.dump() << "\n" << std::flush;
   }
   if (!o.profile_path.empty() && !o.shapes.empty()) {

@@ -72,6 +72,9 @@ void abi_cases(CheckContext& ctx) {
     CHECK_THAT(group({p(api.comm_create), p(api.comm_destroy), p(api.comm_all_reduce), p(api.comm_all_gather),
                       p(api.comm_reduce_scatter), p(api.comm_broadcast), p(api.comm_send), p(api.comm_recv), p(api.comm_barrier)}),
                "communicator functions partly set");
+    CHECK_THAT(group({p(api.stream_from_native), p(api.stream_native_handle)}), "native stream functions (1.1) partly set");
+    CHECK_THAT(api.stream_from_native == nullptr || api.stream_create != nullptr,
+               "stream_from_native (1.1) is set but the stream functions are not");
     CHECK_THAT(api.rollout_override == nullptr && api.trainer_override == nullptr,
                "rollout/trainer overrides must be NULL in ABI 1.0");
   });

@@ -1,6 +1,7 @@
 // verlpp-plugin-check, groups "memory", "streams" and "tensor_copy": allocation sizes and
 // alignments, host/device round trips at offsets, memset, pinned staging, memory figures,
-// streams and events, and strided tensor copies — each checked byte for byte on the host.
+// streams and events, native stream interop (ABI 1.1), and strided tensor copies — each checked
+// byte for byte on the host.
 #include "check_context.hpp"
 
 #include <cstring>
@@ -151,6 +152,98 @@ void stream_cases(CheckContext& ctx) {
   });
 }
 
+// ABI 1.1's stream_from_native / stream_native_handle, when the plugin declares minor >= 1 and
+// offers both; "not offered" otherwise (the host then keeps the NULL stream).
+void need_native_streams(const CheckContext& ctx) {
+  const auto& api = ctx.api();
+  if (api.abi_minor < 1) throw NotOffered(fmt::format("native streams not offered (plugin ABI minor {} < 1)", api.abi_minor));
+  CheckContext::need(reinterpret_cast<const void*>(api.stream_from_native), "native streams (stream_from_native)");
+  CheckContext::need(reinterpret_cast<const void*>(api.stream_native_handle), "native streams (stream_native_handle)");
+}
+
+// Work on `stream` through the raw ABI: fill `a` with `value`, copy it to `b`, copy `b` back to
+// the host, synchronise the stream, and check every byte.
+void fill_copy_check(const CheckContext& ctx, verlpp_stream stream, void* a, void* b, size_t n, uint8_t value, const char* what) {
+  const auto& api = ctx.api();
+  CheckContext::need(reinterpret_cast<const void*>(api.memset_async), "memset_async");
+  std::vector<uint8_t> back(n, uint8_t(~value));
+  ctx.expect_ok(api.memset_async(a, value, n, stream), "memset_async");
+  ctx.expect_ok(api.memcpy_async(b, a, n, VERLPP_COPY_DEVICE_TO_DEVICE, stream), "memcpy_async(device->device)");
+  ctx.expect_ok(api.memcpy_async(back.data(), b, n, VERLPP_COPY_DEVICE_TO_HOST, stream), "memcpy_async(device->host)");
+  ctx.expect_ok(api.stream_synchronize(stream), "stream_synchronize");
+  size_t bad = 0;
+  while (bad < n && back[bad] == value) ++bad;
+  CHECK_THAT(bad == n, "{}: byte {} is {:#x}, want {:#x}", what, bad, back[bad], value);
+}
+
+void native_stream_cases(CheckContext& ctx) {
+  const auto& api = ctx.api();
+  ctx.run("streams", "native stream: wrap, work, destroy the wrapper, original still works (1.1)", [&] {
+    need_native_streams(ctx);
+    hw::Device d = ctx.device();
+    hw::Stream original = d.create_stream();
+    void* native = reinterpret_cast<void*>(uintptr_t(0xdead));
+    ctx.expect_ok(api.stream_native_handle(original.handle(), &native), "stream_native_handle(original)");
+    verlpp_stream wrapper = nullptr;
+    ctx.expect_ok(api.stream_from_native(0, native, &wrapper), "stream_from_native(0, native)");
+    CHECK_THAT(wrapper != nullptr && wrapper != original.handle(), "stream_from_native gave {} (the original is {})",
+               static_cast<void*>(wrapper), static_cast<void*>(original.handle()));
+    void* again = nullptr;
+    ctx.expect_ok(api.stream_native_handle(wrapper, &again), "stream_native_handle(wrapper)");
+    CHECK_THAT(again == native, "the wrapper's native handle is {}, want {}", again, native);
+    // A large fill queued on the original, then a copy of it queued on the wrapper and only the
+    // wrapper waited for: the copy sees the whole fill only if both are one native stream.
+    const size_t n = size_t(32) << 20;
+    hw::DeviceBuffer a = d.allocate(n), b = d.allocate(n);
+    CheckContext::need(reinterpret_cast<const void*>(api.memset_async), "memset_async");
+    ctx.expect_ok(api.memset_async(a.data(), 0x3C, n, original.handle()), "memset_async(original)");
+    std::vector<uint8_t> back(n, 0);
+    ctx.expect_ok(api.memcpy_async(b.data(), a.data(), n, VERLPP_COPY_DEVICE_TO_DEVICE, wrapper), "memcpy_async(wrapper)");
+    ctx.expect_ok(api.memcpy_async(back.data(), b.data(), n, VERLPP_COPY_DEVICE_TO_HOST, wrapper), "memcpy_async(wrapper)");
+    ctx.expect_ok(api.stream_synchronize(wrapper), "stream_synchronize(wrapper)");
+    size_t bad = 0;
+    while (bad < n && back[bad] == 0x3C) ++bad;
+    CHECK_THAT(bad == n, "work on the wrapper is not ordered after work on its native stream: byte {} is {:#x}", bad, back[bad]);
+    fill_copy_check(ctx, wrapper, a.data(), b.data(), n, 0xA5, "fill and copies on the wrapper");
+    ctx.expect_ok(api.stream_destroy(wrapper), "stream_destroy(wrapper)");
+    // Destroying the wrapper must leave the native stream alone.
+    fill_copy_check(ctx, original.handle(), a.data(), b.data(), n, 0x5A, "the original stream after the wrapper was destroyed");
+    void* still = nullptr;
+    ctx.expect_ok(api.stream_native_handle(original.handle(), &still), "stream_native_handle(original) after the wrapper went");
+    CHECK_THAT(still == native, "the original's native handle changed from {} to {}", native, still);
+  });
+  ctx.run("streams", "native stream: the native NULL handle (1.1)", [&] {
+    need_native_streams(ctx);
+    // NULL is the native default stream where the native API has one (CUDA, HIP): the host's
+    // LibTorch stream by default. Elsewhere INVALID_ARGUMENT is the only other answer.
+    hw::Device d = ctx.device();
+    verlpp_stream wrapper = nullptr;
+    verlpp_error* e = api.stream_from_native(0, nullptr, &wrapper);
+    if (e != nullptr) {
+      ctx.expect_error(e, VERLPP_STATUS_INVALID_ARGUMENT, "stream_from_native(0, NULL)");
+      return;
+    }
+    CHECK_THAT(wrapper != nullptr, "stream_from_native(0, NULL) succeeded with a NULL wrapper (NULL is the synchronous stream)");
+    const size_t n = size_t(4) << 20;
+    hw::DeviceBuffer a = d.allocate(n), b = d.allocate(n);
+    fill_copy_check(ctx, wrapper, a.data(), b.data(), n, 0xC3, "fill and copies on the wrapped native default stream");
+    ctx.expect_ok(api.stream_destroy(wrapper), "stream_destroy(wrapper of NULL)");
+    fill_copy_check(ctx, nullptr, a.data(), b.data(), n, 0x3C, "the NULL stream after the wrapper went");
+  });
+  ctx.run("streams", "native stream: bad arguments are errors (1.1)", [&] {
+    need_native_streams(ctx);
+    verlpp_stream s = nullptr;
+    ctx.expect_error(api.stream_from_native(ctx.device_count(), nullptr, &s), VERLPP_STATUS_INVALID_ARGUMENT,
+                     "stream_from_native(device count, NULL)");
+    ctx.expect_error(api.stream_from_native(0, nullptr, nullptr), VERLPP_STATUS_INVALID_ARGUMENT, "stream_from_native(0, NULL, NULL)");
+    void* native = nullptr;
+    ctx.expect_error(api.stream_native_handle(nullptr, &native), VERLPP_STATUS_INVALID_ARGUMENT, "stream_native_handle(NULL stream)");
+    hw::Stream original = ctx.device().create_stream();
+    ctx.expect_error(api.stream_native_handle(original.handle(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
+                     "stream_native_handle(stream, NULL)");
+  });
+}
+
 void tensor_copy_cases(CheckContext& ctx) {
   ctx.run("tensor_copy", "strided host tensor to device and back", [&] {
     CheckContext::need(reinterpret_cast<const void*>(ctx.api().tensor_copy), "tensor_copy");
@@ -240,6 +333,9 @@ void run_memory_cases(CheckContext& ctx) {
   tensor_copy_cases(ctx);
 }
 
-void run_stream_cases(CheckContext& ctx) { stream_cases(ctx); }
+void run_stream_cases(CheckContext& ctx) {
+  stream_cases(ctx);
+  native_stream_cases(ctx);
+}
 
 }  // namespace verlpp::conformance

@@ -1,7 +1,9 @@
 // The template plugin: the smallest complete verlpp plugin, written to be copied by a vendor.
 // It exposes host memory as one device of torch type "cpu" and implements only the required
-// members of sdk::Plugin; every optional group (streams, events, pinned memory, communicator,
-// kernels) is left out, so its table slots stay NULL and the host uses its fallbacks.
+// members of sdk::Plugin; every optional group (streams, native stream interop, events, pinned
+// memory, communicator, kernels) is left out, so its table slots stay NULL and the host uses its
+// fallbacks. A plugin with a runtime of its own streams adds create_stream & co., then
+// stream_from_native/native_stream_handle (ABI 1.1) so the host can hand it LibTorch's stream.
 // To start your own: copy this folder, rename the class and kName, replace the bodies with
 // calls into your runtime, then run `verlpp-plugin-check <path to your .so>`.
 #include <verlpp/sdk/export.hpp>

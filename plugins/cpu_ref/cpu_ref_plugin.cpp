@@ -1,7 +1,10 @@
 // cpu_ref: the host CPU as one verlpp device (torch type "cpu"). The correctness reference for
 // every other plugin: simple, synchronous, and strict about bad input (unknown pointers, double
 // frees and foreign handles are errors, never crashes). Streams and events are bookkeeping:
-// work runs synchronously on the caller's thread, events record wall-clock time.
+// work runs synchronously on the caller's thread, events record wall-clock time. ABI 1.1's native
+// stream interop is offered for the contract's sake (the conformance suite and the SDK path run
+// without a GPU): with no native runtime behind it, a stream's "native handle" is its own record,
+// and a wrapper is a second, non-owning record. The host never wraps LibTorch CPU streams.
 #include "host_memory.hpp"
 #include "reference_kernels.hpp"
 
@@ -30,6 +33,8 @@ using sdk::require;
 
 struct CpuStream {
   int32_t device;
+  const void* native = nullptr;  // a wrapper's native handle (NULL: the default stream); owned: unused
+  bool is_wrapper = false;       // made by stream_from_native: destroying it destroys nothing else
 };
 struct CpuEvent {
   std::chrono::steady_clock::time_point when{};
@@ -139,6 +144,27 @@ class CpuRefPlugin : public sdk::Plugin {
     delete cs;
   }
   void synchronize_stream(verlpp_stream s) override { check_stream(s); }  // work is synchronous
+
+  // The native handle must be NULL (the default stream) or one stream_native_handle gave for a
+  // live stream of this plugin on `device`: cpu_ref is strict where a GPU runtime cannot be.
+  verlpp_stream stream_from_native(int32_t device, void* native_handle) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (native_handle != nullptr) {
+      auto* owner = static_cast<CpuStream*>(native_handle);
+      if (streams_.count(owner) == 0 || owner->is_wrapper)
+        fail(VERLPP_STATUS_INVALID_ARGUMENT, "native handle is not one of a live cpu_ref stream");
+      require(owner->device == device, "native stream is on device " + std::to_string(owner->device) + ", not " +
+                                           std::to_string(device));
+    }
+    auto* s = new CpuStream{device, native_handle, true};
+    streams_.insert(s);
+    return reinterpret_cast<verlpp_stream>(s);
+  }
+  void* native_stream_handle(verlpp_stream s) override {
+    check_stream(s);
+    auto* cs = reinterpret_cast<CpuStream*>(s);
+    return cs->is_wrapper ? const_cast<void*>(cs->native) : static_cast<void*>(cs);
+  }
   void stream_wait_event(verlpp_stream s, verlpp_event e) override {
     check_stream(s);
     event_of(e);

@@ -3,7 +3,8 @@
 // probing, memory, streams, kernels and NCCL live in their own files. The NULL stream is the
 // legacy default stream of the device the data lives on, and work on it is waited for before
 // the call returns, as the ABI requires; it also orders plugin work after LibTorch's work on
-// that stream.
+// that stream. Every other stream (created, or LibTorch's wrapped with stream_from_native) is
+// asynchronous: a call queues its work and returns.
 #include "cuda_check.hpp"
 #include "device_memory.hpp"
 #include "driver_probe.hpp"
@@ -170,6 +171,12 @@ class CudaPlugin : public sdk::Plugin {
 
   verlpp_stream create_stream(int32_t device) override { return cuda::create_stream(device); }
   void destroy_stream(verlpp_stream s) override { cuda::destroy_stream(s); }
+  // ABI 1.1: LibTorch's current stream (cudaStream_t; NULL = the legacy default stream) as a
+  // verlpp_stream, so that kernels run on it asynchronously and in order with LibTorch's work.
+  verlpp_stream stream_from_native(int32_t device, void* native_handle) override {
+    return cuda::wrap_native_stream(device, static_cast<gpuStream_t>(native_handle));
+  }
+  void* native_stream_handle(verlpp_stream s) override { return static_cast<void*>(lookup_stream(s).stream); }
   void synchronize_stream(verlpp_stream s) override {
     StreamTarget target = resolve_stream(s, current_device());
     DeviceGuard device_guard(target.device);

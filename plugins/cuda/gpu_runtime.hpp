@@ -67,6 +67,7 @@
 #define gpuErrorInsufficientDriver VERLPP_GPU_NAME(ErrorInsufficientDriver)
 #define gpuErrorNoDevice VERLPP_GPU_NAME(ErrorNoDevice)
 #define gpuErrorNotReady VERLPP_GPU_NAME(ErrorNotReady)
+#define gpuErrorNotSupported VERLPP_GPU_NAME(ErrorNotSupported)
 
 // Errors.
 #define gpuGetLastError VERLPP_GPU_NAME(GetLastError)
@@ -96,6 +97,8 @@
 #define gpuMemcpyDeviceToHost VERLPP_GPU_NAME(MemcpyDeviceToHost)
 #define gpuMemcpyDeviceToDevice VERLPP_GPU_NAME(MemcpyDeviceToDevice)
 #define gpuMemcpyDefault VERLPP_GPU_NAME(MemcpyDefault)
+#define gpuMallocAsync VERLPP_GPU_NAME(MallocAsync)  // stream-ordered allocator (CUDA 11.2+, HIP 5.2+)
+#define gpuFreeAsync VERLPP_GPU_NAME(FreeAsync)
 
 // Stream-ordered allocation from a memory pool (paged attention's split-K workspace).
 #define gpuMemPool_t VERLPP_GPU_NAME(MemPool_t)

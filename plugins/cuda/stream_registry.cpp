@@ -47,12 +47,26 @@ verlpp_stream create_stream(int32_t device) {
   return reinterpret_cast<verlpp_stream>(handle);
 }
 
+verlpp_stream wrap_native_stream(int32_t device, gpuStream_t native) {
+  // Nothing to check cheaply: the runtime has no safe query for a foreign handle's device or
+  // liveness. The caller promises a live stream of `device` (or NULL, the legacy default stream).
+  auto* handle = new CudaStream{native, device, false};
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.streams.insert(handle);
+  return reinterpret_cast<verlpp_stream>(handle);
+}
+
 void destroy_stream(verlpp_stream handle) {
   auto* s = reinterpret_cast<CudaStream*>(handle);
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     if (r.streams.erase(s) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown stream handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
+  }
+  if (!s->owned) {  // a wrapper: the native stream belongs to the caller
+    delete s;
+    return;
   }
   DeviceGuard device_guard(s->device);
   gpuError_t e = gpuStreamDestroy(s->stream);

@@ -12,8 +12,9 @@
 namespace verlpp::cuda {
 
 struct CudaStream {
-  gpuStream_t stream = nullptr;
+  gpuStream_t stream = nullptr;  // NULL only in a wrapper of the legacy default stream
   int32_t device = 0;
+  bool owned = true;             // false: a wrapper (stream_from_native); destroy forgets it only
 };
 
 struct CudaEvent {
@@ -24,6 +25,11 @@ struct CudaEvent {
 // Creates a non-blocking stream on `device` (it does not wait for the legacy default stream,
 // which the host's LibTorch may be using).
 verlpp_stream create_stream(int32_t device);
+// Registers `native`, a stream the caller owns (NULL: the legacy default stream of `device`), as
+// a non-owned handle: work on it is asynchronous like on any plugin stream, and destroy_stream
+// forgets the handle without destroying `native`.
+verlpp_stream wrap_native_stream(int32_t device, gpuStream_t native);
+// Destroys an owned stream; for a wrapper, forgets the handle only.
 void destroy_stream(verlpp_stream handle);
 // The registered stream behind `handle` (which must not be NULL); throws for unknown handles.
 CudaStream lookup_stream(verlpp_stream handle);
@@ -32,8 +38,9 @@ verlpp_event create_event(int32_t device);
 void destroy_event(verlpp_event handle);
 CudaEvent lookup_event(verlpp_event handle);
 
-// Where work for `handle` runs: the registered stream, or for NULL the legacy default stream of
-// `default_device` (ABI: NULL = the device's default stream, synchronous with the host).
+// Where work for `handle` runs: the registered stream (created or wrapped: both asynchronous),
+// or for NULL the legacy default stream of `default_device` (ABI: NULL = the device's default
+// stream, synchronous with the host; the only case in which a call waits for its work).
 struct StreamTarget {
   gpuStream_t stream = nullptr;
   int32_t device = 0;

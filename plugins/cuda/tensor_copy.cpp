@@ -63,20 +63,38 @@ StridedLayout layout_of(const DLTensor& src, const DLTensor& dst) {
   return layout;
 }
 
-// A contiguous device buffer for the life of one copy.
+// A contiguous device buffer for the life of one copy, allocated and freed in `stream`'s order
+// (cudaMallocAsync/cudaFreeAsync), so that neither waits for the device and the copy stays
+// asynchronous on a non-NULL stream: work queued before the free still owns the memory. Where
+// the device has no stream-ordered pool (NotSupported), plain cudaMalloc, and the free waits for
+// the stream first. The caller's DeviceGuard makes the buffer's device current.
 class DeviceTemp {
  public:
-  DeviceTemp(int32_t device, size_t bytes) {
-    DeviceGuard device_guard(device);
-    cuda_check(gpuMalloc(&ptr_, bytes), "tensor_copy: " VERLPP_GPU_API "Malloc of a " + std::to_string(bytes) + "-byte temporary");
+  DeviceTemp(size_t bytes, gpuStream_t stream) : stream_(stream) {
+    gpuError_t e = gpuMallocAsync(&ptr_, bytes, stream);
+    if (e == gpuErrorNotSupported) {
+      (void)gpuGetLastError();
+      ordered_ = false;
+      e = gpuMalloc(&ptr_, bytes);
+    }
+    cuda_check(e, "tensor_copy: " VERLPP_GPU_API "Malloc of a " + std::to_string(bytes) + "-byte temporary");
   }
-  ~DeviceTemp() { (void)gpuFree(ptr_); }
+  ~DeviceTemp() {
+    if (ordered_) {
+      (void)gpuFreeAsync(ptr_, stream_);
+    } else {
+      (void)gpuStreamSynchronize(stream_);
+      (void)gpuFree(ptr_);
+    }
+  }
   DeviceTemp(const DeviceTemp&) = delete;
   DeviceTemp& operator=(const DeviceTemp&) = delete;
   void* get() const { return ptr_; }
 
  private:
   void* ptr_ = nullptr;
+  gpuStream_t stream_ = nullptr;
+  bool ordered_ = true;
 };
 
 // `t` as a dense view of the same shape and dtype over `data`.
@@ -136,7 +154,10 @@ void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
 
   const DLDevice cuda_device{VERLPP_GPU_DL_DEVICE, device};
   if (on_host(src)) {
-    // Host -> device: dense host bytes, then to dst directly or through a dense device temporary.
+    // Host -> device: dense host bytes (src itself, or src packed on the host), then to dst
+    // directly or through a stream-ordered dense device temporary and a scatter kernel. Packed
+    // bytes are a temporary of this call, so then the call waits for the stream before they go
+    // (CUDA stages pageable sources before returning, but HIP does not promise it).
     std::vector<char> packed(src_dense ? 0 : bytes);
     const void* from = sdk::data_ptr(src);
     if (!src_dense) {
@@ -146,35 +167,38 @@ void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
     if (dst_dense) {
       cuda_check(gpuMemcpyAsync(sdk::data_ptr(dst), from, bytes, gpuMemcpyHostToDevice, target.stream), "tensor_copy: host->device");
     } else {
-      DeviceTemp temp(device, bytes);
+      DeviceTemp temp(bytes, target.stream);
       cuda_check(gpuMemcpyAsync(temp.get(), from, bytes, gpuMemcpyHostToDevice, target.stream), "tensor_copy: host->device");
       DLTensor dense = dense_like(src, temp.get(), cuda_device);
       cuda_check(launch_strided_copy(temp.get(), sdk::data_ptr(dst), layout_of(dense, dst), n, int32_t(element), target.stream),
                  "tensor_copy: strided scatter kernel");
-      cuda_check(gpuStreamSynchronize(target.stream), "tensor_copy: waiting for the scatter");
-      return;
     }
-    // The host bytes may be a temporary of this call: wait before it goes.
-    cuda_check(gpuStreamSynchronize(target.stream), "tensor_copy: waiting for the copy");
+    if (!src_dense) cuda_check(gpuStreamSynchronize(target.stream), "tensor_copy: waiting for the copy of the packed bytes");
+    else finish_if_default(target, "tensor_copy");
     return;
   }
 
-  // Device -> host: dense device bytes (src itself, or gathered into a temporary), then to dst
-  // directly or through dense host bytes unpacked on the host.
+  // Device -> host: dense device bytes (src itself, or gathered into a stream-ordered temporary),
+  // then to dst directly (asynchronous on a non-NULL stream: the caller synchronises before
+  // reading dst), or through dense host bytes unpacked on the host (which must wait).
   std::unique_ptr<DeviceTemp> temp;
   const void* from = sdk::data_ptr(src);
   if (!src_dense) {
-    temp = std::make_unique<DeviceTemp>(device, bytes);
+    temp = std::make_unique<DeviceTemp>(bytes, target.stream);
     DLTensor dense = dense_like(src, temp->get(), cuda_device);
     cuda_check(launch_strided_copy(sdk::data_ptr(src), temp->get(), layout_of(src, dense), n, int32_t(element), target.stream),
                "tensor_copy: strided gather kernel");
     from = temp->get();
   }
-  std::vector<char> unpacked(dst_dense ? 0 : bytes);
-  void* to = dst_dense ? sdk::data_ptr(dst) : unpacked.data();
-  cuda_check(gpuMemcpyAsync(to, from, bytes, gpuMemcpyDeviceToHost, target.stream), "tensor_copy: device->host");
+  if (dst_dense) {
+    cuda_check(gpuMemcpyAsync(sdk::data_ptr(dst), from, bytes, gpuMemcpyDeviceToHost, target.stream), "tensor_copy: device->host");
+    finish_if_default(target, "tensor_copy");
+    return;
+  }
+  std::vector<char> unpacked(bytes);
+  cuda_check(gpuMemcpyAsync(unpacked.data(), from, bytes, gpuMemcpyDeviceToHost, target.stream), "tensor_copy: device->host");
   cuda_check(gpuStreamSynchronize(target.stream), "tensor_copy: waiting for the copy");
-  if (!dst_dense) host_strided(dst, unpacked.data(), element, false);
+  host_strided(dst, unpacked.data(), element, false);
 }
 
 }  // namespace verlpp::cuda

@@ -1,5 +1,5 @@
 /* Compiled with -std=c99 -Wall -Wextra -pedantic -Werror and no C++ or torch: the plugin ABI
- * header must stay plain C. The size checks pin the v1.0 layout (append-only from here on). */
+ * header must stay plain C. The size checks pin the v1.0 layout and what 1.1 appended after it. */
 #include <verlpp/plugin_abi.h>
 
 #include <stddef.h>
@@ -9,7 +9,10 @@ typedef char check_api_first_field[offsetof(verlpp_plugin_api, struct_size) == 0
 #if defined(__x86_64__) || defined(__aarch64__)
 /* LP64 layout of ABI 1.0; a change here is an ABI break unless it only appends. */
 typedef char check_api_min_size[VERLPP_PLUGIN_API_MIN_SIZE == 40 ? 1 : -1];
-typedef char check_api_size[sizeof(verlpp_plugin_api) == 344 ? 1 : -1];
+typedef char check_api_10_end[offsetof(verlpp_plugin_api, trainer_override) + sizeof(void*) == 344 ? 1 : -1];
+/* 1.1 appended stream_from_native and stream_native_handle. */
+typedef char check_api_11_first[offsetof(verlpp_plugin_api, stream_from_native) == 344 ? 1 : -1];
+typedef char check_api_size[sizeof(verlpp_plugin_api) == 360 ? 1 : -1];
 typedef char check_props_size[sizeof(verlpp_device_properties) == 216 ? 1 : -1];
 typedef char check_kernels_size[sizeof(verlpp_kernel_table) == 48 ? 1 : -1];
 typedef char check_comm_config_size[sizeof(verlpp_comm_config) == 48 ? 1 : -1];

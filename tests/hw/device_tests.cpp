@@ -11,6 +11,8 @@
 #include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/hw/torch_device.hpp>
 
+#include <c10/core/Device.h>
+
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -129,6 +131,71 @@ TEST_CASE("kernels through the wrapper match plain loops", "[hw][kernels]") {
   // A label outside the vocabulary names the row.
   labels[2] = 6;
   CHECK_THROWS_WITH(k.logprob_entropy(tl, ty, 1.0f, tlp, nullptr), Catch::Contains("label 6 at row 2"));
+}
+
+TEST_CASE("kernels wrap native streams through ABI 1.1, cached and destroyed with the object", "[hw][kernels][streams]") {
+  const hw::Plugin& p = cpu_ref();
+  const verlpp_plugin_api& api = p.api();
+  REQUIRE(p.abi_minor() >= 1);
+  hw::Device d(p, 0);
+  hw::Stream original = d.create_stream();
+  void* native = nullptr;
+  p.check(api.stream_native_handle(original.handle(), &native), "stream_native_handle");
+  REQUIRE(native != nullptr);
+  verlpp_stream wrapper = nullptr, default_wrapper = nullptr;
+  {
+    hw::Kernels k(p);
+    CHECK(k.wraps_native_streams());
+    // LibTorch's CPU "stream" is never wrapped: the NULL stream, as before 1.1.
+    CHECK(k.current_stream(c10::Device(c10::kCPU)) == nullptr);
+    wrapper = k.native_stream(0, native);
+    CHECK(wrapper != nullptr);
+    CHECK(wrapper != original.handle());
+    CHECK(k.native_stream(0, native) == wrapper);  // cached per (device, handle)
+    default_wrapper = k.native_stream(0, nullptr);
+    CHECK(default_wrapper != nullptr);
+    CHECK(default_wrapper != wrapper);
+    void* back = nullptr;
+    p.check(api.stream_native_handle(wrapper, &back), "stream_native_handle");
+    CHECK(back == native);
+    // Work on the wrapper, through the kernel table too.
+    std::vector<float> x = {1.0f, 2.0f, 3.0f, 4.0f}, w = {1.0f, 1.0f, 1.0f, 1.0f}, out(4, 0.0f);
+    std::vector<int64_t> s_x = {1, 4}, s_w = {4};
+    DLTensor tx = host_view(x.data(), s_x, {kDLFloat, 32, 1}), tw = host_view(w.data(), s_w, {kDLFloat, 32, 1}),
+             tout = host_view(out.data(), s_x, {kDLFloat, 32, 1});
+    k.rms_norm(tx, tw, 0.0f, tout, wrapper);
+    p.check(api.stream_synchronize(wrapper), "stream_synchronize");
+    CHECK(out[3] == Approx(4.0 / std::sqrt(7.5)).epsilon(1e-6));
+    // A handle the plugin refuses: NULL (the synchronous stream), remembered, not retried.
+    CHECK(k.native_stream(0, &x) == nullptr);
+    CHECK(k.native_stream(0, &x) == nullptr);
+  }
+  // The wrappers are gone with the Kernels object; the stream they wrapped is not.
+  void* gone = nullptr;
+  verlpp_error* e = api.stream_native_handle(wrapper, &gone);
+  REQUIRE(e != nullptr);
+  CHECK(e->code == VERLPP_STATUS_INVALID_ARGUMENT);
+  api.error_free(e);
+  e = api.stream_native_handle(default_wrapper, &gone);
+  REQUIRE(e != nullptr);
+  api.error_free(e);
+  original.synchronize();
+  std::vector<uint8_t> a(64, 7), b(64, 0);
+  hw::DeviceBuffer buf = d.allocate(64);
+  d.copy(buf.data(), a.data(), 64, VERLPP_COPY_HOST_TO_DEVICE, &original);
+  d.copy(b.data(), buf.data(), 64, VERLPP_COPY_DEVICE_TO_HOST, &original);
+  original.synchronize();
+  CHECK(b == a);
+}
+
+TEST_CASE("kernels never call 1.1 slots of a plugin that says minor 0", "[hw][kernels][streams]") {
+  // Its table is full size with junk in the 1.1 slots: calling one would crash.
+  hw::Plugin p = hw::load_plugin_file(test::plugin_case_file("minor0", "minorzero"));
+  CHECK(p.abi_minor() == 0);
+  hw::Kernels k(p);
+  CHECK_FALSE(k.wraps_native_streams());
+  CHECK(k.native_stream(0, nullptr) == nullptr);
+  CHECK(k.current_stream(c10::Device(c10::kCPU)) == nullptr);
 }
 
 TEST_CASE("in-process key-value store", "[hw][kv]") {

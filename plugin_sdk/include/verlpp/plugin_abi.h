@@ -11,6 +11,8 @@
  *    and the host frees through api->error_free; no C++ exception crosses this boundary;
  *  - tensors cross as DLPack DLTensor, borrowed for the duration of the call; streams are
  *    explicit arguments (NULL = the device's default stream, which is synchronous);
+ *  - a function added in minor N (marked below) is called only when the plugin's abi_minor >= N
+ *    and the pointer is non-NULL;
  *  - any function pointer may be NULL: the host then uses its own fallback or reports the
  *    capability as absent. Optional means optional; the host checks before calling.
  */
@@ -27,7 +29,7 @@ extern "C" {
 #endif
 
 #define VERLPP_PLUGIN_ABI_MAJOR 1
-#define VERLPP_PLUGIN_ABI_MINOR 0
+#define VERLPP_PLUGIN_ABI_MINOR 1
 
 /* Symbol names, for dlsym and for the SDK's export macro. */
 #define VERLPP_PLUGIN_PROBE_SYMBOL "verlpp_plugin_probe_v1"
@@ -285,6 +287,22 @@ typedef struct verlpp_plugin_api {
   /* overrides: NULL in 1.0 */
   const verlpp_rollout_override* rollout_override;
   const verlpp_trainer_override* trainer_override;
+
+  /* ---- added in 1.1: native stream interop (optional, both or neither; needs the stream group).
+   * The host calls them only when abi_minor >= 1 and the pointer is non-NULL. */
+  /* Wraps a native stream the caller owns (cudaStream_t, hipStream_t, ...) of `device` as a
+   * verlpp_stream. Work on the wrapper is queued on that native stream and is asynchronous to the
+   * host like work on any non-NULL stream (only the NULL stream is synchronous). The wrapper
+   * refers to the native stream by its handle alone (no state tied to that stream's lifetime);
+   * stream_destroy on it forgets the wrapper and never destroys the native stream, which the
+   * caller keeps alive while it queues work through the wrapper. native_handle NULL is accepted
+   * where the native API gives NULL a meaning (CUDA, HIP: the legacy default stream of `device`,
+   * then without the NULL verlpp_stream's implicit wait); otherwise INVALID_ARGUMENT. Each call
+   * returns a new wrapper. */
+  verlpp_error* (*stream_from_native)(int32_t device, void* native_handle, verlpp_stream* out_stream);
+  /* The native handle behind `stream` (one from stream_create or stream_from_native; NULL is
+   * INVALID_ARGUMENT), for interop with other libraries on the same stream. */
+  verlpp_error* (*stream_native_handle)(verlpp_stream stream, void** out_native_handle);
 } verlpp_plugin_api;
 
 /* The smallest table a host accepts: everything up to and including `version`. Fields past it

@@ -1,7 +1,16 @@
-// Kernels: the size-tolerant copy of a plugin's kernel table and checked calls into it.
+// Kernels: the size-tolerant copy of a plugin's kernel table, checked calls into it, and the
+// cache of wrappers of LibTorch's streams (ABI 1.1). A wrapper refers to its native stream by
+// handle alone (the ABI's rule), so a cached one stays right even if LibTorch reuses a handle.
 #include <verlpp/hw/kernels.hpp>
+#include <verlpp/hw/torch_device.hpp>
+
+#include <verlpp/core/log.hpp>
+
+#include <c10/core/Device.h>
+#include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace verlpp::hw {
@@ -11,6 +20,16 @@ Kernels::Kernels(const Plugin& plugin) : plugin_(&plugin), table_{} {
   if (given != nullptr && given->struct_size >= sizeof(size_t))
     std::memcpy(&table_, given, std::min(given->struct_size, sizeof(table_)));
   table_.struct_size = sizeof(table_);
+  const char* env = std::getenv("VERLPP_KERNEL_STREAMS");
+  streams_allowed_ = env == nullptr || std::string(env) != "0";
+}
+
+Kernels::~Kernels() {
+  for (const auto& [key, stream] : streams_) {
+    if (stream == nullptr) continue;
+    verlpp_error* e = plugin_->api().stream_destroy(stream);
+    if (e != nullptr) plugin_->api().error_free(e);  // a destructor must not throw
+  }
 }
 
 std::vector<std::string> Kernels::available() const {
@@ -21,6 +40,44 @@ std::vector<std::string> Kernels::available() const {
   if (table_.paged_attention_decode) names.push_back("paged_attention_decode");
   if (table_.sample) names.push_back("sample");
   return names;
+}
+
+bool Kernels::wraps_native_streams() const {
+  const verlpp_plugin_api& api = plugin_->api();
+  return streams_allowed_ && plugin_->abi_minor() >= 1 && api.stream_from_native != nullptr &&
+         api.stream_destroy != nullptr;
+}
+
+verlpp_stream Kernels::current_stream(const c10::Device& device) const {
+  if (device.is_cpu() || !wraps_native_streams()) return nullptr;
+  void* native = nullptr;
+  if (!torch_current_stream_handle(device, &native)) return nullptr;
+  return native_stream(device.index(), native);
+}
+
+verlpp_stream Kernels::native_stream(int32_t device, void* native_handle) const {
+  if (!wraps_native_streams()) return nullptr;
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  const auto key = std::make_pair(device, native_handle);
+  auto it = streams_.find(key);
+  if (it != streams_.end()) return it->second;
+  verlpp_stream wrapper = nullptr;
+  verlpp_error* e = plugin_->api().stream_from_native(device, native_handle, &wrapper);
+  if (e != nullptr) {
+    // The NULL stream is always correct, only slower: warn once for this stream and go on.
+    log(LogLevel::warning, fmt::format("plugin {}: stream_from_native(device {}, {}): {}; its kernels wait for the "
+                                       "device on the NULL stream instead",
+                                       plugin_->display_name(), device, native_handle,
+                                       e->message != nullptr ? e->message : "(no message)"));
+    plugin_->api().error_free(e);
+    wrapper = nullptr;
+  }
+  else {
+    log(LogLevel::debug, fmt::format("plugin {}: kernels on device {} run on the native stream {} (wrapped)",
+                                     plugin_->display_name(), device, native_handle));
+  }
+  streams_.emplace(key, wrapper);
+  return wrapper;
 }
 
 void Kernels::logprob_entropy(const DLTensor& logits, const DLTensor& labels, float temperature,

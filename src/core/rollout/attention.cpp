@@ -1,7 +1,8 @@
 // RolloutAttention: k/v written at slot_mapping, then the plugin kernel over the block tables
 // (decode), or everything delegated to PagedAttention (prefill, or no kernel); RoPE through
-// the plugin's rotary_embedding on q and k in place. Plugin calls take the NULL stream (the
-// call returns when the kernel is done), as the other kernel calls here.
+// the plugin's rotary_embedding on q and k in place. Plugin calls run on LibTorch's current
+// stream (Kernels::current_stream: queued in order with LibTorch's work, no wait for the
+// device), or on the synchronous NULL stream where the plugin or LibTorch cannot share it.
 #include "attention.hpp"
 
 #include "../hw/dlpack_view.hpp"
@@ -42,7 +43,8 @@ at::Tensor RolloutAttention::attend(int64_t layer, const at::Tensor& q, const at
   DLTensor d_q = dl_view(qc), d_k = dl_view(kc), d_v = dl_view(vc), d_bt = dl_view(block_tables_i32_),
            d_len = dl_view(context_lens_i32_), d_out = dl_view(out);
   kernels_->plugin().check(
-      kernels_->table().paged_attention_decode(&d_q, &d_k, &d_v, &d_bt, &d_len, float(scale), &d_out, nullptr),
+      kernels_->table().paged_attention_decode(&d_q, &d_k, &d_v, &d_bt, &d_len, float(scale), &d_out,
+                                               kernels_->current_stream(qc.device())),
       "kernels.paged_attention_decode");
   return out.to(q.scalar_type());
 }
@@ -53,7 +55,7 @@ void RolloutAttention::rotate(at::Tensor& q, at::Tensor& k, const at::Tensor& po
   const at::Tensor positions = position_ids.contiguous();
   const at::Tensor freq = inv_freq.contiguous();
   DLTensor d_q = dl_view(q), d_k = dl_view(k), d_pos = dl_view(positions), d_freq = dl_view(freq);
-  rotary_->plugin().check(rotary_->table().rotary_embedding(&d_q, &d_k, &d_pos, &d_freq, nullptr),
+  rotary_->plugin().check(rotary_->table().rotary_embedding(&d_q, &d_k, &d_pos, &d_freq, rotary_->current_stream(q.device())),
                           "kernels.rotary_embedding");
 }
 

@@ -136,7 +136,10 @@ SampleResult sample(const at::Tensor& logits, const std::vector<RowSampling>& ro
   DLTensor d_x = hw::detail::dl_view(x), d_temp = hw::detail::dl_view(t_temp), d_topk = hw::detail::dl_view(t_topk),
            d_topp = hw::detail::dl_view(t_topp), d_seed = hw::detail::dl_view(t_seed, /*as_unsigned=*/true),
            d_tok = hw::detail::dl_view(out_tokens), d_lp = hw::detail::dl_view(out_logprobs);
-  kernels->plugin().check(kernels->table().sample(&d_x, &d_temp, &d_topk, &d_topp, &d_seed, 0, &d_tok, &d_lp, nullptr),
+  // On LibTorch's current stream (see Kernels::current_stream): the copies to the host below
+  // are queued after the kernel on that stream and are what waits for it.
+  kernels->plugin().check(kernels->table().sample(&d_x, &d_temp, &d_topk, &d_topp, &d_seed, 0, &d_tok, &d_lp,
+                                                  kernels->current_stream(dev)),
                           "kernels.sample");
   return SampleResult{out_tokens.to(at::kCPU), out_logprobs.to(at::kCPU)};
 }

@@ -105,6 +105,12 @@ static const verlpp_plugin_api* build_table(void) {
   table.comm_create = (verlpp_error * (*)(const verlpp_comm_config*, verlpp_comm*))(uintptr_t)0x1;
   table.kernels = (const verlpp_kernel_table*)(uintptr_t)0x1;
 #endif
+#ifdef RAW_MINOR0_NATIVE_POISON
+  /* A 1.0 plugin whose table has room for the 1.1 slots but holds junk there: the host must not
+   * call them, because abi_minor says 0. */
+  table.stream_from_native = (verlpp_error * (*)(int32_t, void*, verlpp_stream*))(uintptr_t)0x1;
+  table.stream_native_handle = (verlpp_error * (*)(verlpp_stream, void**))(uintptr_t)0x1;
+#endif
   return &table;
 }
 

@@ -46,7 +46,7 @@ class Exporter {
   }
 
   static const verlpp_plugin_api* api(uint32_t host_minor) noexcept {
-    (void)host_minor;  // a 1.x host reads the first min(sizes) bytes; nothing to adapt in 1.0
+    (void)host_minor;  // a 1.x host reads the first min(sizes) bytes: a 1.0 host never sees the 1.1 slots
     static const verlpp_plugin_api table = make_table();
     return &table;
   }
@@ -180,6 +180,22 @@ class Exporter {
   static verlpp_error* stream_wait_event(verlpp_stream s, verlpp_event e) {
     return guard("stream_wait_event", [&] { out(e, "event"); self().stream_wait_event(s, e); });
   }
+  static verlpp_error* stream_from_native(int32_t device, void* native_handle, verlpp_stream* s) {
+    return guard("stream_from_native", [&] {
+      auto& o = out(s, "out_stream");
+      o = nullptr;
+      check_device(device);
+      o = self().stream_from_native(device, native_handle);
+    });
+  }
+  static verlpp_error* stream_native_handle(verlpp_stream s, void** native_handle) {
+    return guard("stream_native_handle", [&] {
+      auto& o = out(native_handle, "out_native_handle");
+      o = nullptr;
+      out(s, "stream");  // the NULL stream is no particular native stream
+      o = self().native_stream_handle(s);
+    });
+  }
   static verlpp_error* event_create(int32_t device, verlpp_event* e) {
     return guard("event_create", [&] { auto& o = out(e, "out_event"); check_device(device); o = self().create_event(device); });
   }
@@ -295,6 +311,14 @@ class Exporter {
       t.stream_destroy = &stream_destroy;
       t.stream_synchronize = &stream_synchronize;
       t.stream_wait_event = &stream_wait_event;
+    }
+    if constexpr (VERLPP_SDK_DECLARES(T, stream_from_native)) {
+      static_assert(VERLPP_SDK_DECLARES(T, create_stream),
+                    "stream_from_native needs the stream group (create_stream, destroy_stream, ...)");
+      static_assert(VERLPP_SDK_DECLARES(T, native_stream_handle),
+                    "declare native_stream_handle together with stream_from_native");
+      t.stream_from_native = &stream_from_native;
+      t.stream_native_handle = &stream_native_handle;
     }
     if constexpr (VERLPP_SDK_DECLARES(T, create_event)) {
       t.event_create = &event_create;

@@ -1,8 +1,9 @@
 // Plugin SDK: the C++ base classes a vendor derives from instead of filling the C table.
-// Required members are pure virtual. An optional group (streams, events, pinned memory, tensor
-// copy, communicator) is offered to the host only when the plugin class itself declares the
-// group's first member (create_stream, create_event, allocate_pinned, copy_tensor,
-// create_communicator); otherwise its table slots stay NULL and the host uses its fallback.
+// Required members are pure virtual. An optional group (streams, native stream interop, events,
+// pinned memory, tensor copy, communicator) is offered to the host only when the plugin class
+// itself declares the group's first member (create_stream, stream_from_native, create_event,
+// allocate_pinned, copy_tensor, create_communicator); otherwise its table slots stay NULL and
+// the host uses its fallback.
 // See export.hpp for VERLPP_PLUGIN, which turns such a class into the two exported symbols.
 #pragma once
 
@@ -70,6 +71,15 @@ class Plugin {
   virtual void destroy_stream(verlpp_stream s) { (void)s; unsupported<void>("destroy_stream"); }
   virtual void synchronize_stream(verlpp_stream s) { (void)s; unsupported<void>("synchronize_stream"); }
   virtual void stream_wait_event(verlpp_stream s, verlpp_event e) { (void)s; (void)e; unsupported<void>("stream_wait_event"); }
+
+  // ---- native stream interop (ABI 1.1; optional: declare stream_from_native, and then also
+  // native_stream_handle, to offer both; needs the stream group). A wrapper is a stream handle
+  // like any other (destroy_stream gets it too) that must never destroy the native stream.
+  virtual verlpp_stream stream_from_native(int32_t device, void* native_handle) {
+    (void)device; (void)native_handle; return unsupported<verlpp_stream>("stream_from_native");
+  }
+  // `s` is never NULL here (the SDK refuses it).
+  virtual void* native_stream_handle(verlpp_stream s) { (void)s; return unsupported<void*>("stream_native_handle"); }
 
   // ---- events (optional group: declare create_event to offer it)
   virtual verlpp_event create_event(int32_t device) { (void)device; return unsupported<verlpp_event>("create_event"); }
