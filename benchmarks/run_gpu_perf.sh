@@ -76,6 +76,14 @@ if [[ " $STAGES " == *" rollout "* ]]; then
   VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b --device cuda --dtype bfloat16 \
     --temperature 1 --repeat 2 --plugin cuda --shapes "$SHAPES" --transitions --json /tmp/r.json 2>&1 | tee -a "$OUT/summary.txt"
   cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
+  step "greedy tokens with kernels on LibTorch's stream (ABI 1.1) vs the NULL stream: must be identical"
+  for streams in 1 0; do
+    VERLPP_KERNEL_STREAMS=$streams VERL_HARDWARE_PLUGIN=cuda timeout 100 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
+      --device cuda --dtype bfloat16 --temperature 0 --repeat 1 --plugin cuda --shapes 64:128:128,256:128:128 \
+      --json /tmp/g$streams.json > /tmp/g$streams.txt 2>&1
+    echo "VERLPP_KERNEL_STREAMS=$streams: $(tail -2 /tmp/g$streams.txt | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
+  done
+  python3 -c 'import json,sys; a=[json.loads(l) for l in open("/tmp/g1.json")]; b=[json.loads(l) for l in open("/tmp/g0.json")]; print("greedy tokens identical:", [x.get("tokens_fnv1a")==y.get("tokens_fnv1a") for x,y in zip(a,b)])' 2>&1 | tee -a "$OUT/summary.txt"
   step "profile: batch 256, 16 new tokens (Kineto trace, summarised)"
   VERL_HARDWARE_PLUGIN=cuda timeout 120 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b --device cuda --dtype bfloat16 \
     --temperature 1 --repeat 1 --plugin cuda --shapes 256:128:16 --profile /tmp/trace.json --profile-tokens 16 > /dev/null 2>&1
@@ -83,6 +91,13 @@ if [[ " $STAGES " == *" rollout "* ]]; then
   timeout 200 python3 benchmarks/rollout/hf_generate.py --shapes "$SHAPES" --dtype bfloat16 --temperature 1 --repeat 2 \
     --json /tmp/r.json 2>&1 | grep -vi warn | tee -a "$OUT/summary.txt"
   cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
+fi
+
+if [ -d .attn-bench ] && [[ " $STAGES " == *" attn "* ]]; then
+  step "paged attention decode microbench (new vs old kernel; .attn-bench, not in the repository)"
+  nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda .attn-bench/bench_attn.cu .attn-bench/old_attention.cu \
+    plugins/cuda/attention_kernel.cu -o /tmp/bench_attn > /tmp/attn_build.log 2>&1 && timeout 120 /tmp/bench_attn 2>&1 | tail -30 | tee -a "$OUT/summary.txt" \
+    || tail -5 /tmp/attn_build.log | tee -a "$OUT/summary.txt"
 fi
 
 if [ "${E2E:-0}" = 1 ]; then
