@@ -7,7 +7,7 @@
 #   SHAPE=tiny DEVICE=cpu PROMPTS=4 N=2 RESP=16 MINI=2 BIN=build/bin bash benchmarks/e2e/grpo_step.sh   (a smoke run here)
 # MFU counts 2*P FLOPs per token for each forward (generation, old log-probs, reference) and
 # 6*P per token for the update (P = parameters, the tied head once; attention's own FLOPs left
-# out), against PEAK_TFLOPS (default 989: H200 dense bf16, although verlpp trains in fp32 today).
+# out), against PEAK_TFLOPS (default 989: H200 dense bf16).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/bin}; OUT=${OUT:-/tmp/verlpp-grpo-step-out}; W=${WORK:-/tmp/verlpp-grpo-step}
