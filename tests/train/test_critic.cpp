@@ -95,3 +95,37 @@ TEST_CASE("critic: needs a one-label score head", "[critic]") {
   model::DecoderLM lm(model::load_model_config(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json"));
   CHECK_THROWS_WITH(train::Critic(lm, {}, train::LrSchedule({1e-3, "constant", 0, 1, 0.0, 0.5})), Catch::Contains("score head"));
 }
+
+// bf16 mixed precision: values come from the bf16 copy (equal to a bf16 cast of the model's),
+// the update moves the fp32 weights, and the copy then holds them cast.
+TEST_CASE("critic: bf16 mixed precision runs on the copy and steps the fp32 weights", "[critic][mixed]") {
+  model::DecoderLM m = tiny_critic();
+  controller::Batch b = make_batch(m);
+  model::DecoderLM cast = tiny_critic();
+  cast.to(at::kBFloat16, cast.options().device);
+  train::CriticConfig cfg;
+  cfg.ppo_mini_batch_size = kB;
+  cfg.ppo_micro_batch_size = 3;
+  cfg.param_dtype = at::kBFloat16;
+  train::Critic critic(m, cfg, train::LrSchedule({1e-3, "constant", 0, 1, 0.0, 0.5}));
+  at::Tensor values = critic.compute_values(b);
+  {
+    at::NoGradGuard no_grad;
+    at::Tensor all = cast.scores(cast.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"),
+                                                     b.tensor("position_ids")));
+    CHECK(values.sub(all.narrow(1, kP - 1, kR).select(-1, 0).to(at::kFloat)).abs().max().item<double>() == 0.0);
+  }
+  const at::Tensor before = m.named_parameters().front().second.detach().clone();
+  b.set("values", values);
+  critic.update_critic(b);
+  CHECK(m.named_parameters().front().second.detach().sub(before).abs().max().item<double>() > 0);
+  at::Tensor after = critic.compute_values(b);
+  model::DecoderLM recast = tiny_critic();
+  for (size_t i = 0; i < m.named_parameters().size(); ++i)
+    recast.named_parameters()[i].second.detach().copy_(m.named_parameters()[i].second.detach());
+  recast.to(at::kBFloat16, recast.options().device);
+  at::NoGradGuard no_grad;
+  at::Tensor expect = recast.scores(recast.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"),
+                                                          b.tensor("position_ids")));
+  CHECK(after.sub(expect.narrow(1, kP - 1, kR).select(-1, 0).to(at::kFloat)).abs().max().item<double>() == 0.0);
+}

@@ -7,6 +7,7 @@
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/data_parallel.hpp>
 #include <verlpp/train/lr_schedule.hpp>
+#include <verlpp/train/mixed_precision.hpp>
 #include <verlpp/train/optimizer.hpp>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +27,9 @@ struct CriticConfig {
   double cliprange_value = 0.5;
   std::string loss_agg_mode = "token-mean";
   AdamWConfig optim;
+  // model.fsdp_config.mixed_precision.param_dtype: the passes' dtype; the model's own (fp32)
+  // weights are the optimizer's masters (mixed_precision.hpp).
+  at::ScalarType param_dtype = at::kFloat;
 };
 
 class Critic {
@@ -66,6 +70,7 @@ class Critic {
   at::Tensor values_of(const controller::Batch& batch) const;  // with grad when enabled
   model::DecoderLM& model_;
   CriticConfig config_;
+  MixedPrecision precision_;
   std::unique_ptr<OptimizerStep> optimizer_;
   std::vector<at::Tensor> params_;
   DataParallel dp_;

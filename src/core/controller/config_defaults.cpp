@@ -167,7 +167,8 @@ const char* default_config_text() {
         "offload_policy": false,
         "reshard_after_forward": true,
         "wrap_policy": {"min_num_params": 0},
-        "fsdp_size": -1
+        "fsdp_size": -1,
+        "mixed_precision": {"param_dtype": null, "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
       }
     },
     "ppo_mini_batch_size": "${actor_rollout_ref.actor.ppo_mini_batch_size}",

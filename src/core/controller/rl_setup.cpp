@@ -81,10 +81,10 @@ void join_process_group(RlTrainer::State& s) {
   s.dp = train::DataParallel(s.group.get(), s.device);
 }
 
-// fsdp_config.mixed_precision.param_dtype; null = bfloat16 on an accelerator (verl's default)
+// <fsdp_config>.mixed_precision.param_dtype; null = bfloat16 on an accelerator (verl's default)
 // and float32 on the CPU (where 16-bit math is slow and the reference path should stay exact).
-at::ScalarType param_dtype(const RlTrainer::State& s) {
-  const std::string m = "actor_rollout_ref.actor.fsdp_config.mixed_precision";
+at::ScalarType param_dtype(const RlTrainer::State& s, const std::string& fsdp_config = "actor_rollout_ref.actor.fsdp_config") {
+  const std::string m = fsdp_config + ".mixed_precision";
   for (const char* key : {".reduce_dtype", ".buffer_dtype"}) {
     const std::string name = s.config.get<std::string>(m + key);
     if (model::dtype_from_name(name) != at::kFloat)
@@ -166,6 +166,7 @@ void build_critic(RlTrainer::State& s) {
   cc.cliprange_value = c.get<double>("critic.cliprange_value");
   cc.loss_agg_mode = c.get<std::string>("critic.loss_agg_mode");
   cc.optim = adamw_of(c, "critic.optim", "critic.grad_clip");
+  cc.param_dtype = param_dtype(s, "critic.model.fsdp_config");
   s.critic = std::make_unique<train::Critic>(*s.critic_model, cc, schedule_of(c, "critic.optim", s.total_steps));
 }
 

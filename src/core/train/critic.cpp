@@ -9,7 +9,7 @@
 
 namespace verlpp::train {
 
-Critic::Critic(model::DecoderLM& model, CriticConfig config, LrSchedule schedule) : model_(model), config_(std::move(config)) {
+Critic::Critic(model::DecoderLM& model, CriticConfig config, LrSchedule schedule) : model_(model), config_(std::move(config)), precision_(model_, config_.param_dtype) {
   VERLPP_CHECK(model_.config().head != model::ModelHead::kCausalLM && model_.config().num_labels == 1,
                "the critic needs a score head with one label (a ...ForTokenClassification model)");
   VERLPP_CHECK(config_.ppo_mini_batch_size >= 1, "ppo_mini_batch_size {} must be >= 1", config_.ppo_mini_batch_size);
@@ -28,8 +28,9 @@ at::Tensor Critic::values_of(const controller::Batch& batch) const {
   const at::Tensor& ids = batch.tensor("input_ids");
   const int64_t t = ids.size(1), r = batch.tensor("responses").size(1);
   VERLPP_CHECK(r >= 1 && r < t, "response length {} must be in [1, T) with T = {}", r, t);
-  at::Tensor hidden = model_.forward_padded(ids, batch.tensor("attention_mask"), batch.tensor("position_ids"));
-  return model_.scores(hidden.narrow(1, t - r - 1, r)).select(-1, 0).to(at::kFloat);  // [B, R]
+  const model::DecoderLM& m = precision_.compute();
+  at::Tensor hidden = m.forward_padded(ids, batch.tensor("attention_mask"), batch.tensor("position_ids"));
+  return m.scores(hidden.narrow(1, t - r - 1, r)).select(-1, 0).to(at::kFloat);  // [B, R]
 }
 
 at::Tensor Critic::compute_values(const controller::Batch& batch) const {
@@ -58,6 +59,7 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
         algo::ValueLossOutput out = algo::compute_value_loss(vpreds, micro.tensor("returns"), micro.tensor("values"), m,
                                                              config_.cliprange_value, config_.loss_agg_mode, agg);
         out.loss.backward();
+        precision_.accumulate_gradients();
         loss_sum += out.loss.item<double>();
         clipfrac_sum += out.clipfrac.item<double>();
         vpred_sum += vpreds.detach().mul(m).sum().item<double>() / std::max(1.0, m.sum().item<double>());
@@ -66,6 +68,7 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
       dp_.all_reduce_gradients(params_);
       const double norm = optimizer_->clip_and_step();
       if (!optimizer_->last_step_skipped()) {
+        precision_.refresh_compute();
         norm_sum += norm;
         ++steps_taken;
       }
@@ -86,6 +89,9 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
 }
 
 void Critic::save_state(const std::string& path) const { optimizer_->save_state(path, parameter_names(model_)); }
-void Critic::load_state(const std::string& path) { optimizer_->load_state(path, parameter_names(model_)); }
+void Critic::load_state(const std::string& path) {
+  optimizer_->load_state(path, parameter_names(model_));
+  precision_.refresh_compute();  // the caller may have loaded new master weights too
+}
 
 }  // namespace verlpp::train
