@@ -3,6 +3,7 @@
 #include "bench_options.hpp"
 
 #include <verlpp/core/error.hpp>
+#include <verlpp/hw/torch_device.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -128,6 +129,23 @@ model::ModelConfig builtin_model_config(const std::string& name) {
       {"eos_token_id", 151643},
   };
   return model::parse_model_config(j, "built-in shape " + name);
+}
+
+}  // namespace verlpp::bench
+
+namespace verlpp::bench {
+
+model::ModelConfig bench_model_config(const std::string& shape_name, const std::string& model_dir) {
+  if (!shape_name.empty()) return builtin_model_config(shape_name);
+  return model::load_model_config(model_dir.empty() ? std::string(VERLPP_SOURCE_DIR) + "/examples/tiny" : model_dir);
+}
+
+c10::Device bench_device(const std::string& device) {
+  if (device != "cpu") {
+    const std::string problem = hw::torch_placement_problem(device);
+    if (!problem.empty()) VERLPP_FAIL_AT("--device", "{}: {}", device, problem);
+  }
+  return device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
 }
 
 }  // namespace verlpp::bench

@@ -4,6 +4,8 @@
 
 #include <verlpp/model/model_config.hpp>
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,5 +46,12 @@ std::vector<RolloutShape> parse_shapes(const std::string& text);
 // heads, 2 KV heads, intermediate 4864, vocab 151936, tied embeddings). Unknown names throw,
 // listing the known ones.
 model::ModelConfig builtin_model_config(const std::string& name);
+
+// The benches' model: the built-in shape when named, else the folder's config.json, else the
+// embedded tiny model (examples/tiny).
+model::ModelConfig bench_model_config(const std::string& shape_name, const std::string& model_dir);
+// "cpu" or "cuda" as a torch device (cuda:0); Error naming --device when this LibTorch cannot
+// place tensors there.
+c10::Device bench_device(const std::string& device);
 
 }  // namespace verlpp::bench

@@ -134,15 +134,8 @@ int run(const RolloutBenchOptions& o) {
     VERLPP_FAIL_AT("--profile", "this build's LibTorch has no Kineto profiler API (LibTorch 2.1+); cannot write '{}'",
                    o.profile_path);
 #endif
-  const model::ModelConfig config =
-      !o.shape_name.empty() ? builtin_model_config(o.shape_name)
-                            : model::load_model_config(o.model_dir.empty() ? std::string(VERLPP_SOURCE_DIR) + "/examples/tiny"
-                                                                           : o.model_dir);
-  if (o.device != "cpu") {
-    const std::string problem = hw::torch_placement_problem(o.device);
-    if (!problem.empty()) VERLPP_FAIL_AT("--device", "{}: {}", o.device, problem);
-  }
-  const c10::Device device(o.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
+  const model::ModelConfig config = bench_model_config(o.shape_name, o.model_dir);
+  const c10::Device device = bench_device(o.device);
 
   std::optional<hw::Kernels> kernels;
   if (!o.plugin.empty()) {

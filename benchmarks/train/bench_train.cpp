@@ -8,7 +8,6 @@
 #include "../rollout/bench_options.hpp"
 
 #include <verlpp/core/error.hpp>
-#include <verlpp/hw/torch_device.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/logprob.hpp>
 #include <verlpp/train/mixed_precision.hpp>
@@ -103,15 +102,8 @@ double check_optimizer(const c10::Device& device) {
 void wait_for(const at::Tensor& t) { (void)t.reshape({-1}).narrow(0, 0, 1).to(at::kCPU); }
 
 int run(const Options& o) {
-  const model::ModelConfig config =
-      !o.shape.empty() ? bench::builtin_model_config(o.shape)
-                       : model::load_model_config(o.model_dir.empty() ? std::string(VERLPP_SOURCE_DIR) + "/examples/tiny"
-                                                                      : o.model_dir);
-  if (o.device != "cpu") {
-    const std::string problem = hw::torch_placement_problem(o.device);
-    if (!problem.empty()) VERLPP_FAIL_AT("--device", "{}: {}", o.device, problem);
-  }
-  const c10::Device device(o.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
+  const model::ModelConfig config = bench::bench_model_config(o.shape, o.model_dir);
+  const c10::Device device = bench::bench_device(o.device);
   const at::ScalarType compute = model::dtype_from_name(o.param_dtype);
   VERLPP_CHECK(o.batch >= 1 && o.seq >= 2, "--batch {} must be >= 1 and --seq {} >= 2", o.batch, o.seq);
 
