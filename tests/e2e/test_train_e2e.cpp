@@ -124,3 +124,42 @@ TEST_CASE("verlpp train: every other estimator runs its family's step", "[e2e]")
     }
   }
 }
+
+// The weights the engine validates with before RL are the SFT result, also when the engine holds
+// a copy (here: bf16 mixed precision and a bf16 engine sharing the actor's compute copy, the GPU
+// default): validation before RL without any validation inside SFT equals SFT's own validation
+// at its last step (which syncs first), metric for metric.
+TEST_CASE("verlpp train: after the SFT warm start the engine generates with the fine-tuned weights", "[e2e]") {
+  const std::string dir = make_fixture("sft_sync");
+  // 0: no SFT (the starting weights); 1: SFT, validation only before RL; 2: SFT validating itself.
+  std::vector<json> seen;
+  for (int variant : {0, 1, 2}) {
+    const std::string run = dir + "/variant" + std::to_string(variant);
+    const std::string config = write_config(dir, run, "grpo");
+    json c = json::parse(read_file(config));
+    c["actor_rollout_ref"]["actor"]["fsdp_config"]["mixed_precision"]["param_dtype"] = "bf16";
+    c["actor_rollout_ref"]["rollout"]["dtype"] = "bfloat16";
+    c["trainer"]["total_training_steps"] = 1;
+    c["trainer"]["save_freq"] = -1;
+    c["sft"]["enable"] = variant != 0;
+    c["sft"]["total_steps"] = 40;
+    c["sft"]["test_freq"] = variant == 2 ? 40 : -1;
+    std::ofstream(config) << c.dump(2);
+    run_to_end(config, run + ".log");
+    if (variant == 2) {
+      std::ifstream sft(run + "/sft_metrics.jsonl");
+      json last;
+      for (std::string line; std::getline(sft, line);)
+        if (!line.empty()) last = json::parse(line);
+      seen.push_back({{"acc", last.at("sft/val/acc")}, {"length", last.at("sft/val/response_length/mean")}});
+    } else {
+      const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+      REQUIRE(!rows.empty());
+      seen.push_back({{"acc", rows[0].at("val/acc")}, {"length", rows[0].at("val/response_length/mean")}});
+    }
+  }
+  INFO("starting weights: " << seen[0].dump() << "; validation before RL: " << seen[1].dump()
+                            << "; SFT's last validation: " << seen[2].dump());
+  REQUIRE(seen[0] != seen[2]);  // the SFT changed what greedy validation generates
+  CHECK(seen[1] == seen[2]);
+}

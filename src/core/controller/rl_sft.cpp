@@ -74,6 +74,10 @@ void run_sft_warm_start(RlTrainer::State& s) {
     at::NoGradGuard no_grad;
     for (const auto& [name, p] : s.actor_model->named_parameters()) s.ref_model->parameter(name).copy_(p.detach());
   }
+  // The engine generates with the fine-tuned weights from here on (validation before RL
+  // included): with mixed precision or a 16-bit engine it holds a copy, which SFT did not touch.
+  nlohmann::json sync;
+  sync_rollout_weights(s, sync);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.message(fmt::format("SFT warm start: {} steps on {} rows, loss {:.3f} -> {:.3f} ({:.0f} s); saved {}", steps, data.size(),
                         first_loss, last_loss, seconds, out));
