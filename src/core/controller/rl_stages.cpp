@@ -223,11 +223,15 @@ void compute_advantages(RlTrainer::State& s, Batch& batch) {
 }
 
 void sync_rollout_weights(RlTrainer::State& s, json& metrics) {
-  // From the actor's compute copy when it has one (mixed precision): the engine, in the same
-  // dtype, then shares those tensors. The refresh covers master weights changed outside the
+  // From the actor's compute copy when it has one (mixed precision) and the engine has its
+  // dtype: the engine then shares those tensors. The refresh covers master weights changed outside the
   // actor's own steps (the SFT warm start, a checkpoint load).
   s.actor->refresh_compute_model();
-  rollout::WeightUpdateReport report = s.engine->update_weights(s.actor->compute_model().named_parameters());
+  const model::DecoderLM& compute = s.actor->compute_model();
+  // An engine in another dtype casts from the fp32 masters (not from a 16-bit copy of them).
+  const model::DecoderLM& source =
+      s.engine->model().options().dtype == compute.options().dtype ? compute : *s.actor_model;
+  rollout::WeightUpdateReport report = s.engine->update_weights(source.named_parameters());
   metrics["perf/weight_sync_shared"] = report.num_shared;
   metrics["perf/weight_sync_copied"] = report.num_copied;
 }
