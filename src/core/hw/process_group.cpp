@@ -17,13 +17,20 @@
 
 namespace verlpp::hw {
 
+// What the heartbeat thread shares with its group, owned jointly: a thread stuck in a store call
+// (see diagnose_peers) is detached at shutdown and may outlive the group.
+struct HeartbeatState {
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false;
+  bool finished = false;
+};
+
 struct ProcessGroup::Impl {
   std::shared_ptr<KvStore> store;
   std::unique_ptr<Communicator> comm;
   std::thread heartbeat;
-  std::mutex mutex;
-  std::condition_variable wake;
-  bool stopping = false;
+  std::shared_ptr<HeartbeatState> beat = std::make_shared<HeartbeatState>();
 };
 
 namespace {
@@ -82,36 +89,45 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const WorldInfo& world, const
   }
   // The heartbeat: its own connection; a store that goes away just ends it (the next
   // collective reports the failure with a diagnosis).
-  Impl* impl = g->impl_.get();
-  g->impl_->heartbeat = std::thread([impl, world, options] {
+  std::shared_ptr<HeartbeatState> beat = g->impl_->beat;
+  g->impl_->heartbeat = std::thread([beat, world, options] {
     std::shared_ptr<KvStore> own;
     try {
       own = connect(world, false, options.timeout);
     } catch (...) {
-      return;
+      own.reset();
     }
-    std::unique_lock<std::mutex> lock(impl->mutex);
-    while (!impl->stopping) {
+    std::unique_lock<std::mutex> lock(beat->mutex);
+    while (own && !beat->stopping) {
       lock.unlock();
       try {
         own->add(hb_key(world.rank), 1);
       } catch (...) {
-        return;
+        own.reset();
       }
       lock.lock();
-      impl->wake.wait_for(lock, options.heartbeat, [impl] { return impl->stopping; });
+      if (own) beat->wake.wait_for(lock, options.heartbeat, [&] { return beat->stopping; });
     }
+    beat->finished = true;
+    beat->wake.notify_all();
   });
   return g;
 }
 
 ProcessGroup::~ProcessGroup() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    impl_->stopping = true;
+  if (!impl_->heartbeat.joinable()) return;
+  std::unique_lock<std::mutex> lock(impl_->beat->mutex);
+  impl_->beat->stopping = true;
+  impl_->beat->wake.notify_all();
+  // A heartbeat stuck in a store call that will never be answered (a stopped rank holds rank 0's
+  // store) must not hold the process: after a bounded wait it is left running, detached.
+  const bool finished = impl_->beat->wake.wait_for(lock, std::chrono::seconds(5), [&] { return impl_->beat->finished; });
+  lock.unlock();
+  if (finished) {
+    impl_->heartbeat.join();
+  } else {
+    impl_->heartbeat.detach();
   }
-  impl_->wake.notify_all();
-  if (impl_->heartbeat.joinable()) impl_->heartbeat.join();
 }
 
 void ProcessGroup::set_stage(const std::string& stage) {
@@ -124,8 +140,11 @@ void ProcessGroup::set_stage(const std::string& stage) {
   }
 }
 
-std::string ProcessGroup::diagnose_peers() const {
-  if (world_.world_size < 2) return "";
+namespace {
+
+// The store work of diagnose_peers (see there): heartbeats before and after a pause, and the
+// last stage of each rank whose heartbeat did not move.
+std::string probe_peers(const WorldInfo& world_, const ProcessGroupOptions& options_) {
   std::shared_ptr<KvStore> probe;
   try {
     probe = connect(world_, false, std::chrono::milliseconds(3000));
@@ -156,6 +175,38 @@ std::string ProcessGroup::diagnose_peers() const {
     return fmt::format("; the rendezvous store at {}:{} failed while checking the other ranks ({}): rank 0 has probably stopped",
                        world_.master_addr, world_.master_port, e.what());
   }
+}
+
+}  // namespace
+
+std::string ProcessGroup::diagnose_peers() const {
+  if (world_.world_size < 2) return "";
+  // c10d's TCPStore server (rank 0) serves its clients from one thread, which blocks reading a
+  // request until it is whole: a rank stopped (SIGSTOP, a debugger) in the middle of a store
+  // request leaves every other store call waiting forever, this probe's included (seen in the
+  // hung-rank test: rank 0 waited in its diagnosis, so nothing ended the run). So the probe runs
+  // on its own thread with a deadline; a probe still waiting then is abandoned (detached: it
+  // holds only copies and a shared result).
+  struct Result {
+    std::mutex mutex;
+    std::condition_variable done;
+    bool finished = false;
+    std::string text;
+  };
+  auto result = std::make_shared<Result>();
+  std::thread([result, world = world_, options = options_] {
+    std::string text = probe_peers(world, options);
+    std::lock_guard<std::mutex> lock(result->mutex);
+    result->text = std::move(text);
+    result->finished = true;
+    result->done.notify_all();
+  }).detach();
+  const auto deadline = options_.heartbeat * 4 + std::chrono::milliseconds(5000);
+  std::unique_lock<std::mutex> lock(result->mutex);
+  if (result->done.wait_for(lock, deadline, [&] { return result->finished; })) return result->text;
+  return fmt::format("; the rendezvous store at {}:{} did not answer within {} ms while checking the other ranks "
+                     "(a rank stopped in the middle of a store request holds rank 0's store; which ranks stopped "
+                     "is unknown)", world_.master_addr, world_.master_port, deadline.count());
 }
 
 template <class F>
