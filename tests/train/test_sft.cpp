@@ -75,3 +75,37 @@ TEST_CASE("sft: a micro-batched step equals the full-batch step computed by hand
     CHECK(trainer.loss(batch) < nll.item<double>());
   }
 }
+
+// bf16 mixed precision: the step moves the fp32 weights (by about lr per element, AdamW's first
+// step), the loss falls, and the evaluation runs on the refreshed bf16 copy: its loss equals the
+// loss of a bf16 cast of the new weights.
+TEST_CASE("sft: bf16 mixed precision steps the fp32 weights", "[sft][mixed]") {
+  const double lr = 1e-3;
+  model::DecoderLM m = test::tiny_model(21);
+  const model::DecoderLM start = test::tiny_model(21);
+  controller::Batch batch = sft_batch(m.config().vocab_size);
+  train::SftConfig cfg;
+  cfg.micro_batch_size = 2;
+  cfg.param_dtype = at::kBFloat16;
+  train::SftTrainer trainer(m, cfg, train::LrSchedule({lr, "constant", 0, 1, 0.0, 0.5}));
+  const double before = trainer.loss(batch);
+  trainer.train_step(batch);
+  REQUIRE(m.options().dtype == at::kFloat);
+  double moved = 0;
+  for (size_t i = 0; i < m.named_parameters().size(); ++i)
+    moved = std::max(moved, m.named_parameters()[i].second.detach().sub(start.named_parameters()[i].second).abs().max()
+                                .item<double>());
+  CHECK(moved > lr * 0.5);
+  CHECK(moved < lr * 1.5);
+  const double after = trainer.loss(batch);
+  CHECK(after < before);
+  model::DecoderLM cast = test::tiny_model(21);
+  for (size_t i = 0; i < m.named_parameters().size(); ++i)
+    cast.named_parameters()[i].second.detach().copy_(m.named_parameters()[i].second.detach());
+  cast.to(at::kBFloat16, cast.options().device);
+  train::SftConfig plain;
+  plain.param_dtype = at::kBFloat16;
+  model::DecoderLM holder = cast;  // the evaluation of a trainer whose copy is that cast
+  train::SftTrainer reader(holder, plain, train::LrSchedule({lr, "constant", 0, 1, 0.0, 0.5}));
+  CHECK(reader.loss(batch) == after);
+}

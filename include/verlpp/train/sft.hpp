@@ -9,6 +9,7 @@
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/data_parallel.hpp>
 #include <verlpp/train/lr_schedule.hpp>
+#include <verlpp/train/mixed_precision.hpp>
 #include <verlpp/train/optimizer.hpp>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,7 @@ struct SftConfig {
   AdamWConfig optim;              // weight decay, betas, eps, grad_clip
   int64_t log_prob_chunk_rows = 8;
   bool remove_padding = false;    // packed forwards over the real tokens only (logprob.hpp)
+  at::ScalarType param_dtype = at::kFloat;  // the passes' dtype; fp32 masters (mixed_precision.hpp)
 };
 
 class SftTrainer {
@@ -51,6 +53,7 @@ class SftTrainer {
  private:
   model::DecoderLM& model_;
   SftConfig config_;
+  MixedPrecision precision_;
   std::unique_ptr<OptimizerStep> optimizer_;
   std::vector<at::Tensor> params_;
   DataParallel dp_;

@@ -81,24 +81,6 @@ void join_process_group(RlTrainer::State& s) {
   s.dp = train::DataParallel(s.group.get(), s.device);
 }
 
-// <fsdp_config>.mixed_precision.param_dtype; null = bfloat16 on an accelerator (verl's default)
-// and float32 on the CPU (where 16-bit math is slow and the reference path should stay exact).
-at::ScalarType param_dtype(const RlTrainer::State& s, const std::string& fsdp_config = "actor_rollout_ref.actor.fsdp_config") {
-  const std::string m = fsdp_config + ".mixed_precision";
-  for (const char* key : {".reduce_dtype", ".buffer_dtype"}) {
-    const std::string name = s.config.get<std::string>(m + key);
-    if (model::dtype_from_name(name) != at::kFloat)
-      throw Error(m + key, fmt::format("'{}': verlpp keeps gradients and master weights in fp32 (only fp32 is supported)",
-                                       name));
-  }
-  if (s.config.is_null(m + ".param_dtype")) return s.device.is_cpu() ? at::kFloat : at::kBFloat16;
-  try {
-    return model::dtype_from_name(s.config.get<std::string>(m + ".param_dtype"));
-  } catch (const Error& e) {
-    throw Error(m + ".param_dtype", e.what());
-  }
-}
-
 void build_actor(RlTrainer::State& s) {
   const Config& c = s.config;
   const std::string a = "actor_rollout_ref.actor";
@@ -129,14 +111,14 @@ void build_actor(RlTrainer::State& s) {
   ac.optim = adamw_of(c, a + ".optim", a + ".grad_clip");
   ac.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
   ac.log_prob_chunk_rows = std::max<int64_t>(1, c.get_or<int64_t>("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 8));
-  ac.param_dtype = param_dtype(s);
+  ac.param_dtype = param_dtype(s, "actor_rollout_ref.actor.fsdp_config");
   s.actor = std::make_unique<train::Actor>(*s.actor_model, ac, schedule_of(c, a + ".optim", s.total_steps));
 }
 
 void build_reference(RlTrainer::State& s) {
   // A frozen copy of the starting actor weights (verl's ref worker loads the same model path),
   // in the actor's compute dtype (verl's ref runs under the same FSDP mixed precision).
-  s.ref_model = std::make_unique<model::DecoderLM>(s.actor_model->config(), model::ModelOptions{param_dtype(s), s.device, false});
+  s.ref_model = std::make_unique<model::DecoderLM>(s.actor_model->config(), model::ModelOptions{param_dtype(s, "actor_rollout_ref.actor.fsdp_config"), s.device, false});
   for (const auto& [name, p] : s.actor_model->named_parameters()) s.ref_model->parameter(name).detach().copy_(p.detach());
 }
 
@@ -215,6 +197,24 @@ void build_engine(RlTrainer::State& s) {
 }
 
 }  // namespace
+
+// <fsdp_config>.mixed_precision.param_dtype; null = bfloat16 on an accelerator (verl's default)
+// and float32 on the CPU (where 16-bit math is slow and the reference path should stay exact).
+at::ScalarType param_dtype(const RlTrainer::State& s, const std::string& fsdp_config) {
+  const std::string m = fsdp_config + ".mixed_precision";
+  for (const char* key : {".reduce_dtype", ".buffer_dtype"}) {
+    const std::string name = s.config.get<std::string>(m + key);
+    if (model::dtype_from_name(name) != at::kFloat)
+      throw Error(m + key, fmt::format("'{}': verlpp keeps gradients and master weights in fp32 (only fp32 is supported)",
+                                       name));
+  }
+  if (s.config.is_null(m + ".param_dtype")) return s.device.is_cpu() ? at::kFloat : at::kBFloat16;
+  try {
+    return model::dtype_from_name(s.config.get<std::string>(m + ".param_dtype"));
+  } catch (const Error& e) {
+    throw Error(m + ".param_dtype", e.what());
+  }
+}
 
 train::AdamWConfig adamw_of(const Config& c, const std::string& optim, const std::string& grad_clip_key) {
   train::AdamWConfig a;

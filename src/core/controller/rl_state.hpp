@@ -134,6 +134,10 @@ inline void move_to(Batch& batch, c10::Device device) {
 std::vector<std::string> file_list(const Config& c, const std::string& key);
 // AdamW settings from `<optim>.{weight_decay, betas}` and the clipping norm at `grad_clip_key`.
 train::AdamWConfig adamw_of(const Config& c, const std::string& optim, const std::string& grad_clip_key);
+// `<fsdp_config>.mixed_precision.param_dtype` (e.g. "actor_rollout_ref.actor.fsdp_config"): the
+// dtype the passes run in; null = bfloat16 on an accelerator, float32 on the CPU. Error naming the
+// key for an unknown dtype, or a reduce/buffer dtype other than fp32.
+at::ScalarType param_dtype(const RlTrainer::State& s, const std::string& fsdp_config);
 // data.* as DatasetOptions.
 DatasetOptions dataset_options(const Config& c);
 void setup_trainer(RlTrainer::State& s);

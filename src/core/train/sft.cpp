@@ -9,7 +9,7 @@
 namespace verlpp::train {
 
 SftTrainer::SftTrainer(model::DecoderLM& model, SftConfig config, LrSchedule schedule)
-    : model_(model), config_(std::move(config)) {
+    : model_(model), config_(std::move(config)), precision_(model_, config_.param_dtype) {
   VERLPP_CHECK(config_.micro_batch_size >= 1, "sft micro_batch_size {} must be >= 1", config_.micro_batch_size);
   model_.set_requires_grad(true);
   params_ = parameter_tensors(model_);
@@ -28,11 +28,12 @@ nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
   optimizer_->zero_grad();
   double loss_sum = 0;
   for (const controller::Batch& micro : dp_.local_rows(batch).split(config_.micro_batch_size)) {
-    ResponseLogProbs out = response_log_probs(model_, micro.tensor("input_ids"), micro.tensor("attention_mask"),
+    ResponseLogProbs out = response_log_probs(precision_.compute(), micro.tensor("input_ids"), micro.tensor("attention_mask"),
                                               micro.tensor("position_ids"), response_length, 1.0, false,
                                               config_.log_prob_chunk_rows, config_.remove_padding);
     at::Tensor nll = out.log_probs.mul(micro.tensor("response_mask")).sum().neg().div(tokens);
     nll.backward();
+    precision_.accumulate_gradients();
     loss_sum += nll.item<double>();
   }
   dp_.all_reduce_gradients(params_);
@@ -40,13 +41,14 @@ nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
   dp_.all_reduce_sum(sums);
   loss_sum = sums[0];
   const double grad_norm = optimizer_->clip_and_step();
+  if (!optimizer_->last_step_skipped()) precision_.refresh_compute();
   return {{"sft/loss", loss_sum}, {"sft/grad_norm", grad_norm}, {"sft/lr", lr}, {"sft/tokens", tokens},
           {"sft/skipped_steps", optimizer_->skipped()}};
 }
 
 double SftTrainer::loss(const controller::Batch& batch) const {
   at::NoGradGuard no_grad;
-  ResponseLogProbs out = response_log_probs(model_, batch.tensor("input_ids"), batch.tensor("attention_mask"),
+  ResponseLogProbs out = response_log_probs(precision_.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"),
                                             batch.tensor("position_ids"), batch.tensor("responses").size(1), 1.0, false,
                                             config_.log_prob_chunk_rows, config_.remove_padding);
   const at::Tensor& mask = batch.tensor("response_mask");
