@@ -17,6 +17,12 @@
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -261,6 +267,72 @@ TEST_CASE("data parallel: a ZeRO-1 optimizer state saved by 2 ranks resumes on 1
   const double worst = worst_diff(params_of(resumed), params_of(straight));
   INFO("worst |resumed - uninterrupted| " << worst);
   CHECK(worst < lr * 1e-3);
+}
+
+
+// A client stopped in the middle of a store request wedges c10d's single-threaded store server
+// (LibTorch 1.x; 2.x's libuv server does not block). Here a raw connection sends the first byte
+// of a request and nothing more, between two live ranks. Rank 0's collective, which rank 1 skips,
+// must still end within its timeout plus the diagnosis deadline, and both groups must shut down
+// (before the fix rank 0 waited in its diagnosis, then in the store's destructor, forever).
+TEST_CASE("process group: a wedged rendezvous store cannot hang a failed collective", "[dp][store]") {
+  const uint16_t port = controller::pick_free_port();
+  std::atomic<int> ready{0};
+  std::atomic<bool> wedged{false}, rank0_done{false};
+  std::string error0;
+  double seconds0 = -1;
+  std::vector<std::thread> threads;
+  for (int32_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        hw::WorldInfo w;
+        w.rank = r;
+        w.world_size = w.local_world_size = 2;
+        w.local_rank = r;
+        w.master_port = port;
+        hw::ProcessGroupOptions options;
+        options.timeout = std::chrono::milliseconds(2000);
+        options.heartbeat = std::chrono::milliseconds(200);
+        auto group = hw::ProcessGroup::create(w, hw::Device(cpu_ref(), 0), options);
+        group->barrier();
+        ++ready;
+        while (!wedged) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        if (r == 0) {
+          const auto start = std::chrono::steady_clock::now();
+          try {
+            at::Tensor t = at::ones({4});
+            group->all_reduce_sum(t);  // rank 1 never joins
+          } catch (const std::exception& e) {
+            error0 = e.what();
+          }
+          seconds0 = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          rank0_done = true;
+        } else {
+          while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      } catch (const std::exception& e) {
+        if (r == 0) error0 = std::string("setup: ") + e.what();
+        rank0_done = true;
+      }
+    });
+  }
+  while (ready < 2 && !rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  const uint8_t first_byte = 0;  // a request's type byte (SET, or the 2.x handshake); the rest never comes
+  REQUIRE(::send(fd, &first_byte, 1, 0) == 1);
+  wedged = true;
+  for (auto& t : threads) t.join();
+  ::close(fd);
+  INFO("rank 0: " << error0 << " (" << seconds0 << " s)");
+  CHECK(error0.find("all_reduce over 2 ranks") != std::string::npos);
+  CHECK(seconds0 > 0);
+  CHECK(seconds0 < 2.0 + 0.8 + 5.0 + 3.0);  // the timeout + the diagnosis deadline + slack
 }
 
 #endif  // VERLPP_CPU_REF_HAS_GLOO

@@ -31,6 +31,10 @@ struct ProcessGroup::Impl {
   std::unique_ptr<Communicator> comm;
   std::thread heartbeat;
   std::shared_ptr<HeartbeatState> beat = std::make_shared<HeartbeatState>();
+  // Set when the store stopped answering (diagnose_peers' deadline, or a heartbeat that never
+  // came back): then the store is not destroyed, since destroying rank 0's server joins its
+  // thread, which waits for the stopped rank forever.
+  std::atomic<bool> store_wedged{false};
 };
 
 namespace {
@@ -115,19 +119,25 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const WorldInfo& world, const
 }
 
 ProcessGroup::~ProcessGroup() {
-  if (!impl_->heartbeat.joinable()) return;
-  std::unique_lock<std::mutex> lock(impl_->beat->mutex);
-  impl_->beat->stopping = true;
-  impl_->beat->wake.notify_all();
-  // A heartbeat stuck in a store call that will never be answered (a stopped rank holds rank 0's
-  // store) must not hold the process: after a bounded wait it is left running, detached.
-  const bool finished = impl_->beat->wake.wait_for(lock, std::chrono::seconds(5), [&] { return impl_->beat->finished; });
-  lock.unlock();
-  if (finished) {
-    impl_->heartbeat.join();
-  } else {
-    impl_->heartbeat.detach();
+  if (impl_->heartbeat.joinable()) {
+    std::unique_lock<std::mutex> lock(impl_->beat->mutex);
+    impl_->beat->stopping = true;
+    impl_->beat->wake.notify_all();
+    // A heartbeat stuck in a store call that will never be answered (a stopped rank holds rank
+    // 0's store) must not hold the process: after a bounded wait it is left running, detached.
+    const bool finished =
+        impl_->beat->wake.wait_for(lock, std::chrono::seconds(5), [&] { return impl_->beat->finished; });
+    lock.unlock();
+    if (finished) {
+      impl_->heartbeat.join();
+    } else {
+      impl_->heartbeat.detach();
+      impl_->store_wedged = true;
+    }
   }
+  // Deliberately leaked when wedged: the process is ending with an error anyway, and the OS
+  // closes the sockets; destroying it would wait for the stopped rank.
+  if (impl_->store_wedged) new std::shared_ptr<KvStore>(std::move(impl_->store));
 }
 
 void ProcessGroup::set_stage(const std::string& stage) {
@@ -204,6 +214,7 @@ std::string ProcessGroup::diagnose_peers() const {
   const auto deadline = options_.heartbeat * 4 + std::chrono::milliseconds(5000);
   std::unique_lock<std::mutex> lock(result->mutex);
   if (result->done.wait_for(lock, deadline, [&] { return result->finished; })) return result->text;
+  impl_->store_wedged = true;
   return fmt::format("; the rendezvous store at {}:{} did not answer within {} ms while checking the other ranks "
                      "(a rank stopped in the middle of a store request holds rank 0's store; which ranks stopped "
                      "is unknown)", world_.master_addr, world_.master_port, deadline.count());
