@@ -40,9 +40,6 @@ at::Tensor attention(const at::Tensor& q /*[B, Tq, H, D]*/, const at::Tensor& k 
 at::Tensor causal_attention(const at::Tensor& q /*[B, T, H, D]*/, const at::Tensor& k /*[B, T, KV, D]*/,
                             const at::Tensor& v /*[B, T, KV, D]*/, double scale);  // -> [B, T, H, D]
 
-// Whether this build's LibTorch has the fused SDPA that attention() uses for 16-bit dtypes.
-bool has_fused_attention();
-
 // Causal visibility for Tq new queries that end a sequence of Tk keys: query i sees keys
 // j <= Tk - Tq + i.
 at::Tensor causal_mask(int64_t tq, int64_t tk, c10::Device device);  // -> [Tq, Tk] bool

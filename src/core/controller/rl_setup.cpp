@@ -118,7 +118,8 @@ void build_actor(RlTrainer::State& s) {
 void build_reference(RlTrainer::State& s) {
   // A frozen copy of the starting actor weights (verl's ref worker loads the same model path),
   // in the actor's compute dtype (verl's ref runs under the same FSDP mixed precision).
-  s.ref_model = std::make_unique<model::DecoderLM>(s.actor_model->config(), model::ModelOptions{param_dtype(s, "actor_rollout_ref.actor.fsdp_config"), s.device, false});
+  s.ref_model = std::make_unique<model::DecoderLM>(s.actor_model->config(),
+                                                   model::ModelOptions{s.actor->config().param_dtype, s.device, false});
   for (const auto& [name, p] : s.actor_model->named_parameters()) s.ref_model->parameter(name).detach().copy_(p.detach());
 }
 

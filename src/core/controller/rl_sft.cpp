@@ -37,7 +37,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   config.micro_batch_size = c.get<int64_t>("sft.micro_batch_size_per_gpu");
   config.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
   config.optim = adamw_of(c, "sft.optim", "sft.optim.grad_clip");
-  config.param_dtype = param_dtype(s, "actor_rollout_ref.actor.fsdp_config");  // SFT trains the actor
+  config.param_dtype = s.actor->config().param_dtype;  // SFT trains the actor, in its compute dtype
   train::SftTrainer trainer(*s.actor_model, config, train::LrSchedule(lr));
   trainer.set_data_parallel(s.dp, c.get<int64_t>("trainer.zero_stage") == 1);
 

@@ -128,18 +128,10 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 
 }  // namespace
 
-bool has_fused_attention() {
-#ifdef VERLPP_HAVE_SDPA
-  return true;
-#else
-  return false;
-#endif
-}
-
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed,
                      double scale) {
   check_qkv(q, k, v);
-  const int64_t B = q.size(0), Tq = q.size(1), H = q.size(2);
+  const int64_t Tq = q.size(1), H = q.size(2);
   const int64_t Tk = k.size(1);
   if (allowed.defined())
     VERLPP_CHECK(allowed.dim() == 3 && allowed.size(1) == Tq && allowed.size(2) == Tk,
@@ -152,7 +144,6 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     scores = scores.masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<double>::infinity());
   at::Tensor probs = at::softmax(scores, -1, q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat)
                          .to(q.scalar_type());
-  (void)B;
   return at::matmul(probs, vh).transpose(1, 2);  // [B, Tq, H, D]
 }
 

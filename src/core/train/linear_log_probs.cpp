@@ -81,7 +81,7 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
         at::Tensor p = z.sub(lse.narrow(0, begin, rows).unsqueeze(1)).exp_();  // softmax(z), from the saved lse
         // -p (g_logp + g_ent (z - E_p[z])), then + g_logp at the target.
         at::Tensor gz = z.sub_(mean_z.narrow(0, begin, rows).unsqueeze(1)).mul_(g_ent.narrow(0, begin, rows).unsqueeze(1));
-        gz.add_(g_logp.defined() ? g_logp.narrow(0, begin, rows).unsqueeze(1) : at::zeros({rows, 1}, gz.options()));
+        if (g_logp.defined()) gz.add_(g_logp.narrow(0, begin, rows).unsqueeze(1));
         gz.mul_(p).neg_();
         if (g_logp.defined())
           gz.scatter_add_(1, targets.narrow(0, begin, rows).unsqueeze(1), g_logp.narrow(0, begin, rows).unsqueeze(1));
