@@ -24,6 +24,9 @@ class PagedKvCache;
 }
 
 namespace verlpp::rollout {
+namespace detail {
+class DecodeGraphs;
+}
 
 // How the engine sizes its pool and batches. The pool is the first of: num_blocks,
 // kv_token_budget tokens, memory_fraction of memory_total_bytes (0 = the machine's physical
@@ -37,6 +40,10 @@ struct EngineOptions {
   SchedulerLimits limits;         // max_num_seqs, max_num_batched_tokens
   uint64_t seed = 0;              // seeds requests that bring none (request i: seed + i)
   const hw::Kernels* kernels = nullptr;  // a plugin's kernels (sample, paged attention decode)
+  // Decode steps as captured device graphs (CUDA graphs, one per batch-size bucket) where the
+  // device, the LibTorch build and the plugin's kernels allow it; the environment variable
+  // VERLPP_DEVICE_GRAPHS=0 turns them off as well. See docs/rollout.md.
+  bool device_graphs = true;
 };
 
 // One prompt and how to sample it.
@@ -62,6 +69,9 @@ struct GenerateStats {
   int64_t num_prefill_steps = 0, num_decode_steps = 0, num_preemptions = 0;
   int64_t num_prompt_tokens = 0;     // tokens computed by prefills (recomputation included)
   int64_t num_generated_tokens = 0;
+  int64_t num_graph_steps = 0;         // decode steps replayed from a device graph
+  int64_t num_graph_captures = 0;      // graphs captured during this call (kept for later calls)
+  double graph_capture_seconds = 0;    // time those captures took
   double seconds = 0;
 };
 
@@ -94,6 +104,8 @@ class RolloutEngine {
   // Re-creates the KV pool; returns the seconds it took.
   double wake();
   bool is_sleeping() const { return cache_ == nullptr; }
+  // "" when decode steps run as device graphs, otherwise why they do not.
+  const std::string& device_graphs_off_reason() const { return graphs_off_reason_; }
 
   const model::DecoderLM& model() const { return model_; }
   int64_t num_blocks() const { return num_blocks_; }
@@ -114,6 +126,11 @@ class RolloutEngine {
   std::unique_ptr<model::PagedKvCache> cache_;
   GenerateStats stats_;
   std::vector<std::string> shared_params_;  // names whose storage is a trainer's
+  // Decode graphs (null until a generate() needs them; dropped when the weights' or the pool's
+  // storage moves). With graphs on, the pool has one block more than num_blocks_: the scratch
+  // block that padding rows of a graph's batch write to.
+  std::unique_ptr<detail::DecodeGraphs> graphs_;
+  std::string graphs_off_reason_;
   // A step's int64 inputs staged in one host buffer (pinned on an accelerator) and moved with
   // one asynchronous copy; reused, since each step reads its sampled tokens back before the next.
   at::Tensor staging_;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace verlpp::hw {
@@ -65,6 +66,19 @@ uint64_t sample_seed(uint64_t seed, int64_t index);
 // plugin's `sample` kernel when `kernels` has one, the LibTorch reference path otherwise.
 SampleResult sample(const at::Tensor& logits, const std::vector<RowSampling>& rows,
                     const hw::Kernels* kernels = nullptr);
+
+// Per-row sampler settings already on the device, as the plugin's `sample` kernel reads them:
+// temperature f32, top_k i32 (0 = all), top_p f32, seed i64 (sample_seed(seed, step): each
+// row's own draw). All [B].
+struct DeviceSampling {
+  at::Tensor temperature, top_k, top_p, seed;
+};
+
+// The plugin's `sample` kernel (`kernels` must have one) with everything on the device: returns
+// tokens [B] int64 and their log-probs [B] f32 there, queued on LibTorch's current stream.
+// No host copy and no synchronisation, so a device graph can capture it.
+std::pair<at::Tensor, at::Tensor> sample_on_device(const at::Tensor& logits, const DeviceSampling& rows,
+                                                   const hw::Kernels& kernels);
 
 // The reference path alone (what sample() runs without a plugin kernel).
 SampleResult sample_reference(const at::Tensor& logits, const std::vector<RowSampling>& rows);

@@ -9,6 +9,9 @@
 #include <verlpp/model/kv_cache.hpp>
 
 #include "attention.hpp"
+#include "decode_graphs.hpp"
+
+#include <verlpp/core/log.hpp>
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
@@ -16,6 +19,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <unistd.h>
 
 namespace verlpp::rollout {
@@ -70,6 +75,17 @@ RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
   } else {
     num_blocks_ = (16384 + options_.block_size - 1) / options_.block_size;
   }
+  const char* env = std::getenv("VERLPP_DEVICE_GRAPHS");
+  if (!options_.device_graphs)
+    graphs_off_reason_ = "turned off (EngineOptions::device_graphs = false)";
+  else if (env != nullptr && std::strcmp(env, "0") == 0)
+    graphs_off_reason_ = "turned off by VERLPP_DEVICE_GRAPHS=0";
+  else
+    graphs_off_reason_ = detail::DecodeGraphs::unavailable_reason(model_, options_.kernels);
+  if (!model_.options().device.is_cpu())
+    log(graphs_off_reason_.empty() ? LogLevel::debug : LogLevel::info,
+        graphs_off_reason_.empty() ? "rollout: decode steps run as device graphs"
+                                   : "rollout: decode steps run eagerly, not as device graphs: " + graphs_off_reason_);
   wake();
 }
 
@@ -86,6 +102,7 @@ int64_t RolloutEngine::pool_bytes() const { return num_blocks_ * bytes_per_block
 
 double RolloutEngine::sleep() {
   const auto start = std::chrono::steady_clock::now();
+  graphs_.reset();  // they write into this pool; a new pool lies elsewhere
   cache_.reset();  // on CUDA the memory goes back to LibTorch's caching allocator (docs/rollout.md)
   return seconds_since(start);
 }
@@ -93,7 +110,8 @@ double RolloutEngine::sleep() {
 double RolloutEngine::wake() {
   const auto start = std::chrono::steady_clock::now();
   if (!cache_) {
-    cache_ = std::make_unique<model::PagedKvCache>(model_.config(), num_blocks_, options_.block_size,
+    const int64_t scratch = graphs_off_reason_.empty() ? 1 : 0;  // the decode graphs' padding block
+    cache_ = std::make_unique<model::PagedKvCache>(model_.config(), num_blocks_ + scratch, options_.block_size,
                                                     model_.options().dtype, model_.options().device);
     wait_for_device(cache_->v(cache_->num_layers() - 1));  // the pool is zero-filled asynchronously on a GPU
   }
@@ -166,6 +184,21 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
     scheduler.add_group(std::move(group));
   }
 
+  if (graphs_off_reason_.empty()) {
+    // Block tables of a graph are as wide as the longest sample can need, rounded up to a power
+    // of two so that later calls with similar lengths reuse the graphs.
+    int64_t need = 1;
+    for (const auto& s : seqs)
+      need = std::max(need, (s->num_prompt_tokens + s->max_new_tokens - 1 + options_.block_size - 1) / options_.block_size);
+    int64_t width = 16;
+    while (width < need) width *= 2;
+    if (!graphs_ || graphs_->table_width() < width)
+      graphs_ = std::make_unique<detail::DecodeGraphs>(model_.options().device, num_blocks_, *options_.kernels,
+                                                       options_.limits.max_num_seqs, width);
+  }
+  const int64_t captures_before = graphs_ ? graphs_->num_captures() : 0;
+  const double capture_seconds_before = graphs_ ? graphs_->capture_seconds() : 0;
+
   const int64_t total = int64_t(seqs.size());
   int64_t done = 0;
   std::vector<int64_t> token_ids;
@@ -190,6 +223,10 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
                "RolloutEngine: {} blocks still held after every request finished",
                blocks.num_blocks() - blocks.num_free_blocks());
   stats_.num_preemptions = scheduler.num_preemptions();
+  if (graphs_) {
+    stats_.num_graph_captures = graphs_->num_captures() - captures_before;
+    stats_.graph_capture_seconds = graphs_->capture_seconds() - capture_seconds_before;
+  }
 
   std::vector<GenerateOutput> outputs;
   size_t next = 0;
@@ -227,6 +264,20 @@ void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& to
       cache_->k(l).select(0, copy.dst).copy_(cache_->k(l).select(0, copy.src));
       cache_->v(l).select(0, copy.dst).copy_(cache_->v(l).select(0, copy.src));
     }
+  if (!step.is_prefill && graphs_) {
+    try {
+      if (graphs_->run(model_, *cache_, step, token_ids, logprobs)) {
+        ++stats_.num_graph_steps;
+        return;
+      }
+    } catch (const Error& e) {
+      // A capture that fails (an op that synchronises, a driver without graph support) costs
+      // speed, not the generation: this and every later step run eagerly.
+      graphs_off_reason_ = e.what();
+      graphs_.reset();
+      log(LogLevel::warning, "rollout: decode graphs turned off, steps run eagerly: " + graphs_off_reason_);
+    }
+  }
   std::vector<int64_t> ids, positions, slots, cu{0}, lens, last_rows;
   size_t max_blocks = 1;
   for (const Sequence* s : step.compute) max_blocks = std::max(max_blocks, s->block_table.size());
@@ -299,7 +350,10 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
                      shape_text(src), shape_text(dst));
     const auto shared = std::find(shared_params_.begin(), shared_params_.end(), name);
     if (src.device() == dst.device() && src.scalar_type() == dst.scalar_type() && src.is_contiguous()) {
-      if (!dst.is_same(src)) const_cast<at::Tensor&>(dst).set_(src.detach());
+      if (!dst.is_same(src)) {
+        const_cast<at::Tensor&>(dst).set_(src.detach());
+        graphs_.reset();  // they read the old storage
+      }
       if (shared == shared_params_.end()) shared_params_.push_back(name);
       ++report.num_shared;
     } else {
@@ -307,6 +361,7 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
       if (shared != shared_params_.end()) {
         const_cast<at::Tensor&>(dst).set_(at::empty(dst.sizes(), dst.options()));
         shared_params_.erase(shared);
+        graphs_.reset();
       }
       dst.copy_(src.detach());
       last_copied = &dst;

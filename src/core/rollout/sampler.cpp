@@ -113,6 +113,24 @@ SampleResult sample_reference(const at::Tensor& logits, const std::vector<RowSam
   return out;
 }
 
+std::pair<at::Tensor, at::Tensor> sample_on_device(const at::Tensor& logits, const DeviceSampling& rows,
+                                                   const hw::Kernels& kernels) {
+  VERLPP_CHECK(kernels.table().sample != nullptr, "sample_on_device: plugin {} has no sample kernel",
+               kernels.plugin().display_name());
+  at::Tensor x = logits.to(at::kFloat).contiguous();
+  auto on = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).device(x.device()); };
+  at::Tensor tokens = at::empty({x.size(0)}, on(at::kLong)), logprobs = at::empty({x.size(0)}, on(at::kFloat));
+  DLTensor d_x = hw::detail::dl_view(x), d_temp = hw::detail::dl_view(rows.temperature),
+           d_topk = hw::detail::dl_view(rows.top_k), d_topp = hw::detail::dl_view(rows.top_p),
+           d_seed = hw::detail::dl_view(rows.seed, /*as_unsigned=*/true), d_tok = hw::detail::dl_view(tokens),
+           d_lp = hw::detail::dl_view(logprobs);
+  // The ABI takes one step for the batch; each row's own step is folded into its seed instead.
+  kernels.plugin().check(kernels.table().sample(&d_x, &d_temp, &d_topk, &d_topp, &d_seed, 0, &d_tok, &d_lp,
+                                                kernels.current_stream(x.device())),
+                         "kernels.sample");
+  return {tokens, logprobs};
+}
+
 SampleResult sample(const at::Tensor& logits, const std::vector<RowSampling>& rows, const hw::Kernels* kernels) {
   if (kernels == nullptr || kernels->table().sample == nullptr) return sample_reference(logits, rows);
   const auto dev = logits.device();
@@ -123,25 +141,16 @@ SampleResult sample(const at::Tensor& logits, const std::vector<RowSampling>& ro
     temps.push_back(float(r.temperature));
     top_ks.push_back(int32_t(r.top_k > 0 ? r.top_k : 0));
     top_ps.push_back(float(r.top_p));
-    // The ABI takes one step for the batch; fold each row's own step into its seed instead.
     seeds.push_back(int64_t(sample_seed(r.seed, r.step)));
   }
-  at::Tensor x = logits.to(at::kFloat).contiguous();
-  auto on = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).device(dev); };
-  at::Tensor t_temp = at::tensor(temps, at::TensorOptions().dtype(at::kFloat)).to(dev);
-  at::Tensor t_topk = at::tensor(top_ks, at::TensorOptions().dtype(at::kInt)).to(dev);
-  at::Tensor t_topp = at::tensor(top_ps, at::TensorOptions().dtype(at::kFloat)).to(dev);
-  at::Tensor t_seed = at::tensor(seeds, at::TensorOptions().dtype(at::kLong)).to(dev);
-  at::Tensor out_tokens = at::empty({x.size(0)}, on(at::kLong)), out_logprobs = at::empty({x.size(0)}, on(at::kFloat));
-  DLTensor d_x = hw::detail::dl_view(x), d_temp = hw::detail::dl_view(t_temp), d_topk = hw::detail::dl_view(t_topk),
-           d_topp = hw::detail::dl_view(t_topp), d_seed = hw::detail::dl_view(t_seed, /*as_unsigned=*/true),
-           d_tok = hw::detail::dl_view(out_tokens), d_lp = hw::detail::dl_view(out_logprobs);
-  // On LibTorch's current stream (see Kernels::current_stream): the copies to the host below
-  // are queued after the kernel on that stream and are what waits for it.
-  kernels->plugin().check(kernels->table().sample(&d_x, &d_temp, &d_topk, &d_topp, &d_seed, 0, &d_tok, &d_lp,
-                                                  kernels->current_stream(dev)),
-                          "kernels.sample");
-  return SampleResult{out_tokens.to(at::kCPU), out_logprobs.to(at::kCPU)};
+  DeviceSampling on_device{at::tensor(temps, at::TensorOptions().dtype(at::kFloat)).to(dev),
+                           at::tensor(top_ks, at::TensorOptions().dtype(at::kInt)).to(dev),
+                           at::tensor(top_ps, at::TensorOptions().dtype(at::kFloat)).to(dev),
+                           at::tensor(seeds, at::TensorOptions().dtype(at::kLong)).to(dev)};
+  // The copies to the host are queued after the kernel on LibTorch's current stream and are
+  // what waits for it.
+  auto [tokens, logprobs] = sample_on_device(logits, on_device, *kernels);
+  return SampleResult{tokens.to(at::kCPU), logprobs.to(at::kCPU)};
 }
 
 }  // namespace verlpp::rollout

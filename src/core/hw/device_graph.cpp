@@ -1,0 +1,100 @@
+// DeviceGraphs on LibTorch's CUDA graph API when this library is built against a CUDA LibTorch
+// (VERLPP_TORCH_CUDA, set by src/core/CMakeLists.txt); an honest "unavailable" otherwise.
+#include "device_graph.hpp"
+
+#include <verlpp/core/error.hpp>
+
+#include <map>
+
+#if VERLPP_TORCH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace verlpp::hw {
+
+#if VERLPP_TORCH_CUDA
+
+struct DeviceGraphs::Impl {
+  explicit Impl(const c10::Device& d)
+      : device(d), side(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, d.index())),
+        pool(at::cuda::graph_pool_handle()) {}
+  c10::Device device;
+  // Captures need a stream other than the default one; one stream for every capture, so that
+  // the warm-up creates the library handles and workspaces the capture then finds.
+  c10::cuda::CUDAStream side;
+  at::cuda::MempoolId_t pool;  // shared by every graph of this set
+  std::map<int64_t, std::unique_ptr<at::cuda::CUDAGraph>> graphs;
+};
+
+std::string DeviceGraphs::unavailable_reason(const c10::Device& device) {
+  if (device.type() != c10::DeviceType::CUDA)
+    return "device " + device.str() + " is not a CUDA device (graphs are captured through LibTorch's CUDA graphs)";
+  return "";
+}
+
+DeviceGraphs::DeviceGraphs(const c10::Device& device) {
+  const std::string why = unavailable_reason(device);
+  if (!why.empty()) VERLPP_FAIL_AT("DeviceGraphs", "{}", why);
+  c10::cuda::CUDAGuard on_device(device.index());
+  impl_ = std::make_unique<Impl>(c10::Device(c10::DeviceType::CUDA, c10::cuda::current_device()));
+}
+
+void DeviceGraphs::capture(int64_t key, const std::function<void()>& body) {
+  c10::cuda::CUDAGuard on_device(impl_->device.index());
+  // The side stream must start after the work already queued (static inputs' last writes);
+  // captures are rare, so a full device synchronisation is the simple way to order them.
+  c10::cuda::device_synchronize();
+  c10::cuda::CUDAStreamGuard on_side(impl_->side);
+  body();
+  impl_->side.synchronize();
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  try {
+    graph->capture_begin(impl_->pool);
+    body();
+    graph->capture_end();
+  } catch (const std::exception& e) {
+    // End the capture (it may already be invalid) so that the stream and the allocator leave
+    // capture mode; the caller then runs the step eagerly.
+    try {
+      graph->capture_end();
+    } catch (...) {
+    }
+    VERLPP_FAIL_AT("DeviceGraphs", "capturing graph {} on {} failed: {}", key, impl_->device.str(), e.what());
+  }
+  impl_->graphs[key] = std::move(graph);
+}
+
+void DeviceGraphs::replay(int64_t key) {
+  auto found = impl_->graphs.find(key);
+  if (found == impl_->graphs.end()) VERLPP_FAIL_AT("DeviceGraphs", "no graph {} was captured", key);
+  c10::cuda::CUDAGuard on_device(impl_->device.index());
+  found->second->replay();
+}
+
+bool DeviceGraphs::contains(int64_t key) const { return impl_->graphs.count(key) != 0; }
+int64_t DeviceGraphs::size() const { return int64_t(impl_->graphs.size()); }
+
+#else  // a LibTorch without CUDA: nothing to capture with
+
+struct DeviceGraphs::Impl {};
+
+std::string DeviceGraphs::unavailable_reason(const c10::Device& device) {
+  return "this verlpp was built against a LibTorch without CUDA, so nothing can be captured on " + device.str();
+}
+
+DeviceGraphs::DeviceGraphs(const c10::Device& device) { VERLPP_FAIL_AT("DeviceGraphs", "{}", unavailable_reason(device)); }
+void DeviceGraphs::capture(int64_t key, const std::function<void()>&) {
+  VERLPP_FAIL_AT("DeviceGraphs", "cannot capture graph {}: no CUDA LibTorch", key);
+}
+void DeviceGraphs::replay(int64_t key) { VERLPP_FAIL_AT("DeviceGraphs", "no graph {} was captured", key); }
+bool DeviceGraphs::contains(int64_t) const { return false; }
+int64_t DeviceGraphs::size() const { return 0; }
+
+#endif
+
+DeviceGraphs::~DeviceGraphs() = default;
+
+}  // namespace verlpp::hw

@@ -1,0 +1,50 @@
+// DeviceGraphs: recorded device work replayed with one launch (CUDA graphs through LibTorch's
+// at::cuda::CUDAGraph). A step of a few hundred small kernels costs the host tens of
+// microseconds per LibTorch op to launch; a replayed graph launches them all at once.
+//
+// Graphs of one set share one memory pool: what a captured body allocates (its intermediates
+// and outputs) comes from that pool and is reused by the next replay. Sharing is safe for how
+// the rollout engine uses it: every graph reads only memory it wrote in the same replay, tensors
+// made outside the capture (static inputs, weights, the KV pool) and nothing another graph made;
+// a graph's outputs are read right after its replay, before another graph runs.
+//
+// Built only against a CUDA LibTorch (VERLPP_TORCH_CUDA); elsewhere unavailable_reason() says
+// so and nothing is captured. The header carries no device headers.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace verlpp::hw {
+
+class DeviceGraphs {
+ public:
+  // "" when graphs can be captured on `device`, otherwise why not (a CPU device, a LibTorch
+  // built without CUDA, another device type).
+  static std::string unavailable_reason(const c10::Device& device);
+
+  explicit DeviceGraphs(const c10::Device& device);
+  ~DeviceGraphs();
+  DeviceGraphs(const DeviceGraphs&) = delete;
+  DeviceGraphs& operator=(const DeviceGraphs&) = delete;
+
+  // Runs `body` once eagerly on a side stream (warm-up: library handles, workspaces, lazy
+  // initialisation) and once under capture, and keeps the graph under `key`. Everything in
+  // `body` must be device work on LibTorch's current stream: no host synchronisation, no
+  // host-dependent shapes. Throws Error naming the key when the capture fails.
+  void capture(int64_t key, const std::function<void()>& body);
+  bool contains(int64_t key) const;
+  // Launches graph `key` on LibTorch's current stream.
+  void replay(int64_t key);
+  int64_t size() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace verlpp::hw
