@@ -1,6 +1,7 @@
 // RolloutEngine against a naive generator (forward_padded over the whole sequence every step)
 // on the tiny model: greedy tokens and log-probs with preemption forced by a tiny pool,
-// sampled log-probs against a full forward, seeds, hybrid-engine hooks and bad requests.
+// sampled log-probs against a full forward (within 1e-5 absolute at the config's init scale),
+// seeds, hybrid-engine hooks and bad requests.
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
@@ -27,11 +28,12 @@ using namespace verlpp::rollout;
 
 namespace {
 
-// examples/tiny with a larger init scale, so logits are far from uniform (no argmax near-ties).
-model::ModelConfig tiny_config() {
+// examples/tiny, by default with 10x its init scale (0.2), so logits are far from uniform (no
+// argmax near-ties); 0.02 is the file's own.
+model::ModelConfig tiny_config(double initializer_range = 0.2) {
   std::ifstream in(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json");
   nlohmann::json j = nlohmann::json::parse(in);
-  j["initializer_range"] = 0.2;
+  j["initializer_range"] = initializer_range;
   return model::parse_model_config(j, "tiny");
 }
 
@@ -39,6 +41,16 @@ model::DecoderLM tiny_model(uint64_t seed, at::ScalarType dtype = at::kFloat) {
   model::DecoderLM m(tiny_config());
   m.init_weights(seed);
   if (dtype != at::kFloat) m.to(dtype, c10::Device(c10::kCPU));
+  return m;
+}
+
+// examples/tiny at its own init scale (0.02, logits ~0.23 wide, near uniform), fp32.
+// `logit_scale` multiplies the final norm's weight: every logit grows by it, the body is unchanged.
+model::DecoderLM config_scale_model(uint64_t seed, double logit_scale) {
+  model::DecoderLM m(tiny_config(0.02));
+  m.init_weights(seed);
+  at::NoGradGuard no_grad;
+  m.parameter("model.norm.weight").mul_(logit_scale);
   return m;
 }
 
@@ -62,6 +74,15 @@ std::vector<int64_t> naive_greedy(const model::DecoderLM& m, std::vector<int64_t
   return std::vector<int64_t>(ids.begin() + int64_t(prompt), ids.end());
 }
 
+// What the trainer recomputes as old log-probs for the last `num_response` tokens of `ids`
+// (train::response_log_probs, one unpadded row): [num_response] fp32.
+at::Tensor trainer_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& ids, int64_t num_response, double T) {
+  at::NoGradGuard no_grad;
+  at::Tensor x = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
+  return train::response_log_probs(m, x, at::ones_like(x), at::arange(x.size(1), x.options()).unsqueeze(0), num_response,
+                                   T, false).log_probs[0];
+}
+
 // Every generated token's log-prob against a full forward of the same weights in fp64 (exact
 // to ~1e-12, so what is measured is the engine's error alone), relative to the log-prob's size.
 // An fp32 engine is held to 2.5e-5: its rounding depends on the BLAS (the decode step's [1 x C]
@@ -72,11 +93,11 @@ std::vector<int64_t> naive_greedy(const model::DecoderLM& m, std::vector<int64_t
 //
 // An fp32 engine is also compared with what the trainer recomputes as old log-probs
 // (train::response_log_probs in fp32, verl's layout), the pair RL actually compares. Issue 5's
-// literal "<= 1e-5 absolute" does not hold for that pair on this model: measured up to 2.96e-5
-// over these tests' fp32 samples (9 of 21 samples above 1e-5). No engine change can close it:
-// the trainer's fp32 forward is itself up to 3.0e-5 from the fp64 value on the same sample, and
-// stays 3.07e-5 with the LM head and log-softmax in fp64 (the error is in the fp32 body's GEMMs
-// and attention, not the logsumexp or the chunking), so even an exact engine would be 3e-5 away.
+// literal "<= 1e-5 absolute" is proven at realistic scale by the "fp32 log-probs within 1e-5
+// absolute" test below (the config's 0.02 init). On this large-init model fp32 rounding alone
+// exceeds it: measured up to 2.96e-5 for the pair, and the trainer's fp32 forward is itself up
+// to 3.0e-5 from fp64 on the same sample (3.07e-5 with the LM head and log-softmax in fp64: the
+// error is the fp32 body's GEMMs and attention), so even an exact engine would be 3e-5 away.
 // Each side is within its 2.5e-5 budget of the exact value, so the pair is held to their sum.
 void check_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& prompt, const GenerateOutput& out, double T,
                     double tolerance = 2.5e-5) {
@@ -93,10 +114,7 @@ void check_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& promp
   INFO(fmt::format("request {} sample {}: worst relative |logprob error| {:.3g}", out.request_index, out.sample_index, worst));
   CHECK(worst <= tolerance);
   if (m.options().dtype != at::kFloat) return;
-  at::NoGradGuard no_grad;
-  at::Tensor x = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
-  at::Tensor old = train::response_log_probs(m, x, at::ones_like(x), at::arange(x.size(1), x.options()).unsqueeze(0),
-                                             int64_t(out.token_ids.size()), T, false).log_probs[0];
+  at::Tensor old = trainer_logprobs(m, ids, int64_t(out.token_ids.size()), T);
   double worst_trainer = 0, worst_abs = 0;
   for (size_t i = 0; i < out.token_ids.size(); ++i) {
     const double ref = old[int64_t(i)].item<double>(), diff = std::abs(ref - double(out.logprobs[i]));
@@ -202,6 +220,76 @@ TEST_CASE("engine: in fp64 the returned log-probs equal a full forward to float 
     REQUIRE(out.error.empty());
     const double t = reqs[size_t(out.request_index)].sampling.temperature;
     check_logprobs(ref, reqs[size_t(out.request_index)].prompt_ids, out, t == 0 ? 1.0 : t, 1e-6);
+  }
+}
+
+TEST_CASE("engine: fp32 log-probs within 1e-5 absolute of an fp32 full forward and of the trainer's recompute (config init scale)", "[rollout][engine]") {
+  // Issue 5's literal bound, on the tiny model as configured (initializer_range 0.02: logits
+  // ~0.23 wide, near uniform) and with its logits scaled 20x, as peaked as a trained model's
+  // (|logit| up to 24, mean entropy 1.2 nats, top token 0.68 on average). Both references are
+  // fp32: one full forward's log_softmax(logits / T), and train::response_log_probs (the
+  // trainer's old log-probs). Measured worst (OpenBLAS) 9.5e-7 at scale 1, 4.4e-6 at scale 20.
+  SamplingParams t1;  // T = 1, top-p, n = 3
+  t1.temperature = 1.0;
+  t1.top_p = 0.9;
+  t1.n = 3;
+  t1.seed = 41;
+  SamplingParams t07;  // T = 0.7, top-k and top-p
+  t07.temperature = 0.7;
+  t07.top_k = 40;
+  t07.top_p = 0.95;
+  t07.seed = 42;
+  const int64_t max_new = 12;
+  for (SamplingParams* p : {&t1, &t07}) {
+    p->max_new_tokens = max_new;
+    p->ignore_eos = true;
+  }
+  std::vector<GenerateRequest> reqs = {{prompt_of(1, 0), t1},
+                                       {prompt_of(6, 1), t07},
+                                       {prompt_of(13, 2), greedy(max_new)},
+                                       {prompt_of(22, 3), t07},
+                                       {prompt_of(31, 4), greedy(max_new)}};
+  reqs[3].sampling.seed = 43;
+  for (double logit_scale : {1.0, 20.0}) {
+    model::DecoderLM ref = config_scale_model(31, logit_scale);
+    EngineOptions small;
+    small.block_size = 4;
+    small.num_blocks = 14;  // the longest request alone needs 11: forces preemption
+    RolloutEngine engine(config_scale_model(31, logit_scale), small);
+    std::vector<GenerateOutput> outs = engine.generate(reqs);
+    REQUIRE(outs.size() == reqs.size() + 2);
+    CHECK(engine.last_stats().num_preemptions > 0);
+    double worst_full = 0, worst_trainer = 0, min_logprob = 0;
+    for (const GenerateOutput& out : outs) {
+      REQUIRE(out.error.empty());
+      REQUIRE(out.token_ids.size() == size_t(max_new));
+      const GenerateRequest& req = reqs[size_t(out.request_index)];
+      const double T = req.sampling.temperature == 0 ? 1.0 : req.sampling.temperature;
+      std::vector<int64_t> ids = req.prompt_ids;
+      ids.insert(ids.end(), out.token_ids.begin(), out.token_ids.end());
+      const at::Tensor full = full_logprobs(ref, ids, T);
+      const at::Tensor trainer = trainer_logprobs(ref, ids, max_new, T);
+      int64_t first_bad = -1;
+      std::string bad;
+      for (int64_t i = 0; i < max_new; ++i) {
+        const double got = out.logprobs[size_t(i)];
+        const double a = full[int64_t(req.prompt_ids.size()) + i - 1][out.token_ids[size_t(i)]].item<double>();
+        const double b = trainer[i].item<double>();
+        worst_full = std::max(worst_full, std::abs(got - a));
+        worst_trainer = std::max(worst_trainer, std::abs(got - b));
+        min_logprob = std::min(min_logprob, got);
+        if (first_bad < 0 && std::max(std::abs(got - a), std::abs(got - b)) > 1e-5) {
+          first_bad = i;
+          bad = fmt::format("token {}: engine {:.9g}, full forward {:.9g}, trainer {:.9g}", i, got, a, b);
+        }
+      }
+      INFO(fmt::format("logit scale {}, request {} sample {}: first token off by > 1e-5: {}", logit_scale,
+                       out.request_index, out.sample_index, first_bad < 0 ? "none" : bad));
+      CHECK(first_bad == -1);
+    }
+    INFO(fmt::format("logit scale {}: worst |engine - full forward| {:.3g}, |engine - trainer| {:.3g} (log-probs down to {:.3g})",
+                     logit_scale, worst_full, worst_trainer, min_logprob));
+    CHECK(std::max(worst_full, worst_trainer) <= 1e-5);
   }
 }
 
