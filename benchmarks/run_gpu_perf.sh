@@ -5,6 +5,7 @@
 #   train:   verlpp-bench-train (bf16 mixed precision, and fp32) beside hf_train_step.py
 #            (eager, and torch.compile), 16 x 512 tokens;
 #   rollout: verlpp-bench-rollout with the cuda plugin beside hf_generate.py, temperature 1;
+#   tests:   the rollout engine's [gpu] test cases (decode graphs);
 #   e2e:     benchmarks/e2e/grpo_step.sh (only with E2E=1: it needs a few minutes of its own).
 # At most 8 files under $OUT (the device tool brings back 8): summary.txt, build.log,
 # conformance.txt, train.jsonl, rollout.jsonl, and grpo_step.{json,log} with E2E=1.
@@ -73,12 +74,15 @@ fi
 if [[ " $STAGES " == *" rollout "* ]]; then
   step "rollout $SHAPES, temperature 1: verlpp + cuda plugin beside HF generate"
   : > "$OUT/rollout.jsonl"
-  VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b --device cuda --dtype bfloat16 \
-    --temperature 1 --repeat 2 --plugin cuda --shapes "$SHAPES" --transitions --json /tmp/r.json 2>&1 | tee -a "$OUT/summary.txt"
-  cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
-  step "greedy tokens with kernels on LibTorch's stream (ABI 1.1) vs the NULL stream: must be identical"
+  for graphs in 1 0; do  # decode steps as CUDA graphs, then eager
+    VERLPP_DEVICE_GRAPHS=$graphs VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
+      --device cuda --dtype bfloat16 --temperature 1 --repeat 2 --plugin cuda --shapes "$SHAPES" --transitions \
+      --json /tmp/r.json 2>&1 | tee -a "$OUT/summary.txt"
+    cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
+  done
+  step "eager decode: greedy tokens with kernels on LibTorch's stream (ABI 1.1) vs the NULL stream: must be identical"
   for streams in 1 0; do
-    VERLPP_KERNEL_STREAMS=$streams VERL_HARDWARE_PLUGIN=cuda timeout 100 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
+    VERLPP_DEVICE_GRAPHS=0 VERLPP_KERNEL_STREAMS=$streams VERL_HARDWARE_PLUGIN=cuda timeout 100 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
       --device cuda --dtype bfloat16 --temperature 0 --repeat 1 --plugin cuda --shapes 64:128:128,256:128:128 \
       --json /tmp/g$streams.json > /tmp/g$streams.txt 2>&1
     echo "VERLPP_KERNEL_STREAMS=$streams: $(tail -2 /tmp/g$streams.txt | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
@@ -91,6 +95,14 @@ if [[ " $STAGES " == *" rollout "* ]]; then
   timeout 200 python3 benchmarks/rollout/hf_generate.py --shapes "$SHAPES" --dtype bfloat16 --temperature 1 --repeat 2 \
     --json /tmp/r.json 2>&1 | grep -vi warn | tee -a "$OUT/summary.txt"
   cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
+fi
+
+if [[ " $STAGES " == *" tests "* ]]; then
+  step "the rollout engine's GPU tests (decode graphs against eager steps and a full forward)"
+  cmake --build "$BUILD_DIR" -j "$JOBS" --target verlpp_rollout_tests >> "$OUT/build.log" 2>&1 || echo "build failed" | tee -a "$OUT/summary.txt"
+  timeout 300 "$BIN/verlpp_rollout_tests" "[gpu]" > "$OUT/rollout_gpu_tests.txt" 2>&1
+  echo "rc $?" | tee -a "$OUT/summary.txt"
+  tail -40 "$OUT/rollout_gpu_tests.txt" | tee -a "$OUT/summary.txt"
 fi
 
 if [ -d .attn-bench ] && [[ " $STAGES " == *" attn "* ]]; then

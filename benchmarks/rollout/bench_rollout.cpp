@@ -168,6 +168,9 @@ int run(const RolloutBenchOptions& o) {
                            config.hidden_size, config.vocab_size, o.device, o.dtype,
                            o.plugin.empty() ? "LibTorch reference" : o.plugin + " plugin",
                            engine.num_blocks() * engine.block_size(), double(engine.pool_bytes()) / (1 << 20));
+  std::cout << fmt::format("decode graphs: {}\n", engine.device_graphs_off_reason().empty()
+                                                  ? std::string("on (VERLPP_DEVICE_GRAPHS=0 turns them off)")
+                                                  : "off: " + engine.device_graphs_off_reason());
   std::unique_ptr<std::ofstream> json_out;
   if (!o.json_path.empty()) {
     json_out = std::make_unique<std::ofstream>(o.json_path);
@@ -178,7 +181,8 @@ int run(const RolloutBenchOptions& o) {
             << std::flush;
   for (const RolloutShape& s : o.shapes) {
     const auto reqs = make_requests(s, config.vocab_size, o.temperature);
-    engine.generate(reqs);  // warm-up: kernels, cuBLAS handles, the caching allocator
+    engine.generate(reqs);  // warm-up: kernels, cuBLAS handles, the caching allocator, graph captures
+    const rollout::GenerateStats warmup = engine.last_stats();
     double best = 1e30;
     rollout::GenerateStats stats;
     uint64_t tokens_hash = 1469598103934665603ull;  // FNV-1a over the last run's token ids: runs that
@@ -206,7 +210,11 @@ int run(const RolloutBenchOptions& o) {
               {"seconds", best},
               {"repeat", o.repeat},
               {"preemptions", stats.num_preemptions},
-              {"tokens_fnv1a", fmt::format("{:016x}", tokens_hash)}});
+              {"tokens_fnv1a", fmt::format("{:016x}", tokens_hash)},
+              {"device_graphs", engine.device_graphs_off_reason().empty()},
+              {"graph_steps", stats.num_graph_steps},
+              {"warmup_graph_captures", warmup.num_graph_captures},
+              {"warmup_graph_capture_seconds", warmup.graph_capture_seconds}});
     if (json_out) *json_out << j.dump() << "\n" << std::flush;
   }
   if (!o.profile_path.empty() && !o.shapes.empty()) {
