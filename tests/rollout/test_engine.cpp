@@ -164,6 +164,27 @@ TEST_CASE("engine: greedy equals a naive full-recompute generator, with preempti
   for (size_t i = 0; i < outs.size(); ++i) CHECK(outs2[i].token_ids == outs[i].token_ids);
 }
 
+TEST_CASE("engine: runs of equal-length fresh prompts prefill in one batched call, same tokens", "[rollout][engine]") {
+  // Prompt lengths 6, 6, 6, 9, 9, 6, 6 (one step): runs of 3, 2 and 2 fresh sequences attend in
+  // one call each; the fp64 engine must still equal the naive generator and a full forward.
+  model::DecoderLM ref = tiny_model(13, at::kDouble);
+  const std::vector<int64_t> lens = {6, 6, 6, 9, 9, 6, 6};
+  std::vector<GenerateRequest> reqs;
+  for (size_t i = 0; i < lens.size(); ++i) reqs.push_back({prompt_of(lens[i], int64_t(i)), greedy(5)});
+  EngineOptions opts;
+  opts.block_size = 4;
+  RolloutEngine engine(tiny_model(13, at::kDouble), opts);
+  auto outs = engine.generate(reqs);
+  CHECK(engine.last_stats().num_prefill_steps == 1);
+  REQUIRE(outs.size() == lens.size());
+  for (const GenerateOutput& out : outs) {
+    INFO(fmt::format("request {}", out.request_index));
+    const auto& prompt = reqs[size_t(out.request_index)].prompt_ids;
+    CHECK(out.token_ids == naive_greedy(ref, prompt, 5));
+    check_logprobs(ref, prompt, out, 1.0, 1e-6);
+  }
+}
+
 TEST_CASE("engine: with cpu_ref's kernels (paged attention decode, sample) against the naive generator", "[rollout][engine]") {
   // The host's dispatch to a plugin's paged_attention_decode and sample, checked end to end:
   // the engine's own KV layout, block tables and GQA mapping against a full forward.

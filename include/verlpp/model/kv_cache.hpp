@@ -42,7 +42,8 @@ struct PagedStep {
 
 // The reference backend: writes k/v at slot_mapping, then for each sequence gathers its
 // context through its block table and attends causally (new token i of n sees context
-// positions <= context_len - n + i).
+// positions <= context_len - n + i). Consecutive fresh sequences of one length (nothing cached
+// before the step) attend over their own new k/v in one batched call instead.
 class PagedAttention : public AttentionBackend {
  public:
   PagedAttention(PagedKvCache& cache, PagedStep step);
@@ -53,7 +54,7 @@ class PagedAttention : public AttentionBackend {
   PagedKvCache& cache_;
   PagedStep step_;
   std::vector<int64_t> cu_q_, context_lens_;  // host copies, read once per step
-  std::vector<at::Tensor> context_slots_;     // per sequence [context_len] int64 slots
+  std::vector<at::Tensor> context_slots_;     // per sequence [context_len] int64 slots (undefined when fresh)
 };
 
 }  // namespace verlpp::model

@@ -55,6 +55,10 @@ PagedAttention::PagedAttention(PagedKvCache& cache, PagedStep step) : cache_(cac
     VERLPP_CHECK((len + bs - 1) / bs <= step_.block_tables.size(1),
                  "PagedAttention: sequence {} needs {} blocks of {} for {} tokens, block_tables has {} columns", s,
                  (len + bs - 1) / bs, bs, len, step_.block_tables.size(1));
+    if (n == len) {  // a fresh sequence attends to its own new tokens only (attend() below)
+      context_slots_.emplace_back();
+      continue;
+    }
     at::Tensor pos = at::arange(len, at::TensorOptions().dtype(at::kLong).device(step_.block_tables.device()));
     at::Tensor blocks = step_.block_tables[s].to(at::kLong).index_select(0, pos.div(bs, "floor"));
     context_slots_.push_back(blocks * bs + pos.remainder(bs));
@@ -70,11 +74,28 @@ at::Tensor PagedAttention::attend(int64_t layer, const at::Tensor& q, const at::
   kflat.index_copy_(0, step_.slot_mapping, k.to(kc.scalar_type()));
   vflat.index_copy_(0, step_.slot_mapping, v.to(vc.scalar_type()));
   std::vector<at::Tensor> outs;
-  for (size_t s = 0; s < context_slots_.size(); ++s) {
-    const int64_t start = cu_q_[s], n = cu_q_[s + 1] - cu_q_[s], len = context_lens_[s];
+  const int64_t S = int64_t(context_slots_.size()), H = q.size(1);
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t start = cu_q_[size_t(s)], n = cu_q_[size_t(s) + 1] - start, len = context_lens_[size_t(s)];
     if (n == 0) continue;
-    at::Tensor ks = kflat.index_select(0, context_slots_[s]).unsqueeze(0);  // [1, len, KV, D]
-    at::Tensor vs = vflat.index_select(0, context_slots_[s]).unsqueeze(0);
+    if (n == len) {
+      // Fresh sequences (nothing cached before this step: a first prefill, a recompute after
+      // preemption) see only their own new tokens, so their k/v need no gather from the cache;
+      // a run of consecutive ones of one length goes through one batched causal attention
+      // (on a GPU in 16-bit: the flash kernel) instead of one call per sequence.
+      int64_t end = s + 1;
+      while (end < S && cu_q_[size_t(end) + 1] - cu_q_[size_t(end)] == n && context_lens_[size_t(end)] == n) ++end;
+      const int64_t g = end - s;
+      auto batch = [&](const at::Tensor& t, int64_t heads) {  // via the cache's dtype, as the gather path
+        return t.narrow(0, start, g * n).to(kc.scalar_type()).to(q.scalar_type()).reshape({g, n, heads, D});
+      };
+      outs.push_back(causal_attention(q.narrow(0, start, g * n).reshape({g, n, H, D}), batch(k, KV), batch(v, KV), scale)
+                         .reshape({g * n, H, D}));
+      s = end - 1;
+      continue;
+    }
+    at::Tensor ks = kflat.index_select(0, context_slots_[size_t(s)]).unsqueeze(0);  // [1, len, KV, D]
+    at::Tensor vs = vflat.index_select(0, context_slots_[size_t(s)]).unsqueeze(0);
     at::Tensor qs = q.narrow(0, start, n).unsqueeze(0);                       // [1, n, H, D]
     outs.push_back(attention(qs, ks.to(q.scalar_type()), vs.to(q.scalar_type()),
                              causal_mask(n, len, q.device()).unsqueeze(0), scale)
