@@ -4,13 +4,15 @@
 # recipe), checks the cuda plugin's kernels (conformance, no communicator), then runs
 #   train:   verlpp-bench-train (bf16 mixed precision, and fp32) beside hf_train_step.py
 #            (eager, and torch.compile), 16 x 512 tokens;
-#   rollout: verlpp-bench-rollout with the cuda plugin beside hf_generate.py, temperature 1;
+#   rollout: verlpp-bench-rollout with the cuda plugin (decode graphs on, then off) beside
+#            hf_generate.py (HF=0 skips it), temperature 1;
+#   profile: a Kineto trace of eager decode steps, summarised;
 #   tests:   the rollout engine's [gpu] test cases (decode graphs);
 #   e2e:     benchmarks/e2e/grpo_step.sh (only with E2E=1: it needs a few minutes of its own).
 # At most 8 files under $OUT (the device tool brings back 8): summary.txt, build.log,
 # conformance.txt, train.jsonl, rollout.jsonl, and grpo_step.{json,log} with E2E=1.
 #   OUT=/somewhere bash benchmarks/run_gpu_perf.sh     # .offline-deps beside it (docs/building.md)
-# Variables: STAGES (default "conformance train rollout"), E2E=1, SHAPES, BUILD_DIR, ARCHS, JOBS.
+# Variables: STAGES (default "conformance train rollout"), E2E=1, HF=0, SHAPES, BUILD_DIR, ARCHS, JOBS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/verlpp-perf-out}
@@ -88,13 +90,17 @@ if [[ " $STAGES " == *" rollout "* ]]; then
     echo "VERLPP_KERNEL_STREAMS=$streams: $(tail -2 /tmp/g$streams.txt | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
   done
   python3 -c 'import json,sys; a=[json.loads(l) for l in open("/tmp/g1.json")]; b=[json.loads(l) for l in open("/tmp/g0.json")]; print("greedy tokens identical:", [x.get("tokens_fnv1a")==y.get("tokens_fnv1a") for x,y in zip(a,b)])' 2>&1 | tee -a "$OUT/summary.txt"
-  step "profile: batch 256, 16 new tokens (Kineto trace, summarised)"
+  if [ "${HF:-1}" = 1 ]; then
+    timeout 200 python3 benchmarks/rollout/hf_generate.py --shapes "$SHAPES" --dtype bfloat16 --temperature 1 --repeat 2 \
+      --json /tmp/r.json 2>&1 | grep -vi warn | tee -a "$OUT/summary.txt"
+    cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
+  fi
+fi
+if [[ " $STAGES " == *" profile "* ]]; then
+  step "profile (eager decode): batch 256, 16 new tokens (Kineto trace, summarised)"
   VERL_HARDWARE_PLUGIN=cuda timeout 120 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b --device cuda --dtype bfloat16 \
     --temperature 1 --repeat 1 --plugin cuda --shapes 256:128:16 --profile /tmp/trace.json --profile-tokens 16 > /dev/null 2>&1
   python3 benchmarks/rollout/trace_summary.py /tmp/trace.json --top 30 2>&1 | tee -a "$OUT/summary.txt"
-  timeout 200 python3 benchmarks/rollout/hf_generate.py --shapes "$SHAPES" --dtype bfloat16 --temperature 1 --repeat 2 \
-    --json /tmp/r.json 2>&1 | grep -vi warn | tee -a "$OUT/summary.txt"
-  cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
 fi
 
 if [[ " $STAGES " == *" tests "* ]]; then

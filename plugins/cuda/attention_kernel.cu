@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <type_traits>
@@ -399,7 +400,9 @@ gpuError_t launch_typed(Args a, int64_t b, gpuStream_t stream) {
   constexpr int kNc = kMaxHead / (32 * kVec);                         // vectors per lane for S = 256
   if (a.group == 1) return launch_as<T, kVec, kNc, 1>(a, b, stream);
   if (a.group == 2) return launch_as<T, kVec, kNc, 2>(a, b, stream);
-  if (a.group <= 4) return launch_as<T, kVec, kNc, 4>(a, b, stream);
+  // EXPERIMENT (to be decided by the H200 bench, then removed): groups of 5..8 heads in blocks of 4.
+  static const bool blocks_of_4 = std::getenv("VERLPP_ATTN_BLOCKS_OF_4") != nullptr;
+  if (a.group <= 4 || blocks_of_4) return launch_as<T, kVec, kNc, 4>(a, b, stream);
   return launch_as<T, kVec, kNc, kMaxGroup>(a, b, stream);
 }
 
