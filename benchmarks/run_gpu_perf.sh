@@ -98,7 +98,7 @@ if [[ " $STAGES " == *" rollout "* ]]; then
 fi
 if [[ " $STAGES " == *" profile "* ]]; then
   step "profile (eager decode): batch 256, 16 new tokens (Kineto trace, summarised)"
-  VERL_HARDWARE_PLUGIN=cuda timeout 120 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b --device cuda --dtype bfloat16 \
+  VERLPP_DEVICE_GRAPHS=0 VERL_HARDWARE_PLUGIN=cuda timeout 120 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b --device cuda --dtype bfloat16 \
     --temperature 1 --repeat 1 --plugin cuda --shapes 256:128:16 --profile /tmp/trace.json --profile-tokens 16 > /dev/null 2>&1
   python3 benchmarks/rollout/trace_summary.py /tmp/trace.json --top 30 2>&1 | tee -a "$OUT/summary.txt"
 fi
