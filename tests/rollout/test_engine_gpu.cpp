@@ -117,7 +117,7 @@ TEST_CASE("decode graphs on CUDA equal eager steps and a full forward", "[.gpu][
   }
   EngineOptions opts;
   opts.block_size = 4;
-  opts.num_blocks = 40;  // less than the requests need at once: preemption
+  opts.num_blocks = 20;  // less than the requests need at once: preemption
   opts.kernels = &kernels;
   EngineOptions eager_opts = opts;
   eager_opts.device_graphs = false;
