@@ -20,8 +20,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <type_traits>
@@ -398,21 +396,10 @@ gpuError_t launch_typed(Args a, int64_t b, gpuStream_t stream) {
   const bool aligned = a.s % kVec == 0 && (reinterpret_cast<uintptr_t>(a.q) | reinterpret_cast<uintptr_t>(a.k_cache) |
                                            reinterpret_cast<uintptr_t>(a.v_cache)) % 16 == 0;
   if (!aligned) return launch_as<T, 1, 8, kMaxGroup>(a, b, stream);  // any head size, scalar loads
-  // EXPERIMENT (decided by the H200 bench, then made the rule or removed): a row over all 32
-  // lanes of a warp, 2 scalar elements each, for far fewer registers per thread.
-  static const bool wide = std::getenv("VERLPP_ATTN_WIDE") != nullptr;
-  if (wide && a.s <= 64) {
-    if (a.group == 1) return launch_as<T, 1, 2, 1>(a, b, stream);
-    if (a.group == 2) return launch_as<T, 1, 2, 2>(a, b, stream);
-    if (a.group <= 4) return launch_as<T, 1, 2, 4>(a, b, stream);
-    return launch_as<T, 1, 2, kMaxGroup>(a, b, stream);
-  }
   constexpr int kNc = kMaxHead / (32 * kVec);                         // vectors per lane for S = 256
   if (a.group == 1) return launch_as<T, kVec, kNc, 1>(a, b, stream);
   if (a.group == 2) return launch_as<T, kVec, kNc, 2>(a, b, stream);
-  // EXPERIMENT (to be decided by the H200 bench, then removed): groups of 5..8 heads in blocks of 4.
-  static const bool blocks_of_4 = std::getenv("VERLPP_ATTN_BLOCKS_OF_4") != nullptr;
-  if (a.group <= 4 || blocks_of_4) return launch_as<T, kVec, kNc, 4>(a, b, stream);
+  if (a.group <= 4) return launch_as<T, kVec, kNc, 4>(a, b, stream);
   return launch_as<T, kVec, kNc, kMaxGroup>(a, b, stream);
 }
 
