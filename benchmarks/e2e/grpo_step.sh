@@ -4,7 +4,7 @@
 # against the reference, one `verlpp train` run of STEPS steps; prints the stage breakdown
 # (timing_s/* of verl's metrics) and an MFU estimate, and writes grpo_step.json under $OUT.
 #   BIN=/tmp/verlpp-gpu/bin OUT=/tmp/out bash benchmarks/e2e/grpo_step.sh     (GPU host, after scripts/gpu_check.sh)
-#   SHAPE=tiny DEVICE=cpu PROMPTS=4 N=2 RESP=16 MINI=2 BIN=build/bin bash benchmarks/e2e/grpo_step.sh   (a smoke run here)
+#   SHAPE=tiny DEVICE=cpu PROMPTS=4 N=2 RESP=16 MINI=2 MICRO=2 BIN=build/bin bash benchmarks/e2e/grpo_step.sh   (a smoke run here)
 # MFU counts 2*P FLOPs per token for each forward (generation, old log-probs, reference) and
 # 6*P per token for the update (P = parameters, the tied head once; attention's own FLOPs left
 # out), against PEAK_TFLOPS (default 989: H200 dense bf16).
@@ -65,7 +65,7 @@ c = json.load(open(f"{w}/src/config.json"))
 h, l, v, i = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["intermediate_size"]
 kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
 params = v * h + l * (h * h * 2 + 2 * h * kv + 3 * h * i + 2 * h + 2 * kv + h) + h  # tied head once, q/k/v biases
-stages = ["gen", "reward", "ref", "old_log_prob", "adv", "update_actor", "sync", "step"]
+stages = ["gen", "gen_graph_capture", "reward", "ref", "old_log_prob", "adv", "update_actor", "sync", "step"]
 report = {"shape": shape, "parameters": params, "steps": []}
 print(f"{'step':>4} " + " ".join(f"{s:>12}" for s in stages) + f" {'tokens':>9} {'MFU %':>6}")
 for r in rows:
@@ -77,6 +77,8 @@ for r in rows:
     mfu = flops / (t["step"] * peak * 1e12) * 100
     print(f"{r['step']:>4} " + " ".join(f"{t[s]:>12.3f}" for s in stages) + f" {int(total):>9} {mfu:>6.2f}")
     report["steps"].append({"step": r["step"], "timing_s": t, "tokens": total, "response_tokens": resp, "mfu_percent": mfu,
-                            "peak_tflops": peak, "throughput_tokens_per_s": r.get("perf/throughput")})
+                            "peak_tflops": peak, "throughput_tokens_per_s": r.get("perf/throughput"),
+                            "rollout_graph_steps": r.get("perf/rollout_graph_steps"),
+                            "rollout_decode_steps": r.get("perf/rollout_decode_steps")})
 json.dump(report, open(f"{out}/grpo_step.json", "w"), indent=2)
 PY

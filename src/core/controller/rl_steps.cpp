@@ -4,6 +4,7 @@
 // checkpoints on their frequencies, and one metrics row per step.
 #include "rl_state.hpp"
 
+#include <verlpp/rollout/engine.hpp>
 #include <verlpp/rollout/sampling.hpp>
 
 #include "../util/files.hpp"
@@ -55,6 +56,13 @@ void rollout_and_score(RlTrainer::State& s, StepOutput& out, const Batch& prompt
   json& m = out.metrics;
   const uint64_t seed = rollout_seed(s, s.global_step + 1, 0);
   out.batch = run_stage(s, "gen", m, [&] { return generate_sequences(s, prompts, s.n, /*greedy=*/false, seed); });
+  // How this rank's engine ran: decode steps replayed as device graphs, and the captures the
+  // step paid for (the pool is re-created after each sleep, and the graphs with it).
+  const rollout::GenerateStats& gen = s.engine->last_stats();
+  m["perf/rollout_decode_steps"] = gen.num_decode_steps;
+  m["perf/rollout_graph_steps"] = gen.num_graph_steps;
+  m["perf/rollout_graph_captures"] = gen.num_graph_captures;
+  m["timing_s/gen_graph_capture"] = gen.graph_capture_seconds;
   run_stage(s, "reward", m, [&] { compute_scores(s, out.batch); });
   if (s.use_reference) run_stage(s, "ref", m, [&] { compute_reference_log_prob(s, out.batch); });
   m["actor/entropy"] = run_stage(s, "old_log_prob", m, [&] { return compute_old_log_prob(s, out.batch); });
