@@ -6,7 +6,7 @@
 #            (eager, and torch.compile), 16 x 512 tokens;
 #   rollout: verlpp-bench-rollout with the cuda plugin (decode graphs on, then off) beside
 #            hf_generate.py (HF=0 skips it), temperature 1;
-#   profile: a Kineto trace of eager decode steps, summarised;
+#   profile: Kineto traces (PROFILE_SHAPES, PROFILE_GRAPHS=1 for graph replays), summarised;
 #   tests:   the rollout engine's [gpu] test cases (decode graphs);
 #   e2e:     benchmarks/e2e/grpo_step.sh (only with E2E=1: it needs a few minutes of its own).
 # At most 8 files under $OUT (the device tool brings back 8): summary.txt, build.log,
@@ -97,10 +97,14 @@ if [[ " $STAGES " == *" rollout "* ]]; then
   fi
 fi
 if [[ " $STAGES " == *" profile "* ]]; then
-  step "profile (eager decode): batch 256, 16 new tokens (Kineto trace, summarised)"
-  VERLPP_DEVICE_GRAPHS=0 VERL_HARDWARE_PLUGIN=cuda timeout 120 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b --device cuda --dtype bfloat16 \
-    --temperature 1 --repeat 1 --plugin cuda --shapes 256:128:16 --profile /tmp/trace.json --profile-tokens 16 > /dev/null 2>&1
-  python3 benchmarks/rollout/trace_summary.py /tmp/trace.json --top 30 2>&1 | tee -a "$OUT/summary.txt"
+  # PROFILE_GRAPHS=1 traces decode steps replayed from CUDA graphs (CUPTI sees their kernels).
+  for shape in ${PROFILE_SHAPES:-256:128:16}; do
+    step "profile (decode graphs ${PROFILE_GRAPHS:-0}): $shape (Kineto trace of the last generate, summarised)"
+    VERLPP_DEVICE_GRAPHS=${PROFILE_GRAPHS:-0} VERL_HARDWARE_PLUGIN=cuda timeout 120 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
+      --device cuda --dtype bfloat16 --temperature 1 --repeat 1 --plugin cuda --shapes $shape --profile /tmp/trace.json \
+      --profile-tokens ${shape##*:} > /dev/null 2>&1
+    python3 benchmarks/rollout/trace_summary.py /tmp/trace.json --top ${PROFILE_TOP:-30} 2>&1 | tee -a "$OUT/summary.txt"
+  done
 fi
 
 if [[ " $STAGES " == *" tests "* ]]; then

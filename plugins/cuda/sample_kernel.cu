@@ -7,7 +7,8 @@
 // chunks, which do not coalesce: 0.77 ms per call at 256 x 151936 on an H200). The kept set is
 // the one cpu_ref's sorted reference keeps (ties at a boundary are all kept); the tokens drawn
 // for a seed differ from cpu_ref's, the distribution does not (the conformance suite checks it).
-// Untruncated rows (top_k off, top_p = 1) take three passes; top-k / top-p add their searches.
+// Untruncated rows (greedy, or top_k off and top_p = 1) take one pass; top-k / top-p rows take
+// the max, the sum, their searches and the draw as passes of their own.
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 
@@ -61,6 +62,71 @@ __device__ ArgMax block_argmax(ArgMax best, float* best_value, int64_t* best_ind
   return result;
 }
 
+// Calls fn(j, x[j]) for this thread's share of the row, 16-byte loads with kLoadsInFlight of
+// them issued before any is used: one block serves a whole row, so the bytes each thread keeps
+// in flight decide how fast it streams (one 4-byte load at a time left a pass latency-bound at
+// ~1 GB/s per SM). The order of j differs between threads; callers break ties by index.
+constexpr int kLoadsInFlight = 4;
+template <class Fn>
+__device__ __forceinline__ void for_each_logit(const float* __restrict__ x, int64_t v, Fn&& fn) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
+  const int64_t n4 = aligned ? v / 4 : 0;  // float4s; the rest element by element
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  for (int64_t f0 = threadIdx.x; f0 < n4; f0 += int64_t(kThreads) * kLoadsInFlight) {
+    float4 r[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int64_t f = f0 + int64_t(u) * kThreads;
+      if (f < n4) r[u] = x4[f];
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int64_t f = f0 + int64_t(u) * kThreads;
+      if (f < n4) {
+        fn(4 * f, r[u].x);
+        fn(4 * f + 1, r[u].y);
+        fn(4 * f + 2, r[u].z);
+        fn(4 * f + 3, r[u].w);
+      }
+    }
+  }
+  for (int64_t j = 4 * n4 + threadIdx.x; j < v; j += kThreads) fn(j, x[j]);
+}
+
+// Online softmax denominator: the max m of z and the sum s of exp(z - m).
+struct SoftmaxSum {
+  float m, s;
+};
+__device__ __forceinline__ SoftmaxSum merge(SoftmaxSum a, SoftmaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return SoftmaxSum{m, 0.0f};
+  return SoftmaxSum{m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+__device__ SoftmaxSum block_softmax_sum(SoftmaxSum x, float* ms, float* ss) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    x = merge(x, SoftmaxSum{gpu_shfl_xor(x.m, offset), gpu_shfl_xor(x.s, offset)});
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) ms[warp] = x.m, ss[warp] = x.s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    SoftmaxSum all = SoftmaxSum{ms[0], ss[0]};
+    for (int w = 1; w < kWarps; ++w) all = merge(all, SoftmaxSum{ms[w], ss[w]});
+    ms[0] = all.m, ss[0] = all.s;
+  }
+  __syncthreads();
+  const SoftmaxSum result{ms[0], ss[0]};
+  __syncthreads();
+  return result;
+}
+
+// The Gumbel noise -log(-log u) of element j, u in (0, 1) from 24 bits of a hash of the row's
+// (seed, step) bits and j.
+__device__ __forceinline__ float gumbel(uint64_t row_bits, int64_t j) {
+  const uint64_t bits = splitmix64(row_bits + uint64_t(j + 1) * 0xD1B54A32D192ED03ull);
+  const float u = (float(bits >> 40) + 0.5f) * (1.0f / 16777216.0f);
+  return -logf(-logf(u));
+}
+
 // grid.x = b rows, block = kThreads.
 __global__ void __launch_bounds__(kThreads)
 sample_kernel(const float* __restrict__ logits,       // [b, v] f32
@@ -72,7 +138,7 @@ sample_kernel(const float* __restrict__ logits,       // [b, v] f32
               uint64_t step,
               int64_t* __restrict__ out_tokens,       // [b]
               float* __restrict__ out_logprobs) {     // [b]
-  __shared__ float scratch_f[kWarps];
+  __shared__ float scratch_f[kWarps], scratch_m[kWarps];
   __shared__ unsigned long long scratch_u[kWarps];
   __shared__ float best_value[kWarps];
   __shared__ int64_t best_index[kWarps];
@@ -82,6 +148,40 @@ sample_kernel(const float* __restrict__ logits,       // [b, v] f32
   const float t = temperature[row];
   const bool greedy = !(t > 0.0f);
   const float temp = greedy ? 1.0f : t;
+  const int32_t k = top_k[row];
+  const float p = top_p[row];
+  const uint64_t row_bits = splitmix64(splitmix64(seeds[row]) + step * 0x9E3779B97F4A7C15ull);
+
+  if (greedy || ((k <= 0 || int64_t(k) >= v) && !(p < 1.0f))) {
+    // Nothing filtered: one pass finds the argmax, the softmax denominator (online) and the
+    // Gumbel-max draw (argmax of z + G needs no shift by the max).
+    ArgMax best{-INFINITY, v}, pick{-INFINITY, v};
+    SoftmaxSum sum{-INFINITY, 0.0f};
+    for_each_logit(x, v, [&](int64_t j, float xj) {
+      if (xj > best.value || (xj == best.value && j < best.index)) best = ArgMax{xj, j};
+      const float z = xj / temp;
+      if (z > sum.m) {
+        sum.s = sum.s * expf(sum.m - z) + 1.0f;
+        sum.m = z;
+      } else if (z != -INFINITY) {
+        sum.s += expf(z - sum.m);
+      }
+      if (!greedy) {
+        const float score = z + gumbel(row_bits, j);
+        if (score > pick.value || (score == pick.value && j < pick.index)) pick = ArgMax{score, j};
+      }
+    });
+    best = block_argmax(best, best_value, best_index);
+    if (!greedy) pick = block_argmax(pick, best_value, best_index);
+    sum = block_softmax_sum(sum, scratch_f, scratch_m);
+    const int64_t argmax = best.index < v ? best.index : 0;
+    const int64_t token = !greedy && pick.index < v ? pick.index : argmax;
+    if (threadIdx.x == 0) {
+      out_tokens[row] = token;
+      out_logprobs[row] = x[token] / temp - sum.m - logf(sum.s);
+    }
+    return;
+  }
 
   // Pass 1: the row's max and its first index (NaNs never win).
   ArgMax best{-INFINITY, v};
@@ -102,7 +202,6 @@ sample_kernel(const float* __restrict__ logits,       // [b, v] f32
   int64_t token = argmax;
   if (!greedy) {
     // top-k: the largest key K with count(key >= K) >= k; kept_k = {key(x) >= K}.
-    const int32_t k = top_k[row];
     uint32_t key_floor = 0;  // every token
     if (k > 0 && int64_t(k) < v) {
       uint64_t lo = 0, hi = uint64_t(1) << 32;  // count(>= lo) >= k; count(>= hi) = 0 < k
@@ -118,7 +217,6 @@ sample_kernel(const float* __restrict__ logits,       // [b, v] f32
     }
     // top-p: keep token j iff the kept_k mass of tokens with larger q is < p * mass_k, i.e.
     // bits(q_j) >= B, the smallest B with G(B) = sum(q > B) < p * mass_k (G never increases).
-    const float p = top_p[row];
     uint32_t q_floor = 0;
     if (p < 1.0f) {
       // q = exp(x / t - max); the mass of the top-k set.
@@ -146,16 +244,13 @@ sample_kernel(const float* __restrict__ logits,       // [b, v] f32
     // Gumbel-max over the kept tokens: argmax of log q_j - log(-log u_j), u_j in (0, 1) from 24
     // bits of a hash of the row's (seed, step) and j. The argmax itself is always kept, so the
     // set is never empty.
-    const uint64_t row_bits = splitmix64(splitmix64(seeds[row]) + step * 0x9E3779B97F4A7C15ull);
     ArgMax pick{-INFINITY, v};
     for (int64_t j = threadIdx.x; j < v; j += kThreads) {
       const float xj = x[j];
       if (ordered_key(xj) < key_floor) continue;
       const float z = xj / temp - z_max;  // log q_j
       if (q_floor != 0 && __float_as_uint(expf(z)) < q_floor) continue;
-      const uint64_t bits = splitmix64(row_bits + uint64_t(j + 1) * 0xD1B54A32D192ED03ull);
-      const float u = (float(bits >> 40) + 0.5f) * (1.0f / 16777216.0f);
-      const float score = z - logf(-logf(u));
+      const float score = z + gumbel(row_bits, j);
       if (score > pick.value || (score == pick.value && j < pick.index)) pick = ArgMax{score, j};
     }
     pick = block_argmax(pick, best_value, best_index);
