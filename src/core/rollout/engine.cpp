@@ -351,8 +351,8 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
     const auto shared = std::find(shared_params_.begin(), shared_params_.end(), name);
     if (src.device() == dst.device() && src.scalar_type() == dst.scalar_type() && src.is_contiguous()) {
       if (!dst.is_same(src)) {
+        if (dst.data_ptr() != src.data_ptr()) graphs_.reset();  // they read the old storage
         const_cast<at::Tensor&>(dst).set_(src.detach());
-        graphs_.reset();  // they read the old storage
       }
       if (shared == shared_params_.end()) shared_params_.push_back(name);
       ++report.num_shared;
