@@ -111,6 +111,9 @@ void run_generate(const GenerateArgs& a) {
   std::cerr << fmt::format("\ngenerate: {} tokens in {:.2f} s ({:.1f} tokens/s), {} prefill + {} decode steps, {} preemptions\n",
                            st.num_generated_tokens, st.seconds, double(st.num_generated_tokens) / std::max(st.seconds, 1e-9),
                            st.num_prefill_steps, st.num_decode_steps, st.num_preemptions);
+  if (st.num_graph_steps > 0)
+    std::cerr << fmt::format("generate: {} decode steps replayed from CUDA graphs ({} captured in {:.2f} s)\n",
+                             st.num_graph_steps, st.num_graph_captures, st.graph_capture_seconds);
 
   std::ofstream file;
   if (!a.output.empty()) {
