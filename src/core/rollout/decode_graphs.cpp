@@ -30,6 +30,10 @@ std::string DecodeGraphs::unavailable_reason(const model::DecoderLM& model, cons
   if (kernels == nullptr) return "no plugin kernels (a decode graph runs the plugin's paged_attention_decode and sample)";
   if (kernels->table().paged_attention_decode == nullptr || kernels->table().sample == nullptr)
     return "plugin " + kernels->plugin().display_name() + " lacks paged_attention_decode or sample";
+  if (!kernels->wraps_native_streams())
+    return "plugin " + kernels->plugin().display_name() +
+           "'s kernels do not run on LibTorch's stream (plugin ABI minor < 1 without stream_from_native, or "
+           "VERLPP_KERNEL_STREAMS=0), and kernels on the NULL stream cannot be captured";
   const at::ScalarType dtype = model.options().dtype;
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)
     return std::string("the model's dtype ") + c10::toString(dtype) + " has no plugin attention kernel";
