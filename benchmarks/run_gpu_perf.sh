@@ -6,7 +6,8 @@
 #            (eager, and torch.compile), 16 x 512 tokens;
 #   rollout: verlpp-bench-rollout with the cuda plugin (decode graphs on, then off) beside
 #            hf_generate.py (HF=0 skips it), temperature 1;
-#   profile: Kineto traces (PROFILE_SHAPES, PROFILE_GRAPHS=1 for graph replays), summarised;
+#   profile: Kineto traces of rollout (PROFILE_SHAPES, PROFILE_GRAPHS=1 for graph replays) and of
+#            two training steps, summarised;
 #   tests:   the rollout engine's [gpu] test cases (decode graphs);
 #   e2e:     benchmarks/e2e/grpo_step.sh (only with E2E=1: it needs a few minutes of its own).
 # At most 8 files under $OUT (the device tool brings back 8): summary.txt, build.log,
@@ -105,6 +106,10 @@ if [[ " $STAGES " == *" profile "* ]]; then
       --profile-tokens ${shape##*:} > /dev/null 2>&1
     python3 benchmarks/rollout/trace_summary.py /tmp/trace.json --top ${PROFILE_TOP:-30} 2>&1 | tee -a "$OUT/summary.txt"
   done
+  step "profile: training step 16 x 512, bf16 mixed precision (Kineto trace of 2 steps, summarised)"
+  timeout 200 "$BIN/verlpp-bench-train" --shape qwen2.5-0.5b --device cuda --param-dtype bfloat16 --batch 16 --seq 512 \
+    --steps 2 --warmup 2 --profile /tmp/train_trace.json 2>&1 | tail -2 | tee -a "$OUT/summary.txt"
+  python3 benchmarks/rollout/trace_summary.py /tmp/train_trace.json --top ${PROFILE_TOP:-30} 2>&1 | tee -a "$OUT/summary.txt"
 fi
 
 if [[ " $STAGES " == *" tests "* ]]; then

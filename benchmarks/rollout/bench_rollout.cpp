@@ -5,6 +5,7 @@
 // hooks. One engine serves every shape: its KV pool is sized for the largest shape (so no
 // preemption, and a pool that is not the whole GPU). Options: bench_options.hpp, --help.
 #include "bench_options.hpp"
+#include "bench_profile.hpp"
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>
@@ -15,10 +16,6 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-
-#ifdef VERLPP_BENCH_KINETO
-#include <torch/csrc/autograd/profiler_kineto.h>
-#endif
 
 #include <algorithm>
 #include <fstream>
@@ -108,32 +105,17 @@ nlohmann::json time_transitions(rollout::RolloutEngine& engine, int repeat) {
           {"wake_s", wake.best},                     {"pool_bytes", engine.pool_bytes()}};
 }
 
-// One generate of `reqs` under LibTorch's Kineto profiler (host ops and device kernels, the
-// plugin's kernels included: CUPTI sees every launch in the process), saved as a trace file.
+// One generate of `reqs` under the Kineto profiler, saved as a trace file.
 void profile_run(rollout::RolloutEngine& engine, const std::vector<rollout::GenerateRequest>& reqs,
                  const std::string& path) {
-#ifdef VERLPP_BENCH_KINETO
-  namespace impl = torch::profiler::impl;
-  const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
-  const std::set<impl::ActivityType> activities{impl::ActivityType::CPU, impl::ActivityType::CUDA};
-  torch::autograd::profiler::prepareProfiler(config, activities);
-  torch::autograd::profiler::enableProfiler(config, activities);
-  engine.generate(reqs);
-  torch::autograd::profiler::disableProfiler()->save(path);
+  profile_to(path, [&] { engine.generate(reqs); });
   std::cout << fmt::format("profile: {} ({} prefill + {} decode steps)\n", path, engine.last_stats().num_prefill_steps,
                            engine.last_stats().num_decode_steps);
-#else
-  (void)engine, (void)reqs;
-  VERLPP_FAIL_AT("--profile", "this build's LibTorch has no Kineto profiler API (LibTorch 2.1+); cannot write '{}'", path);
-#endif
 }
 
 int run(const RolloutBenchOptions& o) {
-#ifndef VERLPP_BENCH_KINETO
-  if (!o.profile_path.empty())
-    VERLPP_FAIL_AT("--profile", "this build's LibTorch has no Kineto profiler API (LibTorch 2.1+); cannot write '{}'",
-                   o.profile_path);
-#endif
+  if (!o.profile_path.empty() && !profiler_unavailable_reason().empty())
+    VERLPP_FAIL_AT("--profile", "{}; cannot write '{}'", profiler_unavailable_reason(), o.profile_path);
   const model::ModelConfig config = bench_model_config(o.shape_name, o.model_dir);
   const c10::Device device = bench_device(o.device);
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarises a Kineto trace (verlpp-bench-rollout --profile): device time per kernel name, the
+"""Summarises a Kineto trace (verlpp-bench-rollout / verlpp-bench-train --profile): device time per kernel name, the
 share of the traced span the device was busy, and the host ops launched.
 
   python3 trace_summary.py trace.json [--top 25]

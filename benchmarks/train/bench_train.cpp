@@ -6,6 +6,7 @@
 // chunked LM head with its recomputing backward), train::OptimizerStep (AdamW, clipping at 1.0).
 // benchmarks/train/hf_train_step.py times the same step in PyTorch + HF transformers beside it.
 #include "../rollout/bench_options.hpp"
+#include "../rollout/bench_profile.hpp"
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/model/decoder.hpp>
@@ -45,6 +46,8 @@ struct Options {
   int steps = 5, warmup = 2;
   bool checkpointing = false;
   std::string json_path;
+  std::string profile_path;  // a Kineto trace of --profile-steps more steps after the timed ones
+  int profile_steps = 2;
 };
 
 void reset_peak(const c10::Device& d) {
@@ -106,6 +109,8 @@ int run(const Options& o) {
   const c10::Device device = bench::bench_device(o.device);
   const at::ScalarType compute = model::dtype_from_name(o.param_dtype);
   VERLPP_CHECK(o.batch >= 1 && o.seq >= 2, "--batch {} must be >= 1 and --seq {} >= 2", o.batch, o.seq);
+  if (!o.profile_path.empty() && !bench::profiler_unavailable_reason().empty())
+    VERLPP_FAIL_AT("--profile", "{}; cannot write '{}'", bench::profiler_unavailable_reason(), o.profile_path);
 
   const double optimizer_error = check_optimizer(device);
   std::cerr << fmt::format("optimizer check (device vs CPU AdamW, 3 steps): worst relative difference {:.2e}\n",
@@ -170,6 +175,13 @@ int run(const Options& o) {
                         {"gradient_checkpointing", o.checkpointing}};
     std::ofstream(o.json_path) << j.dump() << "\n";
   }
+  if (!o.profile_path.empty()) {
+    bench::profile_to(o.profile_path, [&] {
+      for (int i = 0; i < o.profile_steps; ++i) step();
+      wait_for(master.named_parameters().back().second);
+    });
+    fmt::print("profile: {} ({} steps)\n", o.profile_path, o.profile_steps);
+  }
   return 0;
 }
 
@@ -190,6 +202,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_flag("--gradient-checkpointing", o.checkpointing, "recompute each layer in the backward");
   app.add_option("--json", o.json_path, "write the figures as one JSON line");
+  app.add_option("--profile", o.profile_path, "write a Kineto trace of more steps after the timed ones (LibTorch 2.1+)");
+  app.add_option("--profile-steps", o.profile_steps, "steps in that trace")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(o);
