@@ -86,7 +86,7 @@ bool DecodeGraphs::run(const model::DecoderLM& model, model::PagedKvCache& cache
     int64_t* row = tables + i * W;
     if (i >= b) {  // padding: token 0 at position 0 in the scratch block, greedy
       i64[i] = 0, i64[B + i] = 0, i64[2 * B + i] = scratch_block_ * bs, i64[3 * B + i] = 1;
-      i64[4 * B + i] = 0, i64[5 * B + i] = 0, f32[i] = 1.0f, f32[B + i] = 1.0f;
+      i64[4 * B + i] = 0, i64[5 * B + i] = 0, f32[i] = 0.0f, f32[B + i] = 1.0f;  // temperature 0: greedy
       std::fill(row, row + W, scratch_block_);
       continue;
     }
