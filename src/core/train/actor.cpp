@@ -9,6 +9,8 @@
 #include <verlpp/train/parameters.hpp>
 #include <verlpp/train/partition.hpp>
 
+#include "device_sums.hpp"
+
 #include <cmath>
 
 namespace verlpp::train {
@@ -50,7 +52,11 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
   VERLPP_CHECK(rows % config_.ppo_mini_batch_size == 0, "the batch of {} sequences is not a multiple of ppo_mini_batch_size {}",
                rows, config_.ppo_mini_batch_size);
   const double lr = optimizer_->set_lr_for_update(updates_);
-  double pg_loss_sum = 0, clipfrac_sum = 0, ppo_kl_sum = 0, lower_sum = 0, kl_loss_sum = 0, entropy_sum = 0, grad_norm_sum = 0;
+  // Per-micro-batch metrics, summed on the device: pg_loss, pg_clipfrac, ppo_kl, clipfrac_lower,
+  // kl_loss, entropy.
+  enum Metric : size_t { kPgLoss, kClipfrac, kPpoKl, kLower, kKlLoss, kEntropy, kMetrics };
+  detail::DeviceSums device_sums(kMetrics);
+  double grad_norm_sum = 0;
   int64_t micro_count = 0, steps_taken = 0;
   const int64_t response_length = batch.tensor("responses").size(1);
   for (int64_t epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
@@ -77,20 +83,20 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
         if (need_entropy) {
           at::Tensor entropy = algo::agg_loss(out.entropy, m, policy.loss_agg_mode, agg);
           loss = loss.sub(entropy.mul(config_.entropy_coeff));
-          entropy_sum += entropy.item<double>();
+          device_sums.add(kEntropy, entropy);
         }
         if (config_.use_kl_loss) {
           at::Tensor kld = algo::kl_penalty(out.log_probs, micro.tensor("ref_log_prob"), config_.kl_loss_type);
           at::Tensor kl_loss = algo::agg_loss(kld, m, policy.loss_agg_mode, agg);
           loss = loss.add(kl_loss.mul(config_.kl_loss_coef));
-          kl_loss_sum += kl_loss.item<double>();
+          device_sums.add(kKlLoss, kl_loss);
         }
         loss.backward();
         precision_.accumulate_gradients();
-        pg_loss_sum += pg.loss.item<double>();
-        clipfrac_sum += pg.clipfrac.item<double>();
-        ppo_kl_sum += pg.ppo_kl.item<double>();
-        lower_sum += pg.clipfrac_lower.item<double>();
+        device_sums.add(kPgLoss, pg.loss);
+        device_sums.add(kClipfrac, pg.clipfrac);
+        device_sums.add(kPpoKl, pg.ppo_kl);
+        device_sums.add(kLower, pg.clipfrac_lower);
         ++micro_count;
       }
       dp_.all_reduce_gradients(params_);
@@ -104,11 +110,12 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
   }
   ++updates_;
   // With data parallelism: sums over every rank's micro-batches (the same on every rank).
-  std::vector<double> sums = {pg_loss_sum, clipfrac_sum, ppo_kl_sum, lower_sum, kl_loss_sum, entropy_sum, double(micro_count)};
+  std::vector<double> sums = device_sums.values();
+  sums.push_back(double(micro_count));
   dp_.all_reduce_sum(sums);
-  pg_loss_sum = sums[0], clipfrac_sum = sums[1], ppo_kl_sum = sums[2], lower_sum = sums[3], kl_loss_sum = sums[4];
-  entropy_sum = sums[5];
-  micro_count = int64_t(sums[6]);
+  const double pg_loss_sum = sums[kPgLoss], clipfrac_sum = sums[kClipfrac], ppo_kl_sum = sums[kPpoKl];
+  const double lower_sum = sums[kLower], kl_loss_sum = sums[kKlLoss], entropy_sum = sums[kEntropy];
+  micro_count = int64_t(sums[kMetrics]);
   const double per_micro = double(std::max<int64_t>(micro_count, 1));
   nlohmann::json metrics = {{"actor/pg_loss", pg_loss_sum / per_micro},   {"actor/pg_clipfrac", clipfrac_sum / per_micro},
                             {"actor/ppo_kl", ppo_kl_sum / per_micro},     {"actor/pg_clipfrac_lower", lower_sum / per_micro},

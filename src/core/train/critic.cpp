@@ -7,6 +7,8 @@
 #include <verlpp/train/parameters.hpp>
 #include <verlpp/train/actor.hpp>
 
+#include "device_sums.hpp"
+
 namespace verlpp::train {
 
 Critic::Critic(model::DecoderLM& model, CriticConfig config, LrSchedule schedule) : model_(model), config_(std::move(config)), precision_(model_, config_.param_dtype) {
@@ -42,7 +44,9 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
   VERLPP_CHECK(batch.size() % config_.ppo_mini_batch_size == 0,
                "the batch of {} sequences is not a multiple of ppo_mini_batch_size {}", batch.size(), config_.ppo_mini_batch_size);
   const double lr = optimizer_->set_lr_for_update(updates_);
-  double loss_sum = 0, clipfrac_sum = 0, vpred_sum = 0, norm_sum = 0;
+  enum Metric : size_t { kLoss, kClipfrac, kVpred, kMetrics };  // summed on the device
+  detail::DeviceSums device_sums(kMetrics);
+  double norm_sum = 0;
   int64_t micro_count = 0, steps_taken = 0;
   for (int64_t epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
     for (const controller::Batch& mini : batch.split(config_.ppo_mini_batch_size)) {
@@ -60,9 +64,10 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
                                                              config_.cliprange_value, config_.loss_agg_mode, agg);
         out.loss.backward();
         precision_.accumulate_gradients();
-        loss_sum += out.loss.item<double>();
-        clipfrac_sum += out.clipfrac.item<double>();
-        vpred_sum += vpreds.detach().mul(m).sum().item<double>() / std::max(1.0, m.sum().item<double>());
+        device_sums.add(kLoss, out.loss);
+        device_sums.add(kClipfrac, out.clipfrac);
+        // the mean prediction over the micro-batch's response tokens (fp64, as the host did)
+        device_sums.add(kVpred, vpreds.detach().mul(m).sum().to(at::kDouble).div(m.sum().to(at::kDouble).clamp_min(1.0)));
         ++micro_count;
       }
       dp_.all_reduce_gradients(params_);
@@ -75,10 +80,11 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
     }
   }
   ++updates_;
-  std::vector<double> sums = {loss_sum, clipfrac_sum, vpred_sum, double(micro_count)};
+  std::vector<double> sums = device_sums.values();
+  sums.push_back(double(micro_count));
   dp_.all_reduce_sum(sums);
-  loss_sum = sums[0], clipfrac_sum = sums[1], vpred_sum = sums[2];
-  micro_count = int64_t(sums[3]);
+  const double loss_sum = sums[kLoss], clipfrac_sum = sums[kClipfrac], vpred_sum = sums[kVpred];
+  micro_count = int64_t(sums[kMetrics]);
   const double per_micro = double(std::max<int64_t>(micro_count, 1));
   return {{"critic/vf_loss", loss_sum / per_micro},
           {"critic/vf_clipfrac", clipfrac_sum / per_micro},

@@ -6,6 +6,8 @@
 #include <verlpp/train/parameters.hpp>
 #include <verlpp/train/logprob.hpp>
 
+#include "device_sums.hpp"
+
 namespace verlpp::train {
 
 SftTrainer::SftTrainer(model::DecoderLM& model, SftConfig config, LrSchedule schedule)
@@ -26,7 +28,7 @@ nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
   const double tokens = batch.tensor("response_mask").sum().item<double>();
   VERLPP_CHECK(tokens > 0, "the SFT batch of {} rows has no response tokens", batch.size());
   optimizer_->zero_grad();
-  double loss_sum = 0;
+  detail::DeviceSums loss(1);  // summed on the device: no wait for it per micro-batch
   for (const controller::Batch& micro : dp_.local_rows(batch).split(config_.micro_batch_size)) {
     ResponseLogProbs out = response_log_probs(precision_.compute(), micro.tensor("input_ids"), micro.tensor("attention_mask"),
                                               micro.tensor("position_ids"), response_length, 1.0, false,
@@ -34,12 +36,12 @@ nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
     at::Tensor nll = out.log_probs.mul(micro.tensor("response_mask")).sum().neg().div(tokens);
     nll.backward();
     precision_.accumulate_gradients();
-    loss_sum += nll.item<double>();
+    loss.add(0, nll);
   }
   dp_.all_reduce_gradients(params_);
-  std::vector<double> sums = {loss_sum};
+  std::vector<double> sums = loss.values();
   dp_.all_reduce_sum(sums);
-  loss_sum = sums[0];
+  const double loss_sum = sums[0];
   const double grad_norm = optimizer_->clip_and_step();
   if (!optimizer_->last_step_skipped()) precision_.refresh_compute();
   return {{"sft/loss", loss_sum}, {"sft/grad_norm", grad_norm}, {"sft/lr", lr}, {"sft/tokens", tokens},
