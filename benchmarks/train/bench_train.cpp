@@ -15,6 +15,7 @@
 #include <verlpp/train/optimizer.hpp>
 #include <verlpp/train/parameters.hpp>
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
@@ -45,6 +46,7 @@ struct Options {
   int64_t batch = 4, seq = 64, chunk_rows = 4;
   int steps = 5, warmup = 2;
   bool checkpointing = false;
+  bool forward_only = false;  // old_log_prob's pass instead: no grad, log-probs and entropy
   std::string json_path;
   std::string profile_path;  // a Kineto trace of --profile-steps more steps after the timed ones
   int profile_steps = 2;
@@ -134,6 +136,13 @@ int run(const Options& o) {
   const at::Tensor positions = mask.cumsum(1).sub(1);
   double last_loss = 0;
   auto step = [&] {
+    if (o.forward_only) {
+      at::NoGradGuard no_grad;
+      train::ResponseLogProbs out = train::response_log_probs(precision.compute(), ids, mask, positions, o.seq - 1, 1.0,
+                                                              /*with_entropy=*/true, o.chunk_rows);
+      last_loss = out.entropy.mean().item<double>();  // the mean entropy, in place of a loss
+      return;
+    }
     optimizer.zero_grad();
     train::ResponseLogProbs out = train::response_log_probs(precision.compute(), ids, mask, positions, o.seq - 1, 1.0,
                                                             /*with_entropy=*/false, o.chunk_rows);
@@ -144,8 +153,9 @@ int run(const Options& o) {
     precision.refresh_compute();
     last_loss = loss.item<double>();
   };
-  std::cerr << fmt::format("verlpp-bench-train: {} x {} tokens, param_dtype {}, {} warm-up + {} timed steps on {}\n",
-                           o.batch, o.seq, o.param_dtype, o.warmup, o.steps, device.str());
+  std::cerr << fmt::format("verlpp-bench-train: {} x {} tokens, param_dtype {}, {} warm-up + {} timed {} on {}\n",
+                           o.batch, o.seq, o.param_dtype, o.warmup, o.steps,
+                           o.forward_only ? "forward-only passes (log-probs + entropy, no grad)" : "steps", device.str());
   for (int i = 0; i < o.warmup; ++i) step();
   wait_for(master.named_parameters().back().second);
   reset_peak(device);
@@ -172,7 +182,7 @@ int run(const Options& o) {
                         {"steps", o.steps},          {"seconds", seconds},
                         {"median_s", median},        {"tokens_per_s", tokens / median},
                         {"peak_bytes", peak},        {"loss", last_loss},
-                        {"gradient_checkpointing", o.checkpointing}};
+                        {"gradient_checkpointing", o.checkpointing}, {"forward_only", o.forward_only}};
     std::ofstream(o.json_path) << j.dump() << "\n";
   }
   if (!o.profile_path.empty()) {
@@ -201,6 +211,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_flag("--gradient-checkpointing", o.checkpointing, "recompute each layer in the backward");
+  app.add_flag("--forward-only", o.forward_only,
+               "time old_log_prob's pass instead: log-probs and entropy without grad (the loss column is the mean entropy)");
   app.add_option("--json", o.json_path, "write the figures as one JSON line");
   app.add_option("--profile", o.profile_path, "write a Kineto trace of more steps after the timed ones (LibTorch 2.1+)");
   app.add_option("--profile-steps", o.profile_steps, "steps in that trace")->check(CLI::PositiveNumber);

