@@ -9,6 +9,8 @@
 #include <verlpp/rollout/engine.hpp>
 #include <verlpp/train/logprob.hpp>
 
+#include "engine_fixture.hpp"
+
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/argmax.h>
@@ -25,24 +27,9 @@
 
 using namespace verlpp;
 using namespace verlpp::rollout;
+using namespace verlpp::test;
 
 namespace {
-
-// examples/tiny, by default with 10x its init scale (0.2), so logits are far from uniform (no
-// argmax near-ties); 0.02 is the file's own.
-model::ModelConfig tiny_config(double initializer_range = 0.2) {
-  std::ifstream in(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json");
-  nlohmann::json j = nlohmann::json::parse(in);
-  j["initializer_range"] = initializer_range;
-  return model::parse_model_config(j, "tiny");
-}
-
-model::DecoderLM tiny_model(uint64_t seed, at::ScalarType dtype = at::kFloat) {
-  model::DecoderLM m(tiny_config());
-  m.init_weights(seed);
-  if (dtype != at::kFloat) m.to(dtype, c10::Device(c10::kCPU));
-  return m;
-}
 
 // examples/tiny at its own init scale (0.02, logits ~0.23 wide, near uniform), fp32.
 // `logit_scale` multiplies the final norm's weight: every logit grows by it, the body is unchanged.
@@ -52,26 +39,6 @@ model::DecoderLM config_scale_model(uint64_t seed, double logit_scale) {
   at::NoGradGuard no_grad;
   m.parameter("model.norm.weight").mul_(logit_scale);
   return m;
-}
-
-std::vector<int64_t> prompt_of(int64_t len, int64_t salt) {
-  std::vector<int64_t> ids;
-  for (int64_t i = 0; i < len; ++i) ids.push_back((i * 37 + salt * 101 + 5) % 340);
-  return ids;
-}
-
-// log_softmax(logits / T) of every position of `ids` by one full forward: [T, V].
-at::Tensor full_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& ids, double T) {
-  at::NoGradGuard no_grad;
-  at::Tensor x = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
-  return at::log_softmax(m.logits(m.forward_padded(x))[0] / T, -1);
-}
-
-// The naive greedy generator: full recompute, argmax each step.
-std::vector<int64_t> naive_greedy(const model::DecoderLM& m, std::vector<int64_t> ids, int64_t max_new) {
-  const size_t prompt = ids.size();
-  for (int64_t t = 0; t < max_new; ++t) ids.push_back(at::argmax(full_logprobs(m, ids, 1.0)[int64_t(ids.size()) - 1]).item<int64_t>());
-  return std::vector<int64_t>(ids.begin() + int64_t(prompt), ids.end());
 }
 
 // What the trainer recomputes as old log-probs for the last `num_response` tokens of `ids`
@@ -101,19 +68,12 @@ at::Tensor trainer_logprobs(const model::DecoderLM& m, const std::vector<int64_t
 // Each side is within its 2.5e-5 budget of the exact value, so the pair is held to their sum.
 void check_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& prompt, const GenerateOutput& out, double T,
                     double tolerance = 2.5e-5) {
-  std::vector<int64_t> ids = prompt;
-  ids.insert(ids.end(), out.token_ids.begin(), out.token_ids.end());
-  model::DecoderLM exact = m;
-  exact.to(at::kDouble, c10::Device(c10::kCPU));
-  at::Tensor lp = full_logprobs(exact, ids, T);
-  double worst = 0;
-  for (size_t i = 0; i < out.token_ids.size(); ++i) {
-    const double ref = lp[int64_t(prompt.size() + i) - 1][out.token_ids[i]].item<double>();
-    worst = std::max(worst, std::abs(ref - double(out.logprobs[i])) / std::max(1.0, std::abs(ref)));
-  }
+  const double worst = worst_logprob_error(m, prompt, out, T);
   INFO(fmt::format("request {} sample {}: worst relative |logprob error| {:.3g}", out.request_index, out.sample_index, worst));
   CHECK(worst <= tolerance);
   if (m.options().dtype != at::kFloat) return;
+  std::vector<int64_t> ids = prompt;
+  ids.insert(ids.end(), out.token_ids.begin(), out.token_ids.end());
   at::Tensor old = trainer_logprobs(m, ids, int64_t(out.token_ids.size()), T);
   double worst_trainer = 0, worst_abs = 0;
   for (size_t i = 0; i < out.token_ids.size(); ++i) {

@@ -9,73 +9,18 @@
 #include <verlpp/rollout/engine.hpp>
 
 #include "../../src/core/rollout/decode_graphs.hpp"
+#include "engine_fixture.hpp"
 
 #include <ATen/Context.h>
-#include <ATen/TensorOperators.h>
-#include <ATen/core/grad_mode.h>
-#include <ATen/ops/argmax.h>
-#include <ATen/ops/log_softmax.h>
-#include <ATen/ops/tensor.h>
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
-#include <fstream>
 
 using namespace verlpp;
 using namespace verlpp::rollout;
-
-namespace {
-
-// examples/tiny with logits far from uniform (as test_engine.cpp), on `device`.
-model::DecoderLM graph_test_model(uint64_t seed, c10::Device device, at::ScalarType dtype = at::kFloat) {
-  std::ifstream in(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json");
-  nlohmann::json j = nlohmann::json::parse(in);
-  j["initializer_range"] = 0.2;
-  model::DecoderLM m(model::parse_model_config(j, "tiny"));
-  m.init_weights(seed);
-  m.to(dtype, device);
-  return m;
-}
-
-// log_softmax(logits / T) at every position of `ids`, one fp64 forward on the CPU: [T, V].
-at::Tensor exact_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& ids, double T) {
-  at::NoGradGuard no_grad;
-  model::DecoderLM exact = m;
-  exact.to(at::kDouble, c10::Device(c10::kCPU));
-  at::Tensor x = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
-  return at::log_softmax(exact.logits(exact.forward_padded(x))[0] / T, -1);
-}
-
-std::vector<int64_t> cpu_greedy(const model::DecoderLM& m, std::vector<int64_t> ids, int64_t max_new) {
-  const size_t prompt = ids.size();
-  for (int64_t t = 0; t < max_new; ++t)
-    ids.push_back(at::argmax(exact_logprobs(m, ids, 1.0)[int64_t(ids.size()) - 1]).item<int64_t>());
-  return std::vector<int64_t>(ids.begin() + int64_t(prompt), ids.end());
-}
-
-// Worst |engine log-prob - fp64 full forward| relative to the log-prob's size.
-double worst_logprob_error(const model::DecoderLM& m, const std::vector<int64_t>& prompt, const GenerateOutput& out,
-                           double T) {
-  std::vector<int64_t> ids = prompt;
-  ids.insert(ids.end(), out.token_ids.begin(), out.token_ids.end());
-  const at::Tensor lp = exact_logprobs(m, ids, T);
-  double worst = 0;
-  for (size_t i = 0; i < out.token_ids.size(); ++i) {
-    const double ref = lp[int64_t(prompt.size() + i) - 1][out.token_ids[i]].item<double>();
-    worst = std::max(worst, std::abs(ref - double(out.logprobs[i])) / std::max(1.0, std::abs(ref)));
-  }
-  return worst;
-}
-
-std::vector<int64_t> ragged_prompt(int64_t len, int64_t salt) {
-  std::vector<int64_t> ids;
-  for (int64_t i = 0; i < len; ++i) ids.push_back((i * 37 + salt * 101 + 5) % 340);
-  return ids;
-}
-
-}  // namespace
+using namespace verlpp::test;
 
 TEST_CASE("decode graphs: batch-size buckets", "[rollout][graphs]") {
   CHECK(detail::DecodeGraphs::buckets(1) == std::vector<int64_t>{1});
@@ -85,27 +30,28 @@ TEST_CASE("decode graphs: batch-size buckets", "[rollout][graphs]") {
 }
 
 TEST_CASE("decode graphs: a CPU engine says why its steps run eagerly", "[rollout][graphs]") {
-  RolloutEngine engine(graph_test_model(3, c10::Device(c10::kCPU)), EngineOptions{});
+  RolloutEngine engine(tiny_model(3), EngineOptions{});
   INFO(engine.device_graphs_off_reason());
   CHECK(engine.device_graphs_off_reason().find("cpu") != std::string::npos);
   EngineOptions off;
   off.device_graphs = false;
-  RolloutEngine turned_off(graph_test_model(3, c10::Device(c10::kCPU)), off);
+  RolloutEngine turned_off(tiny_model(3), off);
   CHECK(turned_off.device_graphs_off_reason().find("turned off") != std::string::npos);
 }
 
 TEST_CASE("decode graphs on CUDA equal eager steps and a full forward", "[.gpu][rollout][graphs]") {
   REQUIRE(at::hasCUDA());
-  const c10::Device gpu(c10::kCUDA, 0), cpu(c10::kCPU);
+  const c10::Device gpu(c10::kCUDA, 0);
   hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cuda.so");
   hw::Kernels kernels(plugin);
-  const model::DecoderLM ref = graph_test_model(11, cpu);
+  const model::DecoderLM ref = tiny_model(11);
+  const model::DecoderLM exact = fp64_copy(ref);
 
   // Ragged prompts and lengths, so that the decode batch shrinks through several buckets.
   std::vector<GenerateRequest> reqs;
   const std::vector<int64_t> lens = {1, 5, 7, 16, 17, 30, 3, 9, 12, 4};
   for (size_t i = 0; i < lens.size(); ++i) {
-    GenerateRequest r{ragged_prompt(lens[i], int64_t(i)), SamplingParams{}};
+    GenerateRequest r{prompt_of(lens[i], int64_t(i)), SamplingParams{}};
     r.sampling.max_new_tokens = 3 + 2 * int64_t(i);
     r.sampling.ignore_eos = true;
     r.sampling.temperature = i % 3 == 0 ? 0.8 : 0.0;
@@ -121,8 +67,8 @@ TEST_CASE("decode graphs on CUDA equal eager steps and a full forward", "[.gpu][
   opts.kernels = &kernels;
   EngineOptions eager_opts = opts;
   eager_opts.device_graphs = false;
-  RolloutEngine graphs(graph_test_model(11, gpu), opts);
-  RolloutEngine eager(graph_test_model(11, gpu), eager_opts);
+  RolloutEngine graphs(tiny_model(11, at::kFloat, gpu), opts);
+  RolloutEngine eager(tiny_model(11, at::kFloat, gpu), eager_opts);
   INFO("graphs off because: " << graphs.device_graphs_off_reason());
   REQUIRE(graphs.device_graphs_off_reason().empty());
 
@@ -142,14 +88,14 @@ TEST_CASE("decode graphs on CUDA equal eager steps and a full forward", "[.gpu][
     REQUIRE(out.error.empty());
     REQUIRE(int64_t(out.token_ids.size()) == req.sampling.max_new_tokens);
     CHECK(out.token_ids == expected[k].token_ids);
-    if (req.sampling.temperature == 0) CHECK(out.token_ids == cpu_greedy(ref, req.prompt_ids, req.sampling.max_new_tokens));
+    if (req.sampling.temperature == 0) CHECK(out.token_ids == naive_greedy(exact, req.prompt_ids, req.sampling.max_new_tokens));
     const double T = req.sampling.temperature == 0 ? 1.0 : req.sampling.temperature;
     CHECK(worst_logprob_error(ref, req.prompt_ids, out, T) <= 5e-5);
   }
 
   // Parameters re-pointed at other storage: the graphs must not keep reading the old weights.
-  const model::DecoderLM other_cpu = graph_test_model(12, cpu);
-  const model::DecoderLM other_gpu = graph_test_model(12, gpu);
+  const model::DecoderLM other_exact = fp64_copy(tiny_model(12));
+  const model::DecoderLM other_gpu = tiny_model(12, at::kFloat, gpu);
   const WeightUpdateReport update = graphs.update_weights(other_gpu.named_parameters());
   CHECK(update.num_shared > 0);
   std::vector<GenerateRequest> greedy_reqs = {reqs[1], reqs[4], reqs[5]};
@@ -157,7 +103,7 @@ TEST_CASE("decode graphs on CUDA equal eager steps and a full forward", "[.gpu][
   CHECK(graphs.last_stats().num_graph_steps > 0);
   for (size_t k = 0; k < greedy_reqs.size(); ++k)
     CHECK(after_update[k].token_ids ==
-          cpu_greedy(other_cpu, greedy_reqs[k].prompt_ids, greedy_reqs[k].sampling.max_new_tokens));
+          naive_greedy(other_exact, greedy_reqs[k].prompt_ids, greedy_reqs[k].sampling.max_new_tokens));
 
   // A new KV pool after sleep/wake: the graphs must write into the new one.
   graphs.sleep();
@@ -176,7 +122,7 @@ TEST_CASE("decode graphs on CUDA in bf16 match eager bf16 steps", "[.gpu][rollou
   hw::Kernels kernels(plugin);
   std::vector<GenerateRequest> reqs;
   for (int64_t i = 0; i < 37; ++i) {
-    GenerateRequest r{ragged_prompt(1 + (i * 7) % 23, i), SamplingParams{}};
+    GenerateRequest r{prompt_of(1 + (i * 7) % 23, i), SamplingParams{}};
     r.sampling.max_new_tokens = 8 + i % 5;
     r.sampling.temperature = 0;
     r.sampling.ignore_eos = true;
@@ -186,8 +132,8 @@ TEST_CASE("decode graphs on CUDA in bf16 match eager bf16 steps", "[.gpu][rollou
   opts.kernels = &kernels;
   EngineOptions eager_opts = opts;
   eager_opts.device_graphs = false;
-  RolloutEngine graphs(graph_test_model(21, gpu, at::kBFloat16), opts);
-  RolloutEngine eager(graph_test_model(21, gpu, at::kBFloat16), eager_opts);
+  RolloutEngine graphs(tiny_model(21, at::kBFloat16, gpu), opts);
+  RolloutEngine eager(tiny_model(21, at::kBFloat16, gpu), eager_opts);
   const auto outs = graphs.generate(reqs);
   const auto expected = eager.generate(reqs);
   CHECK(graphs.last_stats().num_graph_steps == graphs.last_stats().num_decode_steps);
