@@ -13,21 +13,12 @@ void DeviceSums::add(size_t index, const at::Tensor& scalar) {
 }
 
 std::vector<double> DeviceSums::values() const {
+  // Sums never added to are zeros on the device of those that were (the CPU if none was).
+  auto opts = at::TensorOptions().dtype(at::kDouble);
+  for (const at::Tensor& s : sums_)
+    if (s.defined()) opts = opts.device(s.device());
   std::vector<at::Tensor> parts;
-  at::Tensor zero;
-  for (const at::Tensor& s : sums_) {
-    if (s.defined()) {
-      parts.push_back(s);
-      continue;
-    }
-    if (!zero.defined()) {
-      c10::Device device(c10::kCPU);
-      for (const at::Tensor& t : sums_)
-        if (t.defined()) device = t.device();
-      zero = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
-    }
-    parts.push_back(zero);
-  }
+  for (const at::Tensor& s : sums_) parts.push_back(s.defined() ? s : at::zeros({}, opts));
   if (parts.empty()) return {};
   const at::Tensor host = at::stack(parts).to(at::kCPU).contiguous();
   const double* v = host.data_ptr<double>();
