@@ -7,8 +7,9 @@
 // chunks, which do not coalesce: 0.77 ms per call at 256 x 151936 on an H200). The kept set is
 // the one cpu_ref's sorted reference keeps (ties at a boundary are all kept); the tokens drawn
 // for a seed differ from cpu_ref's, the distribution does not (the conformance suite checks it).
-// Untruncated rows (greedy, or top_k off and top_p = 1) take one pass; top-k / top-p rows take
-// the max, the sum, their searches and the draw as passes of their own.
+// Every row takes one pass for its argmax and softmax denominator, which is also the draw when
+// nothing is filtered (greedy, or top_k off and top_p = 1); top-k / top-p rows add their
+// searches and one more pass for the draw over the kept set.
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 
@@ -36,13 +37,15 @@ struct ArgMax {
   int64_t index;
 };
 
+// a = the larger of a and (value, index): ties go to the smaller index, NaN never wins.
+__device__ __forceinline__ void keep_max(ArgMax& a, float value, int64_t index) {
+  if (value > a.value || (value == a.value && index < a.index)) a = ArgMax{value, index};
+}
+
 // The block's largest value and its first index (ties: the smaller index), to every thread.
 __device__ ArgMax block_argmax(ArgMax best, float* best_value, int64_t* best_index) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    float other_value = gpu_shfl_xor(best.value, offset);
-    int64_t other_index = gpu_shfl_xor(best.index, offset);
-    if (other_value > best.value || (other_value == best.value && other_index < best.index)) best = ArgMax{other_value, other_index};
-  }
+  for (int offset = 16; offset > 0; offset >>= 1)
+    keep_max(best, gpu_shfl_xor(best.value, offset), gpu_shfl_xor(best.index, offset));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) {
     best_value[warp] = best.value;
@@ -50,11 +53,10 @@ __device__ ArgMax block_argmax(ArgMax best, float* best_value, int64_t* best_ind
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kWarps; ++w)
-      if (best_value[w] > best_value[0] || (best_value[w] == best_value[0] && best_index[w] < best_index[0])) {
-        best_value[0] = best_value[w];
-        best_index[0] = best_index[w];
-      }
+    ArgMax all{best_value[0], best_index[0]};
+    for (int w = 1; w < kWarps; ++w) keep_max(all, best_value[w], best_index[w]);
+    best_value[0] = all.value;
+    best_index[0] = all.index;
   }
   __syncthreads();
   const ArgMax result{best_value[0], best_index[0]};
@@ -150,60 +152,35 @@ sample_kernel(const float* __restrict__ logits,       // [b, v] f32
   const float temp = greedy ? 1.0f : t;
   const int32_t k = top_k[row];
   const float p = top_p[row];
+  const bool top_k_on = !greedy && k > 0 && int64_t(k) < v, top_p_on = !greedy && p < 1.0f;
+  const bool draw_in_first_pass = !greedy && !top_k_on && !top_p_on;
   const uint64_t row_bits = splitmix64(splitmix64(seeds[row]) + step * 0x9E3779B97F4A7C15ull);
 
-  if (greedy || ((k <= 0 || int64_t(k) >= v) && !(p < 1.0f))) {
-    // Nothing filtered: one pass finds the argmax, the softmax denominator (online) and the
-    // Gumbel-max draw (argmax of z + G needs no shift by the max).
-    ArgMax best{-INFINITY, v}, pick{-INFINITY, v};
-    SoftmaxSum sum{-INFINITY, 0.0f};
-    for_each_logit(x, v, [&](int64_t j, float xj) {
-      if (xj > best.value || (xj == best.value && j < best.index)) best = ArgMax{xj, j};
-      const float z = xj / temp;
-      if (z > sum.m) {
-        sum.s = sum.s * expf(sum.m - z) + 1.0f;
-        sum.m = z;
-      } else if (z != -INFINITY) {
-        sum.s += expf(z - sum.m);
-      }
-      if (!greedy) {
-        const float score = z + gumbel(row_bits, j);
-        if (score > pick.value || (score == pick.value && j < pick.index)) pick = ArgMax{score, j};
-      }
-    });
-    best = block_argmax(best, best_value, best_index);
-    if (!greedy) pick = block_argmax(pick, best_value, best_index);
-    sum = block_softmax_sum(sum, scratch_f, scratch_m);
-    const int64_t argmax = best.index < v ? best.index : 0;
-    const int64_t token = !greedy && pick.index < v ? pick.index : argmax;
-    if (threadIdx.x == 0) {
-      out_tokens[row] = token;
-      out_logprobs[row] = x[token] / temp - sum.m - logf(sum.s);
+  // Pass 1, every row: the argmax, the softmax denominator (online) and, when nothing is
+  // filtered, the Gumbel-max draw (argmax of z + G needs no shift by the max).
+  ArgMax best{-INFINITY, v}, pick{-INFINITY, v};
+  SoftmaxSum sum{-INFINITY, 0.0f};
+  for_each_logit(x, v, [&](int64_t j, float xj) {
+    keep_max(best, xj, j);
+    const float z = xj / temp;
+    if (z > sum.m) {
+      sum.s = sum.s * expf(sum.m - z) + 1.0f;
+      sum.m = z;
+    } else if (z != -INFINITY) {
+      sum.s += expf(z - sum.m);
     }
-    return;
-  }
-
-  // Pass 1: the row's max and its first index (NaNs never win).
-  ArgMax best{-INFINITY, v};
-  for (int64_t j = threadIdx.x; j < v; j += kThreads) {
-    float value = x[j];
-    if (value > best.value || (value == best.value && j < best.index)) best = ArgMax{value, j};
-  }
+    if (draw_in_first_pass) keep_max(pick, z + gumbel(row_bits, j), j);
+  });
   best = block_argmax(best, best_value, best_index);
-  const float x_max = best.value;
+  if (draw_in_first_pass) pick = block_argmax(pick, best_value, best_index);
+  sum = block_softmax_sum(sum, scratch_f, scratch_m);
   const int64_t argmax = best.index < v ? best.index : 0;
-  const float z_max = x_max / temp;  // division by temp > 0 is monotone: max(x / t) = max(x) / t
+  const float z_max = sum.m;  // = max(x) / t: division by t > 0 is monotone and correctly rounded
 
-  // Pass 2: the softmax denominator (relative to the max), for the log-prob.
-  float local = 0.0f;
-  for (int64_t j = threadIdx.x; j < v; j += kThreads) local += expf(x[j] / temp - z_max);
-  const float total = block_reduce(local, SumOp{}, 0.0f, scratch_f);
-
-  int64_t token = argmax;
-  if (!greedy) {
+  if (top_k_on || top_p_on) {
     // top-k: the largest key K with count(key >= K) >= k; kept_k = {key(x) >= K}.
     uint32_t key_floor = 0;  // every token
-    if (k > 0 && int64_t(k) < v) {
+    if (top_k_on) {
       uint64_t lo = 0, hi = uint64_t(1) << 32;  // count(>= lo) >= k; count(>= hi) = 0 < k
       while (hi - lo > 1) {
         const uint64_t mid = lo + (hi - lo) / 2;
@@ -218,9 +195,9 @@ sample_kernel(const float* __restrict__ logits,       // [b, v] f32
     // top-p: keep token j iff the kept_k mass of tokens with larger q is < p * mass_k, i.e.
     // bits(q_j) >= B, the smallest B with G(B) = sum(q > B) < p * mass_k (G never increases).
     uint32_t q_floor = 0;
-    if (p < 1.0f) {
+    if (top_p_on) {
       // q = exp(x / t - max); the mass of the top-k set.
-      local = 0.0f;
+      float local = 0.0f;
       for (int64_t j = threadIdx.x; j < v; j += kThreads)
         if (ordered_key(x[j]) >= key_floor) local += expf(x[j] / temp - z_max);
       const float mass_k = block_reduce(local, SumOp{}, 0.0f, scratch_f);
@@ -241,24 +218,20 @@ sample_kernel(const float* __restrict__ logits,       // [b, v] f32
       q_floor = hi;
     }
 
-    // Gumbel-max over the kept tokens: argmax of log q_j - log(-log u_j), u_j in (0, 1) from 24
-    // bits of a hash of the row's (seed, step) and j. The argmax itself is always kept, so the
-    // set is never empty.
-    ArgMax pick{-INFINITY, v};
-    for (int64_t j = threadIdx.x; j < v; j += kThreads) {
-      const float xj = x[j];
-      if (ordered_key(xj) < key_floor) continue;
+    // Gumbel-max over the kept tokens: argmax of log q_j + G_j. The argmax itself is always
+    // kept, so the set is never empty.
+    for_each_logit(x, v, [&](int64_t j, float xj) {
+      if (ordered_key(xj) < key_floor) return;
       const float z = xj / temp - z_max;  // log q_j
-      if (q_floor != 0 && __float_as_uint(expf(z)) < q_floor) continue;
-      const float score = z + gumbel(row_bits, j);
-      if (score > pick.value || (score == pick.value && j < pick.index)) pick = ArgMax{score, j};
-    }
+      if (q_floor != 0 && __float_as_uint(expf(z)) < q_floor) return;
+      keep_max(pick, z + gumbel(row_bits, j), j);
+    });
     pick = block_argmax(pick, best_value, best_index);
-    token = pick.index < v ? pick.index : argmax;
   }
+  const int64_t token = !greedy && pick.index < v ? pick.index : argmax;
   if (threadIdx.x == 0) {
     out_tokens[row] = token;
-    out_logprobs[row] = x[token] / temp - z_max - logf(total);
+    out_logprobs[row] = x[token] / temp - z_max - logf(sum.s);
   }
 }
 
