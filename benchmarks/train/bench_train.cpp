@@ -5,10 +5,14 @@
 // train::MixedPrecision (fp32 masters, a 16-bit compute copy), train::response_log_probs (the
 // chunked LM head with its recomputing backward), train::OptimizerStep (AdamW, clipping at 1.0).
 // benchmarks/train/hf_train_step.py times the same step in PyTorch + HF transformers beside it.
+// `--plugin cuda` hands the LM head's softmax math to the plugin's log-prob kernels (after
+// checking them against LibTorch's path on the same rows).
 #include "../rollout/bench_options.hpp"
 #include "../rollout/bench_profile.hpp"
 
 #include <verlpp/core/error.hpp>
+#include <verlpp/hw/kernels.hpp>
+#include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/logprob.hpp>
 #include <verlpp/train/mixed_precision.hpp>
@@ -29,6 +33,7 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <vector>
 
 // Peak memory comes from LibTorch's CUDA caching allocator (what torch.cuda.max_memory_allocated
@@ -43,6 +48,7 @@ using namespace verlpp;
 
 struct Options {
   std::string shape, model_dir, device = "cpu", param_dtype = "float32";
+  std::string plugin;  // whose log-prob kernels run the LM head's softmax; empty = LibTorch's path
   int64_t batch = 4, seq = 64, chunk_rows = 4;
   int steps = 5, warmup = 2;
   bool checkpointing = false;
@@ -103,6 +109,27 @@ double check_optimizer(const c10::Device& device) {
   return worst;
 }
 
+// Before timing with --plugin: log-probs and the gradient they send into the LM head (tied to
+// the embedding here) on `rows` rows, through the plugin's kernels and through LibTorch's path.
+// Returns the worst differences (log-prob absolute, gradient relative to its largest entry).
+std::pair<double, double> check_kernels(model::DecoderLM& m, const at::Tensor& ids, const at::Tensor& mask,
+                                        const at::Tensor& positions, const hw::Kernels& kernels) {
+  at::Tensor& head = const_cast<at::Tensor&>(m.parameter("lm_head.weight"));
+  auto run = [&](const hw::Kernels* k) {
+    head.mutable_grad() = at::Tensor();
+    train::ResponseLogProbs out = train::response_log_probs(m, ids, mask, positions, ids.size(1) - 1, 1.0, false, 1, false, k);
+    out.log_probs.mean().neg().backward();
+    std::pair<at::Tensor, at::Tensor> r{out.log_probs.detach().to(at::kFloat), head.grad().to(at::kFloat)};
+    for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
+    return r;
+  };
+  const auto [lp_ref, g_ref] = run(nullptr);
+  const auto [lp_k, g_k] = run(&kernels);
+  const double lp_error = lp_k.sub(lp_ref).abs().max().item<double>();
+  const double g_error = g_k.sub(g_ref).abs().max().item<double>() / std::max(1e-30, g_ref.abs().max().item<double>());
+  return {lp_error, g_error};
+}
+
 // Waits for the device by reading one element back (no device headers needed).
 void wait_for(const at::Tensor& t) { (void)t.reshape({-1}).narrow(0, 0, 1).to(at::kCPU); }
 
@@ -126,6 +153,20 @@ int run(const Options& o) {
   master.set_requires_grad(true);
   master.set_gradient_checkpointing(o.checkpointing);
   train::MixedPrecision precision(master, compute);
+  std::optional<hw::Kernels> kernels;
+  if (!o.plugin.empty()) {
+    const hw::Plugin& plugin = hw::plugin_named(o.plugin);  // Error listing the loaded ones
+    if (plugin.torch_device_type() != o.device)
+      VERLPP_FAIL_AT("--plugin", "plugin '{}' places tensors on torch device '{}', but --device is '{}'", o.plugin,
+                     plugin.torch_device_type(), o.device);
+    kernels.emplace(plugin);
+    if (kernels->table().logprob_entropy == nullptr || kernels->table().logprob_backward == nullptr) {
+      std::string offered;
+      for (const std::string& name : kernels->available()) offered += (offered.empty() ? "" : ", ") + name;
+      VERLPP_FAIL_AT("--plugin", "plugin '{}' lacks logprob_entropy or logprob_backward (ABI 1.2); it offers: {}", o.plugin,
+                     offered.empty() ? "none" : offered);
+    }
+  }
   train::AdamWConfig adamw;
   adamw.grad_clip = 1.0;
   train::OptimizerStep optimizer(train::parameter_tensors(master), adamw, train::LrSchedule({1e-6, "constant", 0, 1, 0.0, 0.5}));
@@ -134,18 +175,31 @@ int run(const Options& o) {
   const at::Tensor ids = at::randint(config.vocab_size, {o.batch, o.seq}, at::TensorOptions().dtype(at::kLong)).to(device);
   const at::Tensor mask = at::ones({o.batch, o.seq}, ids.options());
   const at::Tensor positions = mask.cumsum(1).sub(1);
+  if (kernels) {
+    const int64_t rows = std::min<int64_t>(2, o.batch);
+    const auto [lp_error, g_error] = check_kernels(precision.compute(), ids.narrow(0, 0, rows), mask.narrow(0, 0, rows),
+                                                   positions.narrow(0, 0, rows), *kernels);
+    std::cerr << fmt::format("kernel check ({} log-prob kernels vs LibTorch, {} rows): log-prob max |diff| {:.2e}, LM-head "
+                             "gradient max |diff| / max |grad| {:.2e}\n", o.plugin, rows, lp_error, g_error);
+    // bf16 logits and gradients: the two paths round dL/dz once each, in another order of sums.
+    const double grad_tolerance = compute == at::kFloat ? 1e-4 : 2e-2;
+    VERLPP_CHECK(lp_error < 1e-3 && g_error < grad_tolerance,
+                 "WRONG: the plugin's log-prob kernels differ from LibTorch's path (log-prob {:.3e}, gradient {:.3e})",
+                 lp_error, g_error);
+  }
+  const hw::Kernels* used = kernels ? &*kernels : nullptr;
   double last_loss = 0;
   auto step = [&] {
     if (o.forward_only) {
       at::NoGradGuard no_grad;
       train::ResponseLogProbs out = train::response_log_probs(precision.compute(), ids, mask, positions, o.seq - 1, 1.0,
-                                                              /*with_entropy=*/true, o.chunk_rows);
+                                                              /*with_entropy=*/true, o.chunk_rows, false, used);
       last_loss = out.entropy.mean().item<double>();  // the mean entropy, in place of a loss
       return;
     }
     optimizer.zero_grad();
     train::ResponseLogProbs out = train::response_log_probs(precision.compute(), ids, mask, positions, o.seq - 1, 1.0,
-                                                            /*with_entropy=*/false, o.chunk_rows);
+                                                            /*with_entropy=*/false, o.chunk_rows, false, used);
     at::Tensor loss = out.log_probs.mean().neg();
     loss.backward();
     precision.accumulate_gradients();
@@ -182,7 +236,8 @@ int run(const Options& o) {
                         {"steps", o.steps},          {"seconds", seconds},
                         {"median_s", median},        {"tokens_per_s", tokens / median},
                         {"peak_bytes", peak},        {"loss", last_loss},
-                        {"gradient_checkpointing", o.checkpointing}, {"forward_only", o.forward_only}};
+                        {"gradient_checkpointing", o.checkpointing}, {"forward_only", o.forward_only},
+                        {"kernels", o.plugin.empty() ? std::string("libtorch") : o.plugin}};
     std::ofstream(o.json_path) << j.dump() << "\n";
   }
   if (!o.profile_path.empty()) {
@@ -208,6 +263,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "sequences per step");
   app.add_option("--seq", o.seq, "tokens per sequence");
   app.add_option("--chunk-rows", o.chunk_rows, "rows per LM-head chunk of the log-prob");
+  app.add_option("--plugin", o.plugin, "a plugin whose logprob_entropy / logprob_backward kernels run the LM head's softmax "
+                                       "(checked against LibTorch's path first); default: LibTorch's path");
   app.add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_flag("--gradient-checkpointing", o.checkpointing, "recompute each layer in the backward");

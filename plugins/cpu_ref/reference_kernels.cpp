@@ -1,8 +1,8 @@
 // cpu_ref: plain-loop reference kernels. Inputs may be f32, bf16 or f16; math is in fp32/fp64
 // (log-sum-exp with the row max subtracted), results are written as f32 (logprob_entropy) or in
-// the input dtype (rms_norm and rotary_embedding, rounded where HF rounds), as plugin_abi.h
-// defines them; sample sorts each row (top-k, top-p) and draws with the host's counter-based
-// splitmix64 recipe; paged_attention_decode walks the block tables in fp64.
+// the input dtype (logprob_backward, rms_norm and rotary_embedding, rounded where HF rounds), as
+// plugin_abi.h defines them; sample sorts each row (top-k, top-p) and draws with the host's
+// counter-based splitmix64 recipe; paged_attention_decode walks the block tables in fp64.
 #include "reference_kernels.hpp"
 #include "half_float.hpp"
 
@@ -95,6 +95,38 @@ verlpp_error* logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p
       double lse = double(mx) + std::log(sum);
       lp[r] = float(double(load(base, logits.dtype, off + label[r]) / temperature) - lse);
       if (ent) ent[r] = float(lse - weighted / sum);
+    }
+  });
+}
+
+// In fp64 per element, rounded once to the output dtype. In place (out_grad = logits) is safe:
+// each element is read before it is written, and no other element reads it.
+verlpp_error* logprob_backward(const DLTensor* logits_p, const DLTensor* labels_p, const DLTensor* lse_p,
+                               const DLTensor* grad_logprob_p, const DLTensor* mean_z_p, const DLTensor* grad_entropy_p,
+                               float temperature, DLTensor* out_p, verlpp_stream) {
+  return sdk::guard("cpu_ref logprob_backward", [&] {
+    const sdk::LogprobBackwardArgs a = sdk::check_logprob_backward_args(logits_p, labels_p, lse_p, grad_logprob_p, mean_z_p,
+                                                                        grad_entropy_p, temperature, out_p);
+    for (const DLTensor* t : {logits_p, labels_p, lse_p, static_cast<const DLTensor*>(out_p), grad_logprob_p, mean_z_p, grad_entropy_p})
+      if (t != nullptr) require_host(*t, "every logprob_backward tensor");
+    const void* in = sdk::data_ptr(*logits_p);
+    void* out = sdk::data_ptr(*out_p);
+    const auto* label = static_cast<const int64_t*>(sdk::data_ptr(*labels_p));
+    const auto* lse = static_cast<const float*>(sdk::data_ptr(*lse_p));
+    const auto* g_lp = a.grad_logprob ? static_cast<const float*>(sdk::data_ptr(*a.grad_logprob)) : nullptr;
+    const auto* mean_z = a.mean_z ? static_cast<const float*>(sdk::data_ptr(*a.mean_z)) : nullptr;
+    const auto* g_ent = a.grad_entropy ? static_cast<const float*>(sdk::data_ptr(*a.grad_entropy)) : nullptr;
+    const double t = temperature;
+    for (int64_t r = 0; r < a.n; ++r) {
+      require(label[r] >= 0 && label[r] < a.v, "label " + std::to_string(label[r]) + " at row " + std::to_string(r) +
+                                                   " is outside [0, " + std::to_string(a.v) + ")");
+      const double glp = g_lp ? g_lp[r] : 0.0, ge = g_ent ? g_ent[r] : 0.0, mz = mean_z ? mean_z[r] : 0.0;
+      for (int64_t j = 0; j < a.v; ++j) {
+        const double z = double(load(in, logits_p->dtype, r * a.row_stride + j)) / t;
+        const double p = std::exp(z - double(lse[r]));
+        const double g = glp * ((j == label[r] ? 1.0 : 0.0) - p) - ge * p * (z - mz);
+        store(out, out_p->dtype, r * a.out_row_stride + j, float(g / t));
+      }
     }
   });
 }
@@ -347,6 +379,7 @@ const verlpp_kernel_table* reference_kernels() {
     t.rotary_embedding = &rotary_embedding;
     t.paged_attention_decode = &paged_attention_decode;
     t.sample = &sample;
+    t.logprob_backward = &logprob_backward;
     return t;
   }();
   return &table;

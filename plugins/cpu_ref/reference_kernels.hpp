@@ -6,7 +6,8 @@
 
 namespace verlpp::cpu_ref {
 
-// The kernel table: logprob_entropy, rms_norm, rotary_embedding, paged_attention_decode, sample.
+// The kernel table: logprob_entropy, rms_norm, rotary_embedding, paged_attention_decode, sample,
+// logprob_backward (1.2).
 const verlpp_kernel_table* reference_kernels();
 
 }  // namespace verlpp::cpu_ref

@@ -1,5 +1,5 @@
 // cuda: ABI entry points of the kernel table (logprob_entropy, rms_norm, rotary_embedding,
-// paged_attention_decode, sample: the kernels the conformance suite checks). Each checks its
+// paged_attention_decode, sample, logprob_backward: the kernels the conformance suite checks). Each checks its
 // DLPack arguments with the same rules as cpu_ref's reference kernels (rotary_embedding's through
 // the SDK's kernel_args.hpp, so both plugins refuse the same input), checks that the tensors
 // live in this plugin's device memory, then calls a
@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace verlpp::cuda {
 namespace {
@@ -79,6 +80,32 @@ verlpp_error* logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p
                                       static_cast<float*>(sdk::data_ptr(out_lp)), ent, target.stream),
                "launching logprob_entropy (N=" + std::to_string(n) + ", V=" + std::to_string(v) + ")");
     finish_if_default(target, "logprob_entropy");
+  });
+}
+
+verlpp_error* logprob_backward(const DLTensor* logits_p, const DLTensor* labels_p, const DLTensor* lse_p,
+                               const DLTensor* grad_logprob_p, const DLTensor* mean_z_p, const DLTensor* grad_entropy_p,
+                               float temperature, DLTensor* out_p, verlpp_stream stream) {
+  return sdk::guard(VERLPP_GPU_PLUGIN_NAME " logprob_backward", [&] {
+    const sdk::LogprobBackwardArgs a = sdk::check_logprob_backward_args(logits_p, labels_p, lse_p, grad_logprob_p, mean_z_p,
+                                                                        grad_entropy_p, temperature, out_p);
+    const FloatType type = float_type(logits_p->dtype, "logits");
+    const int32_t device = logits_p->device.device_id;
+    const std::pair<const DLTensor*, const char*> operands[] = {
+        {logits_p, "logits"}, {labels_p, "labels"}, {lse_p, "lse"}, {out_p, "out_grad"},
+        {grad_logprob_p, "grad_logprob"}, {mean_z_p, "mean_z"}, {grad_entropy_p, "grad_entropy"}};
+    for (const auto& [t, what] : operands)
+      if (t != nullptr) require_on_device(*t, device, what);
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    auto f32 = [](const DLTensor* t) { return t != nullptr ? static_cast<const float*>(sdk::data_ptr(*t)) : nullptr; };
+    cuda_check(launch_logprob_backward(sdk::data_ptr(*logits_p), type, a.n, a.v, a.row_stride,
+                                       static_cast<const int64_t*>(sdk::data_ptr(*labels_p)), f32(lse_p), f32(grad_logprob_p),
+                                       f32(mean_z_p), f32(grad_entropy_p), temperature, sdk::data_ptr(*out_p),
+                                       a.out_row_stride, target.stream),
+               "launching logprob_backward (N=" + std::to_string(a.n) + ", V=" + std::to_string(a.v) + ")");
+    finish_if_default(target, "logprob_backward");
   });
 }
 
@@ -246,6 +273,7 @@ const verlpp_kernel_table* cuda_kernels() {
     t.rotary_embedding = &rotary_embedding;
     t.paged_attention_decode = &paged_attention_decode;
     t.sample = &sample;
+    t.logprob_backward = &logprob_backward;
     return t;
   }();
   return &table;

@@ -1,7 +1,7 @@
-// cuda: the CUDA kernels (fused log-prob/entropy, RMSNorm, RoPE) and their launchers. One
-// thread block per row (per token for RoPE), fp32 math with two passes over the row (max, then
-// sums relative to the max): the same operation order as the cpu_ref reference, so results
-// agree to fp32 rounding. RoPE rounds each product with __fmul_rn (never contracted into an
+// cuda: the RMSNorm and RoPE kernels and their launchers (the log-prob kernels are in
+// logprob_kernels.cu). One thread block per row (per token for RoPE), fp32 math; RMSNorm makes
+// two passes over the row (sum of squares, then the scaled values) in cpu_ref's order, so
+// results agree to fp32 rounding. RoPE rounds each product with __fmul_rn (never contracted into an
 // FMA) because the host model rounds every op. Rows are independent (grid.x up to 2^31 - 1).
 #include "block_reduce.cuh"
 #include "kernels.hpp"
@@ -12,44 +12,6 @@
 
 namespace verlpp::cuda {
 namespace {
-
-// grid.x = n rows, block = kThreads.
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-logprob_entropy_kernel(const T* __restrict__ logits,  // [n, v], row stride row_stride
-                       int64_t v, int64_t row_stride,
-                       const int64_t* __restrict__ labels,  // [n]
-                       float temperature,
-                       float* __restrict__ out_logprob,  // [n]
-                       float* __restrict__ out_entropy) {  // [n] or NULL
-  __shared__ float scratch_max[kWarps];
-  __shared__ float scratch_sum[kWarps];
-  __shared__ float scratch_weighted[kWarps];
-  const int64_t row = blockIdx.x;
-  const T* x = logits + row * row_stride;
-
-  float local_max = -INFINITY;
-  for (int64_t j = threadIdx.x; j < v; j += kThreads) local_max = fmaxf(local_max, to_float(x[j]) / temperature);
-  const float row_max = block_reduce(local_max, MaxOp{}, -INFINITY, scratch_max);
-
-  // sum of e = exp(z - max) and of e * (z - max): entropy = log(sum) - weighted / sum.
-  float local_sum = 0.0f, local_weighted = 0.0f;
-  for (int64_t j = threadIdx.x; j < v; j += kThreads) {
-    float shifted = to_float(x[j]) / temperature - row_max;
-    float e = expf(shifted);
-    local_sum += e;
-    local_weighted += e * shifted;
-  }
-  const float sum = block_reduce(local_sum, SumOp{}, 0.0f, scratch_sum);
-  const float weighted = block_reduce(local_weighted, SumOp{}, 0.0f, scratch_weighted);
-
-  if (threadIdx.x == 0) {
-    const float log_sum = logf(sum);
-    const int64_t label = labels[row];
-    out_logprob[row] = (label >= 0 && label < v) ? to_float(x[label]) / temperature - row_max - log_sum : NAN;
-    if (out_entropy != nullptr) out_entropy[row] = log_sum - weighted / sum;
-  }
-}
 
 // grid.x = n rows, block = kThreads.
 template <class T>
@@ -121,14 +83,6 @@ gpuError_t rotary_as(void* q, int64_t hq, void* k, int64_t hk, int64_t n, int64_
 }
 
 template <class T>
-gpuError_t logprob_entropy_as(const void* logits, int64_t n, int64_t v, int64_t row_stride, const int64_t* labels,
-                               float temperature, float* out_logprob, float* out_entropy, gpuStream_t stream) {
-  logprob_entropy_kernel<T><<<dim3(unsigned(n)), kThreads, 0, stream>>>(static_cast<const T*>(logits), v, row_stride, labels,
-                                                                        temperature, out_logprob, out_entropy);
-  return gpuGetLastError();
-}
-
-template <class T>
 gpuError_t rms_norm_as(const void* x, const void* weight, int64_t n, int64_t d, float eps, void* out, gpuStream_t stream) {
   rms_norm_kernel<T><<<dim3(unsigned(n)), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(weight), d,
                                                                  eps, static_cast<T*>(out));
@@ -136,22 +90,6 @@ gpuError_t rms_norm_as(const void* x, const void* weight, int64_t n, int64_t d, 
 }
 
 }  // namespace
-
-gpuError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n, int64_t v, int64_t row_stride,
-                                   const int64_t* labels, float temperature, float* out_logprob, float* out_entropy,
-                                   gpuStream_t stream) {
-  if (n == 0) return gpuSuccess;
-  if (n > 0x7fffffff) return gpuErrorInvalidConfiguration;
-  switch (type) {
-    case FloatType::f32:
-      return logprob_entropy_as<float>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
-    case FloatType::f16:
-      return logprob_entropy_as<__half>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
-    case FloatType::bf16:
-      return logprob_entropy_as<gpu_bfloat16>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
-  }
-  return gpuErrorInvalidValue;
-}
 
 gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps, void* out,
                             gpuStream_t stream) {

@@ -21,6 +21,16 @@ gpuError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n,
                                    const int64_t* labels, float temperature, float* out_logprob,
                                    float* out_entropy, gpuStream_t stream);
 
+// The backward of launch_logprob_entropy (plugin_abi.h's logprob_backward): per row r < n and
+// column j < v, with z = logits[r, j] / temperature and p = exp(z - lse[r]),
+// out[r, j] = (g_lp[r] ([j == labels[r]] - p) - g_ent[r] p (z - mean_z[r])) / temperature, fp32
+// math rounded once to the type. grad_logprob, mean_z and grad_entropy may be NULL (zero);
+// a label outside [0, v) gives NaN in its row. `out` may be `logits` with the same row stride.
+gpuError_t launch_logprob_backward(const void* logits, FloatType type, int64_t n, int64_t v, int64_t row_stride,
+                                    const int64_t* labels, const float* lse, const float* grad_logprob,
+                                    const float* mean_z, const float* grad_entropy, float temperature, void* out,
+                                    int64_t out_row_stride, gpuStream_t stream);
+
 // out[r, :] = weight * round_to_type(x[r, :] / sqrt(mean(x[r, :]^2) + eps)), as HF's RMSNorm
 // (normalise in fp32, round to the input type, then scale). x, out [n, d]; weight [d]; one type.
 gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps,

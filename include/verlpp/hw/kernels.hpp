@@ -54,6 +54,11 @@ class Kernels {
                        DLTensor& out_logprob, DLTensor* out_entropy, verlpp_stream stream = nullptr) const;
   void rms_norm(const DLTensor& x, const DLTensor& weight, float eps, DLTensor& out,
                 verlpp_stream stream = nullptr) const;
+  // ABI 1.2: the gradient with respect to the logits of a loss over logprob_entropy's outputs;
+  // out_grad may be logits itself. NULL entry (or a plugin older than 1.2): UNSUPPORTED.
+  void logprob_backward(const DLTensor& logits, const DLTensor& labels, const DLTensor& lse,
+                        const DLTensor* grad_logprob, const DLTensor* mean_z, const DLTensor* grad_entropy,
+                        float temperature, DLTensor& out_grad, verlpp_stream stream = nullptr) const;
 
  private:
   const Plugin* plugin_;

@@ -42,6 +42,9 @@ struct ActorConfig {
   // fsdp_config.mixed_precision.param_dtype: the dtype forwards and backwards run in; the
   // optimizer keeps the model's own (fp32) weights as masters (mixed_precision.hpp).
   at::ScalarType param_dtype = at::kFloat;
+  // The plugin's kernels for the LM-head log-probs (linear_log_probs.hpp), or null for LibTorch's
+  // path; not owned, alive as long as the actor.
+  const hw::Kernels* kernels = nullptr;
 };
 
 // Micro-batches of a mini-batch: `micro_size` rows each, or (dynamic) balanced groups whose

@@ -8,18 +8,27 @@
 
 #include <ATen/core/Tensor.h>
 
+namespace verlpp::hw {
+class Kernels;
+}
+
 namespace verlpp::train {
 
 struct LinearLogProbs {
   at::Tensor log_probs;  // [N] fp32 (fp64 for fp64 inputs): log softmax((hidden @ weight^T) / T)[target]
   at::Tensor entropy;    // [N] likewise, or undefined when not asked for
+  bool used_kernels = false;  // whether the plugin's kernels ran (else LibTorch's path)
 };
 
 // hidden [N, C] and weight [V, C] of one floating dtype; targets [N] int64 in [0, V).
 // Differentiable in hidden and weight (each only when it requires grad). Logits are formed
 // in the weight's dtype (as at::linear would) and then taken to fp32 for the softmax, as verl
 // casts logits to float (fp64 inputs stay fp64). `chunk_tokens` >= 1 rows per chunk.
+// `kernels`: a plugin offering logprob_entropy and logprob_backward (ABI 1.2) for the tensors'
+// device takes the softmax math (fp32 inside, logits never copied to fp32); it must outlive the
+// backward. Null, a dtype the kernels do not take (fp64) or a missing entry: LibTorch's path.
 LinearLogProbs linear_log_probs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                                double temperature, bool with_entropy, int64_t chunk_tokens);
+                                double temperature, bool with_entropy, int64_t chunk_tokens,
+                                const hw::Kernels* kernels = nullptr);
 
 }  // namespace verlpp::train

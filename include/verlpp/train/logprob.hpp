@@ -9,6 +9,10 @@
 
 #include <ATen/core/Tensor.h>
 
+namespace verlpp::hw {
+class Kernels;
+}
+
 namespace verlpp::train {
 
 struct ResponseLogProbs {
@@ -23,6 +27,7 @@ struct ResponseLogProbs {
 ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Tensor& input_ids /*[B, T] int64*/,
                                     const at::Tensor& attention_mask /*[B, T]*/, const at::Tensor& position_ids /*[B, T]*/,
                                     int64_t response_length, double temperature, bool with_entropy,
-                                    int64_t chunk_rows = 4, bool remove_padding = false);
+                                    int64_t chunk_rows = 4, bool remove_padding = false,
+                                    const hw::Kernels* kernels = nullptr);
 
 }  // namespace verlpp::train

@@ -16,6 +16,10 @@
 
 #include <memory>
 
+namespace verlpp::hw {
+class Kernels;
+}
+
 namespace verlpp::train {
 
 struct SftConfig {
@@ -24,6 +28,7 @@ struct SftConfig {
   int64_t log_prob_chunk_rows = 8;
   bool remove_padding = false;    // packed forwards over the real tokens only (logprob.hpp)
   at::ScalarType param_dtype = at::kFloat;  // the passes' dtype; fp32 masters (mixed_precision.hpp)
+  const hw::Kernels* kernels = nullptr;      // the plugin's LM-head log-prob kernels, or null (logprob.hpp)
 };
 
 class SftTrainer {

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define VERLPP_PLUGIN_ABI_MAJOR 1
-#define VERLPP_PLUGIN_ABI_MINOR 1
+#define VERLPP_PLUGIN_ABI_MINOR 2
 
 /* Symbol names, for dlsym and for the SDK's export macro. */
 #define VERLPP_PLUGIN_PROBE_SYMBOL "verlpp_plugin_probe_v1"
@@ -202,6 +202,21 @@ typedef struct verlpp_kernel_table {
                           const DLTensor* top_k, const DLTensor* top_p, const DLTensor* seeds,
                           uint64_t step, DLTensor* out_tokens, DLTensor* out_logprobs,
                           verlpp_stream stream);
+
+  /* ---- added in 1.2 (the host calls it only when abi_minor >= 2 and it is non-NULL) */
+  /* The backward of logprob_entropy: the gradient of a loss with respect to the logits, given
+   * the loss's gradients with respect to each row's log-prob and entropy. With z = logits / T
+   * and p = exp(z - lse), per row i and column j, in fp32, rounded once to the output dtype:
+   *   out_grad[i, j] = (g_lp[i] * ([j == labels[i]] - p_ij) - g_ent[i] * p_ij * (z_ij - mean_z[i])) / T
+   * logits [N, V] f32/bf16/f16 (rows may be strided, columns dense); labels [N] int64 in [0, V);
+   * lse [N] f32 = logsumexp_j z_ij; grad_logprob [N] f32 (g_lp) or NULL (zero); mean_z [N] f32
+   * = sum_j p_ij z_ij and grad_entropy [N] f32 (g_ent): both or neither (zero); out_grad [N, V]
+   * in logits' dtype, columns dense, any row stride, and it may be logits itself (in place: the
+   * training backward recomputes a chunk's logits and overwrites them with their gradient). */
+  verlpp_error* (*logprob_backward)(const DLTensor* logits, const DLTensor* labels, const DLTensor* lse,
+                                    const DLTensor* grad_logprob, const DLTensor* mean_z,
+                                    const DLTensor* grad_entropy, float temperature, DLTensor* out_grad,
+                                    verlpp_stream stream);
 } verlpp_kernel_table;
 
 /* ---------------------------------------------------------------- overrides (reserved) */

@@ -81,6 +81,13 @@ void join_process_group(RlTrainer::State& s) {
   s.dp = train::DataParallel(s.group.get(), s.device);
 }
 
+// The accelerator plugin's kernels, for the engine (paged attention decode, sampling) and the
+// trainer's LM-head log-probs. On the CPU, cpu_ref's are correctness loops, slower than
+// LibTorch's path, so none are loaded there.
+void load_kernels(RlTrainer::State& s) {
+  if (!s.device.is_cpu() && !s.plugin.empty()) s.kernels = std::make_unique<hw::Kernels>(hw::plugin_named(s.plugin));
+}
+
 void build_actor(RlTrainer::State& s) {
   const Config& c = s.config;
   const std::string a = "actor_rollout_ref.actor";
@@ -112,6 +119,7 @@ void build_actor(RlTrainer::State& s) {
   ac.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
   ac.log_prob_chunk_rows = std::max<int64_t>(1, c.get_or<int64_t>("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 8));
   ac.param_dtype = param_dtype(s, "actor_rollout_ref.actor.fsdp_config");
+  ac.kernels = s.kernels.get();  // null on the CPU (see load_kernels)
   s.actor = std::make_unique<train::Actor>(*s.actor_model, ac, schedule_of(c, a + ".optim", s.total_steps));
 }
 
@@ -188,12 +196,7 @@ void build_engine(RlTrainer::State& s) {
     engine_model = model::DecoderLM(s.actor_model->config(), model::ModelOptions{dtype, s.device, false});
     for (const auto& [name, p] : s.actor_model->named_parameters()) engine_model.parameter(name).detach().copy_(p.detach());
   }
-  if (!s.device.is_cpu() && !s.plugin.empty()) {
-    // The accelerator plugin's kernels (paged attention decode, sampling) for the engine; on the
-    // CPU, cpu_ref's are correctness loops, slower than LibTorch's path, so they stay unused.
-    s.kernels = std::make_unique<hw::Kernels>(hw::plugin_named(s.plugin));
-    o.kernels = s.kernels.get();
-  }
+  o.kernels = s.kernels.get();  // null on the CPU (load_kernels)
   s.engine = std::make_unique<rollout::RolloutEngine>(std::move(engine_model), o);
 }
 
@@ -319,6 +322,7 @@ void setup_trainer(RlTrainer::State& s) {
                                        c.get<double>("algorithm.kl_ctrl.target_kl"), c.get<double>("algorithm.kl_ctrl.horizon"));
 
   const bool zero1 = c.get<int64_t>("trainer.zero_stage") == 1;
+  load_kernels(s);
   build_actor(s);
   s.actor->set_data_parallel(s.dp, zero1);
   if (s.use_reference) build_reference(s);

@@ -38,6 +38,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   config.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
   config.optim = adamw_of(c, "sft.optim", "sft.optim.grad_clip");
   config.param_dtype = s.actor->config().param_dtype;  // SFT trains the actor, in its compute dtype
+  config.kernels = s.actor->config().kernels;
   train::SftTrainer trainer(*s.actor_model, config, train::LrSchedule(lr));
   trainer.set_data_parallel(s.dp, c.get<int64_t>("trainer.zero_stage") == 1);
 

@@ -62,7 +62,7 @@ struct RlTrainer::State {
   std::unique_ptr<model::DecoderLM> actor_model, ref_model, critic_model;
   std::unique_ptr<train::Actor> actor;
   std::unique_ptr<train::Critic> critic;
-  std::unique_ptr<hw::Kernels> kernels;  // the plugin's, for the engine on an accelerator
+  std::unique_ptr<hw::Kernels> kernels;  // the plugin's, for the engine and the trainer on an accelerator
   std::unique_ptr<rollout::RolloutEngine> engine;
   RewardScorer scorer;
   std::unique_ptr<algo::KLController> kl_ctrl;

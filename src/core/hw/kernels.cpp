@@ -20,6 +20,8 @@ Kernels::Kernels(const Plugin& plugin) : plugin_(&plugin), table_{} {
   if (given != nullptr && given->struct_size >= sizeof(size_t))
     std::memcpy(&table_, given, std::min(given->struct_size, sizeof(table_)));
   table_.struct_size = sizeof(table_);
+  // Entries added in 1.2 are the plugin's only if it was built for 1.2 (the ABI's rule).
+  if (plugin.abi_minor() < 2) table_.logprob_backward = nullptr;
   const char* env = std::getenv("VERLPP_KERNEL_STREAMS");
   streams_allowed_ = env == nullptr || std::string(env) != "0";
 }
@@ -39,6 +41,7 @@ std::vector<std::string> Kernels::available() const {
   if (table_.rotary_embedding) names.push_back("rotary_embedding");
   if (table_.paged_attention_decode) names.push_back("paged_attention_decode");
   if (table_.sample) names.push_back("sample");
+  if (table_.logprob_backward) names.push_back("logprob_backward");
   return names;
 }
 
@@ -91,6 +94,15 @@ void Kernels::rms_norm(const DLTensor& x, const DLTensor& weight, float eps, DLT
                        verlpp_stream stream) const {
   plugin_->require_slot(reinterpret_cast<const void*>(table_.rms_norm), "kernels.rms_norm");
   plugin_->check(table_.rms_norm(&x, &weight, eps, &out, stream), "kernels.rms_norm");
+}
+
+void Kernels::logprob_backward(const DLTensor& logits, const DLTensor& labels, const DLTensor& lse,
+                               const DLTensor* grad_logprob, const DLTensor* mean_z, const DLTensor* grad_entropy,
+                               float temperature, DLTensor& out_grad, verlpp_stream stream) const {
+  plugin_->require_slot(reinterpret_cast<const void*>(table_.logprob_backward), "kernels.logprob_backward");
+  plugin_->check(table_.logprob_backward(&logits, &labels, &lse, grad_logprob, mean_z, grad_entropy, temperature,
+                                         &out_grad, stream),
+                 "kernels.logprob_backward");
 }
 
 }  // namespace verlpp::hw

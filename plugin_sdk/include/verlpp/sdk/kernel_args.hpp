@@ -6,6 +6,7 @@
 
 #include <verlpp/sdk/dlpack_util.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,6 +58,72 @@ inline RotaryArgs check_rotary_args(DLTensor* q, DLTensor* k, const DLTensor* po
     a.targets.push_back(x);
   }
   require(a.targets.size() < 2 || same_dtype(q->dtype, k->dtype), "q and k must share one dtype");
+  return a;
+}
+
+// logprob_backward's operands once its rules hold (plugin_abi.h, ABI 1.2).
+struct LogprobBackwardArgs {
+  int64_t n = 0, v = 0;                    // rows, vocabulary
+  int64_t row_stride = 0;                  // of logits, in elements
+  int64_t out_row_stride = 0;              // of out_grad, in elements
+  const DLTensor* grad_logprob = nullptr;  // [N] f32, or NULL
+  const DLTensor* mean_z = nullptr;        // [N] f32 with grad_entropy, or both NULL
+  const DLTensor* grad_entropy = nullptr;
+};
+
+// The row stride of a [N, V] tensor with dense columns (checked), in elements.
+inline int64_t dense_row_stride(const DLTensor& t, const std::string& what) {
+  const int64_t n = t.shape[0], v = t.shape[1];
+  require(t.strides == nullptr || t.strides[1] == 1 || v == 1, what + " columns must be dense (stride 1)");
+  const int64_t stride = t.strides != nullptr ? t.strides[0] : v;
+  require(stride >= v || n <= 1, what + " row stride " + std::to_string(stride) + " < V = " + std::to_string(v));
+  return stride;
+}
+
+// logprob_backward's rules: logits [N, V] f32/bf16/f16 with dense columns; labels [N] int64;
+// lse [N] f32; grad_logprob [N] f32 or NULL; mean_z and grad_entropy [N] f32, both or neither;
+// the vectors contiguous; out_grad [N, V] of logits' dtype with dense columns, and, when it is
+// logits' own memory, the same row stride (in place); temperature finite and > 0. Label values
+// are the plugin's to check (they may live in device memory).
+inline LogprobBackwardArgs check_logprob_backward_args(const DLTensor* logits_p, const DLTensor* labels_p,
+                                                       const DLTensor* lse_p, const DLTensor* grad_logprob,
+                                                       const DLTensor* mean_z, const DLTensor* grad_entropy,
+                                                       float temperature, const DLTensor* out_p) {
+  LogprobBackwardArgs a;
+  const DLTensor& logits = checked(logits_p, "logits");
+  const DLTensor& out = checked(out_p, "out_grad");
+  require(logits.ndim == 2, "logits must be [N, V], got ndim " + std::to_string(logits.ndim));
+  require(is_float_dtype(logits.dtype), "logits dtype " + dtype_name(logits.dtype) + " is not f32/bf16/f16");
+  a.n = logits.shape[0];
+  a.v = logits.shape[1];
+  require(a.v > 0 || a.n == 0, "vocabulary size is 0");
+  a.row_stride = dense_row_stride(logits, "logits");
+  require(out.ndim == 2 && out.shape[0] == a.n && out.shape[1] == a.v,
+          "out_grad must be [N, V] = [" + std::to_string(a.n) + ", " + std::to_string(a.v) + "]");
+  require(same_dtype(out.dtype, logits.dtype),
+          "out_grad dtype " + dtype_name(out.dtype) + " is not logits' " + dtype_name(logits.dtype));
+  a.out_row_stride = dense_row_stride(out, "out_grad");
+  if (data_ptr(out) == data_ptr(logits))
+    require(a.out_row_stride == a.row_stride || a.n <= 1, "out_grad aliases logits with another row stride");
+  require(temperature > 0.0f && temperature < INFINITY, "temperature must be finite and > 0, got " + std::to_string(temperature));
+  auto vector_of = [&](const DLTensor* t, const char* what, bool is_label) {
+    const DLTensor& x = checked(t, what);
+    const bool dtype_ok = is_label ? x.dtype.code == kDLInt && x.dtype.bits == 64 && x.dtype.lanes == 1 : is_f32(x.dtype);
+    require(x.ndim == 1 && x.shape[0] == a.n && dtype_ok,
+            std::string(what) + " must be [N] " + (is_label ? "int64" : "float32") + " with N = " + std::to_string(a.n));
+    require(is_contiguous(x), std::string(what) + " must be contiguous");
+  };
+  vector_of(labels_p, "labels", true);
+  vector_of(lse_p, "lse", false);
+  if (grad_logprob != nullptr) vector_of(grad_logprob, "grad_logprob", false);
+  require((mean_z == nullptr) == (grad_entropy == nullptr), "mean_z and grad_entropy must be given together");
+  if (mean_z != nullptr) {
+    vector_of(mean_z, "mean_z", false);
+    vector_of(grad_entropy, "grad_entropy", false);
+  }
+  a.grad_logprob = grad_logprob;
+  a.mean_z = mean_z;
+  a.grad_entropy = grad_entropy;
   return a;
 }
 

@@ -1,0 +1,137 @@
+// linear_log_probs / response_log_probs through a plugin's log-prob kernels (cpu_ref's reference
+// logprob_entropy and ABI 1.2's logprob_backward): values and gradients against autograd through
+// full fp64 logits, and against LibTorch's own path in bf16. The cuda plugin's kernels are held
+// to cpu_ref's by the conformance suite, and the GPU bench checks them against LibTorch's path.
+#include <verlpp/hw/kernels.hpp>
+#include <verlpp/hw/plugin_registry.hpp>
+#include <verlpp/train/linear_log_probs.hpp>
+#include <verlpp/train/logprob.hpp>
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/log_softmax.h>
+#include <ATen/ops/logsumexp.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/zeros.h>
+
+#include "tiny_fixture.hpp"
+// Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
+#include <catch2/catch.hpp>
+
+using namespace verlpp;
+
+namespace {
+
+const hw::Kernels& cpu_ref_kernels() {
+  static const hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
+  static const hw::Kernels kernels(plugin);
+  return kernels;
+}
+
+double max_abs(const at::Tensor& t) { return t.abs().max().item<double>(); }
+
+}  // namespace
+
+TEST_CASE("linear_log_probs with plugin kernels: values and gradients equal autograd through fp64 logits",
+          "[logprob][kernels]") {
+  const hw::Kernels& kernels = cpu_ref_kernels();
+  REQUIRE(kernels.table().logprob_backward != nullptr);
+  at::manual_seed(11);
+  const int64_t n = 9, c = 6, v = 37;
+  auto f32 = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor h0 = at::randn({n, c}, f32), w0 = at::randn({v, c}, f32).mul(2);
+  const at::Tensor targets = at::randint(v, {n}, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor g_lp = at::randn({n}, f32), g_ent = at::randn({n}, f32);
+  for (double temperature : {1.0, 0.6}) {
+    for (int which : {0, 1, 2}) {  // both outputs, log-probs only, entropy only
+      // The reference: fp64 autograd through full logits of the same fp32 inputs.
+      at::Tensor h = h0.to(at::kDouble).requires_grad_(true), w = w0.to(at::kDouble).requires_grad_(true);
+      at::Tensor z = at::linear(h, w).div(temperature);
+      at::Tensor lp = at::log_softmax(z, -1).gather(1, targets.unsqueeze(1)).squeeze(1);
+      at::Tensor ent = at::logsumexp(z, -1) - at::softmax(z, -1).mul(z).sum(-1);
+      at::Tensor loss = (which != 2 ? lp.mul(g_lp.to(at::kDouble)).sum() : at::zeros({}, h.options())) +
+                        (which != 1 ? ent.mul(g_ent.to(at::kDouble)).sum() : at::zeros({}, h.options()));
+      loss.backward();
+      for (int64_t chunk : {int64_t(1), int64_t(4), n}) {
+        at::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
+        train::LinearLogProbs out = train::linear_log_probs(h2, w2, targets, temperature, which != 1, chunk, &kernels);
+        INFO("T " << temperature << " outputs " << which << " chunk " << chunk);
+        REQUIRE(out.used_kernels);
+        CHECK(max_abs(out.log_probs.to(at::kDouble).sub(lp.detach())) < 2e-5);
+        at::Tensor loss2 = which != 2 ? out.log_probs.mul(g_lp).sum() : at::zeros({}, f32);
+        if (which != 1) {
+          CHECK(max_abs(out.entropy.to(at::kDouble).sub(ent.detach())) < 2e-5);
+          loss2 = loss2 + out.entropy.mul(g_ent).sum();
+        }
+        loss2.backward();
+        CHECK(max_abs(h2.grad().to(at::kDouble).sub(h.grad())) < 2e-5 * max_abs(h.grad()));
+        CHECK(max_abs(w2.grad().to(at::kDouble).sub(w.grad())) < 2e-5 * max_abs(w.grad()));
+      }
+    }
+  }
+}
+
+TEST_CASE("linear_log_probs with plugin kernels: bf16 log-probs and gradients match LibTorch's path", "[logprob][kernels]") {
+  const hw::Kernels& kernels = cpu_ref_kernels();
+  at::manual_seed(12);
+  const int64_t n = 12, c = 16, v = 301;
+  auto bf16 = at::TensorOptions().dtype(at::kBFloat16);
+  const at::Tensor h0 = at::randn({n, c}, bf16), w0 = at::randn({v, c}, bf16);
+  const at::Tensor targets = at::randint(v, {n}, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor g_lp = at::randn({n}), g_ent = at::randn({n});
+  for (bool with_entropy : {false, true}) {
+    at::Tensor grads[2][2];
+    at::Tensor values[2][2];
+    for (int path = 0; path < 2; ++path) {
+      at::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+      train::LinearLogProbs out = train::linear_log_probs(h, w, targets, 0.8, with_entropy, 5, path == 0 ? nullptr : &kernels);
+      REQUIRE(out.used_kernels == (path == 1));
+      at::Tensor loss = out.log_probs.mul(g_lp).sum();
+      if (with_entropy) loss = loss + out.entropy.mul(g_ent).sum();
+      loss.backward();
+      values[path][0] = out.log_probs;
+      values[path][1] = with_entropy ? out.entropy : at::zeros({n});
+      grads[path][0] = h.grad().to(at::kFloat);
+      grads[path][1] = w.grad().to(at::kFloat);
+    }
+    INFO("with entropy " << with_entropy);
+    // Both read the same bf16 logits; the softmax sums are fp32 (LibTorch) and fp64 (cpu_ref).
+    CHECK(max_abs(values[1][0].sub(values[0][0])) < 1e-5);
+    CHECK(max_abs(values[1][1].sub(values[0][1])) < 1e-5);
+    // dL/dz is rounded to bf16 once on each path (from fp32 vs fp64 values: at most an ulp
+    // apart), then the same bf16 products; a wrong term or scale would be O(1) off.
+    for (int g = 0; g < 2; ++g) CHECK(max_abs(grads[1][g].sub(grads[0][g])) < 1e-2 * max_abs(grads[0][g]));
+  }
+}
+
+TEST_CASE("response_log_probs hands the kernels to the LM head: the tiny model's log-probs and gradients", "[logprob][kernels]") {
+  const hw::Kernels& kernels = cpu_ref_kernels();
+  model::DecoderLM m = test::tiny_model(4);
+  m.set_requires_grad(true);
+  const controller::Batch b = test::ragged_batch(m.config().vocab_size, 3, 6, 5, 7, [](int64_t r) { return r; },
+                                                [](int64_t r) { return 2 - r; });
+  at::Tensor grads[2];
+  at::Tensor values[2];
+  for (int path = 0; path < 2; ++path) {
+    for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
+    train::ResponseLogProbs out = train::response_log_probs(m, b.tensor("input_ids"), b.tensor("attention_mask"),
+                                                            b.tensor("position_ids"), 5, 1.0, true, 2, false,
+                                                            path == 0 ? nullptr : &kernels);
+    out.log_probs.sum().add(out.entropy.mean()).backward();
+    values[path] = out.log_probs.detach();
+    grads[path] = m.parameter("model.layers.0.self_attn.q_proj.weight").grad().clone();
+  }
+  CHECK(max_abs(values[1].sub(values[0])) < 1e-5);
+  CHECK(max_abs(grads[1].sub(grads[0])) < 1e-5 * max_abs(grads[0]));
+}
+
+TEST_CASE("linear_log_probs takes LibTorch's path where the kernels cannot serve", "[logprob][kernels]") {
+  const hw::Kernels& kernels = cpu_ref_kernels();
+  const at::Tensor targets = at::zeros({3}, at::TensorOptions().dtype(at::kLong));
+  // fp64 (the tests' exact dtype) has no plugin kernel.
+  const at::Tensor h = at::randn({3, 4}, at::TensorOptions().dtype(at::kDouble)), w = at::randn({6, 4}, h.options());
+  CHECK_FALSE(train::linear_log_probs(h, w, targets, 1.0, true, 2, &kernels).used_kernels);
+  CHECK_FALSE(train::linear_log_probs(h.to(at::kFloat), w.to(at::kFloat), targets, 1.0, true, 2).used_kernels);
+}
