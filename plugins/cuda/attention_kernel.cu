@@ -65,11 +65,8 @@ static_assert(kAttnWarps * kStages * 2 * kUnits * 32 * 2 >= kAttnWarps * kMaxHea
 
 // Everything the attention kernel needs; the pointers are typed inside the kernel.
 struct Args {
-  const void* q;
-  const void* k_cache;
-  const void* v_cache;
-  const int32_t* block_tables;
-  const int32_t* context_lens;
+  const void *q, *k_cache, *v_cache;
+  const int32_t *block_tables, *context_lens;
   void* out;
   float* ws_acc;    // [B, H, parts, S] unnormalised partial outputs (parts > 1 only)
   float* ws_stats;  // [B, H, parts, 2] their (max, sum); max in log2 units
@@ -96,12 +93,8 @@ __device__ __forceinline__ int partition_size(int len, int parts) {
 template <class T, int VEC>
 __device__ __forceinline__ void stage_slot(uint2* dst, const T* src, bool ok) {
   if constexpr (VEC == 1) {
-    uint32_t bits = 0u;
-    if (ok) {
-      if constexpr (std::is_same_v<T, float>) bits = __float_as_uint(*src);
-      else bits = *reinterpret_cast<const unsigned short*>(src);
-    }
-    dst->x = bits;
+    if constexpr (std::is_same_v<T, float>) dst->x = ok ? __float_as_uint(*src) : 0u;
+    else dst->x = ok ? *reinterpret_cast<const unsigned short*>(src) : 0u;
   } else {
     static_assert(VEC * sizeof(T) == 8, "8-byte vectors");
 #if VERLPP_ATTN_CP_ASYNC
@@ -157,9 +150,8 @@ __device__ __forceinline__ void unpack(uint2 w, float* f) {
   if constexpr (std::is_same_v<T, float>) {
     f[0] = __uint_as_float(w.x);
     if constexpr (VEC == 2) f[1] = __uint_as_float(w.y);
-  } else if constexpr (VEC == 1) {
-    f[0] = bits_to_float<T>(w.x);
-  } else if constexpr (std::is_same_v<T, __half>) {
+  } else if constexpr (VEC == 1) f[0] = bits_to_float<T>(w.x);
+  else if constexpr (std::is_same_v<T, __half>) {
     f[0] = bits_to_float<T>(w.x), f[1] = bits_to_float<T>(w.x >> 16);
     f[2] = bits_to_float<T>(w.y), f[3] = bits_to_float<T>(w.y >> 16);
   } else {
@@ -187,11 +179,17 @@ __device__ __forceinline__ float reduce_row(float (&v)[P], int lanes) {
 template <int P, int EL>
 constexpr int kMinBlocksPerSm = P * EL <= 32 ? 4 : 2;
 
+// Head slots for NH query heads: the next power of two (reduce_row's halving needs one).
+template <int NH>
+constexpr int kSlots = NH <= 1 ? 1 : NH <= 2 ? 2 : NH <= 4 ? 4 : 8;
+
 // grid = (parts, kv_count * blocks per group, B), block = kAttnThreads. Lane `lane` of a warp
 // serves row lane / lanes of each step and elements [VEC * (c + j * lanes), + VEC) of it, j < EL /
-// VEC (c = lane % lanes). P: head slots (a power of two >= the block's query heads).
-template <class T, int VEC, int EL, int P>
-__global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<P, EL>)) paged_attention_kernel(Args a) {
+// VEC (c = lane % lanes). NH >= the block's query heads (7 for Qwen2.5's group: no dummy head
+// in p . V; q . k still computes kSlots<NH>).
+template <class T, int VEC, int EL, int NH>
+__global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>)) paged_attention_kernel(Args a) {
+  constexpr int P = kSlots<NH>;
   constexpr int NC = EL / VEC;         // vectors per lane per row
   constexpr int kSteps = kUnits / NC;  // rows per lane per tile
   static_assert(NC * VEC == EL && kSteps * NC == kUnits, "tile shape");
@@ -243,7 +241,7 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<P, EL>)) paged_
       unpack<T, VEC>(w, &qf[s][j * VEC]);
     }
   }
-  float acc[P][EL] = {};  // head g (not permuted), the lane's elements
+  float acc[NH][EL] = {};  // head g (not permuted), the lane's elements
   float run_max = -INFINITY, run_sum = 0.0f;  // of head `held` over this lane's rows
 
   // The warp's k-th tile (partition tile warp + k * kAttnWarps) into stage `buf`: K and V of the
@@ -320,7 +318,7 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<P, EL>)) paged_
     // 3. acc = acc * factor + p . v. Most tiles leave every head's max where it was.
     if (group_any(factor != 1.0f)) {
 #pragma unroll
-      for (int g = 0; g < P; ++g) {
+      for (int g = 0; g < NH; ++g) {
         const float f = factors[warp][g];
 #pragma unroll
         for (int e = 0; e < EL; ++e) acc[g][e] *= f;
@@ -344,7 +342,7 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<P, EL>)) paged_
         for (int g = 0; g < P; ++g) p[g] = prow[g];
       }
 #pragma unroll
-      for (int g = 0; g < P; ++g)
+      for (int g = 0; g < NH; ++g)
 #pragma unroll
         for (int e = 0; e < EL; ++e) acc[g][e] = fmaf(p[g], vf[e], acc[g][e]);
     }
@@ -356,7 +354,7 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<P, EL>)) paged_
   // fixed order through shared memory (deterministic), reusing the staging buffer.
   for (int offset = lanes; offset < 32; offset <<= 1) run_sum += gpu_shfl_xor(run_sum, offset);
 #pragma unroll
-  for (int g = 0; g < P; ++g)
+  for (int g = 0; g < NH; ++g)
 #pragma unroll
     for (int e = 0; e < EL; ++e)
       for (int offset = lanes; offset < 32; offset <<= 1) acc[g][e] += gpu_shfl_xor(acc[g][e], offset);
@@ -364,7 +362,7 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<P, EL>)) paged_
   float* total = reinterpret_cast<float*>(&staging[0][0][0][0][0]);  // [warp][head][S]
   if (r == 0) {
 #pragma unroll
-    for (int g = 0; g < P; ++g)
+    for (int g = 0; g < NH; ++g)
 #pragma unroll
       for (int j = 0; j < NC; ++j)
 #pragma unroll
@@ -460,15 +458,15 @@ int pow2_at_least(int x) {
   return p;
 }
 
-template <class T, int VEC, int EL, int P>
+template <class T, int VEC, int EL, int NH>
 gpuError_t launch_as(Args a, int64_t b, gpuStream_t stream) {
-  a.lanes = std::max({pow2_at_least((a.s + EL - 1) / EL), kMinLanes, P});  // <= 32: S <= 32 * EL
+  a.lanes = std::max({pow2_at_least((a.s + EL - 1) / EL), kMinLanes, kSlots<NH>});  // <= 32: S <= 32 * EL
   const int tile_rows = kUnits / (EL / VEC) * (32 / a.lanes);
   a.one_block_per_tile = a.block_size % tile_rows == 0;
   const int64_t blocks_per_group = (a.group + kMaxHeads - 1) / kMaxHeads;
   if (a.kv_count * blocks_per_group > 65535) return gpuErrorInvalidValue;
   const dim3 grid{static_cast<unsigned>(a.parts), static_cast<unsigned>(a.kv_count * blocks_per_group), static_cast<unsigned>(b)};
-  paged_attention_kernel<T, VEC, EL, P><<<grid, kAttnThreads, 0, stream>>>(a);
+  paged_attention_kernel<T, VEC, EL, NH><<<grid, kAttnThreads, 0, stream>>>(a);
   if (a.parts > 1) {
     const dim3 combine_grid{static_cast<unsigned>(a.heads), static_cast<unsigned>(b)};
     combine_partitions_kernel<T><<<combine_grid, kAttnThreads, 0, stream>>>(a);
@@ -476,7 +474,7 @@ gpuError_t launch_as(Args a, int64_t b, gpuStream_t stream) {
   return gpuGetLastError();
 }
 
-// P: head slots for the block's query heads (ceil(G / blocks per group) <= 8).
+// NH: the block's query heads, ceil(G / blocks per group) <= 8, rounded up to 1, 2, 4, 7 or 8.
 template <class T, int VEC, int EL>
 gpuError_t launch_heads(Args a, int64_t b, gpuStream_t stream) {
   const int blocks_per_group = (a.group + kMaxHeads - 1) / kMaxHeads;
@@ -484,6 +482,7 @@ gpuError_t launch_heads(Args a, int64_t b, gpuStream_t stream) {
   if (per_block == 1) return launch_as<T, VEC, EL, 1>(a, b, stream);
   if (per_block == 2) return launch_as<T, VEC, EL, 2>(a, b, stream);
   if (per_block <= 4) return launch_as<T, VEC, EL, 4>(a, b, stream);
+  if (per_block == 7) return launch_as<T, VEC, EL, 7>(a, b, stream);
   return launch_as<T, VEC, EL, kMaxHeads>(a, b, stream);
 }
 
