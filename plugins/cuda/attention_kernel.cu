@@ -7,7 +7,7 @@
 //    Qwen2.5 would otherwise re-read the cache 7 times).
 //  - A row is split over `lanes` lanes of EL elements each (8-byte vectors; head 64: 16 lanes, 2
 //    rows per warp step), so a lane keeps only 8 x EL fp32 values of q and 8 x EL accumulators:
-//    about 100 registers, 4 blocks (16 warps) per SM.
+//    127 registers at head 64, 4 blocks (16 warps) per SM.
 //  - Each warp is an independent pipeline over its own tiles (tile k of the partition goes to
 //    warp k % 4; a tile is 8 K and 8 V vectors per lane, 16 positions at head 64 in bf16): while
 //    it computes tile k, tile k + 1 is already on its way into shared memory by cp.async, so a
@@ -90,7 +90,7 @@ __device__ __forceinline__ int partition_size(int len, int parts) {
 // --- staging: a lane's vectors of a tile go to its own slots of shared memory ---------------
 // A slot is 8 bytes: one vector of VEC elements (VEC = 8 / sizeof(T)), or one element in .x
 // (the low 16 bits for half types) on the scalar path.
-template <class T, int VEC>
+template <class T, int VEC, bool kAsync = true>  // kAsync = false: a plain load into a register
 __device__ __forceinline__ void stage_slot(uint2* dst, const T* src, bool ok) {
   if constexpr (VEC == 1) {
     if constexpr (std::is_same_v<T, float>) dst->x = ok ? __float_as_uint(*src) : 0u;
@@ -98,12 +98,14 @@ __device__ __forceinline__ void stage_slot(uint2* dst, const T* src, bool ok) {
   } else {
     static_assert(VEC * sizeof(T) == 8, "8-byte vectors");
 #if VERLPP_ATTN_CP_ASYNC
-    // src-size 0 writes zeros without reading: rows past the context and vectors past the head.
-    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(addr), "l"(src), "r"(ok ? 8 : 0) : "memory");
-#else
-    *dst = ok ? *reinterpret_cast<const uint2*>(src) : make_uint2(0u, 0u);
+    if constexpr (kAsync) {
+      // src-size 0 writes zeros without reading: rows past the context, vectors past the head.
+      const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(addr), "l"(src), "r"(ok ? 8 : 0) : "memory");
+      return;
+    }
 #endif
+    *dst = ok ? *reinterpret_cast<const uint2*>(src) : make_uint2(0u, 0u);
   }
 }
 
@@ -234,10 +236,7 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>
     for (int j = 0; j < NC; ++j) {
       const int vi = c + j * lanes;
       uint2 w = make_uint2(0u, 0u);
-      if (g < heads && vi < nvec) {
-        if constexpr (VEC == 1) w.x = std::is_same_v<T, float> ? __float_as_uint(row[vi]) : *reinterpret_cast<const unsigned short*>(row + vi);
-        else w = *reinterpret_cast<const uint2*>(row + vi * VEC);
-      }
+      stage_slot<T, VEC, false>(&w, row + vi * VEC, g < heads && vi < nvec);
       unpack<T, VEC>(w, &qf[s][j * VEC]);
     }
   }
