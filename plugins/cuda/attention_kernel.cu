@@ -244,12 +244,16 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>
   float run_max = -INFINITY, run_sum = 0.0f;  // of head `held` over this lane's rows
 
   // The warp's k-th tile (partition tile warp + k * kAttnWarps) into stage `buf`: K and V of the
-  // lane's rows, one cache-row lookup per row (per tile when a tile never crosses a cache block).
+  // lane's rows, one cache-row lookup per row, or, when a tile never crosses a cache block, per
+  // tile: `base` (tile_base(k)), read one tile ahead so its latency is not waited for.
   const int tiles = (end - begin + tile_rows - 1) / tile_rows;
   const int mine = tiles > warp ? (tiles - warp + kAttnWarps - 1) / kAttnWarps : 0;
-  auto stage_tile = [&](int k, int buf) {
+  auto tile_base = [&](int k) {
     const int start = begin + (warp + k * kAttnWarps) * tile_rows;
-    const int base = a.one_block_per_tile ? table[start / bs] * bs + start % bs : 0;
+    return a.one_block_per_tile && k < mine ? table[start / bs] * bs + start % bs : 0;
+  };
+  auto stage_tile = [&](int k, int buf, int base) {
+    const int start = begin + (warp + k * kAttnWarps) * tile_rows;
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
       const int i = step * rows_per_step + r, t = start + i;
@@ -267,14 +271,15 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>
     }
   };
 
+  int base = tile_base(0);  // of the next tile to stage
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
-    if (k < mine) stage_tile(k, k);
+    if (k < mine) stage_tile(k, k, base), base = tile_base(k + 1);
     stage_commit();  // empty groups keep the count of groups in flight uniform
   }
   for (int k = 0; k < mine; ++k) {
-    const int buf = k % kStages;
-    if (k + kStages - 1 < mine) stage_tile(k + kStages - 1, (k + kStages - 1) % kStages);
+    const int buf = k % kStages, next = k + kStages - 1;
+    if (next < mine) stage_tile(next, next % kStages, base), base = tile_base(next + 1);
     stage_commit();
     stage_wait<kStages - 1>();  // tile k has landed (this lane's slots: no barrier needed)
     const int start = begin + (warp + k * kAttnWarps) * tile_rows;
