@@ -105,7 +105,6 @@ struct Partial {
   int32_t pick_i;
 };
 
-
 // (value, index) pairs: the larger wins, ties go to the smaller index. Symmetric, so any merge
 // order gives the same pair.
 __device__ __forceinline__ void keep_max(float& value, int32_t& index, float v2, int32_t i2) {
@@ -146,12 +145,11 @@ __device__ Partial block_merge(Partial p, float c, Partial* scratch) {
   return scratch[0];
 }
 
-// What a row asks for, from its per-row parameters.
+// What a row asks for, from its per-row parameters; temp = 1 for greedy rows.
 struct RowSetup {
-  float temp, c;  // temp = 1 for greedy rows
-  bool greedy, top_k_on, top_p_on, draw;
+  float temp, c, p;
   int32_t k;
-  float p;
+  bool greedy, top_k_on, top_p_on, draw;
   uint64_t row_bits;
 };
 __device__ RowSetup row_setup(int64_t row, int64_t v, const float* temperature, const int32_t* top_k,
@@ -283,24 +281,15 @@ __device__ Partial slice_pass(const float* __restrict__ x, int32_t v, int32_t he
   return Partial{best, best_i, sum, pick, pick_i};
 }
 
-// Splits a row: `head` scalar elements up to 16-byte alignment, then n4 float4s, then the rest.
-struct RowLayout {
-  int32_t head, n4, tail;
-};
-__device__ RowLayout row_layout(const float* x, int32_t v) {
-  int32_t head = int32_t(((16u - (reinterpret_cast<uintptr_t>(x) & 15u)) & 15u) / 4u);
-  if (head > v) head = v;
-  const int32_t n4 = (v - head) / 4;
-  return RowLayout{head, n4, head + 4 * n4};
-}
-
+// The block's partial of split `split` of row x: a row is `head` scalar elements up to 16-byte
+// alignment (split 0 takes them), n4 float4s (per_split to a split), then the rest (the last).
 template <bool kDraw>
 __device__ Partial row_slice(const float* x, int32_t v, int32_t split, int32_t splits, int32_t per_split,
                              const RowSetup& rs, Partial* scratch) {
-  const RowLayout l = row_layout(x, v);
-  const int32_t f_begin = min(l.n4, split * per_split), f_end = min(l.n4, f_begin + per_split);
-  const Partial p = slice_pass<kDraw>(x, v, l.head, f_begin, f_end, split == 0, split == splits - 1 ? l.tail : v, rs);
-  return block_merge(p, rs.c, scratch);
+  const int32_t head = min(v, int32_t(((16u - (reinterpret_cast<uintptr_t>(x) & 15u)) & 15u) / 4u));
+  const int32_t n4 = (v - head) / 4, tail = split == splits - 1 ? head + 4 * n4 : v;
+  const int32_t f_begin = min(n4, split * per_split), f_end = min(n4, f_begin + per_split);
+  return block_merge(slice_pass<kDraw>(x, v, head, f_begin, f_end, split == 0, tail, rs), rs.c, scratch);
 }
 
 // grid (rows, splits), block kThreads: partial per (row, split) into parts[row * splits + split].
@@ -315,12 +304,6 @@ slice_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, int32_
   const Partial p = rs.draw ? row_slice<true>(x, v, blockIdx.y, splits, per_split, rs, scratch)
                             : row_slice<false>(x, v, blockIdx.y, splits, per_split, rs, scratch);
   if (threadIdx.x == 0) parts[row * splits + blockIdx.y] = p;
-}
-
-// Calls fn(j, x[j]) for this thread's share of the row (the top-k / top-p draw pass).
-template <class Fn>
-__device__ __forceinline__ void for_each_logit(const float* __restrict__ x, int64_t v, Fn&& fn) {
-  for (int64_t j = threadIdx.x; j < v; j += kThreads) fn(j, x[j]);
 }
 
 // grid.x = rows, block = kThreads. parts = NULL: no workspace, the block reads its row itself.
@@ -400,12 +383,13 @@ finish_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, const
     // Gumbel-max over the kept tokens: argmax of log q_j + G_j. The argmax itself is always
     // kept, so the set is never empty.
     Partial mine{-INFINITY, v, 0.0f, -INFINITY, v};
-    for_each_logit(x, v, [&](int64_t j, float xj) {
-      if (ordered_key(xj) < key_floor) return;
+    for (int32_t j = threadIdx.x; j < v; j += kThreads) {
+      const float xj = x[j];
+      if (ordered_key(xj) < key_floor) continue;
       const float z = xj / temp - z_max;  // log q_j
-      if (q_floor != 0 && __float_as_uint(expf(z)) < q_floor) return;
-      keep_max(mine.pick, mine.pick_i, z + gumbel(rs.row_bits, j), int32_t(j));
-    });
+      if (q_floor != 0 && __float_as_uint(expf(z)) < q_floor) continue;
+      keep_max(mine.pick, mine.pick_i, z + gumbel(rs.row_bits, j), j);
+    }
     pick_i = block_merge(mine, rs.c, scratch).pick_i;
   }
   if (threadIdx.x == 0) {
@@ -415,9 +399,8 @@ finish_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, const
   }
 }
 
-// Per device: the SM count (for the split decision) and a memory pool for the partials,
-// allocated and freed stream-ordered on the launch stream (also inside graph capture), as
-// attention_kernel.cu does for its split-K workspace.
+// Per device: the SM count and a memory pool for the partials, allocated and freed in stream
+// order on the launch stream (graph capture too), as attention_kernel.cu's split-K workspace.
 struct DeviceState {
   int sms = 0;
   gpuMemPool_t pool = nullptr;  // NULL: no pool, never split
@@ -458,15 +441,20 @@ gpuError_t launch_sample(const float* logits, int64_t b, int64_t v, const float*
   if (gpuGetDevice(&device) != gpuSuccess) return gpuGetLastError();
   const DeviceState state = device_state(device);
 
-  // Splits: about 8 blocks per SM over the whole batch, each split a multiple of kThreads
-  // float4s and at least kStep of them (one full step per thread).
+  // Splits: the slice kernel is bound by the hash and the loads of every element, so its time
+  // is about (waves of blocks) x (float4s per block), with ~4 blocks resident per SM (55-57
+  // registers x 256 threads). Pick the split count with the least such time (ties: fewer
+  // splits), each split a multiple of kThreads float4s and at least kStep of them.
   const int64_t n4 = v / 4;
   int64_t splits = 1, per_split = n4;
   if (state.pool != nullptr && state.sms > 0 && n4 >= 2 * kStep) {
-    const int64_t want = std::min<int64_t>((8 * int64_t(state.sms) + b - 1) / b, n4 / kStep);
-    if (want > 1) {
-      per_split = ((n4 + want - 1) / want + kThreads - 1) / kThreads * kThreads;
-      splits = (n4 + per_split - 1) / per_split;
+    const int64_t resident = 4 * int64_t(state.sms);
+    int64_t best_cost = (b + resident - 1) / resident * n4;
+    for (int64_t want = 2; want <= std::min<int64_t>(n4 / kStep, 128); ++want) {
+      const int64_t per = ((n4 + want - 1) / want + kThreads - 1) / kThreads * kThreads;
+      const int64_t count = (n4 + per - 1) / per;
+      const int64_t cost = (b * count + resident - 1) / resident * per;
+      if (cost < best_cost) best_cost = cost, splits = count, per_split = per;
     }
   }
   void* workspace = nullptr;
