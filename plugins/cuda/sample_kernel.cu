@@ -265,8 +265,7 @@ __device__ Partial slice_pass(const float* __restrict__ x, int32_t v, int32_t he
           if (q[4 * u + e] >= bound * w) mask |= 1u << (4 * u + e);
         }
       }
-      for (int u = 0; u < kLoadsInFlight; ++u)
-        if (!valid[u]) mask &= ~(0xFu << (4 * u));
+      for (int u = 0; u < kLoadsInFlight; ++u) mask &= valid[u] ? ~0u : ~(0xFu << (4 * u));
       while (mask != 0) {  // rare: the few candidates, exactly (re-read from cache)
         const int i = __ffs(mask) - 1;
         mask &= mask - 1;
@@ -418,12 +417,9 @@ DeviceState device_state(int device) {
   props.allocType = gpuMemAllocationTypePinned;
   props.location.type = gpuMemLocationTypeDevice;
   props.location.id = device;
-  if (gpuMemPoolCreate(&state.pool, &props) == gpuSuccess) {
-    uint64_t keep = uint64_t(4) << 20;
-    (void)gpuMemPoolSetAttribute(state.pool, gpuMemPoolAttrReleaseThreshold, &keep);
-  } else {
-    state.pool = nullptr;
-  }
+  uint64_t keep = uint64_t(4) << 20;  // kept mapped between calls
+  if (gpuMemPoolCreate(&state.pool, &props) != gpuSuccess) state.pool = nullptr;
+  else (void)gpuMemPoolSetAttribute(state.pool, gpuMemPoolAttrReleaseThreshold, &keep);
   (void)gpuGetLastError();  // a failed query only disables the split path
   states.emplace(device, state);
   return state;
@@ -457,12 +453,9 @@ gpuError_t launch_sample(const float* logits, int64_t b, int64_t v, const float*
       if (cost < best_cost) best_cost = cost, splits = count, per_split = per;
     }
   }
-  void* workspace = nullptr;
-  if (splits > 1 &&
-      gpuMallocFromPoolAsync(&workspace, size_t(b) * size_t(splits) * sizeof(Partial), state.pool, stream) != gpuSuccess) {
-    (void)gpuGetLastError();  // out of memory for the workspace: the finish kernel reads rows itself
-    workspace = nullptr;
-  }
+  void* workspace = nullptr;  // stays NULL on failure: the finish kernel then reads rows itself
+  if (splits > 1 && gpuMallocFromPoolAsync(&workspace, size_t(b * splits) * sizeof(Partial), state.pool, stream) != gpuSuccess)
+    (void)gpuGetLastError(), workspace = nullptr;
   Partial* parts = static_cast<Partial*>(workspace);
   if (parts != nullptr)
     slice_kernel<<<dim3(unsigned(b), unsigned(splits)), kThreads, 0, stream>>>(
