@@ -65,7 +65,9 @@ gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, con
 // greedy (first argmax). The draw is uniform_draw(seeds[r], step) (splitmix64, as cpu_ref).
 // out_logprobs[r] = log_softmax(logits[r] / t)[token] (t = 1 when greedy).
 // logits [b, v] f32 contiguous; temperature, top_p [b] f32; top_k [b] i32; seeds [b] u64;
-// out_tokens [b] i64; out_logprobs [b] f32.
+// out_tokens [b] i64; out_logprobs [b] f32. v <= 2^31 - 2^20. Rows may be split over several
+// blocks whose partials live in a workspace allocated and freed in stream order on `stream`
+// (sample_kernel.cu); nothing waits for the stream.
 gpuError_t launch_sample(const float* logits, int64_t b, int64_t v, const float* temperature, const int32_t* top_k,
                           const float* top_p, const uint64_t* seeds, uint64_t step, int64_t* out_tokens,
                           float* out_logprobs, gpuStream_t stream);

@@ -1,23 +1,60 @@
-// cuda: the sampling kernel and its launcher. One thread block per row, no sort: top-k and
-// top-p become thresholds found by binary search over the bit patterns of the values (each
-// step one block-wide count or sum over the row); the token is then drawn from the kept set by
-// the Gumbel-max trick: argmax over kept j of log q_j + G_j, G_j = -log(-log u_j) with u_j a
-// counter-based hash of (seed, step, j). That is an exact draw from q restricted to the kept
-// set in one coalesced pass (an inverse CDF in index order needed per-thread contiguous
-// chunks, which do not coalesce: 0.77 ms per call at 256 x 151936 on an H200). The kept set is
-// the one cpu_ref's sorted reference keeps (ties at a boundary are all kept); the tokens drawn
-// for a seed differ from cpu_ref's, the distribution does not (the conformance suite checks it).
-// Every row takes one pass for its argmax and softmax denominator, which is also the draw when
-// nothing is filtered (greedy, or top_k off and top_p = 1); top-k / top-p rows add their
-// searches and one more pass for the draw over the kept set.
+// cuda: the sampling kernel and its launcher. No sort: the token is drawn by the Gumbel-max
+// trick, argmax over kept j of log q_j + G_j, G_j = -log(-log u_j) with u_j a counter-based
+// hash of (seed, step, j): an exact draw from q restricted to the kept set in one coalesced
+// pass. top-k and top-p become thresholds found by binary search over the bit patterns of the
+// values (each step one block-wide count or sum over the row). The kept set is the one cpu_ref's
+// sorted reference keeps (ties at a boundary are all kept); the tokens drawn for a seed differ
+// from cpu_ref's, the distribution does not (the conformance suite checks it).
+//
+// Two kernels. slice_kernel, grid (rows, splits): each block reads one slice of a row once and
+// leaves a partial (argmax, softmax denominator and, for untruncated sampling rows, the best
+// Gumbel candidate) in a stream-ordered workspace; one block per row had only ~2 blocks per SM
+// at batch 256 and far fewer below it, too few bytes in flight (239 us at 256 x 151936 on an
+// H200, ~650 GB/s). finish_kernel, one block per row, merges a row's partials in a fixed order
+// (deterministic, no atomics) and writes the token and log-prob; top-k / top-p rows then run
+// their searches and a draw pass over the kept set there, one block per row as before. Without
+// a memory pool the finish kernel reads the whole row itself (one split).
+//
+// The draw is compute-heavy: a 64-bit hash and two accurate logs per element cost more than
+// the element's 4 bytes of bandwidth. The hash is kept for every element, but the exact
+// z_j + G_j is only computed for elements that can still beat the warp's best exact value P, a
+// test made with cheap rigorous bounds (see candidate filter below); the result is the same
+// argmax as evaluating every element, so tokens equal the old kernel's for the same seeds.
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 namespace verlpp::cuda {
 namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kLoadsInFlight = 4;                   // float4s per thread per step (16 values)
+constexpr int kStep = kThreads * kLoadsInFlight;    // float4s a block reads per step
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t kStride = 0xD1B54A32D192ED03ull;  // the hash's multiplier of j + 1
+
+// 2^x and log2(x) by the special-function unit, subnormals flushed: the hot loop's per-element
+// exp and the filter's log (exp2f / __log2f add a subnormal fix-up of ~3 instructions each).
+#if defined(VERLPP_GPU_HIP) && VERLPP_GPU_HIP
+__device__ __forceinline__ float fast_exp2(float x) { return exp2f(x); }
+__device__ __forceinline__ float fast_log2(float x) { return __log2f(x); }
+#else
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+#endif
 
 // Order-preserving map of a float to uint32 (larger float -> larger key; NaN sorts highest).
 __device__ __forceinline__ uint32_t ordered_key(float x) {
@@ -26,168 +63,292 @@ __device__ __forceinline__ uint32_t ordered_key(float x) {
 }
 
 __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
+  x += kGolden;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
 
-struct ArgMax {
-  float value;
-  int64_t index;
-};
-
-// a = the larger of a and (value, index): ties go to the smaller index, NaN never wins.
-__device__ __forceinline__ void keep_max(ArgMax& a, float value, int64_t index) {
-  if (value > a.value || (value == a.value && index < a.index)) a = ArgMax{value, index};
+// The top 24 bits of splitmix64(y) given h = y + kGolden (the final xor-shift leaves them alone).
+__device__ __forceinline__ uint32_t noise_bits(uint64_t h) {
+  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+  return uint32_t(h >> 40);
 }
 
-// The block's largest value and its first index (ties: the smaller index), to every thread.
-__device__ ArgMax block_argmax(ArgMax best, float* best_value, int64_t* best_index) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    keep_max(best, gpu_shfl_xor(best.value, offset), gpu_shfl_xor(best.index, offset));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    best_value[warp] = best.value;
-    best_index[warp] = best.index;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    ArgMax all{best_value[0], best_index[0]};
-    for (int w = 1; w < kWarps; ++w) keep_max(all, best_value[w], best_index[w]);
-    best_value[0] = all.value;
-    best_index[0] = all.index;
-  }
-  __syncthreads();
-  const ArgMax result{best_value[0], best_index[0]};
-  __syncthreads();  // the arrays may be reused by the next call
-  return result;
-}
-
-// Calls fn(j, x[j]) for this thread's share of the row, 16-byte loads with kLoadsInFlight of
-// them issued before any is used: one block serves a whole row, so the bytes each thread keeps
-// in flight decide how fast it streams (one 4-byte load at a time left a pass latency-bound at
-// ~1 GB/s per SM). The order of j differs between threads; callers break ties by index.
-constexpr int kLoadsInFlight = 4;
-template <class Fn>
-__device__ __forceinline__ void for_each_logit(const float* __restrict__ x, int64_t v, Fn&& fn) {
-  const bool aligned = (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
-  const int64_t n4 = aligned ? v / 4 : 0;  // float4s; the rest element by element
-  const float4* x4 = reinterpret_cast<const float4*>(x);
-  for (int64_t f0 = threadIdx.x; f0 < n4; f0 += int64_t(kThreads) * kLoadsInFlight) {
-    float4 r[kLoadsInFlight];
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int64_t f = f0 + int64_t(u) * kThreads;
-      if (f < n4) r[u] = x4[f];
-    }
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int64_t f = f0 + int64_t(u) * kThreads;
-      if (f < n4) {
-        fn(4 * f, r[u].x);
-        fn(4 * f + 1, r[u].y);
-        fn(4 * f + 2, r[u].z);
-        fn(4 * f + 3, r[u].w);
-      }
-    }
-  }
-  for (int64_t j = 4 * n4 + threadIdx.x; j < v; j += kThreads) fn(j, x[j]);
-}
-
-// Online softmax denominator: the max m of z and the sum s of exp(z - m).
-struct SoftmaxSum {
-  float m, s;
-};
-__device__ __forceinline__ SoftmaxSum merge(SoftmaxSum a, SoftmaxSum b) {
-  const float m = fmaxf(a.m, b.m);
-  if (m == -INFINITY) return SoftmaxSum{m, 0.0f};
-  return SoftmaxSum{m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
-}
-__device__ SoftmaxSum block_softmax_sum(SoftmaxSum x, float* ms, float* ss) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    x = merge(x, SoftmaxSum{gpu_shfl_xor(x.m, offset), gpu_shfl_xor(x.s, offset)});
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) ms[warp] = x.m, ss[warp] = x.s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    SoftmaxSum all = SoftmaxSum{ms[0], ss[0]};
-    for (int w = 1; w < kWarps; ++w) all = merge(all, SoftmaxSum{ms[w], ss[w]});
-    ms[0] = all.m, ss[0] = all.s;
-  }
-  __syncthreads();
-  const SoftmaxSum result{ms[0], ss[0]};
-  __syncthreads();
-  return result;
-}
-
-// The Gumbel noise -log(-log u) of element j, u in (0, 1) from 24 bits of a hash of the row's
-// (seed, step) bits and j.
+// The Gumbel noise -log(-log u) of element j, u in (0, 1) from 24 bits k of a hash of the
+// row's (seed, step) bits and j: u = (k + 0.5) / 2^24 in fp32. For k = 2^24 - 1 that sum rounds
+// to 2^24, u = 1 and G = +inf (once per ~110 rows of 151936 tokens the draw was a uniform pick
+// over the whole vocabulary); u is clamped to the largest float below 1 there.
 __device__ __forceinline__ float gumbel(uint64_t row_bits, int64_t j) {
-  const uint64_t bits = splitmix64(row_bits + uint64_t(j + 1) * 0xD1B54A32D192ED03ull);
-  const float u = (float(bits >> 40) + 0.5f) * (1.0f / 16777216.0f);
+  const uint32_t k = noise_bits(row_bits + uint64_t(j + 1) * kStride + kGolden);
+  const float u = k == 0xFFFFFFu ? 0x1.fffffep-1f : (float(k) + 0.5f) * (1.0f / 16777216.0f);
   return -logf(-logf(u));
 }
 
-// grid.x = b rows, block = kThreads.
+// A lower bound on -ln u for the filter, never above the exact value and within ~1e-4 of it
+// where it matters: u <= (floor(k / 2) + 1) / 2^23 = uhi, built from bits; -ln uhi >= 1 - uhi,
+// and >= ln2 * (-lg2.approx(uhi) - 2^-20) (its error is below 2^-22), both exact in fp32 terms.
+__device__ __forceinline__ float neg_log_u_floor(uint32_t k) {
+  const float uhi = __uint_as_float(0x3F800000u | (k >> 1)) - 0x1.fffffcp-1f;  // exact
+  return fmaxf(1.0f - uhi, fmaf(-fast_log2(uhi), 0.69314f, -1e-6f));
+}
+
+// Per thread or merged: the first argmax of x (NaN never counts), the softmax denominator
+// sum_j 2^(x_j c - mc) with c = log2(e) / t and mc = fl(best * c) (0 while best = -inf), and,
+// for drawing rows, the best exact candidate x_j / t + G_j. Indices: "none" = v.
+struct Partial {
+  float best;
+  int32_t best_i;
+  float sum;
+  float pick;
+  int32_t pick_i;
+};
+
+// (value, index) pairs: the larger wins, ties go to the smaller index. Symmetric, so any merge
+// order gives the same pair.
+__device__ __forceinline__ void keep_max(float& value, int32_t& index, float v2, int32_t i2) {
+  if (v2 > value || (v2 == value && i2 < index)) value = v2, index = i2;
+}
+
+__device__ Partial merge(Partial a, const Partial& b, float c) {
+  const float best = fmaxf(a.best, b.best);
+  if (best != -INFINITY) {  // rescale both sums to the new reference (a side at -inf holds 0 or NaN)
+    const float ref = best * c;
+    if (a.best != -INFINITY) a.sum *= exp2f(a.best * c - ref);
+    a.sum += b.best != -INFINITY ? b.sum * exp2f(b.best * c - ref) : b.sum;
+  } else {
+    a.sum += b.sum;
+  }
+  keep_max(a.best, a.best_i, b.best, b.best_i);
+  keep_max(a.pick, a.pick_i, b.pick, b.pick_i);
+  return a;
+}
+
+__device__ Partial shfl_xor(const Partial& p, int offset) {
+  return Partial{gpu_shfl_xor(p.best, offset), gpu_shfl_xor(p.best_i, offset), gpu_shfl_xor(p.sum, offset),
+                 gpu_shfl_xor(p.pick, offset), gpu_shfl_xor(p.pick_i, offset)};
+}
+
+// The block's merged partial, to every thread. Fixed tree, so deterministic.
+__device__ Partial block_merge(Partial p, float c, Partial* scratch) {
+  for (int offset = 16; offset > 0; offset >>= 1) p = merge(p, shfl_xor(p, offset), c);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // scratch may still be read by an earlier call
+  if (lane == 0) scratch[warp] = p;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) p = merge(p, scratch[w], c);
+    scratch[0] = p;
+  }
+  __syncthreads();
+  return scratch[0];
+}
+
+// What a row asks for, from its per-row parameters; temp = 1 for greedy rows.
+struct RowSetup {
+  float temp, c, p;
+  int32_t k;
+  bool greedy, top_k_on, top_p_on, draw;
+  uint64_t row_bits;
+};
+__device__ RowSetup row_setup(int64_t row, int64_t v, const float* temperature, const int32_t* top_k,
+                              const float* top_p, const uint64_t* seeds, uint64_t step) {
+  RowSetup s;
+  const float t = temperature[row];
+  s.greedy = !(t > 0.0f);  // <= 0 or NaN
+  s.temp = s.greedy ? 1.0f : t;
+  s.c = kLog2e / s.temp;
+  s.k = top_k[row];
+  s.p = top_p[row];
+  s.top_k_on = !s.greedy && s.k > 0 && int64_t(s.k) < v;
+  s.top_p_on = !s.greedy && s.p < 1.0f;
+  s.draw = !s.greedy && !s.top_k_on && !s.top_p_on;
+  s.row_bits = splitmix64(splitmix64(seeds[row]) + step * kGolden);
+  return s;
+}
+
+// One thread's share of elements [head + 4 f_begin, head + 4 f_end) of row x (float4s from a
+// 16-byte aligned x + head), plus the scalar elements [0, head) and [tail, v) when asked. A
+// thread visits its indices in increasing order, so within a thread "strictly larger" is the
+// tie rule; the warp keeps the same trip count (its shuffles need every lane).
+template <bool kDraw>
+__device__ Partial slice_pass(const float* __restrict__ x, int32_t v, int32_t head, int32_t f_begin, int32_t f_end,
+                              bool with_head, int32_t tail, const RowSetup& rs) {
+  const int32_t none = v;
+  const float c = rs.c;
+  float best = -INFINITY, sum = 0.0f, mc = 0.0f, pick = -INFINITY;
+  int32_t best_i = none, pick_i = none;
+  // Exact candidate: the old kernel's value x_j / t + G_j.
+  auto offer = [&](int32_t j, float xj) {
+    const float value = xj / rs.temp + gumbel(rs.row_bits, j);
+    if (value > pick || (value == pick && pick_i == none)) pick = value, pick_i = j;
+  };
+  auto scalar = [&](int32_t j) {  // head and tail elements: everything exact, one at a time
+    const float xj = x[j];
+    if (xj > best) {
+      if (best != -INFINITY) sum *= exp2f(mc - xj * c);
+      best = xj, best_i = j, mc = xj * c;
+    } else if (xj == best && best_i == none) {
+      best_i = j;  // a row of -inf so far: the first index, as keep_max had it
+    }
+    sum += exp2f(fmaf(xj, c, -mc));
+    if (kDraw) offer(j, xj);
+  };
+  if (with_head && int32_t(threadIdx.x) < head) scalar(threadIdx.x);
+
+  const float4* x4 = reinterpret_cast<const float4*>(x + head);
+  // The hash input of this thread's first element, j = head + 4 (f_begin + tid); it moves by a
+  // constant per float4 and per step (kept in a register: recomputing it cost ~3 per element).
+  uint64_t hash = rs.row_bits + uint64_t(head + 1 + 4 * (f_begin + int32_t(threadIdx.x))) * kStride + kGolden;
+  float warp_pick = -INFINITY;  // the best exact value in this warp as of the last step
+  for (int32_t base = f_begin; base < f_end; base += kStep) {
+    float xv[4 * kLoadsInFlight];
+    bool valid[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int32_t f = base + u * kThreads + threadIdx.x;
+      valid[u] = f < f_end;
+      const float4 r = valid[u] ? x4[f] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      xv[4 * u] = r.x, xv[4 * u + 1] = r.y, xv[4 * u + 2] = r.z, xv[4 * u + 3] = r.w;
+    }
+    auto index_of = [&](int i) { return head + 4 * (base + (i >> 2) * kThreads + int32_t(threadIdx.x)) + (i & 3); };
+    auto first_index = [&](float value) {  // the first valid element equal to value, or none
+      int32_t found = none;
+#pragma unroll
+      for (int i = 4 * kLoadsInFlight - 1; i >= 0; --i)
+        if (valid[i >> 2] && xv[i] == value) found = index_of(i);
+      return found;
+    };
+    float cm = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 4 * kLoadsInFlight; ++i) cm = fmaxf(cm, xv[i]);  // NaN never counts
+    if (cm > best) {  // a new max (rare after the first steps): rescale the sum to it
+      if (best != -INFINITY) sum *= exp2f(mc - cm * c);
+      best = cm, best_i = first_index(cm), mc = cm * c;
+    } else if (cm == best && best_i == none) {
+      best_i = first_index(cm);
+    }
+    float q[4 * kLoadsInFlight];  // 2^(x c - mc) = e^(z - z_max); padding is -inf: adds 0
+#pragma unroll
+    for (int i = 0; i < 4 * kLoadsInFlight; ++i) q[i] = fast_exp2(fmaf(xv[i], c, -mc));
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) sum += (q[4 * u] + q[4 * u + 1]) + (q[4 * u + 2] + q[4 * u + 3]);
+    if (kDraw) {
+      // Candidate filter. Element j can beat the warp's best exact value P only if (in exact
+      // math, up to fp32 rounding) e^(z_j - z_max) / (-ln u_j) >= e^(P - z_max); the test uses
+      // q_j, the lower bound of -ln u_j and R = e^(P - z_max) lowered by a margin far above
+      // every rounding and approximation error (~1e-3 relative), so it never drops the winner,
+      // only lets through a few extra elements that the exact test then rejects. Dropping an
+      // element beaten by another lane's candidate is safe: that candidate reaches the merge.
+      if (warp_pick == -INFINITY && cm != -INFINITY) {
+        // No candidate in the warp yet (first step): each lane offers its largest value, which
+        // makes P the best of 32 good candidates before the test instead of letting all through.
+        const int32_t j = first_index(cm);
+        if (j != none) offer(j, x[j]);
+      }
+      warp_pick = pick;  // every lane's pick only grows, so this is the warp's best so far
+      for (int offset = 16; offset > 0; offset >>= 1) warp_pick = fmaxf(warp_pick, gpu_shfl_xor(warp_pick, offset));
+      float bound = 0.0f;  // P = -inf: everything is a candidate
+      if (warp_pick != -INFINITY) {
+        const float lg = fmaf(warp_pick, kLog2e, -mc);
+        bound = exp2f(lg - (1.0f / 512.0f) - (fabsf(warp_pick * kLog2e) + fabsf(mc)) * (1.0f / 262144.0f));
+      }
+      uint32_t mask = cm == INFINITY ? 0xFFFFu : 0u;  // q is NaN next to +inf: test exactly
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        if (!valid[u]) continue;
+        const uint64_t h = hash + uint64_t(4 * u * kThreads) * kStride;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float w = neg_log_u_floor(noise_bits(h + uint64_t(e) * kStride));
+          if (q[4 * u + e] >= bound * w) mask |= 1u << (4 * u + e);
+        }
+      }
+      for (int u = 0; u < kLoadsInFlight; ++u) mask &= valid[u] ? ~0u : ~(0xFu << (4 * u));
+      while (mask != 0) {  // rare: the few candidates, exactly (re-read from cache)
+        const int i = __ffs(mask) - 1;
+        mask &= mask - 1;
+        const int32_t j = index_of(i);
+        offer(j, x[j]);
+      }
+      hash += uint64_t(4 * kStep) * kStride;
+    }
+  }
+  if (tail < v)
+    for (int32_t j = tail + threadIdx.x; j < v; j += kThreads) scalar(j);
+  return Partial{best, best_i, sum, pick, pick_i};
+}
+
+// The block's partial of split `split` of row x: a row is `head` scalar elements up to 16-byte
+// alignment (split 0 takes them), n4 float4s (per_split to a split), then the rest (the last).
+template <bool kDraw>
+__device__ Partial row_slice(const float* x, int32_t v, int32_t split, int32_t splits, int32_t per_split,
+                             const RowSetup& rs, Partial* scratch) {
+  const int32_t head = min(v, int32_t(((16u - (reinterpret_cast<uintptr_t>(x) & 15u)) & 15u) / 4u));
+  const int32_t n4 = (v - head) / 4, tail = split == splits - 1 ? head + 4 * n4 : v;
+  const int32_t f_begin = min(n4, split * per_split), f_end = min(n4, f_begin + per_split);
+  return block_merge(slice_pass<kDraw>(x, v, head, f_begin, f_end, split == 0, tail, rs), rs.c, scratch);
+}
+
+// grid (rows, splits), block kThreads: partial per (row, split) into parts[row * splits + split].
 __global__ void __launch_bounds__(kThreads)
-sample_kernel(const float* __restrict__ logits,       // [b, v] f32
-              int64_t v,
-              const float* __restrict__ temperature,  // [b]; <= 0 (or NaN) = greedy
-              const int32_t* __restrict__ top_k,      // [b]; <= 0 or >= v = all
-              const float* __restrict__ top_p,        // [b]; >= 1 = all
-              const uint64_t* __restrict__ seeds,     // [b]
-              uint64_t step,
-              int64_t* __restrict__ out_tokens,       // [b]
-              float* __restrict__ out_logprobs) {     // [b]
-  __shared__ float scratch_f[kWarps], scratch_m[kWarps];
+slice_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, int32_t per_split,
+             const float* __restrict__ temperature, const int32_t* __restrict__ top_k, const float* __restrict__ top_p,
+             const uint64_t* __restrict__ seeds, uint64_t step, Partial* __restrict__ parts) {
+  __shared__ Partial scratch[kWarps];
+  const int64_t row = blockIdx.x;
+  const RowSetup rs = row_setup(row, v, temperature, top_k, top_p, seeds, step);
+  const float* x = logits + row * v;
+  const Partial p = rs.draw ? row_slice<true>(x, v, blockIdx.y, splits, per_split, rs, scratch)
+                            : row_slice<false>(x, v, blockIdx.y, splits, per_split, rs, scratch);
+  if (threadIdx.x == 0) parts[row * splits + blockIdx.y] = p;
+}
+
+// grid.x = rows, block = kThreads. parts = NULL: no workspace, the block reads its row itself.
+__global__ void __launch_bounds__(kThreads)
+finish_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, const Partial* __restrict__ parts,
+              const float* __restrict__ temperature, const int32_t* __restrict__ top_k, const float* __restrict__ top_p,
+              const uint64_t* __restrict__ seeds, uint64_t step, int64_t* __restrict__ out_tokens,
+              float* __restrict__ out_logprobs) {
+  __shared__ Partial scratch[kWarps];
+  __shared__ float scratch_f[kWarps];
   __shared__ unsigned long long scratch_u[kWarps];
-  __shared__ float best_value[kWarps];
-  __shared__ int64_t best_index[kWarps];
 
   const int64_t row = blockIdx.x;
   const float* x = logits + row * v;
-  const float t = temperature[row];
-  const bool greedy = !(t > 0.0f);
-  const float temp = greedy ? 1.0f : t;
-  const int32_t k = top_k[row];
-  const float p = top_p[row];
-  const bool top_k_on = !greedy && k > 0 && int64_t(k) < v, top_p_on = !greedy && p < 1.0f;
-  const bool draw_in_first_pass = !greedy && !top_k_on && !top_p_on;
-  const uint64_t row_bits = splitmix64(splitmix64(seeds[row]) + step * 0x9E3779B97F4A7C15ull);
+  const RowSetup rs = row_setup(row, v, temperature, top_k, top_p, seeds, step);
+  const float temp = rs.temp;
 
-  // Pass 1, every row: the argmax, the softmax denominator (online) and, when nothing is
-  // filtered, the Gumbel-max draw (argmax of z + G needs no shift by the max).
-  ArgMax best{-INFINITY, v}, pick{-INFINITY, v};
-  SoftmaxSum sum{-INFINITY, 0.0f};
-  for_each_logit(x, v, [&](int64_t j, float xj) {
-    keep_max(best, xj, j);
-    const float z = xj / temp;
-    if (z > sum.m) {
-      sum.s = sum.s * expf(sum.m - z) + 1.0f;
-      sum.m = z;
-    } else if (z != -INFINITY) {
-      sum.s += expf(z - sum.m);
+  Partial all;
+  if (parts == nullptr) {
+    all = rs.draw ? row_slice<true>(x, v, 0, 1, v, rs, scratch) : row_slice<false>(x, v, 0, 1, v, rs, scratch);
+  } else {
+    // Warp 0 merges the row's partials: lane l takes l, l + 32, ... in order, then a fixed tree.
+    if (threadIdx.x < 32) {
+      Partial p{-INFINITY, v, 0.0f, -INFINITY, v};
+      for (int32_t s = threadIdx.x; s < splits; s += 32) p = merge(p, parts[row * splits + s], rs.c);
+      for (int offset = 16; offset > 0; offset >>= 1) p = merge(p, shfl_xor(p, offset), rs.c);
+      if (threadIdx.x == 0) scratch[0] = p;
     }
-    if (draw_in_first_pass) keep_max(pick, z + gumbel(row_bits, j), j);
-  });
-  best = block_argmax(best, best_value, best_index);
-  if (draw_in_first_pass) pick = block_argmax(pick, best_value, best_index);
-  sum = block_softmax_sum(sum, scratch_f, scratch_m);
-  const int64_t argmax = best.index < v ? best.index : 0;
-  const float z_max = sum.m;  // = max(x) / t: division by t > 0 is monotone and correctly rounded
+    __syncthreads();
+    all = scratch[0];
+  }
+  const int64_t argmax = all.best_i < v ? all.best_i : 0;
+  const float z_max = all.best / temp;  // = max(x) / t: division by t > 0 is monotone, correctly rounded
 
-  if (top_k_on || top_p_on) {
+  int64_t pick_i = all.pick_i;
+  if (rs.top_k_on || rs.top_p_on) {
     // top-k: the largest key K with count(key >= K) >= k; kept_k = {key(x) >= K}.
     uint32_t key_floor = 0;  // every token
-    if (top_k_on) {
+    if (rs.top_k_on) {
       uint64_t lo = 0, hi = uint64_t(1) << 32;  // count(>= lo) >= k; count(>= hi) = 0 < k
       while (hi - lo > 1) {
         const uint64_t mid = lo + (hi - lo) / 2;
         unsigned long long count = 0;
         for (int64_t j = threadIdx.x; j < v; j += kThreads) count += ordered_key(x[j]) >= mid;
         count = block_reduce(count, SumOp{}, 0ull, scratch_u);
-        if (count >= (unsigned long long)k) lo = mid;
+        if (count >= (unsigned long long)rs.k) lo = mid;
         else hi = mid;
       }
       key_floor = uint32_t(lo);
@@ -195,13 +356,13 @@ sample_kernel(const float* __restrict__ logits,       // [b, v] f32
     // top-p: keep token j iff the kept_k mass of tokens with larger q is < p * mass_k, i.e.
     // bits(q_j) >= B, the smallest B with G(B) = sum(q > B) < p * mass_k (G never increases).
     uint32_t q_floor = 0;
-    if (top_p_on) {
+    if (rs.top_p_on) {
       // q = exp(x / t - max); the mass of the top-k set.
       float local = 0.0f;
       for (int64_t j = threadIdx.x; j < v; j += kThreads)
         if (ordered_key(x[j]) >= key_floor) local += expf(x[j] / temp - z_max);
       const float mass_k = block_reduce(local, SumOp{}, 0.0f, scratch_f);
-      const float limit = (p > 0.0f ? p : 0.0f) * mass_k;
+      const float limit = (rs.p > 0.0f ? rs.p : 0.0f) * mass_k;
       uint32_t lo = 0, hi = 0x7f800000u;  // G(lo) = mass_k >= limit; G(+inf bits) = 0
       while (hi - lo > 1) {
         const uint32_t mid = lo + (hi - lo) / 2;
@@ -220,19 +381,48 @@ sample_kernel(const float* __restrict__ logits,       // [b, v] f32
 
     // Gumbel-max over the kept tokens: argmax of log q_j + G_j. The argmax itself is always
     // kept, so the set is never empty.
-    for_each_logit(x, v, [&](int64_t j, float xj) {
-      if (ordered_key(xj) < key_floor) return;
+    Partial mine{-INFINITY, v, 0.0f, -INFINITY, v};
+    for (int32_t j = threadIdx.x; j < v; j += kThreads) {
+      const float xj = x[j];
+      if (ordered_key(xj) < key_floor) continue;
       const float z = xj / temp - z_max;  // log q_j
-      if (q_floor != 0 && __float_as_uint(expf(z)) < q_floor) return;
-      keep_max(pick, z + gumbel(row_bits, j), j);
-    });
-    pick = block_argmax(pick, best_value, best_index);
+      if (q_floor != 0 && __float_as_uint(expf(z)) < q_floor) continue;
+      keep_max(mine.pick, mine.pick_i, z + gumbel(rs.row_bits, j), j);
+    }
+    pick_i = block_merge(mine, rs.c, scratch).pick_i;
   }
-  const int64_t token = !greedy && pick.index < v ? pick.index : argmax;
   if (threadIdx.x == 0) {
+    const int64_t token = !rs.greedy && pick_i < v ? pick_i : argmax;
     out_tokens[row] = token;
-    out_logprobs[row] = x[token] / temp - z_max - logf(sum.s);
+    out_logprobs[row] = x[token] / temp - z_max - logf(all.sum);
   }
+}
+
+// Per device: the SM count and a memory pool for the partials, allocated and freed in stream
+// order on the launch stream (graph capture too), as attention_kernel.cu's split-K workspace.
+struct DeviceState {
+  int sms = 0;
+  gpuMemPool_t pool = nullptr;  // NULL: no pool, never split
+};
+
+DeviceState device_state(int device) {
+  static std::mutex mutex;
+  static std::map<int, DeviceState> states;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = states.find(device);
+  if (found != states.end()) return found->second;
+  DeviceState state;
+  if (gpuDeviceGetAttribute(&state.sms, gpuDevAttrMultiProcessorCount, device) != gpuSuccess) state.sms = 0;
+  gpuMemPoolProps props{};
+  props.allocType = gpuMemAllocationTypePinned;
+  props.location.type = gpuMemLocationTypeDevice;
+  props.location.id = device;
+  uint64_t keep = uint64_t(4) << 20;  // kept mapped between calls
+  if (gpuMemPoolCreate(&state.pool, &props) != gpuSuccess) state.pool = nullptr;
+  else (void)gpuMemPoolSetAttribute(state.pool, gpuMemPoolAttrReleaseThreshold, &keep);
+  (void)gpuGetLastError();  // a failed query only disables the split path
+  states.emplace(device, state);
+  return state;
 }
 
 }  // namespace
@@ -241,10 +431,44 @@ gpuError_t launch_sample(const float* logits, int64_t b, int64_t v, const float*
                           const float* top_p, const uint64_t* seeds, uint64_t step, int64_t* out_tokens,
                           float* out_logprobs, gpuStream_t stream) {
   if (b == 0) return gpuSuccess;
-  if (b > 0x7fffffff || v <= 0) return gpuErrorInvalidValue;
-  sample_kernel<<<dim3(unsigned(b)), kThreads, 0, stream>>>(logits, v, temperature, top_k, top_p, seeds, step, out_tokens,
+  // int32 indices inside a row (v below 2^31 - 2^20 leaves room for a step's overshoot).
+  if (b > 0x7fffffff || v <= 0 || v > 0x7ff00000) return gpuErrorInvalidValue;
+  int device = 0;
+  if (gpuGetDevice(&device) != gpuSuccess) return gpuGetLastError();
+  const DeviceState state = device_state(device);
+
+  // Splits: the slice kernel is bound by the hash and the loads of every element, so its time
+  // is about (waves of blocks) x (float4s per block), with ~4 blocks resident per SM (55-57
+  // registers x 256 threads). Pick the split count with the least such time (ties: fewer
+  // splits), each split a multiple of kThreads float4s and at least kStep of them.
+  const int64_t n4 = v / 4;
+  int64_t splits = 1, per_split = n4;
+  if (state.pool != nullptr && state.sms > 0 && n4 >= 2 * kStep) {
+    const int64_t resident = 4 * int64_t(state.sms);
+    int64_t best_cost = (b + resident - 1) / resident * n4;
+    for (int64_t want = 2; want <= std::min<int64_t>(n4 / kStep, 128); ++want) {
+      const int64_t per = ((n4 + want - 1) / want + kThreads - 1) / kThreads * kThreads;
+      const int64_t count = (n4 + per - 1) / per;
+      const int64_t cost = (b * count + resident - 1) / resident * per;
+      if (cost < best_cost) best_cost = cost, splits = count, per_split = per;
+    }
+  }
+  void* workspace = nullptr;  // stays NULL on failure: the finish kernel then reads rows itself
+  if (splits > 1 && gpuMallocFromPoolAsync(&workspace, size_t(b * splits) * sizeof(Partial), state.pool, stream) != gpuSuccess)
+    (void)gpuGetLastError(), workspace = nullptr;
+  Partial* parts = static_cast<Partial*>(workspace);
+  if (parts != nullptr)
+    slice_kernel<<<dim3(unsigned(b), unsigned(splits)), kThreads, 0, stream>>>(
+        logits, int32_t(v), int32_t(splits), int32_t(per_split), temperature, top_k, top_p, seeds, step, parts);
+  finish_kernel<<<dim3(unsigned(b)), kThreads, 0, stream>>>(logits, int32_t(v), parts ? int32_t(splits) : 1, parts,
+                                                            temperature, top_k, top_p, seeds, step, out_tokens,
                                                             out_logprobs);
-  return gpuGetLastError();
+  const gpuError_t launched = gpuGetLastError();
+  if (workspace != nullptr) {
+    const gpuError_t freed = gpuFreeAsync(workspace, stream);  // after the kernels, in stream order
+    if (launched == gpuSuccess && freed != gpuSuccess) return freed;
+  }
+  return launched;
 }
 
 }  // namespace verlpp::cuda
