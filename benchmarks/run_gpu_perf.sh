@@ -13,7 +13,9 @@
 # At most 8 files under $OUT (the device tool brings back 8): summary.txt, build.log,
 # conformance.txt, train.jsonl, rollout.jsonl, and grpo_step.{json,log} with E2E=1.
 #   OUT=/somewhere bash benchmarks/run_gpu_perf.sh     # .offline-deps beside it (docs/building.md)
-# Variables: STAGES (default "conformance train rollout"), E2E=1, HF=0, SHAPES, BUILD_DIR, ARCHS, JOBS.
+# Variables: STAGES (default "conformance train rollout"; also profile, tests, attn, sample), E2E=1,
+# HF=0, FP32=1 (train in fp32 too), ROLLOUT_GRAPHS ("1 0": graphs on, then off), STREAM_CHECK=0,
+# SHAPES, BUILD_DIR, ARCHS, JOBS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/verlpp-perf-out}
@@ -62,9 +64,13 @@ fi
 if [[ " $STAGES " == *" train "* ]]; then
   step "train step, 16 x 512 tokens: verlpp (bf16 mixed, fp32) beside HF (eager, compile)"
   : > "$OUT/train.jsonl"
-  for dtype in bfloat16 float32; do
-    timeout 240 "$BIN/verlpp-bench-train" --shape qwen2.5-0.5b --device cuda --param-dtype $dtype --batch 16 --seq 512 \
-      --steps 7 --warmup 2 --json /tmp/t.json 2>&1 | tee -a "$OUT/summary.txt"
+  # bf16 with the cuda plugin's log-prob kernels (the RL trainer's path on a GPU), bf16 with
+  # LibTorch's softmax path, then (FP32=1) fp32.
+  for variant in "bfloat16 --plugin cuda" "bfloat16" ${FP32:+"float32 --plugin cuda"}; do
+    set -- $variant
+    echo "-- param dtype $*" | tee -a "$OUT/summary.txt"
+    VERL_HARDWARE_PLUGIN=cuda timeout 240 "$BIN/verlpp-bench-train" --shape qwen2.5-0.5b --device cuda --param-dtype "$@" --batch 16 --seq 512 \
+      --steps 7 --warmup 2 --json /tmp/t.json 2>&1 | grep -v "^\[verlpp" | tee -a "$OUT/summary.txt"
     cat /tmp/t.json >> "$OUT/train.jsonl" 2>/dev/null; rm -f /tmp/t.json
   done
   for mode in "" --compile; do
@@ -77,20 +83,20 @@ fi
 if [[ " $STAGES " == *" rollout "* ]]; then
   step "rollout $SHAPES, temperature 1: verlpp + cuda plugin beside HF generate"
   : > "$OUT/rollout.jsonl"
-  for graphs in 1 0; do  # decode steps as CUDA graphs, then eager
+  for graphs in ${ROLLOUT_GRAPHS:-1 0}; do  # decode steps as CUDA graphs, then eager
     VERLPP_DEVICE_GRAPHS=$graphs VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
       --device cuda --dtype bfloat16 --temperature 1 --repeat 2 --plugin cuda --shapes "$SHAPES" --transitions \
       --json /tmp/r.json 2>&1 | tee -a "$OUT/summary.txt"
     cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
   done
-  step "eager decode: greedy tokens with kernels on LibTorch's stream (ABI 1.1) vs the NULL stream: must be identical"
-  for streams in 1 0; do
+  [ "${STREAM_CHECK:-1}" = 1 ] && step "eager decode: greedy tokens with kernels on LibTorch's stream (ABI 1.1) vs the NULL stream: must be identical"
+  [ "${STREAM_CHECK:-1}" = 1 ] && for streams in 1 0; do
     VERLPP_DEVICE_GRAPHS=0 VERLPP_KERNEL_STREAMS=$streams VERL_HARDWARE_PLUGIN=cuda timeout 100 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
       --device cuda --dtype bfloat16 --temperature 0 --repeat 1 --plugin cuda --shapes 64:128:128,256:128:128 \
       --json /tmp/g$streams.json > /tmp/g$streams.txt 2>&1
     echo "VERLPP_KERNEL_STREAMS=$streams: $(tail -2 /tmp/g$streams.txt | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
   done
-  python3 -c 'import json,sys; a=[json.loads(l) for l in open("/tmp/g1.json")]; b=[json.loads(l) for l in open("/tmp/g0.json")]; print("greedy tokens identical:", [x.get("tokens_fnv1a")==y.get("tokens_fnv1a") for x,y in zip(a,b)])' 2>&1 | tee -a "$OUT/summary.txt"
+  [ "${STREAM_CHECK:-1}" = 1 ] && python3 -c 'import json,sys; a=[json.loads(l) for l in open("/tmp/g1.json")]; b=[json.loads(l) for l in open("/tmp/g0.json")]; print("greedy tokens identical:", [x.get("tokens_fnv1a")==y.get("tokens_fnv1a") for x,y in zip(a,b)])' 2>&1 | tee -a "$OUT/summary.txt"
   if [ "${HF:-1}" = 1 ]; then
     timeout 200 python3 benchmarks/rollout/hf_generate.py --shapes "$SHAPES" --dtype bfloat16 --temperature 1 --repeat 2 \
       --json /tmp/r.json 2>&1 | grep -vi warn | tee -a "$OUT/summary.txt"
@@ -107,8 +113,8 @@ if [[ " $STAGES " == *" profile "* ]]; then
     python3 benchmarks/rollout/trace_summary.py /tmp/trace.json --top ${PROFILE_TOP:-30} 2>&1 | tee -a "$OUT/summary.txt"
   done
   step "profile: training step 16 x 512, bf16 mixed precision (Kineto trace of 2 steps, summarised)"
-  timeout 200 "$BIN/verlpp-bench-train" --shape qwen2.5-0.5b --device cuda --param-dtype bfloat16 --batch 16 --seq 512 \
-    --steps 2 --warmup 2 --profile /tmp/train_trace.json 2>&1 | tail -2 | tee -a "$OUT/summary.txt"
+  VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-train" --shape qwen2.5-0.5b --device cuda --param-dtype bfloat16 \
+    --plugin cuda --batch 16 --seq 512 --steps 2 --warmup 2 --profile /tmp/train_trace.json 2>&1 | tail -2 | tee -a "$OUT/summary.txt"
   python3 benchmarks/rollout/trace_summary.py /tmp/train_trace.json --top ${PROFILE_TOP:-30} 2>&1 | tee -a "$OUT/summary.txt"
 fi
 
@@ -120,11 +126,25 @@ if [[ " $STAGES " == *" tests "* ]]; then
   tail -40 "$OUT/rollout_gpu_tests.txt" | tee -a "$OUT/summary.txt"
 fi
 
+# Kernel microbenches beside the kernel they replace (.attn-bench, .sample-bench: carried, not in
+# the repository): a correctness check against plain loops, then old vs new per call.
 if [ -d .attn-bench ] && [[ " $STAGES " == *" attn "* ]]; then
   step "paged attention decode microbench (new vs old kernel; .attn-bench, not in the repository)"
-  nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda .attn-bench/bench_attn.cu .attn-bench/old_attention.cu \
-    plugins/cuda/attention_kernel.cu -o /tmp/bench_attn > /tmp/attn_build.log 2>&1 && timeout 120 /tmp/bench_attn 2>&1 | tail -30 | tee -a "$OUT/summary.txt" \
-    || tail -5 /tmp/attn_build.log | tee -a "$OUT/summary.txt"
+  if nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include .attn-bench/bench_attn.cu .attn-bench/old_attention.cu \
+       plugins/cuda/attention_kernel.cu -o /tmp/bench_attn > /tmp/attn_build.log 2>&1; then
+    for mode in check "" r; do timeout 120 /tmp/bench_attn $mode 2>&1 | tail -40 | tee -a "$OUT/summary.txt"; done
+  else
+    tail -5 /tmp/attn_build.log | tee -a "$OUT/summary.txt"
+  fi
+fi
+if [ -d .sample-bench ] && [[ " $STAGES " == *" sample "* ]]; then
+  step "sample microbench (new vs old kernel; .sample-bench, not in the repository)"
+  if nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include .sample-bench/bench_sample.cu .sample-bench/old_sample.cu \
+       plugins/cuda/sample_kernel.cu -o /tmp/bench_sample > /tmp/sample_build.log 2>&1; then
+    timeout 120 /tmp/bench_sample 2>&1 | tail -40 | tee -a "$OUT/summary.txt"
+  else
+    tail -5 /tmp/sample_build.log | tee -a "$OUT/summary.txt"
+  fi
 fi
 
 if [ "${E2E:-0}" = 1 ]; then
