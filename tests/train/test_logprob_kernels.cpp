@@ -1,7 +1,10 @@
-// linear_log_probs / response_log_probs through a plugin's log-prob kernels (cpu_ref's reference
-// logprob_entropy and ABI 1.2's logprob_backward): values and gradients against autograd through
-// full fp64 logits, and against LibTorch's own path in bf16. The cuda plugin's kernels are held
-// to cpu_ref's by the conformance suite, and the GPU bench checks them against LibTorch's path.
+// linear_log_probs / response_log_probs through a plugin's kernels (cpu_ref's reference
+// logprob_entropy, ABI 1.2's logprob_backward, and rotary_embedding for the training RoPE with its
+// own backward): values and gradients against autograd through full fp64 logits, and against
+// LibTorch's own path. The cuda plugin's kernels are held to cpu_ref's by the conformance suite,
+// and the GPU bench checks the whole path against LibTorch's before timing it.
+#include "../../src/core/train/kernel_rope.hpp"
+
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/train/linear_log_probs.hpp>
@@ -14,6 +17,7 @@
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/softmax.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
 
 #include "tiny_fixture.hpp"
@@ -134,4 +138,55 @@ TEST_CASE("linear_log_probs takes LibTorch's path where the kernels cannot serve
   const at::Tensor h = at::randn({3, 4}, at::TensorOptions().dtype(at::kDouble)), w = at::randn({6, 4}, h.options());
   CHECK_FALSE(train::linear_log_probs(h, w, targets, 1.0, true, 2, &kernels).used_kernels);
   CHECK_FALSE(train::linear_log_probs(h.to(at::kFloat), w.to(at::kFloat), targets, 1.0, true, 2).used_kernels);
+}
+
+TEST_CASE("KernelRope: the forwards' RoPE through the plugin kernel, with its backward, equals apply_rope and autograd",
+          "[logprob][kernels]") {
+  const hw::Kernels& kernels = cpu_ref_kernels();
+  REQUIRE(train::detail::KernelRope::offered(&kernels));
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (bool packed : {false, true}) {
+      for (bool checkpointing : {false, true}) {
+        model::DecoderLM m = test::tiny_model(6);
+        m.to(dtype, c10::Device(c10::kCPU));
+        m.set_requires_grad(true);
+        m.set_gradient_checkpointing(checkpointing);
+        const controller::Batch b = test::ragged_batch(m.config().vocab_size, 3, 6, 5, 8, [](int64_t r) { return r; },
+                                                       [](int64_t r) { return 2 - r; });
+        at::Tensor hidden[2];
+        std::vector<at::Tensor> grads[2];
+        int64_t rotations = 0;
+        for (int path = 0; path < 2; ++path) {
+          for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
+          auto rope = path == 1 ? std::make_shared<train::detail::KernelRope>(kernels) : nullptr;
+          const at::Tensor ids = b.tensor("input_ids"), mask = b.tensor("attention_mask"), pos = b.tensor("position_ids");
+          at::Tensor h;
+          if (packed) {
+            at::Tensor keep = mask.reshape({-1}).ne(0).nonzero().squeeze(1);
+            at::Tensor counts = mask.ne(0).sum(1).to(at::kLong);
+            at::Tensor cu = at::cat({at::zeros({1}, counts.options()), counts.cumsum(0)});
+            h = m.forward_packed(ids.reshape({-1}).index_select(0, keep), pos.reshape({-1}).index_select(0, keep), cu, rope);
+          } else {
+            h = m.forward_padded(ids, mask, pos, rope);
+          }
+          // A loss that weighs every hidden unit differently, so every gradient path is exercised.
+          at::manual_seed(9);
+          h.to(at::kFloat).mul(at::randn(h.sizes())).sum().backward();
+          if (rope) rotations = rope->rotations();
+          hidden[path] = h.detach().to(at::kFloat);
+          for (const auto& [name, p] : m.named_parameters()) grads[path].push_back(p.grad().to(at::kFloat));
+        }
+        INFO("dtype " << c10::toString(dtype) << " packed " << packed << " checkpointing " << checkpointing);
+        CHECK(rotations >= m.config().num_hidden_layers);  // the kernel ran, once a layer (and again when recomputing)
+        // fp32: the kernel's cos/sin are correctly rounded, LibTorch's within an ulp; bf16: the
+        // same roundings (docs/plugin-abi.md), so at most a last-bit difference carried on.
+        const double tol = dtype == at::kFloat ? 1e-5 : 2e-2;
+        CHECK(max_abs(hidden[1].sub(hidden[0])) <= tol * max_abs(hidden[0]));
+        for (size_t i = 0; i < grads[0].size(); ++i) {
+          INFO("parameter " << m.named_parameters()[i].first);
+          CHECK(max_abs(grads[1][i].sub(grads[0][i])) <= tol * std::max(1e-12, max_abs(grads[0][i])));
+        }
+      }
+    }
+  }
 }

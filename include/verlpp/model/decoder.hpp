@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,20 @@ class AttentionBackend {
   // [N] int64, with the model's inv_freq [D/2] f32 (rope scaling already in it); may rotate in
   // place or replace q and k. Called only when rotates() is true.
   virtual void rotate(at::Tensor& q, at::Tensor& k, const at::Tensor& position_ids, const at::Tensor& inv_freq) {}
+};
+
+// A replacement for the model's RoPE in the training forwards (forward_padded, forward_packed),
+// e.g. a plugin kernel with a backward of its own. It must compute what apply_rope computes,
+// differentiably. Held by shared_ptr: with gradient checkpointing the backward re-runs layers
+// after the forward call has returned.
+class RopeBackend {
+ public:
+  virtual ~RopeBackend() = default;
+  // q [..., H, D] and k [..., KV, D] (q/k-norm applied) at positions [...] int64 with the
+  // model's inv_freq [D/2] f32; returns the rotated q and k, or {} to let the model rotate
+  // (a dtype or layout the backend does not take).
+  virtual std::pair<at::Tensor, at::Tensor> rotate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& positions,
+                                                   const at::Tensor& inv_freq) const = 0;
 };
 
 // A parameter's HF name, shape and initialisation.
@@ -92,14 +107,17 @@ class DecoderLM {
   // Training forward on a padded batch. attention_mask: 1 = token, 0 = padding (left or
   // right). position_ids default to cumsum(mask) - 1 clamped at 0 (arange without a mask).
   // Padding positions see only themselves; their outputs are finite and meaningless.
+  // `rope`: a RoPE to use instead of the model's (null: apply_rope).
   at::Tensor forward_padded(const at::Tensor& input_ids /*[B, T] int64*/,
                             const at::Tensor& attention_mask = {} /*[B, T] int/bool*/,
-                            const at::Tensor& position_ids = {} /*[B, T] int64*/) const;  // -> [B, T, C]
+                            const at::Tensor& position_ids = {} /*[B, T] int64*/,
+                            std::shared_ptr<const RopeBackend> rope = nullptr) const;  // -> [B, T, C]
 
   // Training forward on packed sequences: segment s is tokens [cu_seqlens[s], cu_seqlens[s+1]);
-  // no attention crosses a segment boundary.
+  // no attention crosses a segment boundary. `rope` as for forward_padded.
   at::Tensor forward_packed(const at::Tensor& input_ids /*[N] int64*/, const at::Tensor& position_ids /*[N] int64*/,
-                            const at::Tensor& cu_seqlens /*[S + 1] int64*/) const;  // -> [N, C]
+                            const at::Tensor& cu_seqlens /*[S + 1] int64*/,
+                            std::shared_ptr<const RopeBackend> rope = nullptr) const;  // -> [N, C]
 
   // One engine step (prefill, decode or a mix) over the caller's KV cache. The backend may
   // take over RoPE (AttentionBackend::rotates), e.g. with a plugin kernel.
@@ -131,9 +149,10 @@ class DecoderLM {
   void bind();  // points the typed fields at params_
   std::vector<at::Tensor> layer_parameters(int64_t index) const;  // layer `index`'s defined tensors
   // embed -> layers -> final norm, for ids of any shape [...]; positions of the same shape.
-  // `rotate` empty: the reference RoPE (rope_cos_sin + apply_rope) at position_ids.
+  // `rotate` empty: `rope`'s RoPE if given (and it takes the tensors), else the reference
+  // (rope_cos_sin + apply_rope) at position_ids.
   at::Tensor run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend,
-                 const RotateFn& rotate = {}) const;
+                 const RotateFn& rotate = {}, std::shared_ptr<const RopeBackend> rope = nullptr) const;
   at::Tensor layer_forward(int64_t index, const at::Tensor& hidden, const RotateFn& rotate, const AttendFn& attend) const;
 
   ModelConfig config_;

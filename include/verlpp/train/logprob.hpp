@@ -24,6 +24,9 @@ struct ResponseLogProbs {
 // `chunk_rows`: batch rows per LM-head chunk (>= 1). `remove_padding` (verl's use_remove_padding)
 // runs the decoder on the real tokens only, packed into one sequence per row; each row's real
 // tokens must be contiguous (left-padded prompt, right-padded response), as in verl's layout.
+// `kernels`: a plugin's kernels for the forward's RoPE (rotary_embedding, with a backward of its
+// own) and the LM head's softmax math (linear_log_probs.hpp), where it offers them; null: LibTorch's.
+// They must outlive the backward.
 ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Tensor& input_ids /*[B, T] int64*/,
                                     const at::Tensor& attention_mask /*[B, T]*/, const at::Tensor& position_ids /*[B, T]*/,
                                     int64_t response_length, double temperature, bool with_entropy,

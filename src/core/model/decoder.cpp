@@ -215,7 +215,7 @@ at::Tensor DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden, con
 }
 
 at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend,
-                          const RotateFn& rotate) const {
+                          const RotateFn& rotate, std::shared_ptr<const RopeBackend> rope_backend) const {
   VERLPP_CHECK(input_ids.scalar_type() == at::kLong, "{}: input_ids must be int64, got {}", config_.architecture,
                c10::toString(input_ids.scalar_type()));
   VERLPP_CHECK(position_ids.sizes() == input_ids.sizes(), "{}: position_ids {} and input_ids {} differ in shape",
@@ -223,9 +223,18 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
   at::Tensor hidden = at::embedding(embed_tokens_, input_ids);
   RotateFn rope = rotate;
   if (!rope) {
-    // cos/sin once per forward, shared by every layer; captured by value (see below).
+    // cos/sin once per forward, shared by every layer; captured by value (see below), as are
+    // the backend, the positions and inv_freq.
     std::pair<at::Tensor, at::Tensor> cos_sin = rope_cos_sin(inv_freq_, position_ids, options_.dtype);
-    rope = [cos_sin](at::Tensor& q, at::Tensor& k) {
+    rope = [cos_sin, rope_backend, position_ids, inv_freq = inv_freq_](at::Tensor& q, at::Tensor& k) {
+      if (rope_backend) {
+        std::pair<at::Tensor, at::Tensor> rotated = rope_backend->rotate(q, k, position_ids, inv_freq);
+        if (rotated.first.defined()) {
+          q = rotated.first;
+          k = rotated.second;
+          return;
+        }
+      }
       q = apply_rope(q, cos_sin.first, cos_sin.second);
       k = apply_rope(k, cos_sin.first, cos_sin.second);
     };
@@ -246,7 +255,7 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
 }
 
 at::Tensor DecoderLM::forward_padded(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                                     const at::Tensor& position_ids) const {
+                                     const at::Tensor& position_ids, std::shared_ptr<const RopeBackend> rope) const {
   VERLPP_CHECK(input_ids.dim() == 2, "{}: forward_padded wants input_ids [B, T], got {}", config_.architecture,
                shape_string(input_ids.sizes()));
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
@@ -267,11 +276,11 @@ at::Tensor DecoderLM::forward_padded(const at::Tensor& input_ids, const at::Tens
   // Captures by value: with gradient checkpointing this runs again in the backward.
   return run(input_ids, positions, [allowed, scale](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return attention(q, k, v, allowed, scale);
-  });
+  }, {}, std::move(rope));
 }
 
 at::Tensor DecoderLM::forward_packed(const at::Tensor& input_ids, const at::Tensor& position_ids,
-                                     const at::Tensor& cu_seqlens) const {
+                                     const at::Tensor& cu_seqlens, std::shared_ptr<const RopeBackend> rope) const {
   VERLPP_CHECK(input_ids.dim() == 1, "{}: forward_packed wants input_ids [N], got {}", config_.architecture,
                shape_string(input_ids.sizes()));
   at::Tensor cu = cu_seqlens.to(at::kCPU).to(at::kLong).contiguous();
@@ -297,7 +306,7 @@ at::Tensor DecoderLM::forward_packed(const at::Tensor& input_ids, const at::Tens
                          .squeeze(0));
     }
     return outs.empty() ? q.narrow(0, 0, 0) : at::cat(outs, 0);
-  });
+  }, {}, std::move(rope));
 }
 
 at::Tensor DecoderLM::forward_cached(const at::Tensor& input_ids, const at::Tensor& position_ids,
