@@ -131,6 +131,7 @@ void run_stream_cases(CheckContext& ctx);
 void run_kernel_cases(CheckContext& ctx);
 void run_rotary_cases(CheckContext& ctx);  // part of the "kernels" group
 void run_logprob_backward_cases(CheckContext& ctx);  // likewise (ABI 1.2)
+void run_swiglu_cases(CheckContext& ctx);            // likewise (ABI 1.2)
 
 // Communicator cases run in `world_size` worker processes of this executable; the parent
 // collects their results. `self` is this executable's path, `plugin_arg` how workers load it.

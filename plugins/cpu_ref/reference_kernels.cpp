@@ -131,6 +131,48 @@ verlpp_error* logprob_backward(const DLTensor* logits_p, const DLTensor* labels_
   });
 }
 
+// SwiGLU's product and its backward, element by element in fp32 with the dtype's rounding
+// where HF's forward and autograd's backward round (plugin_abi.h).
+float silu_of(float x) { return x / (1.0f + std::exp(-x)); }
+
+verlpp_error* silu_mul(const DLTensor* gate_p, const DLTensor* up_p, DLTensor* out_p, verlpp_stream) {
+  return sdk::guard("cpu_ref silu_mul", [&] {
+    const sdk::SiluMulArgs a = sdk::check_silu_mul_args({{gate_p, "gate"}, {up_p, "up"}, {out_p, "out"}});
+    for (const DLTensor* t : {gate_p, up_p, static_cast<const DLTensor*>(out_p)}) require_host(*t, "every silu_mul tensor");
+    const DLDataType d = gate_p->dtype;
+    const void *g = sdk::data_ptr(*gate_p), *u = sdk::data_ptr(*up_p);
+    void* out = sdk::data_ptr(*out_p);
+    for (int64_t r = 0; r < a.n; ++r)
+      for (int64_t j = 0; j < a.f; ++j) {
+        const float s = round_to(d, silu_of(load(g, d, r * a.row_strides[0] + j)));
+        store(out, d, r * a.row_strides[2] + j, s * load(u, d, r * a.row_strides[1] + j));
+      }
+  });
+}
+
+verlpp_error* silu_mul_backward(const DLTensor* gate_p, const DLTensor* up_p, const DLTensor* grad_p, DLTensor* grad_gate_p,
+                                DLTensor* grad_up_p, verlpp_stream) {
+  return sdk::guard("cpu_ref silu_mul_backward", [&] {
+    const sdk::SiluMulArgs a = sdk::check_silu_mul_args(
+        {{gate_p, "gate"}, {up_p, "up"}, {grad_p, "grad_out"}, {grad_gate_p, "grad_gate"}, {grad_up_p, "grad_up"}});
+    for (const DLTensor* t : {gate_p, up_p, grad_p, static_cast<const DLTensor*>(grad_gate_p), static_cast<const DLTensor*>(grad_up_p)})
+      require_host(*t, "every silu_mul_backward tensor");
+    const DLDataType d = gate_p->dtype;
+    const void *g = sdk::data_ptr(*gate_p), *u = sdk::data_ptr(*up_p), *dy = sdk::data_ptr(*grad_p);
+    void *dg = sdk::data_ptr(*grad_gate_p), *du = sdk::data_ptr(*grad_up_p);
+    for (int64_t r = 0; r < a.n; ++r)
+      for (int64_t j = 0; j < a.f; ++j) {
+        const float x = load(g, d, r * a.row_strides[0] + j), up = load(u, d, r * a.row_strides[1] + j);
+        const float grad = load(dy, d, r * a.row_strides[2] + j);
+        const float s = round_to(d, silu_of(x));
+        const float grad_s = round_to(d, grad * up);
+        const float sig = 1.0f / (1.0f + std::exp(-x));
+        store(dg, d, r * a.row_strides[3] + j, grad_s * sig * (1.0f + x * (1.0f - sig)));
+        store(du, d, r * a.row_strides[4] + j, grad * s);
+      }
+  });
+}
+
 verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTensor* out_p, verlpp_stream) {
   return sdk::guard("cpu_ref rms_norm", [&] {
     const DLTensor& x = checked(x_p, "x");
@@ -380,6 +422,8 @@ const verlpp_kernel_table* reference_kernels() {
     t.paged_attention_decode = &paged_attention_decode;
     t.sample = &sample;
     t.logprob_backward = &logprob_backward;
+    t.silu_mul = &silu_mul;
+    t.silu_mul_backward = &silu_mul_backward;
     return t;
   }();
   return &table;

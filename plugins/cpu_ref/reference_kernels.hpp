@@ -7,7 +7,7 @@
 namespace verlpp::cpu_ref {
 
 // The kernel table: logprob_entropy, rms_norm, rotary_embedding, paged_attention_decode, sample,
-// logprob_backward (1.2).
+// and 1.2's logprob_backward, silu_mul, silu_mul_backward.
 const verlpp_kernel_table* reference_kernels();
 
 }  // namespace verlpp::cpu_ref

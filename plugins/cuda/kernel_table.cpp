@@ -1,10 +1,10 @@
 // cuda: ABI entry points of the kernel table (logprob_entropy, rms_norm, rotary_embedding,
-// paged_attention_decode, sample, logprob_backward: the kernels the conformance suite checks). Each checks its
-// DLPack arguments with the same rules as cpu_ref's reference kernels (rotary_embedding's through
-// the SDK's kernel_args.hpp, so both plugins refuse the same input), checks that the tensors
-// live in this plugin's device memory, then calls a
-// launcher from kernels.cu. On the NULL stream the call waits for the kernel, as the ABI's
-// synchronous default stream requires.
+// paged_attention_decode, sample, and 1.2's logprob_backward, silu_mul, silu_mul_backward: the
+// kernels the conformance suite checks). Each checks its DLPack arguments with the same rules as
+// cpu_ref's reference kernels (through the SDK's kernel_args.hpp where it has them, so both
+// plugins refuse the same input), checks that the tensors live in this plugin's device memory,
+// then calls a launcher from a .cu file. On the NULL stream the call waits for the kernel, as the
+// ABI's synchronous default stream requires.
 #include "kernel_table.hpp"
 #include "cuda_check.hpp"
 #include "kernels.hpp"
@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -106,6 +107,48 @@ verlpp_error* logprob_backward(const DLTensor* logits_p, const DLTensor* labels_
                                        a.out_row_stride, target.stream),
                "launching logprob_backward (N=" + std::to_string(a.n) + ", V=" + std::to_string(a.v) + ")");
     finish_if_default(target, "logprob_backward");
+  });
+}
+
+// The device of the first operand, after checking that every operand lives there.
+int32_t common_device(std::initializer_list<std::pair<const DLTensor*, const char*>> operands) {
+  const int32_t device = operands.begin()->first->device.device_id;
+  for (const auto& [t, what] : operands) require_on_device(*t, device, what);
+  return device;
+}
+
+verlpp_error* silu_mul(const DLTensor* gate_p, const DLTensor* up_p, DLTensor* out_p, verlpp_stream stream) {
+  return sdk::guard(VERLPP_GPU_PLUGIN_NAME " silu_mul", [&] {
+    const sdk::SiluMulArgs a = sdk::check_silu_mul_args({{gate_p, "gate"}, {up_p, "up"}, {out_p, "out"}});
+    const FloatType type = float_type(gate_p->dtype, "gate");
+    const int32_t device = common_device({{gate_p, "gate"}, {up_p, "up"}, {out_p, "out"}});
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    cuda_check(launch_silu_mul(sdk::data_ptr(*gate_p), a.row_strides[0], sdk::data_ptr(*up_p), a.row_strides[1],
+                               sdk::data_ptr(*out_p), a.row_strides[2], type, a.n, a.f, target.stream),
+               "launching silu_mul (N=" + std::to_string(a.n) + ", F=" + std::to_string(a.f) + ")");
+    finish_if_default(target, "silu_mul");
+  });
+}
+
+verlpp_error* silu_mul_backward(const DLTensor* gate_p, const DLTensor* up_p, const DLTensor* grad_p, DLTensor* grad_gate_p,
+                                DLTensor* grad_up_p, verlpp_stream stream) {
+  return sdk::guard(VERLPP_GPU_PLUGIN_NAME " silu_mul_backward", [&] {
+    const sdk::SiluMulArgs a = sdk::check_silu_mul_args(
+        {{gate_p, "gate"}, {up_p, "up"}, {grad_p, "grad_out"}, {grad_gate_p, "grad_gate"}, {grad_up_p, "grad_up"}});
+    const FloatType type = float_type(gate_p->dtype, "gate");
+    const int32_t device = common_device(
+        {{gate_p, "gate"}, {up_p, "up"}, {grad_p, "grad_out"}, {grad_gate_p, "grad_gate"}, {grad_up_p, "grad_up"}});
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    cuda_check(launch_silu_mul_backward(sdk::data_ptr(*gate_p), a.row_strides[0], sdk::data_ptr(*up_p), a.row_strides[1],
+                                        sdk::data_ptr(*grad_p), a.row_strides[2], sdk::data_ptr(*grad_gate_p),
+                                        a.row_strides[3], sdk::data_ptr(*grad_up_p), a.row_strides[4], type, a.n, a.f,
+                                        target.stream),
+               "launching silu_mul_backward (N=" + std::to_string(a.n) + ", F=" + std::to_string(a.f) + ")");
+    finish_if_default(target, "silu_mul_backward");
   });
 }
 
@@ -274,6 +317,8 @@ const verlpp_kernel_table* cuda_kernels() {
     t.paged_attention_decode = &paged_attention_decode;
     t.sample = &sample;
     t.logprob_backward = &logprob_backward;
+    t.silu_mul = &silu_mul;
+    t.silu_mul_backward = &silu_mul_backward;
     return t;
   }();
   return &table;

@@ -31,6 +31,16 @@ gpuError_t launch_logprob_backward(const void* logits, FloatType type, int64_t n
                                     const float* mean_z, const float* grad_entropy, float temperature, void* out,
                                     int64_t out_row_stride, gpuStream_t stream);
 
+// SwiGLU (plugin_abi.h's silu_mul / silu_mul_backward): [n, f] operands of one type with dense
+// columns, row strides in elements. Forward: out = T(T(silu(gate)) * up). Backward: grad_up =
+// T(grad * T(silu(gate))), grad_gate = T(T(grad * up) * sig (1 + gate (1 - sig))), fp32 inside.
+gpuError_t launch_silu_mul(const void* gate, int64_t gate_stride, const void* up, int64_t up_stride, void* out,
+                            int64_t out_stride, FloatType type, int64_t n, int64_t f, gpuStream_t stream);
+gpuError_t launch_silu_mul_backward(const void* gate, int64_t gate_stride, const void* up, int64_t up_stride,
+                                     const void* grad, int64_t grad_stride, void* grad_gate, int64_t grad_gate_stride,
+                                     void* grad_up, int64_t grad_up_stride, FloatType type, int64_t n, int64_t f,
+                                     gpuStream_t stream);
+
 // out[r, :] = weight * round_to_type(x[r, :] / sqrt(mean(x[r, :]^2) + eps)), as HF's RMSNorm
 // (normalise in fp32, round to the input type, then scale). x, out [n, d]; weight [d]; one type.
 gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps,

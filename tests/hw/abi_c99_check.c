@@ -14,9 +14,9 @@ typedef char check_api_10_end[offsetof(verlpp_plugin_api, trainer_override) + si
 typedef char check_api_11_first[offsetof(verlpp_plugin_api, stream_from_native) == 344 ? 1 : -1];
 typedef char check_api_size[sizeof(verlpp_plugin_api) == 360 ? 1 : -1];
 typedef char check_props_size[sizeof(verlpp_device_properties) == 216 ? 1 : -1];
-/* The kernel table of 1.0 ended at byte 48; 1.2 appended logprob_backward. */
+/* The kernel table of 1.0 ended at byte 48; 1.2 appended logprob_backward, silu_mul and silu_mul_backward. */
 typedef char check_kernels_10_end[offsetof(verlpp_kernel_table, sample) + sizeof(void*) == 48 ? 1 : -1];
-typedef char check_kernels_size[sizeof(verlpp_kernel_table) == 56 ? 1 : -1];
+typedef char check_kernels_size[sizeof(verlpp_kernel_table) == 72 ? 1 : -1];
 typedef char check_comm_config_size[sizeof(verlpp_comm_config) == 48 ? 1 : -1];
 #endif
 

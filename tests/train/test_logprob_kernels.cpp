@@ -3,7 +3,7 @@
 // own backward): values and gradients against autograd through full fp64 logits, and against
 // LibTorch's own path. The cuda plugin's kernels are held to cpu_ref's by the conformance suite,
 // and the GPU bench checks the whole path against LibTorch's before timing it.
-#include "../../src/core/train/kernel_rope.hpp"
+#include "../../src/core/train/layer_kernels.hpp"
 
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
@@ -140,10 +140,10 @@ TEST_CASE("linear_log_probs takes LibTorch's path where the kernels cannot serve
   CHECK_FALSE(train::linear_log_probs(h.to(at::kFloat), w.to(at::kFloat), targets, 1.0, true, 2).used_kernels);
 }
 
-TEST_CASE("KernelRope: the forwards' RoPE through the plugin kernel, with its backward, equals apply_rope and autograd",
+TEST_CASE("PluginLayerKernels: RoPE and silu(gate) * up through the plugin's kernels, with their backwards, equal the model's ops and autograd",
           "[logprob][kernels]") {
   const hw::Kernels& kernels = cpu_ref_kernels();
-  REQUIRE(train::detail::KernelRope::offered(&kernels));
+  REQUIRE(train::detail::PluginLayerKernels::offered(&kernels));
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     for (bool packed : {false, true}) {
       for (bool checkpointing : {false, true}) {
@@ -155,10 +155,10 @@ TEST_CASE("KernelRope: the forwards' RoPE through the plugin kernel, with its ba
                                                        [](int64_t r) { return 2 - r; });
         at::Tensor hidden[2];
         std::vector<at::Tensor> grads[2];
-        int64_t rotations = 0;
+        int64_t rotations = 0, silu_muls = 0;
         for (int path = 0; path < 2; ++path) {
           for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
-          auto rope = path == 1 ? std::make_shared<train::detail::KernelRope>(kernels) : nullptr;
+          auto rope = path == 1 ? std::make_shared<train::detail::PluginLayerKernels>(kernels) : nullptr;
           const at::Tensor ids = b.tensor("input_ids"), mask = b.tensor("attention_mask"), pos = b.tensor("position_ids");
           at::Tensor h;
           if (packed) {
@@ -172,15 +172,19 @@ TEST_CASE("KernelRope: the forwards' RoPE through the plugin kernel, with its ba
           // A loss that weighs every hidden unit differently, so every gradient path is exercised.
           at::manual_seed(9);
           h.to(at::kFloat).mul(at::randn(h.sizes())).sum().backward();
-          if (rope) rotations = rope->rotations();
+          if (rope) rotations = rope->rotations(), silu_muls = rope->silu_muls();
           hidden[path] = h.detach().to(at::kFloat);
           for (const auto& [name, p] : m.named_parameters()) grads[path].push_back(p.grad().to(at::kFloat));
         }
         INFO("dtype " << c10::toString(dtype) << " packed " << packed << " checkpointing " << checkpointing);
-        CHECK(rotations >= m.config().num_hidden_layers);  // the kernel ran, once a layer (and again when recomputing)
-        // fp32: the kernel's cos/sin are correctly rounded, LibTorch's within an ulp; bf16: the
-        // same roundings (docs/plugin-abi.md), so at most a last-bit difference carried on.
-        const double tol = dtype == at::kFloat ? 1e-5 : 2e-2;
+        CHECK(rotations >= m.config().num_hidden_layers);  // the kernels ran, once a layer (and again when recomputing)
+        CHECK(silu_muls >= m.config().num_hidden_layers);
+        // fp32 proves the math: the kernels' cos/sin and exp are within an ulp of LibTorch's. In
+        // bf16 the same roundings happen at the same places, but an exp or cos an fp32 ulp apart
+        // flips a bf16 rounding now and then (0.4-0.8% of that element), and the backward carries
+        // such flips through every layer below: up to ~2.5% of a gradient's largest element was
+        // seen on this 4-layer model. A wrong term, sign or scale is O(1) off.
+        const double tol = dtype == at::kFloat ? 1e-5 : 4e-2;
         CHECK(max_abs(hidden[1].sub(hidden[0])) <= tol * max_abs(hidden[0]));
         for (size_t i = 0; i < grads[0].size(); ++i) {
           INFO("parameter " << m.named_parameters()[i].first);

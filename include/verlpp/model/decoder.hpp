@@ -39,18 +39,20 @@ class AttentionBackend {
   virtual void rotate(at::Tensor& q, at::Tensor& k, const at::Tensor& position_ids, const at::Tensor& inv_freq) {}
 };
 
-// A replacement for the model's RoPE in the training forwards (forward_padded, forward_packed),
-// e.g. a plugin kernel with a backward of its own. It must compute what apply_rope computes,
-// differentiably. Held by shared_ptr: with gradient checkpointing the backward re-runs layers
-// after the forward call has returned.
-class RopeBackend {
+// Replacements for a layer's elementwise pieces (e.g. plugin kernels, with backwards of their
+// own), each computing what the model's LibTorch ops compute, differentiably, or declining with
+// an undefined result (a dtype or layout it does not take). Held by shared_ptr: with gradient
+// checkpointing the backward re-runs layers after the forward call has returned.
+class LayerKernels {
  public:
-  virtual ~RopeBackend() = default;
-  // q [..., H, D] and k [..., KV, D] (q/k-norm applied) at positions [...] int64 with the
-  // model's inv_freq [D/2] f32; returns the rotated q and k, or {} to let the model rotate
-  // (a dtype or layout the backend does not take).
+  virtual ~LayerKernels() = default;
+  // RoPE (the training forwards; the engine's steps rotate through AttentionBackend): q
+  // [..., H, D] and k [..., KV, D] (q/k-norm applied) at positions [...] int64 with the model's
+  // inv_freq [D/2] f32; returns the rotated q and k.
   virtual std::pair<at::Tensor, at::Tensor> rotate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& positions,
                                                    const at::Tensor& inv_freq) const = 0;
+  // The MLP's silu(gate) * up, rounded as HF's act_fn(gate) * up; gate, up [..., F].
+  virtual at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) const = 0;
 };
 
 // A parameter's HF name, shape and initialisation.
@@ -107,22 +109,23 @@ class DecoderLM {
   // Training forward on a padded batch. attention_mask: 1 = token, 0 = padding (left or
   // right). position_ids default to cumsum(mask) - 1 clamped at 0 (arange without a mask).
   // Padding positions see only themselves; their outputs are finite and meaningless.
-  // `rope`: a RoPE to use instead of the model's (null: apply_rope).
+  // `kernels`: replacements for RoPE and the MLP's product (null: the model's own ops).
   at::Tensor forward_padded(const at::Tensor& input_ids /*[B, T] int64*/,
                             const at::Tensor& attention_mask = {} /*[B, T] int/bool*/,
                             const at::Tensor& position_ids = {} /*[B, T] int64*/,
-                            std::shared_ptr<const RopeBackend> rope = nullptr) const;  // -> [B, T, C]
+                            std::shared_ptr<const LayerKernels> kernels = nullptr) const;  // -> [B, T, C]
 
   // Training forward on packed sequences: segment s is tokens [cu_seqlens[s], cu_seqlens[s+1]);
-  // no attention crosses a segment boundary. `rope` as for forward_padded.
+  // no attention crosses a segment boundary. `kernels` as for forward_padded.
   at::Tensor forward_packed(const at::Tensor& input_ids /*[N] int64*/, const at::Tensor& position_ids /*[N] int64*/,
                             const at::Tensor& cu_seqlens /*[S + 1] int64*/,
-                            std::shared_ptr<const RopeBackend> rope = nullptr) const;  // -> [N, C]
+                            std::shared_ptr<const LayerKernels> kernels = nullptr) const;  // -> [N, C]
 
   // One engine step (prefill, decode or a mix) over the caller's KV cache. The backend may
-  // take over RoPE (AttentionBackend::rotates), e.g. with a plugin kernel.
+  // take over RoPE (AttentionBackend::rotates), e.g. with a plugin kernel; `kernels` the MLP's product.
   at::Tensor forward_cached(const at::Tensor& input_ids /*[N] int64*/, const at::Tensor& position_ids /*[N] int64*/,
-                            AttentionBackend& attention) const;  // -> [N, C]
+                            AttentionBackend& attention,
+                            std::shared_ptr<const LayerKernels> kernels = nullptr) const;  // -> [N, C]
 
   // The heads, applied to final hidden states from any forward.
   at::Tensor logits(const at::Tensor& hidden /*[..., C]*/) const;  // -> [..., V] (CausalLM)
@@ -149,11 +152,12 @@ class DecoderLM {
   void bind();  // points the typed fields at params_
   std::vector<at::Tensor> layer_parameters(int64_t index) const;  // layer `index`'s defined tensors
   // embed -> layers -> final norm, for ids of any shape [...]; positions of the same shape.
-  // `rotate` empty: `rope`'s RoPE if given (and it takes the tensors), else the reference
-  // (rope_cos_sin + apply_rope) at position_ids.
+  // `rotate` empty: `kernels`' RoPE if given (and it takes the tensors), else the reference
+  // (rope_cos_sin + apply_rope) at position_ids. `kernels` also takes the MLP's product.
   at::Tensor run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend,
-                 const RotateFn& rotate = {}, std::shared_ptr<const RopeBackend> rope = nullptr) const;
-  at::Tensor layer_forward(int64_t index, const at::Tensor& hidden, const RotateFn& rotate, const AttendFn& attend) const;
+                 const RotateFn& rotate = {}, std::shared_ptr<const LayerKernels> kernels = nullptr) const;
+  at::Tensor layer_forward(int64_t index, const at::Tensor& hidden, const RotateFn& rotate, const AttendFn& attend,
+                           const LayerKernels* kernels = nullptr) const;
 
   ModelConfig config_;
   ModelOptions options_;

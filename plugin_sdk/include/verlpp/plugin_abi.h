@@ -217,6 +217,17 @@ typedef struct verlpp_kernel_table {
                                     const DLTensor* grad_logprob, const DLTensor* mean_z,
                                     const DLTensor* grad_entropy, float temperature, DLTensor* out_grad,
                                     verlpp_stream stream);
+  /* SwiGLU's product as HF computes act_fn(gate) * up, rounding where it rounds: with s =
+   * round(silu(gate)) (silu = x / (1 + exp(-x)) in fp32), out = round(s * up). gate, up, out
+   * [N, F] f32/bf16/f16, one dtype, columns dense, any row stride (gate and up may be the two
+   * halves of one [N, 2F] tensor). */
+  verlpp_error* (*silu_mul)(const DLTensor* gate, const DLTensor* up, DLTensor* out, verlpp_stream stream);
+  /* Its backward, as autograd through that product computes it: grad_up = round(grad_out * s);
+   * grad_gate = round(round(grad_out * up) * sig * (1 + gate * (1 - sig))) with sig = 1 / (1 +
+   * exp(-gate)), in fp32. Shapes and dtype as silu_mul's; grad_gate and grad_up may be the two
+   * halves of one [N, 2F] tensor. */
+  verlpp_error* (*silu_mul_backward)(const DLTensor* gate, const DLTensor* up, const DLTensor* grad_out,
+                                     DLTensor* grad_gate, DLTensor* grad_up, verlpp_stream stream);
 } verlpp_kernel_table;
 
 /* ---------------------------------------------------------------- overrides (reserved) */

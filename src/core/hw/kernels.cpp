@@ -21,7 +21,11 @@ Kernels::Kernels(const Plugin& plugin) : plugin_(&plugin), table_{} {
     std::memcpy(&table_, given, std::min(given->struct_size, sizeof(table_)));
   table_.struct_size = sizeof(table_);
   // Entries added in 1.2 are the plugin's only if it was built for 1.2 (the ABI's rule).
-  if (plugin.abi_minor() < 2) table_.logprob_backward = nullptr;
+  if (plugin.abi_minor() < 2) {
+    table_.logprob_backward = nullptr;
+    table_.silu_mul = nullptr;
+    table_.silu_mul_backward = nullptr;
+  }
   const char* env = std::getenv("VERLPP_KERNEL_STREAMS");
   streams_allowed_ = env == nullptr || std::string(env) != "0";
 }
@@ -42,6 +46,8 @@ std::vector<std::string> Kernels::available() const {
   if (table_.paged_attention_decode) names.push_back("paged_attention_decode");
   if (table_.sample) names.push_back("sample");
   if (table_.logprob_backward) names.push_back("logprob_backward");
+  if (table_.silu_mul) names.push_back("silu_mul");
+  if (table_.silu_mul_backward) names.push_back("silu_mul_backward");
   return names;
 }
 

@@ -186,7 +186,7 @@ void DecoderLM::init_weights(uint64_t seed) {
 }
 
 at::Tensor DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden, const RotateFn& rotate,
-                                    const AttendFn& attend) const {
+                                    const AttendFn& attend, const LayerKernels* kernels) const {
   const Layer& l = layers_[size_t(index)];
   const double eps = config_.rms_norm_eps;
   std::vector<int64_t> lead(hidden.sizes().begin(), hidden.sizes().end() - 1);
@@ -210,12 +210,14 @@ at::Tensor DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden, con
   flat.push_back(config_.num_attention_heads * config_.head_dim);
   at::Tensor h = hidden + at::linear(a.reshape(flat), l.o_proj, l.o_bias);
   x = rms_norm(h, l.post_attention_layernorm, eps);
-  at::Tensor mlp = at::silu(at::linear(x, l.gate_proj, l.gate_bias)) * at::linear(x, l.up_proj, l.up_bias);
+  const at::Tensor gate = at::linear(x, l.gate_proj, l.gate_bias), up = at::linear(x, l.up_proj, l.up_bias);
+  at::Tensor mlp = kernels != nullptr ? kernels->silu_mul(gate, up) : at::Tensor();
+  if (!mlp.defined()) mlp = at::silu(gate) * up;
   return h + at::linear(mlp, l.down_proj, l.down_bias);
 }
 
 at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend,
-                          const RotateFn& rotate, std::shared_ptr<const RopeBackend> rope_backend) const {
+                          const RotateFn& rotate, std::shared_ptr<const LayerKernels> kernels) const {
   VERLPP_CHECK(input_ids.scalar_type() == at::kLong, "{}: input_ids must be int64, got {}", config_.architecture,
                c10::toString(input_ids.scalar_type()));
   VERLPP_CHECK(position_ids.sizes() == input_ids.sizes(), "{}: position_ids {} and input_ids {} differ in shape",
@@ -226,9 +228,9 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
     // cos/sin once per forward, shared by every layer; captured by value (see below), as are
     // the backend, the positions and inv_freq.
     std::pair<at::Tensor, at::Tensor> cos_sin = rope_cos_sin(inv_freq_, position_ids, options_.dtype);
-    rope = [cos_sin, rope_backend, position_ids, inv_freq = inv_freq_](at::Tensor& q, at::Tensor& k) {
-      if (rope_backend) {
-        std::pair<at::Tensor, at::Tensor> rotated = rope_backend->rotate(q, k, position_ids, inv_freq);
+    rope = [cos_sin, kernels, position_ids, inv_freq = inv_freq_](at::Tensor& q, at::Tensor& k) {
+      if (kernels) {
+        std::pair<at::Tensor, at::Tensor> rotated = kernels->rotate(q, k, position_ids, inv_freq);
         if (rotated.first.defined()) {
           q = rotated.first;
           k = rotated.second;
@@ -242,20 +244,21 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
   const bool checkpoint = gradient_checkpointing_ && at::GradMode::is_enabled() && options_.requires_grad;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     if (!checkpoint) {
-      hidden = layer_forward(i, hidden, rope, attend);
+      hidden = layer_forward(i, hidden, rope, attend, kernels.get());
       continue;
     }
     // Everything the recomputation needs is copied into the closure (the RoPE function with
     // its cos/sin, the attention function): the backward runs after this call has returned.
     AttendFn a = attend;
-    hidden = detail::checkpointed([this, i, rope, a](const at::Tensor& h) { return layer_forward(i, h, rope, a); },
-                                  hidden, layer_parameters(i));
+    hidden = detail::checkpointed(
+        [this, i, rope, a, kernels](const at::Tensor& h) { return layer_forward(i, h, rope, a, kernels.get()); }, hidden,
+        layer_parameters(i));
   }
   return rms_norm(hidden, norm_, config_.rms_norm_eps);
 }
 
 at::Tensor DecoderLM::forward_padded(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                                     const at::Tensor& position_ids, std::shared_ptr<const RopeBackend> rope) const {
+                                     const at::Tensor& position_ids, std::shared_ptr<const LayerKernels> kernels) const {
   VERLPP_CHECK(input_ids.dim() == 2, "{}: forward_padded wants input_ids [B, T], got {}", config_.architecture,
                shape_string(input_ids.sizes()));
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
@@ -276,11 +279,11 @@ at::Tensor DecoderLM::forward_padded(const at::Tensor& input_ids, const at::Tens
   // Captures by value: with gradient checkpointing this runs again in the backward.
   return run(input_ids, positions, [allowed, scale](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return attention(q, k, v, allowed, scale);
-  }, {}, std::move(rope));
+  }, {}, std::move(kernels));
 }
 
 at::Tensor DecoderLM::forward_packed(const at::Tensor& input_ids, const at::Tensor& position_ids,
-                                     const at::Tensor& cu_seqlens, std::shared_ptr<const RopeBackend> rope) const {
+                                     const at::Tensor& cu_seqlens, std::shared_ptr<const LayerKernels> kernels) const {
   VERLPP_CHECK(input_ids.dim() == 1, "{}: forward_packed wants input_ids [N], got {}", config_.architecture,
                shape_string(input_ids.sizes()));
   at::Tensor cu = cu_seqlens.to(at::kCPU).to(at::kLong).contiguous();
@@ -306,11 +309,11 @@ at::Tensor DecoderLM::forward_packed(const at::Tensor& input_ids, const at::Tens
                          .squeeze(0));
     }
     return outs.empty() ? q.narrow(0, 0, 0) : at::cat(outs, 0);
-  }, {}, std::move(rope));
+  }, {}, std::move(kernels));
 }
 
 at::Tensor DecoderLM::forward_cached(const at::Tensor& input_ids, const at::Tensor& position_ids,
-                                     AttentionBackend& backend) const {
+                                     AttentionBackend& backend, std::shared_ptr<const LayerKernels> kernels) const {
   VERLPP_CHECK(input_ids.dim() == 1, "{}: forward_cached wants input_ids [N], got {}", config_.architecture,
                shape_string(input_ids.sizes()));
   const double scale = 1.0 / std::sqrt(double(config_.head_dim));
@@ -319,7 +322,7 @@ at::Tensor DecoderLM::forward_cached(const at::Tensor& input_ids, const at::Tens
     rotate = [&](at::Tensor& q, at::Tensor& k) { backend.rotate(q, k, position_ids, inv_freq_); };
   return run(input_ids, position_ids, [&](int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return backend.attend(layer, q, k, v, scale);
-  }, rotate);
+  }, rotate, std::move(kernels));
 }
 
 at::Tensor DecoderLM::logits(const at::Tensor& hidden) const {

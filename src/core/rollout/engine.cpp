@@ -10,6 +10,7 @@
 
 #include "attention.hpp"
 #include "decode_graphs.hpp"
+#include "../train/layer_kernels.hpp"
 
 #include <verlpp/core/log.hpp>
 
@@ -320,7 +321,7 @@ void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& to
   }
   model::PagedStep paged{views[2], views[3], views[4], views[5].view({int64_t(step.compute.size()), int64_t(max_blocks)})};
   detail::RolloutAttention attention(*cache_, std::move(paged), !step.is_prefill, options_.kernels);
-  at::Tensor hidden = model_.forward_cached(views[0], views[1], attention);
+  at::Tensor hidden = model_.forward_cached(views[0], views[1], attention, train::detail::layer_kernels_for(options_.kernels));
   at::Tensor logits = model_.logits(hidden.index_select(0, views[6]));  // [samplers, V]
   SampleResult result = sample(logits, sampling, options_.kernels);
   const int64_t* t = result.token_ids.data_ptr<int64_t>();

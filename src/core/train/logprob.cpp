@@ -1,12 +1,12 @@
 // response_log_probs: one transformer forward, then linear_log_probs (the LM head, log-softmax and
 // entropy per chunk of rows in fp32, recomputed in the backward). Entropy = logsumexp(z) -
 // sum softmax(z) z, as verl's entropy_from_logits. Given a plugin's kernels, the forward's RoPE
-// (kernel_rope.hpp) and the LM head's softmax math (linear_log_probs.hpp) run through them.
+// (layer_kernels.hpp) and the LM head's softmax math (linear_log_probs.hpp) run through them.
 #include <verlpp/train/logprob.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/train/linear_log_probs.hpp>
 
-#include "kernel_rope.hpp"
+#include "layer_kernels.hpp"
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
@@ -18,7 +18,7 @@ namespace {
 // are contiguous in this layout, become one segment of a packed forward; the result is put back
 // at the rows' positions of a zero [B, T, C] (padding positions get zeros: they score nothing).
 at::Tensor packed_hidden(const model::DecoderLM& model, const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                         const at::Tensor& position_ids, std::shared_ptr<const model::RopeBackend> rope) {
+                         const at::Tensor& position_ids, std::shared_ptr<const model::LayerKernels> rope) {
   const int64_t b = input_ids.size(0), t = input_ids.size(1);
   at::Tensor keep = attention_mask.reshape({-1}).ne(0).nonzero().squeeze(1);  // [N] flat indices, row-major
   at::Tensor counts = attention_mask.ne(0).sum(1).to(at::kLong);
@@ -40,9 +40,8 @@ ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Ten
   VERLPP_CHECK(r >= 1 && r < t, "response_length {} must be in [1, T) with T = {}", r, t);
   VERLPP_CHECK(temperature > 0, "temperature {} must be > 0", temperature);
   VERLPP_CHECK(chunk_rows >= 1, "chunk_rows {} must be >= 1", chunk_rows);
-  // The plugin's RoPE kernel (with its own backward) where the kernels offer one.
-  std::shared_ptr<const model::RopeBackend> rope;
-  if (detail::KernelRope::offered(kernels)) rope = std::make_shared<detail::KernelRope>(*kernels);
+  // The plugin's RoPE and SwiGLU kernels (with backwards of their own) where the kernels offer them.
+  const std::shared_ptr<const model::LayerKernels> rope = detail::layer_kernels_for(kernels);
   at::Tensor hidden = remove_padding ? packed_hidden(model, input_ids, attention_mask, position_ids, rope)
                                      : model.forward_padded(input_ids, attention_mask, position_ids, rope);  // [B, T, C]
   at::Tensor scoring = hidden.narrow(1, t - r - 1, r).reshape({b * r, hidden.size(2)});  // [B R, C]

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace verlpp::sdk {
@@ -124,6 +125,34 @@ inline LogprobBackwardArgs check_logprob_backward_args(const DLTensor* logits_p,
   a.grad_logprob = grad_logprob;
   a.mean_z = mean_z;
   a.grad_entropy = grad_entropy;
+  return a;
+}
+
+// silu_mul / silu_mul_backward operands once their rules hold: every tensor [N, F] of one
+// float dtype with dense columns; row strides in elements, in argument order.
+struct SiluMulArgs {
+  int64_t n = 0, f = 0;
+  std::vector<int64_t> row_strides;
+};
+
+// silu_mul's (and, with grad_* given, silu_mul_backward's) rules: gate, up and every output
+// [N, F] f32/bf16/f16, one dtype, columns dense, rows at any stride >= F.
+inline SiluMulArgs check_silu_mul_args(const std::vector<std::pair<const DLTensor*, const char*>>& operands) {
+  SiluMulArgs a;
+  const DLTensor& first = checked(operands.front().first, operands.front().second);
+  require(first.ndim == 2, std::string(operands.front().second) + " must be [N, F], got ndim " + std::to_string(first.ndim));
+  require(is_float_dtype(first.dtype), std::string(operands.front().second) + " dtype " + dtype_name(first.dtype) +
+                                           " is not f32/bf16/f16");
+  a.n = first.shape[0];
+  a.f = first.shape[1];
+  for (const auto& [t, what] : operands) {
+    const DLTensor& x = checked(t, what);
+    require(x.ndim == 2 && x.shape[0] == a.n && x.shape[1] == a.f,
+            std::string(what) + " must be [N, F] = [" + std::to_string(a.n) + ", " + std::to_string(a.f) + "]");
+    require(same_dtype(x.dtype, first.dtype), std::string(what) + " dtype " + dtype_name(x.dtype) + " differs from " +
+                                                  operands.front().second + "'s " + dtype_name(first.dtype));
+    a.row_strides.push_back(dense_row_stride(x, what));
+  }
   return a;
 }
 

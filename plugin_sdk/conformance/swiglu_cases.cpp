@@ -1,0 +1,165 @@
+// verlpp-plugin-check, group "kernels": silu_mul and silu_mul_backward (ABI 1.2), SwiGLU's
+// product and its gradient, against the formulas of plugin_abi.h written here with the same
+// roundings to the dtype (in fp64 between them). Shapes: tiny, odd (scalar paths), Qwen's 4864
+// columns, and gate/up as the two halves of one [N, 2F] tensor (strided rows). The tolerance is
+// an ulp and a half of the dtype per rounding the value passes through (an exp an ulp apart can
+// flip one of them); a wrong formula is far off.
+#include "check_context.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <random>
+
+namespace verlpp::conformance {
+namespace {
+
+struct SwigluShape {
+  int64_t n, f;
+  DLDataType dtype;
+  bool halves;  // gate, up (and grad_gate, grad_up) as the halves of one [N, 2F] buffer
+};
+
+double half_ulp(DLDataType d) { return d.bits == 32 ? 6e-8 : d.code == kDLBfloat ? 1.0 / 512.0 : 1.0 / 4096.0; }
+double floor_of(DLDataType d) { return d.bits == 16 && d.code == kDLFloat ? std::ldexp(1.0, -24) : 1e-30; }
+
+// Rounds x to dtype d (fp32 for f32).
+double round_as(DLDataType d, double x) {
+  const float f = float(x);
+  if (d.bits == 32) return f;
+  return d.code == kDLBfloat ? from_bf16(to_bf16(f)) : from_f16(to_f16(f));
+}
+
+// A host buffer of dtype d holding `values` (rounded), with `seen` the values as the kernel sees them.
+std::vector<uint8_t> encode(const std::vector<float>& values, DLDataType d, std::vector<double>& seen) {
+  std::vector<uint8_t> raw(values.size() * size_t(d.bits / 8));
+  seen.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (d.bits == 32) {
+      std::memcpy(raw.data() + 4 * i, &values[i], 4);
+      seen[i] = values[i];
+    } else {
+      const uint16_t h = d.code == kDLBfloat ? to_bf16(values[i]) : to_f16(values[i]);
+      std::memcpy(raw.data() + 2 * i, &h, 2);
+      seen[i] = d.code == kDLBfloat ? from_bf16(h) : from_f16(h);
+    }
+  }
+  return raw;
+}
+
+double decode(const std::vector<uint8_t>& raw, DLDataType d, size_t i) {
+  if (d.bits == 32) {
+    float f;
+    std::memcpy(&f, raw.data() + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, raw.data() + 2 * i, 2);
+  return d.code == kDLBfloat ? from_bf16(h) : from_f16(h);
+}
+
+// A [N, F] view at column offset `column` of a buffer whose rows are `stride` long.
+DLTensor view_of(DeviceTensor& t, std::vector<int64_t>& shape, std::vector<int64_t>& strides, int64_t column) {
+  DLTensor v = t.dl();
+  v.ndim = 2;
+  v.shape = shape.data();
+  v.strides = strides.data();
+  v.byte_offset += uint64_t(column) * (t.dl().dtype.bits / 8);
+  return v;
+}
+
+void need_slots(const CheckContext& ctx) {
+  const verlpp_kernel_table* table = ctx.api().kernels;
+  if (ctx.api().abi_minor < 2) throw NotOffered(fmt::format("silu_mul is ABI 1.2 (plugin minor {})", ctx.api().abi_minor));
+  const bool fits = table != nullptr && table->struct_size >= offsetof(verlpp_kernel_table, silu_mul_backward) + sizeof(void*);
+  CheckContext::need(fits ? reinterpret_cast<const void*>(table->silu_mul) : nullptr, "kernel silu_mul");
+  CheckContext::need(fits ? reinterpret_cast<const void*>(table->silu_mul_backward) : nullptr, "kernel silu_mul_backward");
+}
+
+void check_shape(CheckContext& ctx, const SwigluShape& s) {
+  hw::Device d = ctx.device();
+  const auto* table = ctx.api().kernels;
+  const int64_t stride = s.halves ? 2 * s.f : s.f;  // gate and up share one buffer when halves
+  std::mt19937 rng(uint32_t(s.n * 31 + s.f));
+  std::normal_distribution<float> normal(0.0f, 2.5f);
+  auto draw = [&](int64_t count) {
+    std::vector<float> v(static_cast<size_t>(count));
+    for (auto& x : v) x = normal(rng);
+    return v;
+  };
+  std::vector<double> gu_seen, up_seen, dy_seen;
+  const std::vector<uint8_t> gu_raw = encode(draw(s.n * stride), s.dtype, gu_seen);  // gate (and up, when halves)
+  const std::vector<uint8_t> up_raw = encode(draw(s.n * s.f), s.dtype, up_seen);
+  const std::vector<uint8_t> dy_raw = encode(draw(s.n * s.f), s.dtype, dy_seen);
+  DeviceTensor gu(d, {s.n * stride}, s.dtype), upt(d, {s.n * s.f}, s.dtype), dyt(d, {s.n * s.f}, s.dtype);
+  DeviceTensor out(d, {s.n * s.f}, s.dtype), grads(d, {s.n * stride}, s.dtype), grad_up_t(d, {s.n * s.f}, s.dtype);
+  gu.upload(gu_raw.data());
+  upt.upload(up_raw.data());
+  dyt.upload(dy_raw.data());
+  std::vector<int64_t> shape = {s.n, s.f}, wide = {stride, 1}, dense = {s.f, 1};
+  DLTensor gate = view_of(gu, shape, wide, 0);
+  DLTensor up = s.halves ? view_of(gu, shape, wide, s.f) : view_of(upt, shape, dense, 0);
+  DLTensor o = view_of(out, shape, dense, 0), dy = view_of(dyt, shape, dense, 0);
+  DLTensor dg = view_of(grads, shape, wide, 0);
+  DLTensor du = s.halves ? view_of(grads, shape, wide, s.f) : view_of(grad_up_t, shape, dense, 0);
+  ctx.expect_ok(table->silu_mul(&gate, &up, &o, nullptr), "silu_mul");
+  ctx.expect_ok(table->silu_mul_backward(&gate, &up, &dy, &dg, &du, nullptr), "silu_mul_backward");
+  const std::vector<uint8_t> got_out = out.to_host<uint8_t>(), got_grads = grads.to_host<uint8_t>(),
+                             got_du = grad_up_t.to_host<uint8_t>();
+  Worst w_out, w_dg, w_du;
+  const double u = half_ulp(s.dtype), fl = floor_of(s.dtype);
+  for (int64_t r = 0; r < s.n; ++r)
+    for (int64_t j = 0; j < s.f; ++j) {
+      const double x = gu_seen[size_t(r * stride + j)];
+      const double up_v = s.halves ? gu_seen[size_t(r * stride + s.f + j)] : up_seen[size_t(r * s.f + j)];
+      const double g = dy_seen[size_t(r * s.f + j)];
+      const double sig = 1.0 / (1.0 + std::exp(-x));
+      const double silu = round_as(s.dtype, x * sig);
+      const double want_out = silu * up_v;
+      const double grad_s = round_as(s.dtype, g * up_v);
+      const double want_dg = grad_s * sig * (1.0 + x * (1.0 - sig));
+      const double want_du = g * silu;
+      const size_t i = size_t(r * s.f + j), iw = size_t(r * stride + j), iu = size_t(r * stride + s.f + j);
+      // Roundings passed through: silu then the product (forward, grad_up); grad_s then the product (grad_gate).
+      w_out.add(i, decode(got_out, s.dtype, i), want_out, 3 * u * (std::fabs(want_out) + std::fabs(silu * up_v)) + fl);
+      // Plus the fp32 math inside: 1 - sig cancels for large x, so sig's own rounding (~6e-8)
+      // reaches the result as |grad_s| sig |x| 6e-8 (the formula autograd uses, cancellation included).
+      const double fp32_math = 4 * 6e-8 * std::fabs(grad_s) * sig * (std::fabs(x) + 1.0);
+      w_dg.add(i, decode(got_grads, s.dtype, iw), want_dg, 3 * u * 2 * std::fabs(want_dg) + fp32_math + 2 * fl);
+      w_du.add(i, s.halves ? decode(got_grads, s.dtype, iu) : decode(got_du, s.dtype, i), want_du,
+               3 * u * 2 * std::fabs(want_du) + 2 * fl);
+    }
+  w_out.require("silu_mul out");
+  w_dg.require("silu_mul_backward grad_gate");
+  w_du.require("silu_mul_backward grad_up");
+}
+
+}  // namespace
+
+void run_swiglu_cases(CheckContext& ctx) {
+  const SwigluShape shapes[] = {{1, 1, dl_f32(), false},   {7, 13, dl_f32(), false},    {33, 4864, dl_bf16(), false},
+                                {12, 896, dl_bf16(), true}, {5, 257, dl_f16(), true},    {9, 100, dl_f32(), true},
+                                {3, 4864, dl_f16(), false}, {64, 4864, dl_bf16(), true}};
+  for (const SwigluShape& s : shapes) {
+    ctx.run("kernels", fmt::format("silu_mul (+ backward) N={} F={} {}{}", s.n, s.f, sdk::dtype_name(s.dtype),
+                                   s.halves ? " (halves of [N, 2F])" : ""),
+            [&] {
+              need_slots(ctx);
+              check_shape(ctx, s);
+            });
+  }
+  ctx.run("kernels", "silu_mul rejects bad input", [&] {
+    need_slots(ctx);
+    const auto* table = ctx.api().kernels;
+    hw::Device d = ctx.device();
+    DeviceTensor a(d, {4, 8}, dl_f32()), b(d, {4, 8}, dl_f32()), half(d, {4, 8}, dl_f16()), wrong(d, {4, 7}, dl_f32());
+    ctx.expect_error(table->silu_mul(&a.dl(), &half.dl(), &b.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
+                     "silu_mul(f32 gate, f16 up)");
+    ctx.expect_error(table->silu_mul(&a.dl(), &b.dl(), &wrong.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
+                     "silu_mul(out [4, 7] for [4, 8])");
+    ctx.expect_error(table->silu_mul_backward(&a.dl(), &b.dl(), nullptr, &a.dl(), &b.dl(), nullptr),
+                     VERLPP_STATUS_INVALID_ARGUMENT, "silu_mul_backward(NULL grad_out)");
+  });
+}
+
+}  // namespace verlpp::conformance

@@ -1,0 +1,141 @@
+// PluginLayerKernels (layer_kernels.hpp): torch::autograd::Functions around the plugin's
+// rotary_embedding and silu_mul / silu_mul_backward. Custom Functions need full autograd
+// headers, hence the #undef below.
+#undef TORCH_ASSERT_ONLY_METHOD_OPERATORS
+#include "layer_kernels.hpp"
+
+#include "../hw/dlpack_view.hpp"
+
+#include <verlpp/hw/kernels.hpp>
+
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace verlpp::train::detail {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Rotates q [N, H, D] and k [N, KV, D] (contiguous) in place by angle(positions [N]).
+void rotate_in_place(const hw::Kernels& kernels, at::Tensor& q, at::Tensor& k, const at::Tensor& positions,
+                     const at::Tensor& inv_freq) {
+  using hw::detail::dl_view;
+  DLTensor d_q = dl_view(q), d_k = dl_view(k), d_pos = dl_view(positions), d_freq = dl_view(inv_freq);
+  kernels.plugin().check(kernels.table().rotary_embedding(&d_q, &d_k, &d_pos, &d_freq, kernels.current_stream(q.device())),
+                         "kernels.rotary_embedding");
+}
+
+// A contiguous [N, heads, D] copy of x [..., heads, D].
+at::Tensor flat_copy(const at::Tensor& x) {
+  return x.reshape({-1, x.size(-2), x.size(-1)}).clone(at::MemoryFormat::Contiguous);
+}
+
+struct RotaryFn : torch::autograd::Function<RotaryFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& positions,
+                               const at::Tensor& inv_freq, int64_t kernels_address) {
+    const auto& kernels = *reinterpret_cast<const hw::Kernels*>(kernels_address);
+    at::Tensor qr = flat_copy(q), kr = flat_copy(k);
+    rotate_in_place(kernels, qr, kr, positions, inv_freq);
+    ctx->save_for_backward({positions, inv_freq});
+    ctx->saved_data["kernels"] = kernels_address;
+    return {qr.view(q.sizes()), kr.view(k.sizes())};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list saved = ctx->get_saved_variables();
+    const auto& kernels = *reinterpret_cast<const hw::Kernels*>(ctx->saved_data["kernels"].toInt());
+    const at::Tensor& positions = saved[0];
+    const at::Tensor& inv_freq = saved[1];
+    const at::Tensor& gq = grads[0];
+    const at::Tensor& gk = grads[1];
+    at::Tensor gqr, gkr;
+    if (gq.defined()) gqr = flat_copy(gq);
+    if (gk.defined()) gkr = flat_copy(gk);
+    if (gq.defined() || gk.defined()) {
+      // The inverse rotation: the same kernel at -positions. An absent gradient is no operand
+      // (the kernel takes q or k NULL).
+      using hw::detail::dl_view;
+      const at::Tensor back = positions.neg();
+      DLTensor d_q = gq.defined() ? dl_view(gqr) : DLTensor{}, d_k = gk.defined() ? dl_view(gkr) : DLTensor{};
+      DLTensor d_pos = dl_view(back), d_freq = dl_view(inv_freq);
+      kernels.plugin().check(kernels.table().rotary_embedding(gq.defined() ? &d_q : nullptr, gk.defined() ? &d_k : nullptr,
+                                                              &d_pos, &d_freq, kernels.current_stream(back.device())),
+                             "kernels.rotary_embedding (backward)");
+    }
+    return {gq.defined() ? gqr.view(gq.sizes()) : at::Tensor(), gk.defined() ? gkr.view(gk.sizes()) : at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+bool kernel_dtype(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
+
+bool silu_mul_offered(const hw::Kernels& kernels) {
+  return kernels.table().silu_mul != nullptr && kernels.table().silu_mul_backward != nullptr;
+}
+
+// A [N, F] view of x [..., F] (rows at any stride: reshape copies only if it must).
+at::Tensor rows_of(const at::Tensor& x) { return x.reshape({-1, x.size(-1)}); }
+
+struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, int64_t kernels_address) {
+    using hw::detail::dl_view;
+    const auto& kernels = *reinterpret_cast<const hw::Kernels*>(kernels_address);
+    at::Tensor out = at::empty(gate.sizes(), gate.options());
+    const at::Tensor g = rows_of(gate), u = rows_of(up), o = out.view({-1, gate.size(-1)});
+    DLTensor d_g = dl_view(g), d_u = dl_view(u), d_o = dl_view(o);
+    kernels.plugin().check(kernels.table().silu_mul(&d_g, &d_u, &d_o, kernels.current_stream(out.device())),
+                           "kernels.silu_mul");
+    ctx->save_for_backward({gate, up});
+    ctx->saved_data["kernels"] = kernels_address;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    using hw::detail::dl_view;
+    variable_list saved = ctx->get_saved_variables();
+    const auto& kernels = *reinterpret_cast<const hw::Kernels*>(ctx->saved_data["kernels"].toInt());
+    const at::Tensor &gate = saved[0], &up = saved[1];
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    const at::Tensor grad = grads[0].contiguous();
+    at::Tensor grad_gate = at::empty(gate.sizes(), gate.options()), grad_up = at::empty(up.sizes(), up.options());
+    const at::Tensor g = rows_of(gate), u = rows_of(up), dy = rows_of(grad);
+    const at::Tensor dg = grad_gate.view({-1, gate.size(-1)}), du = grad_up.view({-1, up.size(-1)});
+    DLTensor d_g = dl_view(g), d_u = dl_view(u), d_dy = dl_view(dy), d_dg = dl_view(dg), d_du = dl_view(du);
+    kernels.plugin().check(
+        kernels.table().silu_mul_backward(&d_g, &d_u, &d_dy, &d_dg, &d_du, kernels.current_stream(grad.device())),
+        "kernels.silu_mul_backward");
+    return {grad_gate, grad_up, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool PluginLayerKernels::offered(const hw::Kernels* kernels) {
+  return kernels != nullptr && (kernels->table().rotary_embedding != nullptr || silu_mul_offered(*kernels));
+}
+
+std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels) {
+  if (!PluginLayerKernels::offered(kernels)) return nullptr;
+  return std::make_shared<PluginLayerKernels>(*kernels);
+}
+
+at::Tensor PluginLayerKernels::silu_mul(const at::Tensor& gate, const at::Tensor& up) const {
+  if (!silu_mul_offered(kernels_) || !kernel_dtype(gate.scalar_type()) || up.scalar_type() != gate.scalar_type() ||
+      up.sizes() != gate.sizes())
+    return {};
+  ++silu_muls_;
+  return SiluMulFn::apply(gate, up, static_cast<int64_t>(reinterpret_cast<intptr_t>(&kernels_)));
+}
+
+std::pair<at::Tensor, at::Tensor> PluginLayerKernels::rotate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& positions,
+                                                     const at::Tensor& inv_freq) const {
+  if (kernels_.table().rotary_embedding == nullptr || !kernel_dtype(q.scalar_type()) || k.scalar_type() != q.scalar_type())
+    return {};
+  ++rotations_;
+  const at::Tensor flat_positions = positions.reshape({-1}).contiguous();
+  variable_list out = RotaryFn::apply(q, k, flat_positions, inv_freq.contiguous(),
+                                      static_cast<int64_t>(reinterpret_cast<intptr_t>(&kernels_)));
+  return {out[0], out[1]};
+}
+
+}  // namespace verlpp::train::detail

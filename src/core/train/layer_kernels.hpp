@@ -1,0 +1,53 @@
+// PluginLayerKernels: a layer's RoPE and the MLP's silu(gate) * up through a plugin's kernels
+// (rotary_embedding; ABI 1.2's silu_mul and silu_mul_backward), each with a backward of its own,
+// for the training forwards and the engine's steps (model::LayerKernels).
+//  - RoPE is a rotation by +angle of each (j, j + D/2) pair, so its gradient is the rotation of
+//    the output gradient by -angle: the same kernel at negated positions (float(-p) * f =
+//    -(float(p) * f) exactly, so cos is unchanged and sin flips sign). The kernel rounds like
+//    the model's apply_rope (docs/plugin-abi.md, "Kernel contracts"), and so does this backward
+//    like autograd's through apply_rope. One launch rotates q and k together; LibTorch's path
+//    took about ten broadcasting kernels a layer each way (6 ms of a 90 ms training step of
+//    Qwen2.5-0.5B on an H200).
+//  - silu_mul replaces silu, a product, and in the backward a product per input and
+//    silu_backward: one kernel each way, and only gate and up are kept for the backward.
+#pragma once
+
+#include <verlpp/model/decoder.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+namespace verlpp::hw {
+class Kernels;
+}
+
+namespace verlpp::train::detail {
+
+class PluginLayerKernels : public model::LayerKernels {
+ public:
+  // `kernels` must outlive this object and every backward through it.
+  explicit PluginLayerKernels(const hw::Kernels& kernels) : kernels_(kernels) {}
+  // Whether the kernels offer any of rotary_embedding, or silu_mul with silu_mul_backward.
+  static bool offered(const hw::Kernels* kernels);
+
+  // Rotated copies of q and k; {} without the kernel, for a dtype it does not take (fp64) or
+  // q/k dtypes that differ.
+  std::pair<at::Tensor, at::Tensor> rotate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& positions,
+                                           const at::Tensor& inv_freq) const override;
+  // silu(gate) * up; undefined without the kernels or for a dtype they do not take.
+  at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) const override;
+  // How many forward calls ran through the kernels, for tests.
+  int64_t rotations() const { return rotations_.load(); }
+  int64_t silu_muls() const { return silu_muls_.load(); }
+
+ private:
+  const hw::Kernels& kernels_;
+  mutable std::atomic<int64_t> rotations_{0}, silu_muls_{0};
+};
+
+// A PluginLayerKernels over `kernels`, or null when they offer none of its kernels (or are null).
+// Used by the training forwards (response_log_probs) and the rollout engine's steps.
+std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels);
+
+}  // namespace verlpp::train::detail
