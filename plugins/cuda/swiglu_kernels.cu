@@ -33,13 +33,15 @@ struct Rows {
   int64_t n, f, items;  // items = n * f / VEC work items
 };
 
-template <class T, int VEC>
+// I: the index type of the item loop, 32-bit whenever the items fit (a 64-bit division per item
+// costs more than the loads at decode sizes).
+template <class T, int VEC, class I>
 __global__ void silu_mul_kernel(const T* __restrict__ gate, int64_t gate_stride, const T* __restrict__ up,
                                 int64_t up_stride, T* __restrict__ out, int64_t out_stride, Rows rows) {
   using P = Pack<T, VEC>;
-  const int64_t per_row = rows.f / VEC;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows.items; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / per_row, c = (i % per_row) * VEC;
+  const I per_row = I(rows.f / VEC), items = I(rows.items);
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < items; i += I(gridDim.x) * I(blockDim.x)) {
+    const int64_t r = int64_t(i / per_row), c = int64_t(i % per_row) * VEC;
     const P g = *reinterpret_cast<const P*>(gate + r * gate_stride + c);
     const P u = *reinterpret_cast<const P*>(up + r * up_stride + c);
     P o;
@@ -52,15 +54,15 @@ __global__ void silu_mul_kernel(const T* __restrict__ gate, int64_t gate_stride,
   }
 }
 
-template <class T, int VEC>
+template <class T, int VEC, class I>
 __global__ void silu_mul_backward_kernel(const T* __restrict__ gate, int64_t gate_stride, const T* __restrict__ up,
                                          int64_t up_stride, const T* __restrict__ grad, int64_t grad_stride,
                                          T* __restrict__ grad_gate, int64_t grad_gate_stride, T* __restrict__ grad_up,
                                          int64_t grad_up_stride, Rows rows) {
   using P = Pack<T, VEC>;
-  const int64_t per_row = rows.f / VEC;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows.items; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / per_row, c = (i % per_row) * VEC;
+  const I per_row = I(rows.f / VEC), items = I(rows.items);
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < items; i += I(gridDim.x) * I(blockDim.x)) {
+    const int64_t r = int64_t(i / per_row), c = int64_t(i % per_row) * VEC;
     const P g = *reinterpret_cast<const P*>(gate + r * gate_stride + c);
     const P u = *reinterpret_cast<const P*>(up + r * up_stride + c);
     const P dy = *reinterpret_cast<const P*>(grad + r * grad_stride + c);
@@ -102,13 +104,15 @@ gpuError_t silu_mul_as(const void* gate, int64_t gs, const void* up, int64_t us,
   constexpr int kVec = 16 / sizeof(T);
   const T *g = static_cast<const T*>(gate), *u = static_cast<const T*>(up);
   T* o = static_cast<T*>(out);
-  if (vectors_fit<T>(f, {{gate, gs}, {up, us}, {out, os}})) {
-    const Rows rows{n, f, n * (f / kVec)};
-    silu_mul_kernel<T, kVec><<<grid_for(rows.items), kThreads, 0, stream>>>(g, gs, u, us, o, os, rows);
-  } else {
-    const Rows rows{n, f, n * f};
-    silu_mul_kernel<T, 1><<<grid_for(rows.items), kThreads, 0, stream>>>(g, gs, u, us, o, os, rows);
-  }
+  const bool vec = vectors_fit<T>(f, {{gate, gs}, {up, us}, {out, os}});
+  const Rows rows{n, f, vec ? n * (f / kVec) : n * f};
+  // The grid-stride loop's index i + stride stays below items + 2^24 (65,536 blocks of 256).
+  const bool narrow = rows.items < (int64_t(1) << 30);
+  const dim3 grid = grid_for(rows.items);
+  if (vec && narrow) silu_mul_kernel<T, kVec, uint32_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, o, os, rows);
+  else if (vec) silu_mul_kernel<T, kVec, int64_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, o, os, rows);
+  else if (narrow) silu_mul_kernel<T, 1, uint32_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, o, os, rows);
+  else silu_mul_kernel<T, 1, int64_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, o, os, rows);
   return gpuGetLastError();
 }
 
@@ -119,13 +123,18 @@ gpuError_t silu_mul_backward_as(const void* gate, int64_t gs, const void* up, in
   constexpr int kVec = 16 / sizeof(T);
   const T *g = static_cast<const T*>(gate), *u = static_cast<const T*>(up), *d = static_cast<const T*>(grad);
   T *dg = static_cast<T*>(grad_gate), *du = static_cast<T*>(grad_up);
-  if (vectors_fit<T>(f, {{gate, gs}, {up, us}, {grad, ds}, {grad_gate, dgs}, {grad_up, dus}})) {
-    const Rows rows{n, f, n * (f / kVec)};
-    silu_mul_backward_kernel<T, kVec><<<grid_for(rows.items), kThreads, 0, stream>>>(g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
-  } else {
-    const Rows rows{n, f, n * f};
-    silu_mul_backward_kernel<T, 1><<<grid_for(rows.items), kThreads, 0, stream>>>(g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
-  }
+  const bool vec = vectors_fit<T>(f, {{gate, gs}, {up, us}, {grad, ds}, {grad_gate, dgs}, {grad_up, dus}});
+  const Rows rows{n, f, vec ? n * (f / kVec) : n * f};
+  const bool narrow = rows.items < (int64_t(1) << 30);
+  const dim3 grid = grid_for(rows.items);
+  if (vec && narrow)
+    silu_mul_backward_kernel<T, kVec, uint32_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
+  else if (vec)
+    silu_mul_backward_kernel<T, kVec, int64_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
+  else if (narrow)
+    silu_mul_backward_kernel<T, 1, uint32_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
+  else
+    silu_mul_backward_kernel<T, 1, int64_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
   return gpuGetLastError();
 }
 
