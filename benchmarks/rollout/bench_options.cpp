@@ -3,6 +3,7 @@
 #include "bench_options.hpp"
 
 #include <verlpp/core/error.hpp>
+#include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/hw/torch_device.hpp>
 
 #include <nlohmann/json.hpp>
@@ -146,6 +147,14 @@ c10::Device bench_device(const std::string& device) {
     if (!problem.empty()) VERLPP_FAIL_AT("--device", "{}: {}", device, problem);
   }
   return device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+}
+
+const hw::Plugin& bench_plugin(const std::string& name, const std::string& device) {
+  const hw::Plugin& plugin = hw::plugin_named(name);  // Error listing the loaded ones
+  if (plugin.torch_device_type() != device)
+    VERLPP_FAIL_AT("--plugin", "plugin '{}' places tensors on torch device '{}', but --device is '{}'", name,
+                   plugin.torch_device_type(), device);
+  return plugin;
 }
 
 }  // namespace verlpp::bench

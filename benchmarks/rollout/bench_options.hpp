@@ -2,6 +2,7 @@
 // the measuring code so that main() reads as "parse, build the engine, time each shape".
 #pragma once
 
+#include <verlpp/hw/plugin.hpp>
 #include <verlpp/model/model_config.hpp>
 
 #include <c10/core/Device.h>
@@ -53,5 +54,8 @@ model::ModelConfig bench_model_config(const std::string& shape_name, const std::
 // "cpu" or "cuda" as a torch device (cuda:0); Error naming --device when this LibTorch cannot
 // place tensors there.
 c10::Device bench_device(const std::string& device);
+// The loaded plugin named by --plugin; Error when it is not loaded (listing the loaded ones) or
+// places tensors on another torch device than --device.
+const hw::Plugin& bench_plugin(const std::string& name, const std::string& device);
 
 }  // namespace verlpp::bench

@@ -120,13 +120,7 @@ int run(const RolloutBenchOptions& o) {
   const c10::Device device = bench_device(o.device);
 
   std::optional<hw::Kernels> kernels;
-  if (!o.plugin.empty()) {
-    const hw::Plugin& plugin = hw::plugin_named(o.plugin);  // Error listing the loaded ones
-    if (plugin.torch_device_type() != o.device)
-      VERLPP_FAIL_AT("--plugin", "plugin '{}' places tensors on torch device '{}', but --device is '{}'", o.plugin,
-                     plugin.torch_device_type(), o.device);
-    kernels.emplace(plugin);
-  }
+  if (!o.plugin.empty()) kernels.emplace(bench_plugin(o.plugin, o.device));
 
   // The pool holds the largest shape whole (no preemption), unless --kv-tokens says otherwise.
   // Each sequence owns whole blocks, so its tokens round up to a multiple of the block size.

@@ -12,7 +12,6 @@
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>
-#include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/logprob.hpp>
 #include <verlpp/train/mixed_precision.hpp>
@@ -155,11 +154,7 @@ int run(const Options& o) {
   train::MixedPrecision precision(master, compute);
   std::optional<hw::Kernels> kernels;
   if (!o.plugin.empty()) {
-    const hw::Plugin& plugin = hw::plugin_named(o.plugin);  // Error listing the loaded ones
-    if (plugin.torch_device_type() != o.device)
-      VERLPP_FAIL_AT("--plugin", "plugin '{}' places tensors on torch device '{}', but --device is '{}'", o.plugin,
-                     plugin.torch_device_type(), o.device);
-    kernels.emplace(plugin);
+    kernels.emplace(bench::bench_plugin(o.plugin, o.device));
     if (kernels->table().logprob_entropy == nullptr || kernels->table().logprob_backward == nullptr) {
       std::string offered;
       for (const std::string& name : kernels->available()) offered += (offered.empty() ? "" : ", ") + name;

@@ -118,4 +118,31 @@ float from_f16(uint16_t h) {
   return sign * std::ldexp(float(m + 1024), e - 25);
 }
 
+std::vector<uint8_t> encode_as(const std::vector<float>& values, DLDataType dtype, std::vector<double>& seen) {
+  std::vector<uint8_t> raw(values.size() * size_t(dtype.bits / 8));
+  seen.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype.bits == 32) {
+      std::memcpy(raw.data() + 4 * i, &values[i], 4);
+      seen[i] = values[i];
+      continue;
+    }
+    const uint16_t h = dtype.code == kDLBfloat ? to_bf16(values[i]) : to_f16(values[i]);
+    std::memcpy(raw.data() + 2 * i, &h, 2);
+    seen[i] = dtype.code == kDLBfloat ? from_bf16(h) : from_f16(h);
+  }
+  return raw;
+}
+
+double decode_as(const std::vector<uint8_t>& raw, DLDataType dtype, size_t i) {
+  if (dtype.bits == 32) {
+    float f;
+    std::memcpy(&f, raw.data() + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, raw.data() + 2 * i, 2);
+  return dtype.code == kDLBfloat ? from_bf16(h) : from_f16(h);
+}
+
 }  // namespace verlpp::conformance

@@ -123,6 +123,11 @@ uint16_t to_bf16(float f);
 float from_bf16(uint16_t h);
 uint16_t to_f16(float f);
 float from_f16(uint16_t h);
+// Raw host bytes of `values` stored as `dtype` (f32, bf16 or f16; rounded), and in `seen` the
+// values as a kernel reads them back.
+std::vector<uint8_t> encode_as(const std::vector<float>& values, DLDataType dtype, std::vector<double>& seen);
+// Element i of raw bytes of `dtype`, as a double.
+double decode_as(const std::vector<uint8_t>& raw, DLDataType dtype, size_t i);
 
 // Case groups (each file adds its cases to the context).
 void run_abi_cases(CheckContext& ctx);

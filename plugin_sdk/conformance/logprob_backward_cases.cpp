@@ -22,33 +22,6 @@ struct BackwardShape {
   bool grad_logprob, grad_entropy, in_place;
 };
 
-// `v` stored as `dtype` (raw bytes) and the values as the kernel sees them.
-std::vector<uint8_t> encode_values(const std::vector<float>& v, DLDataType dtype, std::vector<float>& seen) {
-  seen = v;
-  std::vector<uint8_t> raw(v.size() * (dtype.bits / 8));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (dtype.bits == 32) {
-      std::memcpy(raw.data() + 4 * i, &v[i], 4);
-      continue;
-    }
-    const uint16_t h = dtype.code == kDLBfloat ? to_bf16(v[i]) : to_f16(v[i]);
-    seen[i] = dtype.code == kDLBfloat ? from_bf16(h) : from_f16(h);
-    std::memcpy(raw.data() + 2 * i, &h, 2);
-  }
-  return raw;
-}
-
-double decode_value(const std::vector<uint8_t>& raw, DLDataType dtype, size_t i) {
-  if (dtype.bits == 32) {
-    float f;
-    std::memcpy(&f, raw.data() + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, raw.data() + 2 * i, 2);
-  return dtype.code == kDLBfloat ? from_bf16(h) : from_f16(h);
-}
-
 // Rounding to `dtype`: half an ulp relative to the value (doubled for slack for f32/bf16), and
 // an absolute floor for f16, whose values below 6.1e-5 are subnormal (steps of 2^-24).
 double relative_rounding(DLDataType dtype) {
@@ -64,13 +37,13 @@ void check_shape(CheckContext& ctx, const BackwardShape& s) {
   std::normal_distribution<float> normal(0.0f, 3.0f), unit(0.0f, 1.0f);
   std::vector<float> logits(size_t(s.n * s.row_stride));
   for (auto& x : logits) x = normal(rng);
-  std::vector<float> seen;
-  const std::vector<uint8_t> raw = encode_values(logits, s.dtype, seen);
+  std::vector<double> seen;
+  const std::vector<uint8_t> raw = encode_as(logits, s.dtype, seen);
   std::vector<int64_t> labels(size_t(s.n));
   std::vector<float> lse(size_t(s.n)), mean_z(size_t(s.n)), g_lp(size_t(s.n)), g_ent(size_t(s.n));
   for (int64_t r = 0; r < s.n; ++r) {
     labels[size_t(r)] = int64_t(rng() % uint32_t(s.v));
-    const float* row = seen.data() + r * s.row_stride;
+    const double* row = seen.data() + r * s.row_stride;
     double mx = -INFINITY;
     for (int64_t j = 0; j < s.v; ++j) mx = std::max(mx, double(row[j]) / s.temperature);
     double sum = 0, weighted = 0;
@@ -117,7 +90,7 @@ void check_shape(CheckContext& ctx, const BackwardShape& s) {
       // fp32's error in p (its exponent is ~|z| + |lse| large) times the terms p multiplies.
       const double p_error = 4e-7 * p * (std::fabs(z) + std::fabs(lse[size_t(r)]) + 1.0);
       const double scale = (std::fabs(glp) + std::fabs(ge) * (std::fabs(z - mean_z[size_t(r)]) + 1.0)) / s.temperature;
-      w.add(i, decode_value(got, s.dtype, i), want, relative_rounding(s.dtype) * std::fabs(want) + absolute_rounding(s.dtype) + p_error * scale + 1e-12);
+      w.add(i, decode_as(got, s.dtype, i), want, relative_rounding(s.dtype) * std::fabs(want) + absolute_rounding(s.dtype) + p_error * scale + 1e-12);
     }
   }
   w.require("gradient");

@@ -30,34 +30,6 @@ double round_as(DLDataType d, double x) {
   return d.code == kDLBfloat ? from_bf16(to_bf16(f)) : from_f16(to_f16(f));
 }
 
-// A host buffer of dtype d holding `values` (rounded), with `seen` the values as the kernel sees them.
-std::vector<uint8_t> encode(const std::vector<float>& values, DLDataType d, std::vector<double>& seen) {
-  std::vector<uint8_t> raw(values.size() * size_t(d.bits / 8));
-  seen.resize(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (d.bits == 32) {
-      std::memcpy(raw.data() + 4 * i, &values[i], 4);
-      seen[i] = values[i];
-    } else {
-      const uint16_t h = d.code == kDLBfloat ? to_bf16(values[i]) : to_f16(values[i]);
-      std::memcpy(raw.data() + 2 * i, &h, 2);
-      seen[i] = d.code == kDLBfloat ? from_bf16(h) : from_f16(h);
-    }
-  }
-  return raw;
-}
-
-double decode(const std::vector<uint8_t>& raw, DLDataType d, size_t i) {
-  if (d.bits == 32) {
-    float f;
-    std::memcpy(&f, raw.data() + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, raw.data() + 2 * i, 2);
-  return d.code == kDLBfloat ? from_bf16(h) : from_f16(h);
-}
-
 // A [N, F] view at column offset `column` of a buffer whose rows are `stride` long.
 DLTensor view_of(DeviceTensor& t, std::vector<int64_t>& shape, std::vector<int64_t>& strides, int64_t column) {
   DLTensor v = t.dl();
@@ -88,9 +60,9 @@ void check_shape(CheckContext& ctx, const SwigluShape& s) {
     return v;
   };
   std::vector<double> gu_seen, up_seen, dy_seen;
-  const std::vector<uint8_t> gu_raw = encode(draw(s.n * stride), s.dtype, gu_seen);  // gate (and up, when halves)
-  const std::vector<uint8_t> up_raw = encode(draw(s.n * s.f), s.dtype, up_seen);
-  const std::vector<uint8_t> dy_raw = encode(draw(s.n * s.f), s.dtype, dy_seen);
+  const std::vector<uint8_t> gu_raw = encode_as(draw(s.n * stride), s.dtype, gu_seen);  // gate (and up, when halves)
+  const std::vector<uint8_t> up_raw = encode_as(draw(s.n * s.f), s.dtype, up_seen);
+  const std::vector<uint8_t> dy_raw = encode_as(draw(s.n * s.f), s.dtype, dy_seen);
   DeviceTensor gu(d, {s.n * stride}, s.dtype), upt(d, {s.n * s.f}, s.dtype), dyt(d, {s.n * s.f}, s.dtype);
   DeviceTensor out(d, {s.n * s.f}, s.dtype), grads(d, {s.n * stride}, s.dtype), grad_up_t(d, {s.n * s.f}, s.dtype);
   gu.upload(gu_raw.data());
@@ -121,12 +93,12 @@ void check_shape(CheckContext& ctx, const SwigluShape& s) {
       const double want_du = g * silu;
       const size_t i = size_t(r * s.f + j), iw = size_t(r * stride + j), iu = size_t(r * stride + s.f + j);
       // Roundings passed through: silu then the product (forward, grad_up); grad_s then the product (grad_gate).
-      w_out.add(i, decode(got_out, s.dtype, i), want_out, 3 * u * (std::fabs(want_out) + std::fabs(silu * up_v)) + fl);
+      w_out.add(i, decode_as(got_out, s.dtype, i), want_out, 3 * u * (std::fabs(want_out) + std::fabs(silu * up_v)) + fl);
       // Plus the fp32 math inside: 1 - sig cancels for large x, so sig's own rounding (~6e-8)
       // reaches the result as |grad_s| sig |x| 6e-8 (the formula autograd uses, cancellation included).
       const double fp32_math = 4 * 6e-8 * std::fabs(grad_s) * sig * (std::fabs(x) + 1.0);
-      w_dg.add(i, decode(got_grads, s.dtype, iw), want_dg, 3 * u * 2 * std::fabs(want_dg) + fp32_math + 2 * fl);
-      w_du.add(i, s.halves ? decode(got_grads, s.dtype, iu) : decode(got_du, s.dtype, i), want_du,
+      w_dg.add(i, decode_as(got_grads, s.dtype, iw), want_dg, 3 * u * 2 * std::fabs(want_dg) + fp32_math + 2 * fl);
+      w_du.add(i, s.halves ? decode_as(got_grads, s.dtype, iu) : decode_as(got_du, s.dtype, i), want_du,
                3 * u * 2 * std::fabs(want_du) + 2 * fl);
     }
   w_out.require("silu_mul out");

@@ -30,12 +30,11 @@
 // tiles with plain loads instead of cp.async.
 #include "block_reduce.cuh"
 #include "kernels.hpp"
+#include "workspace_pool.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <type_traits>
 
 #if !(defined(VERLPP_GPU_HIP) && VERLPP_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -423,37 +422,6 @@ __global__ void __launch_bounds__(kAttnThreads) combine_partitions_kernel(Args a
   }
 }
 
-// Per device: the SM count (for the split decision) and a memory pool for the split-K
-// workspace. The workspace is allocated and freed stream-ordered on the launch stream, so the
-// call stays asynchronous on any stream; the pool's own release threshold keeps those few MB
-// mapped between calls (the device's default pool would hand them back at every synchronise).
-struct DeviceState {
-  int sms = 0;
-  gpuMemPool_t pool = nullptr;  // NULL: no pool (no stream-ordered allocator), never split
-};
-
-DeviceState device_state(int device) {
-  static std::mutex mutex;
-  static std::map<int, DeviceState> states;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto found = states.find(device);
-  if (found != states.end()) return found->second;
-  DeviceState state;
-  if (gpuDeviceGetAttribute(&state.sms, gpuDevAttrMultiProcessorCount, device) != gpuSuccess) state.sms = 0;
-  gpuMemPoolProps props{};
-  props.allocType = gpuMemAllocationTypePinned;
-  props.location.type = gpuMemLocationTypeDevice;
-  props.location.id = device;
-  if (gpuMemPoolCreate(&state.pool, &props) == gpuSuccess) {
-    uint64_t keep = uint64_t(64) << 20;
-    (void)gpuMemPoolSetAttribute(state.pool, gpuMemPoolAttrReleaseThreshold, &keep);
-  } else {
-    state.pool = nullptr;
-  }
-  (void)gpuGetLastError();  // a failed query only disables the split path
-  states.emplace(device, state);
-  return state;
-}
 
 // Smallest power of two >= x (x >= 1).
 int pow2_at_least(int x) {
@@ -529,7 +497,7 @@ gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, con
   // device).
   int device = 0;
   if (gpuGetDevice(&device) != gpuSuccess) return gpuGetLastError();
-  const DeviceState state = device_state(device);
+  const WorkspacePool state = workspace_pool(device);
   const int64_t base_blocks = b * kv * ((h / kv + kMaxHeads - 1) / kMaxHeads);
   const int64_t max_len = max_blocks * block_size;
   if (state.pool != nullptr && state.sms > 0 && base_blocks < 3 * state.sms && max_len > kMinPartition) {

@@ -22,12 +22,11 @@
 // argmax as evaluating every element, so tokens equal the old kernel's for the same seeds.
 #include "block_reduce.cuh"
 #include "kernels.hpp"
+#include "workspace_pool.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <map>
-#include <mutex>
 
 namespace verlpp::cuda {
 namespace {
@@ -398,32 +397,6 @@ finish_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, const
   }
 }
 
-// Per device: the SM count and a memory pool for the partials, allocated and freed in stream
-// order on the launch stream (graph capture too), as attention_kernel.cu's split-K workspace.
-struct DeviceState {
-  int sms = 0;
-  gpuMemPool_t pool = nullptr;  // NULL: no pool, never split
-};
-
-DeviceState device_state(int device) {
-  static std::mutex mutex;
-  static std::map<int, DeviceState> states;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto found = states.find(device);
-  if (found != states.end()) return found->second;
-  DeviceState state;
-  if (gpuDeviceGetAttribute(&state.sms, gpuDevAttrMultiProcessorCount, device) != gpuSuccess) state.sms = 0;
-  gpuMemPoolProps props{};
-  props.allocType = gpuMemAllocationTypePinned;
-  props.location.type = gpuMemLocationTypeDevice;
-  props.location.id = device;
-  uint64_t keep = uint64_t(4) << 20;  // kept mapped between calls
-  if (gpuMemPoolCreate(&state.pool, &props) != gpuSuccess) state.pool = nullptr;
-  else (void)gpuMemPoolSetAttribute(state.pool, gpuMemPoolAttrReleaseThreshold, &keep);
-  (void)gpuGetLastError();  // a failed query only disables the split path
-  states.emplace(device, state);
-  return state;
-}
 
 }  // namespace
 
@@ -435,7 +408,7 @@ gpuError_t launch_sample(const float* logits, int64_t b, int64_t v, const float*
   if (b > 0x7fffffff || v <= 0 || v > 0x7ff00000) return gpuErrorInvalidValue;
   int device = 0;
   if (gpuGetDevice(&device) != gpuSuccess) return gpuGetLastError();
-  const DeviceState state = device_state(device);
+  const WorkspacePool state = workspace_pool(device);
 
   // Splits: the slice kernel is bound by the hash and the loads of every element, so its time
   // is about (waves of blocks) x (float4s per block), with ~4 blocks resident per SM (55-57
