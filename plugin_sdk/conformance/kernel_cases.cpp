@@ -442,6 +442,71 @@ void sample_cases(CheckContext& ctx) {
     }
   });
 
+  // A real vocabulary: the cuda plugin splits such rows over several blocks and merges their
+  // partials (argmax, softmax sum, best Gumbel candidate), a path short rows never take.
+  ctx.run("kernels", "sample at a vocabulary of 151,936: argmax, log-probs, kept sets, and a peaked row's frequencies", [&] {
+    need();
+    const int64_t v = 151936;
+    SampleRows r;
+    r.b = 6;
+    r.v = v;
+    std::mt19937 rng(23);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (int64_t i = 0; i < r.b * v; ++i) r.logits.push_back(normal(rng));
+    r.temperature = {0.0f, 0.0f, 1.0f, 1.0f, 0.7f, 1.0f};
+    r.top_k = {0, 0, 0, 0, 50, 0};
+    r.top_p = {1.0f, 1.0f, 1.0f, 1.0f, 0.9f, 0.5f};
+    r.seeds = {3, 4, 5, 6, 7, 8};
+    SampleOut out = run_sample(ctx, r, 2);
+    Worst worst;
+    for (int64_t b = 0; b < r.b; ++b) {
+      const float* row = r.logits.data() + b * v;
+      const int64_t tok = out.tokens[size_t(b)];
+      CHECK_THAT(tok >= 0 && tok < v, "row {}: token {} outside [0, {})", b, tok, v);
+      if (r.temperature[size_t(b)] == 0.0f) {
+        const int64_t best = int64_t(std::max_element(row, row + v) - row);
+        CHECK_THAT(tok == best, "greedy row {}: token {}, want the argmax {}", b, tok, best);
+      } else {
+        std::vector<bool> allowed;
+        filtered_probs(row, v, r.temperature[size_t(b)], r.top_k[size_t(b)], r.top_p[size_t(b)], allowed);
+        CHECK_THAT(allowed[size_t(tok)], "row {}: token {} is outside the top-k / top-p set", b, tok);
+      }
+      const double t = r.temperature[size_t(b)] == 0.0f ? 1.0 : double(r.temperature[size_t(b)]);
+      const double want = log_softmax_at(row, v, t, tok);
+      worst.add(size_t(b), out.logprobs[size_t(b)], want, 1e-4 + 1e-5 * std::fabs(want));
+    }
+    worst.require("log-prob");
+
+    // Four hot tokens far apart (probabilities .4 .3 .2 .1 up to the cold mass, 151,932 x e^-30
+    // of the hot ones': 1.4e-8), 100 seeds x 5 steps.
+    const int64_t hot[] = {7, 40001, 90003, v - 1};
+    const double p_hot[] = {0.4, 0.3, 0.2, 0.1};
+    SampleRows peaked;
+    peaked.b = 100;
+    peaked.v = v;
+    std::vector<float> row(size_t(v), -30.0f);
+    for (int i = 0; i < 4; ++i) row[size_t(hot[i])] = float(std::log(p_hot[i]));
+    for (int64_t b = 0; b < peaked.b; ++b) {
+      peaked.logits.insert(peaked.logits.end(), row.begin(), row.end());
+      peaked.temperature.push_back(1.0f);
+      peaked.top_k.push_back(0);
+      peaked.top_p.push_back(1.0f);
+      peaked.seeds.push_back(uint64_t(b) * 2654435761u + 99u);
+    }
+    double count[4] = {0, 0, 0, 0}, draws = 0;
+    for (uint64_t step = 0; step < 5; ++step) {
+      for (int64_t tok : run_sample(ctx, peaked, step).tokens) {
+        for (int i = 0; i < 4; ++i) count[i] += tok == hot[i];
+        draws += 1;
+      }
+    }
+    for (int i = 0; i < 4; ++i) {
+      const double freq = count[i] / draws, limit = 5.0 * std::sqrt(p_hot[i] * (1 - p_hot[i]) / draws);
+      CHECK_THAT(std::fabs(freq - p_hot[i]) <= limit, "hot token {} drawn {:.4f} of the time, want {:.4f} (+-{:.4f})", hot[i],
+                 freq, p_hot[i], limit);
+    }
+  });
+
   ctx.run("kernels", "sample rejects bad input", [&] {
     need();
     hw::Device d = ctx.device();
