@@ -141,7 +141,8 @@ if [ -d .sample-bench ] && [[ " $STAGES " == *" sample "* ]]; then
   step "sample microbench (new vs old kernel; .sample-bench, not in the repository)"
   if nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include .sample-bench/bench_sample.cu .sample-bench/old_sample.cu \
        plugins/cuda/sample_kernel.cu -o /tmp/bench_sample > /tmp/sample_build.log 2>&1; then
-    timeout 120 /tmp/bench_sample 2>&1 | tail -40 | tee -a "$OUT/summary.txt"
+    # Every line but the per-step correctness ones (the timing table comes first).
+    timeout 120 /tmp/bench_sample 2>&1 | grep -v " step [0-9]" | tee -a "$OUT/summary.txt"
   else
     tail -5 /tmp/sample_build.log | tee -a "$OUT/summary.txt"
   fi
