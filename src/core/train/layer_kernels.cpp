@@ -120,8 +120,9 @@ std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* 
 }
 
 at::Tensor PluginLayerKernels::silu_mul(const at::Tensor& gate, const at::Tensor& up) const {
+  // The kernels take rows at any stride but dense columns (a transposed view is declined).
   if (!silu_mul_offered(kernels_) || !kernel_dtype(gate.scalar_type()) || up.scalar_type() != gate.scalar_type() ||
-      up.sizes() != gate.sizes())
+      up.sizes() != gate.sizes() || gate.dim() == 0 || gate.stride(-1) != 1 || up.stride(-1) != 1)
     return {};
   ++silu_muls_;
   return SiluMulFn::apply(gate, up, static_cast<int64_t>(reinterpret_cast<intptr_t>(&kernels_)));
