@@ -134,6 +134,7 @@ void run_abi_cases(CheckContext& ctx);
 void run_memory_cases(CheckContext& ctx);
 void run_stream_cases(CheckContext& ctx);
 void run_kernel_cases(CheckContext& ctx);
+void run_sample_cases(CheckContext& ctx);            // part of the "kernels" group (run by run_kernel_cases)
 void run_rotary_cases(CheckContext& ctx);  // part of the "kernels" group
 void run_logprob_backward_cases(CheckContext& ctx);  // likewise (ABI 1.2)
 void run_swiglu_cases(CheckContext& ctx);            // likewise (ABI 1.2)
