@@ -84,6 +84,15 @@ verlpp_error* logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p
   });
 }
 
+// The device of the first operand, after checking that every given operand (NULL: an optional
+// one left out) lives there.
+int32_t common_device(std::initializer_list<std::pair<const DLTensor*, const char*>> operands) {
+  const int32_t device = operands.begin()->first->device.device_id;
+  for (const auto& [t, what] : operands)
+    if (t != nullptr) require_on_device(*t, device, what);
+  return device;
+}
+
 verlpp_error* logprob_backward(const DLTensor* logits_p, const DLTensor* labels_p, const DLTensor* lse_p,
                                const DLTensor* grad_logprob_p, const DLTensor* mean_z_p, const DLTensor* grad_entropy_p,
                                float temperature, DLTensor* out_p, verlpp_stream stream) {
@@ -91,12 +100,9 @@ verlpp_error* logprob_backward(const DLTensor* logits_p, const DLTensor* labels_
     const sdk::LogprobBackwardArgs a = sdk::check_logprob_backward_args(logits_p, labels_p, lse_p, grad_logprob_p, mean_z_p,
                                                                         grad_entropy_p, temperature, out_p);
     const FloatType type = float_type(logits_p->dtype, "logits");
-    const int32_t device = logits_p->device.device_id;
-    const std::pair<const DLTensor*, const char*> operands[] = {
-        {logits_p, "logits"}, {labels_p, "labels"}, {lse_p, "lse"}, {out_p, "out_grad"},
-        {grad_logprob_p, "grad_logprob"}, {mean_z_p, "mean_z"}, {grad_entropy_p, "grad_entropy"}};
-    for (const auto& [t, what] : operands)
-      if (t != nullptr) require_on_device(*t, device, what);
+    const int32_t device = common_device({{logits_p, "logits"}, {labels_p, "labels"}, {lse_p, "lse"}, {out_p, "out_grad"},
+                                          {grad_logprob_p, "grad_logprob"}, {mean_z_p, "mean_z"},
+                                          {grad_entropy_p, "grad_entropy"}});
     StreamTarget target = resolve_stream(stream, device);
     require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
     DeviceGuard device_guard(device);
@@ -108,13 +114,6 @@ verlpp_error* logprob_backward(const DLTensor* logits_p, const DLTensor* labels_
                "launching logprob_backward (N=" + std::to_string(a.n) + ", V=" + std::to_string(a.v) + ")");
     finish_if_default(target, "logprob_backward");
   });
-}
-
-// The device of the first operand, after checking that every operand lives there.
-int32_t common_device(std::initializer_list<std::pair<const DLTensor*, const char*>> operands) {
-  const int32_t device = operands.begin()->first->device.device_id;
-  for (const auto& [t, what] : operands) require_on_device(*t, device, what);
-  return device;
 }
 
 verlpp_error* silu_mul(const DLTensor* gate_p, const DLTensor* up_p, DLTensor* out_p, verlpp_stream stream) {

@@ -49,14 +49,11 @@ __device__ __forceinline__ int64_t scalar_head(const T* p, int64_t v) {
   return head < v ? head : v;
 }
 
-// Calls f(j, x[j] as fp32) once for every j < v, spread over the block: scalar head, vectors
-// (kInFlight loads issued before the first use), scalar tail.
-template <class T, class F>
-__device__ __forceinline__ void for_each_in_row(const T* x, int64_t v, F&& f) {
-  const int64_t head = scalar_head(x, v);
-  for (int64_t j = threadIdx.x; j < head; j += kThreads) f(j, to_float(x[j]));
-  const int64_t nvec = (v - head) / kVec<T>;
-  const uint4* xv = reinterpret_cast<const uint4*>(x + head);
+// Calls f(i, raw) for every 16-byte vector i < nvec of xv, spread over the block, with the
+// kInFlight loads of a thread issued before the first use. Shared by the forward (which reads
+// the vectors) and the backward (which also writes a vector per vector read).
+template <class F>
+__device__ __forceinline__ void for_each_vector(const uint4* xv, int64_t nvec, F&& f) {
   for (int64_t i0 = threadIdx.x; i0 < nvec; i0 += int64_t(kThreads) * kInFlight) {
     uint4 raw[kInFlight];
 #pragma unroll
@@ -68,10 +65,22 @@ __device__ __forceinline__ void for_each_in_row(const T* x, int64_t v, F&& f) {
     for (int u = 0; u < kInFlight; ++u) {
       const int64_t i = i0 + int64_t(u) * kThreads;
       if (i >= nvec) break;
-#pragma unroll
-      for (int e = 0; e < kVec<T>; ++e) f(head + i * kVec<T> + e, vec_element<T>(raw[u], e));
+      f(i, raw[u]);
     }
   }
+}
+
+// Calls f(j, x[j] as fp32) once for every j < v, spread over the block: scalar head, vectors,
+// scalar tail.
+template <class T, class F>
+__device__ __forceinline__ void for_each_in_row(const T* x, int64_t v, F&& f) {
+  const int64_t head = scalar_head(x, v);
+  for (int64_t j = threadIdx.x; j < head; j += kThreads) f(j, to_float(x[j]));
+  const int64_t nvec = (v - head) / kVec<T>;
+  for_each_vector(reinterpret_cast<const uint4*>(x + head), nvec, [&](int64_t i, const uint4& raw) {
+#pragma unroll
+    for (int e = 0; e < kVec<T>; ++e) f(head + i * kVec<T> + e, vec_element<T>(raw, e));
+  });
   for (int64_t j = head + nvec * kVec<T> + threadIdx.x; j < v; j += kThreads) f(j, to_float(x[j]));
 }
 
@@ -188,25 +197,13 @@ logprob_backward_kernel(const T* logits, int64_t v, int64_t row_stride, const in
   }
   for (int64_t j = threadIdx.x; j < head; j += kThreads) y[j] = from_float<T>(grad(j, to_float(x[j])));
   const int64_t nvec = (v - head) / kVec<T>;
-  const uint4* xv = reinterpret_cast<const uint4*>(x + head);
   uint4* yv = reinterpret_cast<uint4*>(y + head);
-  for (int64_t i0 = threadIdx.x; i0 < nvec; i0 += int64_t(kThreads) * kInFlight) {
-    uint4 raw[kInFlight];
+  for_each_vector(reinterpret_cast<const uint4*>(x + head), nvec, [&](int64_t i, const uint4& raw) {
+    alignas(16) T packed[kVec<T>];
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      const int64_t i = i0 + int64_t(u) * kThreads;
-      if (i < nvec) raw[u] = xv[i];
-    }
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      const int64_t i = i0 + int64_t(u) * kThreads;
-      if (i >= nvec) break;
-      alignas(16) T packed[kVec<T>];
-#pragma unroll
-      for (int e = 0; e < kVec<T>; ++e) packed[e] = from_float<T>(grad(head + i * kVec<T> + e, vec_element<T>(raw[u], e)));
-      yv[i] = *reinterpret_cast<const uint4*>(packed);
-    }
-  }
+    for (int e = 0; e < kVec<T>; ++e) packed[e] = from_float<T>(grad(head + i * kVec<T> + e, vec_element<T>(raw, e)));
+    yv[i] = *reinterpret_cast<const uint4*>(packed);
+  });
   for (int64_t j = head + nvec * kVec<T> + threadIdx.x; j < v; j += kThreads) y[j] = from_float<T>(grad(j, to_float(x[j])));
 }
 

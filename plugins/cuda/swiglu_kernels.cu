@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 #include <utility>
 
 namespace verlpp::cuda {
@@ -33,15 +34,21 @@ struct Rows {
   int64_t n, f, items;  // items = n * f / VEC work items
 };
 
-// I: the index type of the item loop, 32-bit whenever the items fit (a 64-bit division per item
-// costs more than the loads at decode sizes).
+// Calls f(r, c) for every work item (row r, first column c of a pack of VEC) in a grid-stride
+// loop. I: the index type, 32-bit whenever the items fit (a 64-bit division per item costs more
+// than the loads at decode sizes).
+template <int VEC, class I, class F>
+__device__ __forceinline__ void for_each_item(const Rows& rows, F&& f) {
+  const I per_row = I(rows.f / VEC), items = I(rows.items);
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < items; i += I(gridDim.x) * I(blockDim.x))
+    f(int64_t(i / per_row), int64_t(i % per_row) * VEC);
+}
+
 template <class T, int VEC, class I>
 __global__ void silu_mul_kernel(const T* __restrict__ gate, int64_t gate_stride, const T* __restrict__ up,
                                 int64_t up_stride, T* __restrict__ out, int64_t out_stride, Rows rows) {
   using P = Pack<T, VEC>;
-  const I per_row = I(rows.f / VEC), items = I(rows.items);
-  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < items; i += I(gridDim.x) * I(blockDim.x)) {
-    const int64_t r = int64_t(i / per_row), c = int64_t(i % per_row) * VEC;
+  for_each_item<VEC, I>(rows, [&](int64_t r, int64_t c) {
     const P g = *reinterpret_cast<const P*>(gate + r * gate_stride + c);
     const P u = *reinterpret_cast<const P*>(up + r * up_stride + c);
     P o;
@@ -51,7 +58,7 @@ __global__ void silu_mul_kernel(const T* __restrict__ gate, int64_t gate_stride,
       o.v[e] = from_float<T>(s * to_float(u.v[e]));
     }
     *reinterpret_cast<P*>(out + r * out_stride + c) = o;
-  }
+  });
 }
 
 template <class T, int VEC, class I>
@@ -60,9 +67,7 @@ __global__ void silu_mul_backward_kernel(const T* __restrict__ gate, int64_t gat
                                          T* __restrict__ grad_gate, int64_t grad_gate_stride, T* __restrict__ grad_up,
                                          int64_t grad_up_stride, Rows rows) {
   using P = Pack<T, VEC>;
-  const I per_row = I(rows.f / VEC), items = I(rows.items);
-  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < items; i += I(gridDim.x) * I(blockDim.x)) {
-    const int64_t r = int64_t(i / per_row), c = int64_t(i % per_row) * VEC;
+  for_each_item<VEC, I>(rows, [&](int64_t r, int64_t c) {
     const P g = *reinterpret_cast<const P*>(gate + r * gate_stride + c);
     const P u = *reinterpret_cast<const P*>(up + r * up_stride + c);
     const P dy = *reinterpret_cast<const P*>(grad + r * grad_stride + c);
@@ -78,7 +83,7 @@ __global__ void silu_mul_backward_kernel(const T* __restrict__ gate, int64_t gat
     }
     *reinterpret_cast<P*>(grad_gate + r * grad_gate_stride + c) = dg;
     *reinterpret_cast<P*>(grad_up + r * grad_up_stride + c) = du;
-  }
+  });
 }
 
 // Whether 16-byte packs fit every operand: the row length and strides in whole packs, the
@@ -98,21 +103,30 @@ dim3 grid_for(int64_t items) {
   return dim3(unsigned(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536));
 }
 
+// The work items of [n, f] operands (16-byte packs when `vec`, else single values), and a call
+// of launch(pack width, index type) with the kernel variant that fits: 32-bit indices while the
+// grid-stride loop's i + stride stays below 2^31 (items below 2^30; the stride is at most 2^24).
+template <class T, class Launch>
+Rows dispatch_rows(bool vec, int64_t n, int64_t f, Launch&& launch) {
+  constexpr int kVec = 16 / sizeof(T);
+  const Rows rows{n, f, vec ? n * (f / kVec) : n * f};
+  const bool narrow = rows.items < (int64_t(1) << 30);
+  if (vec && narrow) launch(std::integral_constant<int, kVec>{}, uint32_t{}, rows);
+  else if (vec) launch(std::integral_constant<int, kVec>{}, int64_t{}, rows);
+  else if (narrow) launch(std::integral_constant<int, 1>{}, uint32_t{}, rows);
+  else launch(std::integral_constant<int, 1>{}, int64_t{}, rows);
+  return rows;
+}
+
 template <class T>
 gpuError_t silu_mul_as(const void* gate, int64_t gs, const void* up, int64_t us, void* out, int64_t os, int64_t n,
                        int64_t f, gpuStream_t stream) {
-  constexpr int kVec = 16 / sizeof(T);
   const T *g = static_cast<const T*>(gate), *u = static_cast<const T*>(up);
   T* o = static_cast<T*>(out);
-  const bool vec = vectors_fit<T>(f, {{gate, gs}, {up, us}, {out, os}});
-  const Rows rows{n, f, vec ? n * (f / kVec) : n * f};
-  // The grid-stride loop's index i + stride stays below items + 2^24 (65,536 blocks of 256).
-  const bool narrow = rows.items < (int64_t(1) << 30);
-  const dim3 grid = grid_for(rows.items);
-  if (vec && narrow) silu_mul_kernel<T, kVec, uint32_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, o, os, rows);
-  else if (vec) silu_mul_kernel<T, kVec, int64_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, o, os, rows);
-  else if (narrow) silu_mul_kernel<T, 1, uint32_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, o, os, rows);
-  else silu_mul_kernel<T, 1, int64_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, o, os, rows);
+  dispatch_rows<T>(vectors_fit<T>(f, {{gate, gs}, {up, us}, {out, os}}), n, f, [&](auto width, auto index, const Rows& rows) {
+    silu_mul_kernel<T, decltype(width)::value, decltype(index)><<<grid_for(rows.items), kThreads, 0, stream>>>(
+        g, gs, u, us, o, os, rows);
+  });
   return gpuGetLastError();
 }
 
@@ -120,21 +134,13 @@ template <class T>
 gpuError_t silu_mul_backward_as(const void* gate, int64_t gs, const void* up, int64_t us, const void* grad, int64_t ds,
                                 void* grad_gate, int64_t dgs, void* grad_up, int64_t dus, int64_t n, int64_t f,
                                 gpuStream_t stream) {
-  constexpr int kVec = 16 / sizeof(T);
   const T *g = static_cast<const T*>(gate), *u = static_cast<const T*>(up), *d = static_cast<const T*>(grad);
   T *dg = static_cast<T*>(grad_gate), *du = static_cast<T*>(grad_up);
   const bool vec = vectors_fit<T>(f, {{gate, gs}, {up, us}, {grad, ds}, {grad_gate, dgs}, {grad_up, dus}});
-  const Rows rows{n, f, vec ? n * (f / kVec) : n * f};
-  const bool narrow = rows.items < (int64_t(1) << 30);
-  const dim3 grid = grid_for(rows.items);
-  if (vec && narrow)
-    silu_mul_backward_kernel<T, kVec, uint32_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
-  else if (vec)
-    silu_mul_backward_kernel<T, kVec, int64_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
-  else if (narrow)
-    silu_mul_backward_kernel<T, 1, uint32_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
-  else
-    silu_mul_backward_kernel<T, 1, int64_t><<<grid, kThreads, 0, stream>>>(g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
+  dispatch_rows<T>(vec, n, f, [&](auto width, auto index, const Rows& rows) {
+    silu_mul_backward_kernel<T, decltype(width)::value, decltype(index)><<<grid_for(rows.items), kThreads, 0, stream>>>(
+        g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
+  });
   return gpuGetLastError();
 }
 
