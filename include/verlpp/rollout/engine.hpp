@@ -131,6 +131,8 @@ class RolloutEngine {
   // block that padding rows of a graph's batch write to.
   std::unique_ptr<detail::DecodeGraphs> graphs_;
   std::string graphs_off_reason_;
+  // The plugin's kernels for the MLP's product in every step (null without them), made once.
+  std::shared_ptr<const model::LayerKernels> layer_kernels_;
   // A step's int64 inputs staged in one host buffer (pinned on an accelerator) and moved with
   // one asynchronous copy; reused, since each step reads its sampled tokens back before the next.
   at::Tensor staging_;

@@ -48,7 +48,8 @@ std::string shape_text(const at::Tensor& t) {
 }  // namespace
 
 RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
-    : model_(std::move(model)), options_(std::move(options)) {
+    : model_(std::move(model)), options_(std::move(options)),
+      layer_kernels_(train::detail::layer_kernels_for(options_.kernels)) {
   VERLPP_CHECK(options_.block_size > 0, "RolloutEngine: block_size {} must be positive", options_.block_size);
   const int64_t per_block = bytes_per_block();
   if (options_.num_blocks > 0) {
@@ -321,7 +322,7 @@ void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& to
   }
   model::PagedStep paged{views[2], views[3], views[4], views[5].view({int64_t(step.compute.size()), int64_t(max_blocks)})};
   detail::RolloutAttention attention(*cache_, std::move(paged), !step.is_prefill, options_.kernels);
-  at::Tensor hidden = model_.forward_cached(views[0], views[1], attention, train::detail::layer_kernels_for(options_.kernels));
+  at::Tensor hidden = model_.forward_cached(views[0], views[1], attention, layer_kernels_);
   at::Tensor logits = model_.logits(hidden.index_select(0, views[6]));  // [samplers, V]
   SampleResult result = sample(logits, sampling, options_.kernels);
   const int64_t* t = result.token_ids.data_ptr<int64_t>();
