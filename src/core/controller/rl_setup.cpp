@@ -81,8 +81,8 @@ void join_process_group(RlTrainer::State& s) {
   s.dp = train::DataParallel(s.group.get(), s.device);
 }
 
-// The accelerator plugin's kernels, for the engine (paged attention decode, sampling) and the
-// trainer's LM-head log-probs. On the CPU, cpu_ref's are correctness loops, slower than
+// The accelerator plugin's kernels, for the engine (paged attention decode, sampling, RoPE,
+// SwiGLU) and the trainer (LM-head log-probs, RoPE, SwiGLU). On the CPU, cpu_ref's are correctness loops, slower than
 // LibTorch's path, so none are loaded there.
 void load_kernels(RlTrainer::State& s) {
   if (!s.device.is_cpu() && !s.plugin.empty()) s.kernels = std::make_unique<hw::Kernels>(hw::plugin_named(s.plugin));

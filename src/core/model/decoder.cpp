@@ -226,7 +226,7 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
   RotateFn rope = rotate;
   if (!rope) {
     // cos/sin once per forward, shared by every layer; captured by value (see below), as are
-    // the backend, the positions and inv_freq.
+    // the layer kernels, the positions and inv_freq.
     std::pair<at::Tensor, at::Tensor> cos_sin = rope_cos_sin(inv_freq_, position_ids, options_.dtype);
     rope = [cos_sin, kernels, position_ids, inv_freq = inv_freq_](at::Tensor& q, at::Tensor& k) {
       if (kernels) {
