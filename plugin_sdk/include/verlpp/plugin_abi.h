@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define VERLPP_PLUGIN_ABI_MAJOR 1
-#define VERLPP_PLUGIN_ABI_MINOR 2
+#define VERLPP_PLUGIN_ABI_MINOR 3
 
 /* Symbol names, for dlsym and for the SDK's export macro. */
 #define VERLPP_PLUGIN_PROBE_SYMBOL "verlpp_plugin_probe_v1"
@@ -228,6 +228,25 @@ typedef struct verlpp_kernel_table {
    * halves of one [N, 2F] tensor. */
   verlpp_error* (*silu_mul_backward)(const DLTensor* gate, const DLTensor* up, const DLTensor* grad_out,
                                      DLTensor* grad_gate, DLTensor* grad_up, verlpp_stream stream);
+
+  /* ---- added in 1.3 (the host calls it only when abi_minor >= 3 and it is non-NULL) */
+  /* A residual add and the next RMSNorm in one pass, rounding where the separate ops round:
+   * residual = round(residual + x) in place, then out = rms_norm(residual, weight, eps) exactly
+   * as the rms_norm entry computes it from the rounded sum. x, residual, out [N, D] one dtype
+   * f32/bf16/f16, contiguous; weight [D] same dtype; out must not overlap x or residual. */
+  verlpp_error* (*add_rms_norm)(const DLTensor* x, DLTensor* residual, const DLTensor* weight, float eps,
+                                DLTensor* out, verlpp_stream stream);
+  /* A decode step's attention prologue in one pass: q and k rotated as rotary_embedding rotates
+   * them (same angle, roundings and positions rules), rotated q written to q_out, rotated k and
+   * v stored into the paged cache: k_cache[slot / bs, slot % bs] = k', v_cache[...] = v for
+   * slot = slot_mapping[i]. q [N, H, S], k, v [N, K, S] (read only; rows may be strided, heads
+   * and S dense: they may be views of one fused projection); positions, slot_mapping [N] int64
+   * (slots in [0, num_blocks * bs), distinct); inv_freq [S/2] f32; q_out [N, H, S] contiguous;
+   * k_cache, v_cache [num_blocks, bs, K, S] contiguous; every float tensor one dtype. */
+  verlpp_error* (*rotary_kv_store)(const DLTensor* q, const DLTensor* k, const DLTensor* v,
+                                   const DLTensor* positions, const DLTensor* inv_freq,
+                                   const DLTensor* slot_mapping, DLTensor* q_out, DLTensor* k_cache,
+                                   DLTensor* v_cache, verlpp_stream stream);
 } verlpp_kernel_table;
 
 /* ---------------------------------------------------------------- overrides (reserved) */
