@@ -388,3 +388,72 @@ TEST_CASE("decoder: bf16 stays close to fp32; value heads pool the last token", 
   CHECK(pooled[0][0].item<float>() == scores[0][3][0].item<float>());
   CHECK(pooled[1][0].item<float>() == scores[1][1][0].item<float>());
 }
+
+// fuse_projections (the rollout engine's layout): q/k/v and gate/up become row views of one
+// buffer each. The fused model must compute what the unfused one computes, writes through a
+// parameter must reach the buffer the fused GEMM reads, and to() must give back plain tensors.
+TEST_CASE("decoder: fused projections are views of one buffer and change no result", "[model][decoder]") {
+  at::NoGradGuard no_grad;
+  std::mt19937 rng(21);
+  for (const char* arch : kCausalArchs) {
+    INFO(arch);
+    DecoderLM plain = make_model(arch, 9), fused = make_model(arch, 9);
+    fused.fuse_projections();
+    const bool bias = fused.config().qkv_bias, mlp_bias = fused.config().mlp_bias;
+    for (int64_t l = 0; l < fused.config().num_hidden_layers; ++l) {
+      const std::string a = "model.layers." + std::to_string(l) + ".self_attn.", f = "model.layers." + std::to_string(l) + ".mlp.";
+      for (const char* kind : {"weight", "bias"}) {
+        const bool has = std::string(kind) == "weight" || bias;
+        const std::string q = a + "q_proj." + kind, k = a + "k_proj." + kind, v = a + "v_proj." + kind;
+        CHECK(fused.is_fused(q) == has);
+        if (!has) continue;
+        // One buffer: k starts where q ends, v where k ends.
+        CHECK(static_cast<const char*>(fused.parameter(k).data_ptr()) ==
+              static_cast<const char*>(fused.parameter(q).data_ptr()) + fused.parameter(q).nbytes());
+        CHECK(static_cast<const char*>(fused.parameter(v).data_ptr()) ==
+              static_cast<const char*>(fused.parameter(k).data_ptr()) + fused.parameter(k).nbytes());
+        for (const std::string& n : {q, k, v}) {
+          CHECK(fused.parameter(n).is_contiguous());
+          CHECK(fused.parameter(n).equal(plain.parameter(n)));
+        }
+      }
+      const bool has_mlp_bias = mlp_bias;
+      CHECK(fused.is_fused(f + "gate_proj.weight"));
+      CHECK(fused.is_fused(f + "up_proj.bias") == has_mlp_bias);
+      CHECK(static_cast<const char*>(fused.parameter(f + "up_proj.weight").data_ptr()) ==
+            static_cast<const char*>(fused.parameter(f + "gate_proj.weight").data_ptr()) +
+                fused.parameter(f + "gate_proj.weight").nbytes());
+      CHECK_FALSE(fused.is_fused(a + "o_proj.weight"));
+      CHECK_FALSE(fused.is_fused(f + "down_proj.weight"));
+    }
+    const int64_t V = fused.config().vocab_size;
+    auto compare = [&](const std::string& what) {
+      std::vector<int64_t> ids = random_ids(rng, 9, V);
+      check_close(single_forward(fused, ids), single_forward(plain, ids), 1e-5, 1e-5, what + ": padded forward");
+      std::vector<std::vector<int64_t>> seqs = {random_ids(rng, 5, V), random_ids(rng, 3, V)};
+      const std::vector<std::vector<int64_t>> schedule = {{3, 3}, {1, 0}, {1, 0}};
+      auto a = run_cached(fused, seqs, schedule, 2), b = run_cached(plain, seqs, schedule, 2);
+      for (size_t s = 0; s < seqs.size(); ++s) check_close(a[s], b[s], 1e-5, 1e-5, what + ": cached forward");
+    };
+    compare("as loaded");
+    // New values through the parameters (as RolloutEngine::update_weights copies them) reach the
+    // fused GEMMs: the two models still agree, and differ from before.
+    const std::vector<int64_t> probe = random_ids(rng, 6, V);
+    const at::Tensor before = single_forward(fused, probe);
+    for (const char* name : {"model.layers.1.self_attn.k_proj.weight", "model.layers.0.mlp.up_proj.weight"}) {
+      const at::Tensor fresh = at::randn(plain.parameter(name).sizes()) * 0.3;
+      const_cast<at::Tensor&>(plain.parameter(name)).copy_(fresh);
+      const_cast<at::Tensor&>(fused.parameter(name)).copy_(fresh);
+    }
+    CHECK((single_forward(fused, probe) - before).abs().max().item<double>() > 1e-3);
+    compare("after writes");
+    // to() turns the views into tensors of their own.
+    fused.to(at::kDouble, c10::Device(c10::kCPU));
+    CHECK_FALSE(fused.is_fused("model.layers.0.self_attn.q_proj.weight"));
+    CHECK(static_cast<const char*>(fused.parameter("model.layers.0.self_attn.k_proj.weight").data_ptr()) !=
+          static_cast<const char*>(fused.parameter("model.layers.0.self_attn.q_proj.weight").data_ptr()) +
+              fused.parameter("model.layers.0.self_attn.q_proj.weight").nbytes());
+    plain.to(at::kDouble, c10::Device(c10::kCPU));
+    check_close(single_forward(fused, probe), single_forward(plain, probe), 1e-12, 1e-12, "fp64 after to()");
+  }
+}

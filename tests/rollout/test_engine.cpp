@@ -374,12 +374,31 @@ TEST_CASE("engine: update_weights shares or casts; sleep and wake", "[rollout][e
   const auto expect = naive_greedy(trainer, prompt, 6);
   RolloutEngine engine(tiny_model(20), EngineOptions{});
   CHECK(engine.generate({{prompt, greedy(6)}})[0].token_ids != expect);
+  // The fused projections (q/k/v, gate/up and their biases) are copied into the engine's fused
+  // buffers; every other parameter is shared.
+  int64_t fused = 0;
+  for (const auto& [name, p] : trainer.named_parameters()) fused += engine.model().is_fused(name) ? 1 : 0;
+  const auto& c = trainer.config();
+  CHECK(fused == (5 + (c.qkv_bias ? 3 : 0) + (c.mlp_bias ? 2 : 0)) * c.num_hidden_layers);
   WeightUpdateReport shared = engine.update_weights(trainer.named_parameters());
-  CHECK(shared.num_shared == int64_t(trainer.named_parameters().size()));
-  CHECK(shared.num_copied == 0);
+  CHECK(shared.num_shared == int64_t(trainer.named_parameters().size()) - fused);
+  CHECK(shared.num_copied == fused);
   CHECK(engine.model().parameter("model.norm.weight").is_same(trainer.parameter("model.norm.weight")) == false);
   CHECK(engine.model().parameter("model.norm.weight").data_ptr() == trainer.parameter("model.norm.weight").data_ptr());
+  const std::string q0 = "model.layers.0.self_attn.q_proj.weight";
+  CHECK(engine.model().parameter(q0).data_ptr() != trainer.parameter(q0).data_ptr());
+  CHECK(engine.model().parameter(q0).equal(trainer.parameter(q0)));
   CHECK(engine.generate({{prompt, greedy(6)}})[0].token_ids == expect);
+  {
+    // Without fusion every parameter is shared.
+    EngineOptions plain;
+    plain.fuse_projections = false;
+    RolloutEngine unfused(tiny_model(20), plain);
+    WeightUpdateReport all = unfused.update_weights(trainer.named_parameters());
+    CHECK(all.num_shared == int64_t(trainer.named_parameters().size()));
+    CHECK(all.num_copied == 0);
+    CHECK(unfused.generate({{prompt, greedy(6)}})[0].token_ids == expect);
+  }
 
   // fp64 weights are cast into private buffers (never written through the shared storage)
   model::DecoderLM other = tiny_model(22);

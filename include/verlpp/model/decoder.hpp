@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,6 +54,14 @@ class LayerKernels {
                                                    const at::Tensor& inv_freq) const = 0;
   // The MLP's silu(gate) * up, rounded as HF's act_fn(gate) * up; gate, up [..., F].
   virtual at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) const = 0;
+  // A residual add and the next RMSNorm in one pass, for forwards without autograd:
+  // {residual + x, rms_norm(residual + x, weight)} with the separate ops' roundings. May write
+  // the sum into `residual` (the model owns it). {} when not offered: the model adds and norms.
+  virtual std::pair<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, at::Tensor& residual,
+                                                         const at::Tensor& weight, double eps) const {
+    (void)x, (void)residual, (void)weight, (void)eps;
+    return {};
+  }
 };
 
 // A parameter's HF name, shape and initialisation.
@@ -103,8 +112,17 @@ class DecoderLM {
   // one more layer forward per layer).
   void set_gradient_checkpointing(bool enabled) { gradient_checkpointing_ = enabled; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
-  // Moves/casts every parameter (keeps tying).
+  // Moves/casts every parameter (keeps tying; undoes fuse_projections).
   void to(at::ScalarType dtype, c10::Device device);
+
+  // For inference (the rollout engine): each layer's q/k/v weights (and biases) move into one
+  // [H*D + 2*KV*D, C] buffer and gate/up into one [2F, C], and those parameters become row views
+  // of them, so a step runs two GEMMs where it ran five, with no second copy of the weights.
+  // Writing a parameter (copy_) writes the buffer; re-pointing one (set_) would detach it, so
+  // owners copy into fused parameters (is_fused). Inference only: the fused parameters no longer
+  // require grad, and other holders of the old tensors (a trainer) keep them unchanged.
+  void fuse_projections();
+  bool is_fused(const std::string& name) const { return fused_names_.count(name) != 0; }
 
   // Training forward on a padded batch. attention_mask: 1 = token, 0 = padding (left or
   // right). position_ids default to cumsum(mask) - 1 clamped at 0 (arange without a mask).
@@ -143,6 +161,8 @@ class DecoderLM {
     at::Tensor gate_proj, gate_bias;       // [F, C], [F] (mlp_bias)
     at::Tensor up_proj, up_bias;           // [F, C], [F]
     at::Tensor down_proj, down_bias;       // [C, F], [C]
+    at::Tensor qkv_proj, qkv_bias;         // fuse_projections: [H*D + 2*KV*D, C], [...] (q/k/v are views)
+    at::Tensor gate_up_proj, gate_up_bias; // fuse_projections: [2F, C], [2F]
   };
   // Attention over q/k/v of one layer; q [..., H, D], k/v [..., KV, D] -> [..., H, D].
   using AttendFn = std::function<at::Tensor(int64_t layer, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
@@ -156,8 +176,15 @@ class DecoderLM {
   // (rope_cos_sin + apply_rope) at position_ids. `kernels` also takes the MLP's product.
   at::Tensor run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend,
                  const RotateFn& rotate = {}, std::shared_ptr<const LayerKernels> kernels = nullptr) const;
-  at::Tensor layer_forward(int64_t index, const at::Tensor& hidden, const RotateFn& rotate, const AttendFn& attend,
-                           const LayerKernels* kernels = nullptr) const;
+  // Layer `index` on hidden + pending (pending undefined: hidden alone), returning {h, mlp}
+  // with the layer's output = h + mlp; the caller adds mlp, or hands it to the next layer
+  // as `pending` so that the add fuses with that layer's first RMSNorm (LayerKernels::add_rms_norm).
+  std::pair<at::Tensor, at::Tensor> layer_forward(int64_t index, const at::Tensor& hidden, const at::Tensor& pending,
+                                                  const RotateFn& rotate, const AttendFn& attend,
+                                                  const LayerKernels* kernels = nullptr) const;
+  // {residual + delta, rms_norm of it} (delta undefined: residual itself), through kernels when they offer it.
+  std::pair<at::Tensor, at::Tensor> add_norm(const at::Tensor& residual, const at::Tensor& delta,
+                                             const at::Tensor& weight, const LayerKernels* kernels) const;
 
   ModelConfig config_;
   ModelOptions options_;
@@ -170,6 +197,9 @@ class DecoderLM {
   at::Tensor score_, score_bias_;  // [num_labels, C], [num_labels]
   at::Tensor inv_freq_;      // [D/2] float32 on the device
   bool gradient_checkpointing_ = false;
+  std::set<std::string> fused_names_;  // parameters that are views of a fused buffer
+  // fuse_projections' buffers by name ("model.layers.<i>.self_attn.qkv_proj.weight", ".mlp.gate_up_proj.bias", ...).
+  std::map<std::string, at::Tensor> fused_buffers_;
 };
 
 // The final hidden state of each row's last real token (HF's sequence-classification pooling

@@ -44,6 +44,11 @@ struct EngineOptions {
   // device, the LibTorch build and the plugin's kernels allow it; the environment variable
   // VERLPP_DEVICE_GRAPHS=0 turns them off as well. See docs/rollout.md.
   bool device_graphs = true;
+  // Each layer's q/k/v and gate/up weights as one buffer each (model::DecoderLM::fuse_projections):
+  // two GEMMs a layer where there were five. Those weights are then the engine's own (a trainer's
+  // storage is copied into them, never shared): on a hybrid engine that is ~60% of a model's
+  // weights held twice. Off: every weight shareable, five GEMMs.
+  bool fuse_projections = true;
 };
 
 // One prompt and how to sample it.
@@ -96,7 +101,8 @@ class RolloutEngine {
 
   // Loads weights from a trainer: (HF name, tensor) pairs, any subset. A tensor already on the
   // engine's device in its dtype is shared (no copy; later in-place trainer updates show
-  // through); otherwise it is cast into the engine's buffer. Unknown names and shape
+  // through), unless the engine fused it (EngineOptions::fuse_projections); otherwise it is
+  // cast into the engine's buffer. Unknown names and shape
   // mismatches are Errors naming the tensor.
   WeightUpdateReport update_weights(const std::vector<std::pair<std::string, at::Tensor>>& named);
   // Frees the KV pool (the weights stay); returns the seconds it took. generate() then fails.

@@ -125,6 +125,12 @@ void DecoderLM::bind() {
     l.gate_proj = get(p + "mlp.gate_proj.weight"), l.gate_bias = get(p + "mlp.gate_proj.bias");
     l.up_proj = get(p + "mlp.up_proj.weight"), l.up_bias = get(p + "mlp.up_proj.bias");
     l.down_proj = get(p + "mlp.down_proj.weight"), l.down_bias = get(p + "mlp.down_proj.bias");
+    auto fused = [&](const std::string& name) {
+      auto it = fused_buffers_.find(p + name);
+      return it == fused_buffers_.end() ? at::Tensor() : it->second;
+    };
+    l.qkv_proj = fused("self_attn.qkv_proj.weight"), l.qkv_bias = fused("self_attn.qkv_proj.bias");
+    l.gate_up_proj = fused("mlp.gate_up_proj.weight"), l.gate_up_bias = fused("mlp.gate_up_proj.bias");
   }
   norm_ = get("model.norm.weight");
   lm_head_ = config_.head != ModelHead::kCausalLM ? at::Tensor()
@@ -162,8 +168,49 @@ void DecoderLM::to(at::ScalarType dtype, c10::Device device) {
   at::NoGradGuard no_grad;
   options_.dtype = dtype;
   options_.device = device;
+  // Fused views become tensors of their own; a view would keep the whole old buffer alive.
+  fused_buffers_.clear();
+  fused_names_.clear();
   for (auto& [name, p] : params_)
-    p = p.detach().to(at::TensorOptions().dtype(dtype).device(device)).requires_grad_(options_.requires_grad);
+    p = p.detach()
+            .to(at::TensorOptions().dtype(dtype).device(device), /*non_blocking=*/false, /*copy=*/p.is_view())
+            .requires_grad_(options_.requires_grad);
+  bind();
+}
+
+void DecoderLM::fuse_projections() {
+  if (!fused_buffers_.empty()) return;
+  at::NoGradGuard no_grad;
+  // Concatenates the named parameters (in order) along rows into one buffer named `fused`,
+  // then makes each a row view of it. Rows of a row-major matrix are contiguous, so the views
+  // are contiguous tensors of the same shape as before.
+  auto fuse = [&](const std::string& fused, const std::vector<std::string>& names) {
+    std::vector<at::Tensor> parts;
+    for (const std::string& n : names) {
+      auto it = index_.find(n);
+      if (it == index_.end()) return;  // e.g. no biases: nothing to fuse
+      parts.push_back(params_[it->second].second);
+    }
+    at::Tensor buffer = at::cat(parts, 0);
+    int64_t row = 0;
+    for (const std::string& n : names) {
+      at::Tensor& param = params_[index_.at(n)].second;
+      const int64_t rows = param.size(0);
+      param = buffer.narrow(0, row, rows);
+      row += rows;
+      fused_names_.insert(n);
+    }
+    fused_buffers_[fused] = buffer;
+  };
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const std::string a = "model.layers." + std::to_string(i) + ".self_attn.";
+    const std::string m = "model.layers." + std::to_string(i) + ".mlp.";
+    for (const char* kind : {"weight", "bias"}) {
+      const std::string k = kind;
+      fuse(a + "qkv_proj." + k, {a + "q_proj." + k, a + "k_proj." + k, a + "v_proj." + k});
+      fuse(m + "gate_up_proj." + k, {m + "gate_proj." + k, m + "up_proj." + k});
+    }
+  }
   bind();
 }
 
@@ -185,8 +232,22 @@ void DecoderLM::init_weights(uint64_t seed) {
   }
 }
 
-at::Tensor DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden, const RotateFn& rotate,
-                                    const AttendFn& attend, const LayerKernels* kernels) const {
+std::pair<at::Tensor, at::Tensor> DecoderLM::add_norm(const at::Tensor& residual, const at::Tensor& delta,
+                                                     const at::Tensor& weight, const LayerKernels* kernels) const {
+  const double eps = config_.rms_norm_eps;
+  if (!delta.defined()) return {residual, rms_norm(residual, weight, eps)};
+  if (kernels != nullptr) {
+    at::Tensor sum = residual;  // the kernel may write the sum into it: run() owns the residual stream
+    std::pair<at::Tensor, at::Tensor> fused = kernels->add_rms_norm(delta, sum, weight, eps);
+    if (fused.first.defined()) return fused;
+  }
+  at::Tensor h = residual + delta;
+  return {h, rms_norm(h, weight, eps)};
+}
+
+std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden,
+                                                           const at::Tensor& pending, const RotateFn& rotate,
+                                                           const AttendFn& attend, const LayerKernels* kernels) const {
   const Layer& l = layers_[size_t(index)];
   const double eps = config_.rms_norm_eps;
   std::vector<int64_t> lead(hidden.sizes().begin(), hidden.sizes().end() - 1);
@@ -196,10 +257,18 @@ at::Tensor DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden, con
     shape.push_back(config_.head_dim);
     return t.view(shape);
   };
-  at::Tensor x = rms_norm(hidden, l.input_layernorm, eps);
-  at::Tensor q = heads(at::linear(x, l.q_proj, l.q_bias), config_.num_attention_heads);
-  at::Tensor k = heads(at::linear(x, l.k_proj, l.k_bias), config_.num_key_value_heads);
-  at::Tensor v = heads(at::linear(x, l.v_proj, l.v_bias), config_.num_key_value_heads);
+  auto [residual, x] = add_norm(hidden, pending, l.input_layernorm, kernels);
+  const int64_t HD = config_.num_attention_heads * config_.head_dim, KVD = config_.num_key_value_heads * config_.head_dim;
+  at::Tensor q, k, v;
+  if (l.qkv_proj.defined()) {  // fuse_projections: one GEMM, q/k/v are column slices (strided rows)
+    const at::Tensor qkv = at::linear(x, l.qkv_proj, l.qkv_bias);
+    q = qkv.narrow(-1, 0, HD), k = qkv.narrow(-1, HD, KVD), v = qkv.narrow(-1, HD + KVD, KVD);
+  } else {
+    q = at::linear(x, l.q_proj, l.q_bias), k = at::linear(x, l.k_proj, l.k_bias), v = at::linear(x, l.v_proj, l.v_bias);
+  }
+  q = heads(q, config_.num_attention_heads);
+  k = heads(k, config_.num_key_value_heads);
+  v = heads(v, config_.num_key_value_heads);
   if (config_.qk_norm) {
     q = rms_norm(q, l.q_norm, eps);
     k = rms_norm(k, l.k_norm, eps);
@@ -207,13 +276,20 @@ at::Tensor DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden, con
   rotate(q, k);
   at::Tensor a = attend(index, q, k, v);  // [..., H, D]
   std::vector<int64_t> flat = lead;
-  flat.push_back(config_.num_attention_heads * config_.head_dim);
-  at::Tensor h = hidden + at::linear(a.reshape(flat), l.o_proj, l.o_bias);
-  x = rms_norm(h, l.post_attention_layernorm, eps);
-  const at::Tensor gate = at::linear(x, l.gate_proj, l.gate_bias), up = at::linear(x, l.up_proj, l.up_bias);
+  flat.push_back(HD);
+  at::Tensor h;
+  std::tie(h, x) = add_norm(residual, at::linear(a.reshape(flat), l.o_proj, l.o_bias), l.post_attention_layernorm, kernels);
+  at::Tensor gate, up;
+  if (l.gate_up_proj.defined()) {
+    const at::Tensor gate_up = at::linear(x, l.gate_up_proj, l.gate_up_bias);
+    const int64_t F = config_.intermediate_size;
+    gate = gate_up.narrow(-1, 0, F), up = gate_up.narrow(-1, F, F);
+  } else {
+    gate = at::linear(x, l.gate_proj, l.gate_bias), up = at::linear(x, l.up_proj, l.up_bias);
+  }
   at::Tensor mlp = kernels != nullptr ? kernels->silu_mul(gate, up) : at::Tensor();
   if (!mlp.defined()) mlp = at::silu(gate) * up;
-  return h + at::linear(mlp, l.down_proj, l.down_bias);
+  return {h, at::linear(mlp, l.down_proj, l.down_bias)};
 }
 
 at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend,
@@ -242,19 +318,25 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
     };
   }
   const bool checkpoint = gradient_checkpointing_ && at::GradMode::is_enabled() && options_.requires_grad;
+  // Without checkpointing, a layer's MLP output rides to the next layer (or the final norm)
+  // unadded, so that the residual add and that RMSNorm can run as one kernel.
+  at::Tensor pending;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     if (!checkpoint) {
-      hidden = layer_forward(i, hidden, rope, attend, kernels.get());
+      std::tie(hidden, pending) = layer_forward(i, hidden, pending, rope, attend, kernels.get());
       continue;
     }
     // Everything the recomputation needs is copied into the closure (the RoPE function with
     // its cos/sin, the attention function): the backward runs after this call has returned.
     AttendFn a = attend;
     hidden = detail::checkpointed(
-        [this, i, rope, a, kernels](const at::Tensor& h) { return layer_forward(i, h, rope, a, kernels.get()); }, hidden,
-        layer_parameters(i));
+        [this, i, rope, a, kernels](const at::Tensor& h) {
+          std::pair<at::Tensor, at::Tensor> out = layer_forward(i, h, at::Tensor(), rope, a, kernels.get());
+          return out.first + out.second;
+        },
+        hidden, layer_parameters(i));
   }
-  return rms_norm(hidden, norm_, config_.rms_norm_eps);
+  return add_norm(hidden, pending, norm_, kernels.get()).second;
 }
 
 at::Tensor DecoderLM::forward_padded(const at::Tensor& input_ids, const at::Tensor& attention_mask,

@@ -1,7 +1,8 @@
 // The engine's attention backend: a plugin's paged_attention_decode kernel for pure decode
 // steps when the plugin has one, the model layer's reference PagedAttention otherwise; and the
 // plugin's rotary_embedding for every step (prefill and decode) when it has one and the model's
-// dtype is f32/bf16/f16, the model's own RoPE otherwise. The dispatch lives here only; call
+// dtype is f32/bf16/f16, the model's own RoPE otherwise. On decode steps a plugin's
+// rotary_kv_store (ABI 1.3) does RoPE and the KV-cache writes in one kernel. The dispatch lives here only; call
 // sites never test for a kernel.
 #pragma once
 
@@ -21,8 +22,10 @@ class RolloutAttention : public model::AttentionBackend {
   RolloutAttention(model::PagedKvCache& cache, model::PagedStep step, bool is_decode, const hw::Kernels* kernels);
   at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     double scale) override;
-  bool rotates() const override { return rotary_ != nullptr; }
-  // The plugin's rotary_embedding in place on contiguous q/k (positions [N] int64, inv_freq f32).
+  bool rotates() const override { return rotary_ != nullptr || fused_store_; }
+  // The plugin's rotary_embedding in place on contiguous q/k (positions [N] int64, inv_freq f32);
+  // on a decode step with ABI 1.3's rotary_kv_store, nothing yet: attend() rotates q and k
+  // while it stores k and v into the cache (one kernel where there were three).
   void rotate(at::Tensor& q, at::Tensor& k, const at::Tensor& position_ids, const at::Tensor& inv_freq) override;
   bool uses_kernel() const { return kernels_ != nullptr; }
 
@@ -31,6 +34,9 @@ class RolloutAttention : public model::AttentionBackend {
   model::PagedStep step_;
   const hw::Kernels* kernels_;              // non-null only when the decode kernel will be used
   const hw::Kernels* rotary_;               // non-null only when the rotary kernel will be used
+  bool fused_store_ = false;                // decode with rotary_kv_store: rotation deferred to attend()
+  bool rotation_pending_ = false;           // rotate() deferred this layer's rotation
+  at::Tensor positions_, inv_freq_;         // what the deferred rotation needs
   at::Tensor block_tables_i32_, context_lens_i32_;  // [S, max_blocks], [S] int32 for the kernel
   std::optional<model::PagedAttention> reference_;
 };

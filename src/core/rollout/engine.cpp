@@ -77,6 +77,7 @@ RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
   } else {
     num_blocks_ = (16384 + options_.block_size - 1) / options_.block_size;
   }
+  if (options_.fuse_projections) model_.fuse_projections();
   const char* env = std::getenv("VERLPP_DEVICE_GRAPHS");
   if (!options_.device_graphs)
     graphs_off_reason_ = "turned off (EngineOptions::device_graphs = false)";
@@ -351,7 +352,9 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
       VERLPP_FAIL_AT("RolloutEngine::update_weights", "'{}': given shape {} but the engine's is {}", given_name,
                      shape_text(src), shape_text(dst));
     const auto shared = std::find(shared_params_.begin(), shared_params_.end(), name);
-    if (src.device() == dst.device() && src.scalar_type() == dst.scalar_type() && src.is_contiguous()) {
+    // A fused parameter is a view of the engine's fused buffer: re-pointing it would detach it.
+    if (!model_.is_fused(name) && src.device() == dst.device() && src.scalar_type() == dst.scalar_type() &&
+        src.is_contiguous()) {
       if (!dst.is_same(src)) {
         if (dst.data_ptr() != src.data_ptr()) graphs_.reset();  // they read the old storage
         const_cast<at::Tensor&>(dst).set_(src.detach());

@@ -111,7 +111,8 @@ struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
 }  // namespace
 
 bool PluginLayerKernels::offered(const hw::Kernels* kernels) {
-  return kernels != nullptr && (kernels->table().rotary_embedding != nullptr || silu_mul_offered(*kernels));
+  return kernels != nullptr && (kernels->table().rotary_embedding != nullptr || silu_mul_offered(*kernels) ||
+                                kernels->table().add_rms_norm != nullptr);
 }
 
 std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels) {
@@ -137,6 +138,26 @@ std::pair<at::Tensor, at::Tensor> PluginLayerKernels::rotate(const at::Tensor& q
   variable_list out = RotaryFn::apply(q, k, flat_positions, inv_freq.contiguous(),
                                       static_cast<int64_t>(reinterpret_cast<intptr_t>(&kernels_)));
   return {out[0], out[1]};
+}
+
+std::pair<at::Tensor, at::Tensor> PluginLayerKernels::add_rms_norm(const at::Tensor& x, at::Tensor& residual,
+                                                                   const at::Tensor& weight, double eps) const {
+  const bool recorded = at::GradMode::is_enabled() && (x.requires_grad() || residual.requires_grad() || weight.requires_grad());
+  const at::ScalarType t = residual.scalar_type();
+  if (kernels_.table().add_rms_norm == nullptr || recorded || !kernel_dtype(t) || x.scalar_type() != t ||
+      weight.scalar_type() != t || x.sizes() != residual.sizes() || residual.dim() == 0 || weight.dim() != 1 ||
+      weight.size(0) != residual.size(-1) || !x.is_contiguous() || !residual.is_contiguous() || !weight.is_contiguous())
+    return {};
+  ++add_rms_norms_;
+  using hw::detail::dl_view;
+  at::Tensor out = at::empty(residual.sizes(), residual.options());
+  const int64_t d = residual.size(-1);
+  const at::Tensor x2 = x.view({-1, d}), r2 = residual.view({-1, d}), o2 = out.view({-1, d});
+  DLTensor d_x = dl_view(x2), d_r = dl_view(r2), d_w = dl_view(weight), d_o = dl_view(o2);
+  kernels_.plugin().check(
+      kernels_.table().add_rms_norm(&d_x, &d_r, &d_w, float(eps), &d_o, kernels_.current_stream(out.device())),
+      "kernels.add_rms_norm");
+  return {residual, out};
 }
 
 }  // namespace verlpp::train::detail

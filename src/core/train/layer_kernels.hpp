@@ -1,6 +1,7 @@
 // PluginLayerKernels: a layer's RoPE and the MLP's silu(gate) * up through a plugin's kernels
 // (rotary_embedding; ABI 1.2's silu_mul and silu_mul_backward), each with a backward of its own,
-// for the training forwards and the engine's steps (model::LayerKernels).
+// for the training forwards and the engine's steps (model::LayerKernels); and, without autograd
+// only, ABI 1.3's add_rms_norm (a residual add fused with the next RMSNorm).
 //  - RoPE is a rotation by +angle of each (j, j + D/2) pair, so its gradient is the rotation of
 //    the output gradient by -angle: the same kernel at negated positions (float(-p) * f =
 //    -(float(p) * f) exactly, so cos is unchanged and sin flips sign). The kernel rounds like
@@ -28,7 +29,7 @@ class PluginLayerKernels : public model::LayerKernels {
  public:
   // `kernels` must outlive this object and every backward through it.
   explicit PluginLayerKernels(const hw::Kernels& kernels) : kernels_(kernels) {}
-  // Whether the kernels offer any of rotary_embedding, or silu_mul with silu_mul_backward.
+  // Whether the kernels offer any of rotary_embedding, silu_mul with silu_mul_backward, or add_rms_norm.
   static bool offered(const hw::Kernels* kernels);
 
   // Rotated copies of q and k; {} without the kernel, for a dtype it does not take (fp64) or
@@ -37,13 +38,18 @@ class PluginLayerKernels : public model::LayerKernels {
                                            const at::Tensor& inv_freq) const override;
   // silu(gate) * up; undefined without the kernels or for a dtype they do not take.
   at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) const override;
+  // ABI 1.3's add_rms_norm, the sum written into `residual`; {} without the kernel, where
+  // autograd would record (it has no backward) or for operands it does not take.
+  std::pair<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
+                                                 double eps) const override;
   // How many forward calls ran through the kernels, for tests.
   int64_t rotations() const { return rotations_.load(); }
   int64_t silu_muls() const { return silu_muls_.load(); }
+  int64_t add_rms_norms() const { return add_rms_norms_.load(); }
 
  private:
   const hw::Kernels& kernels_;
-  mutable std::atomic<int64_t> rotations_{0}, silu_muls_{0};
+  mutable std::atomic<int64_t> rotations_{0}, silu_muls_{0}, add_rms_norms_{0};
 };
 
 // A PluginLayerKernels over `kernels`, or null when they offer none of its kernels (or are null).
