@@ -16,6 +16,7 @@ def main():
     args = ap.parse_args()
     events = json.load(open(args.trace)).get("traceEvents", [])
     kernels = collections.defaultdict(lambda: [0.0, 0])
+    spans = []  # (start, end) of every device activity, for the idle gaps between them
     ops = collections.Counter()
     start, end, busy = float("inf"), 0.0, 0.0
     for e in events:
@@ -27,6 +28,7 @@ def main():
             k[0] += e.get("dur", 0.0)
             k[1] += 1
             busy += e.get("dur", 0.0)
+            spans.append((e["ts"], e["ts"] + e.get("dur", 0.0)))
         elif cat == "cpu_op":
             ops[e["name"]] += 1
         if cat in ("kernel", "cpu_op", "cuda_runtime", "gpu_memcpy", "gpu_memset"):
@@ -35,6 +37,18 @@ def main():
     span = end - start if end > start else 0.0
     print(f"traced span {span / 1e3:.1f} ms; device busy {busy / 1e3:.1f} ms ({100 * busy / max(span, 1):.0f}%); "
           f"{sum(k[1] for k in kernels.values())} device activities; {sum(ops.values())} host ops")
+    # Idle gaps of the device: in a decode run of graph replays, one gap per step is the host's
+    # turnaround (read the tokens back, schedule, stage the next inputs, launch).
+    spans.sort()
+    gaps, reach = [], None
+    for s0, s1 in spans:
+        if reach is not None and s0 - reach >= 10.0:
+            gaps.append(s0 - reach)
+        reach = s1 if reach is None else max(reach, s1)
+    if gaps:
+        gaps.sort()
+        print(f"device idle gaps >= 10 us: {len(gaps)}, {sum(gaps) / 1e3:.1f} ms in all; median {gaps[len(gaps) // 2]:.0f} us, "
+              f"90th percentile {gaps[int(len(gaps) * 0.9)]:.0f} us")
     print(f"{'device ms':>10} {'count':>7} {'us each':>8}  name")
     for name, (dur, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[: args.top]:
         print(f"{dur / 1e3:>10.2f} {n:>7} {dur / max(n, 1):>8.1f}  {name}")
