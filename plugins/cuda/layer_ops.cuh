@@ -37,25 +37,44 @@ __device__ __forceinline__ void rms_scale_row(const T* row, const T* __restrict_
 
 // ---- RoPE, HF's rotate_half layout, with the host model's roundings in type T.
 
+// fp32 operations rounded on their own, never fused into an FMA (the host model rounds every op).
+// nvcc keeps __fmul_rn and friends apart. HIP defines them as plain operators in its own headers,
+// beyond the reach of a pragma in our code, and clang fused them (v_fma_f32 in the gfx90a code of
+// the f32 RoPE kernel); the operators written here, under the pragma, carry no licence to fuse.
+#if defined(VERLPP_GPU_HIP) && VERLPP_GPU_HIP
+__device__ __forceinline__ float mul_rn(float a, float b) {
+#pragma clang fp contract(off)
+  return a * b;
+}
+__device__ __forceinline__ float add_rn(float a, float b) {
+#pragma clang fp contract(off)
+  return a + b;
+}
+__device__ __forceinline__ float sub_rn(float a, float b) {
+#pragma clang fp contract(off)
+  return a - b;
+}
+#else
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+#endif
+
 // cos and sin of angle = float(position) * inv_freq (one fp32 product, the ABI's rounding),
 // computed in fp64 so that they are correctly rounded to fp32, then rounded to T.
 template <class T>
 __device__ __forceinline__ void rope_cos_sin(float position, float inv_freq, float& c, float& s) {
   double sd, cd;
-  sincos(double(__fmul_rn(position, inv_freq)), &sd, &cd);
+  sincos(double(mul_rn(position, inv_freq)), &sd, &cd);
   c = round_to<T>(float(cd));
   s = round_to<T>(float(sd));
 }
 
 // The pair (a, b) = (x_j, x_{j+S/2}) rotated: lo = T(T(a c) - T(b s)), hi = T(T(b c) + T(a s)).
-// __fmul_rn keeps nvcc from fusing a product into the add (the host model rounds every op).
 template <class T>
 __device__ __forceinline__ void rotate_pair(float a, float b, float c, float s, T& lo, T& hi) {
-#if defined(__clang__)
-#pragma clang fp contract(off)  // HIP's __fmul_rn is a plain multiply, which clang would fuse
-#endif
-  lo = from_float<T>(__fsub_rn(round_to<T>(__fmul_rn(a, c)), round_to<T>(__fmul_rn(b, s))));
-  hi = from_float<T>(__fadd_rn(round_to<T>(__fmul_rn(b, c)), round_to<T>(__fmul_rn(a, s))));
+  lo = from_float<T>(sub_rn(round_to<T>(mul_rn(a, c)), round_to<T>(mul_rn(b, s))));
+  hi = from_float<T>(add_rn(round_to<T>(mul_rn(b, c)), round_to<T>(mul_rn(a, s))));
 }
 
 }  // namespace verlpp::cuda
