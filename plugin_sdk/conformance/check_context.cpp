@@ -145,4 +145,10 @@ double decode_as(const std::vector<uint8_t>& raw, DLDataType dtype, size_t i) {
   return dtype.code == kDLBfloat ? from_bf16(h) : from_f16(h);
 }
 
+double round_as(DLDataType d, double x) {
+  const float f = float(x);
+  if (d.bits == 32) return f;
+  return d.code == kDLBfloat ? from_bf16(to_bf16(f)) : from_f16(to_f16(f));
+}
+
 }  // namespace verlpp::conformance

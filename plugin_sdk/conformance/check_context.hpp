@@ -128,6 +128,15 @@ float from_f16(uint16_t h);
 std::vector<uint8_t> encode_as(const std::vector<float>& values, DLDataType dtype, std::vector<double>& seen);
 // Element i of raw bytes of `dtype`, as a double.
 double decode_as(const std::vector<uint8_t>& raw, DLDataType dtype, size_t i);
+// x rounded to `d` through fp32 (fp32 itself for f32), as a kernel rounds a value it stores.
+double round_as(DLDataType d, double x);
+
+// RoPE references (rotary_cases.cpp), shared with the rotary_kv_store cases: a model's inverse
+// frequencies theta^(-2j/S) (the long wavelengths divided by 8, as llama3 scaling does), and the
+// check of x [n, heads, s] rotated at `pos` against fp64 math from the values the kernel saw.
+std::vector<float> inverse_frequencies(int64_t s, double theta);
+void check_rotated(const std::vector<float>& got, const std::vector<float>& seen, const std::vector<int64_t>& pos,
+                   const std::vector<float>& inv_freq, int64_t heads, int64_t s, DLDataType dtype, const std::string& what);
 
 // Case groups (each file adds its cases to the context).
 void run_abi_cases(CheckContext& ctx);
@@ -138,6 +147,8 @@ void run_sample_cases(CheckContext& ctx);            // part of the "kernels" gr
 void run_rotary_cases(CheckContext& ctx);  // part of the "kernels" group
 void run_logprob_backward_cases(CheckContext& ctx);  // likewise (ABI 1.2)
 void run_swiglu_cases(CheckContext& ctx);            // likewise (ABI 1.2)
+void run_add_rms_norm_cases(CheckContext& ctx);      // likewise (ABI 1.3)
+void run_rotary_kv_store_cases(CheckContext& ctx);   // likewise (ABI 1.3)
 
 // Communicator cases run in `world_size` worker processes of this executable; the parent
 // collects their results. `self` is this executable's path, `plugin_arg` how workers load it.

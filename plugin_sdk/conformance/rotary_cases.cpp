@@ -10,14 +10,6 @@
 #include <random>
 
 namespace verlpp::conformance {
-namespace {
-
-struct RotaryShape {
-  int64_t n, h, kv, s;  // tokens, query heads, KV heads, head size
-  DLDataType dtype;
-  bool with_q, with_k;
-  int64_t max_position;
-};
 
 // Inverse frequencies as a model would pass them: theta^(-2j/S), the long wavelengths divided
 // by 8 (what llama3 / linear scaling do before the kernel sees them).
@@ -29,6 +21,36 @@ std::vector<float> inverse_frequencies(int64_t s, double theta) {
   }
   return f;
 }
+
+// x [n, heads, s] after RoPE, against the reference from the values the kernel saw.
+void check_rotated(const std::vector<float>& got, const std::vector<float>& seen, const std::vector<int64_t>& pos,
+                   const std::vector<float>& inv_freq, int64_t heads, int64_t s, DLDataType dtype, const std::string& what) {
+  const int64_t half = s / 2;
+  const double ulp = dtype.code == kDLBfloat ? 1.0 / 128 : dtype.bits == 16 ? 1.0 / 1024 : 0.0;
+  Worst worst;
+  for (size_t t = 0; t < pos.size(); ++t)
+    for (int64_t j = 0; j < half; ++j) {
+      const float angle = float(pos[t]) * inv_freq[size_t(j)];  // fp32, as the ABI says
+      const double c = std::cos(double(angle)), sn = std::sin(double(angle));
+      for (int64_t h = 0; h < heads; ++h) {
+        const size_t lo = size_t((int64_t(t) * heads + h) * s + j), hi = lo + size_t(half);
+        const double a = seen[lo], b = seen[hi], size = std::fabs(a) + std::fabs(b);
+        const double tol = ulp > 0 ? 2 * ulp * size + 1e-6 : 1e-6 * size + 1e-6;
+        worst.add(lo, got[lo], a * c - b * sn, tol);
+        worst.add(hi, got[hi], b * c + a * sn, tol);
+      }
+    }
+  worst.require(what);
+}
+
+namespace {
+
+struct RotaryShape {
+  int64_t n, h, kv, s;  // tokens, query heads, KV heads, head size
+  DLDataType dtype;
+  bool with_q, with_k;
+  int64_t max_position;
+};
 
 // Values of `dtype` from fp32 (rounded): the raw bytes for the device and the values as seen.
 std::vector<uint8_t> encode(const std::vector<float>& v, DLDataType dtype, std::vector<float>& seen) {
@@ -54,27 +76,6 @@ std::vector<float> decode(const DeviceTensor& t, DLDataType dtype) {
   std::vector<float> out(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) out[i] = dtype.code == kDLBfloat ? from_bf16(raw[i]) : from_f16(raw[i]);
   return out;
-}
-
-// x [n, heads, s] after RoPE, against the reference from the values the kernel saw.
-void check_rotated(const std::vector<float>& got, const std::vector<float>& seen, const std::vector<int64_t>& pos,
-                   const std::vector<float>& inv_freq, int64_t heads, int64_t s, DLDataType dtype, const std::string& what) {
-  const int64_t half = s / 2;
-  const double ulp = dtype.code == kDLBfloat ? 1.0 / 128 : dtype.bits == 16 ? 1.0 / 1024 : 0.0;
-  Worst worst;
-  for (size_t t = 0; t < pos.size(); ++t)
-    for (int64_t j = 0; j < half; ++j) {
-      const float angle = float(pos[t]) * inv_freq[size_t(j)];  // fp32, as the ABI says
-      const double c = std::cos(double(angle)), sn = std::sin(double(angle));
-      for (int64_t h = 0; h < heads; ++h) {
-        const size_t lo = size_t((int64_t(t) * heads + h) * s + j), hi = lo + size_t(half);
-        const double a = seen[lo], b = seen[hi], size = std::fabs(a) + std::fabs(b);
-        const double tol = ulp > 0 ? 2 * ulp * size + 1e-6 : 1e-6 * size + 1e-6;
-        worst.add(lo, got[lo], a * c - b * sn, tol);
-        worst.add(hi, got[hi], b * c + a * sn, tol);
-      }
-    }
-  worst.require(what);
 }
 
 void rotary_case(CheckContext& ctx, const RotaryShape& sh) {

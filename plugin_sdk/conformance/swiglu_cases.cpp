@@ -23,13 +23,6 @@ struct SwigluShape {
 double half_ulp(DLDataType d) { return d.bits == 32 ? 6e-8 : d.code == kDLBfloat ? 1.0 / 512.0 : 1.0 / 4096.0; }
 double floor_of(DLDataType d) { return d.bits == 16 && d.code == kDLFloat ? std::ldexp(1.0, -24) : 1e-30; }
 
-// Rounds x to dtype d (fp32 for f32).
-double round_as(DLDataType d, double x) {
-  const float f = float(x);
-  if (d.bits == 32) return f;
-  return d.code == kDLBfloat ? from_bf16(to_bf16(f)) : from_f16(to_f16(f));
-}
-
 // A [N, F] view at column offset `column` of a buffer whose rows are `stride` long.
 DLTensor view_of(DeviceTensor& t, std::vector<int64_t>& shape, std::vector<int64_t>& strides, int64_t column) {
   DLTensor v = t.dl();

@@ -1,8 +1,9 @@
 // cpu_ref: plain-loop reference kernels. Inputs may be f32, bf16 or f16; math is in fp32/fp64
 // (log-sum-exp with the row max subtracted), results are written as f32 (logprob_entropy) or in
-// the input dtype (logprob_backward, rms_norm and rotary_embedding, rounded where HF rounds), as
-// plugin_abi.h defines them; sample sorts each row (top-k, top-p) and draws with the host's
-// counter-based splitmix64 recipe; paged_attention_decode walks the block tables in fp64.
+// the input dtype (logprob_backward, rms_norm, rotary_embedding and 1.3's fusions add_rms_norm and
+// rotary_kv_store, rounded where HF rounds), as plugin_abi.h defines them; sample sorts each row
+// (top-k, top-p) and draws with the host's counter-based splitmix64 recipe; paged_attention_decode
+// walks the block tables in fp64. A fusion calls the very row functions of the kernels it fuses.
 #include "reference_kernels.hpp"
 #include "half_float.hpp"
 
@@ -173,6 +174,22 @@ verlpp_error* silu_mul_backward(const DLTensor* gate_p, const DLTensor* up_p, co
   });
 }
 
+// Row r of rms_norm: out = weight * T(x * inv), inv = 1 / sqrt(mean(x^2) + eps), x read as
+// stored (dtype T). Shared by rms_norm and add_rms_norm, which must agree bit for bit.
+void rms_norm_row(const void* xb, const void* wb, void* ob, DLDataType dtype, int64_t r, int64_t d, float eps) {
+  double ss = 0.0;
+  for (int64_t j = 0; j < d; ++j) {
+    double v = load(xb, dtype, r * d + j);
+    ss += v * v;
+  }
+  float inv = float(1.0 / std::sqrt(ss / double(d > 0 ? d : 1) + double(eps)));
+  // As HF's RMSNorm: normalise in fp32, round to the input dtype, then scale by the weight.
+  for (int64_t j = 0; j < d; ++j) {
+    float normed = round_to(dtype, load(xb, dtype, r * d + j) * inv);
+    store(ob, dtype, r * d + j, load(wb, dtype, j) * normed);
+  }
+}
+
 verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTensor* out_p, verlpp_stream) {
   return sdk::guard("cpu_ref rms_norm", [&] {
     const DLTensor& x = checked(x_p, "x");
@@ -187,21 +204,27 @@ verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTe
     require(sdk::is_contiguous(x) && sdk::is_contiguous(w) && sdk::is_contiguous(out), "rms_norm needs contiguous tensors");
     require(eps >= 0.0f, "eps must be >= 0");
     require_host(x, "x");
-    const void* xb = sdk::data_ptr(x);
-    const void* wb = sdk::data_ptr(w);
-    void* ob = sdk::data_ptr(out);
-    for (int64_t r = 0; r < n; ++r) {
-      double ss = 0.0;
-      for (int64_t j = 0; j < d; ++j) {
-        double v = load(xb, x.dtype, r * d + j);
-        ss += v * v;
+    for (int64_t r = 0; r < n; ++r) rms_norm_row(sdk::data_ptr(x), sdk::data_ptr(w), sdk::data_ptr(out), x.dtype, r, d, eps);
+  });
+}
+
+// ABI 1.3: residual = T(residual + x) (one fp32 add, one rounding), then out = rms_norm of the
+// rounded residual through the very function rms_norm uses. Row by row, so x may be residual.
+verlpp_error* add_rms_norm(const DLTensor* x_p, DLTensor* residual_p, const DLTensor* w_p, float eps, DLTensor* out_p,
+                           verlpp_stream) {
+  return sdk::guard("cpu_ref add_rms_norm", [&] {
+    const sdk::AddRmsNormArgs a = sdk::check_add_rms_norm_args(x_p, residual_p, w_p, eps, out_p);
+    for (const DLTensor* t : {x_p, static_cast<const DLTensor*>(residual_p), w_p, static_cast<const DLTensor*>(out_p)})
+      require_host(*t, "every add_rms_norm tensor");
+    const DLDataType dtype = x_p->dtype;
+    const void* x = sdk::data_ptr(*x_p);
+    void* residual = sdk::data_ptr(*residual_p);
+    for (int64_t r = 0; r < a.n; ++r) {
+      for (int64_t j = 0; j < a.d; ++j) {
+        const int64_t i = r * a.d + j;
+        store(residual, dtype, i, load(residual, dtype, i) + load(x, dtype, i));
       }
-      float inv = float(1.0 / std::sqrt(ss / double(d > 0 ? d : 1) + double(eps)));
-      // As HF's RMSNorm: normalise in fp32, round to the input dtype, then scale by the weight.
-      for (int64_t j = 0; j < d; ++j) {
-        float normed = round_to(x.dtype, load(xb, x.dtype, r * d + j) * inv);
-        store(ob, out.dtype, r * d + j, load(wb, w.dtype, j) * normed);
-      }
+      rms_norm_row(residual, sdk::data_ptr(*w_p), sdk::data_ptr(*out_p), dtype, r, a.d, eps);
     }
   });
 }
@@ -276,25 +299,38 @@ verlpp_error* paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, c
   });
 }
 
-// RoPE in place, HF's rotate_half layout: dims j and j + S/2 of each head form a pair. As the
-// host model in dtype T: angle = float(position) * inv_freq[j] (fp32), cos/sin of that fp32
-// angle rounded to T (computed in fp64, so correctly rounded), then every product and the sum
-// rounded to T: x_j' = T(T(x_j c) - T(x_{j+S/2} s)), x_{j+S/2}' = T(T(x_{j+S/2} c) + T(x_j s)).
+// RoPE, HF's rotate_half layout: dims j and j + S/2 of each head form a pair. As the host model
+// in dtype T: angle = float(position) * inv_freq[j] (fp32), cos/sin of that fp32 angle rounded to
+// T (computed in fp64, so correctly rounded), then every product and the sum rounded to T:
+// x_j' = T(T(x_j c) - T(x_{j+S/2} s)), x_{j+S/2}' = T(T(x_{j+S/2} c) + T(x_j s)).
+// rotary_embedding and rotary_kv_store both rotate through these two functions.
+void rope_cos_sin(DLDataType dtype, int64_t position, float inv_freq, float& c, float& s) {
+  const float angle = float(position) * inv_freq;
+  c = round_to(dtype, float(std::cos(double(angle))));
+  s = round_to(dtype, float(std::sin(double(angle))));
+}
+
+// Rotates the pair at element offsets lo and lo + half of `in` into the same offsets of `out`
+// (which may be `in`: both values are read before either is written).
+void rotate_pair(const void* in, int64_t in_lo, void* out, int64_t out_lo, int64_t half, DLDataType dtype, float c, float s) {
+  const float a = load(in, dtype, in_lo), b = load(in, dtype, in_lo + half);
+  const float ac = round_to(dtype, a * c), bs = round_to(dtype, b * s);
+  const float bc = round_to(dtype, b * c), as = round_to(dtype, a * s);
+  store(out, dtype, out_lo, ac - bs);
+  store(out, dtype, out_lo + half, bc + as);
+}
+
+// In place over a contiguous [n, heads, 2 half] tensor.
 void rotate_rows(DLTensor& x, const int64_t* pos, const float* inv_freq, int64_t half) {
   const int64_t n = x.shape[0], heads = x.shape[1];
   void* base = sdk::data_ptr(x);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t j = 0; j < half; ++j) {
-      const float angle = float(pos[t]) * inv_freq[j];
-      const float c = round_to(x.dtype, float(std::cos(double(angle))));
-      const float s = round_to(x.dtype, float(std::sin(double(angle))));
+      float c, s;
+      rope_cos_sin(x.dtype, pos[t], inv_freq[j], c, s);
       for (int64_t h = 0; h < heads; ++h) {
-        const int64_t lo = (t * heads + h) * 2 * half + j, hi = lo + half;
-        const float a = load(base, x.dtype, lo), b = load(base, x.dtype, hi);
-        const float ac = round_to(x.dtype, a * c), bs = round_to(x.dtype, b * s);
-        const float bc = round_to(x.dtype, b * c), as = round_to(x.dtype, a * s);
-        store(base, x.dtype, lo, ac - bs);
-        store(base, x.dtype, hi, bc + as);
+        const int64_t lo = (t * heads + h) * 2 * half + j;
+        rotate_pair(base, lo, base, lo, half, x.dtype, c, s);
       }
     }
 }
@@ -309,6 +345,47 @@ verlpp_error* rotary_embedding(DLTensor* q_p, DLTensor* k_p, const DLTensor* pos
     const auto* p = static_cast<const int64_t*>(sdk::data_ptr(*args.positions));
     const auto* f = static_cast<const float*>(sdk::data_ptr(*args.inv_freq));
     for (DLTensor* x : args.targets) rotate_rows(*x, p, f, args.half);
+  });
+}
+
+// ABI 1.3: rotary_embedding's rotation of q (into q_out) and k (into its cache row), and v
+// copied to its cache row, for token t at row slot_mapping[t] = block * block_size + offset of
+// the [num_blocks, block_size, K, S] caches. q, k, v are read at their row strides (views of
+// one fused projection). Every slot is checked before anything is written, so a refused call
+// leaves the outputs as they were.
+verlpp_error* rotary_kv_store(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* pos_p,
+                              const DLTensor* inv_freq_p, const DLTensor* slots_p, DLTensor* q_out_p, DLTensor* k_cache_p,
+                              DLTensor* v_cache_p, verlpp_stream) {
+  return sdk::guard("cpu_ref rotary_kv_store", [&] {
+    const sdk::RotaryKvStoreArgs a = sdk::check_rotary_kv_store_args(q_p, k_p, v_p, pos_p, inv_freq_p, slots_p, q_out_p,
+                                                                     k_cache_p, v_cache_p);
+    for (const DLTensor* t : {q_p, k_p, v_p, pos_p, inv_freq_p, slots_p, static_cast<const DLTensor*>(q_out_p),
+                              static_cast<const DLTensor*>(k_cache_p), static_cast<const DLTensor*>(v_cache_p)})
+      require_host(*t, "every rotary_kv_store tensor");
+    const int64_t n = a.rope.tokens, half = a.rope.half, s = a.head_size, kv = a.kv_heads;
+    const auto* pos = static_cast<const int64_t*>(sdk::data_ptr(*pos_p));
+    const auto* inv_freq = static_cast<const float*>(sdk::data_ptr(*inv_freq_p));
+    const auto* slot = static_cast<const int64_t*>(sdk::data_ptr(*slots_p));
+    sdk::check_slot_values(slot, n, a.slots());
+    const DLDataType dtype = q_p->dtype;
+    const size_t elem = sdk::dtype_size(dtype);
+    const void *q = sdk::data_ptr(*q_p), *k = sdk::data_ptr(*k_p);
+    const auto* v = static_cast<const char*>(sdk::data_ptr(*v_p));
+    void *q_out = sdk::data_ptr(*q_out_p), *k_cache = sdk::data_ptr(*k_cache_p);
+    auto* v_cache = static_cast<char*>(sdk::data_ptr(*v_cache_p));
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t cache_row = slot[t] * kv * s;  // slot = block * block_size + offset: the row's index
+      for (int64_t j = 0; j < half; ++j) {
+        float c, sn;
+        rope_cos_sin(dtype, pos[t], inv_freq[j], c, sn);
+        for (int64_t h = 0; h < a.q_heads; ++h)
+          rotate_pair(q, t * a.q_row_stride + h * s + j, q_out, (t * a.q_heads + h) * s + j, half, dtype, c, sn);
+        for (int64_t g = 0; g < kv; ++g)
+          rotate_pair(k, t * a.k_row_stride + g * s + j, k_cache, cache_row + g * s + j, half, dtype, c, sn);
+      }
+      // v moves unchanged: its K * S values are dense within the row.
+      std::memcpy(v_cache + size_t(cache_row) * elem, v + size_t(t * a.v_row_stride) * elem, size_t(kv * s) * elem);
+    }
   });
 }
 
@@ -424,6 +501,8 @@ const verlpp_kernel_table* reference_kernels() {
     t.logprob_backward = &logprob_backward;
     t.silu_mul = &silu_mul;
     t.silu_mul_backward = &silu_mul_backward;
+    t.add_rms_norm = &add_rms_norm;
+    t.rotary_kv_store = &rotary_kv_store;
     return t;
   }();
   return &table;

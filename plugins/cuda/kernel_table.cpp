@@ -1,6 +1,6 @@
 // cuda: ABI entry points of the kernel table (logprob_entropy, rms_norm, rotary_embedding,
-// paged_attention_decode, sample, and 1.2's logprob_backward, silu_mul, silu_mul_backward: the
-// kernels the conformance suite checks). Each checks its DLPack arguments with the same rules as
+// paged_attention_decode, sample, 1.2's logprob_backward, silu_mul, silu_mul_backward, and 1.3's
+// add_rms_norm, rotary_kv_store: the kernels the conformance suite checks). Each checks its DLPack arguments with the same rules as
 // cpu_ref's reference kernels (through the SDK's kernel_args.hpp where it has them, so both
 // plugins refuse the same input), checks that the tensors live in this plugin's device memory,
 // then calls a launcher from a .cu file. On the NULL stream the call waits for the kernel, as the
@@ -205,6 +205,71 @@ verlpp_error* rotary_embedding(DLTensor* q_p, DLTensor* k_p, const DLTensor* pos
   });
 }
 
+// ABI 1.3: the residual add and the next RMSNorm in one launch (decode_fusion_kernels.cu).
+verlpp_error* add_rms_norm(const DLTensor* x_p, DLTensor* residual_p, const DLTensor* w_p, float eps, DLTensor* out_p,
+                           verlpp_stream stream) {
+  return sdk::guard(VERLPP_GPU_PLUGIN_NAME " add_rms_norm", [&] {
+    const sdk::AddRmsNormArgs a = sdk::check_add_rms_norm_args(x_p, residual_p, w_p, eps, out_p);
+    const FloatType type = float_type(x_p->dtype, "x");
+    const int32_t device = common_device({{x_p, "x"}, {residual_p, "residual"}, {w_p, "weight"}, {out_p, "out"}});
+    require(a.n <= 0x7fffffff, "N = " + std::to_string(a.n) + " rows > 2^31 - 1 in one call");
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    cuda_check(launch_add_rms_norm(sdk::data_ptr(*x_p), sdk::data_ptr(*residual_p), sdk::data_ptr(*w_p), type, a.n, a.d, eps,
+                                   sdk::data_ptr(*out_p), target.stream),
+               "launching add_rms_norm (N=" + std::to_string(a.n) + ", D=" + std::to_string(a.d) + ")");
+    finish_if_default(target, "add_rms_norm");
+  });
+}
+
+// ABI 1.3: RoPE on q and k plus the paged-cache stores of k and v in one launch. Slot values
+// live on the device and are not checked here: an out-of-range one skips its token's stores
+// (kernels.hpp), which keeps the call free of a sync.
+verlpp_error* rotary_kv_store(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* pos_p,
+                              const DLTensor* inv_freq_p, const DLTensor* slots_p, DLTensor* q_out_p, DLTensor* k_cache_p,
+                              DLTensor* v_cache_p, verlpp_stream stream) {
+  return sdk::guard(VERLPP_GPU_PLUGIN_NAME " rotary_kv_store", [&] {
+    const sdk::RotaryKvStoreArgs a = sdk::check_rotary_kv_store_args(q_p, k_p, v_p, pos_p, inv_freq_p, slots_p, q_out_p,
+                                                                     k_cache_p, v_cache_p);
+    const FloatType type = float_type(q_p->dtype, "q");
+    const int32_t device = common_device({{q_p, "q"}, {k_p, "k"}, {v_p, "v"}, {pos_p, "positions"}, {inv_freq_p, "inv_freq"},
+                                          {slots_p, "slot_mapping"}, {q_out_p, "q_out"}, {k_cache_p, "k_cache"},
+                                          {v_cache_p, "v_cache"}});
+    if (a.rope.half > kMaxRotaryHalf)
+      sdk::fail(VERLPP_STATUS_UNSUPPORTED, "head size " + std::to_string(a.head_size) + " > " + std::to_string(2 * kMaxRotaryHalf) +
+                                               " is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
+    require(a.rope.tokens <= 0x7fffffff, "N = " + std::to_string(a.rope.tokens) + " tokens > 2^31 - 1 in one call");
+    if ((a.q_heads + 2 * a.kv_heads) * a.head_size > 0x7fffffff)
+      sdk::fail(VERLPP_STATUS_UNSUPPORTED, "more than 2^31 - 1 values per token is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
+    RotaryKvStoreOperands o;
+    o.q = sdk::data_ptr(*q_p);
+    o.k = sdk::data_ptr(*k_p);
+    o.v = sdk::data_ptr(*v_p);
+    o.q_row_stride = a.q_row_stride;
+    o.k_row_stride = a.k_row_stride;
+    o.v_row_stride = a.v_row_stride;
+    o.positions = static_cast<const int64_t*>(sdk::data_ptr(*pos_p));
+    o.inv_freq = static_cast<const float*>(sdk::data_ptr(*inv_freq_p));
+    o.slot_mapping = static_cast<const int64_t*>(sdk::data_ptr(*slots_p));
+    o.q_out = sdk::data_ptr(*q_out_p);
+    o.k_cache = sdk::data_ptr(*k_cache_p);
+    o.v_cache = sdk::data_ptr(*v_cache_p);
+    o.tokens = a.rope.tokens;
+    o.q_heads = a.q_heads;
+    o.kv_heads = a.kv_heads;
+    o.half = a.rope.half;
+    o.slots = a.slots();
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    cuda_check(launch_rotary_kv_store(o, type, target.stream),
+               "launching rotary_kv_store (N=" + std::to_string(a.rope.tokens) + ", H=" + std::to_string(a.q_heads) +
+                   ", K=" + std::to_string(a.kv_heads) + ", S=" + std::to_string(a.head_size) + ")");
+    finish_if_default(target, "rotary_kv_store");
+  });
+}
+
 verlpp_error* paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* bt_p,
                                      const DLTensor* lens_p, float scale, DLTensor* out_p, verlpp_stream stream) {
   return sdk::guard(VERLPP_GPU_PLUGIN_NAME " paged_attention_decode", [&] {
@@ -318,6 +383,8 @@ const verlpp_kernel_table* cuda_kernels() {
     t.logprob_backward = &logprob_backward;
     t.silu_mul = &silu_mul;
     t.silu_mul_backward = &silu_mul_backward;
+    t.add_rms_norm = &add_rms_norm;
+    t.rotary_kv_store = &rotary_kv_store;
     return t;
   }();
   return &table;

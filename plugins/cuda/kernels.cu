@@ -2,9 +2,11 @@
 // logprob_kernels.cu). One thread block per row (per token for RoPE), fp32 math; RMSNorm makes
 // two passes over the row (sum of squares, then the scaled values) in cpu_ref's order, so
 // results agree to fp32 rounding. RoPE rounds each product with __fmul_rn (never contracted into an
-// FMA) because the host model rounds every op. Rows are independent (grid.x up to 2^31 - 1).
+// FMA) because the host model rounds every op. Rows are independent (grid.x up to 2^31 - 1). The
+// per-element math lives in layer_ops.cuh, shared with the 1.3 fusions (decode_fusion_kernels.cu).
 #include "block_reduce.cuh"
 #include "kernels.hpp"
+#include "layer_ops.cuh"
 
 #include "gpu_device.cuh"
 
@@ -13,7 +15,8 @@
 namespace verlpp::cuda {
 namespace {
 
-// grid.x = n rows, block = kThreads.
+// grid.x = n rows, block = kThreads. The row math is layer_ops.cuh's, which add_rms_norm_kernel
+// shares.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
 rms_norm_kernel(const T* __restrict__ x,       // [n, d]
@@ -23,26 +26,13 @@ rms_norm_kernel(const T* __restrict__ x,       // [n, d]
   __shared__ float scratch[kWarps];
   const int64_t row = blockIdx.x;
   const T* xr = x + row * d;
-  T* outr = out + row * d;
   float local = 0.0f;
-  for (int64_t j = threadIdx.x; j < d; j += kThreads) {
-    float value = to_float(xr[j]);
-    local += value * value;
-  }
-  const float sum_squares = block_reduce(local, SumOp{}, 0.0f, scratch);
-  const float inv = 1.0f / sqrtf(sum_squares / float(d) + eps);
-  for (int64_t j = threadIdx.x; j < d; j += kThreads) {
-    // Round the normalised value to T before the weight, as HF's RMSNorm does.
-    float normed = to_float(from_float<T>(to_float(xr[j]) * inv));
-    outr[j] = from_float<T>(to_float(weight[j]) * normed);
-  }
+  for (int64_t j = threadIdx.x; j < d; j += kThreads) sum_squares_step(local, to_float(xr[j]));
+  rms_scale_row(xr, weight, d, rms_inverse(local, d, eps, scratch), out + row * d);
 }
 
-// `x` rounded to T and read back as fp32 (identity for float).
-template <class T>
-__device__ __forceinline__ float round_to(float x) { return to_float(from_float<T>(x)); }
-
-// grid.x = n tokens, block = kThreads, dynamic shared memory 2 * half floats.
+// grid.x = n tokens, block = kThreads, dynamic shared memory 2 * half floats. The cos/sin and
+// the rotation are layer_ops.cuh's, which rotary_kv_store_kernel shares.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
 rotary_kernel(T* __restrict__ q, int64_t hq,  // [n, hq, 2 half] or NULL
@@ -50,26 +40,16 @@ rotary_kernel(T* __restrict__ q, int64_t hq,  // [n, hq, 2 half] or NULL
               int64_t half,
               const int64_t* __restrict__ positions,  // [n]
               const float* __restrict__ inv_freq) {   // [half]
-#if defined(__clang__)
-#pragma clang fp contract(off)  // HIP's __fmul_rn is a plain multiply, which clang would fuse
-#endif
   extern __shared__ float cos_sin[];  // cos [half], then sin [half], rounded to T
   const int64_t token = blockIdx.x;
   const float position = float(positions[token]);
-  for (int64_t j = threadIdx.x; j < half; j += kThreads) {
-    double s, c;
-    sincos(double(__fmul_rn(position, inv_freq[j])), &s, &c);
-    cos_sin[j] = round_to<T>(float(c));
-    cos_sin[half + j] = round_to<T>(float(s));
-  }
+  for (int64_t j = threadIdx.x; j < half; j += kThreads) rope_cos_sin<T>(position, inv_freq[j], cos_sin[j], cos_sin[half + j]);
   __syncthreads();
   const int64_t heads_q = q != nullptr ? hq : 0, heads_k = k != nullptr ? hk : 0;
   for (int64_t i = threadIdx.x; i < (heads_q + heads_k) * half; i += kThreads) {
     const int64_t head = i / half, j = i % half;
     T* x = head < heads_q ? q + (token * hq + head) * 2 * half : k + (token * hk + head - heads_q) * 2 * half;
-    const float a = to_float(x[j]), b = to_float(x[j + half]), c = cos_sin[j], s = cos_sin[half + j];
-    x[j] = from_float<T>(__fsub_rn(round_to<T>(__fmul_rn(a, c)), round_to<T>(__fmul_rn(b, s))));
-    x[j + half] = from_float<T>(__fadd_rn(round_to<T>(__fmul_rn(b, c)), round_to<T>(__fmul_rn(a, s))));
+    rotate_pair<T>(to_float(x[j]), to_float(x[j + half]), cos_sin[j], cos_sin[half + j], x[j], x[j + half]);
   }
 }
 

@@ -55,6 +55,41 @@ gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, in
 gpuError_t launch_rotary_embedding(void* q, int64_t hq, void* k, int64_t hk, FloatType type, int64_t n, int64_t half,
                                     const int64_t* positions, const float* inv_freq, gpuStream_t stream);
 
+// ABI 1.3, decode-step fusions (decode_fusion_kernels.cu). Each rounds exactly where the
+// kernels it fuses round, through the same device functions (layer_ops.cuh).
+//
+// add_rms_norm: residual = T(residual + x) in place (one fp32 add), then out = launch_rms_norm's
+// result for the updated residual, bit for bit. x, residual, out [n, d]; weight [d]; one type,
+// contiguous; residual may be x, out overlaps nothing.
+gpuError_t launch_add_rms_norm(const void* x, void* residual, const void* weight, FloatType type, int64_t n, int64_t d,
+                                float eps, void* out, gpuStream_t stream);
+
+// rotary_kv_store's operands. q [n, H, S], k and v [n, K, S], heads and head dims dense, rows at
+// the given strides (elements; views of one fused projection are fine); q_out [n, H, S]
+// contiguous; k_cache, v_cache [slots, K, S] contiguous (= [num_blocks, block_size, K, S]);
+// positions, slot_mapping [n] int64; inv_freq [half] f32. Outputs overlap nothing.
+struct RotaryKvStoreOperands {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0;
+  const int64_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  const int64_t* slot_mapping = nullptr;
+  void* q_out = nullptr;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  int64_t tokens = 0, q_heads = 0, kv_heads = 0, half = 0;
+  int64_t slots = 0;  // num_blocks * block_size
+};
+// The largest S/2 the RoPE kernels take (their cos/sin live in shared memory).
+constexpr int64_t kMaxRotaryHalf = 4096;
+// q_out = rope(q), k_cache[slot_mapping[t]] = rope(k[t]), v_cache[slot_mapping[t]] = v[t], with
+// launch_rotary_embedding's angle, cos/sin and roundings, bit for bit; one launch. A slot outside
+// [0, slots) skips that token's k and v stores (the values live on the device; refusing them
+// would need a sync); its q is still rotated. half <= kMaxRotaryHalf.
+gpuError_t launch_rotary_kv_store(const RotaryKvStoreOperands& operands, FloatType type, gpuStream_t stream);
+
 // Decode attention, one query token per sequence, GQA (query head h reads KV head h / (H / K)):
 // out[b, h] = softmax(q[b, h] . k[t] * scale over t < context_lens[b]) . v[t], where position t
 // lives in block block_tables[b, t / block_size], slot t % block_size. fp32 math.

@@ -26,6 +26,11 @@ Kernels::Kernels(const Plugin& plugin) : plugin_(&plugin), table_{} {
     table_.silu_mul = nullptr;
     table_.silu_mul_backward = nullptr;
   }
+  // And the entries added in 1.3 only if it was built for 1.3.
+  if (plugin.abi_minor() < 3) {
+    table_.add_rms_norm = nullptr;
+    table_.rotary_kv_store = nullptr;
+  }
   const char* env = std::getenv("VERLPP_KERNEL_STREAMS");
   streams_allowed_ = env == nullptr || std::string(env) != "0";
 }
@@ -48,6 +53,8 @@ std::vector<std::string> Kernels::available() const {
   if (table_.logprob_backward) names.push_back("logprob_backward");
   if (table_.silu_mul) names.push_back("silu_mul");
   if (table_.silu_mul_backward) names.push_back("silu_mul_backward");
+  if (table_.add_rms_norm) names.push_back("add_rms_norm");
+  if (table_.rotary_kv_store) names.push_back("rotary_kv_store");
   return names;
 }
 

@@ -6,6 +6,7 @@
 
 #include <verlpp/sdk/dlpack_util.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -33,8 +34,9 @@ struct RotaryArgs {
 // rotary_embedding's rules: positions [N] int64 and inv_freq [S/2] f32, both contiguous; q and k
 // (either may be NULL) [N, heads, S] with S = 2 * inv_freq's length, f32/bf16/f16, contiguous,
 // and one dtype between them.
-inline RotaryArgs check_rotary_args(DLTensor* q, DLTensor* k, const DLTensor* positions, const DLTensor* inv_freq) {
-  RotaryArgs a;
+// The RoPE tables both rotary entries take: positions [N] int64 and inv_freq [S/2] f32, contiguous.
+// Fills a's positions, inv_freq, tokens and half.
+inline void check_rope_tables(const DLTensor* positions, const DLTensor* inv_freq, RotaryArgs& a) {
   const DLTensor& pos = checked(positions, "positions");
   const DLTensor& freq = checked(inv_freq, "inv_freq");
   require(pos.ndim == 1 && pos.dtype.code == kDLInt && pos.dtype.bits == 64 && pos.dtype.lanes == 1,
@@ -45,6 +47,11 @@ inline RotaryArgs check_rotary_args(DLTensor* q, DLTensor* k, const DLTensor* po
   a.inv_freq = &freq;
   a.tokens = pos.shape[0];
   a.half = freq.shape[0];
+}
+
+inline RotaryArgs check_rotary_args(DLTensor* q, DLTensor* k, const DLTensor* positions, const DLTensor* inv_freq) {
+  RotaryArgs a;
+  check_rope_tables(positions, inv_freq, a);
   for (DLTensor* x : {q, k}) {
     if (x == nullptr) continue;
     const std::string what = x == q ? "q" : "k";
@@ -154,6 +161,177 @@ inline SiluMulArgs check_silu_mul_args(const std::vector<std::pair<const DLTenso
     a.row_strides.push_back(dense_row_stride(x, what));
   }
   return a;
+}
+
+// ---- ABI 1.3: the decode-step fusions
+
+// The bytes a tensor's elements occupy, [begin, end) (strides of either sign); empty (begin ==
+// end) when it has none. For the no-overlap rules of the fused entries.
+struct ByteSpan {
+  uintptr_t begin = 0, end = 0;
+};
+inline ByteSpan byte_span(const DLTensor& t) {
+  ByteSpan span;
+  if (numel(t) == 0) return span;
+  int64_t low = 0, high = 0, compact = 1;  // element offsets of the first and last element
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    const int64_t stride = t.strides != nullptr ? t.strides[i] : compact;
+    const int64_t reach = (t.shape[i] - 1) * stride;
+    (reach < 0 ? low : high) += reach;
+    compact *= t.shape[i];
+  }
+  const int64_t elem = int64_t(dtype_size(t.dtype));
+  span.begin = reinterpret_cast<uintptr_t>(data_ptr(t)) + uintptr_t(low * elem);
+  span.end = reinterpret_cast<uintptr_t>(data_ptr(t)) + uintptr_t((high + 1) * elem);
+  return span;
+}
+
+// Whether two tensors on one device share a byte (addresses on different devices never do).
+inline bool overlaps(const DLTensor& a, const DLTensor& b) {
+  if (a.device.device_type != b.device.device_type || a.device.device_id != b.device.device_id) return false;
+  const ByteSpan x = byte_span(a), y = byte_span(b);
+  return x.begin < x.end && y.begin < y.end && x.begin < y.end && y.begin < x.end;
+}
+
+// add_rms_norm's operands once its rules hold: [n, d] rows, all contiguous.
+struct AddRmsNormArgs {
+  int64_t n = 0, d = 0;
+};
+
+// add_rms_norm's rules: x, residual and out [N, D], weight [D], one f32/bf16/f16 dtype, all
+// contiguous; eps >= 0; out shares no byte with x, residual or weight. x may be residual itself
+// (then residual doubles) but not a shifted view of it, whose result would depend on the order
+// of the writes.
+inline AddRmsNormArgs check_add_rms_norm_args(const DLTensor* x_p, const DLTensor* residual_p, const DLTensor* weight_p,
+                                              float eps, const DLTensor* out_p) {
+  AddRmsNormArgs a;
+  const DLTensor& x = checked(x_p, "x");
+  const DLTensor& residual = checked(residual_p, "residual");
+  const DLTensor& weight = checked(weight_p, "weight");
+  const DLTensor& out = checked(out_p, "out");
+  require(x.ndim == 2, "x must be [N, D], got ndim " + std::to_string(x.ndim));
+  require(is_float_dtype(x.dtype), "x dtype " + dtype_name(x.dtype) + " is not f32/bf16/f16");
+  a.n = x.shape[0];
+  a.d = x.shape[1];
+  const std::string nd = "[N, D] = [" + std::to_string(a.n) + ", " + std::to_string(a.d) + "]";
+  require(residual.ndim == 2 && residual.shape[0] == a.n && residual.shape[1] == a.d, "residual must be " + nd);
+  require(out.ndim == 2 && out.shape[0] == a.n && out.shape[1] == a.d, "out must be " + nd);
+  require(weight.ndim == 1 && weight.shape[0] == a.d, "weight must be [D] with D = " + std::to_string(a.d));
+  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&residual, "residual"}, {&weight, "weight"}, {&out, "out"}})
+    require(same_dtype(t->dtype, x.dtype), std::string(what) + " dtype " + dtype_name(t->dtype) + " differs from x's " +
+                                               dtype_name(x.dtype));
+  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&x, "x"}, {&residual, "residual"}, {&weight, "weight"}, {&out, "out"}})
+    require(is_contiguous(*t), std::string(what) + " must be contiguous");
+  require(eps >= 0.0f, "eps must be >= 0, got " + std::to_string(eps));
+  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&x, "x"}, {&residual, "residual"}, {&weight, "weight"}})
+    require(!overlaps(out, *t), std::string("out overlaps ") + what + " (out must be a tensor of its own)");
+  require(!overlaps(x, residual) || data_ptr(x) == data_ptr(residual), "x partly overlaps residual");
+  return a;
+}
+
+// rotary_kv_store's operands once its rules hold. Row strides in elements.
+struct RotaryKvStoreArgs {
+  RotaryArgs rope;  // positions, inv_freq, tokens N, half S/2 (targets unused)
+  int64_t q_heads = 0, kv_heads = 0, head_size = 0;
+  int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0;
+  int64_t num_blocks = 0, block_size = 0;
+  int64_t slots() const { return num_blocks * block_size; }  // slot values must be in [0, slots())
+};
+
+// Row stride (elements) of a [N, heads, S] operand whose heads and head dims are dense (strides
+// [any >= heads * S, S, 1]): the layout of q, k, v as views of one fused [N, (H + 2K) S] projection.
+inline int64_t dense_heads_row_stride(const DLTensor& t, const std::string& what) {
+  const int64_t n = t.shape[0], heads = t.shape[1], s = t.shape[2];
+  if (t.strides == nullptr) return heads * s;
+  require((t.strides[2] == 1 || s <= 1) && (t.strides[1] == s || heads <= 1),
+          what + " heads and head dims must be dense (strides [*, " + std::to_string(s) + ", 1]), got strides [" +
+              std::to_string(t.strides[0]) + ", " + std::to_string(t.strides[1]) + ", " + std::to_string(t.strides[2]) + "]");
+  const int64_t stride = n <= 1 ? heads * s : t.strides[0];
+  require(stride >= heads * s, what + " row stride " + std::to_string(stride) + " < heads * S = " + std::to_string(heads * s));
+  return stride;
+}
+
+// rotary_kv_store's rules: positions [N] int64 and inv_freq [S/2] f32 contiguous, S even; q
+// [N, H, S], k and v [N, K, S] with dense heads and head dims (any row stride); slot_mapping [N]
+// int64 contiguous; q_out [N, H, S] contiguous; k_cache and v_cache [num_blocks, bs, K, S]
+// contiguous, one shape; every float tensor one f32/bf16/f16 dtype; no output shares a byte
+// with another output or with any input. Slot values are the plugin's to check (they may live
+// in device memory): check_slot_values where they can be read.
+inline RotaryKvStoreArgs check_rotary_kv_store_args(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p,
+                                                    const DLTensor* positions, const DLTensor* inv_freq,
+                                                    const DLTensor* slot_mapping_p, const DLTensor* q_out_p,
+                                                    const DLTensor* k_cache_p, const DLTensor* v_cache_p) {
+  RotaryKvStoreArgs a;
+  check_rope_tables(positions, inv_freq, a.rope);
+  const int64_t n = a.rope.tokens;
+  const DLTensor& q = checked(q_p, "q");
+  const DLTensor& k = checked(k_p, "k");
+  const DLTensor& v = checked(v_p, "v");
+  const DLTensor& slots = checked(slot_mapping_p, "slot_mapping");
+  const DLTensor& q_out = checked(q_out_p, "q_out");
+  const DLTensor& k_cache = checked(k_cache_p, "k_cache");
+  const DLTensor& v_cache = checked(v_cache_p, "v_cache");
+  require(q.ndim == 3, "q must be [N, H, S], got ndim " + std::to_string(q.ndim));
+  require(is_float_dtype(q.dtype), "q dtype " + dtype_name(q.dtype) + " is not f32/bf16/f16");
+  a.q_heads = q.shape[1];
+  a.head_size = q.shape[2];
+  require(a.head_size % 2 == 0, "head size S = " + std::to_string(a.head_size) + " is odd (RoPE pairs dims j and j + S/2)");
+  require(a.head_size == 2 * a.rope.half, "head size " + std::to_string(a.head_size) + " is not twice inv_freq's " +
+                                              std::to_string(a.rope.half));
+  require(q.shape[0] == n, "q has " + std::to_string(q.shape[0]) + " tokens, positions " + std::to_string(n));
+  require(k.ndim == 3, "k must be [N, K, S], got ndim " + std::to_string(k.ndim));
+  a.kv_heads = k.shape[1];
+  const std::string nks = "[N, K, S] = [" + std::to_string(n) + ", " + std::to_string(a.kv_heads) + ", " +
+                          std::to_string(a.head_size) + "]";
+  require(k.shape[0] == n && k.shape[2] == a.head_size, "k must be " + nks);
+  require(v.ndim == 3 && v.shape[0] == n && v.shape[1] == a.kv_heads && v.shape[2] == a.head_size, "v must be " + nks);
+  require(q_out.ndim == 3 && q_out.shape[0] == n && q_out.shape[1] == a.q_heads && q_out.shape[2] == a.head_size,
+          "q_out must have q's shape [N, H, S]");
+  require(k_cache.ndim == 4 && k_cache.shape[2] == a.kv_heads && k_cache.shape[3] == a.head_size,
+          "k_cache must be [num_blocks, block_size, K, S] with K = " + std::to_string(a.kv_heads) + ", S = " +
+              std::to_string(a.head_size));
+  require(v_cache.ndim == 4 && std::equal(k_cache.shape, k_cache.shape + 4, v_cache.shape), "v_cache must have k_cache's shape");
+  a.num_blocks = k_cache.shape[0];
+  a.block_size = k_cache.shape[1];
+  require(slots.ndim == 1 && slots.shape[0] == n && slots.dtype.code == kDLInt && slots.dtype.bits == 64 && slots.dtype.lanes == 1,
+          "slot_mapping must be [N] int64 with N = " + std::to_string(n));
+  require(is_contiguous(slots), "slot_mapping must be contiguous");
+  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&k, "k"}, {&v, "v"}, {&q_out, "q_out"},
+                                {&k_cache, "k_cache"}, {&v_cache, "v_cache"}})
+    require(same_dtype(t->dtype, q.dtype), std::string(what) + " dtype " + dtype_name(t->dtype) + " differs from q's " +
+                                               dtype_name(q.dtype));
+  a.q_row_stride = dense_heads_row_stride(q, "q");
+  a.k_row_stride = dense_heads_row_stride(k, "k");
+  a.v_row_stride = dense_heads_row_stride(v, "v");
+  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&q_out, "q_out"}, {&k_cache, "k_cache"}, {&v_cache, "v_cache"}})
+    require(is_contiguous(*t), std::string(what) + " must be contiguous");
+  // Outputs against every other operand: q, k, v are often views of one buffer, which is fine
+  // for inputs; an output inside it (or inside the other outputs) would be read after a write.
+  const std::pair<const DLTensor*, const char*> operands[] = {
+      {&q, "q"}, {&k, "k"}, {&v, "v"}, {a.rope.positions, "positions"}, {a.rope.inv_freq, "inv_freq"}, {&slots, "slot_mapping"},
+      {&q_out, "q_out"}, {&k_cache, "k_cache"}, {&v_cache, "v_cache"}};
+  for (size_t o = 6; o < 9; ++o)
+    for (size_t i = 0; i < 9; ++i)
+      if (i != o)
+        require(!overlaps(*operands[o].first, *operands[i].first),
+                std::string(operands[o].second) + " overlaps " + operands[i].second + " (outputs must not overlap any operand)");
+  return a;
+}
+
+// The slot values of rotary_kv_store where the plugin can read them: each in [0, capacity) and
+// no two alike (two tokens stored into one cache row would race). Names the first bad token.
+inline void check_slot_values(const int64_t* slots, int64_t n, int64_t capacity) {
+  for (int64_t i = 0; i < n; ++i)
+    require(slots[i] >= 0 && slots[i] < capacity, "slot_mapping[" + std::to_string(i) + "] = " + std::to_string(slots[i]) +
+                                                      " is outside [0, num_blocks * block_size = " + std::to_string(capacity) + ")");
+  std::vector<std::pair<int64_t, int64_t>> sorted;  // (slot, token)
+  sorted.reserve(size_t(n));
+  for (int64_t i = 0; i < n; ++i) sorted.emplace_back(slots[i], i);
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 1; i < sorted.size(); ++i)
+    require(sorted[i].first != sorted[i - 1].first, "slot_mapping[" + std::to_string(sorted[i].second) + "] = " +
+                                                        std::to_string(sorted[i].first) + " repeats slot_mapping[" +
+                                                        std::to_string(sorted[i - 1].second) + "]");
 }
 
 }  // namespace verlpp::sdk

@@ -1,0 +1,187 @@
+// cuda: ABI 1.3's decode-step fusions and their launchers. Each replaces several launches of a
+// decode step with one, and rounds exactly where the kernels it replaces round, through the
+// shared per-element math of layer_ops.cuh:
+//  - add_rms_norm: the residual add and the next RMSNorm. One block of kThreads per row, the
+//    columns split over the threads as in rms_norm_kernel, so the sum of squares (and with it
+//    every output bit) is rms_norm's of the rounded sum. Bound by launch latency at decode sizes
+//    ([256, 896]), not by its 4 reads/writes per element.
+//  - rotary_kv_store: RoPE on q and k, and the paged-cache stores of k and v, in place of a
+//    rotary_embedding and two index_copy_ launches. One block per token: the token's cos/sin
+//    (S/2 fp64 sincos, as rotary_kernel) go to shared memory once, then each thread rotates
+//    16-byte packs of pairs (8 bf16/f16 values of x_j and 8 of x_{j+S/2}) or copies a 16-byte
+//    pack of v. At Qwen2.5-0.5B's decode shape (H = 14, K = 2, S = 64) that is 64 rotation packs
+//    and 16 copy packs per token, on 96 threads.
+#include "block_reduce.cuh"
+#include "kernels.hpp"
+#include "layer_ops.cuh"
+
+#include "gpu_device.cuh"
+
+#include <cstdint>
+
+namespace verlpp::cuda {
+namespace {
+
+// grid.x = n rows, block = kThreads. residual may be x itself (each element is read, then
+// written, by one thread), never out (the SDK's rule).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+add_rms_norm_kernel(const T* x,                    // [n, d]
+                    T* residual,                   // [n, d], updated in place
+                    const T* __restrict__ weight,  // [d]
+                    int64_t d, float eps,
+                    T* __restrict__ out) {  // [n, d]
+  __shared__ float scratch[kWarps];
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * d;
+  T* rr = residual + row * d;
+  float local = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += kThreads) {
+    const T sum = from_float<T>(to_float(rr[j]) + to_float(xr[j]));  // one fp32 add, one rounding
+    rr[j] = sum;
+    sum_squares_step(local, to_float(sum));
+  }
+  // The same thread reads back the columns it wrote: no barrier needed before the second pass.
+  rms_scale_row(static_cast<const T*>(rr), weight, d, rms_inverse(local, d, eps, scratch), out + row * d);
+}
+
+template <class T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+  T v[VEC];
+};
+
+// Sizes of one rotary_kv_store call, in elements.
+struct KvStoreShape {
+  int32_t q_heads, kv_heads, half;  // H, K, S/2
+  int32_t pair_packs, packs;        // per token: packs of VEC pairs (q and k heads), then all packs (+ v's)
+  int64_t slots;                    // num_blocks * block_size: a slot outside [0, slots) is skipped
+  int64_t q_stride, k_stride, v_stride;
+};
+
+// grid.x = n tokens, block = a multiple of 32 up to kThreads, dynamic shared memory 2 * half
+// floats. Packs of VEC values: VEC = 16 bytes / sizeof(T) where every row and base allows, else 1.
+template <class T, int VEC>
+__global__ void __launch_bounds__(kThreads)
+rotary_kv_store_kernel(const T* __restrict__ q,  // [n, H, S] at row stride q_stride
+                       const T* __restrict__ k,  // [n, K, S] at k_stride
+                       const T* __restrict__ v,  // [n, K, S] at v_stride
+                       const int64_t* __restrict__ positions, const float* __restrict__ inv_freq,
+                       const int64_t* __restrict__ slot_mapping,
+                       T* __restrict__ q_out,    // [n, H, S]
+                       T* __restrict__ k_cache,  // [slots, K, S]
+                       T* __restrict__ v_cache, KvStoreShape shape) {
+  using P = Pack<T, VEC>;
+  extern __shared__ float cos_sin[];  // cos [half], then sin [half], rounded to T
+  const int64_t token = blockIdx.x;
+  const int32_t half = shape.half, s = 2 * half, per_half = half / VEC;
+  const float position = float(positions[token]);
+  for (int32_t j = threadIdx.x; j < half; j += blockDim.x) rope_cos_sin<T>(position, inv_freq[j], cos_sin[j], cos_sin[half + j]);
+  // A slot the plugin cannot refuse (it lives on the device) that is out of range is skipped:
+  // the token's q is still rotated, its k and v stored nowhere.
+  const int64_t slot = slot_mapping[token];
+  const bool stores = slot >= 0 && slot < shape.slots;
+  const int64_t cache_row = (stores ? slot : 0) * int64_t(shape.kv_heads) * s;
+  __syncthreads();
+  for (int32_t i = threadIdx.x; i < shape.packs; i += blockDim.x) {
+    if (i >= shape.pair_packs) {  // v: a pack of the token's K * S dense values, copied
+      const int32_t e = (i - shape.pair_packs) * VEC;
+      if (stores) *reinterpret_cast<P*>(v_cache + cache_row + e) = *reinterpret_cast<const P*>(v + token * shape.v_stride + e);
+      continue;
+    }
+    const int32_t head = i / per_half, j = (i % per_half) * VEC;
+    const T* in;
+    T* out;
+    if (head < shape.q_heads) {
+      in = q + token * shape.q_stride + head * s;
+      out = q_out + (token * shape.q_heads + head) * s;
+    } else {
+      if (!stores) continue;
+      in = k + token * shape.k_stride + (head - shape.q_heads) * s;
+      out = k_cache + cache_row + (head - shape.q_heads) * s;
+    }
+    const P lo = *reinterpret_cast<const P*>(in + j), hi = *reinterpret_cast<const P*>(in + j + half);
+    P new_lo, new_hi;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      rotate_pair<T>(to_float(lo.v[e]), to_float(hi.v[e]), cos_sin[j + e], cos_sin[half + j + e], new_lo.v[e], new_hi.v[e]);
+    *reinterpret_cast<P*>(out + j) = new_lo;
+    *reinterpret_cast<P*>(out + j + half) = new_hi;
+  }
+}
+
+template <class T>
+gpuError_t add_rms_norm_as(const void* x, void* residual, const void* weight, int64_t n, int64_t d, float eps, void* out,
+                           gpuStream_t stream) {
+  add_rms_norm_kernel<T><<<dim3(unsigned(n)), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(residual),
+                                                                     static_cast<const T*>(weight), d, eps, static_cast<T*>(out));
+  return gpuGetLastError();
+}
+
+// Whether 16-byte packs fit: half a head in whole packs (then S and every cache row too), every
+// base 16-byte aligned and every row stride in whole packs.
+template <class T>
+bool packs_fit(const RotaryKvStoreOperands& o) {
+  constexpr int64_t kVec = 16 / sizeof(T);
+  if (o.half % kVec != 0) return false;
+  for (const void* p : {o.q, o.k, o.v, static_cast<const void*>(o.q_out), static_cast<const void*>(o.k_cache),
+                        static_cast<const void*>(o.v_cache)})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return o.q_row_stride % kVec == 0 && o.k_row_stride % kVec == 0 && o.v_row_stride % kVec == 0;
+}
+
+template <class T, int VEC>
+gpuError_t rotary_kv_store_as(const RotaryKvStoreOperands& o, gpuStream_t stream) {
+  KvStoreShape shape{};
+  shape.q_heads = int32_t(o.q_heads);
+  shape.kv_heads = int32_t(o.kv_heads);
+  shape.half = int32_t(o.half);
+  shape.pair_packs = int32_t((o.q_heads + o.kv_heads) * o.half / VEC);
+  shape.packs = shape.pair_packs + int32_t(o.kv_heads * 2 * o.half / VEC);
+  shape.slots = o.slots;
+  shape.q_stride = o.q_row_stride;
+  shape.k_stride = o.k_row_stride;
+  shape.v_stride = o.v_row_stride;
+  // Enough warps for every pack (or every cos/sin) of a token at once, at most kThreads.
+  const int32_t work = shape.packs > shape.half ? shape.packs : shape.half;
+  const int32_t threads = work >= kThreads ? kThreads : ((work + 31) / 32) * 32;
+  const size_t shared = size_t(2 * o.half) * sizeof(float);
+  rotary_kv_store_kernel<T, VEC><<<dim3(unsigned(o.tokens)), threads, shared, stream>>>(
+      static_cast<const T*>(o.q), static_cast<const T*>(o.k), static_cast<const T*>(o.v), o.positions, o.inv_freq,
+      o.slot_mapping, static_cast<T*>(o.q_out), static_cast<T*>(o.k_cache), static_cast<T*>(o.v_cache), shape);
+  return gpuGetLastError();
+}
+
+template <class T>
+gpuError_t rotary_kv_store_packed(const RotaryKvStoreOperands& o, gpuStream_t stream) {
+  if (packs_fit<T>(o)) return rotary_kv_store_as<T, 16 / sizeof(T)>(o, stream);
+  return rotary_kv_store_as<T, 1>(o, stream);
+}
+
+}  // namespace
+
+gpuError_t launch_add_rms_norm(const void* x, void* residual, const void* weight, FloatType type, int64_t n, int64_t d,
+                                float eps, void* out, gpuStream_t stream) {
+  if (n == 0 || d == 0) return gpuSuccess;
+  if (n > 0x7fffffff) return gpuErrorInvalidConfiguration;
+  switch (type) {
+    case FloatType::f32: return add_rms_norm_as<float>(x, residual, weight, n, d, eps, out, stream);
+    case FloatType::f16: return add_rms_norm_as<__half>(x, residual, weight, n, d, eps, out, stream);
+    case FloatType::bf16: return add_rms_norm_as<gpu_bfloat16>(x, residual, weight, n, d, eps, out, stream);
+  }
+  return gpuErrorInvalidValue;
+}
+
+gpuError_t launch_rotary_kv_store(const RotaryKvStoreOperands& o, FloatType type, gpuStream_t stream) {
+  if (o.tokens == 0 || o.half == 0) return gpuSuccess;
+  // One block per token; a token's packs are counted in 32-bit ints.
+  if (o.tokens > 0x7fffffff || o.half > kMaxRotaryHalf || (o.q_heads + 2 * o.kv_heads) * 2 * o.half > 0x7fffffff)
+    return gpuErrorInvalidConfiguration;
+  switch (type) {
+    case FloatType::f32: return rotary_kv_store_packed<float>(o, stream);
+    case FloatType::f16: return rotary_kv_store_packed<__half>(o, stream);
+    case FloatType::bf16: return rotary_kv_store_packed<gpu_bfloat16>(o, stream);
+  }
+  return gpuErrorInvalidValue;
+}
+
+}  // namespace verlpp::cuda
