@@ -145,13 +145,42 @@ TEST_CASE("engine: runs of equal-length fresh prompts prefill in one batched cal
   }
 }
 
+namespace {
+// cpu_ref's kernel table with ABI 1.3's decode fusions wrapped to count their calls.
+const verlpp_kernel_table* g_cpu_ref_kernels = nullptr;
+int64_t g_rotary_kv_stores = 0, g_add_rms_norms = 0;
+verlpp_error* counting_rotary_kv_store(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* pos,
+                                       const DLTensor* freq, const DLTensor* slots, DLTensor* q_out, DLTensor* kc,
+                                       DLTensor* vc, verlpp_stream s) {
+  ++g_rotary_kv_stores;
+  return g_cpu_ref_kernels->rotary_kv_store(q, k, v, pos, freq, slots, q_out, kc, vc, s);
+}
+verlpp_error* counting_add_rms_norm(const DLTensor* x, DLTensor* r, const DLTensor* w, float eps, DLTensor* out,
+                                    verlpp_stream s) {
+  ++g_add_rms_norms;
+  return g_cpu_ref_kernels->add_rms_norm(x, r, w, eps, out, s);
+}
+}  // namespace
+
 TEST_CASE("engine: with cpu_ref's kernels (paged attention decode, sample) against the naive generator", "[rollout][engine]") {
-  // The host's dispatch to a plugin's paged_attention_decode and sample, checked end to end:
-  // the engine's own KV layout, block tables and GQA mapping against a full forward.
-  hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
+  // The host's dispatch to a plugin's paged_attention_decode, sample, rotary_kv_store and
+  // add_rms_norm, checked end to end: the engine's own KV layout, block tables, GQA mapping and
+  // fused projections against a full forward.
+  hw::Plugin loaded = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
+  g_cpu_ref_kernels = loaded.api().kernels;
+  REQUIRE(g_cpu_ref_kernels->rotary_kv_store != nullptr);
+  REQUIRE(g_cpu_ref_kernels->add_rms_norm != nullptr);
+  static verlpp_kernel_table counting;
+  counting = *g_cpu_ref_kernels;
+  counting.rotary_kv_store = &counting_rotary_kv_store;
+  counting.add_rms_norm = &counting_add_rms_norm;
+  verlpp_plugin_api api = loaded.api();
+  api.kernels = &counting;
+  hw::Plugin plugin(loaded.path(), loaded.score(), api, sizeof(api));
   hw::Kernels kernels(plugin);
   REQUIRE(kernels.table().paged_attention_decode != nullptr);
   REQUIRE(kernels.table().sample != nullptr);
+  g_rotary_kv_stores = g_add_rms_norms = 0;
   model::DecoderLM ref = tiny_model(11);
   SamplingParams sampled;
   sampled.temperature = 0.8;
@@ -177,6 +206,14 @@ TEST_CASE("engine: with cpu_ref's kernels (paged attention decode, sample) again
     // amplifies the difference (seen: 1.0e-5 at T = 0.8 with Debian's reference BLAS).
     check_logprobs(ref, req.prompt_ids, out, req.sampling.temperature == 0 ? 1.0 : req.sampling.temperature, 5e-5);
   }
+  // Every decode step stored K/V through rotary_kv_store once a layer; every step (prefill and
+  // decode) ran its residual adds through add_rms_norm: two a layer (the first layer's first
+  // norm has no add before it; the final norm has one).
+  const GenerateStats& stats = engine.last_stats();
+  const int64_t layers = ref.config().num_hidden_layers;
+  CHECK(stats.num_decode_steps > 0);
+  CHECK(g_rotary_kv_stores == layers * stats.num_decode_steps);
+  CHECK(g_add_rms_norms == 2 * layers * (stats.num_prefill_steps + stats.num_decode_steps));
 }
 
 TEST_CASE("engine: in fp64 the returned log-probs equal a full forward to float precision (greedy, sampled, preempted)", "[rollout][engine]") {
