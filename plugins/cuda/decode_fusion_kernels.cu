@@ -1,10 +1,7 @@
-// cuda: ABI 1.3's decode-step fusions and their launchers. Each replaces several launches of a
-// decode step with one, and rounds exactly where the kernels it replaces round, through the
+// cuda: ABI 1.3's decode-step fusion rotary_kv_store and its launcher (add_rms_norm, the other
+// 1.3 fusion, shares rms_norm's kernel in rms_norm_kernels.cu). It replaces several launches of
+// a decode step with one, and rounds exactly where the kernels it replaces round, through the
 // shared per-element math of layer_ops.cuh:
-//  - add_rms_norm: the residual add and the next RMSNorm. One block of kThreads per row, the
-//    columns split over the threads as in rms_norm_kernel, so the sum of squares (and with it
-//    every output bit) is rms_norm's of the rounded sum. Bound by launch latency at decode sizes
-//    ([256, 896]), not by its 4 reads/writes per element.
 //  - rotary_kv_store: RoPE on q and k, and the paged-cache stores of k and v, in place of a
 //    rotary_embedding and two index_copy_ launches. One block per token: the token's cos/sin
 //    (S/2 fp64 sincos, as rotary_kernel) go to shared memory once, then each thread rotates
@@ -21,29 +18,6 @@
 
 namespace verlpp::cuda {
 namespace {
-
-// grid.x = n rows, block = kThreads. residual may be x itself (each element is read, then
-// written, by one thread), never out (the SDK's rule).
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-add_rms_norm_kernel(const T* x,                    // [n, d]
-                    T* residual,                   // [n, d], updated in place
-                    const T* __restrict__ weight,  // [d]
-                    int64_t d, float eps,
-                    T* __restrict__ out) {  // [n, d]
-  __shared__ float scratch[kWarps];
-  const int64_t row = blockIdx.x;
-  const T* xr = x + row * d;
-  T* rr = residual + row * d;
-  float local = 0.0f;
-  for (int64_t j = threadIdx.x; j < d; j += kThreads) {
-    const T sum = from_float<T>(to_float(rr[j]) + to_float(xr[j]));  // one fp32 add, one rounding
-    rr[j] = sum;
-    sum_squares_step(local, to_float(sum));
-  }
-  // The same thread reads back the columns it wrote: no barrier needed before the second pass.
-  rms_scale_row(static_cast<const T*>(rr), weight, d, rms_inverse(local, d, eps, scratch), out + row * d);
-}
 
 template <class T, int VEC>
 struct alignas(sizeof(T) * VEC) Pack {
@@ -109,14 +83,6 @@ rotary_kv_store_kernel(const T* __restrict__ q,  // [n, H, S] at row stride q_st
   }
 }
 
-template <class T>
-gpuError_t add_rms_norm_as(const void* x, void* residual, const void* weight, int64_t n, int64_t d, float eps, void* out,
-                           gpuStream_t stream) {
-  add_rms_norm_kernel<T><<<dim3(unsigned(n)), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(residual),
-                                                                     static_cast<const T*>(weight), d, eps, static_cast<T*>(out));
-  return gpuGetLastError();
-}
-
 // Whether 16-byte packs fit: half a head in whole packs (then S and every cache row too), every
 // base 16-byte aligned and every row stride in whole packs.
 template <class T>
@@ -158,18 +124,6 @@ gpuError_t rotary_kv_store_packed(const RotaryKvStoreOperands& o, gpuStream_t st
 }
 
 }  // namespace
-
-gpuError_t launch_add_rms_norm(const void* x, void* residual, const void* weight, FloatType type, int64_t n, int64_t d,
-                                float eps, void* out, gpuStream_t stream) {
-  if (n == 0 || d == 0) return gpuSuccess;
-  if (n > 0x7fffffff) return gpuErrorInvalidConfiguration;
-  switch (type) {
-    case FloatType::f32: return add_rms_norm_as<float>(x, residual, weight, n, d, eps, out, stream);
-    case FloatType::f16: return add_rms_norm_as<__half>(x, residual, weight, n, d, eps, out, stream);
-    case FloatType::bf16: return add_rms_norm_as<gpu_bfloat16>(x, residual, weight, n, d, eps, out, stream);
-  }
-  return gpuErrorInvalidValue;
-}
 
 gpuError_t launch_rotary_kv_store(const RotaryKvStoreOperands& o, FloatType type, gpuStream_t stream) {
   if (o.tokens == 0 || o.half == 0) return gpuSuccess;

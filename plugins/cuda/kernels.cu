@@ -1,7 +1,5 @@
-// cuda: the RMSNorm and RoPE kernels and their launchers (the log-prob kernels are in
-// logprob_kernels.cu). One thread block per row (per token for RoPE), fp32 math; RMSNorm makes
-// two passes over the row (sum of squares, then the scaled values) in cpu_ref's order, so
-// results agree to fp32 rounding. RoPE rounds each product with __fmul_rn (never contracted into an
+// cuda: the RoPE kernel and its launcher (RMSNorm is in rms_norm_kernels.cu, the log-prob
+// kernels in logprob_kernels.cu). One thread block per token, fp32 math. RoPE rounds each product with __fmul_rn (never contracted into an
 // FMA) because the host model rounds every op. Rows are independent (grid.x up to 2^31 - 1). The
 // per-element math lives in layer_ops.cuh, shared with the 1.3 fusions (decode_fusion_kernels.cu).
 #include "block_reduce.cuh"
@@ -14,22 +12,6 @@
 
 namespace verlpp::cuda {
 namespace {
-
-// grid.x = n rows, block = kThreads. The row math is layer_ops.cuh's, which add_rms_norm_kernel
-// shares.
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-rms_norm_kernel(const T* __restrict__ x,       // [n, d]
-                const T* __restrict__ weight,  // [d]
-                int64_t d, float eps,
-                T* __restrict__ out) {  // [n, d]
-  __shared__ float scratch[kWarps];
-  const int64_t row = blockIdx.x;
-  const T* xr = x + row * d;
-  float local = 0.0f;
-  for (int64_t j = threadIdx.x; j < d; j += kThreads) sum_squares_step(local, to_float(xr[j]));
-  rms_scale_row(xr, weight, d, rms_inverse(local, d, eps, scratch), out + row * d);
-}
 
 // grid.x = n tokens, block = kThreads, dynamic shared memory 2 * half floats. The cos/sin and
 // the rotation are layer_ops.cuh's, which rotary_kv_store_kernel shares.
@@ -62,26 +44,7 @@ gpuError_t rotary_as(void* q, int64_t hq, void* k, int64_t hk, int64_t n, int64_
   return gpuGetLastError();
 }
 
-template <class T>
-gpuError_t rms_norm_as(const void* x, const void* weight, int64_t n, int64_t d, float eps, void* out, gpuStream_t stream) {
-  rms_norm_kernel<T><<<dim3(unsigned(n)), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(weight), d,
-                                                                 eps, static_cast<T*>(out));
-  return gpuGetLastError();
-}
-
 }  // namespace
-
-gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps, void* out,
-                            gpuStream_t stream) {
-  if (n == 0 || d == 0) return gpuSuccess;
-  if (n > 0x7fffffff) return gpuErrorInvalidConfiguration;
-  switch (type) {
-    case FloatType::f32: return rms_norm_as<float>(x, weight, n, d, eps, out, stream);
-    case FloatType::f16: return rms_norm_as<__half>(x, weight, n, d, eps, out, stream);
-    case FloatType::bf16: return rms_norm_as<gpu_bfloat16>(x, weight, n, d, eps, out, stream);
-  }
-  return gpuErrorInvalidValue;
-}
 
 gpuError_t launch_rotary_embedding(void* q, int64_t hq, void* k, int64_t hk, FloatType type, int64_t n, int64_t half,
                                     const int64_t* positions, const float* inv_freq, gpuStream_t stream) {

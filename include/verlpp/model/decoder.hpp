@@ -179,12 +179,15 @@ class DecoderLM {
   // Layer `index` on hidden + pending (pending undefined: hidden alone), returning {h, mlp}
   // with the layer's output = h + mlp; the caller adds mlp, or hands it to the next layer
   // as `pending` so that the add fuses with that layer's first RMSNorm (LayerKernels::add_rms_norm).
+  // `own_hidden`: the caller owns `hidden`, so the fused adds may write their sums into it; a
+  // checkpointed layer's input is saved for its recomputation and must stay as it is.
   std::pair<at::Tensor, at::Tensor> layer_forward(int64_t index, const at::Tensor& hidden, const at::Tensor& pending,
                                                   const RotateFn& rotate, const AttendFn& attend,
-                                                  const LayerKernels* kernels = nullptr) const;
-  // {residual + delta, rms_norm of it} (delta undefined: residual itself), through kernels when they offer it.
+                                                  const LayerKernels* kernels, bool own_hidden) const;
+  // {residual + delta, rms_norm of it} (delta undefined: residual itself), through `fused`'s
+  // add_rms_norm when given (it may write the sum into `residual`), else LibTorch's ops.
   std::pair<at::Tensor, at::Tensor> add_norm(const at::Tensor& residual, const at::Tensor& delta,
-                                             const at::Tensor& weight, const LayerKernels* kernels) const;
+                                             const at::Tensor& weight, const LayerKernels* fused) const;
 
   ModelConfig config_;
   ModelOptions options_;

@@ -233,13 +233,13 @@ void DecoderLM::init_weights(uint64_t seed) {
 }
 
 std::pair<at::Tensor, at::Tensor> DecoderLM::add_norm(const at::Tensor& residual, const at::Tensor& delta,
-                                                     const at::Tensor& weight, const LayerKernels* kernels) const {
+                                                     const at::Tensor& weight, const LayerKernels* fused) const {
   const double eps = config_.rms_norm_eps;
   if (!delta.defined()) return {residual, rms_norm(residual, weight, eps)};
-  if (kernels != nullptr) {
-    at::Tensor sum = residual;  // the kernel may write the sum into it: run() owns the residual stream
-    std::pair<at::Tensor, at::Tensor> fused = kernels->add_rms_norm(delta, sum, weight, eps);
-    if (fused.first.defined()) return fused;
+  if (fused != nullptr) {
+    at::Tensor sum = residual;  // the kernel may write the sum into it (the caller owns it)
+    std::pair<at::Tensor, at::Tensor> out = fused->add_rms_norm(delta, sum, weight, eps);
+    if (out.first.defined()) return out;
   }
   at::Tensor h = residual + delta;
   return {h, rms_norm(h, weight, eps)};
@@ -247,8 +247,10 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::add_norm(const at::Tensor& residual
 
 std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden,
                                                            const at::Tensor& pending, const RotateFn& rotate,
-                                                           const AttendFn& attend, const LayerKernels* kernels) const {
+                                                           const AttendFn& attend, const LayerKernels* kernels,
+                                                           bool own_hidden) const {
   const Layer& l = layers_[size_t(index)];
+  const LayerKernels* fused_adds = own_hidden ? kernels : nullptr;
   const double eps = config_.rms_norm_eps;
   std::vector<int64_t> lead(hidden.sizes().begin(), hidden.sizes().end() - 1);
   auto heads = [&](const at::Tensor& t, int64_t n) {
@@ -257,7 +259,7 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
     shape.push_back(config_.head_dim);
     return t.view(shape);
   };
-  auto [residual, x] = add_norm(hidden, pending, l.input_layernorm, kernels);
+  auto [residual, x] = add_norm(hidden, pending, l.input_layernorm, fused_adds);
   const int64_t HD = config_.num_attention_heads * config_.head_dim, KVD = config_.num_key_value_heads * config_.head_dim;
   at::Tensor q, k, v;
   if (l.qkv_proj.defined()) {  // fuse_projections: one GEMM, q/k/v are column slices (strided rows)
@@ -278,7 +280,8 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   std::vector<int64_t> flat = lead;
   flat.push_back(HD);
   at::Tensor h;
-  std::tie(h, x) = add_norm(residual, at::linear(a.reshape(flat), l.o_proj, l.o_bias), l.post_attention_layernorm, kernels);
+  std::tie(h, x) =
+      add_norm(residual, at::linear(a.reshape(flat), l.o_proj, l.o_bias), l.post_attention_layernorm, fused_adds);
   at::Tensor gate, up;
   if (l.gate_up_proj.defined()) {
     const at::Tensor gate_up = at::linear(x, l.gate_up_proj, l.gate_up_bias);
@@ -323,7 +326,7 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
   at::Tensor pending;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     if (!checkpoint) {
-      std::tie(hidden, pending) = layer_forward(i, hidden, pending, rope, attend, kernels.get());
+      std::tie(hidden, pending) = layer_forward(i, hidden, pending, rope, attend, kernels.get(), /*own_hidden=*/true);
       continue;
     }
     // Everything the recomputation needs is copied into the closure (the RoPE function with
@@ -331,7 +334,7 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
     AttendFn a = attend;
     hidden = detail::checkpointed(
         [this, i, rope, a, kernels](const at::Tensor& h) {
-          std::pair<at::Tensor, at::Tensor> out = layer_forward(i, h, at::Tensor(), rope, a, kernels.get());
+          std::pair<at::Tensor, at::Tensor> out = layer_forward(i, h, at::Tensor(), rope, a, kernels.get(), false);
           return out.first + out.second;
         },
         hidden, layer_parameters(i));
