@@ -1,5 +1,7 @@
-// cuda: decode attention over the paged KV cache (one query token per sequence, GQA) and its
-// launcher, flash-decoding style. Decode attention is bound by reading the KV cache: the goal is
+// cuda: decode attention over the paged KV cache (one query token per sequence, GQA) on CUDA
+// cores, and its launcher launch_paged_attention_decode_simt, flash-decoding style: it serves
+// f32, HIP, pre-sm_80 GPUs and the shapes that the tensor-core kernel (attention_mma_kernel.cu,
+// about 2x faster on an H200) does not take. Decode attention is bound by reading the KV cache: the goal is
 // that every K/V row crosses the memory bus once per call, with enough bytes in flight per SM to
 // keep HBM busy, and little enough arithmetic per byte that the math hides behind the loads.
 //  - One thread block per (sequence, KV head, up to 8 query heads of its group, context
@@ -479,7 +481,7 @@ gpuError_t launch_any(FloatType type, const Args& a, int64_t b, gpuStream_t stre
 
 }  // namespace
 
-gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, const void* v_cache, FloatType type,
+gpuError_t launch_paged_attention_decode_simt(const void* q, const void* k_cache, const void* v_cache, FloatType type,
                                           const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
                                           int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
                                           void* out, gpuStream_t stream) {

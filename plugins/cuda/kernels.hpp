@@ -98,11 +98,18 @@ gpuError_t launch_rotary_kv_store(const RotaryKvStoreOperands& operands, FloatTy
 // are clamped to [0, max_blocks * block_size]). S <= 256, b <= 65535, fewer than 2^31 cache
 // positions. When the (sequence, KV head) grid is too small for the GPU, the context is split
 // over several blocks whose partial results live in a workspace allocated and freed in stream
-// order on `stream` (attention_kernel.cu); nothing waits for the stream.
+// order on `stream`; nothing waits for the stream. bf16/f16 with head size 64 or 128 and blocks of
+// a multiple of 16 positions run on tensor cores (attention_mma_kernel.cu, sm_80+); the rest on
+// CUDA cores (attention_kernel.cu).
 gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, const void* v_cache, FloatType type,
                                           const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
                                           int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
                                           void* out, gpuStream_t stream);
+// The CUDA-core kernel alone (same contract; launch_paged_attention_decode falls back to it).
+gpuError_t launch_paged_attention_decode_simt(const void* q, const void* k_cache, const void* v_cache, FloatType type,
+                                               const int32_t* block_tables, const int32_t* context_lens, int64_t b,
+                                               int64_t h, int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks,
+                                               float scale, void* out, gpuStream_t stream);
 
 // One token per row r < b from softmax(logits[r] / temperature[r]) restricted to the top_k[r]
 // largest (<= 0 or >= v: all) and then to the shortest most-likely-first prefix whose mass
