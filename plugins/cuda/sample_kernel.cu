@@ -74,8 +74,8 @@ __device__ __forceinline__ uint32_t ordered_key(float x) {
 
 // A quad, four consecutive logits read by one vector load from a 4-element-aligned address:
 // a float4 (16 bytes) of fp32, 8 bytes of 16-bit values; to_quad widens it to fp32 (exact).
-// `padding` is a quad of -inf in the raw type: a load past the slice selects it before the
-// widening, so no conversion waits on a load between two loads.
+// `padding` is a quad of -inf in the raw type, selected in place of a load past the slice
+// before the widening, so each quad has one conversion path and no branch around it.
 template <class T>
 struct QuadOf {
   using type = uint2;
