@@ -452,7 +452,7 @@ gpuError_t launch_sample_as(const T* logits, int64_t b, int64_t v, const float* 
   const WorkspacePool state = workspace_pool(device);
 
   // Splits: the slice kernel is bound by the hash and the loads of every element, so its time
-  // is about (waves of blocks) x (quads per block), with ~4 blocks resident per SM (55-57
+  // is about (waves of blocks) x (quads per block), with ~4 blocks resident per SM (55-63
   // registers x 256 threads). Pick the split count with the least such time (ties: fewer
   // splits), each split a multiple of kThreads quads and at least kStep of them. The choice
   // depends on v alone, not on the logits' type: 16-bit rows split as their fp32 conversion.
