@@ -1,11 +1,13 @@
 // verlpp-plugin-check, group "kernels": the sampler against what any correct sampler must do
 // (its random generator is the plugin's own), on short rows and at a real vocabulary (151,936,
-// where the cuda plugin splits rows over blocks). Its own file: kernel_cases.cpp had grown past
-// 500 lines.
+// where the cuda plugin splits rows over blocks); and, from ABI 1.3, bf16 / f16 logits against
+// the plugin's own fp32 result for their exact conversion. Its own file: kernel_cases.cpp had
+// grown past 500 lines.
 #include "check_context.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -84,6 +86,84 @@ std::vector<double> filtered_probs(const float* row, int64_t v, double t, int32_
     allowed[size_t(i)] = q[size_t(i)] >= smallest_kept;
   }
   return out;
+}
+
+// ---- 16-bit logits (ABI 1.3). The contract is exact: bf16 / f16 logits must give the tokens and
+// log-probs, bit for bit, that the same plugin gives for their fp32 conversion (converting is
+// exact, so a kernel that widens on load and changes nothing else passes). The rows below mix
+// greedy, temperature-only, top-k, top-p and both; rounded to 16 bits the values repeat, so ties
+// at every boundary are common.
+
+// Logits [b, v] starting `offset` elements into their buffer (byte_offset: with an offset, and
+// with an odd v, rows start off 16-byte alignment, which a vectorised kernel handles apart).
+struct SampleLayout {
+  int64_t b, v, offset;
+};
+
+SampleOut run_sample_raw(CheckContext& ctx, const SampleRows& r, const SampleLayout& layout, DLDataType dtype,
+                         const std::vector<uint8_t>& raw, uint64_t step) {
+  hw::Device d = ctx.device();
+  DeviceTensor buffer(d, {layout.offset + r.b * r.v}, dtype), tt(d, {r.b}, dl_f32()), kt(d, {r.b}, dl_i32()),
+      pt(d, {r.b}, dl_f32()), st(d, {r.b}, DLDataType{kDLUInt, 64, 1}), tok(d, {r.b}, dl_i64()), lp(d, {r.b}, dl_f32());
+  buffer.upload(raw.data());
+  tt.upload(r.temperature.data());
+  kt.upload(r.top_k.data());
+  pt.upload(r.top_p.data());
+  st.upload(r.seeds.data());
+  int64_t shape[2] = {r.b, r.v};
+  DLTensor logits = buffer.dl();
+  logits.ndim = 2;
+  logits.shape = shape;
+  logits.strides = nullptr;
+  logits.byte_offset += uint64_t(layout.offset) * uint64_t(dtype.bits / 8);
+  ctx.expect_ok(ctx.api().kernels->sample(&logits, &tt.dl(), &kt.dl(), &pt.dl(), &st.dl(), step, &tok.dl(), &lp.dl(), nullptr),
+                "sample");
+  return SampleOut{tok.to_host<int64_t>(), lp.to_host<float>()};
+}
+
+// For each layout: logits drawn in fp32 and rounded to `dtype`, passed as `dtype` and as their
+// fp32 conversion (same offset), each layout at its own step; tokens and log-prob bits must agree.
+void check_16bit_logits(CheckContext& ctx, DLDataType dtype) {
+  if (ctx.api().abi_minor < 3)
+    throw NotOffered(fmt::format("bf16 / f16 logits are ABI 1.3 (plugin minor {})", ctx.api().abi_minor));
+  const SampleLayout layouts[] = {{1, 1000, 0},   {64, 1000, 0},  {64, 1001, 0},  {64, 1001, 1},
+                                  {1, 151936, 0}, {1, 151936, 3}, {64, 151936, 0}};
+  struct Kind { float t; int32_t k; float p; };
+  const Kind kinds[] = {{0.0f, 0, 1.0f}, {0.8f, 0, 1.0f}, {1.0f, 50, 1.0f}, {1.1f, 0, 0.9f}, {0.7f, 200, 0.8f}};
+  uint64_t step = 0;
+  for (const SampleLayout& layout : layouts) {
+    ++step;
+    SampleRows r;
+    r.b = layout.b;
+    r.v = layout.v;
+    std::mt19937 rng(uint32_t(layout.b * 131 + layout.v + layout.offset));
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> drawn(size_t(layout.offset + layout.b * layout.v), 0.0f);  // the first `offset` are padding
+    for (size_t i = size_t(layout.offset); i < drawn.size(); ++i) drawn[i] = normal(rng);
+    for (int64_t b = 0; b < r.b; ++b) {
+      const Kind& kind = kinds[size_t(b % 5)];
+      r.temperature.push_back(kind.t);
+      r.top_k.push_back(kind.k);
+      r.top_p.push_back(kind.p);
+      r.seeds.push_back(uint64_t(b) * 104729u + uint64_t(layout.v));
+    }
+    std::vector<double> seen, seen_f32;
+    const std::vector<uint8_t> narrow = encode_as(drawn, dtype, seen);
+    const std::vector<uint8_t> wide = encode_as(std::vector<float>(seen.begin(), seen.end()), dl_f32(), seen_f32);
+    const SampleOut got = run_sample_raw(ctx, r, layout, dtype, narrow, step);
+    const SampleOut want = run_sample_raw(ctx, r, layout, dl_f32(), wide, step);
+    for (int64_t b = 0; b < r.b; ++b) {
+      const size_t i = size_t(b);
+      uint32_t got_bits, want_bits;
+      std::memcpy(&got_bits, &got.logprobs[i], 4);
+      std::memcpy(&want_bits, &want.logprobs[i], 4);
+      CHECK_THAT(got.tokens[i] == want.tokens[i] && got_bits == want_bits,
+                 "B={} V={} offset {} step {}, row {} (T={}, top_k={}, top_p={}): {} gave token {} log-prob {} ({:#010x}), "
+                 "its fp32 conversion token {} log-prob {} ({:#010x})",
+                 layout.b, layout.v, layout.offset, step, b, r.temperature[i], r.top_k[i], r.top_p[i], sdk::dtype_name(dtype),
+                 got.tokens[i], got.logprobs[i], got_bits, want.tokens[i], want.logprobs[i], want_bits);
+    }
+  }
 }
 
 }  // namespace
@@ -256,13 +336,23 @@ void run_sample_cases(CheckContext& ctx) {
     }
   });
 
+  ctx.run("kernels", "sample: bf16 logits give their fp32 conversion's tokens and log-probs bit for bit (1.3)", [&] {
+    need();
+    check_16bit_logits(ctx, dl_bf16());
+  });
+  ctx.run("kernels", "sample: f16 logits give their fp32 conversion's tokens and log-probs bit for bit (1.3)", [&] {
+    need();
+    check_16bit_logits(ctx, dl_f16());
+  });
+
   ctx.run("kernels", "sample rejects bad input", [&] {
     need();
     hw::Device d = ctx.device();
-    DeviceTensor lt(d, {4, 8}, dl_f32()), half(d, {4, 8}, dl_f16()), tt(d, {4}, dl_f32()), short_t(d, {3}, dl_f32()),
+    // f64 logits: no ABI version takes them (f16 and bf16 are valid from 1.3).
+    DeviceTensor lt(d, {4, 8}, dl_f32()), wide(d, {4, 8}, dl_f64()), tt(d, {4}, dl_f32()), short_t(d, {3}, dl_f32()),
         kt(d, {4}, dl_i32()), pt(d, {4}, dl_f32()), st(d, {4}, DLDataType{kDLUInt, 64, 1}), tok(d, {4}, dl_i64()), lp(d, {4}, dl_f32());
-    ctx.expect_error(table->sample(&half.dl(), &tt.dl(), &kt.dl(), &pt.dl(), &st.dl(), 0, &tok.dl(), &lp.dl(), nullptr),
-                     VERLPP_STATUS_INVALID_ARGUMENT, "sample(f16 logits)");
+    ctx.expect_error(table->sample(&wide.dl(), &tt.dl(), &kt.dl(), &pt.dl(), &st.dl(), 0, &tok.dl(), &lp.dl(), nullptr),
+                     VERLPP_STATUS_INVALID_ARGUMENT, "sample(f64 logits)");
     ctx.expect_error(table->sample(&lt.dl(), &short_t.dl(), &kt.dl(), &pt.dl(), &st.dl(), 0, &tok.dl(), &lp.dl(), nullptr),
                      VERLPP_STATUS_INVALID_ARGUMENT, "sample(temperature [3] for 4 rows)");
     ctx.expect_error(table->sample(nullptr, &tt.dl(), &kt.dl(), &pt.dl(), &st.dl(), 0, &tok.dl(), &lp.dl(), nullptr),

@@ -451,7 +451,8 @@ verlpp_error* sample(const DLTensor* logits_p, const DLTensor* temperature_p, co
   return sdk::guard("cpu_ref sample", [&] {
     const DLTensor& logits = checked(logits_p, "logits");
     require(logits.ndim == 2, "logits must be [B, V], got ndim " + std::to_string(logits.ndim));
-    require(is_f32(logits.dtype), "logits must be float32, got " + sdk::dtype_name(logits.dtype));
+    // f32, or from ABI 1.3 bf16 / f16: each row is widened to fp32 (exact) and sampled as such.
+    require(is_float_dtype(logits.dtype), "logits dtype " + sdk::dtype_name(logits.dtype) + " is not f32/bf16/f16");
     require(sdk::is_contiguous(logits), "logits must be contiguous");
     require_host(logits, "logits");
     const int64_t b = logits.shape[0], v = logits.shape[1];
@@ -470,19 +471,21 @@ verlpp_error* sample(const DLTensor* logits_p, const DLTensor* temperature_p, co
     require_vector(seeds, b, seed_type, "seeds");
     require_vector(out_tokens, b, {kDLInt, 64, 1}, "out_tokens");
     require_vector(out_logprobs, b, {kDLFloat, 32, 1}, "out_logprobs");
-    const auto* x = static_cast<const float*>(sdk::data_ptr(logits));
+    const void* x = sdk::data_ptr(logits);
     const auto* temps = static_cast<const float*>(sdk::data_ptr(temperature));
     const auto* ks = static_cast<const int32_t*>(sdk::data_ptr(top_k));
     const auto* ps = static_cast<const float*>(sdk::data_ptr(top_p));
     const auto* seed = static_cast<const uint64_t*>(sdk::data_ptr(seeds));
     auto* tokens = static_cast<int64_t*>(sdk::data_ptr(out_tokens));
     auto* logprobs = static_cast<float*>(sdk::data_ptr(out_logprobs));
+    std::vector<float> widened(static_cast<size_t>(v));
     for (int64_t r = 0; r < b; ++r) {
       const std::string row = " at row " + std::to_string(r);
       require(temps[r] >= 0.0f && std::isfinite(temps[r]), "temperature " + std::to_string(temps[r]) + row + " must be finite and >= 0");
       require(ks[r] >= 0, "top_k " + std::to_string(ks[r]) + row + " must be >= 0 (0 = all)");
       require(ps[r] > 0.0f && ps[r] <= 1.0f, "top_p " + std::to_string(ps[r]) + row + " must be in (0, 1]");
-      sample_row(x + r * v, v, temps[r], ks[r], ps[r], seed[r], step, tokens[r], logprobs[r]);
+      for (int64_t j = 0; j < v; ++j) widened[size_t(j)] = load(x, logits.dtype, r * v + j);
+      sample_row(widened.data(), v, temps[r], ks[r], ps[r], seed[r], step, tokens[r], logprobs[r]);
     }
   });
 }

@@ -334,7 +334,8 @@ verlpp_error* sample(const DLTensor* logits_p, const DLTensor* temperature_p, co
   return sdk::guard(VERLPP_GPU_PLUGIN_NAME " sample", [&] {
     const DLTensor& logits = checked(logits_p, "logits");
     require(logits.ndim == 2, "logits must be [B, V], got ndim " + std::to_string(logits.ndim));
-    require(is_f32(logits.dtype), "logits must be float32, got " + sdk::dtype_name(logits.dtype));
+    // f32, or from ABI 1.3 bf16 / f16 (read as their exact fp32 values).
+    const FloatType type = float_type(logits.dtype, "logits");
     require(sdk::is_contiguous(logits), "logits must be contiguous");
     const int64_t b = logits.shape[0], v = logits.shape[1];
     require(v > 0 || b == 0, "vocabulary size is 0");
@@ -358,7 +359,7 @@ verlpp_error* sample(const DLTensor* logits_p, const DLTensor* temperature_p, co
     StreamTarget target = resolve_stream(stream, device);
     require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
     DeviceGuard device_guard(device);
-    cuda_check(launch_sample(static_cast<const float*>(sdk::data_ptr(logits)), b, v,
+    cuda_check(launch_sample(sdk::data_ptr(logits), type, b, v,
                              static_cast<const float*>(sdk::data_ptr(temperature)),
                              static_cast<const int32_t*>(sdk::data_ptr(top_k)), static_cast<const float*>(sdk::data_ptr(top_p)),
                              static_cast<const uint64_t*>(sdk::data_ptr(seeds)), step,

@@ -116,13 +116,15 @@ gpuError_t launch_paged_attention_decode_simt(const void* q, const void* k_cache
 // reaches top_p[r] of theirs (>= 1: all; ties at a boundary are kept); temperature <= 0 means
 // greedy (first argmax). The draw is uniform_draw(seeds[r], step) (splitmix64, as cpu_ref).
 // out_logprobs[r] = log_softmax(logits[r] / t)[token] (t = 1 when greedy).
-// logits [b, v] f32 contiguous; temperature, top_p [b] f32; top_k [b] i32; seeds [b] u64;
-// out_tokens [b] i64; out_logprobs [b] f32. v <= 2^31 - 2^20. Rows may be split over several
-// blocks whose partials live in a workspace allocated and freed in stream order on `stream`
-// (sample_kernel.cu); nothing waits for the stream.
-gpuError_t launch_sample(const float* logits, int64_t b, int64_t v, const float* temperature, const int32_t* top_k,
-                          const float* top_p, const uint64_t* seeds, uint64_t step, int64_t* out_tokens,
-                          float* out_logprobs, gpuStream_t stream);
+// logits [b, v] of `type` (f32, or bf16 / f16 from ABI 1.3: read as their exact fp32 values, with
+// the same tokens and log-probs, bit for bit, as fp32 logits at the same element offset from a
+// 16-byte aligned allocation), contiguous, aligned to their element size; temperature, top_p
+// [b] f32; top_k [b] i32; seeds [b] u64; out_tokens [b] i64; out_logprobs [b] f32.
+// v <= 2^31 - 2^20. Rows may be split over several blocks whose partials live in a workspace
+// allocated and freed in stream order on `stream` (sample_kernel.cu); nothing waits for the stream.
+gpuError_t launch_sample(const void* logits, FloatType type, int64_t b, int64_t v, const float* temperature,
+                          const int32_t* top_k, const float* top_p, const uint64_t* seeds, uint64_t step,
+                          int64_t* out_tokens, float* out_logprobs, gpuStream_t stream);
 
 // Element-wise copy between two device views of the same shape: dst[i...] = src[i...].
 // Strides in elements (any sign-free layout, e.g. transposed); at most kMaxCopyDims dims;

@@ -20,6 +20,15 @@
 // z_j + G_j is only computed for elements that can still beat the warp's best exact value P, a
 // test made with cheap rigorous bounds (see candidate filter below); the result is the same
 // argmax as evaluating every element, so tokens equal the old kernel's for the same seeds.
+//
+// Logits may be f32, bf16 or f16 (ABI 1.3): every read converts to fp32 on load (exact), and
+// the rest is the fp32 code. The result must equal the fp32 call's on the converted values bit
+// for bit, log-prob included, and the softmax denominator is a float sum whose rounding depends
+// on which thread adds which element in which step; so the 16-bit kernels keep the fp32 path's
+// exact partition: quads of four elements from a quad-aligned start (`head` scalars before it),
+// a quad one 16-byte float4 load in fp32 and one 8-byte load in 16-bit. An 8-value 16-byte load
+// would span two threads' quads of that partition (the neighbour's data would need a shuffle
+// and put no more bytes in flight per thread). The hash index of every element is unchanged.
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 #include "workspace_pool.hpp"
@@ -27,13 +36,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace verlpp::cuda {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kLoadsInFlight = 4;                   // float4s per thread per step (16 values)
-constexpr int kStep = kThreads * kLoadsInFlight;    // float4s a block reads per step
+constexpr int kLoadsInFlight = 4;                   // quads per thread per step (16 values)
+constexpr int kStep = kThreads * kLoadsInFlight;    // quads a block reads per step
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 constexpr uint64_t kStride = 0xD1B54A32D192ED03ull;  // the hash's multiplier of j + 1
 
@@ -59,6 +70,32 @@ __device__ __forceinline__ float fast_log2(float x) {
 __device__ __forceinline__ uint32_t ordered_key(float x) {
   uint32_t bits = __float_as_uint(x);
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+// A quad, four consecutive logits read by one vector load from a 4-element-aligned address:
+// a float4 (16 bytes) of fp32, 8 bytes of 16-bit values; to_quad widens it to fp32 (exact).
+// `padding` is a quad of -inf in the raw type, selected in place of a load past the slice
+// before the widening, so each quad has one conversion path and no branch around it.
+template <class T>
+struct QuadOf {
+  using type = uint2;
+  static constexpr uint32_t kNegInf2 = std::is_same<T, __half>::value ? 0xFC00FC00u : 0xFF80FF80u;  // two -inf
+  static __device__ __forceinline__ uint2 padding() { return make_uint2(kNegInf2, kNegInf2); }
+};
+template <>
+struct QuadOf<float> {
+  using type = float4;
+  static __device__ __forceinline__ float4 padding() { return make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY); }
+};
+template <class T>
+__device__ __forceinline__ float4 to_quad(typename QuadOf<T>::type raw) {
+  T h[4];
+  memcpy(h, &raw, sizeof(raw));
+  return make_float4(to_float(h[0]), to_float(h[1]), to_float(h[2]), to_float(h[3]));
+}
+template <>
+__device__ __forceinline__ float4 to_quad<float>(float4 r) {
+  return r;
 }
 
 __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
@@ -167,12 +204,12 @@ __device__ RowSetup row_setup(int64_t row, int64_t v, const float* temperature, 
   return s;
 }
 
-// One thread's share of elements [head + 4 f_begin, head + 4 f_end) of row x (float4s from a
-// 16-byte aligned x + head), plus the scalar elements [0, head) and [tail, v) when asked. A
+// One thread's share of elements [head + 4 f_begin, head + 4 f_end) of row x (quads from a
+// quad-aligned x + head), plus the scalar elements [0, head) and [tail, v) when asked. A
 // thread visits its indices in increasing order, so within a thread "strictly larger" is the
 // tie rule; the warp keeps the same trip count (its shuffles need every lane).
-template <bool kDraw>
-__device__ Partial slice_pass(const float* __restrict__ x, int32_t v, int32_t head, int32_t f_begin, int32_t f_end,
+template <class T, bool kDraw>
+__device__ Partial slice_pass(const T* __restrict__ x, int32_t v, int32_t head, int32_t f_begin, int32_t f_end,
                               bool with_head, int32_t tail, const RowSetup& rs) {
   const int32_t none = v;
   const float c = rs.c;
@@ -184,7 +221,7 @@ __device__ Partial slice_pass(const float* __restrict__ x, int32_t v, int32_t he
     if (value > pick || (value == pick && pick_i == none)) pick = value, pick_i = j;
   };
   auto scalar = [&](int32_t j) {  // head and tail elements: everything exact, one at a time
-    const float xj = x[j];
+    const float xj = to_float(x[j]);
     if (xj > best) {
       if (best != -INFINITY) sum *= exp2f(mc - xj * c);
       best = xj, best_i = j, mc = xj * c;
@@ -196,7 +233,8 @@ __device__ Partial slice_pass(const float* __restrict__ x, int32_t v, int32_t he
   };
   if (with_head && int32_t(threadIdx.x) < head) scalar(threadIdx.x);
 
-  const float4* x4 = reinterpret_cast<const float4*>(x + head);
+  using Quad = typename QuadOf<T>::type;
+  const Quad* x4 = reinterpret_cast<const Quad*>(x + head);
   // The hash input of this thread's first element, j = head + 4 (f_begin + tid); it moves by a
   // constant per float4 and per step (kept in a register: recomputing it cost ~3 per element).
   uint64_t hash = rs.row_bits + uint64_t(head + 1 + 4 * (f_begin + int32_t(threadIdx.x))) * kStride + kGolden;
@@ -208,7 +246,7 @@ __device__ Partial slice_pass(const float* __restrict__ x, int32_t v, int32_t he
     for (int u = 0; u < kLoadsInFlight; ++u) {
       const int32_t f = base + u * kThreads + threadIdx.x;
       valid[u] = f < f_end;
-      const float4 r = valid[u] ? x4[f] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      const float4 r = to_quad<T>(valid[u] ? x4[f] : QuadOf<T>::padding());
       xv[4 * u] = r.x, xv[4 * u + 1] = r.y, xv[4 * u + 2] = r.z, xv[4 * u + 3] = r.w;
     }
     auto index_of = [&](int i) { return head + 4 * (base + (i >> 2) * kThreads + int32_t(threadIdx.x)) + (i & 3); };
@@ -244,7 +282,7 @@ __device__ Partial slice_pass(const float* __restrict__ x, int32_t v, int32_t he
         // No candidate in the warp yet (first step): each lane offers its largest value, which
         // makes P the best of 32 good candidates before the test instead of letting all through.
         const int32_t j = first_index(cm);
-        if (j != none) offer(j, x[j]);
+        if (j != none) offer(j, to_float(x[j]));
       }
       warp_pick = pick;  // every lane's pick only grows, so this is the warp's best so far
       for (int offset = 16; offset > 0; offset >>= 1) warp_pick = fmaxf(warp_pick, gpu_shfl_xor(warp_pick, offset));
@@ -269,7 +307,7 @@ __device__ Partial slice_pass(const float* __restrict__ x, int32_t v, int32_t he
         const int i = __ffs(mask) - 1;
         mask &= mask - 1;
         const int32_t j = index_of(i);
-        offer(j, x[j]);
+        offer(j, to_float(x[j]));
       }
       hash += uint64_t(4 * kStep) * kStride;
     }
@@ -279,34 +317,41 @@ __device__ Partial slice_pass(const float* __restrict__ x, int32_t v, int32_t he
   return Partial{best, best_i, sum, pick, pick_i};
 }
 
-// The block's partial of split `split` of row x: a row is `head` scalar elements up to 16-byte
-// alignment (split 0 takes them), n4 float4s (per_split to a split), then the rest (the last).
-template <bool kDraw>
-__device__ Partial row_slice(const float* x, int32_t v, int32_t split, int32_t splits, int32_t per_split,
+// The block's partial of split `split` of row x: a row is `head` scalar elements up to quad
+// alignment (16 bytes in fp32, 8 in 16-bit; split 0 takes them), n4 quads (per_split to a
+// split), then the rest (the last). For 16-bit rows and fp32 rows at the same element offset
+// from allocations aligned to 16 bytes, head (the offset's distance to a multiple of 4) is the
+// same, and so is everything after it.
+template <class T, bool kDraw>
+__device__ Partial row_slice(const T* x, int32_t v, int32_t split, int32_t splits, int32_t per_split,
                              const RowSetup& rs, Partial* scratch) {
-  const int32_t head = min(v, int32_t(((16u - (reinterpret_cast<uintptr_t>(x) & 15u)) & 15u) / 4u));
+  constexpr uintptr_t kQuadBytes = 4 * sizeof(T);
+  const uintptr_t misalign = reinterpret_cast<uintptr_t>(x) & (kQuadBytes - 1);
+  const int32_t head = min(v, int32_t(((kQuadBytes - misalign) & (kQuadBytes - 1)) / sizeof(T)));
   const int32_t n4 = (v - head) / 4, tail = split == splits - 1 ? head + 4 * n4 : v;
   const int32_t f_begin = min(n4, split * per_split), f_end = min(n4, f_begin + per_split);
-  return block_merge(slice_pass<kDraw>(x, v, head, f_begin, f_end, split == 0, tail, rs), rs.c, scratch);
+  return block_merge(slice_pass<T, kDraw>(x, v, head, f_begin, f_end, split == 0, tail, rs), rs.c, scratch);
 }
 
 // grid (rows, splits), block kThreads: partial per (row, split) into parts[row * splits + split].
+template <class T>
 __global__ void __launch_bounds__(kThreads)
-slice_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, int32_t per_split,
+slice_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, int32_t per_split,
              const float* __restrict__ temperature, const int32_t* __restrict__ top_k, const float* __restrict__ top_p,
              const uint64_t* __restrict__ seeds, uint64_t step, Partial* __restrict__ parts) {
   __shared__ Partial scratch[kWarps];
   const int64_t row = blockIdx.x;
   const RowSetup rs = row_setup(row, v, temperature, top_k, top_p, seeds, step);
-  const float* x = logits + row * v;
-  const Partial p = rs.draw ? row_slice<true>(x, v, blockIdx.y, splits, per_split, rs, scratch)
-                            : row_slice<false>(x, v, blockIdx.y, splits, per_split, rs, scratch);
+  const T* x = logits + row * v;
+  const Partial p = rs.draw ? row_slice<T, true>(x, v, blockIdx.y, splits, per_split, rs, scratch)
+                            : row_slice<T, false>(x, v, blockIdx.y, splits, per_split, rs, scratch);
   if (threadIdx.x == 0) parts[row * splits + blockIdx.y] = p;
 }
 
 // grid.x = rows, block = kThreads. parts = NULL: no workspace, the block reads its row itself.
+template <class T>
 __global__ void __launch_bounds__(kThreads)
-finish_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, const Partial* __restrict__ parts,
+finish_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, const Partial* __restrict__ parts,
               const float* __restrict__ temperature, const int32_t* __restrict__ top_k, const float* __restrict__ top_p,
               const uint64_t* __restrict__ seeds, uint64_t step, int64_t* __restrict__ out_tokens,
               float* __restrict__ out_logprobs) {
@@ -315,13 +360,13 @@ finish_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, const
   __shared__ unsigned long long scratch_u[kWarps];
 
   const int64_t row = blockIdx.x;
-  const float* x = logits + row * v;
+  const T* x = logits + row * v;
   const RowSetup rs = row_setup(row, v, temperature, top_k, top_p, seeds, step);
   const float temp = rs.temp;
 
   Partial all;
   if (parts == nullptr) {
-    all = rs.draw ? row_slice<true>(x, v, 0, 1, v, rs, scratch) : row_slice<false>(x, v, 0, 1, v, rs, scratch);
+    all = rs.draw ? row_slice<T, true>(x, v, 0, 1, v, rs, scratch) : row_slice<T, false>(x, v, 0, 1, v, rs, scratch);
   } else {
     // Warp 0 merges the row's partials: lane l takes l, l + 32, ... in order, then a fixed tree.
     if (threadIdx.x < 32) {
@@ -345,7 +390,7 @@ finish_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, const
       while (hi - lo > 1) {
         const uint64_t mid = lo + (hi - lo) / 2;
         unsigned long long count = 0;
-        for (int64_t j = threadIdx.x; j < v; j += kThreads) count += ordered_key(x[j]) >= mid;
+        for (int64_t j = threadIdx.x; j < v; j += kThreads) count += ordered_key(to_float(x[j])) >= mid;
         count = block_reduce(count, SumOp{}, 0ull, scratch_u);
         if (count >= (unsigned long long)rs.k) lo = mid;
         else hi = mid;
@@ -359,7 +404,7 @@ finish_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, const
       // q = exp(x / t - max); the mass of the top-k set.
       float local = 0.0f;
       for (int64_t j = threadIdx.x; j < v; j += kThreads)
-        if (ordered_key(x[j]) >= key_floor) local += expf(x[j] / temp - z_max);
+        if (ordered_key(to_float(x[j])) >= key_floor) local += expf(to_float(x[j]) / temp - z_max);
       const float mass_k = block_reduce(local, SumOp{}, 0.0f, scratch_f);
       const float limit = (rs.p > 0.0f ? rs.p : 0.0f) * mass_k;
       uint32_t lo = 0, hi = 0x7f800000u;  // G(lo) = mass_k >= limit; G(+inf bits) = 0
@@ -367,8 +412,8 @@ finish_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, const
         const uint32_t mid = lo + (hi - lo) / 2;
         local = 0.0f;
         for (int64_t j = threadIdx.x; j < v; j += kThreads) {
-          if (ordered_key(x[j]) < key_floor) continue;
-          const float q = expf(x[j] / temp - z_max);
+          if (ordered_key(to_float(x[j])) < key_floor) continue;
+          const float q = expf(to_float(x[j]) / temp - z_max);
           if (__float_as_uint(q) > mid) local += q;
         }
         const float g = block_reduce(local, SumOp{}, 0.0f, scratch_f);
@@ -382,7 +427,7 @@ finish_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, const
     // kept, so the set is never empty.
     Partial mine{-INFINITY, v, 0.0f, -INFINITY, v};
     for (int32_t j = threadIdx.x; j < v; j += kThreads) {
-      const float xj = x[j];
+      const float xj = to_float(x[j]);
       if (ordered_key(xj) < key_floor) continue;
       const float z = xj / temp - z_max;  // log q_j
       if (q_floor != 0 && __float_as_uint(expf(z)) < q_floor) continue;
@@ -393,27 +438,24 @@ finish_kernel(const float* __restrict__ logits, int32_t v, int32_t splits, const
   if (threadIdx.x == 0) {
     const int64_t token = !rs.greedy && pick_i < v ? pick_i : argmax;
     out_tokens[row] = token;
-    out_logprobs[row] = x[token] / temp - z_max - logf(all.sum);
+    out_logprobs[row] = to_float(x[token]) / temp - z_max - logf(all.sum);
   }
 }
 
-
-}  // namespace
-
-gpuError_t launch_sample(const float* logits, int64_t b, int64_t v, const float* temperature, const int32_t* top_k,
-                          const float* top_p, const uint64_t* seeds, uint64_t step, int64_t* out_tokens,
-                          float* out_logprobs, gpuStream_t stream) {
-  if (b == 0) return gpuSuccess;
-  // int32 indices inside a row (v below 2^31 - 2^20 leaves room for a step's overshoot).
-  if (b > 0x7fffffff || v <= 0 || v > 0x7ff00000) return gpuErrorInvalidValue;
+// The two launches for logits of type T (splits and workspace as below).
+template <class T>
+gpuError_t launch_sample_as(const T* logits, int64_t b, int64_t v, const float* temperature, const int32_t* top_k,
+                            const float* top_p, const uint64_t* seeds, uint64_t step, int64_t* out_tokens,
+                            float* out_logprobs, gpuStream_t stream) {
   int device = 0;
   if (gpuGetDevice(&device) != gpuSuccess) return gpuGetLastError();
   const WorkspacePool state = workspace_pool(device);
 
   // Splits: the slice kernel is bound by the hash and the loads of every element, so its time
-  // is about (waves of blocks) x (float4s per block), with ~4 blocks resident per SM (55-57
+  // is about (waves of blocks) x (quads per block), with ~4 blocks resident per SM (55-63
   // registers x 256 threads). Pick the split count with the least such time (ties: fewer
-  // splits), each split a multiple of kThreads float4s and at least kStep of them.
+  // splits), each split a multiple of kThreads quads and at least kStep of them. The choice
+  // depends on v alone, not on the logits' type: 16-bit rows split as their fp32 conversion.
   const int64_t n4 = v / 4;
   int64_t splits = 1, per_split = n4;
   if (state.pool != nullptr && state.sms > 0 && n4 >= 2 * kStep) {
@@ -442,6 +484,28 @@ gpuError_t launch_sample(const float* logits, int64_t b, int64_t v, const float*
     if (launched == gpuSuccess && freed != gpuSuccess) return freed;
   }
   return launched;
+}
+
+}  // namespace
+
+gpuError_t launch_sample(const void* logits, FloatType type, int64_t b, int64_t v, const float* temperature,
+                          const int32_t* top_k, const float* top_p, const uint64_t* seeds, uint64_t step,
+                          int64_t* out_tokens, float* out_logprobs, gpuStream_t stream) {
+  if (b == 0) return gpuSuccess;
+  // int32 indices inside a row (v below 2^31 - 2^20 leaves room for a step's overshoot).
+  if (b > 0x7fffffff || v <= 0 || v > 0x7ff00000) return gpuErrorInvalidValue;
+  switch (type) {
+    case FloatType::f32:
+      return launch_sample_as(static_cast<const float*>(logits), b, v, temperature, top_k, top_p, seeds, step,
+                              out_tokens, out_logprobs, stream);
+    case FloatType::bf16:
+      return launch_sample_as(static_cast<const gpu_bfloat16*>(logits), b, v, temperature, top_k, top_p, seeds, step,
+                              out_tokens, out_logprobs, stream);
+    case FloatType::f16:
+      return launch_sample_as(static_cast<const __half*>(logits), b, v, temperature, top_k, top_p, seeds, step,
+                              out_tokens, out_logprobs, stream);
+  }
+  return gpuErrorInvalidValue;
 }
 
 }  // namespace verlpp::cuda

@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
+#include <random>
 
 using namespace verlpp::rollout;
 
@@ -211,6 +213,67 @@ TEST_CASE("sampler: a plugin's sample kernel (cpu_ref) through the host's dispat
   CHECK(g.token_ids[1].item<int64_t>() == 1);
   const double z0 = std::log(std::exp(0.5 - 3.0) + 1.0 + std::exp(-1.0 - 3.0));
   CHECK(std::abs(g.logprobs[0].item<float>() - (0.0 - z0)) < 1e-5);
+}
+
+namespace {
+// cpu_ref's sample, wrapped to record the dtype of the logits the host hands it.
+const verlpp_kernel_table* g_cpu_ref_table = nullptr;
+DLDataType g_logits_dtype{};
+verlpp_error* recording_sample(const DLTensor* logits, const DLTensor* temperature, const DLTensor* top_k,
+                               const DLTensor* top_p, const DLTensor* seeds, uint64_t step, DLTensor* out_tokens,
+                               DLTensor* out_logprobs, verlpp_stream stream) {
+  g_logits_dtype = logits->dtype;
+  return g_cpu_ref_table->sample(logits, temperature, top_k, top_p, seeds, step, out_tokens, out_logprobs, stream);
+}
+
+bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.numel() == b.numel() &&
+         std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), size_t(a.numel()) * a.element_size()) == 0;
+}
+}  // namespace
+
+TEST_CASE("sampler: bf16 / f16 logits reach an ABI 1.3 kernel as they are, with their fp32 conversion's result",
+          "[rollout][sampler]") {
+  verlpp::hw::Plugin loaded = verlpp::hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
+  g_cpu_ref_table = loaded.api().kernels;
+  static verlpp_kernel_table recording;
+  recording = *g_cpu_ref_table;
+  recording.sample = &recording_sample;
+  // V odd, values with many exact ties once rounded (bf16 keeps 8 significant bits).
+  const int64_t B = 16, V = 1001;
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> values(size_t(B * V));
+  for (float& x : values) x = normal(rng);
+  const at::Tensor drawn = at::tensor(values).reshape({B, V});
+  std::vector<RowSampling> rows;
+  const RowSampling kinds[] = {{0.0, 0, 1.0, 0, 0}, {0.8, 0, 1.0, 0, 0}, {1.0, 40, 1.0, 0, 0}, {1.2, 0, 0.9, 0, 0},
+                               {0.7, 20, 0.8, 0, 0}};
+  for (int64_t r = 0; r < B; ++r) {
+    RowSampling row = kinds[r % 5];
+    row.seed = sample_seed(13, r);
+    row.step = 4 + r % 3;
+    rows.push_back(row);
+  }
+  for (uint32_t minor : {3u, 2u}) {
+    verlpp_plugin_api api = loaded.api();
+    api.kernels = &recording;
+    api.abi_minor = minor;  // a 1.2 plugin must keep getting fp32
+    verlpp::hw::Plugin plugin(loaded.path(), loaded.score(), api, sizeof(api));
+    verlpp::hw::Kernels kernels(plugin);
+    for (at::ScalarType type : {at::kBFloat16, at::kHalf}) {
+      INFO(fmt::format("plugin ABI minor {}, logits {}", minor, c10::toString(type)));
+      const at::Tensor narrow = drawn.to(type), wide = narrow.to(at::kFloat);  // wide: the exact conversion
+      SampleResult got = sample(narrow, rows, &kernels);
+      const bool native = minor >= 3;
+      CHECK(g_logits_dtype.bits == (native ? 16 : 32));
+      CHECK(g_logits_dtype.code == (native && type == at::kBFloat16 ? kDLBfloat : kDLFloat));
+      SampleResult want = sample(wide, rows, &kernels);
+      CHECK(g_logits_dtype.bits == 32);
+      CHECK(same_bits(got.token_ids, want.token_ids));
+      CHECK(same_bits(got.logprobs, want.logprobs));
+    }
+  }
 }
 
 TEST_CASE("sampling params: bad values are errors naming the field", "[rollout][sampler]") {

@@ -76,7 +76,8 @@ struct DeviceSampling {
 
 // The plugin's `sample` kernel (`kernels` must have one) with everything on the device: returns
 // tokens [B] int64 and their log-probs [B] f32 there, queued on LibTorch's current stream.
-// No host copy and no synchronisation, so a device graph can capture it.
+// No host copy and no synchronisation, so a device graph can capture it. bf16 / f16 logits go to
+// an ABI 1.3 plugin as they are (same result as their fp32 conversion), others as fp32.
 std::pair<at::Tensor, at::Tensor> sample_on_device(const at::Tensor& logits, const DeviceSampling& rows,
                                                    const hw::Kernels& kernels);
 

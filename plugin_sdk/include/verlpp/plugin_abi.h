@@ -195,9 +195,12 @@ typedef struct verlpp_kernel_table {
                                           const DLTensor* context_lens, float scale,
                                           DLTensor* out, verlpp_stream stream);
   /* Sample one token per row from softmax(logits / temperature) restricted by top_k (0 = all)
-   * and top_p (1 = all); temperature 0 means greedy. logits [B, V] f32; temperature, top_p [B]
-   * f32; top_k [B] int32; seeds [B] uint64 (row r's draw depends only on seeds[r] and step);
-   * out_tokens [B] int64; out_logprobs [B] f32 (log-prob after temperature, before filtering). */
+   * and top_p (1 = all); temperature 0 means greedy. logits [B, V] contiguous, f32 or (from
+   * 1.3) bf16 / f16: 16-bit logits must give exactly what their fp32 conversion (exact) gives,
+   * the same tokens and log-prob bits; the host passes them only when abi_minor >= 3, fp32
+   * otherwise. temperature, top_p [B] f32; top_k [B] int32; seeds [B] uint64 (row r's draw
+   * depends only on seeds[r] and step); out_tokens [B] int64; out_logprobs [B] f32 (log-prob
+   * after temperature, before filtering). */
   verlpp_error* (*sample)(const DLTensor* logits, const DLTensor* temperature,
                           const DLTensor* top_k, const DLTensor* top_p, const DLTensor* seeds,
                           uint64_t step, DLTensor* out_tokens, DLTensor* out_logprobs,

@@ -117,7 +117,12 @@ std::pair<at::Tensor, at::Tensor> sample_on_device(const at::Tensor& logits, con
                                                    const hw::Kernels& kernels) {
   VERLPP_CHECK(kernels.table().sample != nullptr, "sample_on_device: plugin {} has no sample kernel",
                kernels.plugin().display_name());
-  at::Tensor x = logits.to(at::kFloat).contiguous();
+  // ABI 1.3 plugins read bf16 / f16 logits themselves (as their exact fp32 values, with the
+  // same result), which saves the fp32 copy: at decode batch 256 x 151,936 a 156 MB write per
+  // step. Older plugins take fp32 only.
+  const bool native = kernels.plugin().abi_minor() >= 3 &&
+                      (logits.scalar_type() == at::kBFloat16 || logits.scalar_type() == at::kHalf);
+  at::Tensor x = (native ? logits : logits.to(at::kFloat)).contiguous();
   auto on = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).device(x.device()); };
   at::Tensor tokens = at::empty({x.size(0)}, on(at::kLong)), logprobs = at::empty({x.size(0)}, on(at::kFloat));
   DLTensor d_x = hw::detail::dl_view(x), d_temp = hw::detail::dl_view(rows.temperature),
