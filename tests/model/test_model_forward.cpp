@@ -457,3 +457,64 @@ TEST_CASE("decoder: fused projections are views of one buffer and change no resu
     check_close(single_forward(fused, probe), single_forward(plain, probe), 1e-12, 1e-12, "fp64 after to()");
   }
 }
+
+namespace {
+// A LayerKernels whose only offer is add_rms_norm, done with LibTorch's ops but writing the sum
+// into `residual` in place (as a plugin's kernel does), and declining where autograd records.
+struct InPlaceAddNorm : LayerKernels {
+  mutable int64_t calls = 0;
+  std::pair<at::Tensor, at::Tensor> rotate(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                           const at::Tensor&) const override {
+    return {};
+  }
+  at::Tensor silu_mul(const at::Tensor&, const at::Tensor&) const override { return {}; }
+  std::pair<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
+                                                 double eps) const override {
+    if (at::GradMode::is_enabled() && (x.requires_grad() || residual.requires_grad() || weight.requires_grad())) return {};
+    ++calls;
+    residual.add_(x);
+    return {residual, rms_norm(residual, weight, eps)};
+  }
+};
+}  // namespace
+
+// The residual adds ride to the next RMSNorm (DecoderLM::run's `pending`) and a LayerKernels
+// may fuse them, writing into the residual. Without autograd every add goes through it (two a
+// layer) and the result is unchanged; with gradient checkpointing the layer's first pass runs
+// without autograd, and its input, saved for the recomputation, must not be written: the
+// gradients must equal those of a model without the kernels.
+TEST_CASE("decoder: fused residual adds change no result and never write a checkpointed input", "[model][decoder][grad]") {
+  std::mt19937 rng(8);
+  for (const char* arch : kCausalArchs) {
+    INFO(arch);
+    const auto kernels = std::make_shared<InPlaceAddNorm>();
+    DecoderLM m = make_model(arch, 4);
+    const int64_t layers = m.config().num_hidden_layers;
+    const at::Tensor ids = at::tensor(random_ids(rng, 10, m.config().vocab_size), at::kLong).view({2, 5});
+    {
+      at::NoGradGuard no_grad;
+      const at::Tensor want = m.forward_padded(ids);
+      const at::Tensor got = m.forward_padded(ids, {}, {}, kernels);
+      CHECK(kernels->calls == 2 * layers);
+      check_close(got, want, 0, 0, "no-grad forward with fused adds");
+    }
+    m.set_requires_grad(true);
+    m.set_gradient_checkpointing(true);
+    const at::Tensor w = at::randn({2, 5, m.config().hidden_size});
+    auto grads = [&](std::shared_ptr<const LayerKernels> k) {
+      for (const auto& [name, p] : m.named_parameters()) p.mutable_grad() = at::Tensor();
+      (m.forward_padded(ids, {}, {}, std::move(k)) * w).sum().backward();
+      std::vector<at::Tensor> out;
+      for (const auto& [name, p] : m.named_parameters()) out.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+      return out;
+    };
+    const std::vector<at::Tensor> want = grads(nullptr);
+    const std::vector<at::Tensor> got = grads(kernels);
+    for (size_t i = 0; i < want.size(); ++i) {
+      const std::string& name = m.named_parameters()[i].first;
+      INFO(name);
+      REQUIRE(got[i].defined() == want[i].defined());  // the LM head has none: forward_padded stops before it
+      if (want[i].defined()) check_close(got[i], want[i], 1e-6, 1e-5, name);
+    }
+  }
+}

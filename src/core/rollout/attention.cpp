@@ -78,7 +78,9 @@ void RolloutAttention::rotate(at::Tensor& q, at::Tensor& k, const at::Tensor& po
   }
   VERLPP_CHECK(rotary_ != nullptr, "RolloutAttention: q {} / k {} do not suit rotary_kv_store and the plugin has no "
                "rotary_embedding", c10::toString(q.scalar_type()), c10::toString(k.scalar_type()));
-  q = q.contiguous();  // no copy for the model's q/k (views of one projection's output)
+  // A copy when q/k are column slices of the fused q/k/v projection (prefill steps; the
+  // rotary_embedding contract wants contiguous tensors); none for unfused ones.
+  q = q.contiguous();
   k = k.contiguous();
   const at::Tensor positions = position_ids.contiguous();
   const at::Tensor freq = inv_freq.contiguous();

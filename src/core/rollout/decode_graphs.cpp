@@ -135,7 +135,7 @@ void DecodeGraphs::capture(const model::DecoderLM& model, model::PagedKvCache& c
                         i64.narrow(0, 5 * B, B)};
     RolloutAttention attention(cache, std::move(paged), /*is_decode=*/true, &kernels_);
     VERLPP_CHECK(attention.uses_kernel(), "DecodeGraphs: the decode step would not use the plugin's attention kernel");
-    const at::Tensor hidden = model.forward_cached(ids, positions, attention, train::detail::layer_kernels_for(&kernels_));
+    const at::Tensor hidden = model.forward_cached(ids, positions, attention, train::detail::layer_kernels_for(&kernels_, /*fuse_adds=*/true));
     std::tie(bucket.tokens, bucket.logprobs) = sample_on_device(model.logits(hidden), rows, kernels_);
   };
   graphs_.capture(B, body);

@@ -49,7 +49,7 @@ std::string shape_text(const at::Tensor& t) {
 
 RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
     : model_(std::move(model)), options_(std::move(options)),
-      layer_kernels_(train::detail::layer_kernels_for(options_.kernels)) {
+      layer_kernels_(train::detail::layer_kernels_for(options_.kernels, /*fuse_adds=*/true)) {
   VERLPP_CHECK(options_.block_size > 0, "RolloutEngine: block_size {} must be positive", options_.block_size);
   const int64_t per_block = bytes_per_block();
   if (options_.num_blocks > 0) {

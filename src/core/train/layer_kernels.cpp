@@ -110,14 +110,14 @@ struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
 
 }  // namespace
 
-bool PluginLayerKernels::offered(const hw::Kernels* kernels) {
+bool PluginLayerKernels::offered(const hw::Kernels* kernels, bool fuse_adds) {
   return kernels != nullptr && (kernels->table().rotary_embedding != nullptr || silu_mul_offered(*kernels) ||
-                                kernels->table().add_rms_norm != nullptr);
+                                (fuse_adds && kernels->table().add_rms_norm != nullptr));
 }
 
-std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels) {
-  if (!PluginLayerKernels::offered(kernels)) return nullptr;
-  return std::make_shared<PluginLayerKernels>(*kernels);
+std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels, bool fuse_adds) {
+  if (!PluginLayerKernels::offered(kernels, fuse_adds)) return nullptr;
+  return std::make_shared<PluginLayerKernels>(*kernels, fuse_adds);
 }
 
 at::Tensor PluginLayerKernels::silu_mul(const at::Tensor& gate, const at::Tensor& up) const {
@@ -144,7 +144,7 @@ std::pair<at::Tensor, at::Tensor> PluginLayerKernels::add_rms_norm(const at::Ten
                                                                    const at::Tensor& weight, double eps) const {
   const bool recorded = at::GradMode::is_enabled() && (x.requires_grad() || residual.requires_grad() || weight.requires_grad());
   const at::ScalarType t = residual.scalar_type();
-  if (kernels_.table().add_rms_norm == nullptr || recorded || !kernel_dtype(t) || x.scalar_type() != t ||
+  if (!fuse_adds_ || kernels_.table().add_rms_norm == nullptr || recorded || !kernel_dtype(t) || x.scalar_type() != t ||
       weight.scalar_type() != t || x.sizes() != residual.sizes() || residual.dim() == 0 || weight.dim() != 1 ||
       weight.size(0) != residual.size(-1) || !x.is_contiguous() || !residual.is_contiguous() || !weight.is_contiguous())
     return {};

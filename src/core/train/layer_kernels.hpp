@@ -27,10 +27,15 @@ namespace verlpp::train::detail {
 
 class PluginLayerKernels : public model::LayerKernels {
  public:
-  // `kernels` must outlive this object and every backward through it.
-  explicit PluginLayerKernels(const hw::Kernels& kernels) : kernels_(kernels) {}
-  // Whether the kernels offer any of rotary_embedding, silu_mul with silu_mul_backward, or add_rms_norm.
-  static bool offered(const hw::Kernels* kernels);
+  // `kernels` must outlive this object and every backward through it. `fuse_adds`: offer
+  // add_rms_norm (the rollout engine). The trainer's forwards leave it off: its kernel rounds
+  // the normalised value before the weight (HF's order) where LibTorch's rms_norm rounds once,
+  // and a no-grad old_log_prob pass must compute exactly what the training forward computes.
+  explicit PluginLayerKernels(const hw::Kernels& kernels, bool fuse_adds = false)
+      : kernels_(kernels), fuse_adds_(fuse_adds) {}
+  // Whether the kernels offer any of rotary_embedding, silu_mul with silu_mul_backward, or
+  // (with fuse_adds) add_rms_norm.
+  static bool offered(const hw::Kernels* kernels, bool fuse_adds = false);
 
   // Rotated copies of q and k; {} without the kernel, for a dtype it does not take (fp64) or
   // q/k dtypes that differ.
@@ -49,11 +54,12 @@ class PluginLayerKernels : public model::LayerKernels {
 
  private:
   const hw::Kernels& kernels_;
+  bool fuse_adds_;
   mutable std::atomic<int64_t> rotations_{0}, silu_muls_{0}, add_rms_norms_{0};
 };
 
 // A PluginLayerKernels over `kernels`, or null when they offer none of its kernels (or are null).
-// Used by the training forwards (response_log_probs) and the rollout engine's steps.
-std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels);
+// Used by the training forwards (response_log_probs) and, with fuse_adds, the rollout engine's steps.
+std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels, bool fuse_adds = false);
 
 }  // namespace verlpp::train::detail
