@@ -126,17 +126,21 @@ if [[ " $STAGES " == *" tests "* ]]; then
   tail -40 "$OUT/rollout_gpu_tests.txt" | tee -a "$OUT/summary.txt"
 fi
 
-# Kernel microbenches beside the kernel they replace (.attn-bench, .sample-bench: carried, not in
-# the repository): a correctness check against plain loops, then old vs new per call.
-if [ -d .attn-bench ] && [[ " $STAGES " == *" attn "* ]]; then
-  step "paged attention decode microbench (new vs old kernel; .attn-bench, not in the repository)"
-  if nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include .attn-bench/bench_attn.cu .attn-bench/old_attention.cu \
-       plugins/cuda/attention_kernel.cu -o /tmp/bench_attn > /tmp/attn_build.log 2>&1; then
-    for mode in check "" r; do timeout 120 /tmp/bench_attn $mode 2>&1 | tail -40 | tee -a "$OUT/summary.txt"; done
+# The decode attention kernels in isolation (benchmarks/kernels/attention_decode_bench.cu, built with
+# nvcc beside the plugin's two attention files): a check against fp64 CPU loops, then the
+# tensor-core launcher vs the CUDA-core one per call, eager and in a CUDA graph.
+if [[ " $STAGES " == *" attn "* ]]; then
+  step "paged attention decode microbench (tensor cores vs CUDA cores; benchmarks/kernels/attention_decode_bench.cu)"
+  if nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include benchmarks/kernels/attention_decode_bench.cu \
+       plugins/cuda/attention_kernel.cu plugins/cuda/attention_mma_kernel.cu plugins/cuda/workspace_pool.cpp \
+       -o /tmp/attention_decode_bench > /tmp/attn_build.log 2>&1; then
+    for mode in check time; do timeout 150 /tmp/attention_decode_bench $mode 2>&1 | tail -45 | tee -a "$OUT/summary.txt"; done
   else
     tail -5 /tmp/attn_build.log | tee -a "$OUT/summary.txt"
   fi
 fi
+# The sampler's microbench beside the kernel it replaced (.sample-bench: carried, not in the
+# repository): a correctness check against plain loops, then old vs new per call.
 if [ -d .sample-bench ] && [[ " $STAGES " == *" sample "* ]]; then
   step "sample microbench (new vs old kernel; .sample-bench, not in the repository)"
   if nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include .sample-bench/bench_sample.cu .sample-bench/old_sample.cu \
