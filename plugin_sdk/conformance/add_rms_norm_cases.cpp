@@ -29,10 +29,8 @@ constexpr float kEps = 1e-6f;
 
 // Throws NotOffered unless the plugin is 1.3+ and its table holds the slot (a 1.2 table ends before it).
 void need_slot(const CheckContext& ctx) {
-  const verlpp_kernel_table* table = ctx.api().kernels;
-  if (ctx.api().abi_minor < 3) throw NotOffered(fmt::format("add_rms_norm is ABI 1.3 (plugin minor {})", ctx.api().abi_minor));
-  const bool fits = table != nullptr && table->struct_size >= offsetof(verlpp_kernel_table, add_rms_norm) + sizeof(void*);
-  CheckContext::need(fits ? reinterpret_cast<const void*>(table->add_rms_norm) : nullptr, "kernel add_rms_norm");
+  const auto& table = ctx.appended_kernels("add_rms_norm", 3, offsetof(verlpp_kernel_table, add_rms_norm) + sizeof(void*));
+  CheckContext::need(reinterpret_cast<const void*>(table.add_rms_norm), "kernel add_rms_norm");
 }
 
 // Upper bound of one ulp relative to a value of the dtype, and the spacing of f16's subnormals.

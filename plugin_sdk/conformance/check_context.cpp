@@ -48,6 +48,13 @@ void CheckContext::need(const void* slot, const char* what) {
   if (slot == nullptr) throw NotOffered(fmt::format("{} not offered", what));
 }
 
+const verlpp_kernel_table& CheckContext::appended_kernels(const char* what, uint32_t minor, size_t end) const {
+  if (api().abi_minor < minor) throw NotOffered(fmt::format("{} is ABI 1.{} (plugin minor {})", what, minor, api().abi_minor));
+  const verlpp_kernel_table* table = api().kernels;
+  if (table == nullptr || table->struct_size < end) need(nullptr, fmt::format("kernel {}", what).c_str());
+  return *table;
+}
+
 DeviceTensor::DeviceTensor(const hw::Device& device, std::vector<int64_t> shape, DLDataType dtype)
     : device_(&device), shape_(std::move(shape)) {
   int64_t n = 1;

@@ -64,6 +64,10 @@ class CheckContext {
   void expect_error(verlpp_error* error, int32_t code, const char* call) const;
   // Throws NotOffered if `slot` is NULL.
   static void need(const void* slot, const char* what);
+  // The plugin's kernel table, for entry `what` appended in ABI 1.`minor` and ending at byte
+  // `end` of the table (its offsetof + sizeof(void*)). Throws NotOffered when the plugin is
+  // older, has no table, or its table ends before `end` (the slot lies past its struct).
+  const verlpp_kernel_table& appended_kernels(const char* what, uint32_t minor, size_t end) const;
 
  private:
   const hw::Plugin& plugin_;

@@ -108,10 +108,9 @@ void check_shape(CheckContext& ctx, const BackwardShape& s) {
 // Throws NotOffered unless the plugin is 1.2+ and its kernel table is long enough to hold the slot
 // (a 1.1 table ends before it: reading the slot would read past the plugin's struct).
 void need_slot(const CheckContext& ctx) {
-  const verlpp_kernel_table* table = ctx.api().kernels;
-  if (ctx.api().abi_minor < 2) throw NotOffered(fmt::format("logprob_backward is ABI 1.2 (plugin minor {})", ctx.api().abi_minor));
-  const bool fits = table != nullptr && table->struct_size >= offsetof(verlpp_kernel_table, logprob_backward) + sizeof(void*);
-  CheckContext::need(fits ? reinterpret_cast<const void*>(table->logprob_backward) : nullptr, "kernel logprob_backward");
+  const auto& table =
+      ctx.appended_kernels("logprob_backward", 2, offsetof(verlpp_kernel_table, logprob_backward) + sizeof(void*));
+  CheckContext::need(reinterpret_cast<const void*>(table.logprob_backward), "kernel logprob_backward");
 }
 
 }  // namespace

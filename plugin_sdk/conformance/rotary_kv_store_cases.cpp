@@ -33,10 +33,9 @@ struct KvShape {
 
 // Throws NotOffered unless the plugin is 1.3+ and its table holds the slot (a 1.2 table ends before it).
 void need_slot(const CheckContext& ctx) {
-  const verlpp_kernel_table* table = ctx.api().kernels;
-  if (ctx.api().abi_minor < 3) throw NotOffered(fmt::format("rotary_kv_store is ABI 1.3 (plugin minor {})", ctx.api().abi_minor));
-  const bool fits = table != nullptr && table->struct_size >= offsetof(verlpp_kernel_table, rotary_kv_store) + sizeof(void*);
-  CheckContext::need(fits ? reinterpret_cast<const void*>(table->rotary_kv_store) : nullptr, "kernel rotary_kv_store");
+  const auto& table =
+      ctx.appended_kernels("rotary_kv_store", 3, offsetof(verlpp_kernel_table, rotary_kv_store) + sizeof(void*));
+  CheckContext::need(reinterpret_cast<const void*>(table.rotary_kv_store), "kernel rotary_kv_store");
 }
 
 // One call's operands on the device and what they held before it. The inputs live in one flat

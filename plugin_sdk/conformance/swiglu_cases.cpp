@@ -34,11 +34,10 @@ DLTensor view_of(DeviceTensor& t, std::vector<int64_t>& shape, std::vector<int64
 }
 
 void need_slots(const CheckContext& ctx) {
-  const verlpp_kernel_table* table = ctx.api().kernels;
-  if (ctx.api().abi_minor < 2) throw NotOffered(fmt::format("silu_mul is ABI 1.2 (plugin minor {})", ctx.api().abi_minor));
-  const bool fits = table != nullptr && table->struct_size >= offsetof(verlpp_kernel_table, silu_mul_backward) + sizeof(void*);
-  CheckContext::need(fits ? reinterpret_cast<const void*>(table->silu_mul) : nullptr, "kernel silu_mul");
-  CheckContext::need(fits ? reinterpret_cast<const void*>(table->silu_mul_backward) : nullptr, "kernel silu_mul_backward");
+  const auto& table =
+      ctx.appended_kernels("silu_mul", 2, offsetof(verlpp_kernel_table, silu_mul_backward) + sizeof(void*));
+  CheckContext::need(reinterpret_cast<const void*>(table.silu_mul), "kernel silu_mul");
+  CheckContext::need(reinterpret_cast<const void*>(table.silu_mul_backward), "kernel silu_mul_backward");
 }
 
 void check_shape(CheckContext& ctx, const SwigluShape& s) {

@@ -22,6 +22,16 @@ inline bool is_float_dtype(DLDataType d) {
   return d.lanes == 1 && ((d.code == kDLFloat && (d.bits == 32 || d.bits == 16)) || (d.code == kDLBfloat && d.bits == 16));
 }
 
+// `what`'s dtype is `ref_name`'s (one dtype across a call's float operands).
+inline void require_dtype_of(const DLTensor& t, const char* what, const DLTensor& ref, const char* ref_name) {
+  require(same_dtype(t.dtype, ref.dtype), std::string(what) + " dtype " + dtype_name(t.dtype) + " differs from " + ref_name +
+                                              "'s " + dtype_name(ref.dtype));
+}
+
+inline void require_contiguous(const DLTensor& t, const std::string& what) {
+  require(is_contiguous(t), what + " must be contiguous");
+}
+
 // rotary_embedding's operands once its rules hold.
 struct RotaryArgs {
   const DLTensor* positions = nullptr;  // [N] int64
@@ -62,7 +72,7 @@ inline RotaryArgs check_rotary_args(DLTensor* q, DLTensor* k, const DLTensor* po
     require(x->shape[2] == 2 * a.half,
             what + " head size " + std::to_string(x->shape[2]) + " is not twice inv_freq's " + std::to_string(a.half));
     require(is_float_dtype(x->dtype), what + " dtype " + dtype_name(x->dtype) + " is not f32/bf16/f16");
-    require(is_contiguous(*x), what + " must be contiguous");
+    require_contiguous(*x, what);
     a.targets.push_back(x);
   }
   require(a.targets.size() < 2 || same_dtype(q->dtype, k->dtype), "q and k must share one dtype");
@@ -119,7 +129,7 @@ inline LogprobBackwardArgs check_logprob_backward_args(const DLTensor* logits_p,
     const bool dtype_ok = is_label ? x.dtype.code == kDLInt && x.dtype.bits == 64 && x.dtype.lanes == 1 : is_f32(x.dtype);
     require(x.ndim == 1 && x.shape[0] == a.n && dtype_ok,
             std::string(what) + " must be [N] " + (is_label ? "int64" : "float32") + " with N = " + std::to_string(a.n));
-    require(is_contiguous(x), std::string(what) + " must be contiguous");
+    require_contiguous(x, what);
   };
   vector_of(labels_p, "labels", true);
   vector_of(lse_p, "lse", false);
@@ -156,8 +166,7 @@ inline SiluMulArgs check_silu_mul_args(const std::vector<std::pair<const DLTenso
     const DLTensor& x = checked(t, what);
     require(x.ndim == 2 && x.shape[0] == a.n && x.shape[1] == a.f,
             std::string(what) + " must be [N, F] = [" + std::to_string(a.n) + ", " + std::to_string(a.f) + "]");
-    require(same_dtype(x.dtype, first.dtype), std::string(what) + " dtype " + dtype_name(x.dtype) + " differs from " +
-                                                  operands.front().second + "'s " + dtype_name(first.dtype));
+    require_dtype_of(x, what, first, operands.front().second);
     a.row_strides.push_back(dense_row_stride(x, what));
   }
   return a;
@@ -218,10 +227,9 @@ inline AddRmsNormArgs check_add_rms_norm_args(const DLTensor* x_p, const DLTenso
   require(out.ndim == 2 && out.shape[0] == a.n && out.shape[1] == a.d, "out must be " + nd);
   require(weight.ndim == 1 && weight.shape[0] == a.d, "weight must be [D] with D = " + std::to_string(a.d));
   for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&residual, "residual"}, {&weight, "weight"}, {&out, "out"}})
-    require(same_dtype(t->dtype, x.dtype), std::string(what) + " dtype " + dtype_name(t->dtype) + " differs from x's " +
-                                               dtype_name(x.dtype));
+    require_dtype_of(*t, what, x, "x");
   for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&x, "x"}, {&residual, "residual"}, {&weight, "weight"}, {&out, "out"}})
-    require(is_contiguous(*t), std::string(what) + " must be contiguous");
+    require_contiguous(*t, what);
   require(eps >= 0.0f, "eps must be >= 0, got " + std::to_string(eps));
   for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&x, "x"}, {&residual, "residual"}, {&weight, "weight"}})
     require(!overlaps(out, *t), std::string("out overlaps ") + what + " (out must be a tensor of its own)");
@@ -295,16 +303,15 @@ inline RotaryKvStoreArgs check_rotary_kv_store_args(const DLTensor* q_p, const D
   a.block_size = k_cache.shape[1];
   require(slots.ndim == 1 && slots.shape[0] == n && slots.dtype.code == kDLInt && slots.dtype.bits == 64 && slots.dtype.lanes == 1,
           "slot_mapping must be [N] int64 with N = " + std::to_string(n));
-  require(is_contiguous(slots), "slot_mapping must be contiguous");
+  require_contiguous(slots, "slot_mapping");
   for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&k, "k"}, {&v, "v"}, {&q_out, "q_out"},
                                 {&k_cache, "k_cache"}, {&v_cache, "v_cache"}})
-    require(same_dtype(t->dtype, q.dtype), std::string(what) + " dtype " + dtype_name(t->dtype) + " differs from q's " +
-                                               dtype_name(q.dtype));
+    require_dtype_of(*t, what, q, "q");
   a.q_row_stride = dense_heads_row_stride(q, "q");
   a.k_row_stride = dense_heads_row_stride(k, "k");
   a.v_row_stride = dense_heads_row_stride(v, "v");
   for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&q_out, "q_out"}, {&k_cache, "k_cache"}, {&v_cache, "v_cache"}})
-    require(is_contiguous(*t), std::string(what) + " must be contiguous");
+    require_contiguous(*t, what);
   // Outputs against every other operand: q, k, v are often views of one buffer, which is fine
   // for inputs; an output inside it (or inside the other outputs) would be read after a write.
   const std::pair<const DLTensor*, const char*> operands[] = {
