@@ -1,5 +1,5 @@
-// cuda: device helpers shared by the kernels: the fixed block size, dtype conversions and a
-// block-wide reduction. Included only by .cu files.
+// cuda: device helpers shared by the kernels: the fixed block size, dtype conversions, 16-byte
+// packs and a block-wide reduction. Included only by .cu files.
 #pragma once
 
 #include "gpu_device.cuh"
@@ -12,6 +12,12 @@ constexpr int kWarps = kThreads / 32;
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(gpu_bfloat16 x) { return gpu_bfloat162float(x); }
+
+// VEC values of T loaded and stored as one piece (a 16-byte vector when VEC * sizeof(T) is 16).
+template <class T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+  T v[VEC];
+};
 
 template <class T>
 __device__ __forceinline__ T from_float(float x);

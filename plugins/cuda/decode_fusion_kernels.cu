@@ -19,11 +19,6 @@
 namespace verlpp::cuda {
 namespace {
 
-template <class T, int VEC>
-struct alignas(sizeof(T) * VEC) Pack {
-  T v[VEC];
-};
-
 // Sizes of one rotary_kv_store call, in elements.
 struct KvStoreShape {
   int32_t q_heads, kv_heads, half;  // H, K, S/2

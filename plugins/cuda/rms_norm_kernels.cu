@@ -29,9 +29,7 @@ constexpr int kMaxChunks = 8;     // chunks per lane in registers: d up to 32 * 
 constexpr int kRowThreads = 64;   // two rows per block: at decode sizes more blocks beat fuller ones
 
 template <class T>
-struct alignas(sizeof(T) * kChunk) Chunk {
-  T v[kChunk];
-};
+using Chunk = Pack<T, kChunk>;
 
 template <class T>
 __device__ __forceinline__ void load_chunk(const T* p, bool vec, float (&out)[kChunk]) {

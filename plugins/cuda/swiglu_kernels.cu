@@ -18,12 +18,6 @@
 namespace verlpp::cuda {
 namespace {
 
-// VEC values of T, loaded and stored as one piece when VEC * sizeof(T) is 16 bytes.
-template <class T, int VEC>
-struct alignas(sizeof(T) * VEC) Pack {
-  T v[VEC];
-};
-
 template <class T>
 __device__ __forceinline__ float round_to_type(float x) { return to_float(from_float<T>(x)); }
 
