@@ -655,23 +655,6 @@ gpuError_t launch_typed(const Params& a, int64_t b, int64_t s, int device, const
   return launch_heads<T, 64, 4, 1, 3>(a, b, device, state, stream);
 }
 
-// Compute capability >= 8.0 (mma.sync on bf16, cp.async, ldmatrix), per device, asked once.
-bool tensor_cores_available(int device) {
-  static std::atomic<int8_t> known[kMaxDevices];  // 0 unknown, 1 yes, -1 no
-  if (device < 0 || device >= kMaxDevices) return false;
-  int8_t state = known[device].load(std::memory_order_acquire);
-  if (state == 0) {
-    int major = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    state = major >= 8 ? 1 : -1;
-    known[device].store(state, std::memory_order_release);
-  }
-  return state > 0;
-}
-
 }  // namespace
 
 gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, const void* v_cache, FloatType type,
@@ -682,11 +665,13 @@ gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, con
   int device = 0;
   const bool on_device = cudaGetDevice(&device) == cudaSuccess;
   if (!on_device) (void)cudaGetLastError();
-  const bool supported = on_device && type != FloatType::f32 && (s == 64 || s == 128) && b > 0 && b <= 65535 && h > 0 &&
+  const WorkspacePool state = on_device ? workspace_pool(device) : WorkspacePool{};
+  // cc_major >= 8: mma.sync on bf16, cp.async and ldmatrix.
+  const bool supported = on_device && state.cc_major >= 8 && type != FloatType::f32 && (s == 64 || s == 128) && b > 0 && b <= 65535 && h > 0 &&
                          kv > 0 && h % kv == 0 && h <= INT_MAX && block_size > 0 && block_size % 16 == 0 &&
                          max_blocks >= 0 && max_blocks * block_size <= INT_MAX && kv * ((h / kv + 15) / 16) <= INT_MAX &&
                          !misaligned(k_cache, 16) && !misaligned(v_cache, 16) && !misaligned(q, 4) &&
-                         !misaligned(out, 4) && tensor_cores_available(device);
+                         !misaligned(out, 4);
   if (!supported)  // includes every invalid argument: the CUDA-core launcher reports it
     return launch_paged_attention_decode_simt(q, k_cache, v_cache, type, block_tables, context_lens, b, h, kv, s,
                                               block_size, max_blocks, scale, out, stream);
@@ -700,7 +685,6 @@ gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, con
   a.bs_shift = (block_size & (block_size - 1)) == 0 ? __builtin_ctzll(static_cast<unsigned long long>(block_size)) : -1;
   a.parts = 1, a.part_align = 16;
   a.scale_log2 = scale * kLog2e;
-  const WorkspacePool state = workspace_pool(device);
   return type == FloatType::bf16 ? launch_typed<__nv_bfloat16>(a, b, s, device, state, stream)
                                  : launch_typed<__half>(a, b, s, device, state, stream);
 }

@@ -29,6 +29,7 @@
 #define gpuHostAllocPortable hipHostMallocPortable
 #define gpuPointerAttributes hipPointerAttribute_t
 #define gpuDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+#define gpuDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
 #else
 #include <cuda_runtime_api.h>
 #define VERLPP_GPU_NAME(suffix) cuda##suffix
@@ -48,6 +49,7 @@
 #define gpuHostAllocPortable cudaHostAllocPortable
 #define gpuPointerAttributes cudaPointerAttributes
 #define gpuDevAttrMultiProcessorCount cudaDevAttrMultiProcessorCount
+#define gpuDevAttrComputeCapabilityMajor cudaDevAttrComputeCapabilityMajor
 #endif
 
 // Types.
