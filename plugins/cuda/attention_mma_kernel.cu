@@ -667,8 +667,8 @@ gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, con
   if (!on_device) (void)cudaGetLastError();
   const WorkspacePool state = on_device ? workspace_pool(device) : WorkspacePool{};
   // cc_major >= 8: mma.sync on bf16, cp.async and ldmatrix.
-  const bool supported = on_device && state.cc_major >= 8 && type != FloatType::f32 && (s == 64 || s == 128) && b > 0 && b <= 65535 && h > 0 &&
-                         kv > 0 && h % kv == 0 && h <= INT_MAX && block_size > 0 && block_size % 16 == 0 &&
+  const bool supported = on_device && state.cc_major >= 8 && type != FloatType::f32 && (s == 64 || s == 128) && b > 0 &&
+                         b <= 65535 && h > 0 && kv > 0 && h % kv == 0 && h <= INT_MAX && block_size > 0 && block_size % 16 == 0 &&
                          max_blocks >= 0 && max_blocks * block_size <= INT_MAX && kv * ((h / kv + 15) / 16) <= INT_MAX &&
                          !misaligned(k_cache, 16) && !misaligned(v_cache, 16) && !misaligned(q, 4) &&
                          !misaligned(out, 4);
