@@ -14,7 +14,7 @@
 # conformance.txt, train.jsonl, rollout.jsonl, and grpo_step.{json,log} with E2E=1.
 #   OUT=/somewhere bash benchmarks/run_gpu_perf.sh     # .offline-deps beside it (docs/building.md)
 # Variables: STAGES (default "conformance train rollout"; also profile, tests, attn, sample), E2E=1,
-# HF=0, FP32=1 (train in fp32 too), ROLLOUT_GRAPHS ("1 0": graphs on, then off), STREAM_CHECK=0,
+# HF=0, FP32=1 (train in fp32 too), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, STREAM_CHECK=0,
 # SHAPES, BUILD_DIR, ARCHS, JOBS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -83,11 +83,17 @@ fi
 if [[ " $STAGES " == *" rollout "* ]]; then
   step "rollout $SHAPES, temperature 1: verlpp + cuda plugin beside HF generate"
   : > "$OUT/rollout.jsonl"
+  # ROLLOUT_ENVS: LibTorch GEMM settings to compare, each a comma-separated list of VAR=value
+  # ("-" = as they are), e.g. "- TORCH_BLAS_PREFER_CUBLASLT=1 PYTORCH_TUNABLEOP_ENABLED=1".
+  for envs in ${ROLLOUT_ENVS:--}; do
+  assignments=${envs//,/ }; [ "$envs" = - ] && assignments=   # "env -" would empty the environment
+  echo "-- environment: $envs" | tee -a "$OUT/summary.txt"
   for graphs in ${ROLLOUT_GRAPHS:-1 0}; do  # decode steps as CUDA graphs, then eager
-    VERLPP_DEVICE_GRAPHS=$graphs VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
+    env $assignments VERLPP_DEVICE_GRAPHS=$graphs VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
       --device cuda --dtype bfloat16 --temperature 1 --repeat 2 --plugin cuda --shapes "$SHAPES" --transitions \
       --json /tmp/r.json 2>&1 | tee -a "$OUT/summary.txt"
     cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
+  done
   done
   [ "${STREAM_CHECK:-1}" = 1 ] && step "eager decode: greedy tokens with kernels on LibTorch's stream (ABI 1.1) vs the NULL stream: must be identical"
   [ "${STREAM_CHECK:-1}" = 1 ] && for streams in 1 0; do

@@ -152,8 +152,11 @@ int run(const RolloutBenchOptions& o) {
     json_out = std::make_unique<std::ofstream>(o.json_path);
     VERLPP_CHECK(json_out->good(), "--json: cannot write '{}'", o.json_path);
   }
-  std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12} {:>10} {:>8} {:>8} {:>12}\n", "batch", "prompt", "response",
-                           "tokens/s", "seconds", "prefills", "decodes", "preemptions")
+  // prefill s / decode s: wall time in those steps (device work included); the rest of
+  // `seconds` is the host's scheduling between steps.
+  std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12} {:>10} {:>10} {:>10} {:>8} {:>8} {:>12}\n", "batch", "prompt",
+                           "response", "tokens/s", "seconds", "prefill s", "decode s", "prefills", "decodes",
+                           "preemptions")
             << std::flush;
   for (const RolloutShape& s : o.shapes) {
     const auto reqs = make_requests(s, config.vocab_size, o.temperature);
@@ -173,9 +176,9 @@ int run(const RolloutBenchOptions& o) {
       }
     }
     const double tps = double(stats.num_generated_tokens) / best;
-    std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12.1f} {:>10.3f} {:>8} {:>8} {:>12}\n", s.batch, s.prompt,
-                             s.response, tps, best, stats.num_prefill_steps, stats.num_decode_steps,
-                             stats.num_preemptions)
+    std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12.1f} {:>10.3f} {:>10.3f} {:>10.3f} {:>8} {:>8} {:>12}\n", s.batch,
+                             s.prompt, s.response, tps, best, stats.prefill_seconds, stats.decode_seconds,
+                             stats.num_prefill_steps, stats.num_decode_steps, stats.num_preemptions)
               << std::flush;
     nlohmann::json j = base_json(o, config);
     j.update({{"batch", s.batch},
@@ -184,6 +187,8 @@ int run(const RolloutBenchOptions& o) {
               {"generated_tokens", stats.num_generated_tokens},
               {"tokens_per_s", tps},
               {"seconds", best},
+              {"prefill_seconds", stats.prefill_seconds},
+              {"decode_seconds", stats.decode_seconds},
               {"repeat", o.repeat},
               {"preemptions", stats.num_preemptions},
               {"tokens_fnv1a", fmt::format("{:016x}", tokens_hash)},

@@ -30,6 +30,7 @@
 // Head sizes that break 8-byte alignment (or misaligned tensors) take the same kernel with
 // synchronous scalar loads; HIP (plugins/rocm builds this file) and pre-sm_80 GPUs copy the
 // tiles with plain loads instead of cp.async.
+#include "dependent_launch.cuh"
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 #include "workspace_pool.hpp"
@@ -192,6 +193,7 @@ constexpr int kSlots = NH <= 1 ? 1 : NH <= 2 ? 2 : NH <= 4 ? 4 : 8;
 // in p . V; q . k still computes kSlots<NH>).
 template <class T, int VEC, int EL, int NH>
 __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>)) paged_attention_kernel(Args a) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   constexpr int P = kSlots<NH>;
   constexpr int NC = EL / VEC;         // vectors per lane per row
   constexpr int kSteps = kUnits / NC;  // rows per lane per tile
@@ -404,6 +406,7 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>
 // over the non-empty partitions p of the sequence (M = max_p m_p; maxima in log2 units).
 template <class T>
 __global__ void __launch_bounds__(kAttnThreads) combine_partitions_kernel(Args a) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   __shared__ float weight[kMaxPartitions];
   const int head = blockIdx.x, seq = blockIdx.y;
   const int len = context_length(a.context_lens, seq, a.max_blocks * a.block_size);
@@ -440,12 +443,12 @@ gpuError_t launch_as(Args a, int64_t b, gpuStream_t stream) {
   const int64_t blocks_per_group = (a.group + kMaxHeads - 1) / kMaxHeads;
   if (a.kv_count * blocks_per_group > 65535) return gpuErrorInvalidValue;
   const dim3 grid{static_cast<unsigned>(a.parts), static_cast<unsigned>(a.kv_count * blocks_per_group), static_cast<unsigned>(b)};
-  paged_attention_kernel<T, VEC, EL, NH><<<grid, kAttnThreads, 0, stream>>>(a);
-  if (a.parts > 1) {
+  gpuError_t launched = launch_kernel(paged_attention_kernel<T, VEC, EL, NH>, grid, kAttnThreads, 0, stream, a);
+  if (launched == gpuSuccess && a.parts > 1) {
     const dim3 combine_grid{static_cast<unsigned>(a.heads), static_cast<unsigned>(b)};
-    combine_partitions_kernel<T><<<combine_grid, kAttnThreads, 0, stream>>>(a);
+    launched = launch_kernel(combine_partitions_kernel<T>, combine_grid, kAttnThreads, 0, stream, a);
   }
-  return gpuGetLastError();
+  return launched;
 }
 
 // NH: the block's query heads, ceil(G / blocks per group) <= 8, rounded up to 1, 2, 4, 7 or 8.

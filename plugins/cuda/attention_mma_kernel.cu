@@ -77,6 +77,7 @@
 // most u * sum_i p_i |v_i - out| / sum_i p_i: measured on H200 up to ~5 ulps of small outputs
 // (|out| ~ 0.1) in bf16, i.e. ~4e-3 absolute for unit-variance V. Split (default), the weight
 // error is <= u^2 (bf16 2^-16) and the result matches the fp32 kernel to within output rounding.
+#include "dependent_launch.cuh"
 #include "kernels.hpp"
 #include "workspace_pool.hpp"
 
@@ -242,6 +243,7 @@ __device__ __forceinline__ uint32_t load_u32(const void* p) { return __ldg(stati
 // SPLIT: P.V with P as two terms of T (p_fragment).
 template <class T, int HEAD, int W, int NG, int STG, bool TWO, bool SPLIT, int MINB>
 __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(HEAD == 64 || HEAD == 128, "head size");
   static_assert(STG >= 2 && NG >= 1, "pipeline");
@@ -541,6 +543,7 @@ __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a
 // sequence's non-empty partitions (M = max_p m_p), in a fixed order.
 template <class T>
 __global__ void __launch_bounds__(128) mma_combine_kernel(const Params a, int head_size) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   __shared__ float weight[kMaxParts];
   const int head = blockIdx.x, seq = blockIdx.y;
   const int len = context_length(a, seq);
@@ -623,12 +626,11 @@ gpuError_t launch_config(Params a, int64_t b, int device, const verlpp::cuda::Wo
   }
   const dim3 grid{static_cast<unsigned>(a.kv_count * a.head_blocks), static_cast<unsigned>(a.parts),
                   static_cast<unsigned>(b)};
-  kernel<<<grid, W * 32, kSmem, stream>>>(a);
-  if (a.parts > 1) {
+  gpuError_t launched = launch_kernel(kernel, grid, W * 32, kSmem, stream, a);
+  if (launched == cudaSuccess && a.parts > 1) {
     const dim3 combine_grid{static_cast<unsigned>(a.heads), static_cast<unsigned>(b)};
-    mma_combine_kernel<T><<<combine_grid, 128, 0, stream>>>(a, HEAD);
+    launched = launch_kernel(mma_combine_kernel<T>, combine_grid, 128, 0, stream, a, HEAD);
   }
-  const gpuError_t launched = cudaGetLastError();
   if (workspace != nullptr) {
     const gpuError_t freed = cudaFreeAsync(workspace, stream);
     if (launched == cudaSuccess && freed != cudaSuccess) return freed;

@@ -8,6 +8,7 @@
 //    16-byte packs of pairs (8 bf16/f16 values of x_j and 8 of x_{j+S/2}) or copies a 16-byte
 //    pack of v. At Qwen2.5-0.5B's decode shape (H = 14, K = 2, S = 64) that is 64 rotation packs
 //    and 16 copy packs per token, on 96 threads.
+#include "dependent_launch.cuh"
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 #include "layer_ops.cuh"
@@ -39,6 +40,7 @@ rotary_kv_store_kernel(const T* __restrict__ q,  // [n, H, S] at row stride q_st
                        T* __restrict__ q_out,    // [n, H, S]
                        T* __restrict__ k_cache,  // [slots, K, S]
                        T* __restrict__ v_cache, KvStoreShape shape) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   using P = Pack<T, VEC>;
   extern __shared__ float cos_sin[];  // cos [half], then sin [half], rounded to T
   const int64_t token = blockIdx.x;
@@ -106,10 +108,10 @@ gpuError_t rotary_kv_store_as(const RotaryKvStoreOperands& o, gpuStream_t stream
   const int32_t work = shape.packs > shape.half ? shape.packs : shape.half;
   const int32_t threads = work >= kThreads ? kThreads : ((work + 31) / 32) * 32;
   const size_t shared = size_t(2 * o.half) * sizeof(float);
-  rotary_kv_store_kernel<T, VEC><<<dim3(unsigned(o.tokens)), threads, shared, stream>>>(
-      static_cast<const T*>(o.q), static_cast<const T*>(o.k), static_cast<const T*>(o.v), o.positions, o.inv_freq,
-      o.slot_mapping, static_cast<T*>(o.q_out), static_cast<T*>(o.k_cache), static_cast<T*>(o.v_cache), shape);
-  return gpuGetLastError();
+  return launch_kernel(rotary_kv_store_kernel<T, VEC>, dim3(unsigned(o.tokens)), threads, shared, stream,
+                       static_cast<const T*>(o.q), static_cast<const T*>(o.k), static_cast<const T*>(o.v), o.positions,
+                       o.inv_freq, o.slot_mapping, static_cast<T*>(o.q_out), static_cast<T*>(o.k_cache),
+                       static_cast<T*>(o.v_cache), shape);
 }
 
 template <class T>

@@ -2,6 +2,7 @@
 // kernels in logprob_kernels.cu). One thread block per token, fp32 math. RoPE rounds each product with __fmul_rn (never contracted into an
 // FMA) because the host model rounds every op. Rows are independent (grid.x up to 2^31 - 1). The
 // per-element math lives in layer_ops.cuh, shared with the 1.3 fusions (decode_fusion_kernels.cu).
+#include "dependent_launch.cuh"
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 #include "layer_ops.cuh"
@@ -22,6 +23,7 @@ rotary_kernel(T* __restrict__ q, int64_t hq,  // [n, hq, 2 half] or NULL
               int64_t half,
               const int64_t* __restrict__ positions,  // [n]
               const float* __restrict__ inv_freq) {   // [half]
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   extern __shared__ float cos_sin[];  // cos [half], then sin [half], rounded to T
   const int64_t token = blockIdx.x;
   const float position = float(positions[token]);
@@ -39,9 +41,8 @@ template <class T>
 gpuError_t rotary_as(void* q, int64_t hq, void* k, int64_t hk, int64_t n, int64_t half, const int64_t* positions,
                       const float* inv_freq, gpuStream_t stream) {
   const size_t shared = size_t(2 * half) * sizeof(float);
-  rotary_kernel<T><<<dim3(unsigned(n)), kThreads, shared, stream>>>(static_cast<T*>(q), hq, static_cast<T*>(k), hk, half,
-                                                                    positions, inv_freq);
-  return gpuGetLastError();
+  return launch_kernel(rotary_kernel<T>, dim3(unsigned(n)), kThreads, shared, stream, static_cast<T*>(q), hq,
+                       static_cast<T*>(k), hk, half, positions, inv_freq);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 //    in place when asked (the trainer recomputes a chunk's logits and overwrites them).
 // fp32 math throughout. The order of the sums differs from cpu_ref's loops: results agree to
 // fp32 rounding, which the conformance suite's tolerance admits.
+#include "dependent_launch.cuh"
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 
@@ -149,6 +150,7 @@ logprob_entropy_kernel(const T* __restrict__ logits, int64_t v, int64_t row_stri
                        float temperature,
                        float* __restrict__ out_logprob,   // [n]
                        float* __restrict__ out_entropy) {  // [n] or NULL
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   __shared__ float scratch[3 * kWarps];
   const int64_t row = blockIdx.x;
   const T* x = logits + row * row_stride;
@@ -184,6 +186,7 @@ logprob_backward_kernel(const T* logits, int64_t v, int64_t row_stride, const in
                         const float* __restrict__ lse, const float* __restrict__ grad_logprob,
                         const float* __restrict__ mean_z, const float* __restrict__ grad_entropy, float temperature,
                         T* out, int64_t out_row_stride) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   const int64_t row = blockIdx.x;
   const T* x = logits + row * row_stride;
   T* y = out + row * out_row_stride;
@@ -210,9 +213,8 @@ logprob_backward_kernel(const T* logits, int64_t v, int64_t row_stride, const in
 template <class T>
 gpuError_t logprob_entropy_as(const void* logits, int64_t n, int64_t v, int64_t row_stride, const int64_t* labels,
                                float temperature, float* out_logprob, float* out_entropy, gpuStream_t stream) {
-  logprob_entropy_kernel<T><<<dim3(unsigned(n)), kThreads, 0, stream>>>(static_cast<const T*>(logits), v, row_stride, labels,
-                                                                        temperature, out_logprob, out_entropy);
-  return gpuGetLastError();
+  return launch_kernel(logprob_entropy_kernel<T>, dim3(unsigned(n)), kThreads, 0, stream,
+                       static_cast<const T*>(logits), v, row_stride, labels, temperature, out_logprob, out_entropy);
 }
 
 template <class T>
@@ -220,10 +222,9 @@ gpuError_t logprob_backward_as(const void* logits, int64_t n, int64_t v, int64_t
                                 const float* lse, const float* grad_logprob, const float* mean_z,
                                 const float* grad_entropy, float temperature, void* out, int64_t out_row_stride,
                                 gpuStream_t stream) {
-  logprob_backward_kernel<T><<<dim3(unsigned(n)), kThreads, 0, stream>>>(
-      static_cast<const T*>(logits), v, row_stride, labels, lse, grad_logprob, mean_z, grad_entropy, temperature,
-      static_cast<T*>(out), out_row_stride);
-  return gpuGetLastError();
+  return launch_kernel(logprob_backward_kernel<T>, dim3(unsigned(n)), kThreads, 0, stream,
+                       static_cast<const T*>(logits), v, row_stride, labels, lse, grad_logprob, mean_z, grad_entropy,
+                       temperature, static_cast<T*>(out), out_row_stride);
 }
 
 }  // namespace

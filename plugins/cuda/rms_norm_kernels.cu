@@ -13,6 +13,7 @@
 // The sum of squares is fp32; the normalised value is rounded to T before the weight multiply, as
 // HF's RMSNorm. The path depends only on d, never on alignment (vector loads are an option
 // inside the warp path, which sums in the same order either way), so the two entries always agree.
+#include "dependent_launch.cuh"
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 #include "layer_ops.cuh"
@@ -63,6 +64,7 @@ template <class T, int CHUNKS, bool ADD>
 __global__ void __launch_bounds__(kRowThreads)
 rms_norm_warp_kernel(const T* x, T* residual, const T* __restrict__ weight, int64_t n, int d, float eps,
                      T* __restrict__ out, bool vec) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * (kRowThreads / 32) + (threadIdx.x >> 5);
   if (row >= n) return;  // a whole warp: row is the same for its lanes
@@ -109,6 +111,7 @@ rms_norm_warp_kernel(const T* x, T* residual, const T* __restrict__ weight, int6
 template <class T, bool ADD>
 __global__ void __launch_bounds__(kThreads)
 rms_norm_block_kernel(const T* x, T* residual, const T* __restrict__ weight, int64_t d, float eps, T* __restrict__ out) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   __shared__ float scratch[kWarps];
   const int64_t row = blockIdx.x;
   const T* xr = x + row * d;
@@ -138,19 +141,18 @@ gpuError_t rms_norm_as(const void* x, void* residual, const void* weight, int64_
   T* ot = static_cast<T*>(out);
   const int64_t chunks = (d / kChunk + 31) / 32;
   if (d % kChunk != 0 || chunks > kMaxChunks) {
-    rms_norm_block_kernel<T, ADD><<<dim3(unsigned(n)), kThreads, 0, stream>>>(xt, rt, wt, d, eps, ot);
-    return gpuGetLastError();
+    return launch_kernel(rms_norm_block_kernel<T, ADD>, dim3(unsigned(n)), kThreads, 0, stream, xt, rt, wt, d, eps, ot);
   }
   // Rows are d values long with d a multiple of 8, so every chunk is aligned once the bases are.
   constexpr int64_t kBytes = int64_t(sizeof(T)) * kChunk;
   const bool vec = aligned(x, kBytes) && aligned(weight, kBytes) && aligned(out, kBytes) && (!ADD || aligned(residual, kBytes));
   const dim3 grid(unsigned((n + kRowThreads / 32 - 1) / (kRowThreads / 32)));
   const int di = int(d);
-  if (chunks <= 1) rms_norm_warp_kernel<T, 1, ADD><<<grid, kRowThreads, 0, stream>>>(xt, rt, wt, n, di, eps, ot, vec);
-  else if (chunks <= 2) rms_norm_warp_kernel<T, 2, ADD><<<grid, kRowThreads, 0, stream>>>(xt, rt, wt, n, di, eps, ot, vec);
-  else if (chunks <= 4) rms_norm_warp_kernel<T, 4, ADD><<<grid, kRowThreads, 0, stream>>>(xt, rt, wt, n, di, eps, ot, vec);
-  else rms_norm_warp_kernel<T, kMaxChunks, ADD><<<grid, kRowThreads, 0, stream>>>(xt, rt, wt, n, di, eps, ot, vec);
-  return gpuGetLastError();
+  auto* kernel = chunks <= 1   ? &rms_norm_warp_kernel<T, 1, ADD>
+                 : chunks <= 2 ? &rms_norm_warp_kernel<T, 2, ADD>
+                 : chunks <= 4 ? &rms_norm_warp_kernel<T, 4, ADD>
+                               : &rms_norm_warp_kernel<T, kMaxChunks, ADD>;
+  return launch_kernel(kernel, grid, kRowThreads, 0, stream, xt, rt, wt, n, di, eps, ot, vec);
 }
 
 template <bool ADD>

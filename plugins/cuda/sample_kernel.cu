@@ -29,6 +29,7 @@
 // a quad one 16-byte float4 load in fp32 and one 8-byte load in 16-bit. An 8-value 16-byte load
 // would span two threads' quads of that partition (the neighbour's data would need a shuffle
 // and put no more bytes in flight per thread). The hash index of every element is unchanged.
+#include "dependent_launch.cuh"
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 #include "workspace_pool.hpp"
@@ -339,6 +340,7 @@ __global__ void __launch_bounds__(kThreads)
 slice_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, int32_t per_split,
              const float* __restrict__ temperature, const int32_t* __restrict__ top_k, const float* __restrict__ top_p,
              const uint64_t* __restrict__ seeds, uint64_t step, Partial* __restrict__ parts) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   __shared__ Partial scratch[kWarps];
   const int64_t row = blockIdx.x;
   const RowSetup rs = row_setup(row, v, temperature, top_k, top_p, seeds, step);
@@ -355,6 +357,7 @@ finish_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, const Par
               const float* __restrict__ temperature, const int32_t* __restrict__ top_k, const float* __restrict__ top_p,
               const uint64_t* __restrict__ seeds, uint64_t step, int64_t* __restrict__ out_tokens,
               float* __restrict__ out_logprobs) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   __shared__ Partial scratch[kWarps];
   __shared__ float scratch_f[kWarps];
   __shared__ unsigned long long scratch_u[kWarps];
@@ -472,13 +475,15 @@ gpuError_t launch_sample_as(const T* logits, int64_t b, int64_t v, const float* 
   if (splits > 1 && gpuMallocFromPoolAsync(&workspace, size_t(b * splits) * sizeof(Partial), state.pool, stream) != gpuSuccess)
     (void)gpuGetLastError(), workspace = nullptr;
   Partial* parts = static_cast<Partial*>(workspace);
+  gpuError_t launched = gpuSuccess;
   if (parts != nullptr)
-    slice_kernel<<<dim3(unsigned(b), unsigned(splits)), kThreads, 0, stream>>>(
-        logits, int32_t(v), int32_t(splits), int32_t(per_split), temperature, top_k, top_p, seeds, step, parts);
-  finish_kernel<<<dim3(unsigned(b)), kThreads, 0, stream>>>(logits, int32_t(v), parts ? int32_t(splits) : 1, parts,
-                                                            temperature, top_k, top_p, seeds, step, out_tokens,
-                                                            out_logprobs);
-  const gpuError_t launched = gpuGetLastError();
+    launched = launch_kernel(slice_kernel<T>, dim3(unsigned(b), unsigned(splits)), kThreads, 0, stream, logits,
+                             int32_t(v), int32_t(splits), int32_t(per_split), temperature, top_k, top_p, seeds, step,
+                             parts);
+  if (launched == gpuSuccess)
+    launched = launch_kernel(finish_kernel<T>, dim3(unsigned(b)), kThreads, 0, stream, logits, int32_t(v),
+                             parts ? int32_t(splits) : 1, static_cast<const Partial*>(parts), temperature, top_k,
+                             top_p, seeds, step, out_tokens, out_logprobs);
   if (workspace != nullptr) {
     const gpuError_t freed = gpuFreeAsync(workspace, stream);  // after the kernels, in stream order
     if (launched == gpuSuccess && freed != gpuSuccess) return freed;

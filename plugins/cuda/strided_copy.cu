@@ -2,6 +2,7 @@
 // views). One thread per element, grid-stride; each thread turns its linear index (row-major
 // over the shape) into source and destination offsets. Elements move as whole words of their
 // size, so any dtype of 1 to 16 bytes is copied bit for bit.
+#include "dependent_launch.cuh"
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 
@@ -16,6 +17,7 @@ struct alignas(8) Bytes16 {
 
 template <class Word>
 __global__ void strided_copy_kernel(const Word* __restrict__ src, Word* __restrict__ dst, StridedLayout layout, int64_t n) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t rest = i, src_offset = 0, dst_offset = 0;
     for (int d = layout.ndim - 1; d >= 0; --d) {
@@ -32,8 +34,8 @@ template <class Word>
 gpuError_t launch_as(const void* src, void* dst, const StridedLayout& layout, int64_t n, gpuStream_t stream) {
   const int64_t wanted = (n + kThreads - 1) / kThreads;
   const unsigned blocks = unsigned(wanted < 65535 ? wanted : 65535);  // the grid-stride loop covers the rest
-  strided_copy_kernel<Word><<<blocks, kThreads, 0, stream>>>(static_cast<const Word*>(src), static_cast<Word*>(dst), layout, n);
-  return gpuGetLastError();
+  return launch_kernel(strided_copy_kernel<Word>, blocks, kThreads, 0, stream, static_cast<const Word*>(src),
+                       static_cast<Word*>(dst), layout, n);
 }
 
 }  // namespace

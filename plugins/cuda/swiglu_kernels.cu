@@ -5,6 +5,7 @@
 // scalars otherwise, over a grid-stride loop. fp32 math with the dtype's rounding where HF's
 // forward and autograd's backward round, so results match LibTorch's ops to the last bit but for
 // the exp (expf against LibTorch's std::exp: both within an ulp).
+#include "dependent_launch.cuh"
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 
@@ -41,6 +42,7 @@ __device__ __forceinline__ void for_each_item(const Rows& rows, F&& f) {
 template <class T, int VEC, class I>
 __global__ void silu_mul_kernel(const T* __restrict__ gate, int64_t gate_stride, const T* __restrict__ up,
                                 int64_t up_stride, T* __restrict__ out, int64_t out_stride, Rows rows) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   using P = Pack<T, VEC>;
   for_each_item<VEC, I>(rows, [&](int64_t r, int64_t c) {
     const P g = *reinterpret_cast<const P*>(gate + r * gate_stride + c);
@@ -60,6 +62,7 @@ __global__ void silu_mul_backward_kernel(const T* __restrict__ gate, int64_t gat
                                          int64_t up_stride, const T* __restrict__ grad, int64_t grad_stride,
                                          T* __restrict__ grad_gate, int64_t grad_gate_stride, T* __restrict__ grad_up,
                                          int64_t grad_up_stride, Rows rows) {
+  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   using P = Pack<T, VEC>;
   for_each_item<VEC, I>(rows, [&](int64_t r, int64_t c) {
     const P g = *reinterpret_cast<const P*>(gate + r * gate_stride + c);
@@ -117,11 +120,12 @@ gpuError_t silu_mul_as(const void* gate, int64_t gs, const void* up, int64_t us,
                        int64_t f, gpuStream_t stream) {
   const T *g = static_cast<const T*>(gate), *u = static_cast<const T*>(up);
   T* o = static_cast<T*>(out);
+  gpuError_t launched = gpuSuccess;
   dispatch_rows<T>(vectors_fit<T>(f, {{gate, gs}, {up, us}, {out, os}}), n, f, [&](auto width, auto index, const Rows& rows) {
-    silu_mul_kernel<T, decltype(width)::value, decltype(index)><<<grid_for(rows.items), kThreads, 0, stream>>>(
-        g, gs, u, us, o, os, rows);
+    launched = launch_kernel(silu_mul_kernel<T, decltype(width)::value, decltype(index)>, grid_for(rows.items), kThreads,
+                             0, stream, g, gs, u, us, o, os, rows);
   });
-  return gpuGetLastError();
+  return launched;
 }
 
 template <class T>
@@ -131,11 +135,12 @@ gpuError_t silu_mul_backward_as(const void* gate, int64_t gs, const void* up, in
   const T *g = static_cast<const T*>(gate), *u = static_cast<const T*>(up), *d = static_cast<const T*>(grad);
   T *dg = static_cast<T*>(grad_gate), *du = static_cast<T*>(grad_up);
   const bool vec = vectors_fit<T>(f, {{gate, gs}, {up, us}, {grad, ds}, {grad_gate, dgs}, {grad_up, dus}});
+  gpuError_t launched = gpuSuccess;
   dispatch_rows<T>(vec, n, f, [&](auto width, auto index, const Rows& rows) {
-    silu_mul_backward_kernel<T, decltype(width)::value, decltype(index)><<<grid_for(rows.items), kThreads, 0, stream>>>(
-        g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
+    launched = launch_kernel(silu_mul_backward_kernel<T, decltype(width)::value, decltype(index)>, grid_for(rows.items),
+                             kThreads, 0, stream, g, gs, u, us, d, ds, dg, dgs, du, dus, rows);
   });
-  return gpuGetLastError();
+  return launched;
 }
 
 }  // namespace

@@ -135,7 +135,12 @@ TEST_CASE("engine: runs of equal-length fresh prompts prefill in one batched cal
   opts.block_size = 4;
   RolloutEngine engine(tiny_model(13, at::kDouble), opts);
   auto outs = engine.generate(reqs);
-  CHECK(engine.last_stats().num_prefill_steps == 1);
+  const GenerateStats& stats = engine.last_stats();
+  CHECK(stats.num_prefill_steps == 1);
+  // The phase times are parts of the call's wall time: both phases ran, neither exceeds it.
+  CHECK(stats.prefill_seconds > 0);
+  CHECK(stats.decode_seconds > 0);
+  CHECK(stats.prefill_seconds + stats.decode_seconds <= stats.seconds);
   REQUIRE(outs.size() == lens.size());
   for (const GenerateOutput& out : outs) {
     INFO(fmt::format("request {}", out.request_index));

@@ -77,6 +77,9 @@ struct GenerateStats {
   int64_t num_graph_steps = 0;         // decode steps replayed from a device graph
   int64_t num_graph_captures = 0;      // graphs captured during this call (kept for later calls)
   double graph_capture_seconds = 0;    // time those captures took
+  // Wall time of the prefill and decode steps, each up to its sampled tokens on the host (so
+  // device time included); the rest of `seconds` is the host's scheduling and bookkeeping.
+  double prefill_seconds = 0, decode_seconds = 0;
   double seconds = 0;
 };
 

@@ -216,7 +216,9 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
     } else {
       ++stats_.num_decode_steps;
     }
+    const auto step_start = std::chrono::steady_clock::now();
     run_step(step, token_ids, logprobs);
+    (step.is_prefill ? stats_.prefill_seconds : stats_.decode_seconds) += seconds_since(step_start);
     stats_.num_generated_tokens += int64_t(token_ids.size());
     const auto finished = scheduler.postprocess(step, token_ids, logprobs);
     done += int64_t(finished.size());
