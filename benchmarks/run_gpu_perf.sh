@@ -14,7 +14,8 @@
 # conformance.txt, train.jsonl, rollout.jsonl, and grpo_step.{json,log} with E2E=1.
 #   OUT=/somewhere bash benchmarks/run_gpu_perf.sh     # .offline-deps beside it (docs/building.md)
 # Variables: STAGES (default "conformance train rollout"; also profile, tests, attn, sample), E2E=1,
-# HF=0, FP32=1 (train in fp32 too), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, STREAM_CHECK=0,
+# HF=0, FP32=1 (train in fp32 too), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, TRAIN_ENVS
+# (environment settings to compare, e.g. "VERLPP_CUDA_PDL=0 -"), STREAM_CHECK=0,
 # SHAPES, BUILD_DIR, ARCHS, JOBS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -66,12 +67,17 @@ if [[ " $STAGES " == *" train "* ]]; then
   : > "$OUT/train.jsonl"
   # bf16 with the cuda plugin's log-prob kernels (the RL trainer's path on a GPU), bf16 with
   # LibTorch's softmax path, then (FP32=1) fp32.
+  # TRAIN_ENVS: as ROLLOUT_ENVS below, for the runs with the cuda plugin's kernels.
   for variant in "bfloat16 --plugin cuda" "bfloat16" ${FP32:+"float32 --plugin cuda"}; do
-    set -- $variant
-    echo "-- param dtype $*" | tee -a "$OUT/summary.txt"
-    VERL_HARDWARE_PLUGIN=cuda timeout 240 "$BIN/verlpp-bench-train" --shape qwen2.5-0.5b --device cuda --param-dtype "$@" --batch 16 --seq 512 \
-      --steps 7 --warmup 2 --json /tmp/t.json 2>&1 | grep -v "^\[verlpp" | tee -a "$OUT/summary.txt"
-    cat /tmp/t.json >> "$OUT/train.jsonl" 2>/dev/null; rm -f /tmp/t.json
+    envs_list=-; [[ "$variant" == *--plugin* ]] && envs_list=${TRAIN_ENVS:--}
+    for envs in $envs_list; do
+      assignments=${envs//,/ }; [ "$envs" = - ] && assignments=   # "env -" would empty the environment
+      set -- $variant
+      echo "-- param dtype $* (environment: $envs)" | tee -a "$OUT/summary.txt"
+      env $assignments VERL_HARDWARE_PLUGIN=cuda timeout 240 "$BIN/verlpp-bench-train" --shape qwen2.5-0.5b --device cuda --param-dtype "$@" --batch 16 --seq 512 \
+        --steps 7 --warmup 2 --json /tmp/t.json 2>&1 | grep -v "^\[verlpp" | tee -a "$OUT/summary.txt"
+      sed "s/^{/{\"environment\":\"$envs\",/" /tmp/t.json >> "$OUT/train.jsonl" 2>/dev/null; rm -f /tmp/t.json
+    done
   done
   for mode in "" --compile; do
     timeout 300 python3 benchmarks/train/hf_train_step.py --batch 16 --seq 512 --steps 10 --warmup 3 $mode \
@@ -92,7 +98,7 @@ if [[ " $STAGES " == *" rollout "* ]]; then
     env $assignments VERLPP_DEVICE_GRAPHS=$graphs VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
       --device cuda --dtype bfloat16 --temperature 1 --repeat 2 --plugin cuda --shapes "$SHAPES" --transitions \
       --json /tmp/r.json 2>&1 | tee -a "$OUT/summary.txt"
-    cat /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
+    sed "s/^{/{\"environment\":\"$envs\",/" /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
   done
   done
   [ "${STREAM_CHECK:-1}" = 1 ] && step "eager decode: greedy tokens with kernels on LibTorch's stream (ABI 1.1) vs the NULL stream: must be identical"

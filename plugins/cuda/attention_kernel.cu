@@ -194,6 +194,7 @@ constexpr int kSlots = NH <= 1 ? 1 : NH <= 2 ? 2 : NH <= 4 ? 4 : 8;
 template <class T, int VEC, int EL, int NH>
 __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>)) paged_attention_kernel(Args a) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   constexpr int P = kSlots<NH>;
   constexpr int NC = EL / VEC;         // vectors per lane per row
   constexpr int kSteps = kUnits / NC;  // rows per lane per tile
@@ -407,6 +408,7 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>
 template <class T>
 __global__ void __launch_bounds__(kAttnThreads) combine_partitions_kernel(Args a) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   __shared__ float weight[kMaxPartitions];
   const int head = blockIdx.x, seq = blockIdx.y;
   const int len = context_length(a.context_lens, seq, a.max_blocks * a.block_size);

@@ -244,6 +244,7 @@ __device__ __forceinline__ uint32_t load_u32(const void* p) { return __ldg(stati
 template <class T, int HEAD, int W, int NG, int STG, bool TWO, bool SPLIT, int MINB>
 __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(HEAD == 64 || HEAD == 128, "head size");
   static_assert(STG >= 2 && NG >= 1, "pipeline");
@@ -544,6 +545,7 @@ __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a
 template <class T>
 __global__ void __launch_bounds__(128) mma_combine_kernel(const Params a, int head_size) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   __shared__ float weight[kMaxParts];
   const int head = blockIdx.x, seq = blockIdx.y;
   const int len = context_length(a, seq);

@@ -41,6 +41,7 @@ rotary_kv_store_kernel(const T* __restrict__ q,  // [n, H, S] at row stride q_st
                        T* __restrict__ k_cache,  // [slots, K, S]
                        T* __restrict__ v_cache, KvStoreShape shape) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   using P = Pack<T, VEC>;
   extern __shared__ float cos_sin[];  // cos [half], then sin [half], rounded to T
   const int64_t token = blockIdx.x;

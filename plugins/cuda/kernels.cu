@@ -24,6 +24,7 @@ rotary_kernel(T* __restrict__ q, int64_t hq,  // [n, hq, 2 half] or NULL
               const int64_t* __restrict__ positions,  // [n]
               const float* __restrict__ inv_freq) {   // [half]
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   extern __shared__ float cos_sin[];  // cos [half], then sin [half], rounded to T
   const int64_t token = blockIdx.x;
   const float position = float(positions[token]);

@@ -151,6 +151,7 @@ logprob_entropy_kernel(const T* __restrict__ logits, int64_t v, int64_t row_stri
                        float* __restrict__ out_logprob,   // [n]
                        float* __restrict__ out_entropy) {  // [n] or NULL
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   __shared__ float scratch[3 * kWarps];
   const int64_t row = blockIdx.x;
   const T* x = logits + row * row_stride;
@@ -187,6 +188,7 @@ logprob_backward_kernel(const T* logits, int64_t v, int64_t row_stride, const in
                         const float* __restrict__ mean_z, const float* __restrict__ grad_entropy, float temperature,
                         T* out, int64_t out_row_stride) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   const int64_t row = blockIdx.x;
   const T* x = logits + row * row_stride;
   T* y = out + row * out_row_stride;

@@ -65,6 +65,7 @@ __global__ void __launch_bounds__(kRowThreads)
 rms_norm_warp_kernel(const T* x, T* residual, const T* __restrict__ weight, int64_t n, int d, float eps,
                      T* __restrict__ out, bool vec) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * (kRowThreads / 32) + (threadIdx.x >> 5);
   if (row >= n) return;  // a whole warp: row is the same for its lanes
@@ -112,6 +113,7 @@ template <class T, bool ADD>
 __global__ void __launch_bounds__(kThreads)
 rms_norm_block_kernel(const T* x, T* residual, const T* __restrict__ weight, int64_t d, float eps, T* __restrict__ out) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   __shared__ float scratch[kWarps];
   const int64_t row = blockIdx.x;
   const T* xr = x + row * d;

@@ -341,6 +341,7 @@ slice_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, int32_t pe
              const float* __restrict__ temperature, const int32_t* __restrict__ top_k, const float* __restrict__ top_p,
              const uint64_t* __restrict__ seeds, uint64_t step, Partial* __restrict__ parts) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   __shared__ Partial scratch[kWarps];
   const int64_t row = blockIdx.x;
   const RowSetup rs = row_setup(row, v, temperature, top_k, top_p, seeds, step);
@@ -358,6 +359,7 @@ finish_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, const Par
               const uint64_t* __restrict__ seeds, uint64_t step, int64_t* __restrict__ out_tokens,
               float* __restrict__ out_logprobs) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   __shared__ Partial scratch[kWarps];
   __shared__ float scratch_f[kWarps];
   __shared__ unsigned long long scratch_u[kWarps];

@@ -18,6 +18,7 @@ struct alignas(8) Bytes16 {
 template <class Word>
 __global__ void strided_copy_kernel(const Word* __restrict__ src, Word* __restrict__ dst, StridedLayout layout, int64_t n) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t rest = i, src_offset = 0, dst_offset = 0;
     for (int d = layout.ndim - 1; d >= 0; --d) {

@@ -43,6 +43,7 @@ template <class T, int VEC, class I>
 __global__ void silu_mul_kernel(const T* __restrict__ gate, int64_t gate_stride, const T* __restrict__ up,
                                 int64_t up_stride, T* __restrict__ out, int64_t out_stride, Rows rows) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   using P = Pack<T, VEC>;
   for_each_item<VEC, I>(rows, [&](int64_t r, int64_t c) {
     const P g = *reinterpret_cast<const P*>(gate + r * gate_stride + c);
@@ -63,6 +64,7 @@ __global__ void silu_mul_backward_kernel(const T* __restrict__ gate, int64_t gat
                                          T* __restrict__ grad_gate, int64_t grad_gate_stride, T* __restrict__ grad_up,
                                          int64_t grad_up_stride, Rows rows) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+  allow_dependents();
   using P = Pack<T, VEC>;
   for_each_item<VEC, I>(rows, [&](int64_t r, int64_t c) {
     const P g = *reinterpret_cast<const P*>(gate + r * gate_stride + c);
