@@ -74,12 +74,18 @@ struct DeviceSampling {
   at::Tensor temperature, top_k, top_p, seed;
 };
 
-// The plugin's `sample` kernel (`kernels` must have one) with everything on the device: returns
-// tokens [B] int64 and their log-probs [B] f32 there, queued on LibTorch's current stream.
-// No host copy and no synchronisation, so a device graph can capture it. bf16 / f16 logits go to
-// an ABI 1.3 plugin as they are (same result as their fp32 conversion), others as fp32.
-std::pair<at::Tensor, at::Tensor> sample_on_device(const at::Tensor& logits, const DeviceSampling& rows,
-                                                   const hw::Kernels& kernels);
+// sample_on_device's results on the device: tokens [B] int64 and their log-probs [B] f32, views
+// of one int64 buffer `packed` of B + ceil(B / 2) elements (tokens first, then the log-probs'
+// bytes), so that the host fetches both with one copy and one wait.
+struct DeviceSamples {
+  at::Tensor tokens, logprobs, packed;
+};
+
+// The plugin's `sample` kernel (`kernels` must have one) with everything on the device, queued on
+// LibTorch's current stream. No host copy and no synchronisation, so a device graph can capture
+// it. bf16 / f16 logits go to an ABI 1.3 plugin as they are (same result as their fp32
+// conversion), others as fp32.
+DeviceSamples sample_on_device(const at::Tensor& logits, const DeviceSampling& rows, const hw::Kernels& kernels);
 
 // The reference path alone (what sample() runs without a plugin kernel).
 SampleResult sample_reference(const at::Tensor& logits, const std::vector<RowSampling>& rows);

@@ -111,10 +111,12 @@ bool DecodeGraphs::run(const model::DecoderLM& model, model::PagedKvCache& cache
   bucket.inputs.copy_(staging_.narrow(0, 0, input_bytes(B)), /*non_blocking=*/true);
   if (!graphs_.contains(B)) capture(model, cache, bucket);
   graphs_.replay(B);
-  const at::Tensor tokens = bucket.tokens.narrow(0, 0, b).to(at::kCPU);
-  const at::Tensor lps = bucket.logprobs.narrow(0, 0, b).to(at::kCPU);
-  token_ids.assign(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + b);
-  logprobs.assign(lps.data_ptr<float>(), lps.data_ptr<float>() + b);
+  // Tokens and log-probs in one copy (DeviceSamples' layout), which is also the step's one wait.
+  const at::Tensor host = bucket.samples.packed.to(at::kCPU);
+  const int64_t* tokens = host.data_ptr<int64_t>();
+  const float* lps = reinterpret_cast<const float*>(tokens + B);
+  token_ids.assign(tokens, tokens + b);
+  logprobs.assign(lps, lps + b);
   return true;
 }
 
@@ -136,7 +138,7 @@ void DecodeGraphs::capture(const model::DecoderLM& model, model::PagedKvCache& c
     RolloutAttention attention(cache, std::move(paged), /*is_decode=*/true, &kernels_);
     VERLPP_CHECK(attention.uses_kernel(), "DecodeGraphs: the decode step would not use the plugin's attention kernel");
     const at::Tensor hidden = model.forward_cached(ids, positions, attention, train::detail::layer_kernels_for(&kernels_, /*fuse_adds=*/true));
-    std::tie(bucket.tokens, bucket.logprobs) = sample_on_device(model.logits(hidden), rows, kernels_);
+    bucket.samples = sample_on_device(model.logits(hidden), rows, kernels_);
   };
   graphs_.capture(B, body);
   ++num_captures_;

@@ -19,6 +19,7 @@
 
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/model/kv_cache.hpp>
+#include <verlpp/rollout/sampling.hpp>
 #include <verlpp/rollout/scheduler.hpp>
 
 #include <ATen/core/Tensor.h>
@@ -64,7 +65,7 @@ class DecodeGraphs {
   struct Bucket {
     int64_t size = 0;
     at::Tensor inputs;            // device bytes: the static inputs (layout in decode_graphs.cpp)
-    at::Tensor tokens, logprobs;  // the graph's outputs [size], rewritten by every replay
+    DeviceSamples samples;        // the graph's outputs [size], rewritten by every replay
   };
   Bucket& bucket_for(int64_t batch);
   void capture(const model::DecoderLM& model, model::PagedKvCache& cache, Bucket& bucket);

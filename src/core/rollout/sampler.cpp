@@ -113,8 +113,7 @@ SampleResult sample_reference(const at::Tensor& logits, const std::vector<RowSam
   return out;
 }
 
-std::pair<at::Tensor, at::Tensor> sample_on_device(const at::Tensor& logits, const DeviceSampling& rows,
-                                                   const hw::Kernels& kernels) {
+DeviceSamples sample_on_device(const at::Tensor& logits, const DeviceSampling& rows, const hw::Kernels& kernels) {
   VERLPP_CHECK(kernels.table().sample != nullptr, "sample_on_device: plugin {} has no sample kernel",
                kernels.plugin().display_name());
   // ABI 1.3 plugins read bf16 / f16 logits themselves (as their exact fp32 values, with the
@@ -124,7 +123,9 @@ std::pair<at::Tensor, at::Tensor> sample_on_device(const at::Tensor& logits, con
                       (logits.scalar_type() == at::kBFloat16 || logits.scalar_type() == at::kHalf);
   at::Tensor x = (native ? logits : logits.to(at::kFloat)).contiguous();
   auto on = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).device(x.device()); };
-  at::Tensor tokens = at::empty({x.size(0)}, on(at::kLong)), logprobs = at::empty({x.size(0)}, on(at::kFloat));
+  const int64_t b = x.size(0);
+  const at::Tensor packed = at::empty({b + (b + 1) / 2}, on(at::kLong));
+  const at::Tensor tokens = packed.narrow(0, 0, b), logprobs = packed.narrow(0, b, (b + 1) / 2).view(at::kFloat).narrow(0, 0, b);
   DLTensor d_x = hw::detail::dl_view(x), d_temp = hw::detail::dl_view(rows.temperature),
            d_topk = hw::detail::dl_view(rows.top_k), d_topp = hw::detail::dl_view(rows.top_p),
            d_seed = hw::detail::dl_view(rows.seed, /*as_unsigned=*/true), d_tok = hw::detail::dl_view(tokens),
@@ -133,7 +134,7 @@ std::pair<at::Tensor, at::Tensor> sample_on_device(const at::Tensor& logits, con
   kernels.plugin().check(kernels.table().sample(&d_x, &d_temp, &d_topk, &d_topp, &d_seed, 0, &d_tok, &d_lp,
                                                 kernels.current_stream(x.device())),
                          "kernels.sample");
-  return {tokens, logprobs};
+  return {tokens, logprobs, packed};
 }
 
 SampleResult sample(const at::Tensor& logits, const std::vector<RowSampling>& rows, const hw::Kernels* kernels) {
@@ -154,8 +155,10 @@ SampleResult sample(const at::Tensor& logits, const std::vector<RowSampling>& ro
                            at::tensor(seeds, at::TensorOptions().dtype(at::kLong)).to(dev)};
   // The copies to the host are queued after the kernel on LibTorch's current stream and are
   // what waits for it.
-  auto [tokens, logprobs] = sample_on_device(logits, on_device, *kernels);
-  return SampleResult{tokens.to(at::kCPU), logprobs.to(at::kCPU)};
+  const DeviceSamples out = sample_on_device(logits, on_device, *kernels);
+  const at::Tensor host = out.packed.to(at::kCPU);  // one copy, one wait
+  const int64_t b = out.tokens.size(0);
+  return SampleResult{host.narrow(0, 0, b), host.narrow(0, b, (b + 1) / 2).view(at::kFloat).narrow(0, 0, b)};
 }
 
 }  // namespace verlpp::rollout
