@@ -186,6 +186,9 @@ __device__ Partial block_merge(Partial p, float c, Partial* scratch) {
   return scratch[0];
 }
 
+// The temperature a row computes with: t, or 1 for greedy rows (t <= 0 or NaN).
+__device__ __forceinline__ float row_temperature(float t) { return t > 0.0f ? t : 1.0f; }
+
 // What a row asks for, from its per-row parameters; temp = 1 for greedy rows.
 struct RowSetup {
   float temp, c, p;
@@ -198,7 +201,7 @@ __device__ RowSetup row_setup(int64_t row, int64_t v, const float* temperature, 
   RowSetup s;
   const float t = temperature[row];
   s.greedy = !(t > 0.0f);  // <= 0 or NaN
-  s.temp = s.greedy ? 1.0f : t;
+  s.temp = row_temperature(t);
   s.c = kLog2e / s.temp;
   s.k = top_k[row];
   s.p = top_p[row];
@@ -484,8 +487,7 @@ slice_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, int32_t pe
              const float* __restrict__ temperature, Partial* __restrict__ parts, GroupMass* __restrict__ groups) {
   __shared__ Partial scratch[kWarps];
   const int64_t row = blockIdx.x;
-  const float t = temperature[row];
-  const float c = kLog2e / (t > 0.0f ? t : 1.0f);  // row_setup's c
+  const float c = kLog2e / row_temperature(temperature[row]);  // row_setup's c
   const T* x = logits + row * v;
   const RowLayout layout(x, v, splits, per_split);
   const int64_t at = row * splits + blockIdx.y;
