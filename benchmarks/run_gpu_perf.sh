@@ -16,7 +16,7 @@
 # Variables: STAGES (default "conformance train rollout"; also profile, tests, attn, sample), E2E=1,
 # HF=0, FP32=1 (train in fp32 too), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, TRAIN_ENVS
 # (environment settings to compare, e.g. "VERLPP_CUDA_PDL=0 -"), STREAM_CHECK=0,
-# SHAPES, BUILD_DIR, ARCHS, JOBS.
+# SHAPES, BUILD_DIR, ARCHS, JOBS, SAMPLE_BASELINE (stage sample: a commit to time beside).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/verlpp-perf-out}
@@ -151,16 +151,27 @@ if [[ " $STAGES " == *" attn "* ]]; then
     tail -5 /tmp/attn_build.log | tee -a "$OUT/summary.txt"
   fi
 fi
-# The sampler's microbench beside the kernel it replaced (.sample-bench: carried, not in the
-# repository): a correctness check against plain loops, then old vs new per call.
-if [ -d .sample-bench ] && [[ " $STAGES " == *" sample "* ]]; then
-  step "sample microbench (new vs old kernel; .sample-bench, not in the repository)"
-  if nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include .sample-bench/bench_sample.cu .sample-bench/old_sample.cu \
-       plugins/cuda/sample_kernel.cu -o /tmp/bench_sample > /tmp/sample_build.log 2>&1; then
-    # Every line but the per-step correctness ones (the timing table comes first).
-    timeout 120 /tmp/bench_sample 2>&1 | grep -v " step [0-9]" | tee -a "$OUT/summary.txt"
+# The sampler in isolation (benchmarks/kernels/sample_bench.cu, built with nvcc beside the plugin's
+# sample_kernel.cu): a check against fp64 CPU loops, then per call at V = 151,936, eager and in a
+# CUDA graph. SAMPLE_BASELINE=<commit>: the same bench also built against that commit's
+# sample_kernel.cu and timed, for a before/after table.
+if [[ " $STAGES " == *" sample "* ]]; then
+  step "sample microbench (benchmarks/kernels/sample_bench.cu)"
+  if nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include benchmarks/kernels/sample_bench.cu \
+       plugins/cuda/sample_kernel.cu plugins/cuda/workspace_pool.cpp -o /tmp/sample_bench > /tmp/sample_build.log 2>&1; then
+    for mode in check time; do timeout 200 /tmp/sample_bench $mode 2>&1 | tail -45 | tee -a "$OUT/summary.txt"; done
   else
     tail -5 /tmp/sample_build.log | tee -a "$OUT/summary.txt"
+  fi
+  if [ -n "${SAMPLE_BASELINE:-}" ]; then
+    step "sample microbench timing, sample_kernel.cu of $SAMPLE_BASELINE"
+    if git -c safe.directory='*' show "$SAMPLE_BASELINE:plugins/cuda/sample_kernel.cu" > /tmp/sample_kernel_baseline.cu &&
+       nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include benchmarks/kernels/sample_bench.cu \
+         /tmp/sample_kernel_baseline.cu plugins/cuda/workspace_pool.cpp -o /tmp/sample_bench_baseline > /tmp/sample_build.log 2>&1; then
+      timeout 200 /tmp/sample_bench_baseline time 2>&1 | tail -15 | tee -a "$OUT/summary.txt"
+    else
+      tail -5 /tmp/sample_build.log | tee -a "$OUT/summary.txt"
+    fi
   fi
 fi
 

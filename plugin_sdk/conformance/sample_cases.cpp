@@ -272,7 +272,7 @@ void run_sample_cases(CheckContext& ctx) {
   });
 
   // A real vocabulary: the cuda plugin splits such rows over several blocks and merges their
-  // partials (argmax, softmax sum, best Gumbel candidate), a path short rows never take.
+  // partials (argmax, softmax sum, per-group masses for the draw), a path short rows never take.
   ctx.run("kernels", "sample at a vocabulary of 151,936: argmax, log-probs, kept sets, and a peaked row's frequencies", [&] {
     need();
     const int64_t v = 151936;

@@ -87,6 +87,7 @@
 #define gpuMemGetInfo VERLPP_GPU_NAME(MemGetInfo)
 #define gpuPointerGetAttributes VERLPP_GPU_NAME(PointerGetAttributes)
 #define gpuDeviceGetAttribute VERLPP_GPU_NAME(DeviceGetAttribute)
+#define gpuOccupancyMaxActiveBlocksPerMultiprocessor VERLPP_GPU_NAME(OccupancyMaxActiveBlocksPerMultiprocessor)
 
 // Memory and copies.
 #define gpuMalloc VERLPP_GPU_NAME(Malloc)
