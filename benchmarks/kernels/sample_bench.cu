@@ -365,7 +365,8 @@ static void check_edge_rows(cudaStream_t st) {
     row(1)[10] = NAN, row(1)[v / 2] = NAN;     // 1: NaN logits -> the argmax of the others
     row(2)[5] = INFINITY, row(2)[v - 3] = INFINITY;  // 2: +inf logits -> the first +inf
     std::fill(row(3), row(3) + v, -INFINITY);  // 3: one finite logit -> that token, log-prob 0
-    row(3)[v - 2] = 3.0f;                      //    (up to the rounding of 3 log2(e): |lp| < 1e-6)
+    row(3)[v - 2] = 3.0f;                      //    (up to ex2.approx's error at 0: 15 ulps of 1,
+                                               //    1.8e-6, on the H200; |lp| < 4e-6)
     row(4)[v / 3] = 60.0f;                     // 4: T = 1e-3 -> the argmax
     for (int64_t j = 0; j < v; ++j) row(5)[j] = -1e4f + 0.01f * float(j % 100);  // 5: far below 0, as any
     const int64_t want[kinds] = {0, first_argmax(row(1), v), 5, v - 2, v / 3, -1};
@@ -387,11 +388,14 @@ static void check_edge_rows(cudaStream_t st) {
                                                           (unsigned long long)step, (long long)tok, (long long)want[r]);
           ok = ok && good;
         }
-        if (!(std::fabs(got.logprobs[3]) <= 1e-6f) && detail.size() < 200)
+        if (!(std::fabs(got.logprobs[3]) <= 4e-6f) && detail.size() < 200)
           detail += fmt("one-token row log-prob %g; ", got.logprobs[3]);
-        ok = ok && std::fabs(got.logprobs[3]) <= 1e-6f;
+        ok = ok && std::fabs(got.logprobs[3]) <= 4e-6f;
         const double lp5 = log_softmax_at(xt.data() + 5 * v, v, 1.0, got.tokens[5]);
-        ok = ok && std::fabs(got.logprobs[5] - lp5) <= 1e-4 + 1e-5 * std::fabs(lp5);
+        const bool lp5_ok = std::fabs(got.logprobs[5] - lp5) <= 1e-4 + 1e-5 * std::fabs(lp5);
+        if (!lp5_ok && detail.size() < 200)
+          detail += fmt("row 5 (logits ~ -1e4) log-prob %.7g, want %.7g; ", got.logprobs[5], lp5);
+        ok = ok && lp5_ok;
       }
     }
     verdict(ok, fmt("edge rows (-inf, NaN, +inf, one token, T=1e-3, -1e4) V=%lld", (long long)v).c_str(), detail);

@@ -73,6 +73,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 #endif
 
+// fl(x c), the reference a sum of 2^(x_j c - reference) is taken against. Always this rounded
+// product, never fused into a neighbouring subtraction (__fmul_rn is not contracted into an fma):
+// a rescale between two references must see the same values the sums were built with, or each
+// merge shifts the sum by the rounding of x c (up to 5e-4 in log-prob at |x| ~ 1e4, compounding
+// over a row's ~10 merge levels).
+__device__ __forceinline__ float reference(float x, float c) { return __fmul_rn(x, c); }
+
 // Order-preserving map of a float to uint32 (larger float -> larger key; NaN sorts highest).
 __device__ __forceinline__ uint32_t ordered_key(float x) {
   uint32_t bits = __float_as_uint(x);
@@ -129,7 +136,7 @@ __device__ __forceinline__ float gumbel(uint64_t row_bits, int64_t j) {
 }
 
 // Per thread or merged: the first argmax of x (NaN never counts) and the softmax denominator
-// sum_j 2^(x_j c - mc) with c = log2(e) / t and mc = fl(best * c) (0 while best = -inf).
+// sum_j 2^(x_j c - mc) with c = log2(e) / t and mc = reference(best, c) (0 while best = -inf).
 // Index "none" = v.
 struct Partial {
   float best;
@@ -153,9 +160,9 @@ __device__ __forceinline__ void keep_max(float& value, int32_t& index, float v2,
 __device__ Partial merge(Partial a, const Partial& b, float c) {
   const float best = fmaxf(a.best, b.best);
   if (best != -INFINITY) {  // rescale both sums to the new reference (a side at -inf holds 0 or NaN)
-    const float ref = best * c;
-    if (a.best != -INFINITY) a.sum *= exp2f(a.best * c - ref);
-    a.sum += b.best != -INFINITY ? b.sum * exp2f(b.best * c - ref) : b.sum;
+    const float ref = reference(best, c);
+    if (a.best != -INFINITY) a.sum *= exp2f(reference(a.best, c) - ref);
+    a.sum += b.best != -INFINITY ? b.sum * exp2f(reference(b.best, c) - ref) : b.sum;
   } else {
     a.sum += b.sum;
   }
@@ -262,8 +269,8 @@ __device__ Partial group_pass(const T* __restrict__ x, const RowLayout& layout, 
   auto scalar = [&](int32_t j) {  // head and tail elements, one at a time
     const float xj = to_float(x[j]);
     if (xj > best) {
-      if (best != -INFINITY) sum *= exp2f(mc - xj * c);
-      best = xj, best_i = j, mc = xj * c;
+      if (best != -INFINITY) sum *= exp2f(mc - reference(xj, c));
+      best = xj, best_i = j, mc = reference(xj, c);
     } else if (xj == best && best_i == none) {
       best_i = j;  // a row of -inf so far: the first index, as keep_max has it
     }
@@ -296,8 +303,8 @@ __device__ Partial group_pass(const T* __restrict__ x, const RowLayout& layout, 
 #pragma unroll
     for (int i = 0; i < 4 * kLoadsInFlight; ++i) cm = fmaxf(cm, xv[i]);  // NaN never counts
     if (cm > best) {  // a new max (rare after the first steps): rescale the sum to it
-      if (best != -INFINITY) sum *= exp2f(mc - cm * c);
-      best = cm, best_i = first_index(cm), mc = cm * c;
+      if (best != -INFINITY) sum *= exp2f(mc - reference(cm, c));
+      best = cm, best_i = first_index(cm), mc = reference(cm, c);
     } else if (cm == best && best_i == none) {
       best_i = first_index(cm);
     }
@@ -401,7 +408,7 @@ template <class T>
 __device__ int32_t draw_by_cdf(const T* __restrict__ x, const RowLayout& layout, const GroupMass* groups,
                                const Partial& all, const RowSetup& rs, int32_t argmax, DrawScratch& sh) {
   if (!(all.sum > 0.0f && all.sum < INFINITY)) return argmax;  // 0, NaN or +inf: see the header
-  const float c = rs.c, ref = all.best * c;
+  const float c = rs.c, ref = reference(all.best, c);
   const double u = double(rs.row_bits >> 11) * 0x1p-53;  // cpu_ref's uniform_draw(seed, step)
 
   // The group: warp 0, lane l walking its own run of consecutive groups.
@@ -410,7 +417,7 @@ __device__ int32_t draw_by_cdf(const T* __restrict__ x, const RowLayout& layout,
     const int32_t gb = min(count, lane * per_lane), ge = min(count, gb + per_lane);
     auto mass = [&](int32_t g) {  // the group's sum rescaled to the row's max, as merge does
       const GroupMass m = groups[g];
-      return m.best != -INFINITY ? double(m.sum * exp2f(m.best * c - ref)) : 0.0;
+      return m.best != -INFINITY ? double(m.sum * exp2f(reference(m.best, c) - ref)) : 0.0;
     };
     double own = 0.0;
     for (int32_t g = gb; g < ge; ++g) own += mass(g);
@@ -608,7 +615,13 @@ finish_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, int32_t p
   }
   if (threadIdx.x == 0) {
     out_tokens[row] = token;
-    out_logprobs[row] = to_float(x[token]) / temp - z_max - logf(all.sum);
+    // log q_token - log S with the sum taken against the reference it was computed with: every
+    // term is 2^(x_j c - fl(max c)), so log S carries fl(max c) - max c (up to half an ulp of
+    // max c: 5e-4 at |max| ~ 1e4, T = 1), which the exact residual r = max c - fl(max c) (one
+    // fma) puts back; and x_token - max before the division by T (exact for nearby values)
+    // instead of two quotients each rounded at the logits' magnitude.
+    const float r = isfinite(all.best) ? fmaf(all.best, rs.c, -reference(all.best, rs.c)) : 0.0f;
+    out_logprobs[row] = (to_float(x[token]) - all.best) / temp - logf(all.sum) + r * 0.6931471805599453f;
   }
 }
 
