@@ -6,6 +6,7 @@
 //   attention_decode_bench [time]  per call, eager and in a CUDA graph of 24 calls, old vs new
 // Env: SHAPES="B:ctx,B:ctx" ('r' after ctx: ragged lengths) overrides the timing shapes.
 // Written for the seventh session's kernel (docs/benchmarks.md has its figures).
+#include "bench_timing.cuh"
 #include "kernels.hpp"
 
 #include <cuda_bf16.h>
@@ -24,15 +25,6 @@
 #include <vector>
 
 using verlpp::cuda::FloatType;
-
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      printf("CUDA error %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-      exit(2);                                                                         \
-    }                                                                                  \
-  } while (0)
 
 template <class T> static T to_t(float x);
 template <> float to_t<float>(float x) { return x; }
@@ -257,15 +249,8 @@ static int check() {
 
 // ============================== timing ===================================================
 __global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint64_t z = (i + seed) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    // sum of four uniforms, centred: roughly N(0, 1)
-    const float s = float(z & 0xffff) + float((z >> 16) & 0xffff) + float((z >> 32) & 0xffff) + float(z >> 48);
-    p[i] = __float2bfloat16((s / 65536.0f - 2.0f) * 1.732f);
-  }
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = __float2bfloat16(normalish(i, seed));
 }
 
 struct Shape {
@@ -336,46 +321,20 @@ struct Bench {
         return -1;
       }
     }
-    CK(cudaEventRecord(e0, st));
     const int iters = 50;
-    for (int i = 0; i < iters; ++i) CK(call(fn, i));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const float ms = elapsed_ms(st, e0, e1, [&] {
+      for (int i = 0; i < iters; ++i) CK(call(fn, i));
+    });
     return ms * 1000 / iters;
   }
   // Per-call microseconds of a graph of 24 consecutive calls (one per layer, as a decode step),
   // replayed 10 times after one warm replay. -1 when capture fails.
   float graph(Launch fn, std::vector<__nv_bfloat16>* last = nullptr) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    cudaError_t err = cudaSuccess;
-    for (int i = 0; i < 24 && err == cudaSuccess; ++i) err = call(fn, i);
-    cudaError_t end = cudaStreamEndCapture(st, &g);
-    if (err != cudaSuccess || end != cudaSuccess) {
-      printf("  graph capture failed: %s / %s\n", cudaGetErrorString(err), cudaGetErrorString(end));
-      (void)cudaGetLastError();
-      return -1;
-    }
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaStreamSynchronize(st));
-    if (last) {
+    return graph_us_per_call(st, e0, e1, 24, [&](int i) { return call(fn, i); }, [&] {
+      if (!last) return;
       last->resize(size_t(B) * H * S);
       CK(cudaMemcpy(last->data(), o, last->size() * 2, cudaMemcpyDeviceToHost));
-    }
-    const int reps = 10;
-    CK(cudaEventRecord(e0, st));
-    for (int r = 0; r < reps; ++r) CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return ms * 1000 / (reps * 24);
+    });
   }
   double gbs(float us) const { return us > 0 ? bytes / (us * 1e3) : 0; }
 };

@@ -8,6 +8,7 @@
 //                        untruncated (T = 1) and greedy rows, eager and in a CUDA graph
 // Env: BATCHES="32,256" overrides the timing batches. The bench uses only launch_sample's
 // interface, so compiling it against another sample_kernel.cu (an older commit's) times that one.
+#include "bench_timing.cuh"
 #include "kernels.hpp"
 
 #include <cuda_bf16.h>
@@ -25,15 +26,6 @@
 #include <vector>
 
 using verlpp::cuda::FloatType;
-
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      printf("CUDA error %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-      exit(2);                                                                         \
-    }                                                                                  \
-  } while (0)
 
 static const char* type_name(FloatType t) { return t == FloatType::f32 ? "f32" : t == FloatType::bf16 ? "bf16" : "f16"; }
 static size_t type_size(FloatType t) { return t == FloatType::f32 ? 4 : 2; }
@@ -469,12 +461,7 @@ static int check() {
 template <class T>
 __global__ void fill_kernel(T* p, size_t n, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint64_t z = (i + seed) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    const float s = float(z & 0xffff) + float((z >> 16) & 0xffff) + float((z >> 32) & 0xffff) + float(z >> 48);
-    const float x = (s / 65536.0f - 2.0f) * 3.464f;
+    const float x = 2.0f * normalish(i, seed);
     if constexpr (sizeof(T) == 4) p[i] = x;
     else p[i] = __float2bfloat16(x);
   }
@@ -534,41 +521,15 @@ struct Timing {
   // Per-call microseconds of 50 back-to-back calls after 5 warm-up calls.
   float eager() {
     for (int i = 0; i < 5; ++i) CK(call(i));
-    CK(cudaEventRecord(e0, st));
     const int iters = 50;
-    for (int i = 0; i < iters; ++i) CK(call(i));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const float ms = elapsed_ms(st, e0, e1, [&] {
+      for (int i = 0; i < iters; ++i) CK(call(i));
+    });
     return ms * 1000 / iters;
   }
   // Per-call microseconds of a graph of 20 captured calls replayed 10 times; -1 if capture fails.
   float graph() {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    cudaError_t err = cudaSuccess;
-    for (int i = 0; i < 20 && err == cudaSuccess; ++i) err = call(i);
-    const cudaError_t end = cudaStreamEndCapture(st, &g);
-    if (err != cudaSuccess || end != cudaSuccess) {
-      printf("  graph capture failed: %s / %s\n", cudaGetErrorString(err), cudaGetErrorString(end));
-      (void)cudaGetLastError();
-      return -1;
-    }
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaStreamSynchronize(st));
-    const int reps = 10;
-    CK(cudaEventRecord(e0, st));
-    for (int r = 0; r < reps; ++r) CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return ms * 1000 / (reps * 20);
+    return graph_us_per_call(st, e0, e1, 20, [&](int i) { return call(i); }, [] {});
   }
   double gbs(float us) const { return us > 0 ? double(b) * row_bytes / (us * 1e3) : 0; }
 };
