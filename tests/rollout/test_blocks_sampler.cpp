@@ -213,6 +213,23 @@ TEST_CASE("sampler: a plugin's sample kernel (cpu_ref) through the host's dispat
   CHECK(g.token_ids[1].item<int64_t>() == 1);
   const double z0 = std::log(std::exp(0.5 - 3.0) + 1.0 + std::exp(-1.0 - 3.0));
   CHECK(std::abs(g.logprobs[0].item<float>() - (0.0 - z0)) < 1e-5);
+  // An odd batch: tokens and log-probs share one device buffer (DeviceSamples), the log-probs
+  // after ceil(B / 2) int64s; every row must still read its own token and log-prob.
+  const std::vector<float> odd = {2.0f, 0.0f, -1.0f, -3.0f, 1.0f, 0.5f, 0.25f, 0.0f, 4.0f};
+  SampleResult o = sample(at::tensor(odd).reshape({3, 3}),
+                          {RowSampling{0.0, 0, 1.0, 1, 0}, RowSampling{0.0, 0, 1.0, 2, 0}, RowSampling{0.0, 0, 1.0, 3, 0}},
+                          &kernels);
+  REQUIRE(o.token_ids.numel() == 3);
+  REQUIRE(o.logprobs.numel() == 3);
+  for (int64_t r = 0; r < 3; ++r) {
+    INFO(fmt::format("row {}", r));
+    const float* x = odd.data() + 3 * r;
+    const int64_t want = std::max_element(x, x + 3) - x;
+    const double z = std::log(std::exp(double(x[0]) - x[want]) + std::exp(double(x[1]) - x[want]) +
+                              std::exp(double(x[2]) - x[want]));
+    CHECK(o.token_ids[r].item<int64_t>() == want);
+    CHECK(std::abs(o.logprobs[r].item<float>() + z) < 1e-5);
+  }
 }
 
 namespace {
