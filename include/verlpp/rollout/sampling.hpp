@@ -87,6 +87,10 @@ struct DeviceSamples {
 // conversion), others as fp32.
 DeviceSamples sample_on_device(const at::Tensor& logits, const DeviceSampling& rows, const hw::Kernels& kernels);
 
+// The first `rows` tokens and log-probs of `samples`, brought to the host in one copy (which
+// waits for the kernel that wrote them).
+SampleResult read_samples(const DeviceSamples& samples, int64_t rows);
+
 // The reference path alone (what sample() runs without a plugin kernel).
 SampleResult sample_reference(const at::Tensor& logits, const std::vector<RowSampling>& rows);
 

@@ -111,12 +111,9 @@ bool DecodeGraphs::run(const model::DecoderLM& model, model::PagedKvCache& cache
   bucket.inputs.copy_(staging_.narrow(0, 0, input_bytes(B)), /*non_blocking=*/true);
   if (!graphs_.contains(B)) capture(model, cache, bucket);
   graphs_.replay(B);
-  // Tokens and log-probs in one copy (DeviceSamples' layout), which is also the step's one wait.
-  const at::Tensor host = bucket.samples.packed.to(at::kCPU);
-  const int64_t* tokens = host.data_ptr<int64_t>();
-  const float* lps = reinterpret_cast<const float*>(tokens + B);
-  token_ids.assign(tokens, tokens + b);
-  logprobs.assign(lps, lps + b);
+  const SampleResult out = read_samples(bucket.samples, b);  // also the step's one wait
+  token_ids.assign(out.token_ids.data_ptr<int64_t>(), out.token_ids.data_ptr<int64_t>() + b);
+  logprobs.assign(out.logprobs.data_ptr<float>(), out.logprobs.data_ptr<float>() + b);
   return true;
 }
 

@@ -137,6 +137,12 @@ DeviceSamples sample_on_device(const at::Tensor& logits, const DeviceSampling& r
   return {tokens, logprobs, packed};
 }
 
+SampleResult read_samples(const DeviceSamples& samples, int64_t rows) {
+  const at::Tensor host = samples.packed.to(at::kCPU);  // one copy, one wait
+  const int64_t b = samples.tokens.size(0);            // the log-probs start after b int64s
+  return SampleResult{host.narrow(0, 0, rows), host.narrow(0, b, (b + 1) / 2).view(at::kFloat).narrow(0, 0, rows)};
+}
+
 SampleResult sample(const at::Tensor& logits, const std::vector<RowSampling>& rows, const hw::Kernels* kernels) {
   if (kernels == nullptr || kernels->table().sample == nullptr) return sample_reference(logits, rows);
   const auto dev = logits.device();
@@ -156,9 +162,7 @@ SampleResult sample(const at::Tensor& logits, const std::vector<RowSampling>& ro
   // The copies to the host are queued after the kernel on LibTorch's current stream and are
   // what waits for it.
   const DeviceSamples out = sample_on_device(logits, on_device, *kernels);
-  const at::Tensor host = out.packed.to(at::kCPU);  // one copy, one wait
-  const int64_t b = out.tokens.size(0);
-  return SampleResult{host.narrow(0, 0, b), host.narrow(0, b, (b + 1) / 2).view(at::kFloat).narrow(0, 0, b)};
+  return read_samples(out, out.tokens.size(0));
 }
 
 }  // namespace verlpp::rollout
