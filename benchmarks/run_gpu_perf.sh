@@ -31,6 +31,11 @@ export PATH=/usr/local/cuda/bin:$PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # shared hosts
 export PYTHONUNBUFFERED=1
 step() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/summary.txt"; }
+# ROLLOUT_ENVS / TRAIN_ENVS entries: "A=1,B=2" -> "A=1 B=2" for env; "-" -> nothing ("env -"
+# would empty the environment).
+assignments_of() { [ "$1" = - ] || echo "${1//,/ }"; }
+# Appends the bench's JSON lines in $2 to $3, each tagged with the environment entry $1.
+append_json() { sed "s/^{/{\"environment\":\"$1\",/" "$2" >> "$3" 2>/dev/null; rm -f "$2"; }
 
 step "host"
 { nvidia-smi -L; git -c safe.directory='*' log -1 --format='commit %H %s' 2>/dev/null
@@ -71,12 +76,11 @@ if [[ " $STAGES " == *" train "* ]]; then
   for variant in "bfloat16 --plugin cuda" "bfloat16" ${FP32:+"float32 --plugin cuda"}; do
     envs_list=-; [[ "$variant" == *--plugin* ]] && envs_list=${TRAIN_ENVS:--}
     for envs in $envs_list; do
-      assignments=${envs//,/ }; [ "$envs" = - ] && assignments=   # "env -" would empty the environment
       set -- $variant
       echo "-- param dtype $* (environment: $envs)" | tee -a "$OUT/summary.txt"
-      env $assignments VERL_HARDWARE_PLUGIN=cuda timeout 240 "$BIN/verlpp-bench-train" --shape qwen2.5-0.5b --device cuda --param-dtype "$@" --batch 16 --seq 512 \
+      env $(assignments_of "$envs") VERL_HARDWARE_PLUGIN=cuda timeout 240 "$BIN/verlpp-bench-train" --shape qwen2.5-0.5b --device cuda --param-dtype "$@" --batch 16 --seq 512 \
         --steps 7 --warmup 2 --json /tmp/t.json 2>&1 | grep -v "^\[verlpp" | tee -a "$OUT/summary.txt"
-      sed "s/^{/{\"environment\":\"$envs\",/" /tmp/t.json >> "$OUT/train.jsonl" 2>/dev/null; rm -f /tmp/t.json
+      append_json "$envs" /tmp/t.json "$OUT/train.jsonl"
     done
   done
   for mode in "" --compile; do
@@ -92,14 +96,13 @@ if [[ " $STAGES " == *" rollout "* ]]; then
   # ROLLOUT_ENVS: LibTorch GEMM settings to compare, each a comma-separated list of VAR=value
   # ("-" = as they are), e.g. "- TORCH_BLAS_PREFER_CUBLASLT=1 PYTORCH_TUNABLEOP_ENABLED=1".
   for envs in ${ROLLOUT_ENVS:--}; do
-  assignments=${envs//,/ }; [ "$envs" = - ] && assignments=   # "env -" would empty the environment
-  echo "-- environment: $envs" | tee -a "$OUT/summary.txt"
-  for graphs in ${ROLLOUT_GRAPHS:-1 0}; do  # decode steps as CUDA graphs, then eager
-    env $assignments VERLPP_DEVICE_GRAPHS=$graphs VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
-      --device cuda --dtype bfloat16 --temperature 1 --repeat 2 --plugin cuda --shapes "$SHAPES" --transitions \
-      --json /tmp/r.json 2>&1 | tee -a "$OUT/summary.txt"
-    sed "s/^{/{\"environment\":\"$envs\",/" /tmp/r.json >> "$OUT/rollout.jsonl" 2>/dev/null; rm -f /tmp/r.json
-  done
+    echo "-- environment: $envs" | tee -a "$OUT/summary.txt"
+    for graphs in ${ROLLOUT_GRAPHS:-1 0}; do  # decode steps as CUDA graphs, then eager
+      env $(assignments_of "$envs") VERLPP_DEVICE_GRAPHS=$graphs VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" \
+        --shape qwen2.5-0.5b --device cuda --dtype bfloat16 --temperature 1 --repeat 2 --plugin cuda --shapes "$SHAPES" \
+        --transitions --json /tmp/r.json 2>&1 | tee -a "$OUT/summary.txt"
+      append_json "$envs" /tmp/r.json "$OUT/rollout.jsonl"
+    done
   done
   [ "${STREAM_CHECK:-1}" = 1 ] && step "eager decode: greedy tokens with kernels on LibTorch's stream (ABI 1.1) vs the NULL stream: must be identical"
   [ "${STREAM_CHECK:-1}" = 1 ] && for streams in 1 0; do
