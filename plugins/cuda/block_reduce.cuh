@@ -31,8 +31,14 @@ __device__ __forceinline__ gpu_bfloat16 from_float<gpu_bfloat16>(float x) { retu
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
-struct MaxU64 {
-  __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const { return a > b ? a : b; }
+// The larger / smaller of two ordered values (integers: MaxOp is fmaxf, which skips NaN).
+struct LargerOp {
+  template <class V>
+  __device__ V operator()(V a, V b) const { return a > b ? a : b; }
+};
+struct SmallerOp {
+  template <class V>
+  __device__ V operator()(V a, V b) const { return a < b ? a : b; }
 };
 struct SumOp {
   template <class V>

@@ -330,13 +330,6 @@ __device__ Partial row_slice(const T* x, const RowLayout& layout, int32_t split,
   return block_merge(p, c, scratch);
 }
 
-struct MinI32 {
-  __device__ int32_t operator()(int32_t a, int32_t b) const { return a < b ? a : b; }
-};
-struct MaxI32 {
-  __device__ int32_t operator()(int32_t a, int32_t b) const { return a > b ? a : b; }
-};
-
 // Exclusive prefix sum over the 32 lanes in lane order, and the lanes' total (the same bits in
 // every lane): a butterfly whose additions depend on nothing but the lane numbers.
 __device__ double warp_exclusive_scan(double value, double& total) {
@@ -479,12 +472,12 @@ __device__ int32_t draw_by_cdf(const T* __restrict__ x, const RowLayout& layout,
         if (found == INT_MAX && prefix > left) found = r0 + i;
       }
     }
-    found = block_reduce(found, MinI32{}, INT_MAX, sh.i);
+    found = block_reduce(found, SmallerOp{}, INT_MAX, sh.i);
     if (found != INT_MAX) return found;
     carry += tile_total;
   }
   // Rounding left the target at or past the re-read total: the group's last element with mass.
-  return block_reduce(last, MaxI32{}, -1, sh.i);
+  return block_reduce(last, LargerOp{}, -1, sh.i);
 }
 
 // grid (rows, splits), block kThreads: the partial of (row, split) into parts[row * splits +
