@@ -61,4 +61,16 @@ uint16_t float_to_bf16(float f) {
   return uint16_t((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
 }
 
+float load(const void* base, DLDataType d, int64_t i) {
+  if (d.code == kDLFloat && d.bits == 32) return static_cast<const float*>(base)[i];
+  if (d.code == kDLFloat && d.bits == 16) return half_to_float(static_cast<const uint16_t*>(base)[i]);
+  return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+}
+
+void store(void* base, DLDataType d, int64_t i, float v) {
+  if (d.code == kDLFloat && d.bits == 32) static_cast<float*>(base)[i] = v;
+  else if (d.code == kDLFloat && d.bits == 16) static_cast<uint16_t*>(base)[i] = float_to_half(v);
+  else static_cast<uint16_t*>(base)[i] = float_to_bf16(v);
+}
+
 }  // namespace verlpp::cpu_ref

@@ -27,17 +27,6 @@ using sdk::is_float_dtype;
 using sdk::require;
 
 
-float load(const void* base, DLDataType d, int64_t i) {
-  if (d.code == kDLFloat && d.bits == 32) return static_cast<const float*>(base)[i];
-  if (d.code == kDLFloat && d.bits == 16) return half_to_float(static_cast<const uint16_t*>(base)[i]);
-  return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
-}
-
-void store(void* base, DLDataType d, int64_t i, float v) {
-  if (d.code == kDLFloat && d.bits == 32) static_cast<float*>(base)[i] = v;
-  else if (d.code == kDLFloat && d.bits == 16) static_cast<uint16_t*>(base)[i] = float_to_half(v);
-  else static_cast<uint16_t*>(base)[i] = float_to_bf16(v);
-}
 
 // `v` rounded to dtype `d` and read back as fp32.
 float round_to(DLDataType d, float v) {
@@ -506,6 +495,7 @@ const verlpp_kernel_table* reference_kernels() {
     t.silu_mul_backward = &silu_mul_backward;
     t.add_rms_norm = &add_rms_norm;
     t.rotary_kv_store = &rotary_kv_store;
+    t.adamw_update = &reference_adamw_update;
     return t;
   }();
   return &table;

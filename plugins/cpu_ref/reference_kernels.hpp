@@ -7,7 +7,13 @@
 namespace verlpp::cpu_ref {
 
 // The kernel table: logprob_entropy, rms_norm, rotary_embedding, paged_attention_decode, sample,
-// 1.2's logprob_backward, silu_mul, silu_mul_backward, and 1.3's add_rms_norm, rotary_kv_store.
+// 1.2's logprob_backward, silu_mul, silu_mul_backward, 1.3's add_rms_norm, rotary_kv_store, and
+// 1.4's adamw_update.
 const verlpp_kernel_table* reference_kernels();
+
+// adamw_update (reference_adamw.cpp).
+verlpp_error* reference_adamw_update(int32_t count, DLTensor* const* params, const DLTensor* const* grads,
+                                     DLTensor* const* exp_avg, DLTensor* const* exp_avg_sq, DLTensor* const* copies,
+                                     const verlpp_adamw_options* options, const DLTensor* grad_scale, verlpp_stream stream);
 
 }  // namespace verlpp::cpu_ref

@@ -1,6 +1,6 @@
 // cuda: ABI entry points of the kernel table (logprob_entropy, rms_norm, rotary_embedding,
-// paged_attention_decode, sample, 1.2's logprob_backward, silu_mul, silu_mul_backward, and 1.3's
-// add_rms_norm, rotary_kv_store: the kernels the conformance suite checks). Each checks its DLPack arguments with the same rules as
+// paged_attention_decode, sample, 1.2's logprob_backward, silu_mul, silu_mul_backward, 1.3's
+// add_rms_norm, rotary_kv_store, and 1.4's adamw_update: the kernels the conformance suite checks). Each checks its DLPack arguments with the same rules as
 // cpu_ref's reference kernels (through the SDK's kernel_args.hpp where it has them, so both
 // plugins refuse the same input), checks that the tensors live in this plugin's device memory,
 // then calls a launcher from a .cu file. On the NULL stream the call waits for the kernel, as the
@@ -11,6 +11,7 @@
 #include "stream_registry.hpp"
 
 #include <verlpp/sdk/dlpack_util.hpp>
+#include <verlpp/sdk/adamw_args.hpp>
 #include <verlpp/sdk/kernel_args.hpp>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace verlpp::cuda {
 namespace {
@@ -370,6 +372,44 @@ verlpp_error* sample(const DLTensor* logits_p, const DLTensor* temperature_p, co
   });
 }
 
+verlpp_error* adamw_update(int32_t count, DLTensor* const* params, const DLTensor* const* grads, DLTensor* const* exp_avg,
+                           DLTensor* const* exp_avg_sq, DLTensor* const* copies, const verlpp_adamw_options* options,
+                           const DLTensor* grad_scale, verlpp_stream stream) {
+  return sdk::guard(VERLPP_GPU_PLUGIN_NAME " adamw_update", [&] {
+    const sdk::AdamwArgs a = sdk::check_adamw_update_args(count, params, grads, exp_avg, exp_avg_sq, copies, options, grad_scale);
+    if (count == 0) return;
+    const int32_t device = params[0]->device.device_id;
+    std::vector<AdamwTensors> tensors(static_cast<size_t>(count));
+    for (int32_t t = 0; t < count; ++t) {
+      const std::string index = "[" + std::to_string(t) + "]";
+      require_on_device(*params[t], device, ("params" + index).c_str());
+      require_on_device(*grads[t], device, ("grads" + index).c_str());
+      require_on_device(*exp_avg[t], device, ("exp_avg" + index).c_str());
+      require_on_device(*exp_avg_sq[t], device, ("exp_avg_sq" + index).c_str());
+      if (copies != nullptr) require_on_device(*copies[t], device, ("copies" + index).c_str());
+      AdamwTensors& x = tensors[size_t(t)];
+      x.param = static_cast<float*>(sdk::data_ptr(*params[t]));
+      x.grad = sdk::data_ptr(*grads[t]);
+      x.exp_avg = static_cast<float*>(sdk::data_ptr(*exp_avg[t]));
+      x.exp_avg_sq = static_cast<float*>(sdk::data_ptr(*exp_avg_sq[t]));
+      x.copy = copies != nullptr ? sdk::data_ptr(*copies[t]) : nullptr;
+      x.numel = a.numels[size_t(t)];
+    }
+    if (grad_scale != nullptr) require_on_device(*grad_scale, device, "grad_scale");
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    const AdamwScalars scalars{a.weight_decay_factor, a.one_minus_beta1, a.beta2, a.one_minus_beta2,
+                               a.step_size,           a.bias_correction2_sqrt, a.eps};
+    cuda_check(launch_adamw_update(tensors.data(), count, float_type(a.grad_dtype, "grads"), a.has_copies,
+                                   a.has_copies ? float_type(a.copy_dtype, "copies") : FloatType::f32, scalars,
+                                   grad_scale != nullptr ? static_cast<const float*>(sdk::data_ptr(*grad_scale)) : nullptr,
+                                   target.stream),
+               "launching adamw_update (" + std::to_string(count) + " tensors)");
+    finish_if_default(target, "adamw_update");
+  });
+}
+
 }  // namespace
 
 const verlpp_kernel_table* cuda_kernels() {
@@ -386,6 +426,7 @@ const verlpp_kernel_table* cuda_kernels() {
     t.silu_mul_backward = &silu_mul_backward;
     t.add_rms_norm = &add_rms_norm;
     t.rotary_kv_store = &rotary_kv_store;
+    t.adamw_update = &adamw_update;
     return t;
   }();
   return &table;

@@ -41,6 +41,25 @@ gpuError_t launch_silu_mul_backward(const void* gate, int64_t gate_stride, const
                                      void* grad_up, int64_t grad_up_stride, FloatType type, int64_t n, int64_t f,
                                      gpuStream_t stream);
 
+// ABI 1.4's adamw_update (adamw_kernels.cu): one tensor's operands, contiguous, `numel`
+// elements each; grad in the call's grad type, copy NULL or in its copy type.
+struct AdamwTensors {
+  float* param = nullptr;
+  const void* grad = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  void* copy = nullptr;
+  int64_t numel = 0;
+};
+// The update's fp32 scalars (the SDK's AdamwArgs, computed in double and rounded once).
+struct AdamwScalars {
+  float weight_decay_factor, one_minus_beta1, beta2, one_minus_beta2, step_size, bias_correction2_sqrt, eps;
+};
+// plugin_abi.h's update for every tensor; grad_scale NULL (1) or a device f32 read by the kernel
+// (not finite: nothing written). A few launches: up to 64 tensors each.
+gpuError_t launch_adamw_update(const AdamwTensors* tensors, int32_t count, FloatType grad_type, bool has_copies,
+                                FloatType copy_type, const AdamwScalars& scalars, const float* grad_scale,
+                                gpuStream_t stream);
 // out[r, :] = weight * round_to_type(x[r, :] / sqrt(mean(x[r, :]^2) + eps)), as HF's RMSNorm
 // (normalise in fp32, round to the input type, then scale). x, out [n, d]; weight [d]; one type.
 gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps,

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define VERLPP_PLUGIN_ABI_MAJOR 1
-#define VERLPP_PLUGIN_ABI_MINOR 3
+#define VERLPP_PLUGIN_ABI_MINOR 4
 
 /* Symbol names, for dlsym and for the SDK's export macro. */
 #define VERLPP_PLUGIN_PROBE_SYMBOL "verlpp_plugin_probe_v1"
@@ -170,6 +170,15 @@ typedef struct verlpp_comm_config {
  * Shapes are given as [dims] with B = batch, N = rows (tokens), V = vocab, D = hidden size,
  * H = query heads, K = KV heads, S = head size. All tensors are borrowed, contiguous unless a
  * stride is stated, and on the plugin's device. */
+/* AdamW's settings for the kernel table's adamw_update (added in 1.4): torch.optim.AdamW's
+ * (decoupled weight decay, no amsgrad). step: the number of the update being made, from 1 (the
+ * bias corrections are 1 - beta1^step and 1 - beta2^step). Minors may append fields. */
+typedef struct verlpp_adamw_options {
+  size_t struct_size;
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t step;
+} verlpp_adamw_options;
+
 typedef struct verlpp_kernel_table {
   size_t struct_size;
   /* Log-probability of `labels` under softmax(logits / temperature), and optionally the entropy
@@ -250,6 +259,27 @@ typedef struct verlpp_kernel_table {
                                    const DLTensor* positions, const DLTensor* inv_freq,
                                    const DLTensor* slot_mapping, DLTensor* q_out, DLTensor* k_cache,
                                    DLTensor* v_cache, verlpp_stream stream);
+
+  /* ---- added in 1.4 (the host calls it only when abi_minor >= 4 and it is non-NULL) */
+  /* One AdamW update of `count` tensors in one call (a multi-tensor kernel: a model's few hundred
+   * parameters in a few launches, the trainer's mixed-precision casts folded in). Per element of
+   * tensor t, in fp32, with the scalars computed in double and rounded to fp32:
+   *   g = float(grads[t]) * s          (s = *grad_scale, or 1 when grad_scale is NULL)
+   *   p = p - lr * weight_decay * p
+   *   m = m + (1 - beta1) * (g - m);   v = beta2 * v + (1 - beta2) * g * g
+   *   p = p - (lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+   *   copies[t] = round(p)             (when copies is not NULL)
+   * params[t], exp_avg[t], exp_avg_sq[t]: f32, contiguous, one shape, updated in place; grads[t]:
+   * that shape, contiguous, f32/bf16/f16 (one dtype across the call); copies: NULL or `count`
+   * contiguous tensors of that shape, f32/bf16/f16 (one dtype). No two written tensors share a
+   * byte, nor a written tensor and a grad. grad_scale: NULL or f32 [1] on the tensors' device,
+   * read there (so a host need not wait for a gradient norm): if it is not finite, nothing at all
+   * is written (the step is skipped). Results may differ from an exact evaluation of the above by
+   * fp32 rounding (fused multiply-adds allowed); docs/plugin-abi.md states the tolerance. */
+  verlpp_error* (*adamw_update)(int32_t count, DLTensor* const* params, const DLTensor* const* grads,
+                                DLTensor* const* exp_avg, DLTensor* const* exp_avg_sq, DLTensor* const* copies,
+                                const verlpp_adamw_options* options, const DLTensor* grad_scale,
+                                verlpp_stream stream);
 } verlpp_kernel_table;
 
 /* ---------------------------------------------------------------- overrides (reserved) */

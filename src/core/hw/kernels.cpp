@@ -31,6 +31,8 @@ Kernels::Kernels(const Plugin& plugin) : plugin_(&plugin), table_{} {
     table_.add_rms_norm = nullptr;
     table_.rotary_kv_store = nullptr;
   }
+  // And 1.4's only if it was built for 1.4.
+  if (plugin.abi_minor() < 4) table_.adamw_update = nullptr;
   const char* env = std::getenv("VERLPP_KERNEL_STREAMS");
   streams_allowed_ = env == nullptr || std::string(env) != "0";
 }
@@ -55,6 +57,7 @@ std::vector<std::string> Kernels::available() const {
   if (table_.silu_mul_backward) names.push_back("silu_mul_backward");
   if (table_.add_rms_norm) names.push_back("add_rms_norm");
   if (table_.rotary_kv_store) names.push_back("rotary_kv_store");
+  if (table_.adamw_update) names.push_back("adamw_update");
   return names;
 }
 
