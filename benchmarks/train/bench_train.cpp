@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -183,6 +184,15 @@ int run(const Options& o) {
                  lp_error, g_error);
   }
   const hw::Kernels* used = kernels ? &*kernels : nullptr;
+  // With --plugin the optimizer step goes through the plugin's adamw_update where offered (ABI
+  // 1.4): 16-bit gradients in, the compute copy written in the same pass. VERLPP_PLUGIN_ADAMW=0
+  // keeps LibTorch's fused AdamW with the casts around it, for a side-by-side run.
+  const char* plugin_adamw = std::getenv("VERLPP_PLUGIN_ADAMW");
+  if (plugin_adamw == nullptr || std::string(plugin_adamw) != "0") optimizer.use_kernels(used);
+  precision.defer_casts(optimizer.updates_through_plugin());
+  std::cerr << fmt::format("optimizer step: {}\n", optimizer.updates_through_plugin()
+                                                       ? "the plugin's adamw_update (16-bit gradients, compute copy written)"
+                                                       : "LibTorch's AdamW (fp32 gradients, compute copy refreshed after)");
   double last_loss = 0;
   auto step = [&] {
     if (o.forward_only) {
@@ -198,8 +208,7 @@ int run(const Options& o) {
     at::Tensor loss = out.log_probs.mean().neg();
     loss.backward();
     precision.accumulate_gradients();
-    optimizer.clip_and_step();  // reads the gradient norm back: the step's one host sync
-    precision.refresh_compute();
+    optimizer.clip_and_step(precision);  // reads the gradient norm back: the step's one host sync
     last_loss = loss.item<double>();
   };
   std::cerr << fmt::format("verlpp-bench-train: {} x {} tokens, param_dtype {}, {} warm-up + {} timed {} on {}\n",

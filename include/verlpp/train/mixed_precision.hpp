@@ -8,6 +8,7 @@
 #include <verlpp/model/decoder.hpp>
 
 #include <optional>
+#include <vector>
 
 namespace verlpp::train {
 
@@ -23,13 +24,30 @@ class MixedPrecision {
   const model::DecoderLM& compute() const { return compute_ ? *compute_ : master_; }
 
   // After a backward: master.grad += compute.grad (in the master's dtype); compute grads freed.
+  // With deferred casts, a gradient whose master has no sum yet is kept aside in the compute
+  // dtype instead (and cast by the next call or flush_gradients()).
   void accumulate_gradients();
+  // Deferred casts, for an optimizer that reads 16-bit gradients itself
+  // (OptimizerStep::clip_and_step(MixedPrecision&)): an update of one micro-batch then skips the
+  // cast into fp32 and the fp32 gradient's memory. Off by default; turn it off (or flush) before
+  // anything that reads the masters' gradients, such as a data-parallel all-reduce.
+  void defer_casts(bool on) { defer_ = on; }
+  bool defers_casts() const { return defer_; }
+  // Casts every deferred gradient into its master's fp32 gradient (added where one exists).
+  void flush_gradients();
+  // The deferred gradients by parameter (named_parameters() order; undefined where none), handed
+  // over: none are deferred afterwards.
+  std::vector<at::Tensor> take_deferred_gradients();
+  // The compute copy's parameters in named_parameters() order (empty when not enabled).
+  std::vector<at::Tensor> compute_parameters() const;
   // After an optimizer step (or a load): the compute weights = the master weights, cast.
   void refresh_compute();
 
  private:
   model::DecoderLM& master_;
   std::optional<model::DecoderLM> compute_;
+  bool defer_ = false;
+  std::vector<at::Tensor> deferred_;  // by parameter; undefined where none
 };
 
 }  // namespace verlpp::train

@@ -13,7 +13,13 @@
 #include <string>
 #include <vector>
 
+namespace verlpp::hw {
+class Kernels;
+}
+
 namespace verlpp::train {
+
+class MixedPrecision;
 
 struct AdamWConfig {
   double weight_decay = 0.01;
@@ -42,6 +48,18 @@ class OptimizerStep {
   void zero_grad();
   // Clips, then steps unless the norm is not finite. Returns the norm before clipping.
   double clip_and_step();
+  // The plugin kernels whose adamw_update (ABI 1.4) clip_and_step(MixedPrecision&) uses where it
+  // can; null (the default): LibTorch's AdamW. `kernels` must outlive this object.
+  void use_kernels(const hw::Kernels* kernels);
+  // Whether clip_and_step(MixedPrecision&) goes through the plugin's adamw_update: offered, and
+  // the state not sharded. Only then is MixedPrecision::defer_casts worth turning on.
+  bool updates_through_plugin() const;
+  // The step of a model trained through `precision`, equal in effect to flushing its deferred
+  // casts, clip_and_step() and (unless skipped) refresh_compute(). Through the plugin it is one
+  // pass: 16-bit gradients read as they are, the clipping factor computed and applied on the
+  // device (so nothing waits for the norm until the update is queued), the compute copy written
+  // by the update. Returns the norm before clipping.
+  double clip_and_step(MixedPrecision& precision);
 
   // Writes AdamW's per-parameter state (step, exp_avg, exp_avg_sq), the step/skip counters, and the config, to one .safetensors file at `path` (parameters named by `names`, same order as the params given to the constructor).
   // Tensors "<name>.step" ([1] int64), "<name>.exp_avg", "<name>.exp_avg_sq" (the param's shape

@@ -37,6 +37,7 @@ Actor::Actor(model::DecoderLM& model, ActorConfig config, LrSchedule schedule)
   model_.set_requires_grad(true);
   params_ = parameter_tensors(model_);
   optimizer_ = std::make_unique<OptimizerStep>(params_, config_.optim, std::move(schedule));
+  optimizer_->use_kernels(config_.kernels);
 }
 
 Actor::~Actor() = default;
@@ -60,6 +61,8 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
   double grad_norm_sum = 0;
   int64_t micro_count = 0, steps_taken = 0;
   const int64_t response_length = batch.tensor("responses").size(1);
+  // 16-bit gradients straight into the plugin's AdamW, unless a data-parallel sum needs fp32 ones.
+  precision_.defer_casts(optimizer_->updates_through_plugin() && !dp_.is_distributed());
   for (int64_t epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
     for (const controller::Batch& mini : batch.split(config_.ppo_mini_batch_size)) {
       // Global numbers of this mini-batch, so each micro-batch's loss is its exact share.
@@ -101,9 +104,8 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
         ++micro_count;
       }
       dp_.all_reduce_gradients(params_);
-      const double grad_norm = optimizer_->clip_and_step();
+      const double grad_norm = optimizer_->clip_and_step(precision_);
       if (!optimizer_->last_step_skipped()) {
-        precision_.refresh_compute();
         ++steps_taken;
         grad_norm_sum += grad_norm;
       }

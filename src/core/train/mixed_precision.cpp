@@ -47,6 +47,7 @@ void copy_all(const std::vector<at::Tensor>& dst, const std::vector<at::Tensor>&
 void MixedPrecision::accumulate_gradients() {
   if (!compute_) return;
   at::NoGradGuard no_grad;
+  flush_gradients();  // an earlier backward's deferred gradients first
   const auto& masters = master_.named_parameters();
   const auto& computes = compute_->named_parameters();
   std::vector<at::Tensor> fresh, fresh_src;  // the first backward's gradients: one cast each, no zero fill
@@ -54,16 +55,53 @@ void MixedPrecision::accumulate_gradients() {
     at::Tensor& cp = const_cast<at::Tensor&>(computes[i].second);
     if (!cp.grad().defined()) continue;
     at::Tensor& mp = const_cast<at::Tensor&>(masters[i].second);
-    if (!mp.grad().defined()) {
+    if (mp.grad().defined()) {
+      mp.mutable_grad().add_(cp.grad());  // add_ promotes the 16-bit gradient into the fp32 sum
+    } else if (defer_) {
+      if (deferred_.empty()) deferred_.resize(masters.size());
+      deferred_[i] = cp.grad();  // moved out, so that the next backward starts a fresh gradient
+    } else {
       mp.mutable_grad() = at::empty_like(mp);
       fresh.push_back(mp.grad());
       fresh_src.push_back(cp.grad());  // kept alive here until the copy below
-    } else {
-      mp.mutable_grad().add_(cp.grad());  // add_ promotes the 16-bit gradient into the fp32 sum
     }
     cp.mutable_grad() = at::Tensor();
   }
   copy_all(fresh, fresh_src);
+}
+
+void MixedPrecision::flush_gradients() {
+  if (deferred_.empty()) return;
+  at::NoGradGuard no_grad;
+  const auto& masters = master_.named_parameters();
+  std::vector<at::Tensor> fresh, fresh_src;
+  for (size_t i = 0; i < deferred_.size(); ++i) {
+    if (!deferred_[i].defined()) continue;
+    at::Tensor& mp = const_cast<at::Tensor&>(masters[i].second);
+    if (mp.grad().defined()) {
+      mp.mutable_grad().add_(deferred_[i]);
+    } else {
+      mp.mutable_grad() = at::empty_like(mp);
+      fresh.push_back(mp.grad());
+      fresh_src.push_back(deferred_[i]);
+    }
+  }
+  copy_all(fresh, fresh_src);
+  deferred_.clear();
+}
+
+std::vector<at::Tensor> MixedPrecision::take_deferred_gradients() {
+  std::vector<at::Tensor> out = std::move(deferred_);
+  deferred_.clear();
+  if (out.empty()) out.resize(master_.named_parameters().size());
+  return out;
+}
+
+std::vector<at::Tensor> MixedPrecision::compute_parameters() const {
+  std::vector<at::Tensor> out;
+  if (!compute_) return out;
+  for (const auto& [name, p] : compute_->named_parameters()) out.push_back(p);
+  return out;
 }
 
 void MixedPrecision::refresh_compute() {

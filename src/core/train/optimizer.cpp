@@ -5,6 +5,11 @@
 #undef TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <verlpp/train/optimizer.hpp>
 
+#include "plugin_adamw.hpp"
+
+#include <verlpp/hw/kernels.hpp>
+#include <verlpp/train/mixed_precision.hpp>
+
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 #include <verlpp/model/safetensors.hpp>
@@ -93,6 +98,7 @@ struct OptimizerStep::Impl {
   double lr = 0;
   // ZeRO-1: the owner rank of each parameter, and whether this rank owns it.
   DataParallel dp;
+  const hw::Kernels* kernels = nullptr;  // use_kernels()
   std::vector<int32_t> owners;
   std::vector<bool> owned;
   bool sharded = false;
@@ -228,6 +234,93 @@ double OptimizerStep::clip_and_step() {
       }
     }
     if (impl_->sharded) impl_->dp.broadcast_from_owners(impl_->params, impl_->owners);
+    ++steps_;
+  }
+  return norm;
+}
+
+void OptimizerStep::use_kernels(const hw::Kernels* kernels) { impl_->kernels = kernels; }
+
+bool OptimizerStep::updates_through_plugin() const {
+  return impl_->kernels != nullptr && impl_->kernels->table().adamw_update != nullptr && !impl_->sharded &&
+         impl_->adamw != nullptr;
+}
+
+double OptimizerStep::clip_and_step(MixedPrecision& precision) {
+  const std::vector<at::Tensor> computes = precision.compute_parameters();
+  bool plugin = updates_through_plugin() && (computes.empty() || computes.size() == impl_->params.size());
+  for (const auto& p : impl_->params) plugin = plugin && p.scalar_type() == at::kFloat && p.device() == impl_->params.front().device();
+  if (!plugin) {
+    precision.flush_gradients();
+    const double norm = clip_and_step();
+    if (!last_skipped_) precision.refresh_compute();
+    return norm;
+  }
+  std::vector<at::Tensor> deferred = precision.take_deferred_gradients();
+  VERLPP_CHECK(deferred.size() == impl_->params.size(), "clip_and_step: the model has {} parameters, the optimizer {}",
+               deferred.size(), impl_->params.size());
+  // Each parameter's gradient: its fp32 sum, or the deferred 16-bit one (at most one of them
+  // exists after accumulate_gradients; both are added should a caller have mixed the two).
+  std::vector<at::Tensor> grads(impl_->params.size());
+  std::vector<at::Tensor> present;
+  for (size_t i = 0; i < impl_->params.size(); ++i) {
+    const at::Tensor& master_grad = impl_->params[i].grad();
+    if (master_grad.defined() && deferred[i].defined()) {
+      const_cast<at::Tensor&>(master_grad).add_(deferred[i]);
+      grads[i] = master_grad.detach();
+    } else {
+      grads[i] = master_grad.defined() ? master_grad.detach() : deferred[i];
+    }
+    if (grads[i].defined()) present.push_back(grads[i]);
+  }
+  if (present.empty()) {  // nothing to step: clip_and_step() reports a zero norm the same way
+    last_skipped_ = false;
+    ++steps_;
+    return 0.0;
+  }
+  const detail::DeviceClip clip = detail::device_clip(present, config_.grad_clip);
+  // Groups of one gradient dtype and one step count (AdamW counts steps per parameter), with
+  // each parameter's state created as torch::optim::AdamW::step would create it.
+  auto& state = impl_->adamw->state();
+  std::map<std::pair<int, int64_t>, detail::AdamwGroup> groups;
+  std::vector<torch::optim::AdamWParamState*> advanced;
+  std::vector<size_t> created;
+  for (size_t i = 0; i < impl_->params.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const at::Tensor& p = impl_->params[i];
+    const auto key = state_key(p);
+    if (state.find(key) == state.end()) {
+      auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+      fresh->step(0);
+      fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+      fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+      state[key] = std::move(fresh);
+      created.push_back(i);
+    }
+    auto& st = static_cast<torch::optim::AdamWParamState&>(*state[key]);
+    st.step(st.step() + 1);
+    advanced.push_back(&st);
+    detail::AdamwGroup& g = groups[{int(grads[i].scalar_type()), int64_t(st.step())}];
+    g.step = int64_t(st.step());
+    g.params.push_back(p.detach());
+    g.grads.push_back(grads[i]);
+    g.exp_avg.push_back(st.exp_avg());
+    g.exp_avg_sq.push_back(st.exp_avg_sq());
+    if (!computes.empty()) g.copies.push_back(computes[i].detach());
+  }
+  for (const auto& [key, group] : groups) detail::plugin_adamw_update(*impl_->kernels, group, config_, impl_->lr, clip.scale);
+  const double norm = clip.norm.item<double>();  // the step's one wait, after the update is queued
+  deferred.clear();
+  grads.clear();
+  present.clear();
+  last_skipped_ = !std::isfinite(norm);
+  if (last_skipped_) {
+    // The kernel wrote nothing: undo the step counts and the states made for this step.
+    for (auto* st : advanced) st->step(st->step() - 1);
+    for (size_t i : created) state.erase(state_key(impl_->params[i]));
+    ++skipped_;
+    impl_->zero_grad();
+  } else {
     ++steps_;
   }
   return norm;

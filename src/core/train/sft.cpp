@@ -16,6 +16,7 @@ SftTrainer::SftTrainer(model::DecoderLM& model, SftConfig config, LrSchedule sch
   model_.set_requires_grad(true);
   params_ = parameter_tensors(model_);
   optimizer_ = std::make_unique<OptimizerStep>(params_, config_.optim, std::move(schedule));
+  optimizer_->use_kernels(config_.kernels);
 }
 
 SftTrainer::~SftTrainer() = default;
@@ -28,6 +29,7 @@ nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
   const double tokens = batch.tensor("response_mask").sum().item<double>();
   VERLPP_CHECK(tokens > 0, "the SFT batch of {} rows has no response tokens", batch.size());
   optimizer_->zero_grad();
+  precision_.defer_casts(optimizer_->updates_through_plugin() && !dp_.is_distributed());
   detail::DeviceSums loss(1);  // summed on the device: no wait for it per micro-batch
   for (const controller::Batch& micro : dp_.local_rows(batch).split(config_.micro_batch_size)) {
     ResponseLogProbs out = response_log_probs(precision_.compute(), micro.tensor("input_ids"), micro.tensor("attention_mask"),
@@ -42,8 +44,7 @@ nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
   std::vector<double> sums = loss.values();
   dp_.all_reduce_sum(sums);
   const double loss_sum = sums[0];
-  const double grad_norm = optimizer_->clip_and_step();
-  if (!optimizer_->last_step_skipped()) precision_.refresh_compute();
+  const double grad_norm = optimizer_->clip_and_step(precision_);
   return {{"sft/loss", loss_sum}, {"sft/grad_norm", grad_norm}, {"sft/lr", lr}, {"sft/tokens", tokens},
           {"sft/skipped_steps", optimizer_->skipped()}};
 }
