@@ -194,7 +194,12 @@ int run(const Options& o) {
                                                        ? "the plugin's adamw_update (16-bit gradients, compute copy written)"
                                                        : "LibTorch's AdamW (fp32 gradients, compute copy refreshed after)");
   double last_loss = 0;
+  // Host seconds from a step's start until forward and backward are queued (backward() returns
+  // once the autograd engine has launched everything): near the step's time, the step is bound
+  // by the host's op dispatch rather than by the device.
+  std::vector<double> issue_seconds;
   auto step = [&] {
+    const auto issue_start = std::chrono::steady_clock::now();
     if (o.forward_only) {
       at::NoGradGuard no_grad;
       train::ResponseLogProbs out = train::response_log_probs(precision.compute(), ids, mask, positions, o.seq - 1, 1.0,
@@ -207,6 +212,7 @@ int run(const Options& o) {
                                                             /*with_entropy=*/false, o.chunk_rows, false, used);
     at::Tensor loss = out.log_probs.mean().neg();
     loss.backward();
+    issue_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - issue_start).count());
     precision.accumulate_gradients();
     optimizer.clip_and_step(precision);  // reads the gradient norm back: the step's one host sync
     last_loss = loss.item<double>();
@@ -216,6 +222,7 @@ int run(const Options& o) {
                            o.forward_only ? "forward-only passes (log-probs + entropy, no grad)" : "steps", device.str());
   for (int i = 0; i < o.warmup; ++i) step();
   wait_for(master.named_parameters().back().second);
+  issue_seconds.clear();
   reset_peak(device);
   std::vector<double> seconds;
   for (int i = 0; i < o.steps; ++i) {
@@ -233,6 +240,12 @@ int run(const Options& o) {
   fmt::print("step: min {:.4f} s, median {:.4f} s, max {:.4f} s; {:.0f} tokens/s (median); peak {}; loss {:.4f}\n",
              sorted.front(), median, sorted.back(), tokens / median,
              peak < 0 ? std::string("unknown") : fmt::format("{:.2f} GiB", double(peak) / double(1ll << 30)), last_loss);
+  double issue_median = 0;
+  if (!issue_seconds.empty()) {
+    std::sort(issue_seconds.begin(), issue_seconds.end());
+    issue_median = issue_seconds[issue_seconds.size() / 2];
+    fmt::print("host: forward + backward queued {:.4f} s after a step's start (median)\n", issue_median);
+  }
   if (!o.json_path.empty()) {
     nlohmann::json j = {{"impl", "verlpp"},          {"shape", o.shape.empty() ? config.architecture : o.shape},
                         {"device", device.str()},    {"param_dtype", o.param_dtype},
@@ -241,7 +254,8 @@ int run(const Options& o) {
                         {"median_s", median},        {"tokens_per_s", tokens / median},
                         {"peak_bytes", peak},        {"loss", last_loss},
                         {"gradient_checkpointing", o.checkpointing}, {"forward_only", o.forward_only},
-                        {"kernels", o.plugin.empty() ? std::string("libtorch") : o.plugin}};
+                        {"kernels", o.plugin.empty() ? std::string("libtorch") : o.plugin},
+                        {"host_issue_s", issue_median}};
     std::ofstream(o.json_path) << j.dump() << "\n";
   }
   if (!o.profile_path.empty()) {

@@ -54,6 +54,16 @@ class LayerKernels {
                                                    const at::Tensor& inv_freq) const = 0;
   // The MLP's silu(gate) * up, rounded as HF's act_fn(gate) * up; gate, up [..., F].
   virtual at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) const = 0;
+  // The same product for gate_up [..., 2F] = [gate | up] (one projection's output), with
+  // gate_up as its one autograd input, so the backward writes both halves' gradients into one
+  // tensor (two separate gradients would be gathered by a copy). {} when not offered.
+  virtual at::Tensor silu_mul_halves(const at::Tensor& gate_up) const {
+    (void)gate_up;
+    return {};
+  }
+  // Whether silu_mul_halves is offered at all (a training forward then computes gate and up as
+  // one GEMM for it; it may still decline a dtype, and the model then splits the result).
+  virtual bool offers_silu_mul_halves() const { return false; }
   // A residual add and the next RMSNorm in one pass, for forwards without autograd:
   // {residual + x, rms_norm(residual + x, weight)} with the separate ops' roundings. May write
   // the sum into `residual` (the model owns it). {} when not offered: the model adds and norms.

@@ -24,8 +24,10 @@
 #include <ATen/ops/eye.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/silu.h>
+#include <ATen/ops/split_with_sizes.h>
 
 #include <cmath>
+#include <cstdlib>
 
 namespace verlpp::model {
 
@@ -245,6 +247,21 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::add_norm(const at::Tensor& residual
   return {h, rms_norm(h, weight, eps)};
 }
 
+namespace {
+
+// Whether a model being trained computes q/k/v (and, with kernels for it, gate/up) as one GEMM
+// each (layer_forward). VERLPP_TRAIN_FUSED_PROJECTIONS=0 keeps one GEMM per projection: the
+// switch for side-by-side timing (docs/benchmarks.md).
+bool training_projections_fused() {
+  static const bool fused = [] {
+    const char* env = std::getenv("VERLPP_TRAIN_FUSED_PROJECTIONS");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return fused;
+}
+
+}  // namespace
+
 std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const at::Tensor& hidden,
                                                            const at::Tensor& pending, const RotateFn& rotate,
                                                            const AttendFn& attend, const LayerKernels* kernels,
@@ -265,6 +282,16 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   if (l.qkv_proj.defined()) {  // fuse_projections: one GEMM, q/k/v are column slices (strided rows)
     const at::Tensor qkv = at::linear(x, l.qkv_proj, l.qkv_bias);
     q = qkv.narrow(-1, 0, HD), k = qkv.narrow(-1, HD, KVD), v = qkv.narrow(-1, HD + KVD, KVD);
+  } else if (l.q_proj.requires_grad() && training_projections_fused()) {
+    // A model being trained: q, k and v from one GEMM over the weights concatenated for this
+    // forward (a few MB), so the backward is one GEMM per operand too, where three GEMMs (two of
+    // them narrow: K*D columns) and two adds of their input gradients were. split_with_sizes'
+    // backward gathers the three output gradients with one copy. The choice depends on the
+    // parameters only, so a no-grad pass of this model (old_log_prob) computes the same.
+    const at::Tensor w = at::cat({l.q_proj, l.k_proj, l.v_proj}, 0);
+    const at::Tensor b = l.q_bias.defined() ? at::cat({l.q_bias, l.k_bias, l.v_bias}, 0) : at::Tensor();
+    const std::vector<at::Tensor> parts = at::split_with_sizes(at::linear(x, w, b), {HD, KVD, KVD}, -1);
+    q = parts[0], k = parts[1], v = parts[2];
   } else {
     q = at::linear(x, l.q_proj, l.q_bias), k = at::linear(x, l.k_proj, l.k_bias), v = at::linear(x, l.v_proj, l.v_bias);
   }
@@ -282,15 +309,27 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   at::Tensor h;
   std::tie(h, x) =
       add_norm(residual, at::linear(a.reshape(flat), l.o_proj, l.o_bias), l.post_attention_layernorm, fused_adds);
-  at::Tensor gate, up;
+  at::Tensor gate, up, mlp;
+  const int64_t F = config_.intermediate_size;
   if (l.gate_up_proj.defined()) {
     const at::Tensor gate_up = at::linear(x, l.gate_up_proj, l.gate_up_bias);
-    const int64_t F = config_.intermediate_size;
     gate = gate_up.narrow(-1, 0, F), up = gate_up.narrow(-1, F, F);
+  } else if (l.gate_proj.requires_grad() && training_projections_fused() && kernels != nullptr &&
+             kernels->offers_silu_mul_halves()) {
+    // Training with kernels that take [gate | up] whole (silu_mul_halves): one GEMM each way, as
+    // for q/k/v above, and the product's backward writes both gradients into one tensor.
+    const at::Tensor w = at::cat({l.gate_proj, l.up_proj}, 0);
+    const at::Tensor b = l.gate_bias.defined() ? at::cat({l.gate_bias, l.up_bias}, 0) : at::Tensor();
+    const at::Tensor gate_up = at::linear(x, w, b);
+    mlp = kernels->silu_mul_halves(gate_up);
+    if (!mlp.defined()) {
+      const std::vector<at::Tensor> parts = at::split_with_sizes(gate_up, {F, F}, -1);
+      gate = parts[0], up = parts[1];
+    }
   } else {
     gate = at::linear(x, l.gate_proj, l.gate_bias), up = at::linear(x, l.up_proj, l.up_bias);
   }
-  at::Tensor mlp = kernels != nullptr ? kernels->silu_mul(gate, up) : at::Tensor();
+  if (!mlp.defined() && kernels != nullptr) mlp = kernels->silu_mul(gate, up);
   if (!mlp.defined()) mlp = at::silu(gate) * up;
   return {h, at::linear(mlp, l.down_proj, l.down_bias)};
 }

@@ -108,7 +108,54 @@ struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
   }
 };
 
+// silu_mul over [gate | up] = gate_up [..., 2F], one autograd input: the backward kernel writes
+// grad_gate and grad_up as the halves of one gradient tensor.
+struct SiluMulHalvesFn : torch::autograd::Function<SiluMulHalvesFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up, int64_t kernels_address) {
+    using hw::detail::dl_view;
+    const auto& kernels = *reinterpret_cast<const hw::Kernels*>(kernels_address);
+    const int64_t f = gate_up.size(-1) / 2;
+    std::vector<int64_t> shape(gate_up.sizes().begin(), gate_up.sizes().end());
+    shape.back() = f;
+    at::Tensor out = at::empty(shape, gate_up.options());
+    const at::Tensor rows = rows_of(gate_up), g = rows.narrow(1, 0, f), u = rows.narrow(1, f, f), o = out.view({-1, f});
+    DLTensor d_g = dl_view(g), d_u = dl_view(u), d_o = dl_view(o);
+    kernels.plugin().check(kernels.table().silu_mul(&d_g, &d_u, &d_o, kernels.current_stream(out.device())),
+                           "kernels.silu_mul");
+    ctx->save_for_backward({gate_up});
+    ctx->saved_data["kernels"] = kernels_address;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    using hw::detail::dl_view;
+    const at::Tensor gate_up = ctx->get_saved_variables()[0];
+    const auto& kernels = *reinterpret_cast<const hw::Kernels*>(ctx->saved_data["kernels"].toInt());
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
+    const int64_t f = gate_up.size(-1) / 2;
+    const at::Tensor grad = grads[0].contiguous();
+    at::Tensor grad_gate_up = at::empty(gate_up.sizes(), gate_up.options());
+    const at::Tensor rows = rows_of(gate_up), g = rows.narrow(1, 0, f), u = rows.narrow(1, f, f), dy = rows_of(grad);
+    const at::Tensor grad_rows = grad_gate_up.view({-1, 2 * f}), dg = grad_rows.narrow(1, 0, f), du = grad_rows.narrow(1, f, f);
+    DLTensor d_g = dl_view(g), d_u = dl_view(u), d_dy = dl_view(dy), d_dg = dl_view(dg), d_du = dl_view(du);
+    kernels.plugin().check(
+        kernels.table().silu_mul_backward(&d_g, &d_u, &d_dy, &d_dg, &d_du, kernels.current_stream(grad.device())),
+        "kernels.silu_mul_backward");
+    return {grad_gate_up, at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor PluginLayerKernels::silu_mul_halves(const at::Tensor& gate_up) const {
+  if (!silu_mul_offered(kernels_) || !kernel_dtype(gate_up.scalar_type()) || gate_up.dim() == 0 ||
+      gate_up.size(-1) % 2 != 0 || gate_up.stride(-1) != 1)
+    return {};
+  ++silu_muls_;
+  return SiluMulHalvesFn::apply(gate_up, static_cast<int64_t>(reinterpret_cast<intptr_t>(&kernels_)));
+}
+
+bool PluginLayerKernels::offers_silu_mul_halves() const { return silu_mul_offered(kernels_); }
 
 bool PluginLayerKernels::offered(const hw::Kernels* kernels, bool fuse_adds) {
   return kernels != nullptr && (kernels->table().rotary_embedding != nullptr || silu_mul_offered(*kernels) ||

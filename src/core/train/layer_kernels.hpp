@@ -43,6 +43,10 @@ class PluginLayerKernels : public model::LayerKernels {
                                            const at::Tensor& inv_freq) const override;
   // silu(gate) * up; undefined without the kernels or for a dtype they do not take.
   at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) const override;
+  // silu_mul over the halves of gate_up [..., 2F], its gradient one [..., 2F] tensor; undefined
+  // without the kernels or for a dtype they do not take.
+  at::Tensor silu_mul_halves(const at::Tensor& gate_up) const override;
+  bool offers_silu_mul_halves() const override;
   // ABI 1.3's add_rms_norm, the sum written into `residual`; {} without the kernel, where
   // autograd would record (it has no backward) or for operands it does not take.
   std::pair<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,

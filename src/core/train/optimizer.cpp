@@ -302,11 +302,11 @@ double OptimizerStep::clip_and_step(MixedPrecision& precision) {
     advanced.push_back(&st);
     detail::AdamwGroup& g = groups[{int(grads[i].scalar_type()), int64_t(st.step())}];
     g.step = int64_t(st.step());
-    g.params.push_back(p.detach());
+    g.params.push_back(p);  // DLPack views read data pointers only: no detach needed
     g.grads.push_back(grads[i]);
     g.exp_avg.push_back(st.exp_avg());
     g.exp_avg_sq.push_back(st.exp_avg_sq());
-    if (!computes.empty()) g.copies.push_back(computes[i].detach());
+    if (!computes.empty()) g.copies.push_back(computes[i]);
   }
   for (const auto& [key, group] : groups) detail::plugin_adamw_update(*impl_->kernels, group, config_, impl_->lr, clip.scale);
   const double norm = clip.norm.item<double>();  // the step's one wait, after the update is queued
