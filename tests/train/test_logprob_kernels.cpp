@@ -20,6 +20,8 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
 
+#include <cstdlib>
+
 #include "tiny_fixture.hpp"
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
@@ -191,6 +193,40 @@ TEST_CASE("PluginLayerKernels: RoPE and silu(gate) * up through the plugin's ker
           CHECK(max_abs(grads[1][i].sub(grads[0][i])) <= tol * std::max(1e-12, max_abs(grads[0][i])));
         }
       }
+    }
+  }
+}
+
+// A training forward on an accelerator computes q/k/v, and gate/up with kernels that take them
+// whole (silu_mul_halves), as one GEMM each; VERLPP_TRAIN_FUSED_PROJECTIONS=1 does it on the CPU
+// too. Log-probs and every parameter's gradient equal those of one GEMM per projection, with and
+// without the plugin's kernels, and the kernels' product runs in both.
+TEST_CASE("training forward with fused projections: the same log-probs and gradients as one GEMM per projection",
+          "[logprob][kernels]") {
+  const hw::Kernels& kernels = cpu_ref_kernels();
+  model::DecoderLM m = test::tiny_model(6);
+  m.set_requires_grad(true);
+  const controller::Batch b = test::ragged_batch(m.config().vocab_size, 3, 6, 5, 9, [](int64_t r) { return r; },
+                                                [](int64_t r) { return 2 - r; });
+  for (const hw::Kernels* k : {static_cast<const hw::Kernels*>(nullptr), &kernels}) {
+    INFO((k == nullptr ? "LibTorch's ops" : "cpu_ref's kernels"));
+    std::vector<at::Tensor> grads[2];
+    at::Tensor values[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      ::setenv("VERLPP_TRAIN_FUSED_PROJECTIONS", fused ? "1" : "0", 1);
+      for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
+      train::ResponseLogProbs out = train::response_log_probs(m, b.tensor("input_ids"), b.tensor("attention_mask"),
+                                                              b.tensor("position_ids"), 5, 1.0, true, 2, false, k);
+      out.log_probs.sum().add(out.entropy.mean()).backward();
+      values[fused] = out.log_probs.detach();
+      for (const auto& [name, p] : m.named_parameters()) grads[fused].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    }
+    ::unsetenv("VERLPP_TRAIN_FUSED_PROJECTIONS");
+    CHECK(max_abs(values[1].sub(values[0])) < 1e-5);
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      INFO(m.named_parameters()[i].first);
+      REQUIRE(grads[1][i].defined() == grads[0][i].defined());
+      if (grads[0][i].defined()) CHECK(max_abs(grads[1][i].sub(grads[0][i])) <= 1e-5 * max_abs(grads[0][i]) + 1e-9);
     }
   }
 }

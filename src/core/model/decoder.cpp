@@ -249,15 +249,17 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::add_norm(const at::Tensor& residual
 
 namespace {
 
-// Whether a model being trained computes q/k/v (and, with kernels for it, gate/up) as one GEMM
-// each (layer_forward). VERLPP_TRAIN_FUSED_PROJECTIONS=0 keeps one GEMM per projection: the
-// switch for side-by-side timing (docs/benchmarks.md).
-bool training_projections_fused() {
-  static const bool fused = [] {
-    const char* env = std::getenv("VERLPP_TRAIN_FUSED_PROJECTIONS");
-    return env == nullptr || std::string(env) != "0";
-  }();
-  return fused;
+// Whether a model being trained (its weight `w` requires grad) computes q/k/v (and, with
+// kernels for it, gate/up) as one GEMM each (layer_forward): by default on accelerators, where
+// fewer and wider GEMMs pay (docs/benchmarks.md), not on the CPU, where they do not and the
+// reference runs keep their arithmetic. VERLPP_TRAIN_FUSED_PROJECTIONS=1 / 0 turns it on / off
+// everywhere (tests; side-by-side timing). Read per call: a test may change it.
+bool training_projections_fused(const at::Tensor& w) {
+  if (!w.requires_grad()) return false;
+  const char* env = std::getenv("VERLPP_TRAIN_FUSED_PROJECTIONS");
+  if (env != nullptr && std::string(env) == "0") return false;
+  if (env != nullptr && std::string(env) == "1") return true;
+  return !w.is_cpu();
 }
 
 }  // namespace
@@ -282,7 +284,7 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   if (l.qkv_proj.defined()) {  // fuse_projections: one GEMM, q/k/v are column slices (strided rows)
     const at::Tensor qkv = at::linear(x, l.qkv_proj, l.qkv_bias);
     q = qkv.narrow(-1, 0, HD), k = qkv.narrow(-1, HD, KVD), v = qkv.narrow(-1, HD + KVD, KVD);
-  } else if (l.q_proj.requires_grad() && training_projections_fused()) {
+  } else if (training_projections_fused(l.q_proj)) {
     // A model being trained: q, k and v from one GEMM over the weights concatenated for this
     // forward (a few MB), so the backward is one GEMM per operand too, where three GEMMs (two of
     // them narrow: K*D columns) and two adds of their input gradients were. split_with_sizes'
@@ -314,8 +316,7 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   if (l.gate_up_proj.defined()) {
     const at::Tensor gate_up = at::linear(x, l.gate_up_proj, l.gate_up_bias);
     gate = gate_up.narrow(-1, 0, F), up = gate_up.narrow(-1, F, F);
-  } else if (l.gate_proj.requires_grad() && training_projections_fused() && kernels != nullptr &&
-             kernels->offers_silu_mul_halves()) {
+  } else if (training_projections_fused(l.gate_proj) && kernels != nullptr && kernels->offers_silu_mul_halves()) {
     // Training with kernels that take [gate | up] whole (silu_mul_halves): one GEMM each way, as
     // for q/k/v above, and the product's backward writes both gradients into one tensor.
     const at::Tensor w = at::cat({l.gate_proj, l.up_proj}, 0);
