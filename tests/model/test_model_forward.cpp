@@ -301,7 +301,10 @@ TEST_CASE("decoder: packed sequences equal separate forwards", "[model][decoder]
     INFO(arch);
     DecoderLM m = make_model(arch, 4);
     const int64_t V = m.config().vocab_size;
-    std::vector<std::vector<int64_t>> seqs = {random_ids(rng, 6, V), {}, random_ids(rng, 1, V), random_ids(rng, 10, V)};
+    // Runs of equal lengths (6, 6, -, 6 and 1, 1: one attention batch each) beside lone ones.
+    std::vector<std::vector<int64_t>> seqs = {random_ids(rng, 6, V), random_ids(rng, 6, V), {},
+                                              random_ids(rng, 6, V), random_ids(rng, 1, V), random_ids(rng, 1, V),
+                                              random_ids(rng, 10, V), random_ids(rng, 3, V)};
     std::vector<int64_t> flat, pos, cu{0};
     for (const auto& s : seqs) {
       flat.insert(flat.end(), s.begin(), s.end());

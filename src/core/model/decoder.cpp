@@ -422,18 +422,34 @@ at::Tensor DecoderLM::forward_packed(const at::Tensor& input_ids, const at::Tens
     VERLPP_CHECK(bounds[s] >= bounds[s - 1], "{}: cu_seqlens decreases at index {} ({} after {})",
                  config_.architecture, s, bounds[s], bounds[s - 1]);
   const double scale = 1.0 / std::sqrt(double(config_.head_dim));
+  // Runs of adjacent segments of one length, each attended as one batch [count, len, H, D]: rows
+  // of one length (responses cut at max_response_length, prompts of one template) cost one SDPA
+  // call a layer instead of one per sequence (each a few host ops and a small kernel, forward and
+  // backward).
+  struct Run {
+    int64_t start, len, count;
+  };
+  std::vector<Run> runs;
+  for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+    const int64_t start = bounds[s], len = bounds[s + 1] - bounds[s];
+    if (len == 0) continue;
+    if (!runs.empty() && runs.back().len == len && runs.back().start + runs.back().len * runs.back().count == start)
+      ++runs.back().count;
+    else
+      runs.push_back({start, len, 1});
+  }
   // Captures by value: with gradient checkpointing this runs again in the backward.
-  return run(input_ids, position_ids, [bounds, scale](int64_t, const at::Tensor& q, const at::Tensor& k,
-                                                           const at::Tensor& v) {
+  return run(input_ids, position_ids, [runs, scale](int64_t, const at::Tensor& q, const at::Tensor& k,
+                                                        const at::Tensor& v) {
     std::vector<at::Tensor> outs;
-    for (size_t s = 0; s + 1 < bounds.size(); ++s) {
-      const int64_t start = bounds[s], len = bounds[s + 1] - bounds[s];
-      if (len == 0) continue;
-      outs.push_back(causal_attention(q.narrow(0, start, len).unsqueeze(0), k.narrow(0, start, len).unsqueeze(0),
-                                      v.narrow(0, start, len).unsqueeze(0), scale)
-                         .squeeze(0));
+    for (const Run& r : runs) {
+      auto batch = [&](const at::Tensor& t) {
+        return t.narrow(0, r.start, r.len * r.count).reshape({r.count, r.len, t.size(1), t.size(2)});
+      };
+      outs.push_back(causal_attention(batch(q), batch(k), batch(v), scale).reshape({r.count * r.len, q.size(1), v.size(2)}));
     }
-    return outs.empty() ? q.narrow(0, 0, 0) : at::cat(outs, 0);
+    if (outs.empty()) return q.narrow(0, 0, 0);
+    return outs.size() == 1 ? outs.front() : at::cat(outs, 0);
   }, {}, std::move(kernels));
 }
 
