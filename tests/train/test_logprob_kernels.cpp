@@ -22,6 +22,7 @@
 
 #include <cstdlib>
 
+#include "cpu_ref_kernels.hpp"
 #include "tiny_fixture.hpp"
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
@@ -30,11 +31,7 @@ using namespace verlpp;
 
 namespace {
 
-const hw::Kernels& cpu_ref_kernels() {
-  static const hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
-  static const hw::Kernels kernels(plugin);
-  return kernels;
-}
+using test::cpu_ref_kernels;
 
 double max_abs(const at::Tensor& t) { return t.abs().max().item<double>(); }
 

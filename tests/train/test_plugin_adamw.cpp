@@ -16,6 +16,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include "cpu_ref_kernels.hpp"
 #include "tiny_fixture.hpp"
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
@@ -24,11 +25,7 @@ using namespace verlpp;
 
 namespace {
 
-const hw::Kernels& cpu_ref_kernels() {
-  static const hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
-  static const hw::Kernels kernels(plugin);
-  return kernels;
-}
+using test::cpu_ref_kernels;
 
 constexpr double kLr = 2e-3;
 
@@ -163,4 +160,22 @@ TEST_CASE("mixed precision: deferred casts keep one backward's gradient aside un
   for (size_t i = 0; i < expected.size(); ++i) CHECK(master.named_parameters()[i].second.grad().equal(expected[i]));
   mp.flush_gradients();  // nothing deferred any more: the sums stay
   for (size_t i = 0; i < expected.size(); ++i) CHECK(master.named_parameters()[i].second.grad().equal(expected[i]));
+}
+
+// An ABI 1.3 plugin's table ends before adamw_update: the host must not read the slot, and the
+// step falls back to LibTorch's AdamW with the casts (the same weights as the plain path).
+TEST_CASE("plugin AdamW: a plugin built for ABI 1.3 is not asked for adamw_update", "[optimizer][kernels]") {
+  const hw::Plugin& loaded = cpu_ref_kernels().plugin();
+  verlpp_plugin_api api = loaded.api();
+  api.abi_minor = 3;
+  const hw::Plugin older(loaded.path(), loaded.score(), api, sizeof(api));
+  const hw::Kernels kernels(older);
+  CHECK(kernels.table().adamw_update == nullptr);
+  const train::AdamWConfig c = test_config();
+  Trainee plain(nullptr, c), fallback(&kernels, c);
+  CHECK(!fallback.opt.updates_through_plugin());
+  CHECK(!fallback.mp.defers_casts());
+  for (int step = 0; step < 2; ++step) CHECK(plain.update(step, 1) == fallback.update(step, 1));
+  CHECK(worst_in_tolerance(fallback.master, plain.master) == 0.0);
+  CHECK(compute_is_cast(fallback.mp, fallback.master));
 }

@@ -127,6 +127,22 @@ struct OptimizerStep::Impl {
 #endif
   }
 
+  // `p`'s AdamW state, created as torch::optim::AdamW::step creates it (step 0, zero moments)
+  // when it has none yet (then *created is set).
+  torch::optim::AdamWParamState& state_of(const at::Tensor& p, bool* created = nullptr) {
+    auto& state = adamw->state();
+    const auto key = state_key(p);
+    if (state.find(key) == state.end()) {
+      auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+      fresh->step(0);
+      fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+      fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+      state[key] = std::move(fresh);
+      if (created != nullptr) *created = true;
+    }
+    return static_cast<torch::optim::AdamWParamState&>(*state[key]);
+  }
+
   // torch::optim::AdamW::step's math through the fused kernel, on AdamW's own state objects (so
   // save_state/load_state and the unfused path see the same state): created as its step would
   // (step 0, zero moments), and `step` advanced as its step would.
@@ -134,19 +150,10 @@ struct OptimizerStep::Impl {
 #ifdef VERLPP_HAVE_FUSED_ADAMW
     std::vector<at::Tensor> ps, gs, ms, vs;
     std::vector<float> steps;
-    auto& state = adamw->state();
     for (auto& group : adamw->param_groups())
       for (auto& p : group.params()) {
         if (!p.grad().defined()) continue;
-        const auto key = state_key(p);
-        if (state.find(key) == state.end()) {
-          auto fresh = std::make_unique<torch::optim::AdamWParamState>();
-          fresh->step(0);
-          fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-          fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-          state[key] = std::move(fresh);
-        }
-        auto& st = static_cast<torch::optim::AdamWParamState&>(*state[key]);
+        auto& st = state_of(p);
         ps.push_back(p.detach());
         gs.push_back(p.grad().detach());
         ms.push_back(st.exp_avg());
@@ -288,16 +295,9 @@ double OptimizerStep::clip_and_step(MixedPrecision& precision) {
   for (size_t i = 0; i < impl_->params.size(); ++i) {
     if (!grads[i].defined()) continue;
     const at::Tensor& p = impl_->params[i];
-    const auto key = state_key(p);
-    if (state.find(key) == state.end()) {
-      auto fresh = std::make_unique<torch::optim::AdamWParamState>();
-      fresh->step(0);
-      fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-      fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-      state[key] = std::move(fresh);
-      created.push_back(i);
-    }
-    auto& st = static_cast<torch::optim::AdamWParamState&>(*state[key]);
+    bool fresh = false;
+    auto& st = impl_->state_of(p, &fresh);
+    if (fresh) created.push_back(i);
     st.step(st.step() + 1);
     advanced.push_back(&st);
     detail::AdamwGroup& g = groups[{int(grads[i].scalar_type()), int64_t(st.step())}];
