@@ -40,6 +40,8 @@ class MixedPrecision {
   std::vector<at::Tensor> take_deferred_gradients();
   // The compute copy's parameters in named_parameters() order (empty when not enabled).
   std::vector<at::Tensor> compute_parameters() const;
+  // The model whose weights are the fp32 masters.
+  const model::DecoderLM& master() const { return master_; }
   // After an optimizer step (or a load): the compute weights = the master weights, cast.
   void refresh_compute();
 

@@ -173,8 +173,11 @@ struct OptimizerStep::Impl {
   }
 
   void zero_grad() {
-    if (!sharded && adamw) {
-      adamw->zero_grad();
+    if (!sharded) {
+      // Gradients dropped, as LibTorch 2.x's zero_grad does by default (1.13's fills zeros): the
+      // next backward then starts fresh ones, and MixedPrecision can defer its casts again.
+      for (auto& p : params)
+        if (p.grad().defined()) p.mutable_grad() = at::Tensor();
       return;
     }
     for (auto& p : params)  // every parameter: the gradients of others' parameters are summed here too
@@ -255,8 +258,16 @@ bool OptimizerStep::updates_through_plugin() const {
 
 double OptimizerStep::clip_and_step(MixedPrecision& precision) {
   const std::vector<at::Tensor> computes = precision.compute_parameters();
-  bool plugin = updates_through_plugin() && (computes.empty() || computes.size() == impl_->params.size());
-  for (const auto& p : impl_->params) plugin = plugin && p.scalar_type() == at::kFloat && p.device() == impl_->params.front().device();
+  // The plugin path pairs this optimizer's parameters with the precision's by position: they
+  // must be its master model's parameters, in order, fp32 on one device.
+  const auto& masters = precision.master().named_parameters();
+  bool plugin = updates_through_plugin() && masters.size() == impl_->params.size() &&
+                (computes.empty() || computes.size() == impl_->params.size());
+  for (size_t i = 0; plugin && i < impl_->params.size(); ++i) {
+    const at::Tensor& p = impl_->params[i];
+    plugin = p.unsafeGetTensorImpl() == masters[i].second.unsafeGetTensorImpl() && p.scalar_type() == at::kFloat &&
+             p.device() == impl_->params.front().device();
+  }
   if (!plugin) {
     precision.flush_gradients();
     const double norm = clip_and_step();
