@@ -232,6 +232,9 @@ int run(const Options& o) {
     seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   VERLPP_CHECK(std::isfinite(last_loss), "WRONG: the loss after {} steps is {}", o.warmup + o.steps, last_loss);
+  VERLPP_CHECK(o.forward_only || optimizer.last_step_through_plugin() == optimizer.updates_through_plugin(),
+               "the optimizer step {} through the plugin's adamw_update although it {} offered",
+               optimizer.last_step_through_plugin() ? "went" : "did not go", optimizer.updates_through_plugin() ? "is" : "is not");
   std::vector<double> sorted = seconds;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];

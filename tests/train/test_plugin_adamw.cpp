@@ -100,6 +100,8 @@ TEST_CASE("plugin AdamW: the mixed-precision step through adamw_update equals Li
   for (int step = 0; step < 4; ++step) {
     const int micro = step == 2 ? 2 : 1;  // step 3 sums two backwards in fp32 before the kernel
     const double n_plain = plain.update(step, micro), n_fused = fused.update(step, micro);
+    CHECK(fused.opt.last_step_through_plugin());
+    CHECK(!plain.opt.last_step_through_plugin());
     INFO("step " << step << ": norms " << n_plain << " / " << n_fused);
     CHECK(n_plain > c.grad_clip);
     CHECK(std::fabs(n_fused - n_plain) <= 1e-5 * n_plain);
@@ -180,6 +182,7 @@ TEST_CASE("plugin AdamW: a plugin built for ABI 1.3 is not asked for adamw_updat
   CHECK(!fallback.opt.updates_through_plugin());
   CHECK(!fallback.mp.defers_casts());
   for (int step = 0; step < 2; ++step) CHECK(plain.update(step, 1) == fallback.update(step, 1));
+  CHECK(!fallback.opt.last_step_through_plugin());
   CHECK(worst_in_tolerance(fallback.master, plain.master) == 0.0);
   CHECK(compute_is_cast(fallback.mp, fallback.master));
 }

@@ -60,6 +60,8 @@ class OptimizerStep {
   // device (so nothing waits for the norm until the update is queued), the compute copy written
   // by the update. Returns the norm before clipping.
   double clip_and_step(MixedPrecision& precision);
+  // Whether the last clip_and_step(MixedPrecision&) went through the plugin's adamw_update.
+  bool last_step_through_plugin() const { return last_through_plugin_; }
 
   // Writes AdamW's per-parameter state (step, exp_avg, exp_avg_sq), the step/skip counters, and the config, to one .safetensors file at `path` (parameters named by `names`, same order as the params given to the constructor).
   // Tensors "<name>.step" ([1] int64), "<name>.exp_avg", "<name>.exp_avg_sq" (the param's shape
@@ -81,6 +83,7 @@ class OptimizerStep {
   LrSchedule schedule_;
   int64_t steps_ = 0, skipped_ = 0;
   bool last_skipped_ = false;
+  bool last_through_plugin_ = false;
 };
 
 // torch.nn.utils.clip_grad_norm_ (L2): scales every gradient by min(1, max_norm / (norm + 1e-6))

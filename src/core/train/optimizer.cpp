@@ -268,6 +268,7 @@ double OptimizerStep::clip_and_step(MixedPrecision& precision) {
     plugin = p.unsafeGetTensorImpl() == masters[i].second.unsafeGetTensorImpl() && p.scalar_type() == at::kFloat &&
              p.device() == impl_->params.front().device();
   }
+  last_through_plugin_ = plugin;
   if (!plugin) {
     precision.flush_gradients();
     const double norm = clip_and_step();
