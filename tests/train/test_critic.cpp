@@ -10,6 +10,9 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/sqrt.h>
 
+#include <cmath>
+
+#include "cpu_ref_kernels.hpp"
 #include "tiny_fixture.hpp"
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
@@ -128,4 +131,45 @@ TEST_CASE("critic: bf16 mixed precision runs on the copy and steps the fp32 weig
   at::Tensor expect = recast.scores(recast.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"),
                                                           b.tensor("position_ids")));
   CHECK(after.sub(expect.narrow(1, kP - 1, kR).select(-1, 0).to(at::kFloat)).abs().max().item<double>() == 0.0);
+}
+
+// With a plugin's adamw_update (cpu_ref's), a bf16 critic's update takes the one-pass step: the
+// same weights as LibTorch's AdamW with the casts (a few fp32 ulps), the compute copy equal to
+// the masters cast, and a one-micro-batch update leaves no fp32 gradient behind (the 16-bit one
+// went to the kernel as it was).
+TEST_CASE("critic: the update through the plugin's adamw_update equals LibTorch's AdamW", "[critic][mixed][kernels]") {
+  controller::Batch b;
+  std::vector<at::Tensor> weights[2];
+  for (int plugin = 0; plugin < 2; ++plugin) {
+    model::DecoderLM m = tiny_critic();
+    if (plugin == 0) b = make_batch(m);
+    train::CriticConfig cfg;
+    cfg.ppo_mini_batch_size = kB;
+    cfg.ppo_micro_batch_size = kB;
+    cfg.param_dtype = at::kBFloat16;
+    cfg.optim.grad_clip = 0.1;  // engaged
+    cfg.kernels = plugin ? &test::cpu_ref_kernels() : nullptr;
+    train::Critic critic(m, cfg, train::LrSchedule({1e-3, "constant", 0, 1, 0.0, 0.5}));
+    if (plugin == 0) b.set("values", critic.compute_values(b));
+    critic.update_critic(b);
+    for (const auto& [name, p] : m.named_parameters()) {
+      weights[plugin].push_back(p.detach().clone());
+      if (plugin == 1) CHECK(!p.grad().defined());
+    }
+    CHECK(critic.optimizer().last_step_through_plugin() == (plugin == 1));
+    // The compute copy the kernel wrote is the masters cast: its values are a recast model's.
+    const at::Tensor after = critic.compute_values(b);
+    model::DecoderLM recast = tiny_critic();
+    for (size_t i = 0; i < m.named_parameters().size(); ++i)
+      recast.named_parameters()[i].second.detach().copy_(m.named_parameters()[i].second.detach());
+    recast.to(at::kBFloat16, recast.options().device);
+    at::NoGradGuard no_grad;
+    const at::Tensor expect = recast.scores(recast.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"),
+                                                                  b.tensor("position_ids")));
+    CHECK(after.sub(expect.narrow(1, kP - 1, kR).select(-1, 0).to(at::kFloat)).abs().max().item<double>() == 0.0);
+  }
+  for (size_t i = 0; i < weights[0].size(); ++i) {
+    const at::Tensor tolerance = weights[0][i].abs().mul(8 * std::ldexp(1.0, -24)).add(1e-8);
+    CHECK(weights[1][i].sub(weights[0][i]).abs().le(tolerance).all().item<bool>());
+  }
 }

@@ -15,6 +15,10 @@
 #include <memory>
 #include <string>
 
+namespace verlpp::hw {
+class Kernels;
+}
+
 namespace verlpp::train {
 
 // verl's critic.* (batch sizes in sequences).
@@ -30,6 +34,9 @@ struct CriticConfig {
   // model.fsdp_config.mixed_precision.param_dtype: the passes' dtype; the model's own (fp32)
   // weights are the optimizer's masters (mixed_precision.hpp).
   at::ScalarType param_dtype = at::kFloat;
+  // A plugin whose adamw_update (ABI 1.4) runs the optimizer step (OptimizerStep::use_kernels),
+  // or null for LibTorch's AdamW. Must outlive the critic.
+  const hw::Kernels* kernels = nullptr;
 };
 
 class Critic {

@@ -158,6 +158,7 @@ void build_critic(RlTrainer::State& s) {
   cc.loss_agg_mode = c.get<std::string>("critic.loss_agg_mode");
   cc.optim = adamw_of(c, "critic.optim", "critic.grad_clip");
   cc.param_dtype = param_dtype(s, "critic.model.fsdp_config");
+  cc.kernels = s.kernels.get();  // null on the CPU (load_kernels)
   s.critic = std::make_unique<train::Critic>(*s.critic_model, cc, schedule_of(c, "critic.optim", s.total_steps));
 }
 

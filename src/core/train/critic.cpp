@@ -22,6 +22,7 @@ Critic::Critic(model::DecoderLM& model, CriticConfig config, LrSchedule schedule
   model_.set_requires_grad(true);
   params_ = parameter_tensors(model_);
   optimizer_ = std::make_unique<OptimizerStep>(params_, config_.optim, std::move(schedule));
+  optimizer_->use_kernels(config_.kernels);
 }
 
 Critic::~Critic() = default;
@@ -48,6 +49,8 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
   detail::DeviceSums device_sums(kMetrics);
   double norm_sum = 0;
   int64_t micro_count = 0, steps_taken = 0;
+  // 16-bit gradients straight into the plugin's AdamW, unless a data-parallel sum needs fp32 ones.
+  precision_.defer_casts(optimizer_->updates_through_plugin() && !dp_.is_distributed());
   for (int64_t epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
     for (const controller::Batch& mini : batch.split(config_.ppo_mini_batch_size)) {
       const at::Tensor mask = mini.tensor("response_mask");
@@ -71,9 +74,8 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
         ++micro_count;
       }
       dp_.all_reduce_gradients(params_);
-      const double norm = optimizer_->clip_and_step();
+      const double norm = optimizer_->clip_and_step(precision_);
       if (!optimizer_->last_step_skipped()) {
-        precision_.refresh_compute();
         norm_sum += norm;
         ++steps_taken;
       }
