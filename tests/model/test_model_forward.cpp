@@ -17,6 +17,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 using namespace verlpp::model;
@@ -518,6 +519,37 @@ TEST_CASE("decoder: fused residual adds change no result and never write a check
       INFO(name);
       REQUIRE(got[i].defined() == want[i].defined());  // the LM head has none: forward_padded stops before it
       if (want[i].defined()) check_close(got[i], want[i], 1e-6, 1e-5, name);
+    }
+  }
+}
+
+// A model being trained on an accelerator computes q/k/v as one GEMM (VERLPP_TRAIN_FUSED_PROJECTIONS
+// forces it on here, on the CPU): for every architecture (Qwen3's q/k norms read the strided
+// slices) the forward and every parameter's gradient equal those of one GEMM per projection.
+TEST_CASE("decoder: fused training projections give the per-projection forward and gradients", "[model][decoder][grad]") {
+  std::mt19937 rng(12);
+  for (const char* arch : kCausalArchs) {
+    INFO(arch);
+    DecoderLM m = make_model(arch, 5);
+    m.set_requires_grad(true);
+    const at::Tensor ids = at::tensor(random_ids(rng, 12, m.config().vocab_size), at::kLong).view({2, 6});
+    const at::Tensor w = at::randn({2, 6, m.config().hidden_size});
+    std::vector<at::Tensor> grads[2];
+    at::Tensor outs[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      ::setenv("VERLPP_TRAIN_FUSED_PROJECTIONS", fused ? "1" : "0", 1);
+      for (const auto& [name, p] : m.named_parameters()) p.mutable_grad() = at::Tensor();
+      outs[fused] = m.forward_padded(ids);
+      (outs[fused] * w).sum().backward();
+      for (const auto& [name, p] : m.named_parameters()) grads[fused].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    }
+    ::unsetenv("VERLPP_TRAIN_FUSED_PROJECTIONS");
+    check_close(outs[1], outs[0], 1e-5, 1e-5, "hidden states");
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      const std::string& name = m.named_parameters()[i].first;
+      INFO(name);
+      REQUIRE(grads[1][i].defined() == grads[0][i].defined());
+      if (grads[0][i].defined()) check_close(grads[1][i], grads[0][i], 1e-5 * grads[0][i].abs().max().item<double>(), 1e-4, name);
     }
   }
 }
