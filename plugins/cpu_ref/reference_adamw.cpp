@@ -16,15 +16,12 @@ verlpp_error* reference_adamw_update(int32_t count, DLTensor* const* params, con
   return sdk::guard("cpu_ref adamw_update", [&] {
     const sdk::AdamwArgs a =
         sdk::check_adamw_update_args(count, params, grads, exp_avg, exp_avg_sq, copies, options, grad_scale);
-    auto host = [](const DLTensor* t, const char* what) {
-      sdk::require(t->device.device_type == kDLCPU, std::string(what) + " is not in host memory");
-    };
-    if (grad_scale != nullptr) host(grad_scale, "grad_scale");
+    if (grad_scale != nullptr) require_host(*grad_scale, "grad_scale");
     for (int32_t t = 0; t < count; ++t) {
       for (const DLTensor* x : {static_cast<const DLTensor*>(params[t]), grads[t], static_cast<const DLTensor*>(exp_avg[t]),
                                 static_cast<const DLTensor*>(exp_avg_sq[t])})
-        host(x, "every adamw_update tensor");
-      if (copies != nullptr) host(copies[t], "every adamw_update tensor");
+        require_host(*x, "every adamw_update tensor");
+      if (copies != nullptr) require_host(*copies[t], "every adamw_update tensor");
     }
     const float scale = grad_scale != nullptr ? *static_cast<const float*>(sdk::data_ptr(*grad_scale)) : 1.0f;
     if (!std::isfinite(scale)) return;  // the step is skipped: nothing written

@@ -18,6 +18,11 @@
 #include <vector>
 
 namespace verlpp::cpu_ref {
+
+void require_host(const DLTensor& t, const char* what) {
+  sdk::require(t.device.device_type == kDLCPU, std::string(what) + " is not in host memory");
+}
+
 namespace {
 
 using sdk::checked;
@@ -25,8 +30,6 @@ using sdk::fail;
 using sdk::is_f32;
 using sdk::is_float_dtype;
 using sdk::require;
-
-
 
 // `v` rounded to dtype `d` and read back as fp32.
 float round_to(DLDataType d, float v) {
@@ -36,10 +39,6 @@ float round_to(DLDataType d, float v) {
   return load(&h, d, 0);
 }
 
-
-void require_host(const DLTensor& t, const char* what) {
-  require(t.device.device_type == kDLCPU, std::string(what) + " is not in host memory");
-}
 
 verlpp_error* logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p, float temperature,
                               DLTensor* out_logprob_p, DLTensor* out_entropy_p, verlpp_stream) {

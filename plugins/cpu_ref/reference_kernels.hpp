@@ -11,6 +11,9 @@ namespace verlpp::cpu_ref {
 // 1.4's adamw_update.
 const verlpp_kernel_table* reference_kernels();
 
+// Refuses (INVALID_ARGUMENT) a tensor that is not in host memory, naming it.
+void require_host(const DLTensor& t, const char* what);
+
 // adamw_update (reference_adamw.cpp).
 verlpp_error* reference_adamw_update(int32_t count, DLTensor* const* params, const DLTensor* const* grads,
                                      DLTensor* const* exp_avg, DLTensor* const* exp_avg_sq, DLTensor* const* copies,

@@ -76,34 +76,43 @@ bool silu_mul_offered(const hw::Kernels& kernels) {
 // A [N, F] view of x [..., F] (rows at any stride: reshape copies only if it must).
 at::Tensor rows_of(const at::Tensor& x) { return x.reshape({-1, x.size(-1)}); }
 
+// The plugin's silu_mul over [N, F] row views (any row stride, dense columns): out = silu(g) * u.
+void run_silu_mul(const hw::Kernels& kernels, const at::Tensor& g, const at::Tensor& u, const at::Tensor& out) {
+  using hw::detail::dl_view;
+  DLTensor d_g = dl_view(g), d_u = dl_view(u), d_o = dl_view(out);
+  kernels.plugin().check(kernels.table().silu_mul(&d_g, &d_u, &d_o, kernels.current_stream(out.device())),
+                         "kernels.silu_mul");
+}
+
+// Its backward over [N, F] row views: dg, du from g, u and the output gradient dy.
+void run_silu_mul_backward(const hw::Kernels& kernels, const at::Tensor& g, const at::Tensor& u, const at::Tensor& dy,
+                           const at::Tensor& dg, const at::Tensor& du) {
+  using hw::detail::dl_view;
+  DLTensor d_g = dl_view(g), d_u = dl_view(u), d_dy = dl_view(dy), d_dg = dl_view(dg), d_du = dl_view(du);
+  kernels.plugin().check(
+      kernels.table().silu_mul_backward(&d_g, &d_u, &d_dy, &d_dg, &d_du, kernels.current_stream(dy.device())),
+      "kernels.silu_mul_backward");
+}
+
 struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, int64_t kernels_address) {
-    using hw::detail::dl_view;
     const auto& kernels = *reinterpret_cast<const hw::Kernels*>(kernels_address);
     at::Tensor out = at::empty(gate.sizes(), gate.options());
-    const at::Tensor g = rows_of(gate), u = rows_of(up), o = out.view({-1, gate.size(-1)});
-    DLTensor d_g = dl_view(g), d_u = dl_view(u), d_o = dl_view(o);
-    kernels.plugin().check(kernels.table().silu_mul(&d_g, &d_u, &d_o, kernels.current_stream(out.device())),
-                           "kernels.silu_mul");
+    run_silu_mul(kernels, rows_of(gate), rows_of(up), out.view({-1, gate.size(-1)}));
     ctx->save_for_backward({gate, up});
     ctx->saved_data["kernels"] = kernels_address;
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    using hw::detail::dl_view;
     variable_list saved = ctx->get_saved_variables();
     const auto& kernels = *reinterpret_cast<const hw::Kernels*>(ctx->saved_data["kernels"].toInt());
     const at::Tensor &gate = saved[0], &up = saved[1];
     if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
     const at::Tensor grad = grads[0].contiguous();
     at::Tensor grad_gate = at::empty(gate.sizes(), gate.options()), grad_up = at::empty(up.sizes(), up.options());
-    const at::Tensor g = rows_of(gate), u = rows_of(up), dy = rows_of(grad);
-    const at::Tensor dg = grad_gate.view({-1, gate.size(-1)}), du = grad_up.view({-1, up.size(-1)});
-    DLTensor d_g = dl_view(g), d_u = dl_view(u), d_dy = dl_view(dy), d_dg = dl_view(dg), d_du = dl_view(du);
-    kernels.plugin().check(
-        kernels.table().silu_mul_backward(&d_g, &d_u, &d_dy, &d_dg, &d_du, kernels.current_stream(grad.device())),
-        "kernels.silu_mul_backward");
+    run_silu_mul_backward(kernels, rows_of(gate), rows_of(up), rows_of(grad), grad_gate.view({-1, gate.size(-1)}),
+                          grad_up.view({-1, up.size(-1)}));
     return {grad_gate, grad_up, at::Tensor()};
   }
 };
@@ -112,35 +121,28 @@ struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
 // grad_gate and grad_up as the halves of one gradient tensor.
 struct SiluMulHalvesFn : torch::autograd::Function<SiluMulHalvesFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up, int64_t kernels_address) {
-    using hw::detail::dl_view;
     const auto& kernels = *reinterpret_cast<const hw::Kernels*>(kernels_address);
     const int64_t f = gate_up.size(-1) / 2;
     std::vector<int64_t> shape(gate_up.sizes().begin(), gate_up.sizes().end());
     shape.back() = f;
     at::Tensor out = at::empty(shape, gate_up.options());
-    const at::Tensor rows = rows_of(gate_up), g = rows.narrow(1, 0, f), u = rows.narrow(1, f, f), o = out.view({-1, f});
-    DLTensor d_g = dl_view(g), d_u = dl_view(u), d_o = dl_view(o);
-    kernels.plugin().check(kernels.table().silu_mul(&d_g, &d_u, &d_o, kernels.current_stream(out.device())),
-                           "kernels.silu_mul");
+    const at::Tensor rows = rows_of(gate_up);
+    run_silu_mul(kernels, rows.narrow(1, 0, f), rows.narrow(1, f, f), out.view({-1, f}));
     ctx->save_for_backward({gate_up});
     ctx->saved_data["kernels"] = kernels_address;
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    using hw::detail::dl_view;
     const at::Tensor gate_up = ctx->get_saved_variables()[0];
     const auto& kernels = *reinterpret_cast<const hw::Kernels*>(ctx->saved_data["kernels"].toInt());
     if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
     const int64_t f = gate_up.size(-1) / 2;
     const at::Tensor grad = grads[0].contiguous();
     at::Tensor grad_gate_up = at::empty(gate_up.sizes(), gate_up.options());
-    const at::Tensor rows = rows_of(gate_up), g = rows.narrow(1, 0, f), u = rows.narrow(1, f, f), dy = rows_of(grad);
-    const at::Tensor grad_rows = grad_gate_up.view({-1, 2 * f}), dg = grad_rows.narrow(1, 0, f), du = grad_rows.narrow(1, f, f);
-    DLTensor d_g = dl_view(g), d_u = dl_view(u), d_dy = dl_view(dy), d_dg = dl_view(dg), d_du = dl_view(du);
-    kernels.plugin().check(
-        kernels.table().silu_mul_backward(&d_g, &d_u, &d_dy, &d_dg, &d_du, kernels.current_stream(grad.device())),
-        "kernels.silu_mul_backward");
+    const at::Tensor rows = rows_of(gate_up), grad_rows = grad_gate_up.view({-1, 2 * f});
+    run_silu_mul_backward(kernels, rows.narrow(1, 0, f), rows.narrow(1, f, f), rows_of(grad), grad_rows.narrow(1, 0, f),
+                          grad_rows.narrow(1, f, f));
     return {grad_gate_up, at::Tensor()};
   }
 };

@@ -322,9 +322,6 @@ double OptimizerStep::clip_and_step(MixedPrecision& precision) {
   }
   for (const auto& [key, group] : groups) detail::plugin_adamw_update(*impl_->kernels, group, config_, impl_->lr, clip.scale);
   const double norm = clip.norm.item<double>();  // the step's one wait, after the update is queued
-  deferred.clear();
-  grads.clear();
-  present.clear();
   last_skipped_ = !std::isfinite(norm);
   if (last_skipped_) {
     // The kernel wrote nothing: undo the step counts and the states made for this step.
