@@ -14,7 +14,7 @@
 # conformance.txt, train.jsonl, rollout.jsonl, and grpo_step.{json,log} with E2E=1.
 #   OUT=/somewhere bash benchmarks/run_gpu_perf.sh     # .offline-deps beside it (docs/building.md)
 # Variables: STAGES (default "conformance train rollout"; also profile, tests, attn, sample), E2E=1,
-# HF=0, FP32=1 (train in fp32 too), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, TRAIN_ENVS
+# HF=0, FP32=1 (train in fp32 too), TRAIN_LIBTORCH=0 (no bf16 run on LibTorch's ops), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, TRAIN_ENVS
 # (environment settings to compare, e.g. "VERLPP_CUDA_PDL=0 -"), STREAM_CHECK=0,
 # SHAPES, BUILD_DIR, ARCHS, JOBS, SAMPLE_BASELINE (stage sample: a commit to time beside).
 set -uo pipefail
@@ -73,7 +73,10 @@ if [[ " $STAGES " == *" train "* ]]; then
   # bf16 with the cuda plugin's log-prob kernels (the RL trainer's path on a GPU), bf16 with
   # LibTorch's softmax path, then (FP32=1) fp32.
   # TRAIN_ENVS: as ROLLOUT_ENVS below, for the runs with the cuda plugin's kernels.
-  for variant in "bfloat16 --plugin cuda" "bfloat16" ${FP32:+"float32 --plugin cuda"}; do
+  variants=("bfloat16 --plugin cuda")
+  [ "${TRAIN_LIBTORCH:-1}" = 1 ] && variants+=("bfloat16")
+  [ -n "${FP32:-}" ] && variants+=("float32 --plugin cuda")
+  for variant in "${variants[@]}"; do
     envs_list=-; [[ "$variant" == *--plugin* ]] && envs_list=${TRAIN_ENVS:--}
     for envs in $envs_list; do
       set -- $variant

@@ -467,8 +467,8 @@ namespace {
 // into `residual` in place (as a plugin's kernel does), and declining where autograd records.
 struct InPlaceAddNorm : LayerKernels {
   mutable int64_t calls = 0;
-  std::pair<at::Tensor, at::Tensor> rotate(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                           const at::Tensor&) const override {
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> rotate(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                        const at::Tensor&, const at::Tensor&) const override {
     return {};
   }
   at::Tensor silu_mul(const at::Tensor&, const at::Tensor&) const override { return {}; }

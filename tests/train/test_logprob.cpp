@@ -169,7 +169,9 @@ TEST_CASE("gradient checkpointing: the same log-probs and gradients, padded and 
 
 // linear_log_probs against autograd through the plain formula (full logits, log_softmax, the
 // entropy as logsumexp - sum p z) in fp64: values, and the gradients of hidden and weight for
-// an upstream gradient on both outputs, on log-probs alone, and on entropy alone; every chunking.
+// an upstream gradient on both outputs, on log-probs alone, and on entropy alone; every chunking;
+// logits kept for the backward or recomputed there. A second backward through the retained graph
+// (the kept logits are spent by the first) must add the same gradients again.
 TEST_CASE("linear_log_probs: values and gradients equal autograd through full logits", "[logprob]") {
   at::manual_seed(3);
   const int64_t n = 7, c = 5, v = 11;
@@ -185,19 +187,25 @@ TEST_CASE("linear_log_probs: values and gradients equal autograd through full lo
       at::Tensor ent = at::logsumexp(z, -1) - at::softmax(z, -1).mul(z).sum(-1);
       at::Tensor loss = (which != 2 ? lp.mul(g_lp).sum() : at::zeros({}, f64)) + (which != 1 ? ent.mul(g_ent).sum() : at::zeros({}, f64));
       loss.backward();
-      for (int64_t chunk : {int64_t(1), int64_t(3), n}) {
-        at::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
-        train::LinearLogProbs out = train::linear_log_probs(h2, w2, targets, temperature, which != 1, chunk);
-        CHECK(out.log_probs.sub(lp.detach()).abs().max().item<double>() < 1e-12);
-        at::Tensor loss2 = which != 2 ? out.log_probs.mul(g_lp).sum() : at::zeros({}, f64);
-        if (which != 1) {
-          CHECK(out.entropy.sub(ent.detach()).abs().max().item<double>() < 1e-12);
-          loss2 = loss2 + out.entropy.mul(g_ent).sum();
+      for (train::LogitsInBackward mode : {train::LogitsInBackward::kKeep, train::LogitsInBackward::kRecompute}) {
+        for (int64_t chunk : {int64_t(1), int64_t(3), n}) {
+          at::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
+          train::LinearLogProbs out = train::linear_log_probs(h2, w2, targets, temperature, which != 1, chunk, nullptr, mode);
+          CHECK(out.log_probs.sub(lp.detach()).abs().max().item<double>() < 1e-12);
+          at::Tensor loss2 = which != 2 ? out.log_probs.mul(g_lp).sum() : at::zeros({}, f64);
+          if (which != 1) {
+            CHECK(out.entropy.sub(ent.detach()).abs().max().item<double>() < 1e-12);
+            loss2 = loss2 + out.entropy.mul(g_ent).sum();
+          }
+          loss2.backward({}, /*retain_graph=*/true);
+          INFO("T " << temperature << " outputs " << which << " chunk " << chunk << " keep "
+                    << (mode == train::LogitsInBackward::kKeep));
+          CHECK(h2.grad().sub(h.grad()).abs().max().item<double>() < 1e-11);
+          CHECK(w2.grad().sub(w.grad()).abs().max().item<double>() < 1e-11);
+          loss2.backward();
+          CHECK(h2.grad().sub(h.grad().mul(2)).abs().max().item<double>() < 2e-11);
+          CHECK(w2.grad().sub(w.grad().mul(2)).abs().max().item<double>() < 2e-11);
         }
-        loss2.backward();
-        INFO("T " << temperature << " outputs " << which << " chunk " << chunk);
-        CHECK(h2.grad().sub(h.grad()).abs().max().item<double>() < 1e-11);
-        CHECK(w2.grad().sub(w.grad()).abs().max().item<double>() < 1e-11);
       }
     }
   }

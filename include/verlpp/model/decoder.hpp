@@ -17,6 +17,7 @@
 #include <set>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -49,9 +50,11 @@ class LayerKernels {
   virtual ~LayerKernels() = default;
   // RoPE (the training forwards; the engine's steps rotate through AttentionBackend): q
   // [..., H, D] and k [..., KV, D] (q/k-norm applied) at positions [...] int64 with the model's
-  // inv_freq [D/2] f32; returns the rotated q and k.
-  virtual std::pair<at::Tensor, at::Tensor> rotate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& positions,
-                                                   const at::Tensor& inv_freq) const = 0;
+  // inv_freq [D/2] f32; returns the rotated q and k, and v [..., KV, D] itself or a copy made in
+  // the same pass (e.g. contiguous, for attention). {} declines.
+  virtual std::tuple<at::Tensor, at::Tensor, at::Tensor> rotate(const at::Tensor& q, const at::Tensor& k,
+                                                                const at::Tensor& v, const at::Tensor& positions,
+                                                                const at::Tensor& inv_freq) const = 0;
   // The MLP's silu(gate) * up, rounded as HF's act_fn(gate) * up; gate, up [..., F].
   virtual at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) const = 0;
   // The same product for gate_up [..., 2F] = [gate | up] (one projection's output), with
@@ -176,8 +179,9 @@ class DecoderLM {
   };
   // Attention over q/k/v of one layer; q [..., H, D], k/v [..., KV, D] -> [..., H, D].
   using AttendFn = std::function<at::Tensor(int64_t layer, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
-  // RoPE on one layer's q [..., H, D] and k [..., KV, D], replacing them.
-  using RotateFn = std::function<void(at::Tensor& q, at::Tensor& k)>;
+  // RoPE on one layer's q [..., H, D] and k [..., KV, D], replacing them (and v [..., KV, D],
+  // which it may replace by an equal copy).
+  using RotateFn = std::function<void(at::Tensor& q, at::Tensor& k, at::Tensor& v)>;
 
   void bind();  // points the typed fields at params_
   std::vector<at::Tensor> layer_parameters(int64_t index) const;  // layer `index`'s defined tensors

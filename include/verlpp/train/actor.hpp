@@ -39,6 +39,9 @@ struct ActorConfig {
   AdamWConfig optim;                       // weight decay, betas, eps, grad_clip
   int64_t log_prob_chunk_rows = 4;
   bool remove_padding = false;             // model.use_remove_padding: packed forwards (logprob.hpp)
+  // The LM head's logits kept for the backward (bf16: tokens x vocab x 2 bytes a micro-batch) or
+  // recomputed there (model.use_fused_kernels: verl's memory-lean fused kernels).
+  LogitsInBackward logits_in_backward = LogitsInBackward::kKeep;
   // fsdp_config.mixed_precision.param_dtype: the dtype forwards and backwards run in; the
   // optimizer keeps the model's own (fp32) weights as masters (mixed_precision.hpp).
   at::ScalarType param_dtype = at::kFloat;

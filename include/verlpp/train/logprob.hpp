@@ -6,6 +6,7 @@
 #pragma once
 
 #include <verlpp/model/decoder.hpp>
+#include <verlpp/train/linear_log_probs.hpp>
 
 #include <ATen/core/Tensor.h>
 
@@ -26,11 +27,13 @@ struct ResponseLogProbs {
 // tokens must be contiguous (left-padded prompt, right-padded response), as in verl's layout.
 // `kernels`: a plugin's kernels for the forward's RoPE (rotary_embedding, with a backward of its
 // own) and the LM head's softmax math (linear_log_probs.hpp), where it offers them; null: LibTorch's.
-// They must outlive the backward.
+// They must outlive the backward. `logits`: the LM head's logits kept for the backward or
+// recomputed there (linear_log_probs.hpp).
 ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Tensor& input_ids /*[B, T] int64*/,
                                     const at::Tensor& attention_mask /*[B, T]*/, const at::Tensor& position_ids /*[B, T]*/,
                                     int64_t response_length, double temperature, bool with_entropy,
                                     int64_t chunk_rows = 4, bool remove_padding = false,
-                                    const hw::Kernels* kernels = nullptr);
+                                    const hw::Kernels* kernels = nullptr,
+                                    LogitsInBackward logits = LogitsInBackward::kKeep);
 
 }  // namespace verlpp::train

@@ -8,6 +8,7 @@
 #include <verlpp/controller/batch.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/data_parallel.hpp>
+#include <verlpp/train/linear_log_probs.hpp>
 #include <verlpp/train/lr_schedule.hpp>
 #include <verlpp/train/mixed_precision.hpp>
 #include <verlpp/train/optimizer.hpp>
@@ -27,6 +28,7 @@ struct SftConfig {
   AdamWConfig optim;              // weight decay, betas, eps, grad_clip
   int64_t log_prob_chunk_rows = 8;
   bool remove_padding = false;    // packed forwards over the real tokens only (logprob.hpp)
+  LogitsInBackward logits_in_backward = LogitsInBackward::kKeep;  // model.use_fused_kernels: kRecompute
   at::ScalarType param_dtype = at::kFloat;  // the passes' dtype; fp32 masters (mixed_precision.hpp)
   const hw::Kernels* kernels = nullptr;      // the plugin's LM-head log-prob kernels, or null (logprob.hpp)
 };

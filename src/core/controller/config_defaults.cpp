@@ -41,7 +41,8 @@ const char* default_config_text() {
       "use_remove_padding": true,
       "use_liger": false,
       "return_last_hidden_state": false,
-      "use_fused_loss": false
+      "use_fused_loss": false,
+      "use_fused_kernels": false
     },
     "actor": {
       "strategy": "fsdp",

@@ -117,6 +117,10 @@ void build_actor(RlTrainer::State& s) {
   if (ac.temperature <= 0) ac.temperature = 1.0;  // greedy rollouts: log-probs under softmax(logits)
   ac.optim = adamw_of(c, a + ".optim", a + ".grad_clip");
   ac.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
+  // verl's fused kernels save the logits' memory by recomputing them in the backward; without
+  // them (its default) the logits stay alive until the backward, here in the compute dtype.
+  ac.logits_in_backward = c.get<bool>("actor_rollout_ref.model.use_fused_kernels") ? train::LogitsInBackward::kRecompute
+                                                                                   : train::LogitsInBackward::kKeep;
   ac.log_prob_chunk_rows = std::max<int64_t>(1, c.get_or<int64_t>("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 8));
   ac.param_dtype = param_dtype(s, "actor_rollout_ref.actor.fsdp_config");
   ac.kernels = s.kernels.get();  // null on the CPU (see load_kernels)

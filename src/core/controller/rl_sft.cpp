@@ -36,6 +36,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   train::SftConfig config;
   config.micro_batch_size = c.get<int64_t>("sft.micro_batch_size_per_gpu");
   config.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
+  config.logits_in_backward = s.actor->config().logits_in_backward;
   config.optim = adamw_of(c, "sft.optim", "sft.optim.grad_clip");
   config.param_dtype = s.actor->config().param_dtype;  // SFT trains the actor, in its compute dtype
   config.kernels = s.actor->config().kernels;

@@ -304,7 +304,7 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
     q = rms_norm(q, l.q_norm, eps);
     k = rms_norm(k, l.k_norm, eps);
   }
-  rotate(q, k);
+  rotate(q, k, v);
   at::Tensor a = attend(index, q, k, v);  // [..., H, D]
   std::vector<int64_t> flat = lead;
   flat.push_back(HD);
@@ -347,12 +347,13 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
     // cos/sin once per forward, shared by every layer; captured by value (see below), as are
     // the layer kernels, the positions and inv_freq.
     std::pair<at::Tensor, at::Tensor> cos_sin = rope_cos_sin(inv_freq_, position_ids, options_.dtype);
-    rope = [cos_sin, kernels, position_ids, inv_freq = inv_freq_](at::Tensor& q, at::Tensor& k) {
+    rope = [cos_sin, kernels, position_ids, inv_freq = inv_freq_](at::Tensor& q, at::Tensor& k, at::Tensor& v) {
       if (kernels) {
-        std::pair<at::Tensor, at::Tensor> rotated = kernels->rotate(q, k, position_ids, inv_freq);
-        if (rotated.first.defined()) {
-          q = rotated.first;
-          k = rotated.second;
+        auto [rq, rk, rv] = kernels->rotate(q, k, v, position_ids, inv_freq);
+        if (rq.defined()) {
+          q = std::move(rq);
+          k = std::move(rk);
+          v = std::move(rv);
           return;
         }
       }
@@ -388,20 +389,26 @@ at::Tensor DecoderLM::forward_padded(const at::Tensor& input_ids, const at::Tens
                shape_string(input_ids.sizes()));
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
   const c10::Device dev = input_ids.device();
-  at::Tensor allowed = causal_mask(T, T, dev).unsqueeze(0);  // [1, T, T]
+  at::Tensor allowed;  // [B, T, T] bool, with a mask
   at::Tensor positions = position_ids;
   if (attention_mask.defined()) {
     VERLPP_CHECK(attention_mask.sizes() == input_ids.sizes(), "{}: attention_mask {} and input_ids {} differ",
                  config_.architecture, shape_string(attention_mask.sizes()), shape_string(input_ids.sizes()));
     at::Tensor valid = attention_mask.to(at::kBool);  // [B, T]
     at::Tensor eye = at::eye(T, at::TensorOptions().dtype(at::kBool).device(dev));
-    allowed = allowed.logical_and(valid.unsqueeze(1).logical_or(eye.unsqueeze(0)));  // [B, T, T]
+    allowed = causal_mask(T, T, dev).unsqueeze(0).logical_and(valid.unsqueeze(1).logical_or(eye.unsqueeze(0)));
     if (!positions.defined()) positions = (valid.to(at::kLong).cumsum(-1) - 1).clamp_min(0);
   }
   if (!positions.defined())
     positions = at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(0).expand({B, T});
   const double scale = 1.0 / std::sqrt(double(config_.head_dim));
-  // Captures by value: with gradient checkpointing this runs again in the backward.
+  // Captures by value: with gradient checkpointing this runs again in the backward. Without a
+  // mask every row is whole, and causal attention needs no [B, T, T] mask: fused kernels then
+  // skip the blocks above the diagonal (half the work) instead of reading a mask.
+  if (!attention_mask.defined())
+    return run(input_ids, positions, [scale](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+      return causal_attention(q, k, v, scale);
+    }, {}, std::move(kernels));
   return run(input_ids, positions, [allowed, scale](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return attention(q, k, v, allowed, scale);
   }, {}, std::move(kernels));
@@ -460,7 +467,7 @@ at::Tensor DecoderLM::forward_cached(const at::Tensor& input_ids, const at::Tens
   const double scale = 1.0 / std::sqrt(double(config_.head_dim));
   RotateFn rotate;  // empty: the reference RoPE
   if (backend.rotates())
-    rotate = [&](at::Tensor& q, at::Tensor& k) { backend.rotate(q, k, position_ids, inv_freq_); };
+    rotate = [&](at::Tensor& q, at::Tensor& k, at::Tensor&) { backend.rotate(q, k, position_ids, inv_freq_); };
   return run(input_ids, position_ids, [&](int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return backend.attend(layer, q, k, v, scale);
   }, rotate, std::move(kernels));

@@ -20,6 +20,8 @@
 #include <ATen/ops/where.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 // LibTorch's fused scaled_dot_product_attention (flash / memory-efficient kernels) exists from
 // 2.0; its `scale` argument from 2.1. Debian's LibTorch 1.13 has neither.
@@ -28,6 +30,12 @@
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
 #include <ATen/ops/scaled_dot_product_attention.h>
 #define VERLPP_HAVE_SDPA 1
+#endif
+// K/V with fewer heads than q taken as they are (enable_gqa), from 2.5; _fused_sdp_choice says
+// which kernel a call would run.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#include <ATen/ops/_fused_sdp_choice.h>
+#define VERLPP_HAVE_SDPA_GQA 1
 #endif
 #endif
 
@@ -111,14 +119,37 @@ bool fused_dtype(const at::Tensor& q) {
 #endif
 }
 
-// LibTorch's SDPA on [B, H, T, D] views; `mask` [B|1, 1, Tq, Tk] bool or undefined.
+#ifdef VERLPP_HAVE_SDPA_GQA
+// Whether SDPA would run these [B, heads, T, D] operands, K/V with fewer heads than q, on a fused
+// kernel with enable_gqa (flash and cuDNN read each K/V head once for its whole query group;
+// otherwise the math fallback would materialise the scores, and the caller repeats K/V instead).
+// VERLPP_SDPA_GQA=0 turns it off, for side-by-side timing; read per call (tests change it).
+bool fused_gqa(const at::Tensor& qh, const at::Tensor& kh, const at::Tensor& vh, const c10::optional<at::Tensor>& mask,
+               bool causal, double scale) {
+  const char* env = std::getenv("VERLPP_SDPA_GQA");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  constexpr int64_t kMathBackend = 0;  // sdp::SDPBackend::math
+  return at::_fused_sdp_choice(qh, kh, vh, mask, 0.0, causal, scale, /*enable_gqa=*/true) != kMathBackend;
+}
+#endif
+
+// LibTorch's SDPA on [B, H, T, D] views; `mask` [B|1, 1, Tq, Tk] bool or undefined. K/V with
+// fewer heads go in as they are where a fused kernel takes them (LibTorch 2.5+), else repeated
+// for their query groups (two [B, H, T, D] copies forward, two group sums backward).
 at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                            bool causal, double scale) {
 #ifdef VERLPP_HAVE_SDPA
   const int64_t H = q.size(2);
-  at::Tensor out = at::scaled_dot_product_attention(q.transpose(1, 2), heads_first(k, H), heads_first(v, H),
-                                                    mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt,
-                                                    0.0, causal, scale);
+  const at::Tensor qh = q.transpose(1, 2);
+  const c10::optional<at::Tensor> m = mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt;
+#ifdef VERLPP_HAVE_SDPA_GQA
+  if (k.size(2) != H) {
+    const at::Tensor kh = k.transpose(1, 2), vh = v.transpose(1, 2);
+    if (fused_gqa(qh, kh, vh, m, causal, scale))
+      return at::scaled_dot_product_attention(qh, kh, vh, m, 0.0, causal, scale, /*enable_gqa=*/true).transpose(1, 2);
+  }
+#endif
+  at::Tensor out = at::scaled_dot_product_attention(qh, heads_first(k, H), heads_first(v, H), m, 0.0, causal, scale);
   return out.transpose(1, 2);  // [B, Tq, H, D]
 #else
   (void)q, (void)k, (void)v, (void)mask, (void)causal, (void)scale;

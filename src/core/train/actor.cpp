@@ -46,7 +46,8 @@ ResponseLogProbs Actor::compute_log_prob(const controller::Batch& batch, bool wi
   at::NoGradGuard no_grad;
   return response_log_probs(precision_.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"), batch.tensor("position_ids"),
                             batch.tensor("responses").size(1), config_.temperature, with_entropy, config_.log_prob_chunk_rows,
-                            config_.remove_padding, config_.kernels);
+                            config_.remove_padding, config_.kernels,
+                                              config_.logits_in_backward);
 }
 
 nlohmann::json Actor::update_policy(const controller::Batch& batch) {
@@ -77,7 +78,8 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
         const bool need_entropy = config_.entropy_coeff != 0.0;
         ResponseLogProbs out = response_log_probs(precision_.compute(), micro.tensor("input_ids"), micro.tensor("attention_mask"),
                                                   micro.tensor("position_ids"), response_length, config_.temperature,
-                                                  need_entropy, config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels);
+                                                  need_entropy, config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels,
+                                              config_.logits_in_backward);
         const at::Tensor m = micro.tensor("response_mask");
         algo::PolicyLossConfig policy = config_.policy;
         policy.agg = agg;

@@ -1,6 +1,6 @@
 // PluginLayerKernels (layer_kernels.hpp): torch::autograd::Functions around the plugin's
-// rotary_embedding and silu_mul / silu_mul_backward. Custom Functions need full autograd
-// headers, hence the #undef below.
+// rotary_embedding (or rotary_kv_store) and silu_mul / silu_mul_backward. Custom Functions need
+// full autograd headers, hence the #undef below.
 #undef TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include "layer_kernels.hpp"
 
@@ -9,6 +9,9 @@
 #include <verlpp/hw/kernels.hpp>
 
 #include <torch/csrc/autograd/custom_function.h>
+
+#include <cstdlib>
+#include <string>
 
 namespace verlpp::train::detail {
 namespace {
@@ -64,6 +67,73 @@ struct RotaryFn : torch::autograd::Function<RotaryFn> {
     }
     return {gq.defined() ? gqr.view(gq.sizes()) : at::Tensor(), gk.defined() ? gkr.view(gk.sizes()) : at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// [N, heads, D] rows of x [..., heads, D] as the fused kernel reads them (rows at any stride,
+// heads and D dense), copying only a layout it cannot read.
+at::Tensor token_rows(const at::Tensor& x) {
+  at::Tensor r = x.reshape({-1, x.size(-2), x.size(-1)});
+  if (r.stride(2) != 1 || r.stride(1) != r.size(2)) r = r.contiguous();
+  return r;
+}
+
+// rotary_kv_store over a "cache" of N one-token blocks written at slots 0..N-1: q, k rotated by
+// angle(positions) into q_out [N, H, D] and k_out [N, 1, K, D], v copied into v_out [N, 1, K, D],
+// all in one pass over the inputs (rows may be strided: views of one q/k/v projection).
+void rotate_qkv_into(const hw::Kernels& kernels, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& positions, const at::Tensor& inv_freq, const at::Tensor& slots,
+                     const at::Tensor& q_out, const at::Tensor& k_out, const at::Tensor& v_out) {
+  using hw::detail::dl_view;
+  DLTensor d_q = dl_view(q), d_k = dl_view(k), d_v = dl_view(v), d_pos = dl_view(positions), d_freq = dl_view(inv_freq),
+           d_slots = dl_view(slots), d_qo = dl_view(q_out), d_ko = dl_view(k_out), d_vo = dl_view(v_out);
+  kernels.plugin().check(kernels.table().rotary_kv_store(&d_q, &d_k, &d_v, &d_pos, &d_freq, &d_slots, &d_qo, &d_ko, &d_vo,
+                                                         kernels.current_stream(q.device())),
+                         "kernels.rotary_kv_store");
+}
+
+// RoPE of a training forward through ABI 1.3's rotary_kv_store: rotated q and k and a copy of v,
+// all contiguous, from the q/k/v projection's strided views in one kernel each way, where
+// RotaryFn takes two copies and an in-place rotation (and attention then reads v strided). The
+// backward is the same kernel at -positions on the output gradients (RotaryFn's reasoning),
+// which also passes v's gradient through as a copy. The rotation rounds as rotary_embedding's
+// (the kernel contract), so both functions compute the same bits.
+struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& positions, const at::Tensor& inv_freq, const at::Tensor& slots,
+                               int64_t kernels_address) {
+    const auto& kernels = *reinterpret_cast<const hw::Kernels*>(kernels_address);
+    const int64_t n = positions.size(0), heads = q.size(-2), kv = k.size(-2), d = q.size(-1);
+    at::Tensor q_out = at::empty({n, heads, d}, q.options()), k_out = at::empty({n, 1, kv, d}, k.options());
+    at::Tensor v_out = at::empty({n, 1, kv, d}, v.options());
+    rotate_qkv_into(kernels, token_rows(q), token_rows(k), token_rows(v), positions, inv_freq, slots, q_out, k_out, v_out);
+    ctx->save_for_backward({positions, inv_freq, slots});
+    ctx->saved_data["kernels"] = kernels_address;
+    ctx->saved_data["q_shape"] = q.sizes().vec();
+    ctx->saved_data["kv_shape"] = k.sizes().vec();
+    return {q_out.view(q.sizes()), k_out.view(k.sizes()), v_out.view(v.sizes())};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list saved = ctx->get_saved_variables();
+    const auto& kernels = *reinterpret_cast<const hw::Kernels*>(ctx->saved_data["kernels"].toInt());
+    const at::Tensor &positions = saved[0], &inv_freq = saved[1], &slots = saved[2];
+    const at::Tensor* any = nullptr;
+    for (const at::Tensor& g : grads)
+      if (g.defined()) any = &g;
+    if (any == nullptr) return variable_list(7);
+    // A missing gradient (an output nothing used) is zeros, so the kernel's operands stay whole.
+    auto grad_or_zeros = [&](size_t i, const char* shape) {
+      return grads[i].defined() ? grads[i] : at::zeros(ctx->saved_data[shape].toIntVector(), any->options());
+    };
+    const at::Tensor gq = grad_or_zeros(0, "q_shape"), gk = grad_or_zeros(1, "kv_shape"), gv = grad_or_zeros(2, "kv_shape");
+    const int64_t n = positions.size(0), heads = gq.size(-2), kv = gk.size(-2), d = gq.size(-1);
+    at::Tensor q_out = at::empty({n, heads, d}, gq.options()), k_out = at::empty({n, 1, kv, d}, gk.options());
+    at::Tensor v_out = at::empty({n, 1, kv, d}, gv.options());
+    rotate_qkv_into(kernels, token_rows(gq), token_rows(gk), token_rows(gv), positions.neg(), inv_freq, slots, q_out, k_out,
+                    v_out);
+    return {q_out.view(gq.sizes()), k_out.view(gk.sizes()), v_out.view(gv.sizes()), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -160,7 +230,8 @@ at::Tensor PluginLayerKernels::silu_mul_halves(const at::Tensor& gate_up) const 
 bool PluginLayerKernels::offers_silu_mul_halves() const { return silu_mul_offered(kernels_); }
 
 bool PluginLayerKernels::offered(const hw::Kernels* kernels, bool fuse_adds) {
-  return kernels != nullptr && (kernels->table().rotary_embedding != nullptr || silu_mul_offered(*kernels) ||
+  return kernels != nullptr && (kernels->table().rotary_embedding != nullptr || kernels->table().rotary_kv_store != nullptr ||
+                                silu_mul_offered(*kernels) ||
                                 (fuse_adds && kernels->table().add_rms_norm != nullptr));
 }
 
@@ -178,15 +249,40 @@ at::Tensor PluginLayerKernels::silu_mul(const at::Tensor& gate, const at::Tensor
   return SiluMulFn::apply(gate, up, static_cast<int64_t>(reinterpret_cast<intptr_t>(&kernels_)));
 }
 
-std::pair<at::Tensor, at::Tensor> PluginLayerKernels::rotate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& positions,
-                                                     const at::Tensor& inv_freq) const {
-  if (kernels_.table().rotary_embedding == nullptr || !kernel_dtype(q.scalar_type()) || k.scalar_type() != q.scalar_type())
-    return {};
-  ++rotations_;
+namespace {
+// VERLPP_TRAIN_ROTARY_QKV=0 keeps RotaryFn where rotary_kv_store is offered, for side-by-side
+// timing; read per call (tests change it).
+bool qkv_rotation_enabled() {
+  const char* env = std::getenv("VERLPP_TRAIN_ROTARY_QKV");
+  return env == nullptr || std::string(env) != "0";
+}
+}  // namespace
+
+at::Tensor PluginLayerKernels::slots_for(int64_t n, const c10::Device& device) const {
+  std::lock_guard<std::mutex> lock(slots_mutex_);
+  if (!slots_.defined() || slots_.size(0) < n || slots_.device() != device)
+    slots_ = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device));
+  return slots_.narrow(0, 0, n);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> PluginLayerKernels::rotate(const at::Tensor& q, const at::Tensor& k,
+                                                                          const at::Tensor& v, const at::Tensor& positions,
+                                                                          const at::Tensor& inv_freq) const {
+  const at::ScalarType t = q.scalar_type();
+  if (!kernel_dtype(t) || k.scalar_type() != t) return {};
   const at::Tensor flat_positions = positions.reshape({-1}).contiguous();
-  variable_list out = RotaryFn::apply(q, k, flat_positions, inv_freq.contiguous(),
-                                      static_cast<int64_t>(reinterpret_cast<intptr_t>(&kernels_)));
-  return {out[0], out[1]};
+  const auto address = static_cast<int64_t>(reinterpret_cast<intptr_t>(&kernels_));
+  if (kernels_.table().rotary_kv_store != nullptr && v.scalar_type() == t && v.sizes() == k.sizes() && qkv_rotation_enabled()) {
+    ++rotations_;
+    ++qkv_rotations_;
+    variable_list out = RotaryQkvFn::apply(q, k, v, flat_positions, inv_freq.contiguous(),
+                                           slots_for(flat_positions.size(0), q.device()), address);
+    return {out[0], out[1], out[2]};
+  }
+  if (kernels_.table().rotary_embedding == nullptr) return {};
+  ++rotations_;
+  variable_list out = RotaryFn::apply(q, k, flat_positions, inv_freq.contiguous(), address);
+  return {out[0], out[1], v};
 }
 
 std::pair<at::Tensor, at::Tensor> PluginLayerKernels::add_rms_norm(const at::Tensor& x, at::Tensor& residual,

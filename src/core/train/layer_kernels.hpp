@@ -1,5 +1,6 @@
 // PluginLayerKernels: a layer's RoPE and the MLP's silu(gate) * up through a plugin's kernels
-// (rotary_embedding; ABI 1.2's silu_mul and silu_mul_backward), each with a backward of its own,
+// (rotary_embedding, or ABI 1.3's rotary_kv_store, which also hands back v as a contiguous copy
+// from the same pass; ABI 1.2's silu_mul and silu_mul_backward), each with a backward of its own,
 // for the training forwards and the engine's steps (model::LayerKernels); and, without autograd
 // only, ABI 1.3's add_rms_norm (a residual add fused with the next RMSNorm).
 //  - RoPE is a rotation by +angle of each (j, j + D/2) pair, so its gradient is the rotation of
@@ -18,6 +19,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <tuple>
 
 namespace verlpp::hw {
 class Kernels;
@@ -33,14 +36,16 @@ class PluginLayerKernels : public model::LayerKernels {
   // and a no-grad old_log_prob pass must compute exactly what the training forward computes.
   explicit PluginLayerKernels(const hw::Kernels& kernels, bool fuse_adds = false)
       : kernels_(kernels), fuse_adds_(fuse_adds) {}
-  // Whether the kernels offer any of rotary_embedding, silu_mul with silu_mul_backward, or
-  // (with fuse_adds) add_rms_norm.
+  // Whether the kernels offer any of rotary_embedding, rotary_kv_store, silu_mul with
+  // silu_mul_backward, or (with fuse_adds) add_rms_norm.
   static bool offered(const hw::Kernels* kernels, bool fuse_adds = false);
 
-  // Rotated copies of q and k; {} without the kernel, for a dtype it does not take (fp64) or
-  // q/k dtypes that differ.
-  std::pair<at::Tensor, at::Tensor> rotate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& positions,
-                                           const at::Tensor& inv_freq) const override;
+  // Rotated copies of q and k, and v or (through rotary_kv_store, unless
+  // VERLPP_TRAIN_ROTARY_QKV=0) a contiguous copy of it; {} without a kernel, for a dtype they do
+  // not take (fp64) or q/k dtypes that differ.
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> rotate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                        const at::Tensor& positions,
+                                                        const at::Tensor& inv_freq) const override;
   // silu(gate) * up; undefined without the kernels or for a dtype they do not take.
   at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) const override;
   // silu_mul over the halves of gate_up [..., 2F], its gradient one [..., 2F] tensor; undefined
@@ -51,15 +56,22 @@ class PluginLayerKernels : public model::LayerKernels {
   // autograd would record (it has no backward) or for operands it does not take.
   std::pair<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
                                                  double eps) const override;
-  // How many forward calls ran through the kernels, for tests.
+  // How many forward calls ran through the kernels (qkv_rotations: through rotary_kv_store), for tests.
   int64_t rotations() const { return rotations_.load(); }
+  int64_t qkv_rotations() const { return qkv_rotations_.load(); }
   int64_t silu_muls() const { return silu_muls_.load(); }
   int64_t add_rms_norms() const { return add_rms_norms_.load(); }
 
  private:
+  // slot_mapping 0..n-1 for rotary_kv_store, made once per forward's token count (every layer
+  // and the backward share it).
+  at::Tensor slots_for(int64_t n, const c10::Device& device) const;
+
   const hw::Kernels& kernels_;
   bool fuse_adds_;
-  mutable std::atomic<int64_t> rotations_{0}, silu_muls_{0}, add_rms_norms_{0};
+  mutable std::atomic<int64_t> rotations_{0}, qkv_rotations_{0}, silu_muls_{0}, add_rms_norms_{0};
+  mutable std::mutex slots_mutex_;  // the backward thread may recompute layers (checkpointing)
+  mutable at::Tensor slots_;        // [>= n] int64, on the last device asked for
 };
 
 // A PluginLayerKernels over `kernels`, or null when they offer none of its kernels (or are null).

@@ -1,6 +1,8 @@
 // linear_log_probs(): a torch::autograd::Function (see linear_log_probs.hpp). Its forward saves
-// hidden, weight, targets and, per row, logsumexp(z) and (with entropy) E_p[z]; its backward
-// recomputes each chunk's z = (h W^T) / T and forms dL/dz from them:
+// hidden, weight, targets and, per row, logsumexp(z) and (with entropy) E_p[z], and with
+// LogitsInBackward::kKeep each chunk's logits h W^T in the weight's dtype; its backward takes
+// those (or recomputes them: kRecompute, or a second backward through a retained graph, since
+// the first one overwrites them) and forms dL/dz from z = (h W^T) / T:
 //   d logp_i / dz_j = [j = target_i] - p_ij
 //   d H_i / dz_j    = -p_ij (z_ij - E_p[z]_i)        (H = logsumexp(z) - sum_j p_ij z_ij)
 // then dL/dh = (dL/dz / T) W and dL/dW = sum over chunks of (dL/dz / T)^T h, the latter summed by
@@ -34,10 +36,11 @@ using torch::autograd::variable_list;
 // The dtype of the softmax math: fp32, or fp64 for an fp64 model (tests' exact references).
 at::ScalarType math_dtype(const at::Tensor& w) { return w.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
-// z = (h W^T) in the math dtype, divided by T unless T == 1 (no pass for the common case).
-at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& w, double temperature) {
-  at::Tensor z = at::linear(h, w).to(math_dtype(w));
-  if (temperature != 1.0) z.div_(temperature);
+// z = raw / T in the math dtype, raw = h W^T in the weight's dtype (no pass for T == 1 when they
+// share a dtype). Never writes `raw`: the forward may keep it for the backward.
+at::Tensor math_logits(const at::Tensor& raw, const at::Tensor& w, double temperature) {
+  at::Tensor z = raw.to(math_dtype(w));
+  if (temperature != 1.0) z = z.is_same(raw) ? z.div(temperature) : z.div_(temperature);
   return z;
 }
 
@@ -51,8 +54,8 @@ bool kernels_serve(const hw::Kernels* kernels, const at::Tensor& weight) {
 
 // The plugin forward of one chunk: logits in the weight's dtype through logprob_entropy into
 // logp (and entropy), then what the backward needs: lse = z_target - log p (so the kernel's own
-// normaliser is reused) and E_p[z] = lse - entropy.
-void kernel_forward_chunk(const hw::Kernels& kernels, const at::Tensor& h, const at::Tensor& weight,
+// normaliser is reused) and E_p[z] = lse - entropy. Returns the logits [rows, V].
+at::Tensor kernel_forward_chunk(const hw::Kernels& kernels, const at::Tensor& h, const at::Tensor& weight,
                           const at::Tensor& targets, double temperature, at::Tensor logp, at::Tensor entropy,
                           at::Tensor lse, at::Tensor mean_z) {
   using hw::detail::dl_view;
@@ -65,14 +68,15 @@ void kernel_forward_chunk(const hw::Kernels& kernels, const at::Tensor& h, const
   if (temperature != 1.0) z_target.div_(temperature);
   at::sub_out(lse, z_target, logp);
   if (mean_z.defined()) at::sub_out(mean_z, lse, entropy);
+  return logits;
 }
 
-// The plugin backward of one chunk: the recomputed logits overwritten with dL/dz / T.
-at::Tensor kernel_backward_chunk(const hw::Kernels& kernels, const at::Tensor& h, const at::Tensor& weight,
-                                 const at::Tensor& targets, double temperature, const at::Tensor& lse,
-                                 const at::Tensor& g_logp, const at::Tensor& mean_z, const at::Tensor& g_ent) {
+// The plugin backward of one chunk: `logits` [rows, V] (kept or recomputed) overwritten with
+// dL/dz / T.
+at::Tensor kernel_backward_chunk(const hw::Kernels& kernels, at::Tensor logits, const at::Tensor& targets,
+                                 double temperature, const at::Tensor& lse, const at::Tensor& g_logp,
+                                 const at::Tensor& mean_z, const at::Tensor& g_ent) {
   using hw::detail::dl_view;
-  at::Tensor logits = at::linear(h, weight);
   DLTensor d_logits = dl_view(logits), d_targets = dl_view(targets), d_lse = dl_view(lse);
   DLTensor d_glp = g_logp.defined() ? dl_view(g_logp) : DLTensor{};
   DLTensor d_mz = g_ent.defined() ? dl_view(mean_z) : DLTensor{}, d_gent = g_ent.defined() ? dl_view(g_ent) : DLTensor{};
@@ -88,8 +92,9 @@ at::Tensor dense_f32(const at::Tensor& g) { return g.defined() ? g.to(at::kFloat
 struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                                const at::Tensor& targets, double temperature, bool with_entropy, int64_t chunk,
-                               int64_t kernels_address) {
+                               int64_t kernels_address, bool keep_logits) {
     const auto* kernels = reinterpret_cast<const hw::Kernels*>(kernels_address);
+    c10::List<at::Tensor> kept;  // each chunk's h W^T, when keep_logits
     const int64_t n = hidden.size(0);
     auto f32 = hidden.options().dtype(math_dtype(weight));
     at::Tensor logp = at::empty({n}, f32), lse = at::empty({n}, f32);
@@ -98,12 +103,16 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t rows = std::min(chunk, n - begin);
       if (kernels != nullptr) {
-        kernel_forward_chunk(*kernels, hidden.narrow(0, begin, rows), weight, targets.narrow(0, begin, rows), temperature,
-                             logp.narrow(0, begin, rows), with_entropy ? entropy.narrow(0, begin, rows) : at::Tensor(),
-                             lse.narrow(0, begin, rows), with_entropy ? mean_z.narrow(0, begin, rows) : at::Tensor());
+        at::Tensor raw = kernel_forward_chunk(*kernels, hidden.narrow(0, begin, rows), weight, targets.narrow(0, begin, rows),
+                                              temperature, logp.narrow(0, begin, rows),
+                                              with_entropy ? entropy.narrow(0, begin, rows) : at::Tensor(),
+                                              lse.narrow(0, begin, rows), with_entropy ? mean_z.narrow(0, begin, rows) : at::Tensor());
+        if (keep_logits) kept.push_back(raw);
         continue;
       }
-      at::Tensor z = chunk_logits(hidden.narrow(0, begin, rows), weight, temperature);       // [rows, V]
+      const at::Tensor raw = at::linear(hidden.narrow(0, begin, rows), weight);              // [rows, V], weight's dtype
+      if (keep_logits) kept.push_back(raw);
+      at::Tensor z = math_logits(raw, weight, temperature);                                  // [rows, V]
       at::Tensor lse_c;                                                                      // [rows]
       if (!with_entropy) {
         lse_c = at::logsumexp(z, -1);
@@ -130,6 +139,9 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["kernels"] = kernels_address;
+    // In saved_data, not save_for_backward: the backward drops each chunk once it is used (and
+    // writes dL/dz over it), which saved variables would not allow.
+    if (keep_logits) ctx->saved_data["logits"] = kept;
     return {logp, with_entropy ? entropy : at::zeros({0}, f32)};
   }
 
@@ -143,7 +155,14 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
     at::Tensor g_ent = mean_z.defined() && grads[1].defined() && grads[1].numel() > 0 ? grads[1] : at::Tensor();
     if (kernels != nullptr) g_ent = dense_f32(g_ent);
     const bool need_h = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
-    if (!g_logp.defined() && !g_ent.defined()) return variable_list(7);
+    if (!g_logp.defined() && !g_ent.defined()) return variable_list(8);
+    // The kept logits, taken out of the context: this backward overwrites and frees them, so a
+    // second backward through a retained graph finds none and recomputes.
+    std::vector<at::Tensor> kept;
+    if (auto it = ctx->saved_data.find("logits"); it != ctx->saved_data.end()) {
+      kept = it->second.toTensorList().vec();
+      ctx->saved_data.erase(it);
+    }
     const int64_t n = hidden.size(0);
     at::Tensor grad_h = need_h ? at::empty_like(hidden) : at::Tensor();
     // dL/dW in the weight's dtype, summed over chunks in the GEMM's epilogue (fp32 inside,
@@ -151,16 +170,21 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
     // final cast over [V, C] (about 2.5 ms a step for Qwen2.5-0.5B on an H200) for the same
     // number of roundings to a 16-bit dtype.
     at::Tensor grad_w = need_w ? at::empty(weight.sizes(), weight.options()) : at::Tensor();
-    for (int64_t begin = 0; begin < n; begin += chunk) {
+    for (int64_t begin = 0, index = 0; begin < n; begin += chunk, ++index) {
       const int64_t rows = std::min(chunk, n - begin);
       at::Tensor h = hidden.narrow(0, begin, rows);
+      // h W^T [rows, V] in the weight's dtype: the forward's, or recomputed.
+      at::Tensor raw = size_t(index) < kept.size() ? std::move(kept[size_t(index)]) : at::linear(h, weight);
       at::Tensor gl;  // dL/dlogits in the product's dtype [rows, V]
       auto slice = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, rows) : t; };
       if (kernels != nullptr) {
-        gl = kernel_backward_chunk(*kernels, h, weight, targets.narrow(0, begin, rows), temperature, slice(lse), slice(g_logp),
-                                   slice(mean_z), slice(g_ent));
+        gl = kernel_backward_chunk(*kernels, std::move(raw), targets.narrow(0, begin, rows), temperature, slice(lse),
+                                   slice(g_logp), slice(mean_z), slice(g_ent));
       } else if (g_ent.defined()) {
-        at::Tensor z = chunk_logits(h, weight, temperature);
+        // May be raw itself (fp32, T = 1), written in place below: this backward holds the only
+        // reference to it (kept logits were moved out of the context).
+        at::Tensor z = math_logits(raw, weight, temperature);
+        raw = at::Tensor();
         at::Tensor p = z.sub(lse.narrow(0, begin, rows).unsqueeze(1)).exp_();  // softmax(z), from the saved lse
         // -p (g_logp + g_ent (z - E_p[z])), then + g_logp at the target.
         at::Tensor gz = z.sub_(mean_z.narrow(0, begin, rows).unsqueeze(1)).mul_(g_ent.narrow(0, begin, rows).unsqueeze(1));
@@ -174,8 +198,9 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
         // Log-probs only (the policy loss): dL/dz = g (onehot - p) = (p - onehot) * (-g), formed in
         // three passes over the chunk: softmax (read z, write fp32 p), the onehot subtraction
         // (a scatter), and one multiply that writes the product's dtype.
-        at::Tensor p = temperature == 1.0 ? at::softmax(at::linear(h, weight), -1, math_dtype(weight))
-                                          : at::softmax(chunk_logits(h, weight, temperature), -1);
+        at::Tensor p = temperature == 1.0 ? at::softmax(raw, -1, math_dtype(weight))
+                                          : at::softmax(math_logits(raw, weight, temperature), -1);
+        raw = at::Tensor();  // the softmax is a new tensor: the logits can go
         p.scatter_add_(1, targets.narrow(0, begin, rows).unsqueeze(1), at::full({rows, 1}, -1.0, p.options()));
         at::Tensor scale = g_logp.narrow(0, begin, rows).unsqueeze(1).neg();
         if (temperature != 1.0) scale = scale.div(temperature);
@@ -191,14 +216,15 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
         else grad_w.addmm_(gl.t(), h);
       }
     }
-    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 LinearLogProbs linear_log_probs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                                double temperature, bool with_entropy, int64_t chunk_tokens, const hw::Kernels* kernels) {
+                                double temperature, bool with_entropy, int64_t chunk_tokens, const hw::Kernels* kernels,
+                                LogitsInBackward logits) {
   VERLPP_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
                "linear_log_probs: hidden [N, C] and weight [V, C] expected, got {} and {} dims (C {} vs {})", hidden.dim(),
                weight.dim(), hidden.dim() == 2 ? hidden.size(1) : -1, weight.dim() == 2 ? weight.size(1) : -1);
@@ -211,8 +237,12 @@ LinearLogProbs linear_log_probs(const at::Tensor& hidden, const at::Tensor& weig
   // The autograd context keeps the kernels as an address (saved_data holds IValues); the caller
   // keeps the Kernels object alive across the backward, as it keeps its plugin loaded.
   const hw::Kernels* used = kernels_serve(kernels, weight) ? kernels : nullptr;
+  // Kept only where a backward will come: a no-grad pass (old log-probs, the reference) over a
+  // whole batch would otherwise hold every chunk's logits until it returns.
+  const bool keep = logits == LogitsInBackward::kKeep && at::GradMode::is_enabled() &&
+                    (hidden.requires_grad() || weight.requires_grad());
   variable_list out = LinearLogProbsFn::apply(hidden, weight, targets.contiguous(), temperature, with_entropy, chunk_tokens,
-                                              static_cast<int64_t>(reinterpret_cast<intptr_t>(used)));
+                                              static_cast<int64_t>(reinterpret_cast<intptr_t>(used)), keep);
   LinearLogProbs result;
   result.log_probs = out[0];
   result.used_kernels = used != nullptr;

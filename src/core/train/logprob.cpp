@@ -34,7 +34,7 @@ at::Tensor packed_hidden(const model::DecoderLM& model, const at::Tensor& input_
 ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Tensor& input_ids,
                                     const at::Tensor& attention_mask, const at::Tensor& position_ids,
                                     int64_t response_length, double temperature, bool with_entropy, int64_t chunk_rows,
-                                    bool remove_padding, const hw::Kernels* kernels) {
+                                    bool remove_padding, const hw::Kernels* kernels, LogitsInBackward logits) {
   VERLPP_CHECK(input_ids.dim() == 2, "input_ids must be [B, T], got {} dims", input_ids.dim());
   const int64_t b = input_ids.size(0), t = input_ids.size(1), r = response_length;
   VERLPP_CHECK(r >= 1 && r < t, "response_length {} must be in [1, T) with T = {}", r, t);
@@ -47,7 +47,7 @@ ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Ten
   at::Tensor scoring = hidden.narrow(1, t - r - 1, r).reshape({b * r, hidden.size(2)});  // [B R, C]
   at::Tensor targets = input_ids.narrow(1, t - r, r).reshape({b * r});                     // [B R]
   LinearLogProbs lp = linear_log_probs(scoring, model.parameter("lm_head.weight"), targets, temperature, with_entropy,
-                                       chunk_rows * r, kernels);
+                                       chunk_rows * r, kernels, logits);
   ResponseLogProbs out;
   out.log_probs = lp.log_probs.view({b, r});
   if (with_entropy) out.entropy = lp.entropy.view({b, r});

@@ -34,7 +34,8 @@ nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
   for (const controller::Batch& micro : dp_.local_rows(batch).split(config_.micro_batch_size)) {
     ResponseLogProbs out = response_log_probs(precision_.compute(), micro.tensor("input_ids"), micro.tensor("attention_mask"),
                                               micro.tensor("position_ids"), response_length, 1.0, false,
-                                              config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels);
+                                              config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels,
+                                              config_.logits_in_backward);
     at::Tensor nll = out.log_probs.mul(micro.tensor("response_mask")).sum().neg().div(tokens);
     nll.backward();
     precision_.accumulate_gradients();
@@ -53,7 +54,8 @@ double SftTrainer::loss(const controller::Batch& batch) const {
   at::NoGradGuard no_grad;
   ResponseLogProbs out = response_log_probs(precision_.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"),
                                             batch.tensor("position_ids"), batch.tensor("responses").size(1), 1.0, false,
-                                            config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels);
+                                            config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels,
+                                              config_.logits_in_backward);
   const at::Tensor& mask = batch.tensor("response_mask");
   return out.log_probs.mul(mask).sum().neg().item<double>() / std::max(1.0, mask.sum().item<double>());
 }
