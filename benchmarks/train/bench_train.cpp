@@ -2,11 +2,12 @@
 // issue 7's training goal: forward + backward + AdamW over B x T tokens with a log-prob loss
 // (-mean log p(token | prefix) over every position but the first), on a Qwen2.5-0.5B-shaped model
 // with random weights (or the tiny model on the CPU). The step is the library's own path:
-// train::MixedPrecision (fp32 masters, a 16-bit compute copy), train::response_log_probs (the
-// chunked LM head with its recomputing backward), train::OptimizerStep (AdamW, clipping at 1.0).
+// train::MixedPrecision (fp32 masters, a 16-bit compute copy), train::response_log_probs (rows
+// packed as the RL trainer packs them, the chunked LM head with its logits kept for the backward
+// or recomputed there), train::OptimizerStep (AdamW, clipping at 1.0).
 // benchmarks/train/hf_train_step.py times the same step in PyTorch + HF transformers beside it.
-// `--plugin cuda` hands the LM head's softmax math to the plugin's log-prob kernels (after
-// checking them against LibTorch's path on the same rows).
+// `--plugin cuda` hands the LM head's softmax math, RoPE, SwiGLU and the optimizer step to the
+// plugin's kernels (after checking them against LibTorch's path on the same rows).
 #include "../rollout/bench_options.hpp"
 #include "../rollout/bench_profile.hpp"
 
