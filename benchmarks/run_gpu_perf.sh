@@ -8,7 +8,7 @@
 #            hf_generate.py (HF=0 skips it), temperature 1;
 #   profile: Kineto traces of rollout (PROFILE_SHAPES, PROFILE_GRAPHS=1 for graph replays) and of
 #            two training steps, summarised;
-#   tests:   the rollout engine's [gpu] test cases (decode graphs);
+#   tests:   the rollout engine's and the trainer's [gpu] test cases (decode graphs; the training path);
 #   e2e:     benchmarks/e2e/grpo_step.sh (only with E2E=1: it needs a few minutes of its own).
 # At most 8 files under $OUT (the device tool brings back 8): summary.txt, build.log,
 # conformance.txt, train.jsonl, rollout.jsonl, and grpo_step.{json,log} with E2E=1.
@@ -137,11 +137,13 @@ if [[ " $STAGES " == *" profile "* ]]; then
 fi
 
 if [[ " $STAGES " == *" tests "* ]]; then
-  step "the rollout engine's GPU tests (decode graphs against eager steps and a full forward)"
-  cmake --build "$BUILD_DIR" -j "$JOBS" --target verlpp_rollout_tests >> "$OUT/build.log" 2>&1 || echo "build failed" | tee -a "$OUT/summary.txt"
-  timeout 300 "$BIN/verlpp_rollout_tests" "[gpu]" > "$OUT/rollout_gpu_tests.txt" 2>&1
-  echo "rc $?" | tee -a "$OUT/summary.txt"
-  tail -40 "$OUT/rollout_gpu_tests.txt" | tee -a "$OUT/summary.txt"
+  step "the rollout engine's and the trainer's GPU tests (decode graphs against eager steps and a full forward; the training path against LibTorch's)"
+  cmake --build "$BUILD_DIR" -j "$JOBS" --target verlpp_rollout_tests verlpp_train_tests >> "$OUT/build.log" 2>&1 || echo "build failed" | tee -a "$OUT/summary.txt"
+  for layer in rollout train; do
+    timeout 300 "$BIN/verlpp_${layer}_tests" "[gpu]" > "$OUT/${layer}_gpu_tests.txt" 2>&1
+    echo "$layer [gpu] tests: rc $?" | tee -a "$OUT/summary.txt"
+    tail -40 "$OUT/${layer}_gpu_tests.txt" | tee -a "$OUT/summary.txt"
+  done
 fi
 
 # The decode attention kernels in isolation (benchmarks/kernels/attention_decode_bench.cu, built with
