@@ -122,14 +122,15 @@ double check_optimizer(const c10::Device& device) {
 // backward, every layer above included) on `rows` rows, through the plugin's kernels and through
 // LibTorch's path, rows as the timed steps pass them. Returns the worst differences: log-prob
 // absolute, then relative to their largest entry the LM head's gradient and the worst of layer 0's.
+// `mask` undefined: padded rows without a mask; `packed`: use_remove_padding.
 std::tuple<double, double, double> check_kernels(model::DecoderLM& m, const at::Tensor& ids, const at::Tensor& mask,
-                                        const at::Tensor& positions, const hw::Kernels& kernels, const std::string& padding) {
+                                                 const at::Tensor& positions, const hw::Kernels& kernels, bool packed) {
   const std::vector<std::string> names = {"lm_head.weight", "model.layers.0.self_attn.q_proj.weight",
                                           "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight"};
   auto run = [&](const hw::Kernels* k) {
     for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
-    train::ResponseLogProbs out = train::response_log_probs(m, ids, padding == "none" ? at::Tensor() : mask, positions,
-                                                            ids.size(1) - 1, 1.0, false, 1, padding == "packed", k);
+    train::ResponseLogProbs out =
+        train::response_log_probs(m, ids, mask, positions, ids.size(1) - 1, 1.0, false, 1, packed, k);
     out.log_probs.mean().neg().backward();
     std::vector<at::Tensor> r = {out.log_probs.detach().to(at::kFloat)};
     for (const std::string& name : names) r.push_back(m.parameter(name).grad().to(at::kFloat));
@@ -187,11 +188,16 @@ int run(const Options& o) {
   const at::Tensor ids = at::randint(config.vocab_size, {o.batch, o.seq}, at::TensorOptions().dtype(at::kLong)).to(device);
   const at::Tensor mask = at::ones({o.batch, o.seq}, ids.options());
   const at::Tensor positions = mask.cumsum(1).sub(1);
+  // The rows as --padding passes them to the decoder: the mask (undefined for "none"), packed or not.
+  const at::Tensor rows_mask = o.padding == "none" ? at::Tensor() : mask;
+  const bool packed = o.padding == "packed";
+  const train::LogitsInBackward logits =
+      o.logits == "keep" ? train::LogitsInBackward::kKeep : train::LogitsInBackward::kRecompute;
   if (kernels) {
     const int64_t rows = std::min<int64_t>(2, o.batch);
-    const auto [lp_error, g_error, layer_error] = check_kernels(precision.compute(), ids.narrow(0, 0, rows),
-                                                                mask.narrow(0, 0, rows), positions.narrow(0, 0, rows), *kernels,
-                                                                o.padding);
+    const auto [lp_error, g_error, layer_error] = check_kernels(
+        precision.compute(), ids.narrow(0, 0, rows), rows_mask.defined() ? rows_mask.narrow(0, 0, rows) : at::Tensor(),
+        positions.narrow(0, 0, rows), *kernels, packed);
     std::cerr << fmt::format("kernel check ({} kernels vs LibTorch, {} rows): log-prob max |diff| {:.2e}, max |diff| / max "
                              "|grad| of the LM-head gradient {:.2e}, of layer 0's q/k/v gradients {:.2e}\n",
                              o.plugin, rows, lp_error, g_error, layer_error);
@@ -223,17 +229,14 @@ int run(const Options& o) {
     const auto issue_start = std::chrono::steady_clock::now();
     if (o.forward_only) {
       at::NoGradGuard no_grad;
-      train::ResponseLogProbs out = train::response_log_probs(precision.compute(), ids, o.padding == "none" ? at::Tensor() : mask,
-                                                              positions, o.seq - 1, 1.0, /*with_entropy=*/true, o.chunk_rows,
-                                                              o.padding == "packed", used);
+      train::ResponseLogProbs out = train::response_log_probs(precision.compute(), ids, rows_mask, positions, o.seq - 1, 1.0,
+                                                              /*with_entropy=*/true, o.chunk_rows, packed, used);
       last_loss = out.entropy.mean().item<double>();  // the mean entropy, in place of a loss
       return;
     }
     optimizer.zero_grad();
-    train::ResponseLogProbs out = train::response_log_probs(
-        precision.compute(), ids, o.padding == "none" ? at::Tensor() : mask, positions, o.seq - 1, 1.0,
-        /*with_entropy=*/false, o.chunk_rows, o.padding == "packed", used,
-        o.logits == "keep" ? train::LogitsInBackward::kKeep : train::LogitsInBackward::kRecompute);
+    train::ResponseLogProbs out = train::response_log_probs(precision.compute(), ids, rows_mask, positions, o.seq - 1, 1.0,
+                                                            /*with_entropy=*/false, o.chunk_rows, packed, used, logits);
     at::Tensor loss = out.log_probs.mean().neg();
     loss.backward();
     issue_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - issue_start).count());

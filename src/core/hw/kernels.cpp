@@ -4,13 +4,13 @@
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/torch_device.hpp>
 
+#include <verlpp/core/env.hpp>
 #include <verlpp/core/log.hpp>
 
 #include <c10/core/Device.h>
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 namespace verlpp::hw {
@@ -33,8 +33,7 @@ Kernels::Kernels(const Plugin& plugin) : plugin_(&plugin), table_{} {
   }
   // And 1.4's only if it was built for 1.4.
   if (plugin.abi_minor() < 4) table_.adamw_update = nullptr;
-  const char* env = std::getenv("VERLPP_KERNEL_STREAMS");
-  streams_allowed_ = env == nullptr || std::string(env) != "0";
+  streams_allowed_ = !env_equals("VERLPP_KERNEL_STREAMS", "0");
 }
 
 Kernels::~Kernels() {

@@ -6,6 +6,7 @@
 
 #include <verlpp/model/layers.hpp>
 
+#include <verlpp/core/env.hpp>
 #include <verlpp/core/error.hpp>
 
 #include "shape_string.hpp"
@@ -27,7 +28,6 @@
 #include <ATen/ops/split_with_sizes.h>
 
 #include <cmath>
-#include <cstdlib>
 
 namespace verlpp::model {
 
@@ -256,9 +256,8 @@ namespace {
 // everywhere (tests; side-by-side timing). Read per call: a test may change it.
 bool training_projections_fused(const at::Tensor& w) {
   if (!w.requires_grad()) return false;
-  const char* env = std::getenv("VERLPP_TRAIN_FUSED_PROJECTIONS");
-  if (env != nullptr && std::string(env) == "0") return false;
-  if (env != nullptr && std::string(env) == "1") return true;
+  if (env_equals("VERLPP_TRAIN_FUSED_PROJECTIONS", "0")) return false;
+  if (env_equals("VERLPP_TRAIN_FUSED_PROJECTIONS", "1")) return true;
   return !w.is_cpu();
 }
 

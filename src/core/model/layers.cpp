@@ -4,6 +4,7 @@
 // band between blended linearly in 1/wavelength.
 #include <verlpp/model/layers.hpp>
 
+#include <verlpp/core/env.hpp>
 #include <verlpp/core/error.hpp>
 
 #include "shape_string.hpp"
@@ -20,8 +21,6 @@
 #include <ATen/ops/where.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 // LibTorch's fused scaled_dot_product_attention (flash / memory-efficient kernels) exists from
 // 2.0; its `scale` argument from 2.1. Debian's LibTorch 1.13 has neither.
@@ -126,8 +125,7 @@ bool fused_dtype(const at::Tensor& q) {
 // VERLPP_SDPA_GQA=0 turns it off, for side-by-side timing; read per call (tests change it).
 bool fused_gqa(const at::Tensor& qh, const at::Tensor& kh, const at::Tensor& vh, const c10::optional<at::Tensor>& mask,
                bool causal, double scale) {
-  const char* env = std::getenv("VERLPP_SDPA_GQA");
-  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  if (env_equals("VERLPP_SDPA_GQA", "0")) return false;
   constexpr int64_t kMathBackend = 0;  // sdp::SDPBackend::math
   return at::_fused_sdp_choice(qh, kh, vh, mask, 0.0, causal, scale, /*enable_gqa=*/true) != kMathBackend;
 }

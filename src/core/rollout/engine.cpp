@@ -4,6 +4,7 @@
 // LM head, so a prefill never materialises [N, V] logits.
 #include <verlpp/rollout/engine.hpp>
 
+#include <verlpp/core/env.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 #include <verlpp/model/kv_cache.hpp>
@@ -20,8 +21,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
 #include <unistd.h>
 
 namespace verlpp::rollout {
@@ -78,10 +77,9 @@ RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
     num_blocks_ = (16384 + options_.block_size - 1) / options_.block_size;
   }
   if (options_.fuse_projections) model_.fuse_projections();
-  const char* env = std::getenv("VERLPP_DEVICE_GRAPHS");
   if (!options_.device_graphs)
     graphs_off_reason_ = "turned off (EngineOptions::device_graphs = false)";
-  else if (env != nullptr && std::strcmp(env, "0") == 0)
+  else if (env_equals("VERLPP_DEVICE_GRAPHS", "0"))
     graphs_off_reason_ = "turned off by VERLPP_DEVICE_GRAPHS=0";
   else
     graphs_off_reason_ = detail::DecodeGraphs::unavailable_reason(model_, options_.kernels);

@@ -8,10 +8,9 @@
 
 #include <verlpp/hw/kernels.hpp>
 
-#include <torch/csrc/autograd/custom_function.h>
+#include <verlpp/core/env.hpp>
 
-#include <cstdlib>
-#include <string>
+#include <torch/csrc/autograd/custom_function.h>
 
 namespace verlpp::train::detail {
 namespace {
@@ -252,10 +251,7 @@ at::Tensor PluginLayerKernels::silu_mul(const at::Tensor& gate, const at::Tensor
 namespace {
 // VERLPP_TRAIN_ROTARY_QKV=0 keeps RotaryFn where rotary_kv_store is offered, for side-by-side
 // timing; read per call (tests change it).
-bool qkv_rotation_enabled() {
-  const char* env = std::getenv("VERLPP_TRAIN_ROTARY_QKV");
-  return env == nullptr || std::string(env) != "0";
-}
+bool qkv_rotation_enabled() { return !env_equals("VERLPP_TRAIN_ROTARY_QKV", "0"); }
 }  // namespace
 
 at::Tensor PluginLayerKernels::slots_for(int64_t n, const c10::Device& device) const {

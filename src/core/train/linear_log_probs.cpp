@@ -56,8 +56,8 @@ bool kernels_serve(const hw::Kernels* kernels, const at::Tensor& weight) {
 // logp (and entropy), then what the backward needs: lse = z_target - log p (so the kernel's own
 // normaliser is reused) and E_p[z] = lse - entropy. Returns the logits [rows, V].
 at::Tensor kernel_forward_chunk(const hw::Kernels& kernels, const at::Tensor& h, const at::Tensor& weight,
-                          const at::Tensor& targets, double temperature, at::Tensor logp, at::Tensor entropy,
-                          at::Tensor lse, at::Tensor mean_z) {
+                                const at::Tensor& targets, double temperature, at::Tensor logp, at::Tensor entropy,
+                                at::Tensor lse, at::Tensor mean_z) {
   using hw::detail::dl_view;
   const at::Tensor logits = at::linear(h, weight);  // [rows, V], contiguous
   DLTensor d_logits = dl_view(logits), d_targets = dl_view(targets), d_logp = dl_view(logp);
