@@ -29,48 +29,6 @@ TEST_CASE("decode graphs: batch-size buckets", "[rollout][graphs]") {
         std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192, 224, 256});
 }
 
-TEST_CASE("decode graphs: row slices for parallel streams", "[rollout][graphs]") {
-  using detail::DecodeGraphs;
-  CHECK(DecodeGraphs::slice_rows(256, 1) == std::vector<int64_t>{256});
-  CHECK(DecodeGraphs::slice_rows(256, 2) == std::vector<int64_t>{128, 128});
-  CHECK(DecodeGraphs::slice_rows(256, 3) == std::vector<int64_t>{88, 88, 80});
-  CHECK(DecodeGraphs::slice_rows(40, 4) == std::vector<int64_t>{40});   // fewer than 2 x 32 rows: one slice
-  CHECK(DecodeGraphs::slice_rows(100, 4) == std::vector<int64_t>{40, 40, 20});  // at most 100 / 32 = 3 slices
-  // Every split against its definition: at most min(slices, size / 32) slices, rows summing to
-  // the bucket, every slice but the last a multiple of 8 and none larger than the first.
-  for (int64_t size : DecodeGraphs::buckets(512)) {
-    for (int64_t slices = 1; slices <= 6; ++slices) {
-      const std::vector<int64_t> rows = DecodeGraphs::slice_rows(size, slices);
-      INFO("size " << size << " slices " << slices);
-      REQUIRE(!rows.empty());
-      CHECK(int64_t(rows.size()) <= std::max<int64_t>(1, std::min(slices, size / DecodeGraphs::kMinSliceRows)));
-      int64_t sum = 0;
-      for (size_t i = 0; i < rows.size(); ++i) {
-        sum += rows[i];
-        CHECK(rows[i] > 0);
-        CHECK(rows[i] <= rows[0]);
-        if (i + 1 < rows.size()) CHECK(rows[i] % 8 == 0);
-      }
-      CHECK(sum == size);
-    }
-  }
-}
-
-TEST_CASE("decode graphs: VERLPP_DECODE_SLICES is checked", "[rollout][graphs]") {
-  for (const char* bad : {"0", "17", "two", "2x", ""}) {
-    ::setenv("VERLPP_DECODE_SLICES", bad, 1);
-    INFO("VERLPP_DECODE_SLICES=" << bad);
-    CHECK_THROWS_WITH(RolloutEngine(tiny_model(3), EngineOptions{}),
-                      Catch::Contains("VERLPP_DECODE_SLICES='" + std::string(bad) + "'"));
-  }
-  ::setenv("VERLPP_DECODE_SLICES", "3", 1);
-  CHECK_NOTHROW(RolloutEngine(tiny_model(3), EngineOptions{}));
-  ::unsetenv("VERLPP_DECODE_SLICES");
-  EngineOptions bad;
-  bad.decode_graph_slices = 0;
-  CHECK_THROWS_WITH(RolloutEngine(tiny_model(3), bad), Catch::Contains("decode_graph_slices 0"));
-}
-
 TEST_CASE("decode graphs: a CPU engine says why its steps run eagerly", "[rollout][graphs]") {
   RolloutEngine engine(tiny_model(3), EngineOptions{});
   INFO(engine.device_graphs_off_reason());
@@ -153,52 +111,6 @@ TEST_CASE("decode graphs on CUDA equal eager steps and a full forward", "[.gpu][
   auto after_wake = graphs.generate(greedy_reqs);
   CHECK(graphs.last_stats().num_graph_steps > 0);
   for (size_t k = 0; k < greedy_reqs.size(); ++k) CHECK(after_wake[k].token_ids == after_update[k].token_ids);
-}
-
-TEST_CASE("decode graphs on CUDA with row slices on parallel streams equal eager steps", "[.gpu][rollout][graphs]") {
-  // Buckets of 64 to 96 rows run as 2 or 3 slices on their own streams; fp32, so the tokens of
-  // every sample must equal the eager engine's (one stream, no slices) and greedy ones an fp64
-  // naive generator's. Ragged prompts and lengths: the batch shrinks through sliced and unsliced
-  // buckets, and the slices see different context lengths.
-  REQUIRE(at::hasCUDA());
-  const c10::Device gpu(c10::kCUDA, 0);
-  hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cuda.so");
-  hw::Kernels kernels(plugin);
-  const model::DecoderLM exact = fp64_copy(tiny_model(13));
-  std::vector<GenerateRequest> reqs;
-  for (int64_t i = 0; i < 90; ++i) {
-    GenerateRequest r{prompt_of(1 + (i * 5) % 19, i), SamplingParams{}};
-    r.sampling.max_new_tokens = 4 + i % 9;
-    r.sampling.ignore_eos = true;
-    r.sampling.temperature = i % 4 == 0 ? 0.9 : 0.0;
-    r.sampling.seed = 500 + uint64_t(i);
-    reqs.push_back(r);
-  }
-  EngineOptions eager_opts;
-  eager_opts.kernels = &kernels;
-  eager_opts.device_graphs = false;
-  RolloutEngine eager(tiny_model(13, at::kFloat, gpu), eager_opts);
-  const auto expected = eager.generate(reqs);
-  for (int64_t slices : {2, 3}) {
-    EngineOptions opts;
-    opts.kernels = &kernels;
-    opts.decode_graph_slices = slices;
-    RolloutEngine graphs(tiny_model(13, at::kFloat, gpu), opts);
-    REQUIRE(graphs.device_graphs_off_reason().empty());
-    const auto outs = graphs.generate(reqs);
-    INFO("slices " << slices);
-    CHECK(graphs.last_stats().num_graph_steps == graphs.last_stats().num_decode_steps);
-    REQUIRE(outs.size() == expected.size());
-    for (size_t k = 0; k < outs.size(); ++k) {
-      INFO("request " << outs[k].request_index);
-      CHECK(outs[k].token_ids == expected[k].token_ids);
-      const GenerateRequest& req = reqs[size_t(outs[k].request_index)];
-      if (req.sampling.temperature == 0 && k % 7 == 0)
-        CHECK(outs[k].token_ids == naive_greedy(exact, req.prompt_ids, req.sampling.max_new_tokens));
-      for (size_t i = 0; i < std::min(outs[k].logprobs.size(), expected[k].logprobs.size()); ++i)
-        CHECK(std::abs(outs[k].logprobs[i] - expected[k].logprobs[i]) <= 1e-4);
-    }
-  }
 }
 
 TEST_CASE("decode graphs on CUDA in bf16 match eager bf16 steps", "[.gpu][rollout][graphs]") {

@@ -44,11 +44,6 @@ struct EngineOptions {
   // device, the LibTorch build and the plugin's kernels allow it; the environment variable
   // VERLPP_DEVICE_GRAPHS=0 turns them off as well. See docs/rollout.md.
   bool device_graphs = true;
-  // A decode graph runs its layers as up to this many row slices (at most one per 32 rows, so
-  // 64 rows and up), each on its own device stream, so that one slice's attention and small
-  // kernels fill the SMs another slice's GEMMs leave idle; the slices join before the LM head.
-  // 1 = one stream. VERLPP_DECODE_SLICES=N overrides it. See docs/rollout.md.
-  int64_t decode_graph_slices = 2;
   // Each layer's q/k/v and gate/up weights as one buffer each (model::DecoderLM::fuse_projections):
   // two GEMMs a layer where there were five. Those weights are then the engine's own (a trainer's
   // storage is copied into them, never shared): on a hybrid engine that is ~60% of a model's

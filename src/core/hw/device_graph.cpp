@@ -7,7 +7,6 @@
 #include <map>
 
 #if VERLPP_TORCH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -27,9 +26,6 @@ struct DeviceGraphs::Impl {
   // the warm-up creates the library handles and workspaces the capture then finds.
   c10::cuda::CUDAStream side;
   at::cuda::MempoolId_t pool;  // shared by every graph of this set
-  // run_branches' extra streams, fixed like `side` so that a capture finds the cuBLAS
-  // workspaces its warm-up made for them.
-  std::vector<c10::cuda::CUDAStream> branches;
   std::map<int64_t, std::unique_ptr<at::cuda::CUDAGraph>> graphs;
 };
 
@@ -78,33 +74,6 @@ void DeviceGraphs::replay(int64_t key) {
   found->second->replay();
 }
 
-void DeviceGraphs::run_branches(const std::vector<std::function<void()>>& branches) {
-  if (branches.empty()) return;
-  const c10::DeviceIndex index = impl_->device.index();
-  const c10::cuda::CUDAStream origin = c10::cuda::getCurrentCUDAStream(index);
-  while (impl_->branches.size() + 1 < branches.size()) {
-    c10::cuda::CUDAStream s = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
-    // The pool hands its streams out in turn; skip the ones already in use here.
-    bool taken = s == impl_->side || s == origin;
-    for (const auto& b : impl_->branches) taken = taken || s == b;
-    if (!taken) impl_->branches.push_back(s);
-  }
-  at::cuda::CUDAEvent forked;
-  forked.record(origin);
-  std::vector<at::cuda::CUDAEvent> joined(branches.size() - 1);
-  for (size_t i = 1; i < branches.size(); ++i) {
-    const c10::cuda::CUDAStream stream = impl_->branches[i - 1];
-    forked.block(stream);
-    {
-      c10::cuda::CUDAStreamGuard on_branch(stream);
-      branches[i]();
-    }
-    joined[i - 1].record(stream);
-  }
-  branches[0]();
-  for (auto& e : joined) e.block(origin);
-}
-
 bool DeviceGraphs::contains(int64_t key) const { return impl_->graphs.count(key) != 0; }
 int64_t DeviceGraphs::size() const { return int64_t(impl_->graphs.size()); }
 
@@ -121,9 +90,6 @@ void DeviceGraphs::capture(int64_t key, const std::function<void()>&) {
   VERLPP_FAIL_AT("DeviceGraphs", "cannot capture graph {}: no CUDA LibTorch", key);
 }
 void DeviceGraphs::replay(int64_t key) { VERLPP_FAIL_AT("DeviceGraphs", "no graph {} was captured", key); }
-void DeviceGraphs::run_branches(const std::vector<std::function<void()>>& branches) {
-  for (const auto& branch : branches) branch();
-}
 bool DeviceGraphs::contains(int64_t) const { return false; }
 int64_t DeviceGraphs::size() const { return 0; }
 

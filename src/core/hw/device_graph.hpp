@@ -18,7 +18,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 
 namespace verlpp::hw {
 
@@ -41,10 +40,6 @@ class DeviceGraphs {
   bool contains(int64_t key) const;
   // Launches graph `key` on LibTorch's current stream.
   void replay(int64_t key);
-  // Runs branches[0] on the current stream and each other branch on a stream of this set that
-  // starts after the work queued so far; the current stream then waits for all of them. Under
-  // capture the graph gets parallel branches the device may overlap. The host runs them in turn.
-  void run_branches(const std::vector<std::function<void()>>& branches);
   int64_t size() const;
 
  private:

@@ -8,13 +8,11 @@
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/rollout/sampling.hpp>
 
-#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <functional>
 
 namespace verlpp::rollout::detail {
 namespace {
@@ -52,22 +50,11 @@ std::vector<int64_t> DecodeGraphs::buckets(int64_t max_batch) {
   return sizes;
 }
 
-std::vector<int64_t> DecodeGraphs::slice_rows(int64_t size, int64_t slices) {
-  slices = std::max<int64_t>(1, std::min(slices, size / kMinSliceRows));
-  // Rows per slice rounded up to 8, so that every slice but the last keeps the GEMMs' rows aligned.
-  const int64_t each = ((size + slices - 1) / slices + 7) / 8 * 8;
-  std::vector<int64_t> rows;
-  for (int64_t left = size; left > 0; left -= rows.back()) rows.push_back(std::min(each, left));
-  return rows;
-}
-
 DecodeGraphs::DecodeGraphs(const c10::Device& device, int64_t scratch_block, const hw::Kernels& kernels,
-                           int64_t max_batch, int64_t table_width, int64_t slices)
-    : device_(device), scratch_block_(scratch_block), kernels_(kernels), table_width_(table_width), slices_(slices),
-      graphs_(device) {
+                           int64_t max_batch, int64_t table_width)
+    : device_(device), scratch_block_(scratch_block), kernels_(kernels), table_width_(table_width), graphs_(device) {
   VERLPP_CHECK(max_batch > 0 && table_width > 0, "DecodeGraphs: max_batch {} and table_width {} must be positive",
                max_batch, table_width);
-  VERLPP_CHECK(slices > 0, "DecodeGraphs: slices {} must be positive", slices);
   for (int64_t size : buckets(max_batch)) buckets_[size].size = size;
   staging_ = at::empty({input_bytes(max_batch)}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
 }
@@ -141,30 +128,13 @@ void DecodeGraphs::capture(const model::DecoderLM& model, model::PagedKvCache& c
     at::Tensor f32 = bucket.inputs.narrow(0, n64 * int64_t(sizeof(int64_t)), B * kFloatRows * int64_t(sizeof(float)))
                          .view(at::kFloat);
     const at::Tensor ids = i64.narrow(0, 0, B), positions = i64.narrow(0, B, B);
-    const at::Tensor slots = i64.narrow(0, 2 * B, B), context_lens = i64.narrow(0, 3 * B, B);
-    const at::Tensor tables = i64.narrow(0, kInt64Rows * B, B * W).view({B, W});
+    model::PagedStep paged{i64.narrow(0, 2 * B, B), at::Tensor(), i64.narrow(0, 3 * B, B),
+                           i64.narrow(0, kInt64Rows * B, B * W).view({B, W})};
     DeviceSampling rows{f32.narrow(0, 0, B), i64.narrow(0, 4 * B, B).to(at::kInt), f32.narrow(0, B, B),
                         i64.narrow(0, 5 * B, B)};
-    // The layers of each row slice on a stream of their own: one slice's attention and small
-    // kernels run while another's GEMMs leave SMs idle (at M = 256 a GEMM is a wave or less of
-    // tiles). The slices join for the LM head and the sampler, which are one GEMM and one pass.
-    const std::vector<int64_t> sizes = slice_rows(B, slices_);
-    std::vector<at::Tensor> hiddens(sizes.size());
-    const auto layer_kernels = train::detail::layer_kernels_for(&kernels_, /*fuse_adds=*/true);
-    std::vector<std::function<void()>> branches;
-    for (size_t p = 0, first = 0; p < sizes.size(); first += size_t(sizes[p]), ++p) {
-      branches.push_back([&, p, first] {
-        const int64_t r0 = int64_t(first), n = sizes[p];
-        model::PagedStep paged{slots.narrow(0, r0, n), at::Tensor(), context_lens.narrow(0, r0, n),
-                               tables.narrow(0, r0, n)};
-        RolloutAttention attention(cache, std::move(paged), /*is_decode=*/true, &kernels_);
-        VERLPP_CHECK(attention.uses_kernel(),
-                     "DecodeGraphs: the decode step would not use the plugin's attention kernel");
-        hiddens[p] = model.forward_cached(ids.narrow(0, r0, n), positions.narrow(0, r0, n), attention, layer_kernels);
-      });
-    }
-    graphs_.run_branches(branches);
-    const at::Tensor hidden = hiddens.size() == 1 ? hiddens[0] : at::cat(hiddens);
+    RolloutAttention attention(cache, std::move(paged), /*is_decode=*/true, &kernels_);
+    VERLPP_CHECK(attention.uses_kernel(), "DecodeGraphs: the decode step would not use the plugin's attention kernel");
+    const at::Tensor hidden = model.forward_cached(ids, positions, attention, train::detail::layer_kernels_for(&kernels_, /*fuse_adds=*/true));
     bucket.samples = sample_on_device(model.logits(hidden), rows, kernels_);
   };
   graphs_.capture(B, body);

@@ -45,16 +45,8 @@ class DecodeGraphs {
 
   // Graphs on `device` for batches up to `max_batch` and block tables `table_width` wide.
   // `scratch_block`: a block of the pool that no sequence owns (padding rows use it).
-  // `slices`: a bucket runs its layers as up to this many row slices on parallel streams
-  // (EngineOptions::decode_graph_slices; slice_rows says how).
   DecodeGraphs(const c10::Device& device, int64_t scratch_block, const hw::Kernels& kernels, int64_t max_batch,
-               int64_t table_width, int64_t slices = 1);
-
-  // A bucket gets at most one slice per this many rows: smaller GEMMs are all launch and ramp.
-  static constexpr int64_t kMinSliceRows = 32;
-  // How bucket `size`'s rows are sliced with up to `slices` slices: each slice's row count, a
-  // multiple of 8 but the last, summing to `size`.
-  static std::vector<int64_t> slice_rows(int64_t size, int64_t slices);
+               int64_t table_width);
 
   // Runs decode `step` through the graph of its bucket, capturing that graph first when new;
   // token_ids / logprobs get one entry per sampler of the step. Returns false, having done
@@ -83,7 +75,6 @@ class DecodeGraphs {
   int64_t scratch_block_;
   const hw::Kernels& kernels_;
   int64_t table_width_;
-  int64_t slices_;
   hw::DeviceGraphs graphs_;
   std::map<int64_t, Bucket> buckets_;  // by size
   at::Tensor staging_;                 // pinned host bytes for the largest bucket's inputs

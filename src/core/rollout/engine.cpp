@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <unistd.h>
 
 namespace verlpp::rollout {
@@ -77,15 +76,6 @@ RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
   } else {
     num_blocks_ = (16384 + options_.block_size - 1) / options_.block_size;
   }
-  if (const char* slices = std::getenv("VERLPP_DECODE_SLICES")) {
-    char* end = nullptr;
-    const long n = std::strtol(slices, &end, 10);
-    VERLPP_CHECK(end != slices && *end == '\0' && n >= 1 && n <= 16,
-                 "RolloutEngine: VERLPP_DECODE_SLICES='{}' is not a slice count from 1 to 16", slices);
-    options_.decode_graph_slices = n;
-  }
-  VERLPP_CHECK(options_.decode_graph_slices >= 1 && options_.decode_graph_slices <= 16,
-               "RolloutEngine: decode_graph_slices {} must be from 1 to 16", options_.decode_graph_slices);
   if (options_.fuse_projections) model_.fuse_projections();
   if (!options_.device_graphs)
     graphs_off_reason_ = "turned off (EngineOptions::device_graphs = false)";
@@ -205,8 +195,7 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
     while (width < need) width *= 2;
     if (!graphs_ || graphs_->table_width() < width)
       graphs_ = std::make_unique<detail::DecodeGraphs>(model_.options().device, num_blocks_, *options_.kernels,
-                                                       options_.limits.max_num_seqs, width,
-                                                       options_.decode_graph_slices);
+                                                       options_.limits.max_num_seqs, width);
   }
   const int64_t captures_before = graphs_ ? graphs_->num_captures() : 0;
   const double capture_seconds_before = graphs_ ? graphs_->capture_seconds() : 0;
