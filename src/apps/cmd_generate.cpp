@@ -112,8 +112,10 @@ void run_generate(const GenerateArgs& a) {
                            st.num_generated_tokens, st.seconds, double(st.num_generated_tokens) / std::max(st.seconds, 1e-9),
                            st.num_prefill_steps, st.num_decode_steps, st.num_preemptions);
   if (st.num_graph_steps > 0)
-    std::cerr << fmt::format("generate: {} decode steps replayed from CUDA graphs ({} captured in {:.2f} s)\n",
-                             st.num_graph_steps, st.num_graph_captures, st.graph_capture_seconds);
+    std::cerr << fmt::format("generate: {} decode steps replayed from CUDA graphs ({} captured in {:.2f} s), {} of them "
+                             "queued while the step before ran ({} queued steps discarded)\n",
+                             st.num_graph_steps, st.num_graph_captures, st.graph_capture_seconds,
+                             st.num_overlapped_steps, st.num_discarded_steps);
 
   std::ofstream file;
   if (!a.output.empty()) {

@@ -39,8 +39,10 @@ class BlockManager {
   void fork(const std::vector<int64_t>& parent, std::vector<int64_t>& child);
 
   // Whether a table holding `num_tokens` tokens can take the token at position num_tokens
-  // (a new block when it starts one, a copy when the last block is shared); append() commits,
-  // returning the copy to perform, if any.
+  // (a new block when it starts one, unless the table already holds it; a copy when the last
+  // block is shared); append() commits, returning the copy to perform, if any. Appending at a
+  // position one past the table's tokens takes that position's block ahead (Scheduler's
+  // reserve_ahead); the later append there then takes nothing.
   bool can_append(const std::vector<int64_t>& table, int64_t num_tokens) const;
   std::optional<BlockCopy> append(std::vector<int64_t>& table, int64_t num_tokens);
 

@@ -44,6 +44,11 @@ struct EngineOptions {
   // device, the LibTorch build and the plugin's kernels allow it; the environment variable
   // VERLPP_DEVICE_GRAPHS=0 turns them off as well. See docs/rollout.md.
   bool device_graphs = true;
+  // With decode graphs: queue the next decode step before this one's tokens reach the host
+  // where it is certain but for stop tokens (same sequences, no new KV block), so the device does
+  // not wait for the host's bookkeeping between steps; a queued step the scheduler does not
+  // choose is discarded. VERLPP_DECODE_OVERLAP=0 turns it off as well. See docs/rollout.md.
+  bool overlap_decode = true;
   // Each layer's q/k/v and gate/up weights as one buffer each (model::DecoderLM::fuse_projections):
   // two GEMMs a layer where there were five. Those weights are then the engine's own (a trainer's
   // storage is copied into them, never shared): on a hybrid engine that is ~60% of a model's
@@ -75,6 +80,8 @@ struct GenerateStats {
   int64_t num_prompt_tokens = 0;     // tokens computed by prefills (recomputation included)
   int64_t num_generated_tokens = 0;
   int64_t num_graph_steps = 0;         // decode steps replayed from a device graph
+  int64_t num_overlapped_steps = 0;    // of those, queued while the step before ran (overlap_decode)
+  int64_t num_discarded_steps = 0;     // steps queued ahead that the scheduler did not choose
   int64_t num_graph_captures = 0;      // graphs captured during this call (kept for later calls)
   double graph_capture_seconds = 0;    // time those captures took
   // Wall time of the prefill and decode steps, each up to its sampled tokens on the host (so
@@ -127,7 +134,9 @@ class RolloutEngine {
 
  private:
   int64_t bytes_per_block() const;
-  void run_step(const ScheduledStep& step, std::vector<int64_t>& token_ids, std::vector<float>& logprobs);
+  // `next_is_decode`: nothing but a decode step can follow (no request waits for a prefill).
+  void run_step(const ScheduledStep& step, std::vector<int64_t>& token_ids, std::vector<float>& logprobs,
+                bool next_is_decode);
 
   model::DecoderLM model_;
   EngineOptions options_;

@@ -58,7 +58,11 @@ struct ScheduledStep {
 
 class Scheduler {
  public:
-  Scheduler(BlockManager& blocks, SchedulerLimits limits);
+  // `reserve_ahead`: a decode step also takes, where a block is free, the block of the position
+  // each sequence feeds in the step after it (the token sampled now, unless it is the last), so
+  // that step is known before this one's tokens are (rollout decode graphs queue it ahead). The
+  // required blocks of a step are taken first: this never preempts a sequence.
+  Scheduler(BlockManager& blocks, SchedulerLimits limits, bool reserve_ahead = false);
 
   // Queues a group of samples of one prompt (all with the same token_ids, nothing cached).
   // The group must fit the whole pool alone (the engine checks before adding).
@@ -82,6 +86,7 @@ class Scheduler {
 
   BlockManager& blocks_;
   SchedulerLimits limits_;
+  bool reserve_ahead_;
   std::deque<std::vector<Sequence*>> waiting_;  // groups (size n when fresh, 1 when preempted)
   std::deque<Sequence*> running_;
   int64_t num_preemptions_ = 0;

@@ -61,6 +61,7 @@ void rollout_and_score(RlTrainer::State& s, StepOutput& out, const Batch& prompt
   const rollout::GenerateStats& gen = s.engine->last_stats();
   m["perf/rollout_decode_steps"] = gen.num_decode_steps;
   m["perf/rollout_graph_steps"] = gen.num_graph_steps;
+  m["perf/rollout_overlapped_steps"] = gen.num_overlapped_steps;
   m["perf/rollout_graph_captures"] = gen.num_graph_captures;
   m["timing_s/gen_graph_capture"] = gen.graph_capture_seconds;
   run_stage(s, "reward", m, [&] { compute_scores(s, out.batch); });

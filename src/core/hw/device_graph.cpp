@@ -7,6 +7,7 @@
 #include <map>
 
 #if VERLPP_TORCH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -77,7 +78,32 @@ void DeviceGraphs::replay(int64_t key) {
 bool DeviceGraphs::contains(int64_t key) const { return impl_->graphs.count(key) != 0; }
 int64_t DeviceGraphs::size() const { return int64_t(impl_->graphs.size()); }
 
+struct DeviceEvent::Impl {
+  at::cuda::CUDAEvent event;
+  bool recorded = false;
+};
+
+DeviceEvent::DeviceEvent() : impl_(std::make_unique<Impl>()) {}
+
+void DeviceEvent::record(const c10::Device& device) {
+  VERLPP_CHECK(device.is_cuda(), "DeviceEvent: device {} is not a CUDA device", device.str());
+  impl_->event.record(c10::cuda::getCurrentCUDAStream(device.index()));
+  impl_->recorded = true;
+}
+
+void DeviceEvent::synchronize() const {
+  if (impl_->recorded) impl_->event.synchronize();
+}
+
 #else  // a LibTorch without CUDA: nothing to capture with
+
+struct DeviceEvent::Impl {};
+DeviceEvent::DeviceEvent() : impl_(std::make_unique<Impl>()) {}
+void DeviceEvent::record(const c10::Device& device) {
+  VERLPP_FAIL_AT("DeviceEvent", "cannot mark a stream of {}: this verlpp was built against a LibTorch without CUDA",
+                 device.str());
+}
+void DeviceEvent::synchronize() const {}
 
 struct DeviceGraphs::Impl {};
 
@@ -96,5 +122,8 @@ int64_t DeviceGraphs::size() const { return 0; }
 #endif
 
 DeviceGraphs::~DeviceGraphs() = default;
+DeviceEvent::~DeviceEvent() = default;
+DeviceEvent::DeviceEvent(DeviceEvent&&) noexcept = default;
+DeviceEvent& DeviceEvent::operator=(DeviceEvent&&) noexcept = default;
 
 }  // namespace verlpp::hw

@@ -4,9 +4,10 @@
 //
 // Graphs of one set share one memory pool: what a captured body allocates (its intermediates
 // and outputs) comes from that pool and is reused by the next replay. Sharing is safe for how
-// the rollout engine uses it: every graph reads only memory it wrote in the same replay, tensors
-// made outside the capture (static inputs, weights, the KV pool) and nothing another graph made;
-// a graph's outputs are read right after its replay, before another graph runs.
+// the rollout engine uses it: every graph reads only memory it wrote in the same replay and
+// tensors made outside the capture (static inputs, weights, the KV pool); outputs the caller
+// keeps alive (a bucket's samples) are never handed to a later capture, so they hold until
+// their own graph's next replay, and are read before it (the next step's ids come from them).
 //
 // Built only against a CUDA LibTorch (VERLPP_TORCH_CUDA); elsewhere unavailable_reason() says
 // so and nothing is captured. The header carries no device headers.
@@ -41,6 +42,26 @@ class DeviceGraphs {
   // Launches graph `key` on LibTorch's current stream.
   void replay(int64_t key);
   int64_t size() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A mark in LibTorch's current CUDA stream (at::cuda::CUDAEvent): record() places it after the
+// work queued so far, synchronize() blocks the host until the device has reached it. Lets the
+// host read one step's results while the next step is already queued behind them.
+class DeviceEvent {
+ public:
+  DeviceEvent();
+  ~DeviceEvent();
+  DeviceEvent(DeviceEvent&&) noexcept;
+  DeviceEvent& operator=(DeviceEvent&&) noexcept;
+
+  // Marks LibTorch's current stream on `device` (a CUDA device).
+  void record(const c10::Device& device);
+  // Waits for the last mark; returns at once when none was recorded.
+  void synchronize() const;
 
  private:
   struct Impl;

@@ -40,18 +40,20 @@ void BlockManager::fork(const std::vector<int64_t>& parent, std::vector<int64_t>
 }
 
 bool BlockManager::can_append(const std::vector<int64_t>& table, int64_t num_tokens) const {
-  if (num_tokens % block_size_ == 0) return num_free_blocks() >= 1;  // starts a new block
+  if (num_tokens % block_size_ == 0)  // starts a new block, unless it was taken ahead
+    return int64_t(table.size()) > num_tokens / block_size_ || num_free_blocks() >= 1;
   const int64_t last = table.at(size_t(num_tokens / block_size_));
   return ref_counts_[size_t(last)] == 1 || num_free_blocks() >= 1;  // shared: copy on write
 }
 
 std::optional<BlockCopy> BlockManager::append(std::vector<int64_t>& table, int64_t num_tokens) {
-  VERLPP_CHECK(blocks_for(num_tokens) == int64_t(table.size()),
-               "BlockManager::append: a table of {} blocks cannot hold exactly {} tokens", table.size(), num_tokens);
+  VERLPP_CHECK(int64_t(table.size()) == blocks_for(num_tokens) || int64_t(table.size()) == blocks_for(num_tokens + 1),
+               "BlockManager::append: a table of {} blocks cannot hold exactly {} tokens (nor them and the next "
+               "position's block, taken ahead)", table.size(), num_tokens);
   VERLPP_CHECK(can_append(table, num_tokens), "BlockManager::append: no free block (call can_append first)");
   if (num_tokens % block_size_ == 0) {
-    table.push_back(take());
-    return std::nullopt;
+    if (int64_t(table.size()) == num_tokens / block_size_) table.push_back(take());
+    return std::nullopt;  // a block taken ahead is fresh: only this table references it
   }
   int64_t& last = table[size_t(num_tokens / block_size_)];
   if (ref_counts_[size_t(last)] == 1) return std::nullopt;

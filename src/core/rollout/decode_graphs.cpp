@@ -13,16 +13,61 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 namespace verlpp::rollout::detail {
 namespace {
 
 // A bucket's static inputs, in one byte buffer: int64 [ids | positions | slots | context lens |
-// top-k | seeds] (B each), int64 block tables [B, W], then float [temperatures | top-p] (B each).
-constexpr int64_t kInt64Rows = 6;
+// top-k | seeds | source rows] (B each), float [temperatures | top-p] (B each), then int64 block
+// tables [B, W]. The tables come last so that a step whose tables did not change copies only
+// the head. Source rows (not read by the graph): where a queued step's ids come from.
+constexpr int64_t kInt64Rows = 7;
 constexpr int64_t kFloatRows = 2;
 
 }  // namespace
+
+std::optional<NextDecode> predict_next(const ScheduledStep& step, int64_t block_size) {
+  if (step.is_prefill || step.compute.empty() || step.samplers.size() != step.compute.size()) return std::nullopt;
+  NextDecode next;
+  for (size_t i = 0; i < step.compute.size(); ++i) {
+    const Sequence* s = step.compute[i];
+    if (step.samplers[i].first != s || step.samplers[i].second != int64_t(i)) return std::nullopt;
+    if (s->num_tokens() - s->num_cached_tokens != 1) return std::nullopt;
+    if (s->num_generated() + 1 >= s->max_new_tokens) continue;  // this step's token is its last
+    const int64_t p = s->num_tokens();  // where the token this step samples sits, fed next step
+    if (p / block_size >= int64_t(s->block_table.size())) return std::nullopt;  // no block there yet
+    next.seqs.push_back(s);
+    next.positions.push_back(p);
+    next.blocks.push_back(s->block_table[size_t(p / block_size)]);
+    next.sample_steps.push_back(s->sampling.step + 1);
+    next.source_rows.push_back(int64_t(i));
+  }
+  if (next.seqs.empty()) return std::nullopt;
+  return next;
+}
+
+std::optional<std::vector<int64_t>> queued_rows(const NextDecode& next, const ScheduledStep& step,
+                                                int64_t block_size) {
+  if (step.is_prefill || !step.copies.empty() || step.compute.empty() || step.compute.size() > next.seqs.size() ||
+      step.samplers.size() != step.compute.size())
+    return std::nullopt;
+  std::vector<int64_t> rows;
+  size_t q = 0;  // the queued row tried next: the scheduler keeps its sequences in order
+  for (size_t i = 0; i < step.compute.size(); ++i) {
+    const Sequence* s = step.compute[i];
+    if (step.samplers[i].first != s || step.samplers[i].second != int64_t(i)) return std::nullopt;
+    while (q < next.seqs.size() && next.seqs[q] != s) ++q;
+    if (q == next.seqs.size()) return std::nullopt;  // not queued, or out of order
+    const int64_t p = next.positions[q];
+    if (s->num_tokens() != p + 1 || s->num_cached_tokens != p || s->sampling.step != next.sample_steps[q])
+      return std::nullopt;
+    if (p / block_size >= int64_t(s->block_table.size()) || s->block_table[size_t(p / block_size)] != next.blocks[q])
+      return std::nullopt;
+    rows.push_back(int64_t(q++));
+  }
+  return rows;
+}
 
 std::string DecodeGraphs::unavailable_reason(const model::DecoderLM& model, const hw::Kernels* kernels) {
   const c10::Device device = model.options().device;
@@ -56,65 +101,158 @@ DecodeGraphs::DecodeGraphs(const c10::Device& device, int64_t scratch_block, con
   VERLPP_CHECK(max_batch > 0 && table_width > 0, "DecodeGraphs: max_batch {} and table_width {} must be positive",
                max_batch, table_width);
   for (int64_t size : buckets(max_batch)) buckets_[size].size = size;
-  staging_ = at::empty({input_bytes(max_batch)}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  const auto pinned = at::TensorOptions().dtype(at::kByte).pinned_memory(true);
+  for (Staging& s : staging_) s.bytes = at::empty({head_bytes(max_batch) + max_batch * table_width * 8}, pinned);
+  for (at::Tensor& o : outputs_)
+    o = at::empty({max_batch + (max_batch + 1) / 2}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
 }
 
-int64_t DecodeGraphs::input_bytes(int64_t size) const {
-  return size * (kInt64Rows + table_width_) * int64_t(sizeof(int64_t)) + size * kFloatRows * int64_t(sizeof(float));
+DecodeGraphs::~DecodeGraphs() {
+  try {
+    settle();  // a queued replay must not outlive its graph and buffers
+  } catch (...) {
+  }
+}
+
+int64_t DecodeGraphs::head_bytes(int64_t size) const {
+  return size * kInt64Rows * int64_t(sizeof(int64_t)) + size * kFloatRows * int64_t(sizeof(float));
 }
 
 DecodeGraphs::Bucket& DecodeGraphs::bucket_for(int64_t batch) { return buckets_.lower_bound(batch)->second; }
 
+void DecodeGraphs::settle() {
+  if (queued_) queued_->done.synchronize();
+  queued_.reset();
+  queued_step_.reset();
+}
+
 bool DecodeGraphs::run(const model::DecoderLM& model, model::PagedKvCache& cache, const ScheduledStep& step,
-                       std::vector<int64_t>& token_ids, std::vector<float>& logprobs) {
+                       std::vector<int64_t>& token_ids, std::vector<float>& logprobs, bool queue_next) {
   VERLPP_CHECK(scratch_block_ < cache.num_blocks(), "DecodeGraphs: scratch block {} is outside the pool of {} blocks",
                scratch_block_, cache.num_blocks());
-  const int64_t b = int64_t(step.compute.size());
-  if (step.is_prefill || b == 0 || b > buckets_.rbegin()->first || int64_t(step.samplers.size()) != b) return false;
   const int64_t bs = cache.block_size();
-  for (int64_t i = 0; i < b; ++i) {
-    const Sequence* s = step.compute[size_t(i)];
-    if (step.samplers[size_t(i)].first != s || step.samplers[size_t(i)].second != i) return false;
-    if (s->num_tokens() - s->num_cached_tokens != 1 || int64_t(s->block_table.size()) > table_width_) return false;
+  // The step queued ahead by the previous call holds this one's rows, or is never read.
+  std::optional<Launch> current;
+  std::vector<int64_t> rows_of;  // for each row of `step`, its row in `current`
+  if (queued_) {
+    if (std::optional<std::vector<int64_t>> rows = queued_rows(*queued_step_, step, bs)) {
+      current = std::move(queued_);
+      rows_of = std::move(*rows);
+      ++num_overlapped_;
+    } else {
+      ++num_discarded_;
+    }
+    queued_.reset();
+    queued_step_.reset();
   }
+  if (!current) {
+    const int64_t b = int64_t(step.compute.size());
+    if (step.is_prefill || b == 0 || b > buckets_.rbegin()->first || int64_t(step.samplers.size()) != b) return false;
+    NextDecode rows;
+    for (int64_t i = 0; i < b; ++i) {
+      const Sequence* s = step.compute[size_t(i)];
+      if (step.samplers[size_t(i)].first != s || step.samplers[size_t(i)].second != i) return false;
+      if (s->num_tokens() - s->num_cached_tokens != 1 || int64_t(s->block_table.size()) > table_width_) return false;
+      const int64_t p = s->num_tokens() - 1;
+      rows.seqs.push_back(s);
+      rows.positions.push_back(p);
+      rows.blocks.push_back(s->block_table[size_t(p / bs)]);
+      rows.sample_steps.push_back(s->sampling.step);
+      rows.source_rows.push_back(i);
+    }
+    current = launch(model, cache, rows, /*tokens_from=*/nullptr);
+    rows_of = rows.source_rows;  // 0 .. b-1
+  }
+  if (queue_next) {
+    std::optional<NextDecode> next = predict_next(step, bs);
+    bool fits = next.has_value();
+    for (size_t i = 0; fits && i < next->seqs.size(); ++i)
+      fits = int64_t(next->seqs[i]->block_table.size()) <= table_width_;
+    if (fits) {
+      // predict_next numbers rows of `step`; the tokens sit in `current`'s rows.
+      for (int64_t& r : next->source_rows) r = rows_of[size_t(r)];
+      queued_ = launch(model, cache, *next, &*current);
+      queued_step_ = std::move(next);
+    }
+  }
+  current->done.synchronize();  // this step's samples are on the host; the next step may be running
+  const int64_t* tokens = outputs_[current->output].data_ptr<int64_t>();
+  const float* lps = reinterpret_cast<const float*>(tokens + current->bucket);
+  token_ids.resize(rows_of.size());
+  logprobs.resize(rows_of.size());
+  for (size_t i = 0; i < rows_of.size(); ++i) token_ids[i] = tokens[rows_of[i]], logprobs[i] = lps[rows_of[i]];
+  return true;
+}
+
+DecodeGraphs::Launch DecodeGraphs::launch(const model::DecoderLM& model, model::PagedKvCache& cache,
+                                          const NextDecode& rows, const Launch* tokens_from) {
+  const int64_t b = int64_t(rows.seqs.size());
   Bucket& bucket = bucket_for(b);
-  const int64_t B = bucket.size, W = table_width_;
-  auto* bytes = static_cast<uint8_t*>(staging_.data_ptr());
+  const int64_t B = bucket.size, W = table_width_, bs = cache.block_size();
+  Staging& staging = staging_[next_staging_];
+  next_staging_ ^= 1;
+  staging.copied.synchronize();  // the copy that last read these bytes is done
+  auto* bytes = static_cast<uint8_t*>(staging.bytes.data_ptr());
   auto* i64 = reinterpret_cast<int64_t*>(bytes);
-  auto* f32 = reinterpret_cast<float*>(bytes + B * (kInt64Rows + W) * int64_t(sizeof(int64_t)));
-  int64_t* tables = i64 + kInt64Rows * B;
+  auto* f32 = reinterpret_cast<float*>(bytes + B * kInt64Rows * int64_t(sizeof(int64_t)));
+  auto* tables = reinterpret_cast<int64_t*>(bytes + head_bytes(B));
+  bool identity = true;  // the ids come from rows 0 .. b-1 of tokens_from
   for (int64_t i = 0; i < B; ++i) {
     int64_t* row = tables + i * W;
     if (i >= b) {  // padding: token 0 at position 0 in the scratch block, greedy
       i64[i] = 0, i64[B + i] = 0, i64[2 * B + i] = scratch_block_ * bs, i64[3 * B + i] = 1;
-      i64[4 * B + i] = 0, i64[5 * B + i] = 0, f32[i] = 0.0f, f32[B + i] = 1.0f;  // temperature 0: greedy
+      i64[4 * B + i] = 0, i64[5 * B + i] = 0, i64[6 * B + i] = 0, f32[i] = 0.0f, f32[B + i] = 1.0f;  // greedy
       std::fill(row, row + W, scratch_block_);
       continue;
     }
-    const Sequence* s = step.compute[size_t(i)];
-    const int64_t p = s->num_tokens() - 1;
-    i64[i] = s->token_ids[size_t(p)];
+    const Sequence* s = rows.seqs[size_t(i)];
+    const int64_t p = rows.positions[size_t(i)];
+    i64[i] = tokens_from ? 0 : s->token_ids[size_t(p)];  // with tokens_from: written on the device
     i64[B + i] = p;
-    i64[2 * B + i] = s->block_table[size_t(p / bs)] * bs + p % bs;
-    i64[3 * B + i] = s->num_tokens();
+    i64[2 * B + i] = rows.blocks[size_t(i)] * bs + p % bs;
+    i64[3 * B + i] = p + 1;
     i64[4 * B + i] = s->sampling.top_k > 0 ? s->sampling.top_k : 0;
-    i64[5 * B + i] = int64_t(sample_seed(s->sampling.seed, s->sampling.step));
+    i64[5 * B + i] = int64_t(sample_seed(s->sampling.seed, rows.sample_steps[size_t(i)]));
+    i64[6 * B + i] = rows.source_rows[size_t(i)];
+    identity = identity && rows.source_rows[size_t(i)] == i;
     f32[i] = float(s->sampling.temperature);
     f32[B + i] = float(s->sampling.top_p);
     std::copy(s->block_table.begin(), s->block_table.end(), row);
     std::fill(row + s->block_table.size(), row + W, scratch_block_);
   }
   if (!bucket.inputs.defined())
-    bucket.inputs = at::empty({input_bytes(B)}, at::TensorOptions().dtype(at::kByte).device(device_));
-  // The staging buffer is rewritten only after this step's outputs were read back below, by
-  // which time this asynchronous copy has long finished.
-  bucket.inputs.copy_(staging_.narrow(0, 0, input_bytes(B)), /*non_blocking=*/true);
+    bucket.inputs = at::empty({head_bytes(B) + B * W * int64_t(sizeof(int64_t))},
+                              at::TensorOptions().dtype(at::kByte).device(device_));
+  bucket.inputs.narrow(0, 0, head_bytes(B)).copy_(staging.bytes.narrow(0, 0, head_bytes(B)), /*non_blocking=*/true);
+  // Block tables change only when a sequence gets a block or the batch changes: most steps
+  // copy the head alone (72 bytes a row; the tables are 8 W bytes a row, 512 at W = 64).
+  if (bucket.tables.size() != size_t(B * W) || !std::equal(tables, tables + B * W, bucket.tables.begin())) {
+    bucket.inputs.narrow(0, head_bytes(B), B * W * int64_t(sizeof(int64_t)))
+        .copy_(staging.bytes.narrow(0, head_bytes(B), B * W * int64_t(sizeof(int64_t))), /*non_blocking=*/true);
+    bucket.tables.assign(tables, tables + B * W);
+  }
+  staging.copied.record(device_);
+  if (tokens_from != nullptr) {
+    // The ids of this step are the tokens the launch before sampled, still on the device.
+    const at::Tensor sampled = buckets_.at(tokens_from->bucket).samples.tokens;
+    at::Tensor ids = bucket.inputs.narrow(0, 0, b * int64_t(sizeof(int64_t))).view(at::kLong);
+    if (identity) {
+      ids.copy_(sampled.narrow(0, 0, b));
+    } else {
+      const at::Tensor source = bucket.inputs.narrow(0, 6 * B * int64_t(sizeof(int64_t)), b * int64_t(sizeof(int64_t)))
+                                    .view(at::kLong);
+      ids.copy_(sampled.index_select(0, source));
+    }
+  }
   if (!graphs_.contains(B)) capture(model, cache, bucket);
   graphs_.replay(B);
-  const SampleResult out = read_samples(bucket.samples, b);  // also the step's one wait
-  token_ids.assign(out.token_ids.data_ptr<int64_t>(), out.token_ids.data_ptr<int64_t>() + b);
-  logprobs.assign(out.logprobs.data_ptr<float>(), out.logprobs.data_ptr<float>() + b);
-  return true;
+  Launch launched;
+  launched.bucket = B;
+  launched.output = next_output_;
+  next_output_ ^= 1;
+  outputs_[launched.output].narrow(0, 0, bucket.samples.packed.numel()).copy_(bucket.samples.packed, /*non_blocking=*/true);
+  launched.done.record(device_);
+  return launched;
 }
 
 void DecodeGraphs::capture(const model::DecoderLM& model, model::PagedKvCache& cache, Bucket& bucket) {
@@ -123,13 +261,13 @@ void DecodeGraphs::capture(const model::DecoderLM& model, model::PagedKvCache& c
   auto body = [&]() {
     // The warm-up runs this for real on the step's inputs: its KV writes are the same the
     // replay then makes, so running it twice changes nothing.
-    const int64_t n64 = B * (kInt64Rows + W);
-    at::Tensor i64 = bucket.inputs.narrow(0, 0, n64 * int64_t(sizeof(int64_t))).view(at::kLong);
-    at::Tensor f32 = bucket.inputs.narrow(0, n64 * int64_t(sizeof(int64_t)), B * kFloatRows * int64_t(sizeof(float)))
-                         .view(at::kFloat);
+    const int64_t i64_bytes = B * kInt64Rows * int64_t(sizeof(int64_t));
+    at::Tensor i64 = bucket.inputs.narrow(0, 0, i64_bytes).view(at::kLong);
+    at::Tensor f32 = bucket.inputs.narrow(0, i64_bytes, B * kFloatRows * int64_t(sizeof(float))).view(at::kFloat);
+    at::Tensor tables = bucket.inputs.narrow(0, head_bytes(B), B * W * int64_t(sizeof(int64_t))).view(at::kLong);
     const at::Tensor ids = i64.narrow(0, 0, B), positions = i64.narrow(0, B, B);
     model::PagedStep paged{i64.narrow(0, 2 * B, B), at::Tensor(), i64.narrow(0, 3 * B, B),
-                           i64.narrow(0, kInt64Rows * B, B * W).view({B, W})};
+                           tables.view({B, W})};
     DeviceSampling rows{f32.narrow(0, 0, B), i64.narrow(0, 4 * B, B).to(at::kInt), f32.narrow(0, B, B),
                         i64.narrow(0, 5 * B, B)};
     RolloutAttention attention(cache, std::move(paged), /*is_decode=*/true, &kernels_);

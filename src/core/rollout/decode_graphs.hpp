@@ -13,6 +13,17 @@
 // Whatever a captured graph baked in must stay put: the weights' and the KV pool's storage.
 // The engine drops its DecodeGraphs when either moves (update_weights re-pointing a parameter,
 // sleep/wake re-creating the pool).
+//
+// Overlap: after queuing a step, run() may queue the next one too, before the host has the
+// tokens (predict_next: the sequences that continue, each feeding the token this step samples,
+// which a device copy moves into the next step's inputs). The host then reads this step's
+// tokens and schedules while the device already computes the next step, so the device does not
+// wait for the host's bookkeeping between steps. When the scheduler's next step is the queued
+// one less sequences that sampled a stop token (queued_rows), the queued outputs of its rows are
+// read; otherwise the queued step is discarded and the real one runs after it. A queued step
+// writes K/V only at the next position of its own sequences, in blocks they hold (taken ahead by
+// the scheduler's reserve_ahead) or have just freed, before any later step in stream order: a
+// stopped or discarded row changes nothing another sequence reads.
 #pragma once
 
 #include "../hw/device_graph.hpp"
@@ -26,6 +37,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +46,25 @@ class Kernels;
 }
 
 namespace verlpp::rollout::detail {
+
+// A decode step known before the step ahead of it has sampled: its sequences in order, with the
+// position each feeds, the KV block that position lies in, each sequence's sampling step, and
+// the row of the step ahead whose sampled token it feeds.
+struct NextDecode {
+  std::vector<const Sequence*> seqs;
+  std::vector<int64_t> positions, blocks, sample_steps, source_rows;
+};
+
+// The decode step after decode step `step` if no sequence of it samples a stop token: the
+// sequences whose token of this step is not their last, in order. nullopt when there are none,
+// when `step` is not one token per sequence sampled in its own row, or when a sequence's next
+// position has no block yet (the scheduler would have to find one, maybe by preempting).
+std::optional<NextDecode> predict_next(const ScheduledStep& step, int64_t block_size);
+// For each row of the scheduler's `step` (the tokens of the step before recorded), the row of
+// `next` that computed it, when `step` is `next` less some of its sequences (those that stopped)
+// in the same order with nothing else changed; nullopt otherwise.
+std::optional<std::vector<int64_t>> queued_rows(const NextDecode& next, const ScheduledStep& step,
+                                                int64_t block_size);
 
 class DecodeGraphs {
  public:
@@ -48,17 +79,24 @@ class DecodeGraphs {
   DecodeGraphs(const c10::Device& device, int64_t scratch_block, const hw::Kernels& kernels, int64_t max_batch,
                int64_t table_width);
 
+  ~DecodeGraphs();
+
   // Runs decode `step` through the graph of its bucket, capturing that graph first when new;
   // token_ids / logprobs get one entry per sampler of the step. Returns false, having done
   // nothing, when the step does not fit (more sequences than the largest bucket, a block table
   // wider than table_width, samplers not one per sequence); the caller runs it eagerly then.
-  // Throws Error when a capture fails.
+  // `queue_next`: also queue predict_next(step) when there is one (the caller knows nothing
+  // else, such as a waiting prefill, will come first). Throws Error when a capture fails.
   // The model and the pool must be the ones of every earlier call (their storage is baked in).
   bool run(const model::DecoderLM& model, model::PagedKvCache& cache, const ScheduledStep& step,
-           std::vector<int64_t>& token_ids, std::vector<float>& logprobs);
+           std::vector<int64_t>& token_ids, std::vector<float>& logprobs, bool queue_next = false);
+  // Waits for a step queued ahead and drops it (the end of a generation: its sequences go away).
+  void settle();
 
   int64_t table_width() const { return table_width_; }
   int64_t num_captures() const { return num_captures_; }
+  int64_t num_overlapped() const { return num_overlapped_; }  // steps that had been queued ahead
+  int64_t num_discarded() const { return num_discarded_; }    // queued steps the scheduler did not choose
   double capture_seconds() const { return capture_seconds_; }
 
  private:
@@ -66,10 +104,27 @@ class DecodeGraphs {
     int64_t size = 0;
     at::Tensor inputs;            // device bytes: the static inputs (layout in decode_graphs.cpp)
     DeviceSamples samples;        // the graph's outputs [size], rewritten by every replay
+    std::vector<int64_t> tables;  // the block tables last copied into `inputs` (in stream order)
+  };
+  // Pinned host bytes a launch's inputs are written to, and the mark after their copy.
+  struct Staging {
+    at::Tensor bytes;
+    hw::DeviceEvent copied;
+  };
+  // A replay whose outputs the host has not read yet.
+  struct Launch {
+    int64_t bucket = 0;    // its bucket's size (whose samples hold its outputs until the next replay there)
+    int output = 0;        // which of outputs_ its samples are copied to
+    hw::DeviceEvent done;  // after that copy
   };
   Bucket& bucket_for(int64_t batch);
   void capture(const model::DecoderLM& model, model::PagedKvCache& cache, Bucket& bucket);
-  int64_t input_bytes(int64_t size) const;
+  int64_t head_bytes(int64_t size) const;
+  // Queues the step of `rows` (row i feeds positions[i] in blocks[i], sampling step
+  // sample_steps[i]) through its bucket's graph. With `tokens_from`, row i's id is the token
+  // that launch sampled in row source_rows[i] (still on the device); else the sequence's own.
+  Launch launch(const model::DecoderLM& model, model::PagedKvCache& cache, const NextDecode& rows,
+                const Launch* tokens_from);
 
   c10::Device device_;
   int64_t scratch_block_;
@@ -77,8 +132,13 @@ class DecodeGraphs {
   int64_t table_width_;
   hw::DeviceGraphs graphs_;
   std::map<int64_t, Bucket> buckets_;  // by size
-  at::Tensor staging_;                 // pinned host bytes for the largest bucket's inputs
-  int64_t num_captures_ = 0;
+  Staging staging_[2];                 // alternate launches write alternate buffers
+  int next_staging_ = 0;
+  at::Tensor outputs_[2];              // pinned host copies of the samples, alternate launches
+  int next_output_ = 0;
+  std::optional<Launch> queued_;       // the step queued ahead of the host, and what it is
+  std::optional<NextDecode> queued_step_;
+  int64_t num_captures_ = 0, num_overlapped_ = 0, num_discarded_ = 0;
   double capture_seconds_ = 0;
 };
 

@@ -76,6 +76,7 @@ RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
   } else {
     num_blocks_ = (16384 + options_.block_size - 1) / options_.block_size;
   }
+  if (env_equals("VERLPP_DECODE_OVERLAP", "0")) options_.overlap_decode = false;
   if (options_.fuse_projections) model_.fuse_projections();
   if (!options_.device_graphs)
     graphs_off_reason_ = "turned off (EngineOptions::device_graphs = false)";
@@ -152,7 +153,8 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
   const auto start = std::chrono::steady_clock::now();
   stats_ = GenerateStats{};
   BlockManager blocks(num_blocks_, options_.block_size);
-  Scheduler scheduler(blocks, options_.limits);
+  // Overlapped decode steps need the next position's block before the step that feeds it.
+  Scheduler scheduler(blocks, options_.limits, /*reserve_ahead=*/graphs_off_reason_.empty() && options_.overlap_decode);
   const auto& c = model_.config();
 
   std::vector<std::string> errors(requests.size());
@@ -199,6 +201,16 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
   }
   const int64_t captures_before = graphs_ ? graphs_->num_captures() : 0;
   const double capture_seconds_before = graphs_ ? graphs_->capture_seconds() : 0;
+  const int64_t overlapped_before = graphs_ ? graphs_->num_overlapped() : 0;
+  const int64_t discarded_before = graphs_ ? graphs_->num_discarded() : 0;
+  // A step queued ahead belongs to this call's sequences: it must be done and dropped before
+  // they go away, also when this call throws.
+  struct Settle {
+    std::unique_ptr<detail::DecodeGraphs>& graphs;
+    ~Settle() {
+      if (graphs) graphs->settle();
+    }
+  } settle{graphs_};
 
   const int64_t total = int64_t(seqs.size());
   int64_t done = 0;
@@ -215,7 +227,7 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
       ++stats_.num_decode_steps;
     }
     const auto step_start = std::chrono::steady_clock::now();
-    run_step(step, token_ids, logprobs);
+    run_step(step, token_ids, logprobs, scheduler.num_waiting() == 0);
     (step.is_prefill ? stats_.prefill_seconds : stats_.decode_seconds) += seconds_since(step_start);
     stats_.num_generated_tokens += int64_t(token_ids.size());
     const auto finished = scheduler.postprocess(step, token_ids, logprobs);
@@ -229,6 +241,8 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
   if (graphs_) {
     stats_.num_graph_captures = graphs_->num_captures() - captures_before;
     stats_.graph_capture_seconds = graphs_->capture_seconds() - capture_seconds_before;
+    stats_.num_overlapped_steps = graphs_->num_overlapped() - overlapped_before;
+    stats_.num_discarded_steps = graphs_->num_discarded() - discarded_before;
   }
 
   std::vector<GenerateOutput> outputs;
@@ -258,7 +272,8 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
   return outputs;
 }
 
-void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& token_ids, std::vector<float>& logprobs) {
+void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& token_ids, std::vector<float>& logprobs,
+                             bool next_is_decode) {
   const int64_t bs = options_.block_size;
   const auto dev = model_.options().device;
   auto i64 = at::TensorOptions().dtype(at::kLong);
@@ -269,7 +284,7 @@ void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& to
     }
   if (!step.is_prefill && graphs_) {
     try {
-      if (graphs_->run(model_, *cache_, step, token_ids, logprobs)) {
+      if (graphs_->run(model_, *cache_, step, token_ids, logprobs, next_is_decode && options_.overlap_decode)) {
         ++stats_.num_graph_steps;
         return;
       }

@@ -9,7 +9,8 @@
 
 namespace verlpp::rollout {
 
-Scheduler::Scheduler(BlockManager& blocks, SchedulerLimits limits) : blocks_(blocks), limits_(limits) {
+Scheduler::Scheduler(BlockManager& blocks, SchedulerLimits limits, bool reserve_ahead)
+    : blocks_(blocks), limits_(limits), reserve_ahead_(reserve_ahead) {
   VERLPP_CHECK(limits.max_num_seqs > 0 && limits.max_num_batched_tokens > 0,
                "Scheduler: max_num_seqs {} and max_num_batched_tokens {} must be positive", limits.max_num_seqs,
                limits.max_num_batched_tokens);
@@ -86,6 +87,17 @@ ScheduledStep Scheduler::schedule_decode() {
     step.samplers.emplace_back(seq, int64_t(step.compute.size()));
     step.compute.push_back(seq);
     running_.push_back(seq);
+  }
+  if (reserve_ahead_) {
+    // After every required block: the next position's block for sequences that will feed one
+    // there (their token of this step is not their last) and start a block with it.
+    for (Sequence* seq : step.compute) {
+      const int64_t next = seq->num_tokens();
+      if (next % blocks_.block_size() != 0 || seq->num_generated() + 1 >= seq->max_new_tokens) continue;
+      if (int64_t(seq->block_table.size()) > next / blocks_.block_size()) continue;  // already held
+      if (blocks_.num_free_blocks() == 0) break;
+      blocks_.append(seq->block_table, next);
+    }
   }
   return step;
 }
