@@ -14,7 +14,7 @@
 # conformance.txt, train.jsonl, rollout.jsonl, and grpo_step.{json,log} with E2E=1.
 #   OUT=/somewhere bash benchmarks/run_gpu_perf.sh     # .offline-deps beside it (docs/building.md)
 # Variables: STAGES (default "conformance train rollout"; also profile, tests, attn, sample), E2E=1,
-# HF=0, FP32=1 (train in fp32 too), TRAIN_LIBTORCH=0 (no bf16 run on LibTorch's ops), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, TRAIN_ENVS
+# HF=0, FP32=1 (train in fp32 too), TRAIN_LIBTORCH=0 (no bf16 run on LibTorch's ops), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, TRAIN_ENVS, PROFILE_ENVS
 # (environment settings to compare, e.g. "VERLPP_CUDA_PDL=0 -"), STREAM_CHECK=0,
 # SHAPES, BUILD_DIR, ARCHS, JOBS, SAMPLE_BASELINE (stage sample: a commit to time beside).
 set -uo pipefail
@@ -123,12 +123,15 @@ if [[ " $STAGES " == *" rollout "* ]]; then
 fi
 if [[ " $STAGES " == *" profile "* ]]; then
   # PROFILE_GRAPHS=1 traces decode steps replayed from CUDA graphs (CUPTI sees their kernels).
+  # PROFILE_ENVS: environment settings to trace one after another, as ROLLOUT_ENVS.
+  for envs in ${PROFILE_ENVS:--}; do
   for shape in ${PROFILE_SHAPES:-256:128:16}; do
-    step "profile (decode graphs ${PROFILE_GRAPHS:-0}): $shape (Kineto trace of the last generate, summarised)"
-    VERLPP_DEVICE_GRAPHS=${PROFILE_GRAPHS:-0} VERL_HARDWARE_PLUGIN=cuda timeout 120 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
-      --device cuda --dtype bfloat16 --temperature 1 --repeat 1 --plugin cuda --shapes $shape --profile /tmp/trace.json \
-      --profile-tokens ${shape##*:} > /dev/null 2>&1
+    step "profile (decode graphs ${PROFILE_GRAPHS:-0}, environment $envs): $shape (Kineto trace of the last generate, summarised)"
+    env $(assignments_of "$envs") VERLPP_DEVICE_GRAPHS=${PROFILE_GRAPHS:-0} VERL_HARDWARE_PLUGIN=cuda timeout 120 "$BIN/verlpp-bench-rollout" \
+      --shape qwen2.5-0.5b --device cuda --dtype bfloat16 --temperature 1 --repeat 1 --plugin cuda --shapes $shape \
+      --profile /tmp/trace.json --profile-tokens ${shape##*:} > /dev/null 2>&1
     python3 benchmarks/rollout/trace_summary.py /tmp/trace.json --top ${PROFILE_TOP:-30} 2>&1 | tee -a "$OUT/summary.txt"
+  done
   done
   step "profile: training step 16 x 512, bf16 mixed precision (Kineto trace of 2 steps, summarised)"
   VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-train" --shape qwen2.5-0.5b --device cuda --param-dtype bfloat16 \
