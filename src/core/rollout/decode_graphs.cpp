@@ -122,8 +122,10 @@ DecodeGraphs::Bucket& DecodeGraphs::bucket_for(int64_t batch) { return buckets_.
 
 void DecodeGraphs::settle() {
   if (queued_) queued_->done.synchronize();
+  if (discarded_) discarded_->done.synchronize();
   queued_.reset();
   queued_step_.reset();
+  discarded_.reset();
 }
 
 bool DecodeGraphs::run(const model::DecoderLM& model, model::PagedKvCache& cache, const ScheduledStep& step,
@@ -141,6 +143,7 @@ bool DecodeGraphs::run(const model::DecoderLM& model, model::PagedKvCache& cache
       ++num_overlapped_;
     } else {
       ++num_discarded_;
+      discarded_ = std::move(queued_);  // still in flight: settle() and the destructor wait for it
     }
     queued_.reset();
     queued_step_.reset();

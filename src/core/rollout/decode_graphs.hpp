@@ -90,7 +90,8 @@ class DecodeGraphs {
   // The model and the pool must be the ones of every earlier call (their storage is baked in).
   bool run(const model::DecoderLM& model, model::PagedKvCache& cache, const ScheduledStep& step,
            std::vector<int64_t>& token_ids, std::vector<float>& logprobs, bool queue_next = false);
-  // Waits for a step queued ahead and drops it (the end of a generation: its sequences go away).
+  // Waits for a step queued ahead (and one discarded) and drops it (the end of a generation:
+  // its sequences go away; the destructor too: a replay must not outlive its graph).
   void settle();
 
   int64_t table_width() const { return table_width_; }
@@ -138,6 +139,7 @@ class DecodeGraphs {
   int next_output_ = 0;
   std::optional<Launch> queued_;       // the step queued ahead of the host, and what it is
   std::optional<NextDecode> queued_step_;
+  std::optional<Launch> discarded_;    // the last queued step not read (its graph may still run)
   int64_t num_captures_ = 0, num_overlapped_ = 0, num_discarded_ = 0;
   double capture_seconds_ = 0;
 };
