@@ -36,6 +36,8 @@ struct Sequence {
 
   int64_t num_tokens() const { return int64_t(token_ids.size()); }
   int64_t num_generated() const { return num_tokens() - num_prompt_tokens; }
+  // Whether the token sampled next is this sample's last by length (max_new_tokens).
+  bool next_token_is_last() const { return num_generated() + 1 >= max_new_tokens; }
 };
 
 // Limits of one step.

@@ -34,7 +34,7 @@ std::optional<NextDecode> predict_next(const ScheduledStep& step, int64_t block_
     const Sequence* s = step.compute[i];
     if (step.samplers[i].first != s || step.samplers[i].second != int64_t(i)) return std::nullopt;
     if (s->num_tokens() - s->num_cached_tokens != 1) return std::nullopt;
-    if (s->num_generated() + 1 >= s->max_new_tokens) continue;  // this step's token is its last
+    if (s->next_token_is_last()) continue;  // nothing to feed after this step's token
     const int64_t p = s->num_tokens();  // where the token this step samples sits, fed next step
     if (p / block_size >= int64_t(s->block_table.size())) return std::nullopt;  // no block there yet
     next.seqs.push_back(s);

@@ -93,8 +93,7 @@ ScheduledStep Scheduler::schedule_decode() {
     // there (their token of this step is not their last) and start a block with it.
     for (Sequence* seq : step.compute) {
       const int64_t next = seq->num_tokens();
-      if (next % blocks_.block_size() != 0 || seq->num_generated() + 1 >= seq->max_new_tokens) continue;
-      if (int64_t(seq->block_table.size()) > next / blocks_.block_size()) continue;  // already held
+      if (next % blocks_.block_size() != 0 || seq->next_token_is_last()) continue;
       if (blocks_.num_free_blocks() == 0) break;
       blocks_.append(seq->block_table, next);
     }
