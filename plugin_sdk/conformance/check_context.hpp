@@ -154,6 +154,7 @@ void run_swiglu_cases(CheckContext& ctx);            // likewise (ABI 1.2)
 void run_add_rms_norm_cases(CheckContext& ctx);      // likewise (ABI 1.3)
 void run_rotary_kv_store_cases(CheckContext& ctx);   // likewise (ABI 1.3)
 void run_adamw_cases(CheckContext& ctx);             // likewise (ABI 1.4)
+void run_rotary_attention_cases(CheckContext& ctx);  // likewise (ABI 1.5)
 
 // Communicator cases run in `world_size` worker processes of this executable; the parent
 // collects their results. `self` is this executable's path, `plugin_arg` how workers load it.

@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
     conformance::run_add_rms_norm_cases(ctx);
     conformance::run_rotary_kv_store_cases(ctx);
     conformance::run_adamw_cases(ctx);
+    conformance::run_rotary_attention_cases(ctx);
     std::vector<int> worlds;
     for (const std::string& w : split(ranks, ',')) worlds.push_back(std::stoi(w));
     std::string self = boost::dll::program_location().string();

@@ -495,6 +495,7 @@ const verlpp_kernel_table* reference_kernels() {
     t.add_rms_norm = &add_rms_norm;
     t.rotary_kv_store = &rotary_kv_store;
     t.adamw_update = &reference_adamw_update;
+    t.rotary_paged_attention_decode = &reference_rotary_paged_attention_decode;
     return t;
   }();
   return &table;

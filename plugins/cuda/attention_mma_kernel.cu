@@ -79,6 +79,7 @@
 // error is <= u^2 (bf16 2^-16) and the result matches the fp32 kernel to within output rounding.
 #include "dependent_launch.cuh"
 #include "kernels.hpp"
+#include "layer_ops.cuh"
 #include "workspace_pool.hpp"
 
 #if !(defined(VERLPP_GPU_HIP) && VERLPP_GPU_HIP)
@@ -105,6 +106,14 @@ struct Params {
   const void *q, *k, *v;
   const int32_t *tables, *lens;
   void* out;
+  int64_t q_stride;  // elements between two sequences' q rows
+  // rotary_paged_attention_decode (ROPE kernels only): the new token's k and v rows (at their
+  // strides), its position and slot, and the caches it is stored into (k, v above, writable).
+  const void *k_new, *v_new;
+  int64_t k_new_stride, v_new_stride;
+  const int64_t *positions, *slots;
+  const float* inv_freq;
+  int64_t slot_count;  // num_blocks * block_size: a slot outside [0, slot_count) is stored nowhere
   float* ws_acc;    // [B, H, parts, S] unnormalised partial outputs (parts > 1)
   float* ws_stats;  // [B, H, parts, 2] their (max in log2 units, sum)
   int heads, group, kv_count, head_blocks, heads_per_block;
@@ -229,19 +238,70 @@ __device__ __forceinline__ void store_pair(T* p, float x, float y) {
   else *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
 }
 
+__device__ __forceinline__ uint32_t load_u32(const void* p) { return __ldg(static_cast<const unsigned int*>(p)); }
+
+// ---- rotary_paged_attention_decode's prologue ------------------------------------------------
+// Run by every CTA of a (sequence, KV head) before its pipeline starts: the token's cos/sin into
+// `cs` (rope_cos_sin, as rotary_kv_store computes them); the CTA's q fragments rotated in
+// registers (a thread holds columns c and c + HEAD/2 of its rows, in k-steps kk and kk + KS/2);
+// the token's K row rotated and its V row copied into `rows`; and, by one CTA per (sequence, KV
+// head) (`stores`), both rows into the caches at the token's slot. The roundings are
+// rotary_kv_store's (layer_ops.cuh), so q, K and V carry exactly the bits that kernel would have
+// handed to the attention: the output is the unfused pair's, bit for bit.
 template <class T>
-__device__ __forceinline__ T from_float(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(x);
-  else return __float2half_rn(x);
+__device__ __forceinline__ void unpack_pair(uint32_t u, T (&v)[2]) { memcpy(v, &u, sizeof(u)); }
+template <class T>
+__device__ __forceinline__ uint32_t pack_values(const T (&v)[2]) {
+  uint32_t u;
+  memcpy(&u, v, sizeof(u));
+  return u;
 }
 
-__device__ __forceinline__ uint32_t load_u32(const void* p) { return __ldg(static_cast<const unsigned int*>(p)); }
+template <class T, int HEAD, int W>
+__device__ __forceinline__ void rope_prologue(const Params& a, int seq, int kv, bool stores, uint32_t (&qa)[HEAD / 16][4],
+                                              float* cs, T* rows) {
+  constexpr int HALF = HEAD / 2, KS = HEAD / 16;
+  const float position = float(__ldg(a.positions + seq));
+  for (int j = threadIdx.x; j < HALF; j += W * 32) rope_cos_sin<T>(position, __ldg(a.inv_freq + j), cs[j], cs[HALF + j]);
+  __syncthreads();
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int kk = 0; kk < KS / 2; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {  // registers 2, 3 hold columns 2t + 8, +9 (A fragment layout)
+      const int c = 16 * kk + 2 * t + ((r & 2) ? 8 : 0);
+      T lo[2], hi[2], new_lo[2], new_hi[2];
+      unpack_pair(qa[kk][r], lo);
+      unpack_pair(qa[kk + KS / 2][r], hi);
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        rotate_pair<T>(to_float(lo[e]), to_float(hi[e]), cs[c + e], cs[HALF + c + e], new_lo[e], new_hi[e]);
+      qa[kk][r] = pack_values(new_lo);
+      qa[kk + KS / 2][r] = pack_values(new_hi);
+    }
+  const T* k_row = static_cast<const T*>(a.k_new) + seq * a.k_new_stride + static_cast<int64_t>(kv) * HEAD;
+  const T* v_row = static_cast<const T*>(a.v_new) + seq * a.v_new_stride + static_cast<int64_t>(kv) * HEAD;
+  for (int j = threadIdx.x; j < HALF; j += W * 32)
+    rotate_pair<T>(to_float(k_row[j]), to_float(k_row[j + HALF]), cs[j], cs[HALF + j], rows[j], rows[j + HALF]);
+  for (int j = threadIdx.x; j < HEAD; j += W * 32) rows[HEAD + j] = v_row[j];
+  __syncthreads();
+  if (!stores) return;
+  const int64_t slot = __ldg(a.slots + seq);
+  if (slot < 0 || slot >= a.slot_count) return;  // stored nowhere, as rotary_kv_store skips it
+  T* k_cache = const_cast<T*>(static_cast<const T*>(a.k)) + (slot * a.kv_count + kv) * HEAD;
+  T* v_cache = const_cast<T*>(static_cast<const T*>(a.v)) + (slot * a.kv_count + kv) * HEAD;
+  for (int j = threadIdx.x; j < 2 * HEAD; j += W * 32) {
+    if (j < HEAD) k_cache[j] = rows[j];
+    else v_cache[j - HEAD] = rows[j];
+  }
+}
 
 // ---- the attention kernel -----------------------------------------------------------------
 // T: __nv_bfloat16 or __half; HEAD: 64 or 128; W warps; chunks of 16 * NG positions; STG stages
 // per warp; TWO: the CTA has more than 8 query heads (rows g + 8 of the mma are used too);
-// SPLIT: P.V with P as two terms of T (p_fragment).
-template <class T, int HEAD, int W, int NG, int STG, bool TWO, bool SPLIT, int MINB>
+// SPLIT: P.V with P as two terms of T (p_fragment); ROPE: rotary_paged_attention_decode (the
+// new token's RoPE and cache store first, see rope_prologue).
+template <class T, int HEAD, int W, int NG, int STG, bool TWO, bool SPLIT, bool ROPE, int MINB>
 __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   allow_dependents();
@@ -260,6 +320,8 @@ __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a
   constexpr int RED_LD = HEAD + 4;      // merge buffer row (floats): conflict-free scatter
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float st_m[W][16], st_l[W][16];
+  __shared__ float rope_cs[ROPE ? HEAD : 1];               // the token's cos [HEAD / 2], then sin
+  __shared__ __align__(16) T new_rows[ROPE ? 2 * HEAD : 8];  // its rotated K row, then its V row
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int seq = blockIdx.z, part = blockIdx.y;
@@ -271,7 +333,7 @@ __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a
   // context length so both latencies overlap.
   uint32_t qa[KS][4];
   {
-    const T* qrow = static_cast<const T*>(a.q) + (static_cast<int64_t>(seq) * a.heads + head0) * HEAD;
+    const T* qrow = static_cast<const T*>(a.q) + static_cast<int64_t>(seq) * a.q_stride + static_cast<int64_t>(head0) * HEAD;
     const T* q_lo = qrow + min(g, nh - 1) * HEAD + 2 * t;      // clamped: always a valid address
     const T* q_hi = qrow + min(g + 8, nh - 1) * HEAD + 2 * t;
 #pragma unroll
@@ -380,6 +442,9 @@ __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a
   }
   int en[NG];
   load_entries(STG - 1, en);
+  // After the first chunks' copies are in flight, so that its latency (cos/sin, the new K/V row,
+  // two CTA barriers) overlaps theirs. Uniform over the CTA (the early return above is too).
+  if constexpr (ROPE) rope_prologue<T, HEAD, W>(a, seq, kv, part == 0 && first == 0, qa, rope_cs, new_rows);
 
   for (int k = 0; k < mine; ++k) {
     const int nxt = k + STG - 1;
@@ -389,6 +454,20 @@ __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a
     cp_async_wait<STG - 1>();   // chunk k has landed (this lane's copies) ...
     __syncwarp();               // ... and every lane's
     const uint32_t kt = stages + (k % STG) * STAGEB, vt = kt + TILEB;
+    if constexpr (ROPE) {
+      // The new token's row, if this chunk holds the last position, comes from new_rows: its
+      // cache row may have been read before (or while) this sequence's storing CTA wrote it.
+      const int r = len - 1 - chunk_start(k);
+      if (r >= 0 && r < CH && len - 1 < end) {
+        if (lane < 2 * CPR) {
+          const int piece = lane % CPR;
+          const uint32_t dst = (lane < CPR ? kt : vt) + r * ROWB + ((piece ^ (r & 7)) << 4);
+          const uint4 value = *reinterpret_cast<const uint4*>(new_rows + (lane < CPR ? 0 : HEAD) + piece * 8);
+          *reinterpret_cast<uint4*>(smem + (dst - smem_addr(smem))) = value;
+        }
+        __syncwarp();
+      }
+    }
 
     // 1. S = Q K^T: s[j][n] is the 16 x 8 tile (heads, positions 16 j + 8 n ..).
     float s[NG][2][4];
@@ -583,14 +662,15 @@ Config choose_config(const Params& a, int64_t b, int sms) {
 
 constexpr int kMaxDevices = 64;
 
-template <class T, int HEAD, int W, int NG, int STG, bool SPLIT, bool TWO>
+template <class T, int HEAD, int W, int NG, int STG, bool SPLIT, bool TWO, bool ROPE>
 gpuError_t launch_config(Params a, int64_t b, int device, const verlpp::cuda::WorkspacePool& state, gpuStream_t stream) {
   constexpr size_t kPipe = size_t(W) * STG * 2 * 16 * NG * HEAD * 2;
   constexpr size_t kRed = size_t(W) * 16 * (HEAD + 4) * 4;
   constexpr size_t kSmem = kPipe > kRed ? kPipe : kRed;
-  constexpr int kFit = int((227 * 1024) / (kSmem + 1024 + 2 * W * 16 * 4));  // CTAs per SM by shared memory
+  constexpr size_t kStatic = 2 * W * 16 * 4 + (ROPE ? HEAD * 4 + 2 * HEAD * 2 : 0);
+  constexpr int kFit = int((227 * 1024) / (kSmem + 1024 + kStatic));  // CTAs per SM by shared memory
   constexpr int MINB = kFit < 1 ? 1 : kFit > 8 ? 8 : kFit;
-  auto* kernel = &mma_decode_kernel<T, HEAD, W, NG, STG, TWO, SPLIT, MINB>;
+  auto* kernel = &mma_decode_kernel<T, HEAD, W, NG, STG, TWO, SPLIT, ROPE, MINB>;
   // The dynamic shared-memory limit is an attribute of the function in each device's context:
   // raise it once per device (static + dynamic above 48 KB needs it; 48 KB + 512 B does). Two
   // threads racing here both set the same value.
@@ -640,23 +720,61 @@ gpuError_t launch_config(Params a, int64_t b, int device, const verlpp::cuda::Wo
   return launched;
 }
 
-template <class T, int HEAD, int W, int NG, int STG>
+template <class T, int HEAD, int W, int NG, int STG, bool ROPE>
 gpuError_t launch_heads(const Params& a, int64_t b, int device, const verlpp::cuda::WorkspacePool& state,
                         gpuStream_t stream) {
-  return a.heads_per_block > 8 ? launch_config<T, HEAD, W, NG, STG, true, true>(a, b, device, state, stream)
-                               : launch_config<T, HEAD, W, NG, STG, true, false>(a, b, device, state, stream);
+  return a.heads_per_block > 8 ? launch_config<T, HEAD, W, NG, STG, true, true, ROPE>(a, b, device, state, stream)
+                               : launch_config<T, HEAD, W, NG, STG, true, false, ROPE>(a, b, device, state, stream);
 }
 
-template <class T>
+template <class T, bool ROPE>
 gpuError_t launch_typed(const Params& a, int64_t b, int64_t s, int device, const verlpp::cuda::WorkspacePool& state,
                         gpuStream_t stream) {
-  if (s == 128) return launch_heads<T, 128, 4, 1, 3>(a, b, device, state, stream);
+  if (s == 128) return launch_heads<T, 128, 4, 1, 3, ROPE>(a, b, device, state, stream);
   switch (choose_config(a, b, state.sms)) {
-    case Config::w4_c32_s2: return launch_heads<T, 64, 4, 2, 2>(a, b, device, state, stream);
-    case Config::w8_c32_s2: return launch_heads<T, 64, 8, 2, 2>(a, b, device, state, stream);
+    case Config::w4_c32_s2: return launch_heads<T, 64, 4, 2, 2, ROPE>(a, b, device, state, stream);
+    case Config::w8_c32_s2: return launch_heads<T, 64, 8, 2, 2, ROPE>(a, b, device, state, stream);
     case Config::w4_c16_s3: break;
   }
-  return launch_heads<T, 64, 4, 1, 3>(a, b, device, state, stream);
+  return launch_heads<T, 64, 4, 1, 3, ROPE>(a, b, device, state, stream);
+}
+
+// Whether the tensor-core kernel takes a call (else the CUDA-core kernel, or for the fused entry
+// the unfused pair, serves it), and its Params when it does.
+bool mma_params(const void* q, const void* k_cache, const void* v_cache, const int32_t* block_tables,
+                const int32_t* context_lens, int64_t b, int64_t h, int64_t kv, int64_t s, int64_t block_size,
+                int64_t max_blocks, float scale, void* out, FloatType type, const WorkspacePool& state, bool on_device,
+                Params& a) {
+  const auto misaligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n != 0; };
+  // cc_major >= 8: mma.sync on bf16, cp.async and ldmatrix.
+  const bool supported = on_device && state.cc_major >= 8 && type != FloatType::f32 && (s == 64 || s == 128) && b > 0 &&
+                         b <= 65535 && h > 0 && kv > 0 && h % kv == 0 && h <= INT_MAX && block_size > 0 && block_size % 16 == 0 &&
+                         max_blocks >= 0 && max_blocks * block_size <= INT_MAX && kv * ((h / kv + 15) / 16) <= INT_MAX &&
+                         !misaligned(k_cache, 16) && !misaligned(v_cache, 16) && !misaligned(q, 4) &&
+                         !misaligned(out, 4);
+  if (!supported) return false;
+  const int group = static_cast<int>(h / kv);
+  const int head_blocks = (group + 15) / 16;
+  a = Params{};
+  a.q = q, a.k = k_cache, a.v = v_cache, a.tables = block_tables, a.lens = context_lens, a.out = out;
+  a.q_stride = h * s;
+  a.heads = static_cast<int>(h), a.group = group, a.kv_count = static_cast<int>(kv);
+  a.head_blocks = head_blocks, a.heads_per_block = (group + head_blocks - 1) / head_blocks;
+  a.block_size = static_cast<int>(block_size), a.max_blocks = static_cast<int>(max_blocks);
+  a.bs_shift = (block_size & (block_size - 1)) == 0 ? __builtin_ctzll(static_cast<unsigned long long>(block_size)) : -1;
+  a.parts = 1, a.part_align = 16;
+  a.scale_log2 = scale * kLog2e;
+  return true;
+}
+
+WorkspacePool device_state(int& device) {
+  const bool on_device = cudaGetDevice(&device) == cudaSuccess;
+  if (!on_device) {
+    (void)cudaGetLastError();
+    device = -1;
+    return WorkspacePool{};
+  }
+  return workspace_pool(device);
 }
 
 }  // namespace
@@ -665,32 +783,37 @@ gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, con
                                           const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
                                           int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
                                           void* out, gpuStream_t stream) {
-  const auto misaligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n != 0; };
   int device = 0;
-  const bool on_device = cudaGetDevice(&device) == cudaSuccess;
-  if (!on_device) (void)cudaGetLastError();
-  const WorkspacePool state = on_device ? workspace_pool(device) : WorkspacePool{};
-  // cc_major >= 8: mma.sync on bf16, cp.async and ldmatrix.
-  const bool supported = on_device && state.cc_major >= 8 && type != FloatType::f32 && (s == 64 || s == 128) && b > 0 &&
-                         b <= 65535 && h > 0 && kv > 0 && h % kv == 0 && h <= INT_MAX && block_size > 0 && block_size % 16 == 0 &&
-                         max_blocks >= 0 && max_blocks * block_size <= INT_MAX && kv * ((h / kv + 15) / 16) <= INT_MAX &&
-                         !misaligned(k_cache, 16) && !misaligned(v_cache, 16) && !misaligned(q, 4) &&
-                         !misaligned(out, 4);
-  if (!supported)  // includes every invalid argument: the CUDA-core launcher reports it
+  const WorkspacePool state = device_state(device);
+  Params a;
+  if (!mma_params(q, k_cache, v_cache, block_tables, context_lens, b, h, kv, s, block_size, max_blocks, scale, out, type,
+                  state, device >= 0, a))  // includes every invalid argument: the CUDA-core launcher reports it
     return launch_paged_attention_decode_simt(q, k_cache, v_cache, type, block_tables, context_lens, b, h, kv, s,
                                               block_size, max_blocks, scale, out, stream);
-  const int group = static_cast<int>(h / kv);
-  const int head_blocks = (group + 15) / 16;
-  Params a{};
-  a.q = q, a.k = k_cache, a.v = v_cache, a.tables = block_tables, a.lens = context_lens, a.out = out;
-  a.heads = static_cast<int>(h), a.group = group, a.kv_count = static_cast<int>(kv);
-  a.head_blocks = head_blocks, a.heads_per_block = (group + head_blocks - 1) / head_blocks;
-  a.block_size = static_cast<int>(block_size), a.max_blocks = static_cast<int>(max_blocks);
-  a.bs_shift = (block_size & (block_size - 1)) == 0 ? __builtin_ctzll(static_cast<unsigned long long>(block_size)) : -1;
-  a.parts = 1, a.part_align = 16;
-  a.scale_log2 = scale * kLog2e;
-  return type == FloatType::bf16 ? launch_typed<__nv_bfloat16>(a, b, s, device, state, stream)
-                                 : launch_typed<__half>(a, b, s, device, state, stream);
+  return type == FloatType::bf16 ? launch_typed<__nv_bfloat16, false>(a, b, s, device, state, stream)
+                                 : launch_typed<__half, false>(a, b, s, device, state, stream);
+}
+
+gpuError_t launch_rotary_paged_attention_decode(const RotaryKvStoreOperands& o, FloatType type, const int32_t* block_tables,
+                                                const int32_t* context_lens, int64_t block_size, int64_t max_blocks,
+                                                float scale, void* out, gpuStream_t stream) {
+  int device = 0;
+  const WorkspacePool state = device_state(device);
+  const int64_t s = 2 * o.half;
+  Params a;
+  // q is read as 4-byte pairs, k and v one value at a time: rows and bases on the 4-byte grid.
+  const bool pairs = o.q_row_stride % 2 == 0 && reinterpret_cast<uintptr_t>(o.q) % 4 == 0;
+  if (pairs && mma_params(o.q, o.k_cache, o.v_cache, block_tables, context_lens, o.tokens, o.q_heads, o.kv_heads, s, block_size,
+                          max_blocks, scale, out, type, state, device >= 0, a)) {
+    a.q_stride = o.q_row_stride;
+    a.k_new = o.k, a.v_new = o.v;
+    a.k_new_stride = o.k_row_stride, a.v_new_stride = o.v_row_stride;
+    a.positions = o.positions, a.slots = o.slot_mapping, a.inv_freq = o.inv_freq;
+    a.slot_count = o.slots;
+    return type == FloatType::bf16 ? launch_typed<__nv_bfloat16, true>(a, o.tokens, s, device, state, stream)
+                                   : launch_typed<__half, true>(a, o.tokens, s, device, state, stream);
+  }
+  return launch_rotary_then_attention(o, type, block_tables, context_lens, block_size, max_blocks, scale, out, stream);
 }
 
 }  // namespace verlpp::cuda
@@ -705,6 +828,12 @@ gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, con
                                           void* out, gpuStream_t stream) {
   return launch_paged_attention_decode_simt(q, k_cache, v_cache, type, block_tables, context_lens, b, h, kv, s,
                                             block_size, max_blocks, scale, out, stream);
+}
+
+gpuError_t launch_rotary_paged_attention_decode(const RotaryKvStoreOperands& o, FloatType type, const int32_t* block_tables,
+                                                const int32_t* context_lens, int64_t block_size, int64_t max_blocks,
+                                                float scale, void* out, gpuStream_t stream) {
+  return launch_rotary_then_attention(o, type, block_tables, context_lens, block_size, max_blocks, scale, out, stream);
 }
 
 }  // namespace verlpp::cuda

@@ -1,5 +1,7 @@
 // cuda: ABI 1.3's decode-step fusion rotary_kv_store and its launcher (add_rms_norm, the other
-// 1.3 fusion, shares rms_norm's kernel in rms_norm_kernels.cu). It replaces several launches of
+// 1.3 fusion, shares rms_norm's kernel in rms_norm_kernels.cu), and the unfused form of 1.5's
+// rotary_paged_attention_decode (rotary_kv_store, then the attention) for what the fused
+// tensor-core kernel of attention_mma_kernel.cu does not take. It replaces several launches of
 // a decode step with one, and rounds exactly where the kernels it replaces round, through the
 // shared per-element math of layer_ops.cuh:
 //  - rotary_kv_store: RoPE on q and k, and the paged-cache stores of k and v, in place of a
@@ -12,6 +14,7 @@
 #include "block_reduce.cuh"
 #include "kernels.hpp"
 #include "layer_ops.cuh"
+#include "workspace_pool.hpp"
 
 #include "gpu_device.cuh"
 
@@ -134,6 +137,28 @@ gpuError_t launch_rotary_kv_store(const RotaryKvStoreOperands& o, FloatType type
     case FloatType::bf16: return rotary_kv_store_packed<gpu_bfloat16>(o, stream);
   }
   return gpuErrorInvalidValue;
+}
+
+gpuError_t launch_rotary_then_attention(const RotaryKvStoreOperands& o, FloatType type, const int32_t* block_tables,
+                                        const int32_t* context_lens, int64_t block_size, int64_t max_blocks, float scale,
+                                        void* out, gpuStream_t stream) {
+  if (o.tokens == 0) return gpuSuccess;
+  int device = 0;
+  if (gpuGetDevice(&device) != gpuSuccess) return gpuGetLastError();
+  const WorkspacePool state = workspace_pool(device);
+  if (state.pool == nullptr) return gpuErrorNotSupported;
+  const size_t elem = type == FloatType::f32 ? 4 : 2;
+  void* q_rotated = nullptr;  // [B, H, S], in stream order, so the call stays asynchronous and capturable
+  gpuError_t status = gpuMallocFromPoolAsync(&q_rotated, size_t(o.tokens * o.q_heads * 2 * o.half) * elem, state.pool, stream);
+  if (status != gpuSuccess) return status;
+  RotaryKvStoreOperands with_copy = o;
+  with_copy.q_out = q_rotated;
+  status = launch_rotary_kv_store(with_copy, type, stream);
+  if (status == gpuSuccess)
+    status = launch_paged_attention_decode(q_rotated, o.k_cache, o.v_cache, type, block_tables, context_lens, o.tokens,
+                                           o.q_heads, o.kv_heads, 2 * o.half, block_size, max_blocks, scale, out, stream);
+  const gpuError_t freed = gpuFreeAsync(q_rotated, stream);
+  return status != gpuSuccess ? status : freed;
 }
 
 }  // namespace verlpp::cuda

@@ -1,6 +1,7 @@
 // cuda: ABI entry points of the kernel table (logprob_entropy, rms_norm, rotary_embedding,
 // paged_attention_decode, sample, 1.2's logprob_backward, silu_mul, silu_mul_backward, 1.3's
-// add_rms_norm, rotary_kv_store, and 1.4's adamw_update: the kernels the conformance suite checks). Each checks its DLPack arguments with the same rules as
+// add_rms_norm, rotary_kv_store, 1.4's adamw_update and 1.5's rotary_paged_attention_decode: the
+// kernels the conformance suite checks). Each checks its DLPack arguments with the same rules as
 // cpu_ref's reference kernels (through the SDK's kernel_args.hpp where it has them, so both
 // plugins refuse the same input), checks that the tensors live in this plugin's device memory,
 // then calls a launcher from a .cu file. On the NULL stream the call waits for the kernel, as the
@@ -12,6 +13,7 @@
 
 #include <verlpp/sdk/dlpack_util.hpp>
 #include <verlpp/sdk/adamw_args.hpp>
+#include <verlpp/sdk/attention_args.hpp>
 #include <verlpp/sdk/kernel_args.hpp>
 
 #include <algorithm>
@@ -225,6 +227,42 @@ verlpp_error* add_rms_norm(const DLTensor* x_p, DLTensor* residual_p, const DLTe
   });
 }
 
+// The launcher's view of rotary_kv_store's operands (also those of 1.5's fused attention, with
+// q_out NULL there).
+RotaryKvStoreOperands store_operands(const sdk::RotaryKvStoreArgs& a, const DLTensor* q_p, const DLTensor* k_p,
+                                     const DLTensor* v_p, const DLTensor* pos_p, const DLTensor* inv_freq_p,
+                                     const DLTensor* slots_p, DLTensor* q_out_p, DLTensor* k_cache_p, DLTensor* v_cache_p) {
+  RotaryKvStoreOperands o;
+  o.q = sdk::data_ptr(*q_p);
+  o.k = sdk::data_ptr(*k_p);
+  o.v = sdk::data_ptr(*v_p);
+  o.q_row_stride = a.q_row_stride;
+  o.k_row_stride = a.k_row_stride;
+  o.v_row_stride = a.v_row_stride;
+  o.positions = static_cast<const int64_t*>(sdk::data_ptr(*pos_p));
+  o.inv_freq = static_cast<const float*>(sdk::data_ptr(*inv_freq_p));
+  o.slot_mapping = static_cast<const int64_t*>(sdk::data_ptr(*slots_p));
+  o.q_out = q_out_p != nullptr ? sdk::data_ptr(*q_out_p) : nullptr;
+  o.k_cache = sdk::data_ptr(*k_cache_p);
+  o.v_cache = sdk::data_ptr(*v_cache_p);
+  o.tokens = a.rope.tokens;
+  o.q_heads = a.q_heads;
+  o.kv_heads = a.kv_heads;
+  o.half = a.rope.half;
+  o.slots = a.slots();
+  return o;
+}
+
+// The limits of the RoPE + store kernels beyond the ABI's rules: UNSUPPORTED or INVALID_ARGUMENT.
+void require_store_limits(const sdk::RotaryKvStoreArgs& a) {
+  if (a.rope.half > kMaxRotaryHalf)
+    sdk::fail(VERLPP_STATUS_UNSUPPORTED, "head size " + std::to_string(a.head_size) + " > " + std::to_string(2 * kMaxRotaryHalf) +
+                                             " is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
+  require(a.rope.tokens <= 0x7fffffff, "N = " + std::to_string(a.rope.tokens) + " tokens > 2^31 - 1 in one call");
+  if ((a.q_heads + 2 * a.kv_heads) * a.head_size > 0x7fffffff)
+    sdk::fail(VERLPP_STATUS_UNSUPPORTED, "more than 2^31 - 1 values per token is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
+}
+
 // ABI 1.3: RoPE on q and k plus the paged-cache stores of k and v in one launch. Slot values
 // live on the device and are not checked here: an out-of-range one skips its token's stores
 // (kernels.hpp), which keeps the call free of a sync.
@@ -238,30 +276,8 @@ verlpp_error* rotary_kv_store(const DLTensor* q_p, const DLTensor* k_p, const DL
     const int32_t device = common_device({{q_p, "q"}, {k_p, "k"}, {v_p, "v"}, {pos_p, "positions"}, {inv_freq_p, "inv_freq"},
                                           {slots_p, "slot_mapping"}, {q_out_p, "q_out"}, {k_cache_p, "k_cache"},
                                           {v_cache_p, "v_cache"}});
-    if (a.rope.half > kMaxRotaryHalf)
-      sdk::fail(VERLPP_STATUS_UNSUPPORTED, "head size " + std::to_string(a.head_size) + " > " + std::to_string(2 * kMaxRotaryHalf) +
-                                               " is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
-    require(a.rope.tokens <= 0x7fffffff, "N = " + std::to_string(a.rope.tokens) + " tokens > 2^31 - 1 in one call");
-    if ((a.q_heads + 2 * a.kv_heads) * a.head_size > 0x7fffffff)
-      sdk::fail(VERLPP_STATUS_UNSUPPORTED, "more than 2^31 - 1 values per token is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
-    RotaryKvStoreOperands o;
-    o.q = sdk::data_ptr(*q_p);
-    o.k = sdk::data_ptr(*k_p);
-    o.v = sdk::data_ptr(*v_p);
-    o.q_row_stride = a.q_row_stride;
-    o.k_row_stride = a.k_row_stride;
-    o.v_row_stride = a.v_row_stride;
-    o.positions = static_cast<const int64_t*>(sdk::data_ptr(*pos_p));
-    o.inv_freq = static_cast<const float*>(sdk::data_ptr(*inv_freq_p));
-    o.slot_mapping = static_cast<const int64_t*>(sdk::data_ptr(*slots_p));
-    o.q_out = sdk::data_ptr(*q_out_p);
-    o.k_cache = sdk::data_ptr(*k_cache_p);
-    o.v_cache = sdk::data_ptr(*v_cache_p);
-    o.tokens = a.rope.tokens;
-    o.q_heads = a.q_heads;
-    o.kv_heads = a.kv_heads;
-    o.half = a.rope.half;
-    o.slots = a.slots();
+    require_store_limits(a);
+    const RotaryKvStoreOperands o = store_operands(a, q_p, k_p, v_p, pos_p, inv_freq_p, slots_p, q_out_p, k_cache_p, v_cache_p);
     StreamTarget target = resolve_stream(stream, device);
     require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
     DeviceGuard device_guard(device);
@@ -269,6 +285,40 @@ verlpp_error* rotary_kv_store(const DLTensor* q_p, const DLTensor* k_p, const DL
                "launching rotary_kv_store (N=" + std::to_string(a.rope.tokens) + ", H=" + std::to_string(a.q_heads) +
                    ", K=" + std::to_string(a.kv_heads) + ", S=" + std::to_string(a.head_size) + ")");
     finish_if_default(target, "rotary_kv_store");
+  });
+}
+
+// ABI 1.5: a decode step's RoPE, cache stores and attention in one launch where the tensor-core
+// kernel takes the call (kernels.hpp). Lengths, tables and slots live on the device and are not
+// checked here (the attention clamps lengths to the table; a slot outside the cache is stored
+// nowhere), which keeps the call free of a sync.
+verlpp_error* rotary_paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* pos_p,
+                                            const DLTensor* inv_freq_p, const DLTensor* slots_p, DLTensor* k_cache_p,
+                                            DLTensor* v_cache_p, const DLTensor* bt_p, const DLTensor* lens_p, float scale,
+                                            DLTensor* out_p, verlpp_stream stream) {
+  return sdk::guard(VERLPP_GPU_PLUGIN_NAME " rotary_paged_attention_decode", [&] {
+    const sdk::RotaryAttentionArgs a = sdk::check_rotary_paged_attention_args(q_p, k_p, v_p, pos_p, inv_freq_p, slots_p, k_cache_p,
+                                                                              v_cache_p, bt_p, lens_p, out_p);
+    const FloatType type = float_type(q_p->dtype, "q");
+    const int32_t device = common_device({{q_p, "q"}, {k_p, "k"}, {v_p, "v"}, {pos_p, "positions"}, {inv_freq_p, "inv_freq"},
+                                          {slots_p, "slot_mapping"}, {k_cache_p, "k_cache"}, {v_cache_p, "v_cache"},
+                                          {bt_p, "block_tables"}, {lens_p, "context_lens"}, {out_p, "out"}});
+    require_store_limits(a.store);
+    const int64_t b = a.store.rope.tokens, s = a.store.head_size, block_size = a.store.block_size;
+    if (s > 256) sdk::fail(VERLPP_STATUS_UNSUPPORTED, "head size " + std::to_string(s) + " > 256 is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
+    require(b <= 65535, "batch " + std::to_string(b) + " > 65535 sequences in one call");
+    if (a.store.slots() > INT32_MAX || a.max_blocks * block_size > INT32_MAX)
+      sdk::fail(VERLPP_STATUS_UNSUPPORTED, "a KV cache or block table of more than 2^31 - 1 positions is not supported by the " VERLPP_GPU_PLUGIN_NAME " kernel");
+    const RotaryKvStoreOperands o = store_operands(a.store, q_p, k_p, v_p, pos_p, inv_freq_p, slots_p, nullptr, k_cache_p, v_cache_p);
+    StreamTarget target = resolve_stream(stream, device);
+    require(target.device == device, "stream is on device " + std::to_string(target.device) + ", the tensors on device " + std::to_string(device));
+    DeviceGuard device_guard(device);
+    cuda_check(launch_rotary_paged_attention_decode(o, type, static_cast<const int32_t*>(sdk::data_ptr(*bt_p)),
+                                                    static_cast<const int32_t*>(sdk::data_ptr(*lens_p)), block_size, a.max_blocks,
+                                                    scale, sdk::data_ptr(*out_p), target.stream),
+               "launching rotary_paged_attention_decode (B=" + std::to_string(b) + ", H=" + std::to_string(a.store.q_heads) +
+                   ", K=" + std::to_string(a.store.kv_heads) + ", S=" + std::to_string(s) + ")");
+    finish_if_default(target, "rotary_paged_attention_decode");
   });
 }
 
@@ -427,6 +477,7 @@ const verlpp_kernel_table* cuda_kernels() {
     t.add_rms_norm = &add_rms_norm;
     t.rotary_kv_store = &rotary_kv_store;
     t.adamw_update = &adamw_update;
+    t.rotary_paged_attention_decode = &rotary_paged_attention_decode;
     return t;
   }();
   return &table;

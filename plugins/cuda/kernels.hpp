@@ -124,6 +124,20 @@ gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, con
                                           const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
                                           int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
                                           void* out, gpuStream_t stream);
+// ABI 1.5: launch_rotary_kv_store then launch_paged_attention_decode over the rotated q, bit for
+// bit, with b = operands.tokens sequences whose new token is the last position of its context
+// (its slot the cache row of position context_lens[b] - 1). bf16/f16 at head 64/128 whose q rows
+// lie on the 4-byte grid run as one tensor-core kernel that rotates q in registers and takes the
+// new K/V row from shared memory (attention_mma_kernel.cu); the rest through
+// launch_rotary_then_attention.
+gpuError_t launch_rotary_paged_attention_decode(const RotaryKvStoreOperands& operands, FloatType type,
+                                                const int32_t* block_tables, const int32_t* context_lens,
+                                                int64_t block_size, int64_t max_blocks, float scale, void* out,
+                                                gpuStream_t stream);
+// The two launches, the rotated q in a workspace of the stream-ordered pool (decode_fusion_kernels.cu).
+gpuError_t launch_rotary_then_attention(const RotaryKvStoreOperands& operands, FloatType type,
+                                        const int32_t* block_tables, const int32_t* context_lens, int64_t block_size,
+                                        int64_t max_blocks, float scale, void* out, gpuStream_t stream);
 // The CUDA-core kernel alone (same contract; launch_paged_attention_decode falls back to it).
 gpuError_t launch_paged_attention_decode_simt(const void* q, const void* k_cache, const void* v_cache, FloatType type,
                                                const int32_t* block_tables, const int32_t* context_lens, int64_t b,

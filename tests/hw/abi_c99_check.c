@@ -15,11 +15,13 @@ typedef char check_api_11_first[offsetof(verlpp_plugin_api, stream_from_native) 
 typedef char check_api_size[sizeof(verlpp_plugin_api) == 360 ? 1 : -1];
 typedef char check_props_size[sizeof(verlpp_device_properties) == 216 ? 1 : -1];
 /* The kernel table of 1.0 ended at byte 48; 1.2 appended logprob_backward, silu_mul and
- * silu_mul_backward (to byte 72); 1.3 add_rms_norm and rotary_kv_store (to 88); 1.4 adamw_update. */
+ * silu_mul_backward (to byte 72); 1.3 add_rms_norm and rotary_kv_store (to 88); 1.4 adamw_update (to
+ * 96); 1.5 rotary_paged_attention_decode. */
 typedef char check_kernels_10_end[offsetof(verlpp_kernel_table, sample) + sizeof(void*) == 48 ? 1 : -1];
 typedef char check_kernels_12_end[offsetof(verlpp_kernel_table, silu_mul_backward) + sizeof(void*) == 72 ? 1 : -1];
 typedef char check_kernels_13_end[offsetof(verlpp_kernel_table, rotary_kv_store) + sizeof(void*) == 88 ? 1 : -1];
-typedef char check_kernels_size[sizeof(verlpp_kernel_table) == 96 ? 1 : -1];
+typedef char check_kernels_14_end[offsetof(verlpp_kernel_table, adamw_update) + sizeof(void*) == 96 ? 1 : -1];
+typedef char check_kernels_size[sizeof(verlpp_kernel_table) == 104 ? 1 : -1];
 typedef char check_adamw_options_size[sizeof(verlpp_adamw_options) == 56 ? 1 : -1];
 typedef char check_comm_config_size[sizeof(verlpp_comm_config) == 48 ? 1 : -1];
 #endif

@@ -107,7 +107,7 @@ TEST_CASE("kernels through the wrapper match plain loops", "[hw][kernels]") {
   hw::Kernels k(cpu_ref());
   CHECK(k.available() == std::vector<std::string>{"logprob_entropy", "rms_norm", "rotary_embedding", "paged_attention_decode",
                                                   "sample", "logprob_backward", "silu_mul", "silu_mul_backward",
-                                                  "add_rms_norm", "rotary_kv_store", "adamw_update"});
+                                                  "add_rms_norm", "rotary_kv_store", "adamw_update", "rotary_paged_attention_decode"});
   const int64_t n = 3, v = 6;
   std::vector<float> logits = {0.1f, -2.0f, 3.0f, 0.5f, 0.0f, 1.0f, 5.0f, 5.0f, 5.0f, 5.0f, 5.0f, 5.0f,
                                -1.0f, 2.0f, -3.0f, 4.0f, -5.0f, 6.0f};

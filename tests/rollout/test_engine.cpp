@@ -151,9 +151,9 @@ TEST_CASE("engine: runs of equal-length fresh prompts prefill in one batched cal
 }
 
 namespace {
-// cpu_ref's kernel table with ABI 1.3's decode fusions wrapped to count their calls.
+// cpu_ref's kernel table with ABI 1.3's and 1.5's decode fusions wrapped to count their calls.
 const verlpp_kernel_table* g_cpu_ref_kernels = nullptr;
-int64_t g_rotary_kv_stores = 0, g_add_rms_norms = 0;
+int64_t g_rotary_kv_stores = 0, g_add_rms_norms = 0, g_rotary_attentions = 0;
 verlpp_error* counting_rotary_kv_store(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* pos,
                                        const DLTensor* freq, const DLTensor* slots, DLTensor* q_out, DLTensor* kc,
                                        DLTensor* vc, verlpp_stream s) {
@@ -165,27 +165,38 @@ verlpp_error* counting_add_rms_norm(const DLTensor* x, DLTensor* r, const DLTens
   ++g_add_rms_norms;
   return g_cpu_ref_kernels->add_rms_norm(x, r, w, eps, out, s);
 }
+verlpp_error* counting_rotary_attention(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* pos,
+                                        const DLTensor* freq, const DLTensor* slots, DLTensor* kc, DLTensor* vc,
+                                        const DLTensor* tables, const DLTensor* lens, float scale, DLTensor* out,
+                                        verlpp_stream s) {
+  ++g_rotary_attentions;
+  return g_cpu_ref_kernels->rotary_paged_attention_decode(q, k, v, pos, freq, slots, kc, vc, tables, lens, scale, out, s);
+}
 }  // namespace
 
 TEST_CASE("engine: with cpu_ref's kernels (paged attention decode, sample) against the naive generator", "[rollout][engine]") {
-  // The host's dispatch to a plugin's paged_attention_decode, sample, rotary_kv_store and
-  // add_rms_norm, checked end to end: the engine's own KV layout, block tables, GQA mapping and
-  // fused projections against a full forward.
+  // The host's dispatch to a plugin's paged_attention_decode, sample, rotary_kv_store (or 1.5's
+  // rotary_paged_attention_decode) and add_rms_norm, checked end to end: the engine's own KV
+  // layout, block tables, GQA mapping and fused projections against a full forward.
+  const bool fused = GENERATE(true, false);  // a table with 1.5's fused attention, and one without it
+  INFO("rotary_paged_attention_decode offered: " << fused);
   hw::Plugin loaded = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
   g_cpu_ref_kernels = loaded.api().kernels;
   REQUIRE(g_cpu_ref_kernels->rotary_kv_store != nullptr);
   REQUIRE(g_cpu_ref_kernels->add_rms_norm != nullptr);
+  REQUIRE(g_cpu_ref_kernels->rotary_paged_attention_decode != nullptr);
   static verlpp_kernel_table counting;
   counting = *g_cpu_ref_kernels;
   counting.rotary_kv_store = &counting_rotary_kv_store;
   counting.add_rms_norm = &counting_add_rms_norm;
+  counting.rotary_paged_attention_decode = fused ? &counting_rotary_attention : nullptr;
   verlpp_plugin_api api = loaded.api();
   api.kernels = &counting;
   hw::Plugin plugin(loaded.path(), loaded.score(), api, sizeof(api));
   hw::Kernels kernels(plugin);
   REQUIRE(kernels.table().paged_attention_decode != nullptr);
   REQUIRE(kernels.table().sample != nullptr);
-  g_rotary_kv_stores = g_add_rms_norms = 0;
+  g_rotary_kv_stores = g_add_rms_norms = g_rotary_attentions = 0;
   model::DecoderLM ref = tiny_model(11);
   SamplingParams sampled;
   sampled.temperature = 0.8;
@@ -211,13 +222,14 @@ TEST_CASE("engine: with cpu_ref's kernels (paged attention decode, sample) again
     // amplifies the difference (seen: 1.0e-5 at T = 0.8 with Debian's reference BLAS).
     check_logprobs(ref, req.prompt_ids, out, req.sampling.temperature == 0 ? 1.0 : req.sampling.temperature, 5e-5);
   }
-  // Every decode step stored K/V through rotary_kv_store once a layer; every step (prefill and
-  // decode) ran its residual adds through add_rms_norm: two a layer (the first layer's first
-  // norm has no add before it; the final norm has one).
+  // Every decode step stored K/V through the fused attention (or rotary_kv_store) once a layer;
+  // every step (prefill and decode) ran its residual adds through add_rms_norm: two a layer
+  // (the first layer's first norm has no add before it; the final norm has one).
   const GenerateStats& stats = engine.last_stats();
   const int64_t layers = ref.config().num_hidden_layers;
   CHECK(stats.num_decode_steps > 0);
-  CHECK(g_rotary_kv_stores == layers * stats.num_decode_steps);
+  CHECK(g_rotary_attentions == (fused ? layers * stats.num_decode_steps : 0));
+  CHECK(g_rotary_kv_stores == (fused ? 0 : layers * stats.num_decode_steps));
   CHECK(g_add_rms_norms == 2 * layers * (stats.num_prefill_steps + stats.num_decode_steps));
 }
 

@@ -329,3 +329,53 @@ TEST_CASE("decode graphs on CUDA in bf16 match eager bf16 steps", "[.gpu][rollou
   CHECK(same >= total - 2);
   CHECK(worst <= 0.05);
 }
+
+TEST_CASE("ABI 1.5's fused decode attention on CUDA gives the tokens and log-probs of 1.3's pair of kernels",
+          "[.gpu][rollout][graphs]") {
+  // Head 64 in bf16 with blocks of 16: the shapes the cuda plugin's fused tensor-core kernel
+  // takes (RoPE of q in registers, the new K/V row from shared memory). The plugin promises the
+  // pair's output bits, so every token and log-prob must be equal, in graphs and eager steps,
+  // with ragged prompts that end and start KV blocks at many steps.
+  REQUIRE(at::hasCUDA());
+  const c10::Device gpu(c10::kCUDA, 0);
+  hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cuda.so");
+  hw::Kernels kernels(plugin);
+  REQUIRE(kernels.table().rotary_paged_attention_decode != nullptr);
+  model::ModelConfig cfg = tiny_config();
+  cfg.hidden_size = 256;  // 4 heads of 64 over 2 KV heads
+  cfg.head_dim = 64;
+  auto model = [&] {
+    model::DecoderLM m(cfg);
+    m.init_weights(23);
+    m.to(at::kBFloat16, gpu);
+    return m;
+  };
+  std::vector<GenerateRequest> reqs;
+  for (int64_t i = 0; i < 24; ++i) {
+    GenerateRequest r{prompt_of(1 + (i * 11) % 37, i), SamplingParams{}};
+    r.sampling.max_new_tokens = 10 + i % 13;
+    r.sampling.ignore_eos = true;
+    r.sampling.temperature = i % 2 == 0 ? 0.0 : 0.9;
+    r.sampling.seed = 300 + uint64_t(i);
+    reqs.push_back(r);
+  }
+  for (bool graphs : {false, true}) {
+    EngineOptions opts;
+    opts.kernels = &kernels;
+    opts.block_size = 16;
+    opts.device_graphs = graphs;
+    setenv("VERLPP_ROTARY_ATTENTION", "0", 1);
+    RolloutEngine pair_engine(model(), opts);
+    const auto expected = pair_engine.generate(reqs);
+    unsetenv("VERLPP_ROTARY_ATTENTION");
+    RolloutEngine fused_engine(model(), opts);
+    const auto outs = fused_engine.generate(reqs);
+    INFO("graphs " << graphs);
+    REQUIRE(outs.size() == expected.size());
+    for (size_t k = 0; k < outs.size(); ++k) {
+      INFO("request " << k);
+      CHECK(outs[k].token_ids == expected[k].token_ids);
+      CHECK(outs[k].logprobs == expected[k].logprobs);
+    }
+  }
+}

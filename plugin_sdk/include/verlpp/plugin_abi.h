@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define VERLPP_PLUGIN_ABI_MAJOR 1
-#define VERLPP_PLUGIN_ABI_MINOR 4
+#define VERLPP_PLUGIN_ABI_MINOR 5
 
 /* Symbol names, for dlsym and for the SDK's export macro. */
 #define VERLPP_PLUGIN_PROBE_SYMBOL "verlpp_plugin_probe_v1"
@@ -280,6 +280,21 @@ typedef struct verlpp_kernel_table {
                                 DLTensor* const* exp_avg, DLTensor* const* exp_avg_sq, DLTensor* const* copies,
                                 const verlpp_adamw_options* options, const DLTensor* grad_scale,
                                 verlpp_stream stream);
+
+  /* ---- added in 1.5 (the host calls it only when abi_minor >= 5 and it is non-NULL) */
+  /* A decode step's attention in one pass: exactly rotary_kv_store followed by
+   * paged_attention_decode over the rotated q (same roundings, the same output bits), without q's
+   * rotated copy. q [B, H, S], k, v [B, K, S] (one new token per sequence; rows may be strided,
+   * heads and S dense), positions, slot_mapping [B] int64, inv_freq [S/2] f32, k_cache, v_cache
+   * [num_blocks, bs, K, S] (the rotated k and v are stored at slot_mapping), block_tables
+   * [B, max_blocks] int32, context_lens [B] int32, out [B, H, S] contiguous. The new token is its
+   * sequence's last position: slot_mapping[b] must be the cache row of position context_lens[b] - 1
+   * under block_tables[b] (docs/plugin-abi.md). */
+  verlpp_error* (*rotary_paged_attention_decode)(const DLTensor* q, const DLTensor* k, const DLTensor* v,
+                                                 const DLTensor* positions, const DLTensor* inv_freq,
+                                                 const DLTensor* slot_mapping, DLTensor* k_cache, DLTensor* v_cache,
+                                                 const DLTensor* block_tables, const DLTensor* context_lens,
+                                                 float scale, DLTensor* out, verlpp_stream stream);
 } verlpp_kernel_table;
 
 /* ---------------------------------------------------------------- overrides (reserved) */

@@ -33,6 +33,8 @@ Kernels::Kernels(const Plugin& plugin) : plugin_(&plugin), table_{} {
   }
   // And 1.4's only if it was built for 1.4.
   if (plugin.abi_minor() < 4) table_.adamw_update = nullptr;
+  // And 1.5's only if it was built for 1.5.
+  if (plugin.abi_minor() < 5) table_.rotary_paged_attention_decode = nullptr;
   streams_allowed_ = !env_equals("VERLPP_KERNEL_STREAMS", "0");
 }
 
@@ -57,6 +59,7 @@ std::vector<std::string> Kernels::available() const {
   if (table_.add_rms_norm) names.push_back("add_rms_norm");
   if (table_.rotary_kv_store) names.push_back("rotary_kv_store");
   if (table_.adamw_update) names.push_back("adamw_update");
+  if (table_.rotary_paged_attention_decode) names.push_back("rotary_paged_attention_decode");
   return names;
 }
 

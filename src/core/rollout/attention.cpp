@@ -1,13 +1,15 @@
 // RolloutAttention: k/v written at slot_mapping, then the plugin kernel over the block tables
 // (decode), or everything delegated to PagedAttention (prefill, or no kernel); RoPE through
 // the plugin's rotary_embedding on q and k in place, or on decode steps through rotary_kv_store,
-// which rotates and writes the cache in one kernel. Plugin calls run on LibTorch's current
+// which rotates and writes the cache in one kernel, or ABI 1.5's rotary_paged_attention_decode,
+// which also attends in that kernel. Plugin calls run on LibTorch's current
 // stream (Kernels::current_stream: queued in order with LibTorch's work, no wait for the
 // device), or on the synchronous NULL stream where the plugin or LibTorch cannot share it.
 #include "attention.hpp"
 
 #include "../hw/dlpack_view.hpp"
 
+#include <verlpp/core/env.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>
 
@@ -26,6 +28,9 @@ RolloutAttention::RolloutAttention(model::PagedKvCache& cache, model::PagedStep 
   if (is_decode && kernels != nullptr && kernels->table().paged_attention_decode != nullptr) {
     kernels_ = kernels;
     fused_store_ = kernel_dtype && kernels->table().rotary_kv_store != nullptr;
+    // VERLPP_ROTARY_ATTENTION=0 keeps 1.3's pair of kernels (for side-by-side timing and tests).
+    fused_attention_ = fused_store_ && kernels->table().rotary_paged_attention_decode != nullptr &&
+                       !env_equals("VERLPP_ROTARY_ATTENTION", "0");
     block_tables_i32_ = step_.block_tables.to(at::kInt).contiguous();
     context_lens_i32_ = step_.context_lens.to(at::kInt).contiguous();
   } else {
@@ -40,6 +45,20 @@ at::Tensor RolloutAttention::attend(int64_t layer, const at::Tensor& q, const at
   at::Tensor& vc = cache_.v(layer);
   const int64_t KV = kc.size(2), D = kc.size(3);
   at::Tensor qc;
+  if (rotation_pending_ && fused_attention_) {
+    // ABI 1.5: RoPE, the cache stores and the attention in one kernel, no rotated copy of q.
+    rotation_pending_ = false;
+    at::Tensor out = at::empty(q.sizes(), q.options());  // contiguous [B, H, S]
+    const at::Tensor slots = step_.slot_mapping.contiguous();
+    DLTensor d_q = dl_view(q), d_k = dl_view(k), d_v = dl_view(v), d_pos = dl_view(positions_),
+             d_freq = dl_view(inv_freq_), d_slots = dl_view(slots), d_kc = dl_view(kc), d_vc = dl_view(vc),
+             d_bt = dl_view(block_tables_i32_), d_len = dl_view(context_lens_i32_), d_out = dl_view(out);
+    kernels_->plugin().check(kernels_->table().rotary_paged_attention_decode(
+                                 &d_q, &d_k, &d_v, &d_pos, &d_freq, &d_slots, &d_kc, &d_vc, &d_bt, &d_len, float(scale),
+                                 &d_out, kernels_->current_stream(q.device())),
+                             "kernels.rotary_paged_attention_decode");
+    return out;
+  }
   if (rotation_pending_) {
     rotation_pending_ = false;
     qc = at::empty(q.sizes(), q.options());

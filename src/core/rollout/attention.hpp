@@ -2,7 +2,8 @@
 // steps when the plugin has one, the model layer's reference PagedAttention otherwise; and the
 // plugin's rotary_embedding for every step (prefill and decode) when it has one and the model's
 // dtype is f32/bf16/f16, the model's own RoPE otherwise. On decode steps a plugin's
-// rotary_kv_store (ABI 1.3) does RoPE and the KV-cache writes in one kernel. The dispatch lives here only; call
+// rotary_kv_store (ABI 1.3) does RoPE and the KV-cache writes in one kernel, and ABI 1.5's
+// rotary_paged_attention_decode the attention too. The dispatch lives here only; call
 // sites never test for a kernel.
 #pragma once
 
@@ -35,6 +36,7 @@ class RolloutAttention : public model::AttentionBackend {
   const hw::Kernels* kernels_;              // non-null only when the decode kernel will be used
   const hw::Kernels* rotary_;               // non-null only when the rotary kernel will be used
   bool fused_store_ = false;                // decode with rotary_kv_store: rotation deferred to attend()
+  bool fused_attention_ = false;            // ... and attend() runs rotary_paged_attention_decode
   bool rotation_pending_ = false;           // rotate() deferred this layer's rotation
   at::Tensor positions_, inv_freq_;         // what the deferred rotation needs
   at::Tensor block_tables_i32_, context_lens_i32_;  // [S, max_blocks], [S] int32 for the kernel
