@@ -15,7 +15,7 @@
 #   OUT=/somewhere bash benchmarks/run_gpu_perf.sh     # .offline-deps beside it (docs/building.md)
 # Variables: STAGES (default "conformance train rollout"; also profile, tests, attn, sample), E2E=1,
 # HF=0, FP32=1 (train in fp32 too), TRAIN_LIBTORCH=0 (no bf16 run on LibTorch's ops), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, TRAIN_ENVS, PROFILE_ENVS
-# (environment settings to compare, e.g. "VERLPP_CUDA_PDL=0 -"), STREAM_CHECK=0,
+# (environment settings to compare, e.g. "VERLPP_CUDA_PDL=0 -"), PROFILE_TRAIN=0 (no training trace), STREAM_CHECK=0,
 # SHAPES, BUILD_DIR, ARCHS, JOBS, SAMPLE_BASELINE (stage sample: a commit to time beside).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -133,10 +133,12 @@ if [[ " $STAGES " == *" profile "* ]]; then
     python3 benchmarks/rollout/trace_summary.py /tmp/trace.json --top ${PROFILE_TOP:-30} 2>&1 | tee -a "$OUT/summary.txt"
   done
   done
+  if [ "${PROFILE_TRAIN:-1}" = 1 ]; then  # PROFILE_TRAIN=0: rollout traces only
   step "profile: training step 16 x 512, bf16 mixed precision (Kineto trace of 2 steps, summarised)"
   VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-train" --shape qwen2.5-0.5b --device cuda --param-dtype bfloat16 \
     --plugin cuda --batch 16 --seq 512 --steps 2 --warmup 2 --profile /tmp/train_trace.json 2>&1 | tail -2 | tee -a "$OUT/summary.txt"
   python3 benchmarks/rollout/trace_summary.py /tmp/train_trace.json --top ${PROFILE_TOP:-30} 2>&1 | tee -a "$OUT/summary.txt"
+  fi
 fi
 
 if [[ " $STAGES " == *" tests "* ]]; then

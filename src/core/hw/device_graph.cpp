@@ -5,6 +5,7 @@
 #include <verlpp/core/error.hpp>
 
 #include <map>
+#include <mutex>
 
 #if VERLPP_TORCH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -18,13 +19,30 @@ namespace verlpp::hw {
 
 #if VERLPP_TORCH_CUDA
 
+namespace {
+// The stream every graph set of the process captures on, one per device. Measured on H200
+// (docs/benchmarks.md, "One capture stream"): graphs captured on a second pool stream, by an
+// engine's later graph set (its block tables grew wider), replayed 5% slower at batch 256
+// (137-138k against 145k tokens/s, with overlapped steps): the same kernels at the same
+// durations, but longer launch gaps between them (median 0.54 against 0.22 us). On the stream
+// of the first set they replay as fast as the first set's own.
+c10::cuda::CUDAStream capture_stream(const c10::Device& d) {
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = streams.find(d.index());
+  if (it == streams.end())
+    it = streams.emplace(d.index(), c10::cuda::getStreamFromPool(/*isHighPriority=*/false, d.index())).first;
+  return it->second;
+}
+}  // namespace
+
 struct DeviceGraphs::Impl {
-  explicit Impl(const c10::Device& d)
-      : device(d), side(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, d.index())),
-        pool(at::cuda::graph_pool_handle()) {}
+  explicit Impl(const c10::Device& d) : device(d), side(capture_stream(d)), pool(at::cuda::graph_pool_handle()) {}
   c10::Device device;
-  // Captures need a stream other than the default one; one stream for every capture, so that
-  // the warm-up creates the library handles and workspaces the capture then finds.
+  // Captures need a stream other than the default one; one stream for every capture (of every
+  // set: capture_stream), so that the warm-up creates the library handles and workspaces the
+  // capture then finds.
   c10::cuda::CUDAStream side;
   at::cuda::MempoolId_t pool;  // shared by every graph of this set
   std::map<int64_t, std::unique_ptr<at::cuda::CUDAGraph>> graphs;
