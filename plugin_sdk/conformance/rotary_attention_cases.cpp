@@ -271,16 +271,24 @@ void bad_input_case(CheckContext& ctx) {
   refused(call(&q.dl(), &tables.dl(), &lens.dl(), &kc.dl()), "rotary_paged_attention_decode(out [4, 4, 2, 8])");
   CHECK_THAT(kc.to_host<uint8_t>() == k_before && vc.to_host<uint8_t>() == v_before,
              "a refused rotary_paged_attention_decode call changed a cache");
-  // A slot that is not the row of the last position: refused by a plugin that can read the
-  // values (nothing written); one whose values live on the device may compute (undefined output).
+  // Values that break the precondition: refused by a plugin that can read them (nothing
+  // written); one whose values live on the device may compute (the output is unspecified).
+  auto refused_or_computed = [&](const char* what) {
+    verlpp_error* e = call(&q.dl(), &tables.dl(), &lens.dl(), &out.dl());
+    if (e == nullptr) return;
+    ctx.expect_error(e, VERLPP_STATUS_INVALID_ARGUMENT, what);
+    CHECK_THAT(kc.to_host<uint8_t>() == k_before && vc.to_host<uint8_t>() == v_before,
+               "rotary_paged_attention_decode refused {} but changed a cache", what);
+  };
   const std::vector<int64_t> wrong = {3, 12};
   slots.upload(wrong.data());
-  verlpp_error* e = call(&q.dl(), &tables.dl(), &lens.dl(), &out.dl());
-  if (e != nullptr) {
-    ctx.expect_error(e, VERLPP_STATUS_INVALID_ARGUMENT, "rotary_paged_attention_decode(slot 12 for last position 5 at row 13)");
-    CHECK_THAT(kc.to_host<uint8_t>() == k_before && vc.to_host<uint8_t>() == v_before,
-               "rotary_paged_attention_decode refused a slot but changed a cache");
-  }
+  refused_or_computed("rotary_paged_attention_decode(slot 12 for last position 5 at row 13)");
+  slots.upload(sl.data());
+  const std::vector<int32_t> empty_context = {0, 6}, too_long = {4, 9};
+  lens.upload(empty_context.data());
+  refused_or_computed("rotary_paged_attention_decode(context_lens[0] = 0: no last position)");
+  lens.upload(too_long.data());
+  refused_or_computed("rotary_paged_attention_decode(context_lens[1] = 9 > 2 blocks of 4)");
 }
 
 }  // namespace
