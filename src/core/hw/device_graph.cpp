@@ -62,6 +62,10 @@ DeviceGraphs::DeviceGraphs(const c10::Device& device) {
 }
 
 void DeviceGraphs::capture(int64_t key, const std::function<void()>& body) {
+  // Graph sets share their device's capture stream: two threads capturing at once would record
+  // each other's work, so captures take turns (they are rare: once per bucket and pool).
+  static std::mutex captures;
+  std::lock_guard<std::mutex> one_at_a_time(captures);
   c10::cuda::CUDAGuard on_device(impl_->device.index());
   // The side stream must start after the work already queued (static inputs' last writes);
   // captures are rare, so a full device synchronisation is the simple way to order them.
