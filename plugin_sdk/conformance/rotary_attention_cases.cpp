@@ -100,10 +100,6 @@ class AttnFixture {
     }
   }
 
-  int64_t batch() const { return b_; }
-  const std::vector<uint8_t>& k_raw() const { return k_raw_; }
-  const std::vector<uint8_t>& v_raw() const { return v_raw_; }
-
   // Fresh device operands (caches as first uploaded) and one call of `entry` ("fused": the 1.5
   // entry; "pair": rotary_kv_store then paged_attention_decode). Returns out's and both caches' bytes.
   struct Result {

@@ -45,30 +45,27 @@ at::Tensor RolloutAttention::attend(int64_t layer, const at::Tensor& q, const at
   at::Tensor& vc = cache_.v(layer);
   const int64_t KV = kc.size(2), D = kc.size(3);
   at::Tensor qc;
-  if (rotation_pending_ && fused_attention_) {
-    // ABI 1.5: RoPE, the cache stores and the attention in one kernel, no rotated copy of q.
-    rotation_pending_ = false;
-    at::Tensor out = at::empty(q.sizes(), q.options());  // contiguous [B, H, S]
-    const at::Tensor slots = step_.slot_mapping.contiguous();
-    DLTensor d_q = dl_view(q), d_k = dl_view(k), d_v = dl_view(v), d_pos = dl_view(positions_),
-             d_freq = dl_view(inv_freq_), d_slots = dl_view(slots), d_kc = dl_view(kc), d_vc = dl_view(vc),
-             d_bt = dl_view(block_tables_i32_), d_len = dl_view(context_lens_i32_), d_out = dl_view(out);
-    kernels_->plugin().check(kernels_->table().rotary_paged_attention_decode(
-                                 &d_q, &d_k, &d_v, &d_pos, &d_freq, &d_slots, &d_kc, &d_vc, &d_bt, &d_len, float(scale),
-                                 &d_out, kernels_->current_stream(q.device())),
-                             "kernels.rotary_paged_attention_decode");
-    return out;
-  }
   if (rotation_pending_) {
     rotation_pending_ = false;
-    qc = at::empty(q.sizes(), q.options());
     const at::Tensor slots = step_.slot_mapping.contiguous();
     DLTensor d_q = dl_view(q), d_k = dl_view(k), d_v = dl_view(v), d_pos = dl_view(positions_),
-             d_freq = dl_view(inv_freq_), d_slots = dl_view(slots), d_qo = dl_view(qc), d_kc = dl_view(kc),
-             d_vc = dl_view(vc);
-    kernels_->plugin().check(kernels_->table().rotary_kv_store(&d_q, &d_k, &d_v, &d_pos, &d_freq, &d_slots, &d_qo, &d_kc,
-                                                               &d_vc, kernels_->current_stream(q.device())),
-                             "kernels.rotary_kv_store");
+             d_freq = dl_view(inv_freq_), d_slots = dl_view(slots), d_kc = dl_view(kc), d_vc = dl_view(vc);
+    const verlpp_stream stream = kernels_->current_stream(q.device());
+    if (fused_attention_) {
+      // ABI 1.5: RoPE, the cache stores and the attention in one kernel, no rotated copy of q.
+      at::Tensor out = at::empty(q.sizes(), q.options());  // contiguous [B, H, S]
+      DLTensor d_bt = dl_view(block_tables_i32_), d_len = dl_view(context_lens_i32_), d_out = dl_view(out);
+      kernels_->plugin().check(kernels_->table().rotary_paged_attention_decode(&d_q, &d_k, &d_v, &d_pos, &d_freq, &d_slots,
+                                                                               &d_kc, &d_vc, &d_bt, &d_len, float(scale),
+                                                                               &d_out, stream),
+                               "kernels.rotary_paged_attention_decode");
+      return out;
+    }
+    qc = at::empty(q.sizes(), q.options());
+    DLTensor d_qo = dl_view(qc);
+    kernels_->plugin().check(
+        kernels_->table().rotary_kv_store(&d_q, &d_k, &d_v, &d_pos, &d_freq, &d_slots, &d_qo, &d_kc, &d_vc, stream),
+        "kernels.rotary_kv_store");
   } else {
     kc.view({-1, KV, D}).index_copy_(0, step_.slot_mapping, k.to(kc.scalar_type()));
     vc.view({-1, KV, D}).index_copy_(0, step_.slot_mapping, v.to(vc.scalar_type()));
