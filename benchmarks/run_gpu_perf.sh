@@ -13,7 +13,7 @@
 # At most 8 files under $OUT (the device tool brings back 8): summary.txt, build.log,
 # conformance.txt, train.jsonl, rollout.jsonl, and grpo_step.{json,log} with E2E=1.
 #   OUT=/somewhere bash benchmarks/run_gpu_perf.sh     # .offline-deps beside it (docs/building.md)
-# Variables: STAGES (default "conformance train rollout"; also profile, tests, attn, sample), E2E=1,
+# Variables: STAGES (default "conformance train rollout"; also profile, tests, attn, sample, gemm), E2E=1,
 # HF=0, FP32=1 (train in fp32 too), TRAIN_LIBTORCH=0 (no bf16 run on LibTorch's ops), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, TRAIN_ENVS, PROFILE_ENVS
 # (environment settings to compare, e.g. "VERLPP_CUDA_PDL=0 -"), PROFILE_TRAIN=0 (no training trace), STREAM_CHECK=0,
 # SHAPES, BUILD_DIR, ARCHS, JOBS, SAMPLE_BASELINE (stage sample: a commit to time beside).
@@ -185,6 +185,21 @@ if [[ " $STAGES " == *" sample "* ]]; then
     else
       tail -5 /tmp/sample_build.log | tee -a "$OUT/summary.txt"
     fi
+  fi
+fi
+
+# The decode GEMMs in isolation (benchmarks/kernels/gemm_bench.cu, built with nvcc beside the
+# experiment gemm_mma_experiment.cu, not part of the plugin): a check of every configuration against fp64 loops, then cuBLAS vs
+# each configuration per layer call in a CUDA graph (GEMM_ROWS: the row counts timed).
+if [[ " $STAGES " == *" gemm "* ]]; then
+  step "decode GEMM microbench (benchmarks/kernels/gemm_bench.cu)"
+  if nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include benchmarks/kernels/gemm_bench.cu \
+       benchmarks/kernels/gemm_mma_experiment.cu plugins/cuda/rms_norm_kernels.cu plugins/cuda/swiglu_kernels.cu \
+       plugins/cuda/workspace_pool.cpp -lcublas -o /tmp/gemm_bench > /tmp/gemm_build.log 2>&1; then
+    timeout 120 /tmp/gemm_bench check 2>&1 | tail -3 | tee -a "$OUT/summary.txt"
+    ROWS=${GEMM_ROWS:-256} timeout 120 /tmp/gemm_bench time 2>&1 | tail -60 | tee -a "$OUT/summary.txt"
+  else
+    tail -5 /tmp/gemm_build.log | tee -a "$OUT/summary.txt"
   fi
 fi
 

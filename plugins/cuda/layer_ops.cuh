@@ -35,6 +35,15 @@ __device__ __forceinline__ void rms_scale_row(const T* row, const T* __restrict_
   }
 }
 
+// ---- SwiGLU's product, as HF computes act_fn(gate) * up: s = T(silu(gate)) in fp32, then
+// s * up (the caller rounds it to T). silu_mul's kernels and the gate/up GEMM's epilogue
+// (gemm_kernel.cu) both call it, so the two agree bit for bit on the same gate and up.
+
+__device__ __forceinline__ float silu_f32(float x) { return x / (1.0f + expf(-x)); }
+
+template <class T>
+__device__ __forceinline__ float silu_product(float gate, float up) { return round_to<T>(silu_f32(gate)) * up; }
+
 // ---- RoPE, HF's rotate_half layout, with the host model's roundings in type T.
 
 // fp32 operations rounded on their own, never fused into an FMA (the host model rounds every op).

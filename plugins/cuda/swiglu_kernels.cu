@@ -8,6 +8,7 @@
 #include "dependent_launch.cuh"
 #include "block_reduce.cuh"
 #include "kernels.hpp"
+#include "layer_ops.cuh"
 
 #include "gpu_device.cuh"
 
@@ -19,10 +20,6 @@
 namespace verlpp::cuda {
 namespace {
 
-template <class T>
-__device__ __forceinline__ float round_to_type(float x) { return to_float(from_float<T>(x)); }
-
-__device__ __forceinline__ float silu_f32(float x) { return x / (1.0f + expf(-x)); }
 
 // Rows of `f` values; element (r, j) of operand k is at base_k + r * stride_k + j.
 struct Rows {
@@ -51,8 +48,7 @@ __global__ void silu_mul_kernel(const T* __restrict__ gate, int64_t gate_stride,
     P o;
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-      const float s = round_to_type<T>(silu_f32(to_float(g.v[e])));
-      o.v[e] = from_float<T>(s * to_float(u.v[e]));
+      o.v[e] = from_float<T>(silu_product<T>(to_float(g.v[e]), to_float(u.v[e])));
     }
     *reinterpret_cast<P*>(out + r * out_stride + c) = o;
   });
@@ -74,8 +70,8 @@ __global__ void silu_mul_backward_kernel(const T* __restrict__ gate, int64_t gat
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
       const float x = to_float(g.v[e]), d = to_float(dy.v[e]);
-      const float s = round_to_type<T>(silu_f32(x));
-      const float grad_s = round_to_type<T>(d * to_float(u.v[e]));
+      const float s = round_to<T>(silu_f32(x));
+      const float grad_s = round_to<T>(d * to_float(u.v[e]));
       const float sig = 1.0f / (1.0f + expf(-x));
       dg.v[e] = from_float<T>(grad_s * sig * (1.0f + x * (1.0f - sig)));
       du.v[e] = from_float<T>(d * s);
