@@ -155,9 +155,10 @@ int run(const RolloutBenchOptions& o) {
   // prefill s / decode s: wall time in those steps (device work included); the rest of
   // `seconds` is the host's scheduling between steps.
   // overlapped: decode steps queued while the step before ran (decode graphs, overlap_decode).
-  std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12} {:>10} {:>10} {:>10} {:>8} {:>8} {:>11} {:>12}\n", "batch",
+  // early edges: graph edges the warm-up's captures made launch early behind a library kernel.
+  std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12} {:>10} {:>10} {:>10} {:>8} {:>8} {:>11} {:>12} {:>12}\n", "batch",
                            "prompt", "response", "tokens/s", "seconds", "prefill s", "decode s", "prefills", "decodes",
-                           "overlapped", "preemptions")
+                           "overlapped", "preemptions", "early edges")
             << std::flush;
   for (const RolloutShape& s : o.shapes) {
     const auto reqs = make_requests(s, config.vocab_size, o.temperature);
@@ -177,10 +178,10 @@ int run(const RolloutBenchOptions& o) {
       }
     }
     const double tps = double(stats.num_generated_tokens) / best;
-    std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12.1f} {:>10.3f} {:>10.3f} {:>10.3f} {:>8} {:>8} {:>11} {:>12}\n",
+    std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12.1f} {:>10.3f} {:>10.3f} {:>10.3f} {:>8} {:>8} {:>11} {:>12} {:>12}\n",
                              s.batch, s.prompt, s.response, tps, best, stats.prefill_seconds, stats.decode_seconds,
                              stats.num_prefill_steps, stats.num_decode_steps, stats.num_overlapped_steps,
-                             stats.num_preemptions)
+                             stats.num_preemptions, warmup.graph_early_launch_edges)
               << std::flush;
     nlohmann::json j = base_json(o, config);
     j.update({{"batch", s.batch},
@@ -199,7 +200,8 @@ int run(const RolloutBenchOptions& o) {
               {"overlapped_steps", stats.num_overlapped_steps},
               {"discarded_steps", stats.num_discarded_steps},
               {"warmup_graph_captures", warmup.num_graph_captures},
-              {"warmup_graph_capture_seconds", warmup.graph_capture_seconds}});
+              {"warmup_graph_capture_seconds", warmup.graph_capture_seconds},
+              {"warmup_graph_early_launch_edges", warmup.graph_early_launch_edges}});
     if (json_out) *json_out << j.dump() << "\n" << std::flush;
   }
   if (!o.profile_path.empty() && !o.shapes.empty()) {

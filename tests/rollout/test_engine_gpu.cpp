@@ -3,6 +3,7 @@
 // configure found a GPU): the CUDA plugin's engine with graphs against the same engine without
 // them, a naive greedy generator on the CPU and an fp64 full forward, across bucket sizes,
 // preemption, a weight update that re-points the parameters, and sleep/wake.
+#include <verlpp/hw/device.hpp>
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/model/checkpoint.hpp>
@@ -11,9 +12,12 @@
 #include "../../src/core/rollout/decode_graphs.hpp"
 #include "engine_fixture.hpp"
 
+#include <verlpp/core/env.hpp>
+
 #include <ATen/Context.h>
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
@@ -189,6 +193,12 @@ TEST_CASE("decode graphs on CUDA equal eager steps and a full forward", "[.gpu][
   CHECK(stats.num_graph_steps == stats.num_decode_steps);
   CHECK(stats.num_graph_captures >= 3);
   CHECK(stats.num_preemptions > 0);
+  // The plugin's kernels behind cuBLAS's launch early in the graphs (hw::DeviceGraphs, LibTorch
+  // 2.6+ on a GPU with programmatic dependent launch); the tokens below must not change.
+  INFO(fmt::format("early-launch edges {}", stats.graph_early_launch_edges));
+  if ((TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 6) && !env_equals("VERLPP_GRAPH_EARLY_LAUNCH", "0") &&
+      !env_equals("VERLPP_CUDA_PDL", "0") && hw::Device(plugin, 0).properties().compute_major >= 9)
+    CHECK(stats.graph_early_launch_edges > 0);
   REQUIRE(outs.size() == expected.size());
   for (size_t k = 0; k < outs.size(); ++k) {
     const GenerateOutput& out = outs[k];

@@ -2,10 +2,13 @@
 // (VERLPP_TORCH_CUDA, set by src/core/CMakeLists.txt); an honest "unavailable" otherwise.
 #include "device_graph.hpp"
 
+#include <verlpp/core/env.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <map>
 #include <mutex>
+#include <set>
+#include <vector>
 
 #if VERLPP_TORCH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -13,6 +16,27 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#if __has_include(<torch/version.h>)
+#include <torch/version.h>
+#endif
+// Rewriting a captured graph's edges needs CUDAGraph(keep_graph), raw_cuda_graph() and
+// instantiate() (LibTorch 2.6+) and edge data (CUDA 12.3+: the _v2 calls, plain names from 13).
+#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)) && \
+    defined(CUDART_VERSION) && CUDART_VERSION >= 12030
+#define VERLPP_GRAPH_EDGE_DATA 1
+#if CUDART_VERSION >= 13000
+#define VERLPP_GRAPH_GET_EDGES cudaGraphGetEdges
+#define VERLPP_GRAPH_ADD_DEPENDENCIES cudaGraphAddDependencies
+#define VERLPP_GRAPH_REMOVE_DEPENDENCIES cudaGraphRemoveDependencies
+#else
+#define VERLPP_GRAPH_GET_EDGES cudaGraphGetEdges_v2
+#define VERLPP_GRAPH_ADD_DEPENDENCIES cudaGraphAddDependencies_v2
+#define VERLPP_GRAPH_REMOVE_DEPENDENCIES cudaGraphRemoveDependencies_v2
+#endif
+#else
+#define VERLPP_GRAPH_EDGE_DATA 0
+#endif
 #endif
 
 namespace verlpp::hw {
@@ -35,6 +59,55 @@ c10::cuda::CUDAStream capture_stream(const c10::Device& d) {
     it = streams.emplace(d.index(), c10::cuda::getStreamFromPool(/*isHighPriority=*/false, d.index())).first;
   return it->second;
 }
+
+#if VERLPP_GRAPH_EDGE_DATA
+// Lets the kernels that follow a library kernel launch early. A kernel launched with
+// programmatic dependent launch (every cuda-plugin kernel: plugins/cuda/dependent_launch.cuh) is
+// captured behind its predecessor with a programmatic edge, which fires when the predecessor
+// calls launch_dependents or ends. Our kernels call it at once, but library kernels (cuBLAS's
+// GEMMs) never do, so after each of them the next kernel of ours is launched and placed only
+// once the GEMM has drained: 4 such boundaries a decode layer. Here those edges fire at the
+// predecessor's launch completion instead (all its blocks have started), so our kernel's blocks
+// are placed while the GEMM runs. Safe because every kernel at the far end of a programmatic
+// edge waits for its predecessors to complete and flush (griddepcontrol.wait) before it touches
+// memory; edges from kernels that themselves came in by a programmatic edge (ours, which fire
+// early already) and every other edge stay as captured. Returns how many edges it changed;
+// throws on an API error, the graph then unusable (the caller runs the step eagerly).
+int64_t launch_after_library_kernels(cudaGraph_t graph) {
+  auto check = [](cudaError_t e, const char* what) {
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      VERLPP_FAIL_AT("DeviceGraphs", "{} failed: {}", what, cudaGetErrorString(e));
+    }
+  };
+  size_t count = 0;
+  check(VERLPP_GRAPH_GET_EDGES(graph, nullptr, nullptr, nullptr, &count), "counting the graph's edges");
+  std::vector<cudaGraphNode_t> from(count), to(count);
+  std::vector<cudaGraphEdgeData> data(count);
+  check(VERLPP_GRAPH_GET_EDGES(graph, from.data(), to.data(), data.data(), &count), "reading the graph's edges");
+  auto programmatic = [&](size_t i) {
+    return data[i].type == cudaGraphDependencyTypeProgrammatic && data[i].from_port == cudaGraphKernelNodePortProgrammatic;
+  };
+  std::set<cudaGraphNode_t> launched_early;  // kernels that came in by a programmatic edge
+  for (size_t i = 0; i < count; ++i)
+    if (programmatic(i)) launched_early.insert(to[i]);
+  int64_t changed = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (!programmatic(i) || launched_early.count(from[i]) != 0) continue;
+    cudaGraphEdgeData early = data[i];
+    early.from_port = cudaGraphKernelNodePortLaunchCompletion;
+    check(VERLPP_GRAPH_REMOVE_DEPENDENCIES(graph, &from[i], &to[i], &data[i], 1), "removing a programmatic edge");
+    const cudaError_t added = VERLPP_GRAPH_ADD_DEPENDENCIES(graph, &from[i], &to[i], &early, 1);
+    if (added != cudaSuccess) {  // put the captured edge back: the graph must keep its order
+      (void)cudaGetLastError();
+      check(VERLPP_GRAPH_ADD_DEPENDENCIES(graph, &from[i], &to[i], &data[i], 1), "restoring a programmatic edge");
+      continue;
+    }
+    ++changed;
+  }
+  return changed;
+}
+#endif
 }  // namespace
 
 struct DeviceGraphs::Impl {
@@ -46,6 +119,7 @@ struct DeviceGraphs::Impl {
   c10::cuda::CUDAStream side;
   at::cuda::MempoolId_t pool;  // shared by every graph of this set
   std::map<int64_t, std::unique_ptr<at::cuda::CUDAGraph>> graphs;
+  int64_t early_launch_edges = 0;  // launch_after_library_kernels' count over the set's graphs
 };
 
 std::string DeviceGraphs::unavailable_reason(const c10::Device& device) {
@@ -73,11 +147,23 @@ void DeviceGraphs::capture(int64_t key, const std::function<void()>& body) {
   c10::cuda::CUDAStreamGuard on_side(impl_->side);
   body();
   impl_->side.synchronize();
+#if VERLPP_GRAPH_EDGE_DATA
+  // VERLPP_GRAPH_EARLY_LAUNCH=0 keeps the graph as captured (side-by-side timing).
+  const bool early = !env_equals("VERLPP_GRAPH_EARLY_LAUNCH", "0");
+  auto graph = std::make_unique<at::cuda::CUDAGraph>(/*keep_graph=*/early);
+#else
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
+#endif
   try {
     graph->capture_begin(impl_->pool);
     body();
     graph->capture_end();
+#if VERLPP_GRAPH_EDGE_DATA
+    if (early) {
+      impl_->early_launch_edges += launch_after_library_kernels(graph->raw_cuda_graph());
+      graph->instantiate();
+    }
+#endif
   } catch (const std::exception& e) {
     // End the capture (it may already be invalid) so that the stream and the allocator leave
     // capture mode; the caller then runs the step eagerly.
@@ -99,6 +185,7 @@ void DeviceGraphs::replay(int64_t key) {
 
 bool DeviceGraphs::contains(int64_t key) const { return impl_->graphs.count(key) != 0; }
 int64_t DeviceGraphs::size() const { return int64_t(impl_->graphs.size()); }
+int64_t DeviceGraphs::early_launch_edges() const { return impl_->early_launch_edges; }
 
 struct DeviceEvent::Impl {
   at::cuda::CUDAEvent event;
@@ -140,6 +227,7 @@ void DeviceGraphs::capture(int64_t key, const std::function<void()>&) {
 void DeviceGraphs::replay(int64_t key) { VERLPP_FAIL_AT("DeviceGraphs", "no graph {} was captured", key); }
 bool DeviceGraphs::contains(int64_t) const { return false; }
 int64_t DeviceGraphs::size() const { return 0; }
+int64_t DeviceGraphs::early_launch_edges() const { return 0; }
 
 #endif
 

@@ -99,6 +99,8 @@ class DecodeGraphs {
   int64_t num_overlapped() const { return num_overlapped_; }  // steps that had been queued ahead
   int64_t num_discarded() const { return num_discarded_; }    // queued steps the scheduler did not choose
   double capture_seconds() const { return capture_seconds_; }
+  // hw::DeviceGraphs::early_launch_edges of the graphs captured so far.
+  int64_t early_launch_edges() const { return graphs_.early_launch_edges(); }
 
  private:
   struct Bucket {

@@ -201,6 +201,7 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
   }
   const int64_t captures_before = graphs_ ? graphs_->num_captures() : 0;
   const double capture_seconds_before = graphs_ ? graphs_->capture_seconds() : 0;
+  const int64_t early_edges_before = graphs_ ? graphs_->early_launch_edges() : 0;
   const int64_t overlapped_before = graphs_ ? graphs_->num_overlapped() : 0;
   const int64_t discarded_before = graphs_ ? graphs_->num_discarded() : 0;
   // A step queued ahead belongs to this call's sequences: it must be done and dropped before
@@ -241,6 +242,7 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
   if (graphs_) {
     stats_.num_graph_captures = graphs_->num_captures() - captures_before;
     stats_.graph_capture_seconds = graphs_->capture_seconds() - capture_seconds_before;
+    stats_.graph_early_launch_edges = graphs_->early_launch_edges() - early_edges_before;
     stats_.num_overlapped_steps = graphs_->num_overlapped() - overlapped_before;
     stats_.num_discarded_steps = graphs_->num_discarded() - discarded_before;
   }
