@@ -15,7 +15,9 @@
 // dependent launch (allow_dependents): that only places the next kernel's blocks early, which
 // then wait in their own wait_for_prior_grids() for this grid to complete and flush. It helps
 // where one of our kernels follows another (rotary_kv_store -> attention, the sampler's two);
-// a library kernel (cuBLAS) is launched without the attribute and starts as before.
+// a library kernel (cuBLAS) is launched without the attribute and starts as before. Behind a
+// library kernel, in a CUDA graph, our kernel launches at that kernel's launch completion
+// (follow_foreign_kernel_early below).
 //
 // VERLPP_CUDA_PDL=0 launches without the attribute (for comparison); HIP has no PDL and uses
 // plain launches.
@@ -68,8 +70,89 @@ inline bool dependent_launch_enabled() {
   return cached_value;
 }
 
-// kernel<<<grid, block, shared, stream>>>(args...), with PDL where dependent_launch_enabled();
-// returns the launch's error (also left for gpuGetLastError, as a <<<>>> launch would).
+#if !(defined(VERLPP_GPU_HIP) && VERLPP_GPU_HIP) && defined(CUDART_VERSION) && CUDART_VERSION >= 13000
+// Early launch behind library kernels, in stream capture (CUDA graphs). A kernel launched with
+// PDL is captured behind its predecessor with a programmatic edge, which fires when the
+// predecessor calls launch_dependents or ends. Ours call it at once, but a library kernel (a
+// cuBLAS GEMM, a LibTorch op) never does, so the kernel of ours after it was placed only once it
+// had drained: 4 such boundaries a decode layer. When the node our launch would follow is such a
+// kernel, the dependency is made a programmatic edge fired at its launch completion (all its
+// blocks have started) and our kernel is launched without the PDL attribute (which would set
+// the edge back to the programmatic port): its blocks are placed while the library kernel runs
+// and wait in wait_for_prior_grids() for it to complete and flush, as every kernel of ours does
+// before it touches memory, so the order of memory accesses is what it was. Eager launches and
+// launches after our own kernels are unchanged. VERLPP_GRAPH_EARLY_LAUNCH=0 turns it off.
+// (Editing the edges after capture is not an option: CUDA refuses to remove edges from a graph
+// with memory-allocation nodes, which the workspace pool's stream-ordered allocations add.)
+
+// The node of this thread's last launch into a capture (capture id and node).
+struct CapturedLaunch {
+  unsigned long long capture = 0;
+  cudaGraphNode_t node = nullptr;
+};
+inline CapturedLaunch& last_captured_launch() {
+  thread_local CapturedLaunch last;
+  return last;
+}
+
+// Makes `stream`'s capture dependency on a foreign kernel fire at that kernel's launch
+// completion; true when it did (the launch must then go without the PDL attribute).
+inline bool follow_foreign_kernel_early(cudaStream_t stream) {
+  static const bool enabled = [] {
+    const char* env = std::getenv("VERLPP_GRAPH_EARLY_LAUNCH");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  if (!enabled) return false;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long capture = 0;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* data = nullptr;
+  size_t count = 0;
+  if (cudaStreamGetCaptureInfo(stream, &status, &capture, nullptr, &deps, &data, &count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (status != cudaStreamCaptureStatusActive || count != 1) return false;
+  const CapturedLaunch& last = last_captured_launch();
+  if (last.capture == capture && last.node == deps[0]) return false;  // our own kernel: PDL as usual
+  if (data != nullptr && (data[0].type != cudaGraphDependencyTypeDefault || data[0].from_port != 0)) return false;
+  cudaGraphNodeType type;
+  if (cudaGraphNodeGetType(deps[0], &type) != cudaSuccess || type != cudaGraphNodeTypeKernel) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  cudaGraphNode_t node = deps[0];
+  cudaGraphEdgeData early{};
+  early.from_port = cudaGraphKernelNodePortLaunchCompletion;
+  early.type = cudaGraphDependencyTypeProgrammatic;
+  if (cudaStreamUpdateCaptureDependencies(stream, &node, &early, 1, cudaStreamSetCaptureDependencies) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+// After a launch into a capture: remembers its node (the stream's one dependency now).
+inline void remember_captured_launch(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long capture = 0;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* data = nullptr;
+  size_t count = 0;
+  if (cudaStreamGetCaptureInfo(stream, &status, &capture, nullptr, &deps, &data, &count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (status == cudaStreamCaptureStatusActive && count == 1) last_captured_launch() = CapturedLaunch{capture, deps[0]};
+}
+#define VERLPP_CUDA_EARLY_LAUNCH 1
+#else
+#define VERLPP_CUDA_EARLY_LAUNCH 0
+#endif
+
+// kernel<<<grid, block, shared, stream>>>(args...), with PDL where dependent_launch_enabled()
+// (in a capture behind a foreign kernel: the early edge above instead); returns the launch's
+// error (also left for gpuGetLastError, as a <<<>>> launch would).
 template <class... Params, class... Args>
 gpuError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, gpuStream_t stream,
                          Args&&... args) {
@@ -86,8 +169,17 @@ gpuError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  const bool pdl = dependent_launch_enabled();
+#if VERLPP_CUDA_EARLY_LAUNCH
+  const bool early = pdl && follow_foreign_kernel_early(stream);
+  config.numAttrs = pdl && !early ? 1 : 0;
+  const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (pdl && launched == cudaSuccess) remember_captured_launch(stream);
+  return launched;
+#else
+  config.numAttrs = pdl ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+#endif
 #endif
 }
 

@@ -84,8 +84,8 @@ struct GenerateStats {
   int64_t num_discarded_steps = 0;     // steps queued ahead that the scheduler did not choose
   int64_t num_graph_captures = 0;      // graphs captured during this call (kept for later calls)
   double graph_capture_seconds = 0;    // time those captures took
-  // Edges of those graphs made to launch a plugin kernel while the library kernel (a cuBLAS
-  // GEMM) before it still runs (hw::DeviceGraphs::early_launch_edges).
+  // Edges of those graphs that launch a plugin kernel while the library kernel (a cuBLAS GEMM)
+  // before it still runs (hw::DeviceGraphs::early_launch_edges).
   int64_t graph_early_launch_edges = 0;
   // Wall time of the prefill and decode steps, each up to its sampled tokens on the host (so
   // device time included); the rest of `seconds` is the host's scheduling and bookkeeping.

@@ -2,12 +2,10 @@
 // (VERLPP_TORCH_CUDA, set by src/core/CMakeLists.txt); an honest "unavailable" otherwise.
 #include "device_graph.hpp"
 
-#include <verlpp/core/env.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <map>
 #include <mutex>
-#include <set>
 #include <vector>
 
 #if VERLPP_TORCH_CUDA
@@ -20,19 +18,15 @@
 #if __has_include(<torch/version.h>)
 #include <torch/version.h>
 #endif
-// Rewriting a captured graph's edges needs CUDAGraph(keep_graph), raw_cuda_graph() and
-// instantiate() (LibTorch 2.6+) and edge data (CUDA 12.3+: the _v2 calls, plain names from 13).
+// Reading a captured graph's edges needs CUDAGraph(keep_graph), raw_cuda_graph() and
+// instantiate() (LibTorch 2.6+) and edge data (CUDA 12.3+: cudaGraphGetEdges_v2, plain from 13).
 #if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)) && \
     defined(CUDART_VERSION) && CUDART_VERSION >= 12030
 #define VERLPP_GRAPH_EDGE_DATA 1
 #if CUDART_VERSION >= 13000
 #define VERLPP_GRAPH_GET_EDGES cudaGraphGetEdges
-#define VERLPP_GRAPH_ADD_DEPENDENCIES cudaGraphAddDependencies
-#define VERLPP_GRAPH_REMOVE_DEPENDENCIES cudaGraphRemoveDependencies
 #else
 #define VERLPP_GRAPH_GET_EDGES cudaGraphGetEdges_v2
-#define VERLPP_GRAPH_ADD_DEPENDENCIES cudaGraphAddDependencies_v2
-#define VERLPP_GRAPH_REMOVE_DEPENDENCIES cudaGraphRemoveDependencies_v2
 #endif
 #else
 #define VERLPP_GRAPH_EDGE_DATA 0
@@ -61,51 +55,25 @@ c10::cuda::CUDAStream capture_stream(const c10::Device& d) {
 }
 
 #if VERLPP_GRAPH_EDGE_DATA
-// Lets the kernels that follow a library kernel launch early. A kernel launched with
-// programmatic dependent launch (every cuda-plugin kernel: plugins/cuda/dependent_launch.cuh) is
-// captured behind its predecessor with a programmatic edge, which fires when the predecessor
-// calls launch_dependents or ends. Our kernels call it at once, but library kernels (cuBLAS's
-// GEMMs) never do, so after each of them the next kernel of ours is launched and placed only
-// once the GEMM has drained: 4 such boundaries a decode layer. Here those edges fire at the
-// predecessor's launch completion instead (all its blocks have started), so our kernel's blocks
-// are placed while the GEMM runs. Safe because every kernel at the far end of a programmatic
-// edge waits for its predecessors to complete and flush (griddepcontrol.wait) before it touches
-// memory; edges from kernels that themselves came in by a programmatic edge (ours, which fire
-// early already) and every other edge stay as captured. Returns how many edges it changed;
-// throws on an API error, the graph then unusable (the caller runs the step eagerly).
-int64_t launch_after_library_kernels(cudaGraph_t graph) {
-  auto check = [](cudaError_t e, const char* what) {
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      VERLPP_FAIL_AT("DeviceGraphs", "{} failed: {}", what, cudaGetErrorString(e));
-    }
-  };
+// Edges of `graph` that fire at their upstream kernel's launch completion: the ones the cuda
+// plugin sets while it is captured, so that its kernel after a library kernel (a cuBLAS GEMM) is
+// placed while that kernel runs (plugins/cuda/dependent_launch.cuh). Counted for the engine's
+// statistics and tests; the graph is not changed. -1 when CUDA cannot list the edges.
+int64_t early_launch_edges_of(cudaGraph_t graph) {
   size_t count = 0;
-  check(VERLPP_GRAPH_GET_EDGES(graph, nullptr, nullptr, nullptr, &count), "counting the graph's edges");
+  if (VERLPP_GRAPH_GET_EDGES(graph, nullptr, nullptr, nullptr, &count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
   std::vector<cudaGraphNode_t> from(count), to(count);
   std::vector<cudaGraphEdgeData> data(count);
-  check(VERLPP_GRAPH_GET_EDGES(graph, from.data(), to.data(), data.data(), &count), "reading the graph's edges");
-  auto programmatic = [&](size_t i) {
-    return data[i].type == cudaGraphDependencyTypeProgrammatic && data[i].from_port == cudaGraphKernelNodePortProgrammatic;
-  };
-  std::set<cudaGraphNode_t> launched_early;  // kernels that came in by a programmatic edge
-  for (size_t i = 0; i < count; ++i)
-    if (programmatic(i)) launched_early.insert(to[i]);
-  int64_t changed = 0;
-  for (size_t i = 0; i < count; ++i) {
-    if (!programmatic(i) || launched_early.count(from[i]) != 0) continue;
-    cudaGraphEdgeData early = data[i];
-    early.from_port = cudaGraphKernelNodePortLaunchCompletion;
-    check(VERLPP_GRAPH_REMOVE_DEPENDENCIES(graph, &from[i], &to[i], &data[i], 1), "removing a programmatic edge");
-    const cudaError_t added = VERLPP_GRAPH_ADD_DEPENDENCIES(graph, &from[i], &to[i], &early, 1);
-    if (added != cudaSuccess) {  // put the captured edge back: the graph must keep its order
-      (void)cudaGetLastError();
-      check(VERLPP_GRAPH_ADD_DEPENDENCIES(graph, &from[i], &to[i], &data[i], 1), "restoring a programmatic edge");
-      continue;
-    }
-    ++changed;
+  if (VERLPP_GRAPH_GET_EDGES(graph, from.data(), to.data(), data.data(), &count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
   }
-  return changed;
+  int64_t early = 0;
+  for (size_t i = 0; i < count; ++i) early += data[i].from_port == cudaGraphKernelNodePortLaunchCompletion ? 1 : 0;
+  return early;
 }
 #endif
 }  // namespace
@@ -119,7 +87,7 @@ struct DeviceGraphs::Impl {
   c10::cuda::CUDAStream side;
   at::cuda::MempoolId_t pool;  // shared by every graph of this set
   std::map<int64_t, std::unique_ptr<at::cuda::CUDAGraph>> graphs;
-  int64_t early_launch_edges = 0;  // launch_after_library_kernels' count over the set's graphs
+  int64_t early_launch_edges = 0;  // early_launch_edges_of over the set's graphs
 };
 
 std::string DeviceGraphs::unavailable_reason(const c10::Device& device) {
@@ -148,9 +116,7 @@ void DeviceGraphs::capture(int64_t key, const std::function<void()>& body) {
   body();
   impl_->side.synchronize();
 #if VERLPP_GRAPH_EDGE_DATA
-  // VERLPP_GRAPH_EARLY_LAUNCH=0 keeps the graph as captured (side-by-side timing).
-  const bool early = !env_equals("VERLPP_GRAPH_EARLY_LAUNCH", "0");
-  auto graph = std::make_unique<at::cuda::CUDAGraph>(/*keep_graph=*/early);
+  auto graph = std::make_unique<at::cuda::CUDAGraph>(/*keep_graph=*/true);  // instantiated below
 #else
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
 #endif
@@ -159,10 +125,9 @@ void DeviceGraphs::capture(int64_t key, const std::function<void()>& body) {
     body();
     graph->capture_end();
 #if VERLPP_GRAPH_EDGE_DATA
-    if (early) {
-      impl_->early_launch_edges += launch_after_library_kernels(graph->raw_cuda_graph());
-      graph->instantiate();
-    }
+    const int64_t early = early_launch_edges_of(graph->raw_cuda_graph());
+    if (early > 0) impl_->early_launch_edges += early;
+    graph->instantiate();
 #endif
   } catch (const std::exception& e) {
     // End the capture (it may already be invalid) so that the stream and the allocator leave

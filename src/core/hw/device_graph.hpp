@@ -42,10 +42,9 @@ class DeviceGraphs {
   // Launches graph `key` on LibTorch's current stream.
   void replay(int64_t key);
   int64_t size() const;
-  // Edges of this set's graphs that capture() made fire at their library kernel's launch
-  // completion, so that the plugin kernel after it is placed while it runs (device_graph.cpp:
-  // launch_after_library_kernels). 0 where LibTorch or CUDA is too old for it, or with
-  // VERLPP_GRAPH_EARLY_LAUNCH=0.
+  // Edges of this set's graphs that fire at their upstream kernel's launch completion: the cuda
+  // plugin sets them in capture behind library kernels (plugins/cuda/dependent_launch.cuh). 0
+  // where LibTorch (< 2.6) or CUDA (< 12.3) cannot list edges, and with VERLPP_GRAPH_EARLY_LAUNCH=0.
   int64_t early_launch_edges() const;
 
  private:
