@@ -26,7 +26,6 @@
 #include "gpu_device.cuh"
 #include "workspace_pool.hpp"
 
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -97,23 +96,13 @@ inline CapturedLaunch& last_captured_launch() {
 }
 
 // Makes `stream`'s capture dependency on a foreign kernel fire at that kernel's launch
-// completion; true when it did (the launch must then go without the PDL attribute). Only for
-// grids of at most one block per multiprocessor: on the H200 early launch of every kernel
-// behind a library kernel gained 2% at batch 32 but lost 1% at batch 256, where the attention's
-// 512 blocks, placed early wherever the GEMM left room, then ran less evenly.
-inline bool follow_foreign_kernel_early(cudaStream_t stream, const dim3& grid) {
+// completion; true when it did (the launch must then go without the PDL attribute).
+inline bool follow_foreign_kernel_early(cudaStream_t stream) {
   static const bool enabled = [] {
     const char* env = std::getenv("VERLPP_GRAPH_EARLY_LAUNCH");
     return env == nullptr || std::strcmp(env, "0") != 0;
   }();
   if (!enabled) return false;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
-  if (blocks > uint64_t(workspace_pool(device).sms)) return false;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long capture = 0;
   const cudaGraphNode_t* deps = nullptr;
@@ -182,7 +171,7 @@ gpuError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   config.attrs = attribute;
   const bool pdl = dependent_launch_enabled();
 #if VERLPP_CUDA_EARLY_LAUNCH
-  const bool early = pdl && follow_foreign_kernel_early(stream, grid);
+  const bool early = pdl && follow_foreign_kernel_early(stream);
   config.numAttrs = pdl && !early ? 1 : 0;
   const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (pdl && launched == cudaSuccess) remember_captured_launch(stream);
