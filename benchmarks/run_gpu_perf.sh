@@ -149,6 +149,11 @@ if [[ " $STAGES " == *" tests "* ]]; then
     echo "$layer [gpu] tests: rc $?" | tee -a "$OUT/summary.txt"
     tail -40 "$OUT/${layer}_gpu_tests.txt" | tee -a "$OUT/summary.txt"
   done
+  # The opt-in early launch behind library kernels (plugins/cuda/dependent_launch.cuh) changes
+  # the captured graphs: the rollout cases again with it.
+  VERLPP_GRAPH_EARLY_LAUNCH=1 timeout 300 "$BIN/verlpp_rollout_tests" "[gpu]" > /tmp/early_tests.txt 2>&1
+  echo "rollout [gpu] tests, VERLPP_GRAPH_EARLY_LAUNCH=1: rc $?" | tee -a "$OUT/summary.txt"
+  tail -8 /tmp/early_tests.txt | tee -a "$OUT/summary.txt"
 fi
 
 # The decode attention kernels in isolation (benchmarks/kernels/attention_decode_bench.cu, built with

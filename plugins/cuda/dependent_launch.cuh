@@ -16,8 +16,8 @@
 // then wait in their own wait_for_prior_grids() for this grid to complete and flush. It helps
 // where one of our kernels follows another (rotary_kv_store -> attention, the sampler's two);
 // a library kernel (cuBLAS) is launched without the attribute and starts as before. Behind a
-// library kernel, in a CUDA graph, our kernel launches at that kernel's launch completion
-// (follow_foreign_kernel_early below).
+// library kernel, in a CUDA graph, our kernel can launch at that kernel's launch completion
+// (follow_foreign_kernel_early below; opt-in).
 //
 // VERLPP_CUDA_PDL=0 launches without the attribute (for comparison); HIP has no PDL and uses
 // plain launches.
@@ -81,7 +81,11 @@ inline bool dependent_launch_enabled() {
 // the edge back to the programmatic port): its blocks are placed while the library kernel runs
 // and wait in wait_for_prior_grids() for it to complete and flush, as every kernel of ours does
 // before it touches memory, so the order of memory accesses is what it was. Eager launches and
-// launches after our own kernels are unchanged. VERLPP_GRAPH_EARLY_LAUNCH=0 turns it off.
+// launches after our own kernels are unchanged.
+// Off unless VERLPP_GRAPH_EARLY_LAUNCH=1: on the H200 (docs/benchmarks.md) it gained 1.5-2% at
+// batch 32 but lost 1.0-1.4% at batch 256 (also when only grids of at most one block per SM
+// launched early), where the blocks waiting beside a GEMM slow it; an RL rollout's batches are
+// mostly large.
 // (Editing the edges after capture is not an option: CUDA refuses to remove edges from a graph
 // with memory-allocation nodes, which the workspace pool's stream-ordered allocations add.)
 
@@ -100,7 +104,7 @@ inline CapturedLaunch& last_captured_launch() {
 inline bool follow_foreign_kernel_early(cudaStream_t stream) {
   static const bool enabled = [] {
     const char* env = std::getenv("VERLPP_GRAPH_EARLY_LAUNCH");
-    return env == nullptr || std::strcmp(env, "0") != 0;
+    return env != nullptr && std::strcmp(env, "1") == 0;
   }();
   if (!enabled) return false;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;

@@ -43,8 +43,9 @@ class DeviceGraphs {
   void replay(int64_t key);
   int64_t size() const;
   // Edges of this set's graphs that fire at their upstream kernel's launch completion: the cuda
-  // plugin sets them in capture behind library kernels (plugins/cuda/dependent_launch.cuh). 0
-  // where LibTorch (< 2.6) or CUDA (< 12.3) cannot list edges, and with VERLPP_GRAPH_EARLY_LAUNCH=0.
+  // plugin sets them in capture behind library kernels with VERLPP_GRAPH_EARLY_LAUNCH=1
+  // (plugins/cuda/dependent_launch.cuh). 0 otherwise, and where LibTorch (< 2.6) or CUDA (< 12.3)
+  // cannot list edges.
   int64_t early_launch_edges() const;
 
  private:
