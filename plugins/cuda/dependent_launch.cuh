@@ -99,6 +99,28 @@ inline CapturedLaunch& last_captured_launch() {
   return last;
 }
 
+// The capture `stream` is in (id), and the one node the next captured work would follow; false
+// when it is not capturing or that work would follow more or fewer than one node.
+struct CaptureTail {
+  unsigned long long capture = 0;
+  cudaGraphNode_t node = nullptr;
+  cudaGraphEdgeData edge{};  // the edge that work would get (default: zeroed)
+};
+inline bool capture_tail(cudaStream_t stream, CaptureTail& tail) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* data = nullptr;
+  size_t count = 0;
+  if (cudaStreamGetCaptureInfo(stream, &status, &tail.capture, nullptr, &deps, &data, &count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (status != cudaStreamCaptureStatusActive || count != 1) return false;
+  tail.node = deps[0];
+  tail.edge = data != nullptr ? data[0] : cudaGraphEdgeData{};
+  return true;
+}
+
 // Makes `stream`'s capture dependency on a foreign kernel fire at that kernel's launch
 // completion; true when it did (the launch must then go without the PDL attribute).
 inline bool follow_foreign_kernel_early(cudaStream_t stream) {
@@ -106,26 +128,17 @@ inline bool follow_foreign_kernel_early(cudaStream_t stream) {
     const char* env = std::getenv("VERLPP_GRAPH_EARLY_LAUNCH");
     return env != nullptr && std::strcmp(env, "1") == 0;
   }();
-  if (!enabled) return false;
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  unsigned long long capture = 0;
-  const cudaGraphNode_t* deps = nullptr;
-  const cudaGraphEdgeData* data = nullptr;
-  size_t count = 0;
-  if (cudaStreamGetCaptureInfo(stream, &status, &capture, nullptr, &deps, &data, &count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  if (status != cudaStreamCaptureStatusActive || count != 1) return false;
+  CaptureTail tail;
+  if (!enabled || !capture_tail(stream, tail)) return false;
   const CapturedLaunch& last = last_captured_launch();
-  if (last.capture == capture && last.node == deps[0]) return false;  // our own kernel: PDL as usual
-  if (data != nullptr && (data[0].type != cudaGraphDependencyTypeDefault || data[0].from_port != 0)) return false;
+  if (last.capture == tail.capture && last.node == tail.node) return false;  // our own kernel: PDL as usual
+  if (tail.edge.type != cudaGraphDependencyTypeDefault || tail.edge.from_port != 0) return false;
   cudaGraphNodeType type;
-  if (cudaGraphNodeGetType(deps[0], &type) != cudaSuccess || type != cudaGraphNodeTypeKernel) {
+  if (cudaGraphNodeGetType(tail.node, &type) != cudaSuccess || type != cudaGraphNodeTypeKernel) {
     (void)cudaGetLastError();
     return false;
   }
-  cudaGraphNode_t node = deps[0];
+  cudaGraphNode_t node = tail.node;
   cudaGraphEdgeData early{};
   early.from_port = cudaGraphKernelNodePortLaunchCompletion;
   early.type = cudaGraphDependencyTypeProgrammatic;
@@ -138,16 +151,8 @@ inline bool follow_foreign_kernel_early(cudaStream_t stream) {
 
 // After a launch into a capture: remembers its node (the stream's one dependency now).
 inline void remember_captured_launch(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  unsigned long long capture = 0;
-  const cudaGraphNode_t* deps = nullptr;
-  const cudaGraphEdgeData* data = nullptr;
-  size_t count = 0;
-  if (cudaStreamGetCaptureInfo(stream, &status, &capture, nullptr, &deps, &data, &count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return;
-  }
-  if (status == cudaStreamCaptureStatusActive && count == 1) last_captured_launch() = CapturedLaunch{capture, deps[0]};
+  CaptureTail tail;
+  if (capture_tail(stream, tail)) last_captured_launch() = CapturedLaunch{tail.capture, tail.node};
 }
 #define VERLPP_CUDA_EARLY_LAUNCH 1
 #else
