@@ -325,7 +325,7 @@ gpuError_t launch_config(const GemmParams& p, gpuStream_t stream) {
 
 }  // namespace
 
-// The configurations, by index (the microbench sweeps them; choose_gemm_config picks one).
+// The configurations, by index (gemm_bench.cu sweeps them).
 int gemm_config_count() { return 6; }
 
 const char* gemm_config_name(int config) {

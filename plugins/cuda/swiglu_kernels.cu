@@ -20,7 +20,6 @@
 namespace verlpp::cuda {
 namespace {
 
-
 // Rows of `f` values; element (r, j) of operand k is at base_k + r * stride_k + j.
 struct Rows {
   int64_t n, f, items;  // items = n * f / VEC work items
