@@ -18,6 +18,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -142,13 +143,30 @@ int check() {
   return failures ? 1 : 0;
 }
 
+constexpr int64_t kMaxRows = 256;  // the decode batch the experiment is for; its buffers hold this many
+
+// A row count in [1, kMaxRows] from `text` (all of it), or -1.
+int64_t parse_rows(const std::string& text) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  return !text.empty() && end != nullptr && *end == '\0' && v >= 1 && v <= kMaxRows ? int64_t(v) : -1;
+}
+
 int time_all() {
   std::vector<int64_t> row_counts = {256};
   if (const char* env = std::getenv("ROWS")) {
     row_counts.clear();
-    for (const char* p = env; *p;) {
-      row_counts.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
-      if (*p == ',') ++p;
+    std::string list = env;
+    for (size_t start = 0; start <= list.size();) {
+      const size_t comma = std::min(list.find(',', start), list.size());
+      const std::string item = list.substr(start, comma - start);
+      const int64_t rows = parse_rows(item);
+      if (rows < 0) {
+        printf("ROWS=\"%s\": \"%s\" is not a row count in [1, %lld]\n", env, item.c_str(), (long long)kMaxRows);
+        return 2;
+      }
+      row_counts.push_back(rows);
+      start = comma + 1;
     }
   }
   constexpr int kLayers = 24;
@@ -254,6 +272,23 @@ int one(int config, int shape, int64_t m) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "time";
   if (mode == "check") return check();
-  if (mode == "one" && argc > 3) return one(std::atoi(argv[2]), std::atoi(argv[3]), argc > 4 ? std::atoll(argv[4]) : 256);
-  return time_all();
+  if (mode == "time") return time_all();
+  if (mode == "one") {
+    const int configs = verlpp::cuda::gemm_config_count(), shapes = int(sizeof(kShapes) / sizeof(kShapes[0]));
+    const int config = argc > 2 ? std::atoi(argv[2]) : -1, shape = argc > 3 ? std::atoi(argv[3]) : -1;
+    const int64_t m = argc > 4 ? parse_rows(argv[4]) : 256;
+    if (config < 0 || config >= configs || shape < 0 || shape >= shapes || m < 0) {
+      printf("usage: gemm_bench one CONFIG SHAPE [ROWS]: CONFIG in [0, %d), SHAPE in [0, %d) (qkv, o, gate_up+silu, "
+             "down), ROWS in [1, %lld]\n", configs, shapes, (long long)kMaxRows);
+      return 2;
+    }
+    if (verlpp::cuda::gemm_config_silu(config) != kShapes[shape].silu) {
+      printf("gemm_bench one: configuration %d (%s) does not serve shape %s\n", config,
+             verlpp::cuda::gemm_config_name(config), kShapes[shape].name);
+      return 2;
+    }
+    return one(config, shape, m);
+  }
+  printf("usage: gemm_bench [check | time | one CONFIG SHAPE [ROWS]]; unknown mode \"%s\"\n", mode.c_str());
+  return 2;
 }
