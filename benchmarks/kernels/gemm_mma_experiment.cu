@@ -12,14 +12,15 @@
 // kernel, deterministic).
 //
 // What it measured (H200, M = 256, per layer call in a graph behind an RMSNorm): correct (70 of
-// 70 shapes and row counts within the fp64 check's tolerance) but 1.4x (o, 256x64 k8) to 6x
-// slower than cuBLAS; gate/up + SwiGLU 21.4 against cuBLAS + silu_mul 13.9 us. Nsight Compute:
-// latency-bound, not memory- nor tensor-bound (memory 33%, SM 30%, 12% achieved occupancy: one
-// 8-warp CTA per SM, 6.8-7.4 cycles between a warp's instructions, stalls on ldmatrix results and
-// the mma chain). The L2 hint changed nothing measurable; PDL helped the small row counts. What
-// a competitive version needs is Hopper's own path: TMA loads (no address arithmetic, multicast
-// of the shared operand across a cluster, which halves the L2 traffic cuBLAS's sm90 kernels
-// avoid too) and wgmma (asynchronous, 64-row warpgroup tiles) - days of work, not a tweak.
+// 70 shapes and row counts within the fp64 check's tolerance) but, in its best configuration per
+// projection, 1.4-1.6x cuBLAS's time (7x in the worst); gate/up + SwiGLU 21.4 against cuBLAS +
+// silu_mul 13.9 us. Nsight Compute: latency-bound, neither memory- nor tensor-bound (memory 33%,
+// SM 30%, 12% achieved occupancy: one 8-warp CTA per SM, 6.8-7.4 cycles between a warp's
+// instructions, stalls on ldmatrix results and on the mma chain). The L2 hint changed nothing
+// measurable; PDL off cost 0.6-2.3 us in three of the four projections. A competitive version
+// needs Hopper's own path: TMA loads (no address arithmetic; multicast of the operand CTAs of a
+// cluster share, halving its L2 reads) and wgmma (asynchronous, 64-row warpgroup tiles) - days
+// of work, not a tweak.
 //
 // Structure: a CTA computes a BM x BN tile of y (for SwiGLU: BN gate columns and the same BN up
 // columns, i.e. 2 BN rows of W) over its K range in 64-wide chunks, through a STAGES-deep
