@@ -121,15 +121,20 @@ inline bool capture_tail(cudaStream_t stream, CaptureTail& tail) {
   return true;
 }
 
-// Makes `stream`'s capture dependency on a foreign kernel fire at that kernel's launch
-// completion; true when it did (the launch must then go without the PDL attribute).
-inline bool follow_foreign_kernel_early(cudaStream_t stream) {
+// VERLPP_GRAPH_EARLY_LAUNCH=1 (read once): without it launch_kernel asks nothing about captures.
+inline bool early_launch_enabled() {
   static const bool enabled = [] {
     const char* env = std::getenv("VERLPP_GRAPH_EARLY_LAUNCH");
     return env != nullptr && std::strcmp(env, "1") == 0;
   }();
+  return enabled;
+}
+
+// Makes `stream`'s capture dependency on a foreign kernel fire at that kernel's launch
+// completion; true when it did (the launch must then go without the PDL attribute).
+inline bool follow_foreign_kernel_early(cudaStream_t stream) {
   CaptureTail tail;
-  if (!enabled || !capture_tail(stream, tail)) return false;
+  if (!capture_tail(stream, tail)) return false;
   const CapturedLaunch& last = last_captured_launch();
   if (last.capture == tail.capture && last.node == tail.node) return false;  // our own kernel: PDL as usual
   if (tail.edge.type != cudaGraphDependencyTypeDefault || tail.edge.from_port != 0) return false;
@@ -180,10 +185,11 @@ gpuError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   config.attrs = attribute;
   const bool pdl = dependent_launch_enabled();
 #if VERLPP_CUDA_EARLY_LAUNCH
-  const bool early = pdl && follow_foreign_kernel_early(stream);
+  const bool watch = pdl && early_launch_enabled();  // off: no capture queries on this hot path
+  const bool early = watch && follow_foreign_kernel_early(stream);
   config.numAttrs = pdl && !early ? 1 : 0;
   const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-  if (pdl && launched == cudaSuccess) remember_captured_launch(stream);
+  if (watch && launched == cudaSuccess) remember_captured_launch(stream);
   return launched;
 #else
   config.numAttrs = pdl ? 1 : 0;
