@@ -141,6 +141,12 @@ TEST_CASE("decode graphs: the step queued ahead is the scheduler's next step les
   CHECK_FALSE(detail::queued_rows(*next, later, 4).has_value());
 }
 
+// The cuda plugin built beside these tests, on a host with a CUDA device (the case fails without one).
+static hw::Plugin cuda_plugin() {
+  REQUIRE(at::hasCUDA());
+  return hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cuda.so");
+}
+
 TEST_CASE("decode graphs: a CPU engine says why its steps run eagerly", "[rollout][graphs]") {
   RolloutEngine engine(tiny_model(3), EngineOptions{});
   INFO(engine.device_graphs_off_reason());
@@ -152,10 +158,9 @@ TEST_CASE("decode graphs: a CPU engine says why its steps run eagerly", "[rollou
 }
 
 TEST_CASE("decode graphs on CUDA equal eager steps and a full forward", "[.gpu][rollout][graphs]") {
-  REQUIRE(at::hasCUDA());
-  const c10::Device gpu(c10::kCUDA, 0);
-  hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cuda.so");
+  hw::Plugin plugin = cuda_plugin();
   hw::Kernels kernels(plugin);
+  const c10::Device gpu(c10::kCUDA, 0);
   const model::DecoderLM ref = tiny_model(11);
   const model::DecoderLM exact = fp64_copy(ref);
 
@@ -242,10 +247,9 @@ TEST_CASE("decode graphs on CUDA queue the next step ahead: the same tokens, sto
   // that samples end at many different steps: queued steps are then read for a subset of their
   // rows, and one is discarded where nothing follows. Every output must equal the eager
   // engine's, with overlap on and off, and over a second call on the same engine.
-  REQUIRE(at::hasCUDA());
-  const c10::Device gpu(c10::kCUDA, 0);
-  hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cuda.so");
+  hw::Plugin plugin = cuda_plugin();
   hw::Kernels kernels(plugin);
+  const c10::Device gpu(c10::kCUDA, 0);
   std::vector<GenerateRequest> reqs;
   for (int64_t i = 0; i < 40; ++i) {
     GenerateRequest r{prompt_of(3 + (i * 5) % 29, i), SamplingParams{}};
@@ -303,10 +307,9 @@ TEST_CASE("decode graphs on CUDA queue the next step ahead: the same tokens, sto
 TEST_CASE("decode graphs on CUDA in bf16 match eager bf16 steps", "[.gpu][rollout][graphs]") {
   // bf16 is what RL runs; tokens may differ from fp32, but graphs and eager steps run the same
   // kernels on the same rows, so greedy tokens agree and log-probs are close.
-  REQUIRE(at::hasCUDA());
-  const c10::Device gpu(c10::kCUDA, 0);
-  hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cuda.so");
+  hw::Plugin plugin = cuda_plugin();
   hw::Kernels kernels(plugin);
+  const c10::Device gpu(c10::kCUDA, 0);
   std::vector<GenerateRequest> reqs;
   for (int64_t i = 0; i < 37; ++i) {
     GenerateRequest r{prompt_of(1 + (i * 7) % 23, i), SamplingParams{}};
@@ -349,10 +352,9 @@ TEST_CASE("ABI 1.5's fused decode attention on CUDA gives the tokens and log-pro
   // takes (RoPE of q in registers, the new K/V row from shared memory). The plugin promises the
   // pair's output bits, so every token and log-prob must be equal, in graphs and eager steps,
   // with ragged prompts that end and start KV blocks at many steps.
-  REQUIRE(at::hasCUDA());
-  const c10::Device gpu(c10::kCUDA, 0);
-  hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cuda.so");
+  hw::Plugin plugin = cuda_plugin();
   hw::Kernels kernels(plugin);
+  const c10::Device gpu(c10::kCUDA, 0);
   REQUIRE(kernels.table().rotary_paged_attention_decode != nullptr);
   model::ModelConfig cfg = tiny_config();
   cfg.hidden_size = 256;  // 4 heads of 64 over 2 KV heads
