@@ -2,6 +2,7 @@
 #include "decode_graphs.hpp"
 
 #include "attention.hpp"
+#include "decode_inputs.hpp"
 #include "../train/layer_kernels.hpp"
 
 #include <verlpp/core/error.hpp>
@@ -16,16 +17,6 @@
 #include <utility>
 
 namespace verlpp::rollout::detail {
-namespace {
-
-// A bucket's static inputs, in one byte buffer: int64 [ids | positions | slots | context lens |
-// top-k | seeds | source rows] (B each), float [temperatures | top-p] (B each), then int64 block
-// tables [B, W]. The tables come last so that a step whose tables did not change copies only
-// the head. Source rows (not read by the graph): where a queued step's ids come from.
-constexpr int64_t kInt64Rows = 7;
-constexpr int64_t kFloatRows = 2;
-
-}  // namespace
 
 std::optional<NextDecode> predict_next(const ScheduledStep& step, int64_t block_size) {
   if (step.is_prefill || step.compute.empty() || step.samplers.size() != step.compute.size()) return std::nullopt;
@@ -102,7 +93,8 @@ DecodeGraphs::DecodeGraphs(const c10::Device& device, int64_t scratch_block, con
                max_batch, table_width);
   for (int64_t size : buckets(max_batch)) buckets_[size].size = size;
   const auto pinned = at::TensorOptions().dtype(at::kByte).pinned_memory(true);
-  for (Staging& s : staging_) s.bytes = at::empty({head_bytes(max_batch) + max_batch * table_width * 8}, pinned);
+  const int64_t staging_bytes = DecodeInputLayout(max_batch, table_width).total_bytes();
+  for (Staging& s : staging_) s.bytes = at::empty({staging_bytes}, pinned);
   for (at::Tensor& o : outputs_)
     o = at::empty({max_batch + (max_batch + 1) / 2}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
 }
@@ -112,10 +104,6 @@ DecodeGraphs::~DecodeGraphs() {
     settle();  // a queued replay must not outlive its graph and buffers
   } catch (...) {
   }
-}
-
-int64_t DecodeGraphs::head_bytes(int64_t size) const {
-  return size * kInt64Rows * int64_t(sizeof(int64_t)) + size * kFloatRows * int64_t(sizeof(float));
 }
 
 DecodeGraphs::Bucket& DecodeGraphs::bucket_for(int64_t batch) { return buckets_.lower_bound(batch)->second; }
@@ -192,59 +180,65 @@ DecodeGraphs::Launch DecodeGraphs::launch(const model::DecoderLM& model, model::
   const int64_t b = int64_t(rows.seqs.size());
   Bucket& bucket = bucket_for(b);
   const int64_t B = bucket.size, W = table_width_, bs = cache.block_size();
+  const DecodeInputLayout layout(B, W);
   Staging& staging = staging_[next_staging_];
   next_staging_ ^= 1;
   staging.copied.synchronize();  // the copy that last read these bytes is done
-  auto* bytes = static_cast<uint8_t*>(staging.bytes.data_ptr());
-  auto* i64 = reinterpret_cast<int64_t*>(bytes);
-  auto* f32 = reinterpret_cast<float*>(bytes + B * kInt64Rows * int64_t(sizeof(int64_t)));
-  auto* tables = reinterpret_cast<int64_t*>(bytes + head_bytes(B));
+  void* bytes = staging.bytes.data_ptr();
+  using In = DecodeInput;
+  int64_t* ids = layout.host<int64_t>(bytes, In::ids);
+  int64_t* positions = layout.host<int64_t>(bytes, In::positions);
+  int64_t* slots = layout.host<int64_t>(bytes, In::slots);
+  int64_t* context_lens = layout.host<int64_t>(bytes, In::context_lens);
+  int64_t* top_k = layout.host<int64_t>(bytes, In::top_k);
+  int64_t* seeds = layout.host<int64_t>(bytes, In::seeds);
+  int64_t* source_rows = layout.host<int64_t>(bytes, In::source_rows);
+  float* temperature = layout.host<float>(bytes, In::temperature);
+  float* top_p = layout.host<float>(bytes, In::top_p);
+  int64_t* tables = layout.host<int64_t>(bytes, In::block_tables);
   bool identity = true;  // the ids come from rows 0 .. b-1 of tokens_from
   for (int64_t i = 0; i < B; ++i) {
     int64_t* row = tables + i * W;
     if (i >= b) {  // padding: token 0 at position 0 in the scratch block, greedy
-      i64[i] = 0, i64[B + i] = 0, i64[2 * B + i] = scratch_block_ * bs, i64[3 * B + i] = 1;
-      i64[4 * B + i] = 0, i64[5 * B + i] = 0, i64[6 * B + i] = 0, f32[i] = 0.0f, f32[B + i] = 1.0f;  // greedy
+      ids[i] = 0, positions[i] = 0, slots[i] = scratch_block_ * bs, context_lens[i] = 1;
+      top_k[i] = 0, seeds[i] = 0, source_rows[i] = 0, temperature[i] = 0.0f, top_p[i] = 1.0f;
       std::fill(row, row + W, scratch_block_);
       continue;
     }
     const Sequence* s = rows.seqs[size_t(i)];
     const int64_t p = rows.positions[size_t(i)];
-    i64[i] = tokens_from ? 0 : s->token_ids[size_t(p)];  // with tokens_from: written on the device
-    i64[B + i] = p;
-    i64[2 * B + i] = rows.blocks[size_t(i)] * bs + p % bs;
-    i64[3 * B + i] = p + 1;
-    i64[4 * B + i] = s->sampling.top_k > 0 ? s->sampling.top_k : 0;
-    i64[5 * B + i] = int64_t(sample_seed(s->sampling.seed, rows.sample_steps[size_t(i)]));
-    i64[6 * B + i] = rows.source_rows[size_t(i)];
+    ids[i] = tokens_from ? 0 : s->token_ids[size_t(p)];  // with tokens_from: written on the device
+    positions[i] = p;
+    slots[i] = rows.blocks[size_t(i)] * bs + p % bs;
+    context_lens[i] = p + 1;
+    top_k[i] = s->sampling.top_k > 0 ? s->sampling.top_k : 0;
+    seeds[i] = int64_t(sample_seed(s->sampling.seed, rows.sample_steps[size_t(i)]));
+    source_rows[i] = rows.source_rows[size_t(i)];
     identity = identity && rows.source_rows[size_t(i)] == i;
-    f32[i] = float(s->sampling.temperature);
-    f32[B + i] = float(s->sampling.top_p);
+    temperature[i] = float(s->sampling.temperature);
+    top_p[i] = float(s->sampling.top_p);
     std::copy(s->block_table.begin(), s->block_table.end(), row);
     std::fill(row + s->block_table.size(), row + W, scratch_block_);
   }
   if (!bucket.inputs.defined())
-    bucket.inputs = at::empty({head_bytes(B) + B * W * int64_t(sizeof(int64_t))},
-                              at::TensorOptions().dtype(at::kByte).device(device_));
-  bucket.inputs.narrow(0, 0, head_bytes(B)).copy_(staging.bytes.narrow(0, 0, head_bytes(B)), /*non_blocking=*/true);
+    bucket.inputs = at::empty({layout.total_bytes()}, at::TensorOptions().dtype(at::kByte).device(device_));
+  const int64_t head = layout.head_bytes(), table_bytes = layout.bytes(In::block_tables);
+  bucket.inputs.narrow(0, 0, head).copy_(staging.bytes.narrow(0, 0, head), /*non_blocking=*/true);
   // Block tables change only when a sequence gets a block or the batch changes: most steps
   // copy the head alone (72 bytes a row; the tables are 8 W bytes a row, 512 at W = 64).
   if (bucket.tables.size() != size_t(B * W) || !std::equal(tables, tables + B * W, bucket.tables.begin())) {
-    bucket.inputs.narrow(0, head_bytes(B), B * W * int64_t(sizeof(int64_t)))
-        .copy_(staging.bytes.narrow(0, head_bytes(B), B * W * int64_t(sizeof(int64_t))), /*non_blocking=*/true);
+    bucket.inputs.narrow(0, head, table_bytes).copy_(staging.bytes.narrow(0, head, table_bytes), /*non_blocking=*/true);
     bucket.tables.assign(tables, tables + B * W);
   }
   staging.copied.record(device_);
   if (tokens_from != nullptr) {
     // The ids of this step are the tokens the launch before sampled, still on the device.
     const at::Tensor sampled = buckets_.at(tokens_from->bucket).samples.tokens;
-    at::Tensor ids = bucket.inputs.narrow(0, 0, b * int64_t(sizeof(int64_t))).view(at::kLong);
+    at::Tensor fed = layout.view_rows(bucket.inputs, In::ids, b);
     if (identity) {
-      ids.copy_(sampled.narrow(0, 0, b));
+      fed.copy_(sampled.narrow(0, 0, b));
     } else {
-      const at::Tensor source = bucket.inputs.narrow(0, 6 * B * int64_t(sizeof(int64_t)), b * int64_t(sizeof(int64_t)))
-                                    .view(at::kLong);
-      ids.copy_(sampled.index_select(0, source));
+      fed.copy_(sampled.index_select(0, layout.view_rows(bucket.inputs, In::source_rows, b)));
     }
   }
   if (!graphs_.contains(B)) capture(model, cache, bucket);
@@ -264,15 +258,12 @@ void DecodeGraphs::capture(const model::DecoderLM& model, model::PagedKvCache& c
   auto body = [&]() {
     // The warm-up runs this for real on the step's inputs: its KV writes are the same the
     // replay then makes, so running it twice changes nothing.
-    const int64_t i64_bytes = B * kInt64Rows * int64_t(sizeof(int64_t));
-    at::Tensor i64 = bucket.inputs.narrow(0, 0, i64_bytes).view(at::kLong);
-    at::Tensor f32 = bucket.inputs.narrow(0, i64_bytes, B * kFloatRows * int64_t(sizeof(float))).view(at::kFloat);
-    at::Tensor tables = bucket.inputs.narrow(0, head_bytes(B), B * W * int64_t(sizeof(int64_t))).view(at::kLong);
-    const at::Tensor ids = i64.narrow(0, 0, B), positions = i64.narrow(0, B, B);
-    model::PagedStep paged{i64.narrow(0, 2 * B, B), at::Tensor(), i64.narrow(0, 3 * B, B),
-                           tables.view({B, W})};
-    DeviceSampling rows{f32.narrow(0, 0, B), i64.narrow(0, 4 * B, B).to(at::kInt), f32.narrow(0, B, B),
-                        i64.narrow(0, 5 * B, B)};
+    const DecodeInputLayout layout(B, W);
+    using In = DecodeInput;
+    auto in = [&](In f) { return layout.view(bucket.inputs, f); };
+    const at::Tensor ids = in(In::ids), positions = in(In::positions);
+    model::PagedStep paged{in(In::slots), at::Tensor(), in(In::context_lens), in(In::block_tables)};
+    DeviceSampling rows{in(In::temperature), in(In::top_k).to(at::kInt), in(In::top_p), in(In::seeds)};
     RolloutAttention attention(cache, std::move(paged), /*is_decode=*/true, &kernels_);
     VERLPP_CHECK(attention.uses_kernel(), "DecodeGraphs: the decode step would not use the plugin's attention kernel");
     const at::Tensor hidden = model.forward_cached(ids, positions, attention, train::detail::layer_kernels_for(&kernels_, /*fuse_adds=*/true));

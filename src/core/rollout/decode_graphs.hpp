@@ -105,7 +105,7 @@ class DecodeGraphs {
  private:
   struct Bucket {
     int64_t size = 0;
-    at::Tensor inputs;            // device bytes: the static inputs (layout in decode_graphs.cpp)
+    at::Tensor inputs;            // device bytes: the static inputs (DecodeInputLayout)
     DeviceSamples samples;        // the graph's outputs [size], rewritten by every replay
     std::vector<int64_t> tables;  // the block tables last copied into `inputs` (in stream order)
   };
@@ -122,7 +122,6 @@ class DecodeGraphs {
   };
   Bucket& bucket_for(int64_t batch);
   void capture(const model::DecoderLM& model, model::PagedKvCache& cache, Bucket& bucket);
-  int64_t head_bytes(int64_t size) const;
   // Queues the step of `rows` (row i feeds positions[i] in blocks[i], sampling step
   // sample_steps[i]) through its bucket's graph. With `tokens_from`, row i's id is the token
   // that launch sampled in row source_rows[i] (still on the device); else the sequence's own.
