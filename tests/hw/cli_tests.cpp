@@ -34,6 +34,18 @@ TEST_CASE("verlpp plugins shows rejected plugins with their reason", "[cli]") {
   CHECK_THAT(out, Catch::Contains("cpu_ref"));
 }
 
+TEST_CASE("verlpp plugins goes on past a plugin whose probe crashes or hangs", "[cli][probe]") {
+  std::string out;
+  const std::string dirs = test::plugin_case_dir("probe_segv") + ":" + test::plugin_case_dir("probe_hang");
+  REQUIRE(test::run_command(verlpp_cmd("VERLPP_PLUGIN_PROBE_TIMEOUT_MS=2000 VERLPP_PLUGIN_PATH=" + dirs, "plugins"), out) == 0);
+  CHECK_THAT(out, Catch::Contains("Rejected") && Catch::Contains("crashed in its probe (signal SIGSEGV)"));
+  CHECK_THAT(out, Catch::Contains("its probe did not return within 2000 ms"));
+  CHECK_THAT(out, Catch::Contains("cpu_ref"));
+  // A bad timeout is named, not taken.
+  CHECK(test::run_command(verlpp_cmd("VERLPP_PLUGIN_PROBE_TIMEOUT_MS=soon", "plugins"), out) == 1);
+  CHECK_THAT(out, Catch::Contains("VERLPP_PLUGIN_PROBE_TIMEOUT_MS=soon") && Catch::Contains("milliseconds"));
+}
+
 TEST_CASE("verlpp plugins says when this LibTorch cannot place a plugin's cuda tensors", "[cli]") {
   std::string out;
   std::string path = test::plugin_case_file("cuda_type", "cudalike");

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 
 using namespace verlpp;
 namespace fs = std::filesystem;
@@ -189,5 +190,50 @@ TEST_CASE("a scan lists broken plugins beside the good ones", "[hw][loader]") {
   REQUIRE(r.loaded.size() == 1);
   CHECK(r.loaded[0].name() == "cpu_ref");
   CHECK(r.rejected.size() == 2);
+  remove_tree(dir);
+}
+
+TEST_CASE("a probe that crashes, aborts, exits, hangs or breaks its reason is rejected, not fatal",
+          "[hw][loader][probe]") {
+  struct Hostile {
+    const char* folder;
+    const char* stem;
+    const char* reason;
+  };
+  const Hostile cases[] = {
+      {"probe_segv", "probesegv", "crashed in its probe (signal SIGSEGV)"},
+      {"probe_abort", "probeabort", "crashed in its probe (signal SIGABRT)"},
+      {"probe_exit", "probeexit", "ended the process in its probe (exit status 7)"},
+      {"probe_hang", "probehang", "its probe did not return within 2000 ms (the child process was killed)"},
+      {"probe_unterminated", "probenonul", "its probe left the reason unterminated (no NUL within 512 bytes)"},
+      {"probe_overflow", "probeoverflow", "its probe wrote past the 512 bytes of reason it was given"},
+      {"load_segv", "loadsegv", "crashed while being loaded (its static initialisers) (signal SIGSEGV)"},
+  };
+  fs::path dir = fresh_dir("hostile");
+  fs::copy_file(test::cpu_ref_path(), dir / "libverlpp-plugin-cpu_ref.so");
+  for (const Hostile& h : cases)
+    fs::copy_file(test::plugin_case_file(h.folder, h.stem), dir / (std::string("libverlpp-plugin-") + h.stem + ".so"));
+  hw::DiscoveryOptions o;
+  o.search_dirs = {dir.string()};
+  o.probe_timeout_ms = 2000;  // long enough for a loaded machine to open the good files
+  const auto r = hw::discover_plugins(o);
+  // The scan goes on past every hostile file: cpu_ref loads, each of the others is listed.
+  REQUIRE(r.loaded.size() == 1);
+  CHECK(r.loaded[0].name() == "cpu_ref");
+  CHECK(r.rejected.size() == std::size(cases));
+  for (const Hostile& h : cases) {
+    INFO(h.stem);
+    const hw::RejectedPlugin* x = rejected_for(r, std::string("libverlpp-plugin-") + h.stem + ".so");
+    REQUIRE(x != nullptr);
+    CHECK(x->reason == h.reason);
+  }
+  // Named explicitly, the same plugin is an Error that names the file and the reason.
+  o.requested = (dir / "libverlpp-plugin-probesegv.so").string();
+  try {
+    hw::discover_plugins(o);
+    FAIL("a crashing probe named explicitly did not fail");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("libverlpp-plugin-probesegv.so") && Catch::Contains("signal SIGSEGV"));
+  }
   remove_tree(dir);
 }

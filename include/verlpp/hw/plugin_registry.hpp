@@ -6,6 +6,7 @@
 
 #include <verlpp/hw/plugin.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,8 +19,14 @@ struct DiscoveryOptions {
   std::string requested;
   // Folders scanned in this order (VERLPP_PLUGIN_PATH entries, install folder, exe folder).
   std::vector<std::string> search_dirs;
+  // Open and probe each file in a child process first, so that a plugin that crashes, aborts
+  // or hangs there is rejected with that reason instead of ending this process.
+  bool isolate_probes = true;
+  // How long a child may take to load and probe one file (VERLPP_PLUGIN_PROBE_TIMEOUT_MS).
+  int64_t probe_timeout_ms = 10000;
 
-  // Reads VERL_HARDWARE_PLUGIN and VERLPP_PLUGIN_PATH and adds the default folders.
+  // Reads VERL_HARDWARE_PLUGIN, VERLPP_PLUGIN_PATH and VERLPP_PLUGIN_PROBE_TIMEOUT_MS and adds
+  // the default folders.
   static DiscoveryOptions from_environment();
 };
 
@@ -42,8 +49,9 @@ struct DiscoveryResult {
 // an Error (naming the path and the loader's reason); during a scan, failures are only listed.
 DiscoveryResult discover_plugins(const DiscoveryOptions& options);
 
-// Loads one plugin file by path, or throws Error naming the path and the reason.
-Plugin load_plugin_file(const std::string& path);
+// Loads one plugin file by path, or throws Error naming the path and the reason (a probe that
+// crashes or hangs in its child process included).
+Plugin load_plugin_file(const std::string& path, const DiscoveryOptions& options = DiscoveryOptions{});
 
 // The process-wide plugin set, discovered from the environment on first use.
 const DiscoveryResult& plugins();

@@ -5,6 +5,8 @@
 #include <verlpp/core/log.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
 
+#include "probe_in_child.hpp"
+
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 #include <verlpp/core/strings.hpp>
@@ -97,10 +99,18 @@ std::vector<std::string> missing_required(const verlpp_plugin_api& t) {
 }
 
 // Opens and checks one file without initialising it. Returns "" on success, else the reason.
-std::string inspect(Candidate& c) {
+// With options.isolate_probes the file is first opened and probed in a child process, so that
+// a crash, an abort or a hang there is a rejection; the probe's answer is then taken from the
+// child and not asked again here.
+std::string inspect(Candidate& c, const DiscoveryOptions& options) {
   std::error_code ec;
   if (!fs::exists(c.path, ec)) return "file does not exist";
   if (!fs::is_regular_file(c.path, ec)) return "not a regular file";
+  detail::ChildProbe child;
+  if (options.isolate_probes) {
+    child = detail::probe_in_child(c.path, VERLPP_PLUGIN_PROBE_SYMBOL, options.probe_timeout_ms);
+    if (!child.failure.empty()) return child.failure;
+  }
   try {
     // Plain RTLD_LOCAL, not RTLD_DEEPBIND: deep binding made libgloo bind libstdc++ vtables
     // to copies inside the plugin and crash (LibTorch 2.11 host). A plugin must therefore not
@@ -124,11 +134,18 @@ std::string inspect(Candidate& c) {
   auto probe = lib.get<int32_t(char*, size_t)>(VERLPP_PLUGIN_PROBE_SYMBOL);
   auto get_api = lib.get<const verlpp_plugin_api*(uint32_t)>(VERLPP_PLUGIN_GET_API_SYMBOL);
 
-  char reason[512] = {0};
-  c.score = probe(reason, sizeof(reason));
-  reason[sizeof(reason) - 1] = '\0';
+  std::string reason;
+  if (child.probed) {
+    c.score = child.score;
+    reason = child.reason;
+  } else {
+    char buffer[512] = {0};
+    c.score = probe(buffer, sizeof(buffer));
+    buffer[sizeof(buffer) - 1] = '\0';
+    reason = buffer;
+  }
   if (c.score <= 0)
-    return fmt::format("probe says it cannot run here: {}", reason[0] ? reason : "(no reason given)");
+    return fmt::format("probe says it cannot run here: {}", reason.empty() ? "(no reason given)" : reason);
 
   const verlpp_plugin_api* table = get_api(VERLPP_PLUGIN_ABI_MINOR);
   if (table == nullptr)
@@ -204,13 +221,14 @@ std::string describe(const std::vector<std::string>& items) {
 
 // Loads the best of `paths` for an explicit request (`label` says how it was requested, e.g.
 // "VERL_HARDWARE_PLUGIN=cuda"); throws an Error naming each file and its reason on failure.
-Plugin load_requested(const std::string& label, const std::vector<std::string>& paths) {
+Plugin load_requested(const std::string& label, const std::vector<std::string>& paths,
+                      const DiscoveryOptions& options) {
   std::vector<std::unique_ptr<Candidate>> ok;
   std::vector<std::string> failures;
   for (const auto& path : paths) {
     auto c = std::make_unique<Candidate>();
     c->path = canonical(path);
-    std::string why = inspect(*c);
+    std::string why = inspect(*c, options);
     if (why.empty()) ok.push_back(std::move(c));
     else failures.push_back(fmt::format("{}: {}", c->path, why));
   }
@@ -229,6 +247,13 @@ DiscoveryOptions DiscoveryOptions::from_environment() {
   DiscoveryOptions o;
   if (const char* r = std::getenv("VERL_HARDWARE_PLUGIN")) o.requested = r;
   if (const char* p = std::getenv("VERLPP_PLUGIN_PATH")) o.search_dirs = split(p, ':');
+  if (const char* t = std::getenv("VERLPP_PLUGIN_PROBE_TIMEOUT_MS")) {
+    char* end = nullptr;
+    const long long ms = std::strtoll(t, &end, 10);
+    if (end == t || *end != '\0' || ms <= 0)
+      throw Error("VERLPP_PLUGIN_PROBE_TIMEOUT_MS=" + std::string(t), "not a positive number of milliseconds");
+    o.probe_timeout_ms = ms;
+  }
   o.search_dirs.push_back(install_plugin_dir());
   o.search_dirs.push_back(executable_dir());
   return o;
@@ -242,7 +267,9 @@ std::string executable_dir() {
   return ec ? std::string(".") : p.parent_path().string();
 }
 
-Plugin load_plugin_file(const std::string& path) { return load_requested("plugin file " + path, {path}); }
+Plugin load_plugin_file(const std::string& path, const DiscoveryOptions& options) {
+  return load_requested("plugin file " + path, {path}, options);
+}
 
 DiscoveryResult discover_plugins(const DiscoveryOptions& options) {
   DiscoveryResult result;
@@ -280,7 +307,7 @@ DiscoveryResult discover_plugins(const DiscoveryOptions& options) {
                       fmt::format("no plugin named '{}' (looked for {}{}.so and {}{}-*.so in {})", item,
                                   kPrefix, item, kPrefix, item, describe(result.searched_dirs)));
       }
-      Plugin p = load_requested("VERL_HARDWARE_PLUGIN=" + item, paths);
+      Plugin p = load_requested("VERL_HARDWARE_PLUGIN=" + item, paths, options);
       if (!names_loaded.insert(p.name()).second) {
         result.rejected.push_back({p.path(), p.name(), "duplicate: a plugin of this name is already loaded"});
         continue;
@@ -299,7 +326,7 @@ DiscoveryResult discover_plugins(const DiscoveryOptions& options) {
     if (!seen_files.insert(real).second) continue;  // the same file reached twice
     auto c = std::make_unique<Candidate>();
     c->path = real;
-    std::string why = inspect(*c);
+    std::string why = inspect(*c, options);
     if (!why.empty()) {
       result.rejected.push_back({c->path, c->name, why});
       continue;

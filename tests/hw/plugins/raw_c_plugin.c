@@ -6,11 +6,17 @@
  *                       plugin would: the host must load it with those slots NULL
  *   RAW_NO_GET_API      export only the probe symbol
  *   RAW_V2_ONLY         export only verlpp_plugin_get_api_v2 / probe_v2 (a future major)
+ *   RAW_PROBE_SEGV, RAW_PROBE_ABORT, RAW_PROBE_EXIT, RAW_PROBE_HANG, RAW_PROBE_UNTERMINATED,
+ *   RAW_PROBE_OVERFLOW  a probe that crashes, aborts, ends the process, never returns, fills
+ *                       the reason without a NUL, or writes past the capacity it was given
+ *   RAW_LOAD_SEGV       a static initialiser that crashes when the file is opened
  * It is also the proof that a plugin can be written in C99. */
 #include <verlpp/plugin_abi.h>
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef RAW_NAME
 #define RAW_NAME "raw"
@@ -76,6 +82,10 @@ static verlpp_error* memcpy_async(void* dst, const void* src, size_t bytes, int3
 
 static verlpp_plugin_api table;
 
+#ifdef RAW_LOAD_SEGV
+__attribute__((constructor)) static void crash_on_load(void) { raise(SIGSEGV); }
+#endif
+
 static const verlpp_plugin_api* build_table(void) {
   memset(&table, 0, sizeof(table));
 #ifdef RAW_SMALL_TABLE
@@ -128,6 +138,21 @@ VERLPP_PLUGIN_EXPORT_ATTR const void* verlpp_plugin_get_api_v2(uint32_t host_min
 VERLPP_PLUGIN_EXPORT_ATTR int32_t verlpp_plugin_probe_v1(char* reason, size_t cap) {
   (void)reason;
   (void)cap;
+#if defined(RAW_PROBE_SEGV)
+  raise(SIGSEGV);
+#elif defined(RAW_PROBE_ABORT)
+  abort();
+#elif defined(RAW_PROBE_EXIT)
+  _exit(7);
+#elif defined(RAW_PROBE_HANG)
+  for (;;) pause();
+#elif defined(RAW_PROBE_UNTERMINATED)
+  memset(reason, 'x', cap);
+  return 0;
+#elif defined(RAW_PROBE_OVERFLOW)
+  memset(reason, 'x', cap + 16);
+  return 0;
+#endif
   return 1;
 }
 #ifndef RAW_NO_GET_API
