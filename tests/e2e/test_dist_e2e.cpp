@@ -215,4 +215,36 @@ TEST_CASE("verlpp train --nproc: a layout that does not fit the launch is refuse
   CHECK(log.find("verlpp launcher: started") == std::string::npos);  // no rank was started
 }
 
+// A rank is gone once its /proc entry is, or it is a zombie waiting for whoever adopted it.
+bool process_alive(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z' && stat[close + 2] != 'X';
+}
+
+TEST_CASE("verlpp train --nproc: no rank outlives a launcher killed with SIGKILL", "[e2e][dist]") {
+  const std::string dir = make_fixture("dist-orphans");
+  const std::string run = dir + "/run";
+  const std::string config = write_dist_config(dir, run, 40);
+  const auto [launcher, rank1] =
+      start_and_reach_step(config, run + ".log", {"--nproc", "2"}, run + "/metrics.jsonl", 1);
+  const pid_t rank0 = rank_pid(launcher, 0);
+  REQUIRE(rank0 > 0);
+  REQUIRE(process_alive(rank0));
+  REQUIRE(process_alive(rank1));
+  ::kill(launcher, SIGKILL);
+  wait_for(launcher);
+  const auto killed_at = std::chrono::steady_clock::now();
+  while ((process_alive(rank0) || process_alive(rank1)) &&
+         std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  INFO(seconds << " s after the launcher's SIGKILL");
+  CHECK_FALSE(process_alive(rank0));
+  CHECK_FALSE(process_alive(rank1));
+  CHECK(seconds < 3.0);
+  // The run stopped: far fewer rows than its 40 steps.
+  CHECK(controller::read_metrics(run + "/metrics.jsonl").size() < 41);
+}
+
 #endif  // VERLPP_CPU_REF_HAS_GLOO

@@ -44,7 +44,8 @@ struct LaunchResult {
 };
 
 // Runs the ranks to completion. Error when a rank cannot be started (naming the executable).
-// SIGINT/SIGTERM to the launcher are passed on to every rank.
+// SIGINT/SIGTERM to the launcher are passed on to every rank; a launcher that dies (any signal,
+// SIGKILL included) takes its ranks with it (the kernel's parent-death signal).
 LaunchResult launch_local(const LaunchOptions& options);
 
 // A TCP port that was free on `addr` a moment ago (for MASTER_PORT).

@@ -1,13 +1,17 @@
-// launch_local: posix_spawn of N ranks and a supervision loop (see launcher.hpp). The loop
+// launch_local: fork + exec of N ranks and a supervision loop (see launcher.hpp). The loop
 // polls waitpid every 50 ms rather than blocking, so that the grace deadline and signals
-// forwarded from the user are handled without extra threads.
+// forwarded from the user are handled without extra threads. Each rank asks the kernel for
+// SIGKILL when the launcher dies (PR_SET_PDEATHSIG, set between fork and exec, which is why
+// this is not posix_spawn): a launcher killed by any signal, SIGKILL included, leaves no rank
+// training on its own.
 #include <verlpp/controller/launcher.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -60,9 +64,38 @@ pid_t spawn_rank(const LaunchOptions& o, int32_t rank, uint16_t port) {
   argv.push_back(nullptr);
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, args.front().c_str(), nullptr, nullptr, argv.data(), envp.data());
-  if (rc != 0) throw Error(args.front(), fmt::format("cannot start rank {}: {}", rank, std::strerror(rc)));
+  // A pipe closed on exec tells the launcher whether exec worked, and if not, why.
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0)
+    throw Error(args.front(), fmt::format("cannot start rank {}: pipe: {}", rank, std::strerror(errno)));
+  const pid_t launcher = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int why = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    throw Error(args.front(), fmt::format("cannot start rank {}: fork: {}", rank, std::strerror(why)));
+  }
+  if (pid == 0) {
+    // The child: only async-signal-safe calls until exec.
+    ::close(report[0]);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher) ::_exit(127);  // the launcher died before the request took hold
+    ::execve(argv[0], argv.data(), envp.data());
+    const int why = errno;
+    (void)!::write(report[1], &why, sizeof(why));
+    ::_exit(127);
+  }
+  ::close(report[1]);
+  int exec_errno = 0;
+  ssize_t n;
+  do n = ::read(report[0], &exec_errno, sizeof(exec_errno));
+  while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n == ssize_t(sizeof(exec_errno))) {
+    ::waitpid(pid, nullptr, 0);
+    throw Error(args.front(), fmt::format("cannot start rank {}: {}", rank, std::strerror(exec_errno)));
+  }
   return pid;
 }
 
