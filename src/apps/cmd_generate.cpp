@@ -4,6 +4,7 @@
 // examples/tiny) needs --init-seed, which initialises the model from that seed.
 #include "commands.hpp"
 
+#include <verlpp/core/json_limits.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/model/chat_template.hpp>
 #include <verlpp/model/checkpoint.hpp>
@@ -69,6 +70,7 @@ void run_generate(const GenerateArgs& a) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = fmt::format("{}:{}", a.prompts, number);
     nlohmann::json row;
+    check_json_depth(line, where);
     try {
       row = nlohmann::json::parse(line);
     } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 // the prompt of the chat template (--text prints the prompt itself). Errors name the line.
 #include "commands.hpp"
 
+#include <verlpp/core/json_limits.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/model/chat_template.hpp>
 #include <verlpp/model/tokenizer.hpp>
@@ -85,6 +86,7 @@ void run_tokenize(const TokenizeOptions& o) {
   for (size_t number = 1; std::getline(in, line); ++number) {
     const std::string where = fmt::format("{}:{}", source, number);
     nlohmann::json value;
+    check_json_depth(line, where);
     try {
       value = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error& e) {

@@ -86,6 +86,17 @@ TEST_CASE("a config file merges strictly and names the file", "[config]") {
   CHECK_THROWS_WITH(Config::from_file(typo), Contains(typo) && Contains("did you mean 'trainer.save_freq'"));
   std::string broken = write_temp("broken", R"({"trainer": )");
   CHECK_THROWS_WITH(Config::from_file(broken), Contains(broken) && Contains("not valid JSON"));
+  // Nested 10^5 deep: refused before parsing (the parser would overflow the stack), in a file
+  // and in an override's value; brackets inside strings do not count.
+  std::string deep = write_temp("deep", "{\"trainer\": " + std::string(100000, '{') + std::string(100000, '}') + "}");
+  CHECK_THROWS_WITH(Config::from_file(deep), Contains(deep) && Contains("JSON nested deeper than 512 levels"));
+  std::remove(deep.c_str());
+  Config fine = Config::defaults();
+  CHECK_THROWS_WITH(fine.apply_override("trainer.logger=" + std::string(100000, '[')),
+                    Contains("override 'trainer.logger=") && Contains("JSON nested deeper than 512 levels (at byte 512)"));
+  std::string quoted = write_temp("quoted", "{\"trainer\": {\"project_name\": \"" + std::string(1000, '[') + "\"}}");
+  CHECK(Config::from_file(quoted).get<std::string>("trainer.project_name") == std::string(1000, '['));
+  std::remove(quoted.c_str());
   CHECK_THROWS_WITH(Config::from_file("/nonexistent/config.json"), Contains("cannot open"));
   std::remove(good.c_str());
   std::remove(typo.c_str());

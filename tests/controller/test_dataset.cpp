@@ -69,6 +69,9 @@ TEST_CASE("dataset: malformed rows name the file and line", "[dataset]") {
     std::remove(path.c_str());
   };
   fails({row("1+1", "2"), "{not json"}, "not valid JSON");
+  // Nested 10^5 deep (the parser would overflow the stack): refused before parsing.
+  fails({row("1+1", "2"), "{\"prompt\": " + std::string(100000, '[') + std::string(100000, ']') + "}"},
+        "JSON nested deeper than 512 levels (at byte 522)");
   fails({row("1+1", "2"), R"({"data_source": "arith"})"}, "no 'prompt'");
   fails({row("1+1", "2"), R"({"prompt": "x"})"}, "no string 'data_source'");
   fails({row("1+1", "2"), R"({"data_source": "a", "prompt": [{"role": "user"}]})"}, "'prompt[0]' must be");

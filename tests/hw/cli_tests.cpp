@@ -6,6 +6,10 @@
 
 #include <verlpp/hw/torch_device.hpp>
 
+#include <unistd.h>
+
+#include <fstream>
+
 using namespace verlpp;
 
 namespace {
@@ -90,4 +94,20 @@ TEST_CASE("verlpp-plugin-check catches a wrong kernel", "[cli][conformance]") {
   CHECK_THAT(line, Catch::Contains("FAIL") && Catch::Contains("first bad index"));
   CHECK(test::run_command(test::bin_dir() + "/verlpp-plugin-check /nonexistent.so", out) == 2);
   CHECK_THAT(out, Catch::Contains("/nonexistent.so") && Catch::Contains("does not exist"));
+}
+
+TEST_CASE("JSON nested 10^5 deep is refused with the file named, never a crash", "[cli][json]") {
+  const std::string dir = "/tmp/verlpp-test-deep-json-" + std::to_string(::getpid());
+  REQUIRE(std::system(("mkdir -p " + dir).c_str()) == 0);
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  std::ofstream(dir + "/config.json") << "{\"trainer\": " << deep << "}";
+  std::ofstream(dir + "/lines.jsonl") << "[1, 2]\n" << deep << "\n";
+  std::string out;
+  CHECK(test::run_command(verlpp_cmd("", "config " + dir + "/config.json"), out) == 1);
+  CHECK_THAT(out, Catch::Contains(dir + "/config.json") && Catch::Contains("JSON nested deeper than 512 levels"));
+  CHECK(test::run_command(verlpp_cmd("", "tokenize --tokenizer " + std::string(VERLPP_SOURCE_DIR) +
+                                             "/examples/tiny --decode --file " + dir + "/lines.jsonl"),
+                          out) == 1);
+  CHECK_THAT(out, Catch::Contains(dir + "/lines.jsonl:2") && Catch::Contains("JSON nested deeper than 512 levels"));
+  REQUIRE(std::system(("rm -rf " + dir).c_str()) == 0);
 }

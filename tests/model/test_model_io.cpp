@@ -166,6 +166,8 @@ TEST_CASE("config: errors name the file and the field", "[model][config]") {
   j["hidden_act"] = "gelu";
   CHECK_THAT(load_with(j), Contains("hidden_act") && Contains("gelu"));
 
+  write_file(dir / "config.json", "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+  CHECK_THAT(error_of([&] { load_model_config(dir.path); }), Contains("config.json") && Contains("JSON nested deeper than 512"));
   write_file(dir / "config.json", "{ not json");
   CHECK_THAT(error_of([&] { load_model_config(dir.path); }), Contains("not valid JSON"));
   CHECK_THAT(error_of([&] { load_model_config(dir / "absent"); }), Contains("cannot open"));
@@ -274,6 +276,8 @@ TEST_CASE("safetensors: truncated files and bad headers fail naming the file", "
   CHECK_THAT(open_error(good.substr(0, good.size() - 1)), Contains("truncated") && Contains("tensor '"));
 
   CHECK_THAT(open_error(raw_safetensors("{not json}   ", "")), Contains(path) && Contains("bad safetensors header"));
+  CHECK_THAT(open_error(raw_safetensors("{\"x\":" + std::string(100000, '[') + std::string(100000, ']') + "}", "")),
+             Contains(path) && Contains("JSON nested deeper than 512 levels"));
   CHECK_THAT(open_error(raw_safetensors("[1, 2]", "")), Contains("not a JSON object"));
   std::string huge(8, '\xff');
   CHECK_THAT(open_error(huge + "{}"), Contains("implausible"));

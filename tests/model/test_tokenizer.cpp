@@ -201,6 +201,11 @@ TEST_CASE("load errors name the file, the field and the value", "[tokenizer]") {
              Catch::Contains("/nonexistent/dir/tokenizer.json") && Catch::Contains("does not exist"));
   CHECK_THAT(error_of([] { Tokenizer::from_json_string("{\"model\": ", "broken.json"); }),
              Catch::Contains("broken.json") && Catch::Contains("not valid JSON"));
+  CHECK_THAT(error_of([] {
+               Tokenizer::from_json_string("{\"model\": " + std::string(100000, '{') + std::string(100000, '}') + "}",
+                                           "deep.json");
+             }),
+             Catch::Contains("deep.json") && Catch::Contains("JSON nested deeper than 512 levels (at byte 521)"));
   CHECK_THAT(error_of([] { Tokenizer::from_json_string("{}", "empty.json"); }),
              Catch::Contains("empty.json") && Catch::Contains("\"model\""));
   CHECK_THAT(error_of([] { tiny_edited([](nlohmann::json& j) { j["model"]["merges"][3] = "nospace"; }); }),

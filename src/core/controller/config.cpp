@@ -1,6 +1,7 @@
 // Config: defaults, merging a user's file, dotted overrides, `${...}` resolution and lookups.
 // Merging is strict: every key must exist in the defaults (except inside free-form objects,
 // whose default is `{}`, e.g. model.override_config) and keep the default's type.
+#include <verlpp/core/json_limits.hpp>
 #include <verlpp/controller/config.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/log.hpp>
@@ -199,8 +200,10 @@ Config Config::from_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error(path, "cannot open the config file");
   json given;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  check_json_depth(text, path);
   try {
-    given = json::parse(in);
+    given = json::parse(text);
   } catch (const json::parse_error& e) {
     throw Error(path, fmt::format("not valid JSON: {}", e.what()));
   }
@@ -220,6 +223,7 @@ void Config::apply_override(const std::string& assignment) {
     throw Error("override '" + assignment + "'", "expected key=value, e.g. algorithm.adv_estimator=grpo");
   std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
   if (!key.empty() && key[0] == '+') key = key.substr(1);  // hydra's "add" prefix: keys must exist anyway
+  check_json_depth(text, "override '" + assignment + "'");
   json value = json::parse(text, nullptr, false);
   if (value.is_discarded()) value = text;  // a bare word is a string
   // Walk to the parent, allowing new keys only inside free-form objects (default `{}`).

@@ -1,4 +1,5 @@
 // PromptDataset, DataLoader and prompt collation (see dataset.hpp).
+#include <verlpp/core/json_limits.hpp>
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/core/error.hpp>
 
@@ -35,6 +36,7 @@ std::vector<model::ChatMessage> parse_prompt(const json& value, const std::strin
 
 PromptRecord parse_row(const std::string& line, const std::string& where, const DatasetOptions& o) {
   json row;
+  check_json_depth(line, where);
   try {
     row = json::parse(line);
   } catch (const json::parse_error& e) {

@@ -2,6 +2,7 @@
 // templates' Jinja logic for conversations of plain text messages (no tool definitions): Qwen3's
 // <think> splitting of assistant turns after the last user query, tool-response grouping, and
 // Jinja's `trim` (Python's str.strip) on Llama message contents.
+#include <verlpp/core/json_limits.hpp>
 #include <verlpp/model/chat_template.hpp>
 
 #include "tokenizer_internal.hpp"
@@ -141,6 +142,7 @@ ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::
     std::ifstream in(file, std::ios::binary);
     std::ostringstream text;
     text << in.rdbuf();
+    check_json_depth(text.str(), file);
     try {
       config = nlohmann::json::parse(text.str());
     } catch (const nlohmann::json::parse_error& e) {

@@ -2,6 +2,7 @@
 // each family; the shape-defining fields are required, and every error names the file and the
 // field. Only what verlpp computes exactly like transformers is accepted (silu MLP, full-rotary
 // RoPE of type default/linear/llama3, no sliding window); anything else is refused by name.
+#include <verlpp/core/json_limits.hpp>
 #include <verlpp/model/model_config.hpp>
 
 #include <verlpp/core/error.hpp>
@@ -220,8 +221,10 @@ ModelConfig load_model_config(const std::string& path) {
   std::string file = files::is_dir(path) ? files::join(path, "config.json") : path;
   if (!files::is_file(file)) throw Error(file, "cannot open the model config (config.json)");
   json j;
+  const std::string text = files::read_text(file);
+  check_json_depth(text, file);
   try {
-    j = json::parse(files::read_text(file));
+    j = json::parse(text);
   } catch (const json::exception& e) {
     throw Error(file, fmt::format("not valid JSON: {}", e.what()));
   }

@@ -1,6 +1,7 @@
 // Reading safetensors: one memory-mapped file (SafetensorsFile) and a checkpoint folder, plain
 // or sharded (SafetensorsStore). The header is validated in full when a file is opened, against
 // the file's real size, so later tensor() calls cannot read past the mapping.
+#include <verlpp/core/json_limits.hpp>
 #include <verlpp/model/safetensors.hpp>
 
 #include "../util/files.hpp"
@@ -88,6 +89,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   uint64_t data_size = size - data_offset_;
 
   json header;
+  check_json_depth(std::string_view(reinterpret_cast<const char*>(bytes + 8), size_t(header_len)), path);
   try {
     header = json::parse(reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(bytes + 8 + header_len));
   } catch (const json::exception& e) {
@@ -175,8 +177,10 @@ SafetensorsStore::SafetensorsStore(const std::string& path) : path_(path) {
     return;
   }
   json index;
+  const std::string index_text = files::read_text(index_path);
+  check_json_depth(index_text, index_path);
   try {
-    index = json::parse(files::read_text(index_path));
+    index = json::parse(index_text);
   } catch (const json::exception& e) {
     throw Error(index_path, fmt::format("not valid JSON: {}", e.what()));
   }

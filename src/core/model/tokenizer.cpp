@@ -5,6 +5,7 @@
 // byte alphabet keeps its own UTF-8), then repairs UTF-8 once for the whole output.
 #include "tokenizer_internal.hpp"
 
+#include <verlpp/core/json_limits.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <sys/stat.h>
@@ -272,6 +273,7 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 
 Tokenizer Tokenizer::from_json_string(const std::string& json_text, const std::string& origin) {
   nlohmann::json root;
+  check_json_depth(json_text, origin);
   try {
     root = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error& e) {
