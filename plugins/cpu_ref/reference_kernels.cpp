@@ -356,19 +356,6 @@ verlpp_error* ReferenceKernels::rotary_kv_store(const DLTensor* q_p, const DLTen
 
 namespace {
 
-// The sampler's uniform draw in [0, 1): 53 bits of splitmix64, counter-based (a row's draw
-// depends only on its seed and the step), the same recipe as the host's reference sampler.
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-double uniform_draw(uint64_t seed, uint64_t step) {
-  uint64_t bits = splitmix64(splitmix64(seed) + step * 0x9E3779B97F4A7C15ull);
-  return double(bits >> 11) * (1.0 / 9007199254740992.0);
-}
-
 // One row: greedy (t == 0) takes the first argmax; otherwise the k most likely tokens, then the
 // shortest prefix of them (most likely first) whose mass reaches top_p of theirs, and a draw
 // from those by inverse CDF in that order. Log-prob from log_softmax(x / t) (t = 1 if greedy).
@@ -392,7 +379,7 @@ void sample_row(const float* x, int64_t v, float t, int32_t k, float p, uint64_t
     int64_t kept = 0;
     double kept_mass = 0.0;
     while (kept < kk && kept_mass < double(p) * mass_k) kept_mass += q[size_t(order[size_t(kept++)])];
-    double target = uniform_draw(seed, step) * kept_mass, cum = 0.0;
+    double target = sdk::uniform_draw(seed, step) * kept_mass, cum = 0.0;
     token = order[size_t(kept - 1)];  // rounding can leave the target past the last kept token
     for (int64_t i = 0; i < kept; ++i) {
       cum += q[size_t(order[size_t(i)])];

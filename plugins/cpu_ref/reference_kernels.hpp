@@ -8,20 +8,11 @@
 
 namespace verlpp::cpu_ref {
 
-// The kernels, each with its kernel-table entry's exact type (plugin_abi.h states the math).
+// The kernels, each with its kernel-table entry's exact type (plugin_abi.h states the math):
+// every entry of the ABI's list, adamw_update in reference_adamw.cpp,
+// rotary_paged_attention_decode in reference_rotary_attention.cpp, the rest in reference_kernels.cpp.
 struct ReferenceKernels {
-  VERLPP_SDK_KERNEL(logprob_entropy);
-  VERLPP_SDK_KERNEL(rms_norm);
-  VERLPP_SDK_KERNEL(rotary_embedding);
-  VERLPP_SDK_KERNEL(paged_attention_decode);
-  VERLPP_SDK_KERNEL(sample);
-  VERLPP_SDK_KERNEL(logprob_backward);
-  VERLPP_SDK_KERNEL(silu_mul);
-  VERLPP_SDK_KERNEL(silu_mul_backward);
-  VERLPP_SDK_KERNEL(add_rms_norm);
-  VERLPP_SDK_KERNEL(rotary_kv_store);
-  VERLPP_SDK_KERNEL(adamw_update);                   // reference_adamw.cpp
-  VERLPP_SDK_KERNEL(rotary_paged_attention_decode);  // reference_rotary_attention.cpp
+  VERLPP_SDK_EVERY_KERNEL
 };
 
 // The kernel table over ReferenceKernels.

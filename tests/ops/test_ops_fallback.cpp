@@ -239,14 +239,8 @@ TEST_CASE("ops: sample without a kernel draws what cpu_ref draws", "[ops][sample
 TEST_CASE("ops: adamw_update without a kernel equals cpu_ref's, and skips a non-finite step", "[ops][adamw]") {
   at::manual_seed(7);
   const std::vector<std::vector<int64_t>> shapes = {{5, 3}, {7}, {1}};
-  verlpp_adamw_options options{};
-  options.struct_size = sizeof(options);
-  options.lr = 1e-2;
-  options.beta1 = 0.9;
-  options.beta2 = 0.95;
-  options.eps = 1e-8;
-  options.weight_decay = 0.1;
-  options.step = 3;
+  // lr, beta1, beta2, eps, weight_decay, step.
+  const verlpp_adamw_options options{sizeof(verlpp_adamw_options), 1e-2, 0.9, 0.95, 1e-8, 0.1, 3};
   ops::AdamwTensors start;
   for (const auto& shape : shapes) {
     start.params.push_back(at::randn(shape));

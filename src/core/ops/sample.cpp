@@ -5,6 +5,7 @@
 #include "ops/kernel_call.hpp"
 
 #include <verlpp/core/error.hpp>
+#include <verlpp/sdk/sample_args.hpp>
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
@@ -20,17 +21,9 @@ namespace verlpp::ops {
 using detail::KernelId;
 using detail::Operand;
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+uint64_t splitmix64(uint64_t x) { return sdk::splitmix64(x); }
 
-double uniform_draw(uint64_t seed, uint64_t step) {
-  const uint64_t bits = splitmix64(splitmix64(seed) + step * 0x9E3779B97F4A7C15ull);
-  return double(bits >> 11) * (1.0 / 9007199254740992.0);  // 53 bits in [0, 1)
-}
+double uniform_draw(uint64_t seed, uint64_t step) { return sdk::uniform_draw(seed, step); }
 
 std::pair<at::Tensor, at::Tensor> sample_reference(const at::Tensor& logits, const RowDraws& rows) {
   const int64_t B = logits.size(0), V = logits.size(1);

@@ -29,13 +29,13 @@ inline PagedAttentionArgs check_paged_attention_decode_args(const DLTensor* q_p,
                                                             const DLTensor* context_lens_p, const DLTensor* out_p) {
   PagedAttentionArgs a;
   const DLTensor& q = checked(q_p, "q");
+  require(q.ndim == 3, "q must be [B, H, S], got ndim " + std::to_string(q.ndim));
   const DLTensor& kc = checked(k_cache_p, "k_cache");
+  require(kc.ndim == 4, "k_cache must be [num_blocks, block_size, K, S], got ndim " + std::to_string(kc.ndim));
   const DLTensor& vc = checked(v_cache_p, "v_cache");
   const DLTensor& bt = checked(block_tables_p, "block_tables");
   const DLTensor& lens = checked(context_lens_p, "context_lens");
   const DLTensor& out = checked(out_p, "out");
-  require(q.ndim == 3, "q must be [B, H, S], got ndim " + std::to_string(q.ndim));
-  require(kc.ndim == 4, "k_cache must be [num_blocks, block_size, K, S], got ndim " + std::to_string(kc.ndim));
   a.batch = q.shape[0];
   a.q_heads = q.shape[1];
   a.head_size = q.shape[2];

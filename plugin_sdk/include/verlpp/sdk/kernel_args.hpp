@@ -89,6 +89,24 @@ inline int64_t dense_row_stride(const DLTensor& t, const std::string& what) {
   return stride;
 }
 
+// A [N, V] logits operand of the log-prob entries: f32/bf16/f16, dense columns, rows at any
+// stride >= V.
+struct LogitsRows {
+  int64_t n = 0, v = 0;    // rows, vocabulary
+  int64_t row_stride = 0;  // in elements
+};
+inline LogitsRows check_logits_rows(const DLTensor* logits_p) {
+  const DLTensor& logits = checked(logits_p, "logits");
+  require(logits.ndim == 2, "logits must be [N, V], got ndim " + std::to_string(logits.ndim));
+  require(is_float_dtype(logits.dtype), "logits dtype " + dtype_name(logits.dtype) + " is not f32/bf16/f16");
+  LogitsRows r;
+  r.n = logits.shape[0];
+  r.v = logits.shape[1];
+  require(r.v > 0 || r.n == 0, "vocabulary size is 0");
+  r.row_stride = dense_row_stride(logits, "logits");
+  return r;
+}
+
 // logprob_entropy's operands once its rules hold.
 struct LogprobEntropyArgs {
   int64_t n = 0, v = 0;     // rows, vocabulary
@@ -103,13 +121,10 @@ inline LogprobEntropyArgs check_logprob_entropy_args(const DLTensor* logits_p, c
                                                      float temperature, const DLTensor* out_logprob_p,
                                                      const DLTensor* out_entropy_p) {
   LogprobEntropyArgs a;
-  const DLTensor& logits = checked(logits_p, "logits");
-  require(logits.ndim == 2, "logits must be [N, V], got ndim " + std::to_string(logits.ndim));
-  require(is_float_dtype(logits.dtype), "logits dtype " + dtype_name(logits.dtype) + " is not f32/bf16/f16");
-  a.n = logits.shape[0];
-  a.v = logits.shape[1];
-  require(a.v > 0 || a.n == 0, "vocabulary size is 0");
-  a.row_stride = dense_row_stride(logits, "logits");
+  const LogitsRows rows = check_logits_rows(logits_p);
+  a.n = rows.n;
+  a.v = rows.v;
+  a.row_stride = rows.row_stride;
   const DLTensor& labels = checked(labels_p, "labels");
   require(labels.ndim == 1 && labels.shape[0] == a.n, "labels must be [N] with N = " + std::to_string(a.n));
   require(labels.dtype.code == kDLInt && labels.dtype.bits == 64 && labels.dtype.lanes == 1, "labels must be int64");
@@ -154,14 +169,12 @@ inline LogprobBackwardArgs check_logprob_backward_args(const DLTensor* logits_p,
                                                        const DLTensor* mean_z, const DLTensor* grad_entropy,
                                                        float temperature, const DLTensor* out_p) {
   LogprobBackwardArgs a;
-  const DLTensor& logits = checked(logits_p, "logits");
+  const LogitsRows rows = check_logits_rows(logits_p);
+  const DLTensor& logits = *logits_p;
   const DLTensor& out = checked(out_p, "out_grad");
-  require(logits.ndim == 2, "logits must be [N, V], got ndim " + std::to_string(logits.ndim));
-  require(is_float_dtype(logits.dtype), "logits dtype " + dtype_name(logits.dtype) + " is not f32/bf16/f16");
-  a.n = logits.shape[0];
-  a.v = logits.shape[1];
-  require(a.v > 0 || a.n == 0, "vocabulary size is 0");
-  a.row_stride = dense_row_stride(logits, "logits");
+  a.n = rows.n;
+  a.v = rows.v;
+  a.row_stride = rows.row_stride;
   require(out.ndim == 2 && out.shape[0] == a.n && out.shape[1] == a.v,
           "out_grad must be [N, V] = [" + std::to_string(a.n) + ", " + std::to_string(a.v) + "]");
   require(same_dtype(out.dtype, logits.dtype),

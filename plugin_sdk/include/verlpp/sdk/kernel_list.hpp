@@ -86,6 +86,10 @@ using kernel_fn_t = std::remove_pointer_t<Pointer>;
 // exact type: `struct MyKernels { VERLPP_SDK_KERNEL(rms_norm); };`, defined in a .cpp as
 // `verlpp_error* MyKernels::rms_norm(const DLTensor* x, ...) { ... }`.
 #define VERLPP_SDK_KERNEL(name) static ::verlpp::sdk::kernel_fn_t<decltype(verlpp_kernel_table::name)> name
+// Declares every kernel of the list, for a plugin that implements them all (a kernel added to
+// the list then fails to link until the plugin defines it).
+#define VERLPP_SDK_KERNEL_DECLARATION(name, minor) VERLPP_SDK_KERNEL(name);
+#define VERLPP_SDK_EVERY_KERNEL VERLPP_KERNEL_LIST(VERLPP_SDK_KERNEL_DECLARATION)
 
 namespace detail {
 #define VERLPP_SDK_KERNEL_DECLARED(name, minor)                                          \

@@ -1,5 +1,5 @@
 // Plugin SDK: the argument rules of the kernel table's `sample` entry (plugin_abi.h), checked the
-// same way by every plugin. The per-row settings may live in device memory, so their values are
+// same way by every plugin, and the counter-based draw the reference samplers share. The per-row settings may live in device memory, so their values are
 // checked apart (check_sample_row_values) by a plugin that can read them; a plugin that cannot
 // documents what out-of-range values do.
 #pragma once
@@ -11,6 +11,22 @@
 #include <string>
 
 namespace verlpp::sdk {
+
+// splitmix64's finaliser: the hash of the samplers' seed derivations and draws.
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The uniform draw in [0, 1) of row seed `seed` at `step`: 53 bits of splitmix64 of both
+// (counter-based: a row's draw depends on nothing else). A plugin may draw otherwise; the host's
+// reference sampler and cpu_ref draw this way.
+inline double uniform_draw(uint64_t seed, uint64_t step) {
+  const uint64_t bits = splitmix64(splitmix64(seed) + step * 0x9E3779B97F4A7C15ull);
+  return double(bits >> 11) * (1.0 / 9007199254740992.0);
+}
 
 // sample's operands once its rules hold.
 struct SampleArgs {
