@@ -62,21 +62,13 @@ at::Tensor token_rows(const at::Tensor& x) {
   return r;
 }
 
-// rotary_kv_store over a "cache" of N one-token blocks written at slots 0..N-1: q, k rotated by
-// angle(positions) into q_out [N, H, D] and k_out [N, 1, K, D], v copied into v_out [N, 1, K, D],
-// all in one pass over the inputs (rows may be strided: views of one q/k/v projection).
-void rotate_qkv_into(const hw::Kernels& kernels, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& positions, const at::Tensor& inv_freq, const at::Tensor& slots,
-                     const at::Tensor& q_out, const at::Tensor& k_out, const at::Tensor& v_out) {
-  rotary_kv_store(&kernels, q, k, v, positions, inv_freq, slots, q_out, k_out, v_out);
-}
-
 // RoPE of a training forward through ABI 1.3's rotary_kv_store: rotated q and k and a copy of v,
 // all contiguous, from the q/k/v projection's strided views in one kernel each way, where
 // RotaryFn takes two copies and an in-place rotation (and attention then reads v strided). The
 // backward is the same kernel at -positions on the output gradients (RotaryFn's reasoning),
 // which also passes v's gradient through as a copy. The rotation rounds as rotary_embedding's
-// (the kernel contract), so both functions compute the same bits.
+// (the kernel contract), so both functions compute the same bits. The kernel's "cache" is N
+// one-token blocks written at slots 0..N-1: q_out [N, H, D], k_out and v_out [N, 1, K, D].
 struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const at::Tensor& positions, const at::Tensor& inv_freq, const at::Tensor& slots,
@@ -85,7 +77,7 @@ struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
     const int64_t n = positions.size(0), heads = q.size(-2), kv = k.size(-2), d = q.size(-1);
     at::Tensor q_out = at::empty({n, heads, d}, q.options()), k_out = at::empty({n, 1, kv, d}, k.options());
     at::Tensor v_out = at::empty({n, 1, kv, d}, v.options());
-    rotate_qkv_into(kernels, token_rows(q), token_rows(k), token_rows(v), positions, inv_freq, slots, q_out, k_out, v_out);
+    rotary_kv_store(&kernels, token_rows(q), token_rows(k), token_rows(v), positions, inv_freq, slots, q_out, k_out, v_out);
     ctx->save_for_backward({positions, inv_freq, slots});
     ctx->saved_data["kernels"] = kernels_address;
     ctx->saved_data["q_shape"] = q.sizes().vec();
@@ -109,7 +101,7 @@ struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
     const int64_t n = positions.size(0), heads = gq.size(-2), kv = gk.size(-2), d = gq.size(-1);
     at::Tensor q_out = at::empty({n, heads, d}, gq.options()), k_out = at::empty({n, 1, kv, d}, gk.options());
     at::Tensor v_out = at::empty({n, 1, kv, d}, gv.options());
-    rotate_qkv_into(kernels, token_rows(gq), token_rows(gk), token_rows(gv), positions.neg(), inv_freq, slots, q_out, k_out,
+    rotary_kv_store(&kernels, token_rows(gq), token_rows(gk), token_rows(gv), positions.neg(), inv_freq, slots, q_out, k_out,
                     v_out);
     return {q_out.view(gq.sizes()), k_out.view(gk.sizes()), v_out.view(gv.sizes()), at::Tensor(), at::Tensor(), at::Tensor(),
             at::Tensor()};
