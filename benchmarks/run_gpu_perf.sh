@@ -109,10 +109,10 @@ if [[ " $STAGES " == *" rollout "* ]]; then
   done
   [ "${STREAM_CHECK:-1}" = 1 ] && step "eager decode: greedy tokens with kernels on LibTorch's stream (ABI 1.1) vs the NULL stream: must be identical"
   [ "${STREAM_CHECK:-1}" = 1 ] && for streams in 1 0; do
-    VERLPP_DEVICE_GRAPHS=0 VERLPP_KERNEL_STREAMS=$streams VERL_HARDWARE_PLUGIN=cuda timeout 100 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
-      --device cuda --dtype bfloat16 --temperature 0 --repeat 1 --plugin cuda --shapes 64:128:128,256:128:128 \
+    VERLPP_DEVICE_GRAPHS=0 VERL_HARDWARE_PLUGIN=cuda timeout 100 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
+      --device cuda --dtype bfloat16 --temperature 0 --repeat 1 --plugin cuda --kernel-streams $streams --shapes 64:128:128,256:128:128 \
       --json /tmp/g$streams.json > /tmp/g$streams.txt 2>&1
-    echo "VERLPP_KERNEL_STREAMS=$streams: $(tail -2 /tmp/g$streams.txt | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
+    echo "--kernel-streams $streams: $(tail -2 /tmp/g$streams.txt | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
   done
   [ "${STREAM_CHECK:-1}" = 1 ] && python3 -c 'import json,sys; a=[json.loads(l) for l in open("/tmp/g1.json")]; b=[json.loads(l) for l in open("/tmp/g0.json")]; print("greedy tokens identical:", [x.get("tokens_fnv1a")==y.get("tokens_fnv1a") for x,y in zip(a,b)])' 2>&1 | tee -a "$OUT/summary.txt"
   if [ "${HF:-1}" = 1 ]; then

@@ -49,10 +49,10 @@ Check compare(const at::Tensor& got, const at::Tensor& want, double atol, double
   return c;
 }
 
-// Runs one workload: NULL entry -> skipped; `check` fails -> wrong (not timed); else timed.
+// Runs one workload: not offered -> skipped; `check` fails -> wrong (not timed); else timed.
 Measurement kernel_workload(const Options& o, const Target& t, const std::string& name, const std::string& shape,
-                            const void* entry, const std::function<Check()>& check, const std::function<void()>& call) {
-  if (entry == nullptr)
+                            bool offered, const std::function<Check()>& check, const std::function<void()>& call) {
+  if (!offered)
     return skipped("kernels", name, shape, t, "the plugin has no " + name + " (the host's LibTorch path runs instead)");
   Measurement m = make_measurement("kernels", name, shape, t);
   const Check c = check();
@@ -76,7 +76,7 @@ Measurement logprob_entropy(const Options& o, const Target& t, const hw::Kernels
   at::Tensor lp = at::empty({N}, kF32.device(t.device)), ent = at::empty({N}, kF32.device(t.device));
   auto call = [&] {
     DLTensor a = dl_view(d_logits), b = dl_view(d_labels), c = dl_view(lp), d = dl_view(ent);
-    k.plugin().check(k.table().logprob_entropy(&a, &b, temperature, &c, &d, nullptr), "kernels.logprob_entropy");
+    k.call<hw::KernelId::logprob_entropy>(&a, &b, temperature, &c, &d, nullptr);
   };
   auto check = [&] {
     call();
@@ -89,7 +89,7 @@ Measurement logprob_entropy(const Options& o, const Target& t, const hw::Kernels
     return a;
   };
   return kernel_workload(o, t, "logprob_entropy", fmt::format("N={} V={} T={} f32, with entropy", N, V, temperature),
-                         reinterpret_cast<const void*>(k.table().logprob_entropy), check, call);
+                         k.offers(hw::KernelId::logprob_entropy), check, call);
 }
 
 Measurement rms_norm(const Options& o, const Target& t, const hw::Kernels& k) {
@@ -101,7 +101,7 @@ Measurement rms_norm(const Options& o, const Target& t, const hw::Kernels& k) {
   at::Tensor out = at::empty({N, D}, kF32.device(t.device));
   auto call = [&] {
     DLTensor a = dl_view(d_x), b = dl_view(d_w), c = dl_view(out);
-    k.plugin().check(k.table().rms_norm(&a, &b, eps, &c, nullptr), "kernels.rms_norm");
+    k.call<hw::KernelId::rms_norm>(&a, &b, eps, &c, nullptr);
   };
   auto check = [&] {
     call();
@@ -110,7 +110,7 @@ Measurement rms_norm(const Options& o, const Target& t, const hw::Kernels& k) {
     return compare(out, want, 1e-5, 1e-5, "rms_norm");
   };
   return kernel_workload(o, t, "rms_norm", fmt::format("N={} D={} f32", N, D),
-                         reinterpret_cast<const void*>(k.table().rms_norm), check, call);
+                         k.offers(hw::KernelId::rms_norm), check, call);
 }
 
 // HF "rotate_half" rotary embedding of x [N, heads, S] in fp64 (the reference).
@@ -133,7 +133,7 @@ Measurement rotary_embedding(const Options& o, const Target& t, const hw::Kernel
   const at::Tensor d_pos = positions.to(t.device), d_inv = inv_freq.to(t.device);
   auto call = [&] {
     DLTensor a = dl_view(d_q), b = dl_view(d_k), c = dl_view(d_pos), d = dl_view(d_inv);
-    k.plugin().check(k.table().rotary_embedding(&a, &b, &c, &d, nullptr), "kernels.rotary_embedding");
+    k.call<hw::KernelId::rotary_embedding>(&a, &b, &c, &d, nullptr);
   };
   auto check = [&] {
     call();  // once on fresh copies; later calls keep rotating them, which costs the same
@@ -144,7 +144,7 @@ Measurement rotary_embedding(const Options& o, const Target& t, const hw::Kernel
     return a;
   };
   return kernel_workload(o, t, "rotary_embedding", fmt::format("q N={} H={} S={}, k K={} f32", N, H, S, K),
-                         reinterpret_cast<const void*>(k.table().rotary_embedding), check, call);
+                         k.offers(hw::KernelId::rotary_embedding), check, call);
 }
 
 Measurement paged_attention(const Options& o, const Target& t, const hw::Kernels& k) {
@@ -168,8 +168,7 @@ Measurement paged_attention(const Options& o, const Target& t, const hw::Kernels
   auto call = [&] {
     DLTensor a = dl_view(d_q), b = dl_view(d_kc), c = dl_view(d_vc), d = dl_view(d_tables), e = dl_view(d_lens),
              f = dl_view(out);
-    k.plugin().check(k.table().paged_attention_decode(&a, &b, &c, &d, &e, scale, &f, nullptr),
-                     "kernels.paged_attention_decode");
+    k.call<hw::KernelId::paged_attention_decode>(&a, &b, &c, &d, &e, scale, &f, nullptr);
   };
   auto check = [&] {
     call();
@@ -188,7 +187,7 @@ Measurement paged_attention(const Options& o, const Target& t, const hw::Kernels
   };
   return kernel_workload(o, t, "paged_attention_decode",
                          fmt::format("B={} H={} K={} S={} block={} context<={} f32", B, H, K, S, bs, ctx),
-                         reinterpret_cast<const void*>(k.table().paged_attention_decode), check, call);
+                         k.offers(hw::KernelId::paged_attention_decode), check, call);
 }
 
 Measurement sample(const Options& o, const Target& t, const hw::Kernels& k) {
@@ -205,7 +204,7 @@ Measurement sample(const Options& o, const Target& t, const hw::Kernels& k) {
   auto run = [&](const at::Tensor& tt) {
     DLTensor a = dl_view(d_logits), b = dl_view(tt), c = dl_view(tk), d = dl_view(tp), e = dl_view(seeds, true),
              f = dl_view(tokens), g = dl_view(logprobs);
-    k.plugin().check(k.table().sample(&a, &b, &c, &d, &e, 3, &f, &g, nullptr), "kernels.sample");
+    k.call<hw::KernelId::sample>(&a, &b, &c, &d, &e, 3, &f, &g, nullptr);
   };
   auto check = [&] {
     // Greedy rows: the argmax and log_softmax(logits) of it.
@@ -229,7 +228,7 @@ Measurement sample(const Options& o, const Target& t, const hw::Kernels& k) {
                    "sampled log-prob");
   };
   return kernel_workload(o, t, "sample", fmt::format("B={} V={} T={} top_k={} top_p={} f32", B, V, temperature, top_k, top_p),
-                         reinterpret_cast<const void*>(k.table().sample), check, [&] { run(sampled); });
+                         k.offers(hw::KernelId::sample), check, [&] { run(sampled); });
 }
 
 }  // namespace

@@ -36,13 +36,15 @@ double parse_double(const std::string& option, const std::string& value) {
 
 const char* rollout_bench_usage() {
   return "verlpp-bench-rollout [--model DIR | --shape qwen2.5-0.5b] [--device cpu|cuda]\n"
-         "                     [--dtype float32|bfloat16|float16] [--plugin NAME] [--shapes B:P:R,...]\n"
+         "                     [--dtype float32|bfloat16|float16] [--plugin NAME [--kernel-streams 0|1]]\n"
+         "                     [--shapes B:P:R,...]\n"
          "                     [--temperature T] [--repeat R] [--kv-tokens N] [--init-seed S]\n"
          "                     [--json FILE] [--transitions] [--profile FILE [--profile-tokens N]]\n"
          "Generated tokens/s of RolloutEngine::generate, every sample running exactly R new tokens\n"
          "(EOS ignored), random weights, best of --repeat runs after one warm-up run.\n"
          "--plugin NAME uses that loaded plugin's kernels (paged attention decode, sampling);\n"
-         "without it the LibTorch reference path runs. --transitions also times the hybrid-engine\n"
+         "without it the LibTorch reference path runs; --kernel-streams 0 runs them on the plugin's\n"
+         "synchronous NULL stream instead of LibTorch's (side-by-side timing). --transitions also times the hybrid-engine\n"
          "hooks (update_weights shared / cast from fp32, sleep, wake). --profile FILE writes a Kineto\n"
          "(chrome://tracing) trace of one more run of the first shape with --profile-tokens new tokens\n"
          "(default 16), where this LibTorch (2.1+) has the profiler.\n";
@@ -86,6 +88,7 @@ RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help) 
     else if (opt == "--device") o.device = val;
     else if (opt == "--dtype") o.dtype = val;
     else if (opt == "--plugin") o.plugin = val;
+    else if (opt == "--kernel-streams") o.kernel_streams = parse_int(opt, val, 0) != 0;
     else if (opt == "--shapes") o.shapes = parse_shapes(val);
     else if (opt == "--temperature") o.temperature = parse_double(opt, val);
     else if (opt == "--repeat") o.repeat = int(parse_int(opt, val, 1));

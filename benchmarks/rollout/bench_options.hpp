@@ -24,6 +24,7 @@ struct RolloutBenchOptions {
   std::string device = "cpu";     // --device cpu|cuda
   std::string dtype = "float32";  // --dtype float32|bfloat16|float16
   std::string plugin;             // --plugin NAME: that plugin's kernels ("" = LibTorch reference)
+  bool kernel_streams = true;     // --kernel-streams 0|1: kernels on LibTorch's stream (1) or the NULL stream (0)
   std::vector<RolloutShape> shapes;  // --shapes B:P:R,... (default: the CPU set of docs/benchmarks.md)
   double temperature = 0;         // --temperature T (0 = greedy)
   int repeat = 3;                 // --repeat R: timed runs per shape, best reported

@@ -120,7 +120,7 @@ int run(const RolloutBenchOptions& o) {
   const c10::Device device = bench_device(o.device);
 
   std::optional<hw::Kernels> kernels;
-  if (!o.plugin.empty()) kernels.emplace(bench_plugin(o.plugin, o.device));
+  if (!o.plugin.empty()) kernels.emplace(bench_plugin(o.plugin, o.device), hw::KernelsOptions{o.kernel_streams});
 
   // The pool holds the largest shape whole (no preemption), unless --kv-tokens says otherwise.
   // Each sequence owns whole blocks, so its tokens round up to a multiple of the block size.

@@ -173,7 +173,7 @@ int run(const Options& o) {
   std::optional<hw::Kernels> kernels;
   if (!o.plugin.empty()) {
     kernels.emplace(bench::bench_plugin(o.plugin, o.device));
-    if (kernels->table().logprob_entropy == nullptr || kernels->table().logprob_backward == nullptr) {
+    if (!kernels->offers(hw::KernelId::logprob_entropy) || !kernels->offers(hw::KernelId::logprob_backward)) {
       std::string offered;
       for (const std::string& name : kernels->available()) offered += (offered.empty() ? "" : ", ") + name;
       VERLPP_FAIL_AT("--plugin", "plugin '{}' lacks logprob_entropy or logprob_backward (ABI 1.2); it offers: {}", o.plugin,

@@ -231,7 +231,7 @@ void check_rejects(CheckContext& ctx) {
 
 }  // namespace
 
-void run_adamw_cases(CheckContext& ctx) {
+void run_adamw_update_cases(CheckContext& ctx) {
   const float none = std::numeric_limits<float>::quiet_NaN();
   const AdamwCase cases[] = {
       {dl_f32(), false, dl_f32(), false, none, 1},  {dl_bf16(), true, dl_bf16(), false, 0.37f, 1},

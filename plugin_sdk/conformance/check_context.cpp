@@ -9,7 +9,7 @@ namespace verlpp::conformance {
 int32_t CheckContext::device_count() const { return hw::device_count(plugin_); }
 
 void CheckContext::run(const std::string& group, const std::string& name, const std::function<void()>& body) {
-  CaseResult r{group, name, Outcome::pass, ""};
+  CaseResult r{group, name, Outcome::pass, "", kernel_};
   try {
     body();
   } catch (const NotOffered& e) {
@@ -23,6 +23,12 @@ void CheckContext::run(const std::string& group, const std::string& name, const 
     r.detail = "unknown exception";
   }
   results_.push_back(std::move(r));
+}
+
+void CheckContext::run_kernel(const char* kernel, void (*cases)(CheckContext&)) {
+  kernel_ = kernel;
+  cases(*this);
+  kernel_.clear();
 }
 
 void CheckContext::expect_ok(verlpp_error* error, const char* call) const {

@@ -25,6 +25,7 @@ struct CaseResult {
   std::string name;
   Outcome outcome = Outcome::pass;
   std::string detail;  // why it failed, or what it measured
+  std::string kernel;  // the kernel-table entry the case checks ("" for the other groups)
 };
 
 // Thrown inside a case to fail it with a message.
@@ -54,6 +55,8 @@ class CheckContext {
 
   // Runs `body` as case `group`/`name`, recording pass, fail (any exception) or not offered.
   void run(const std::string& group, const std::string& name, const std::function<void()>& body);
+  // Runs the cases of kernel `kernel` (run_<kernel>_cases), each result marked with its name.
+  void run_kernel(const char* kernel, void (*cases)(CheckContext&));
   // Records a result computed elsewhere (e.g. by worker processes).
   void record(CaseResult result) { results_.push_back(std::move(result)); }
   const std::vector<CaseResult>& results() const { return results_; }
@@ -72,6 +75,7 @@ class CheckContext {
  private:
   const hw::Plugin& plugin_;
   std::vector<CaseResult> results_;
+  std::string kernel_;  // the kernel whose cases run now
 };
 
 // A DLTensor over device memory, with its shape kept alive; filled from and read to the host.
@@ -146,15 +150,12 @@ void check_rotated(const std::vector<float>& got, const std::vector<float>& seen
 void run_abi_cases(CheckContext& ctx);
 void run_memory_cases(CheckContext& ctx);
 void run_stream_cases(CheckContext& ctx);
-void run_kernel_cases(CheckContext& ctx);
-void run_sample_cases(CheckContext& ctx);            // part of the "kernels" group (run by run_kernel_cases)
-void run_rotary_cases(CheckContext& ctx);  // part of the "kernels" group
-void run_logprob_backward_cases(CheckContext& ctx);  // likewise (ABI 1.2)
-void run_swiglu_cases(CheckContext& ctx);            // likewise (ABI 1.2)
-void run_add_rms_norm_cases(CheckContext& ctx);      // likewise (ABI 1.3)
-void run_rotary_kv_store_cases(CheckContext& ctx);   // likewise (ABI 1.3)
-void run_adamw_cases(CheckContext& ctx);             // likewise (ABI 1.4)
-void run_rotary_attention_cases(CheckContext& ctx);  // likewise (ABI 1.5)
+void run_kernel_table_cases(CheckContext& ctx);  // the table itself (kernel_cases.cpp)
+// One case group per entry of the ABI's kernel list, in the "kernels" group: run_<kernel>_cases
+// (main.cpp runs them all from VERLPP_KERNEL_LIST, so a listed kernel without cases does not link).
+#define VERLPP_CONFORMANCE_KERNEL_CASES(name, minor) void run_##name##_cases(CheckContext& ctx);
+VERLPP_KERNEL_LIST(VERLPP_CONFORMANCE_KERNEL_CASES)
+#undef VERLPP_CONFORMANCE_KERNEL_CASES
 
 // Communicator cases run in `world_size` worker processes of this executable; the parent
 // collects their results. `self` is this executable's path, `plugin_arg` how workers load it.

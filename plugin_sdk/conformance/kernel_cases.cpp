@@ -23,7 +23,9 @@ std::vector<uint16_t> round_half(const std::vector<float>& v, DLDataType dtype, 
   return out;
 }
 
-void logprob_entropy_cases(CheckContext& ctx) {
+}  // namespace
+
+void run_logprob_entropy_cases(CheckContext& ctx) {
   hw::Device d = ctx.device();
   const auto* table = ctx.api().kernels;
   struct Shape { int64_t n, v, row_stride; float temperature; DLDataType dtype; bool entropy; };
@@ -88,7 +90,7 @@ void logprob_entropy_cases(CheckContext& ctx) {
   });
 }
 
-void rms_norm_cases(CheckContext& ctx) {
+void run_rms_norm_cases(CheckContext& ctx) {
   hw::Device d = ctx.device();
   const auto* table = ctx.api().kernels;
   struct Shape { int64_t n, dim; DLDataType dtype; };
@@ -145,7 +147,7 @@ void rms_norm_cases(CheckContext& ctx) {
 // for a few sequences (a fast kernel splits them over several partitions and combines them);
 // a batch of 320 sequences (640 (sequence, KV head) pairs: enough to fill a GPU unsplit); a
 // head size of 20 in bf16 (not a whole 16-byte vector); head 128 without GQA; head 256.
-void paged_attention_cases(CheckContext& ctx) {
+void run_paged_attention_decode_cases(CheckContext& ctx) {
   const auto* table = ctx.api().kernels;
   struct Shape { int64_t b, h, kv, s, block_size, num_blocks, max_blocks; std::vector<int32_t> lens; DLDataType dtype; };
   std::vector<int32_t> many(320);  // lengths 1..640, ragged
@@ -265,13 +267,7 @@ void paged_attention_cases(CheckContext& ctx) {
   });
 }
 
-}  // namespace
-
-void run_kernel_cases(CheckContext& ctx) {
-  logprob_entropy_cases(ctx);
-  rms_norm_cases(ctx);
-  paged_attention_cases(ctx);
-  run_sample_cases(ctx);
+void run_kernel_table_cases(CheckContext& ctx) {
   ctx.run("kernels", "table struct_size", [&] {
     CheckContext::need(reinterpret_cast<const void*>(ctx.api().kernels), "kernel table");
     CHECK_THAT(ctx.api().kernels->struct_size >= sizeof(size_t), "kernel table struct_size {}", ctx.api().kernels->struct_size);

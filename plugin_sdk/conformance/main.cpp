@@ -1,7 +1,8 @@
 // verlpp-plugin-check <name-or-path>: the conformance suite a plugin must pass. Loads the plugin
 // the way the host does, runs every case (ABI promises, error paths, memory, streams, tensor
 // copies, every collective with 2 and 4 processes, every kernel against reference math) and
-// prints a pass/fail table. Exit 0 only when nothing failed; "n/a" marks optional capabilities
+// prints a pass/fail table. The kernel cases come from the ABI's kernel list (one group of cases
+// per kernel; the JSON output names each case's kernel). Exit 0 only when nothing failed; "n/a" marks optional capabilities
 // the plugin does not offer (listed, never counted as passes).
 #include "check_context.hpp"
 
@@ -69,14 +70,10 @@ int main(int argc, char** argv) {
     conformance::run_abi_cases(ctx);
     conformance::run_memory_cases(ctx);
     conformance::run_stream_cases(ctx);
-    conformance::run_kernel_cases(ctx);
-    conformance::run_rotary_cases(ctx);
-    conformance::run_logprob_backward_cases(ctx);
-    conformance::run_swiglu_cases(ctx);
-    conformance::run_add_rms_norm_cases(ctx);
-    conformance::run_rotary_kv_store_cases(ctx);
-    conformance::run_adamw_cases(ctx);
-    conformance::run_rotary_attention_cases(ctx);
+    conformance::run_kernel_table_cases(ctx);
+#define VERLPP_CONFORMANCE_RUN_KERNEL(name, minor) ctx.run_kernel(#name, &conformance::run_##name##_cases);
+    VERLPP_KERNEL_LIST(VERLPP_CONFORMANCE_RUN_KERNEL)
+#undef VERLPP_CONFORMANCE_RUN_KERNEL
     std::vector<int> worlds;
     for (const std::string& w : split(ranks, ',')) worlds.push_back(std::stoi(w));
     std::string self = boost::dll::program_location().string();
@@ -95,7 +92,8 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& r : ctx.results())
-        j.push_back({{"group", r.group}, {"case", r.name}, {"outcome", label(r.outcome)}, {"detail", r.detail}});
+        j.push_back({{"group", r.group}, {"case", r.name}, {"kernel", r.kernel}, {"outcome", label(r.outcome)},
+                     {"detail", r.detail}});
       std::ofstream(json_path) << nlohmann::json{{"plugin", plugin.display_name()}, {"path", plugin.path()}, {"results", j}}.dump(2);
     }
     return failed == 0 ? 0 : 1;

@@ -289,7 +289,7 @@ void bad_input_case(CheckContext& ctx) {
 
 }  // namespace
 
-void run_rotary_attention_cases(CheckContext& ctx) {
+void run_rotary_paged_attention_decode_cases(CheckContext& ctx) {
   std::vector<int32_t> many(256);  // lengths 1..640, ragged
   for (size_t i = 0; i < many.size(); ++i) many[i] = int32_t(1 + (i * 97) % 640);
   const std::vector<int32_t> ragged = {1, 16, 17, 15, 33, 2, 48, 64};

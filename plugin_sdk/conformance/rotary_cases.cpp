@@ -113,7 +113,7 @@ void rotary_case(CheckContext& ctx, const RotaryShape& sh) {
 
 }  // namespace
 
-void run_rotary_cases(CheckContext& ctx) {
+void run_rotary_embedding_cases(CheckContext& ctx) {
   const RotaryShape shapes[] = {
       {1, 1, 1, 2, dl_f32(), true, true, 7},
       {7, 4, 2, 64, dl_f32(), true, true, 40000},     // positions far from 0: fp32 angles up to 4e4 rad

@@ -100,7 +100,9 @@ void check_shape(CheckContext& ctx, const SwigluShape& s) {
 
 }  // namespace
 
-void run_swiglu_cases(CheckContext& ctx) {
+// The shapes check both kernels (the backward's inputs are the forward's); they count as
+// silu_mul's cases, and silu_mul_backward has its refusals of its own.
+void run_silu_mul_cases(CheckContext& ctx) {
   const SwigluShape shapes[] = {{1, 1, dl_f32(), false},   {7, 13, dl_f32(), false},    {33, 4864, dl_bf16(), false},
                                 {12, 896, dl_bf16(), true}, {5, 257, dl_f16(), true},    {9, 100, dl_f32(), true},
                                 {3, 4864, dl_f16(), false}, {64, 4864, dl_bf16(), true}};
@@ -121,8 +123,19 @@ void run_swiglu_cases(CheckContext& ctx) {
                      "silu_mul(f32 gate, f16 up)");
     ctx.expect_error(table->silu_mul(&a.dl(), &b.dl(), &wrong.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
                      "silu_mul(out [4, 7] for [4, 8])");
+  });
+}
+
+void run_silu_mul_backward_cases(CheckContext& ctx) {
+  ctx.run("kernels", "silu_mul_backward rejects bad input", [&] {
+    need_slots(ctx);
+    const auto* table = ctx.api().kernels;
+    hw::Device d = ctx.device();
+    DeviceTensor a(d, {4, 8}, dl_f32()), b(d, {4, 8}, dl_f32()), half(d, {4, 8}, dl_f16());
     ctx.expect_error(table->silu_mul_backward(&a.dl(), &b.dl(), nullptr, &a.dl(), &b.dl(), nullptr),
                      VERLPP_STATUS_INVALID_ARGUMENT, "silu_mul_backward(NULL grad_out)");
+    ctx.expect_error(table->silu_mul_backward(&a.dl(), &b.dl(), &half.dl(), &a.dl(), &b.dl(), nullptr),
+                     VERLPP_STATUS_INVALID_ARGUMENT, "silu_mul_backward(f16 grad_out for f32 gate)");
   });
 }
 

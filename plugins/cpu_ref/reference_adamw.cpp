@@ -10,9 +10,9 @@
 
 namespace verlpp::cpu_ref {
 
-verlpp_error* reference_adamw_update(int32_t count, DLTensor* const* params, const DLTensor* const* grads,
-                                     DLTensor* const* exp_avg, DLTensor* const* exp_avg_sq, DLTensor* const* copies,
-                                     const verlpp_adamw_options* options, const DLTensor* grad_scale, verlpp_stream) {
+verlpp_error* ReferenceKernels::adamw_update(int32_t count, DLTensor* const* params, const DLTensor* const* grads,
+                                             DLTensor* const* exp_avg, DLTensor* const* exp_avg_sq, DLTensor* const* copies,
+                                             const verlpp_adamw_options* options, const DLTensor* grad_scale, verlpp_stream) {
   return sdk::guard("cpu_ref adamw_update", [&] {
     const sdk::AdamwArgs a =
         sdk::check_adamw_update_args(count, params, grads, exp_avg, exp_avg_sq, copies, options, grad_scale);

@@ -8,7 +8,9 @@
 #include "half_float.hpp"
 
 #include <verlpp/sdk/dlpack_util.hpp>
+#include <verlpp/sdk/attention_args.hpp>
 #include <verlpp/sdk/kernel_args.hpp>
+#include <verlpp/sdk/sample_args.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -40,42 +42,28 @@ float round_to(DLDataType d, float v) {
 }
 
 
-verlpp_error* logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p, float temperature,
-                              DLTensor* out_logprob_p, DLTensor* out_entropy_p, verlpp_stream) {
+}  // namespace
+
+verlpp_error* ReferenceKernels::logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p, float temperature,
+                                                DLTensor* out_logprob_p, DLTensor* out_entropy_p, verlpp_stream) {
   return sdk::guard("cpu_ref logprob_entropy", [&] {
-    const DLTensor& logits = checked(logits_p, "logits");
-    const DLTensor& labels = checked(labels_p, "labels");
-    DLTensor& out_lp = const_cast<DLTensor&>(checked(out_logprob_p, "out_logprob"));
-    require(logits.ndim == 2, "logits must be [N, V], got ndim " + std::to_string(logits.ndim));
-    require(is_float_dtype(logits.dtype), "logits dtype " + sdk::dtype_name(logits.dtype) + " is not f32/bf16/f16");
-    int64_t n = logits.shape[0], v = logits.shape[1];
-    require(labels.ndim == 1 && labels.shape[0] == n, "labels must be [N] with N = " + std::to_string(n));
-    require(labels.dtype.code == kDLInt && labels.dtype.bits == 64, "labels must be int64");
-    require(out_lp.ndim == 1 && out_lp.shape[0] == n && is_f32(out_lp.dtype), "out_logprob must be [N] float32");
-    require(temperature > 0.0f && std::isfinite(temperature), "temperature must be > 0, got " + std::to_string(temperature));
-    DLTensor* out_ent = out_entropy_p;
-    if (out_ent != nullptr) {
-      checked(out_ent, "out_entropy");
-      require(out_ent->ndim == 1 && out_ent->shape[0] == n && is_f32(out_ent->dtype), "out_entropy must be [N] float32");
-      require(sdk::is_contiguous(*out_ent), "out_entropy must be contiguous");
-    }
-    require(sdk::is_contiguous(labels) && sdk::is_contiguous(out_lp), "labels and out_logprob must be contiguous");
-    require_host(logits, "logits");
-    require(v > 0 || n == 0, "vocabulary size is 0");
-    // Rows may be strided; columns must be dense.
-    int64_t row_stride = logits.strides ? logits.strides[0] : v;
-    require(logits.strides == nullptr || logits.strides[1] == 1 || v == 1, "logits columns must be dense (stride 1)");
+    const sdk::LogprobEntropyArgs a =
+        sdk::check_logprob_entropy_args(logits_p, labels_p, temperature, out_logprob_p, out_entropy_p);
+    for (const DLTensor* t : {logits_p, labels_p, static_cast<const DLTensor*>(out_logprob_p),
+                              static_cast<const DLTensor*>(out_entropy_p)})
+      if (t != nullptr) require_host(*t, "every logprob_entropy tensor");
+    const DLTensor& logits = *logits_p;
     const void* base = sdk::data_ptr(logits);
-    const auto* label = static_cast<const int64_t*>(sdk::data_ptr(labels));
-    auto* lp = static_cast<float*>(sdk::data_ptr(out_lp));
-    float* ent = out_ent ? static_cast<float*>(sdk::data_ptr(*out_ent)) : nullptr;
-    for (int64_t r = 0; r < n; ++r) {
-      require(label[r] >= 0 && label[r] < v, "label " + std::to_string(label[r]) + " at row " + std::to_string(r) + " is outside [0, " + std::to_string(v) + ")");
-      int64_t off = r * row_stride;
+    const auto* label = static_cast<const int64_t*>(sdk::data_ptr(*labels_p));
+    auto* lp = static_cast<float*>(sdk::data_ptr(*out_logprob_p));
+    float* ent = a.with_entropy ? static_cast<float*>(sdk::data_ptr(*out_entropy_p)) : nullptr;
+    sdk::check_label_values(label, a.n, a.v);
+    for (int64_t r = 0; r < a.n; ++r) {
+      int64_t off = r * a.row_stride;
       float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < v; ++j) mx = std::max(mx, load(base, logits.dtype, off + j) / temperature);
+      for (int64_t j = 0; j < a.v; ++j) mx = std::max(mx, load(base, logits.dtype, off + j) / temperature);
       double sum = 0.0, weighted = 0.0;
-      for (int64_t j = 0; j < v; ++j) {
+      for (int64_t j = 0; j < a.v; ++j) {
         double z = double(load(base, logits.dtype, off + j) / temperature);
         double e = std::exp(z - double(mx));
         sum += e;
@@ -88,9 +76,10 @@ verlpp_error* logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p
   });
 }
 
+
 // In fp64 per element, rounded once to the output dtype. In place (out_grad = logits) is safe:
 // each element is read before it is written, and no other element reads it.
-verlpp_error* logprob_backward(const DLTensor* logits_p, const DLTensor* labels_p, const DLTensor* lse_p,
+verlpp_error* ReferenceKernels::logprob_backward(const DLTensor* logits_p, const DLTensor* labels_p, const DLTensor* lse_p,
                                const DLTensor* grad_logprob_p, const DLTensor* mean_z_p, const DLTensor* grad_entropy_p,
                                float temperature, DLTensor* out_p, verlpp_stream) {
   return sdk::guard("cpu_ref logprob_backward", [&] {
@@ -106,9 +95,8 @@ verlpp_error* logprob_backward(const DLTensor* logits_p, const DLTensor* labels_
     const auto* mean_z = a.mean_z ? static_cast<const float*>(sdk::data_ptr(*a.mean_z)) : nullptr;
     const auto* g_ent = a.grad_entropy ? static_cast<const float*>(sdk::data_ptr(*a.grad_entropy)) : nullptr;
     const double t = temperature;
+    sdk::check_label_values(label, a.n, a.v);
     for (int64_t r = 0; r < a.n; ++r) {
-      require(label[r] >= 0 && label[r] < a.v, "label " + std::to_string(label[r]) + " at row " + std::to_string(r) +
-                                                   " is outside [0, " + std::to_string(a.v) + ")");
       const double glp = g_lp ? g_lp[r] : 0.0, ge = g_ent ? g_ent[r] : 0.0, mz = mean_z ? mean_z[r] : 0.0;
       for (int64_t j = 0; j < a.v; ++j) {
         const double z = double(load(in, logits_p->dtype, r * a.row_stride + j)) / t;
@@ -120,11 +108,15 @@ verlpp_error* logprob_backward(const DLTensor* logits_p, const DLTensor* labels_
   });
 }
 
+namespace {
+
 // SwiGLU's product and its backward, element by element in fp32 with the dtype's rounding
 // where HF's forward and autograd's backward round (plugin_abi.h).
 float silu_of(float x) { return x / (1.0f + std::exp(-x)); }
 
-verlpp_error* silu_mul(const DLTensor* gate_p, const DLTensor* up_p, DLTensor* out_p, verlpp_stream) {
+}  // namespace
+
+verlpp_error* ReferenceKernels::silu_mul(const DLTensor* gate_p, const DLTensor* up_p, DLTensor* out_p, verlpp_stream) {
   return sdk::guard("cpu_ref silu_mul", [&] {
     const sdk::SiluMulArgs a = sdk::check_silu_mul_args({{gate_p, "gate"}, {up_p, "up"}, {out_p, "out"}});
     for (const DLTensor* t : {gate_p, up_p, static_cast<const DLTensor*>(out_p)}) require_host(*t, "every silu_mul tensor");
@@ -139,7 +131,8 @@ verlpp_error* silu_mul(const DLTensor* gate_p, const DLTensor* up_p, DLTensor* o
   });
 }
 
-verlpp_error* silu_mul_backward(const DLTensor* gate_p, const DLTensor* up_p, const DLTensor* grad_p, DLTensor* grad_gate_p,
+
+verlpp_error* ReferenceKernels::silu_mul_backward(const DLTensor* gate_p, const DLTensor* up_p, const DLTensor* grad_p, DLTensor* grad_gate_p,
                                 DLTensor* grad_up_p, verlpp_stream) {
   return sdk::guard("cpu_ref silu_mul_backward", [&] {
     const sdk::SiluMulArgs a = sdk::check_silu_mul_args(
@@ -162,6 +155,8 @@ verlpp_error* silu_mul_backward(const DLTensor* gate_p, const DLTensor* up_p, co
   });
 }
 
+namespace {
+
 // Row r of rms_norm: out = weight * T(x * inv), inv = 1 / sqrt(mean(x^2) + eps), x read as
 // stored (dtype T). Shared by rms_norm and add_rms_norm, which must agree bit for bit.
 void rms_norm_row(const void* xb, const void* wb, void* ob, DLDataType dtype, int64_t r, int64_t d, float eps) {
@@ -178,27 +173,21 @@ void rms_norm_row(const void* xb, const void* wb, void* ob, DLDataType dtype, in
   }
 }
 
-verlpp_error* rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTensor* out_p, verlpp_stream) {
+}  // namespace
+
+verlpp_error* ReferenceKernels::rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTensor* out_p, verlpp_stream) {
   return sdk::guard("cpu_ref rms_norm", [&] {
-    const DLTensor& x = checked(x_p, "x");
-    const DLTensor& w = checked(w_p, "weight");
-    DLTensor& out = const_cast<DLTensor&>(checked(out_p, "out"));
-    require(x.ndim == 2, "x must be [N, D], got ndim " + std::to_string(x.ndim));
-    int64_t n = x.shape[0], d = x.shape[1];
-    require(w.ndim == 1 && w.shape[0] == d, "weight must be [D] with D = " + std::to_string(d));
-    require(out.ndim == 2 && out.shape[0] == n && out.shape[1] == d, "out must have x's shape");
-    require(is_float_dtype(x.dtype) && sdk::same_dtype(x.dtype, w.dtype) && sdk::same_dtype(x.dtype, out.dtype),
-            "x, weight and out must share one float dtype");
-    require(sdk::is_contiguous(x) && sdk::is_contiguous(w) && sdk::is_contiguous(out), "rms_norm needs contiguous tensors");
-    require(eps >= 0.0f, "eps must be >= 0");
-    require_host(x, "x");
-    for (int64_t r = 0; r < n; ++r) rms_norm_row(sdk::data_ptr(x), sdk::data_ptr(w), sdk::data_ptr(out), x.dtype, r, d, eps);
+    const sdk::RmsNormArgs a = sdk::check_rms_norm_args(x_p, w_p, eps, out_p);
+    for (const DLTensor* t : {x_p, w_p, static_cast<const DLTensor*>(out_p)}) require_host(*t, "every rms_norm tensor");
+    for (int64_t r = 0; r < a.n; ++r)
+      rms_norm_row(sdk::data_ptr(*x_p), sdk::data_ptr(*w_p), sdk::data_ptr(*out_p), x_p->dtype, r, a.d, eps);
   });
 }
 
+
 // ABI 1.3: residual = T(residual + x) (one fp32 add, one rounding), then out = rms_norm of the
 // rounded residual through the very function rms_norm uses. Row by row, so x may be residual.
-verlpp_error* add_rms_norm(const DLTensor* x_p, DLTensor* residual_p, const DLTensor* w_p, float eps, DLTensor* out_p,
+verlpp_error* ReferenceKernels::add_rms_norm(const DLTensor* x_p, DLTensor* residual_p, const DLTensor* w_p, float eps, DLTensor* out_p,
                            verlpp_stream) {
   return sdk::guard("cpu_ref add_rms_norm", [&] {
     const sdk::AddRmsNormArgs a = sdk::check_add_rms_norm_args(x_p, residual_p, w_p, eps, out_p);
@@ -217,36 +206,19 @@ verlpp_error* add_rms_norm(const DLTensor* x_p, DLTensor* residual_p, const DLTe
   });
 }
 
+
 // Decode attention over a paged KV cache, one query token per sequence, GQA: query head h reads
 // KV head h / (H / K); position t of sequence b lives in block block_tables[b, t / block_size],
 // slot t % block_size. fp64 scores and softmax; the output rounded to the input dtype.
-verlpp_error* paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* bt_p,
+verlpp_error* ReferenceKernels::paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* bt_p,
                                      const DLTensor* lens_p, float scale, DLTensor* out_p, verlpp_stream) {
   return sdk::guard("cpu_ref paged_attention_decode", [&] {
-    const DLTensor& q = checked(q_p, "q");
-    const DLTensor& kc = checked(k_p, "k_cache");
-    const DLTensor& vc = checked(v_p, "v_cache");
-    const DLTensor& bt = checked(bt_p, "block_tables");
-    const DLTensor& lens = checked(lens_p, "context_lens");
-    DLTensor& out = const_cast<DLTensor&>(checked(out_p, "out"));
-    require(q.ndim == 3, "q must be [B, H, S], got ndim " + std::to_string(q.ndim));
-    require(kc.ndim == 4, "k_cache must be [num_blocks, block_size, K, S], got ndim " + std::to_string(kc.ndim));
-    const int64_t b = q.shape[0], h = q.shape[1], s = q.shape[2];
-    const int64_t num_blocks = kc.shape[0], block_size = kc.shape[1], kv = kc.shape[2];
-    require(vc.ndim == 4 && std::equal(kc.shape, kc.shape + 4, vc.shape), "v_cache must have k_cache's shape");
-    require(kc.shape[3] == s, "k_cache head size " + std::to_string(kc.shape[3]) + " != q's " + std::to_string(s));
-    require(kv > 0 && h % kv == 0, "query heads H = " + std::to_string(h) + " must be a multiple of KV heads K = " + std::to_string(kv));
-    require(is_float_dtype(q.dtype) && sdk::same_dtype(q.dtype, kc.dtype) && sdk::same_dtype(q.dtype, vc.dtype) &&
-                sdk::same_dtype(q.dtype, out.dtype),
-            "q, k_cache, v_cache and out must share one float dtype");
-    require(out.ndim == 3 && std::equal(q.shape, q.shape + 3, out.shape), "out must have q's shape");
-    require(bt.ndim == 2 && bt.shape[0] == b && bt.dtype.code == kDLInt && bt.dtype.bits == 32, "block_tables must be [B, max_blocks] int32");
-    require(lens.ndim == 1 && lens.shape[0] == b && lens.dtype.code == kDLInt && lens.dtype.bits == 32, "context_lens must be [B] int32");
-    for (const DLTensor* t : {&q, &kc, &vc, &bt, &lens, static_cast<const DLTensor*>(&out)}) {
-      require(sdk::is_contiguous(*t), "paged_attention_decode needs contiguous tensors");
+    const sdk::PagedAttentionArgs a = sdk::check_paged_attention_decode_args(q_p, k_p, v_p, bt_p, lens_p, out_p);
+    for (const DLTensor* t : {q_p, k_p, v_p, bt_p, lens_p, static_cast<const DLTensor*>(out_p)})
       require_host(*t, "paged_attention_decode tensor");
-    }
-    const int64_t max_blocks = bt.shape[1];
+    const DLTensor &q = *q_p, &kc = *k_p, &vc = *v_p, &bt = *bt_p, &lens = *lens_p, &out = *out_p;
+    const int64_t b = a.batch, h = a.q_heads, s = a.head_size;
+    const int64_t num_blocks = a.num_blocks, block_size = a.block_size, kv = a.kv_heads, max_blocks = a.max_blocks;
     const auto* table = static_cast<const int32_t*>(sdk::data_ptr(bt));
     const auto* len = static_cast<const int32_t*>(sdk::data_ptr(lens));
     const void* qb = sdk::data_ptr(q);
@@ -287,6 +259,8 @@ verlpp_error* paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, c
   });
 }
 
+namespace {
+
 // RoPE, HF's rotate_half layout: dims j and j + S/2 of each head form a pair. As the host model
 // in dtype T: angle = float(position) * inv_freq[j] (fp32), cos/sin of that fp32 angle rounded to
 // T (computed in fp64, so correctly rounded), then every product and the sum rounded to T:
@@ -323,7 +297,9 @@ void rotate_rows(DLTensor& x, const int64_t* pos, const float* inv_freq, int64_t
     }
 }
 
-verlpp_error* rotary_embedding(DLTensor* q_p, DLTensor* k_p, const DLTensor* pos_p, const DLTensor* inv_freq_p,
+}  // namespace
+
+verlpp_error* ReferenceKernels::rotary_embedding(DLTensor* q_p, DLTensor* k_p, const DLTensor* pos_p, const DLTensor* inv_freq_p,
                                verlpp_stream) {
   return sdk::guard("cpu_ref rotary_embedding", [&] {
     const sdk::RotaryArgs args = sdk::check_rotary_args(q_p, k_p, pos_p, inv_freq_p);
@@ -336,12 +312,13 @@ verlpp_error* rotary_embedding(DLTensor* q_p, DLTensor* k_p, const DLTensor* pos
   });
 }
 
+
 // ABI 1.3: rotary_embedding's rotation of q (into q_out) and k (into its cache row), and v
 // copied to its cache row, for token t at row slot_mapping[t] = block * block_size + offset of
 // the [num_blocks, block_size, K, S] caches. q, k, v are read at their row strides (views of
 // one fused projection). Every slot is checked before anything is written, so a refused call
 // leaves the outputs as they were.
-verlpp_error* rotary_kv_store(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* pos_p,
+verlpp_error* ReferenceKernels::rotary_kv_store(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* pos_p,
                               const DLTensor* inv_freq_p, const DLTensor* slots_p, DLTensor* q_out_p, DLTensor* k_cache_p,
                               DLTensor* v_cache_p, verlpp_stream) {
   return sdk::guard("cpu_ref rotary_kv_store", [&] {
@@ -377,25 +354,7 @@ verlpp_error* rotary_kv_store(const DLTensor* q_p, const DLTensor* k_p, const DL
   });
 }
 
-// The sampler's uniform draw in [0, 1): 53 bits of splitmix64, counter-based (a row's draw
-// depends only on its seed and the step), the same recipe as the host's reference sampler.
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-double uniform_draw(uint64_t seed, uint64_t step) {
-  uint64_t bits = splitmix64(splitmix64(seed) + step * 0x9E3779B97F4A7C15ull);
-  return double(bits >> 11) * (1.0 / 9007199254740992.0);
-}
-
-// [n] tensor of the given dtype on the host, contiguous.
-void require_vector(const DLTensor& t, int64_t n, DLDataType dtype, const char* what) {
-  require(t.ndim == 1 && t.shape[0] == n && sdk::same_dtype(t.dtype, dtype) && sdk::is_contiguous(t),
-          std::string(what) + " must be [B] " + sdk::dtype_name(dtype) + " with B = " + std::to_string(n));
-  require_host(t, what);
-}
+namespace {
 
 // One row: greedy (t == 0) takes the first argmax; otherwise the k most likely tokens, then the
 // shortest prefix of them (most likely first) whose mass reaches top_p of theirs, and a draw
@@ -420,7 +379,7 @@ void sample_row(const float* x, int64_t v, float t, int32_t k, float p, uint64_t
     int64_t kept = 0;
     double kept_mass = 0.0;
     while (kept < kk && kept_mass < double(p) * mass_k) kept_mass += q[size_t(order[size_t(kept++)])];
-    double target = uniform_draw(seed, step) * kept_mass, cum = 0.0;
+    double target = sdk::uniform_draw(seed, step) * kept_mass, cum = 0.0;
     token = order[size_t(kept - 1)];  // rounding can leave the target past the last kept token
     for (int64_t i = 0; i < kept; ++i) {
       cum += q[size_t(order[size_t(i)])];
@@ -433,72 +392,36 @@ void sample_row(const float* x, int64_t v, float t, int32_t k, float p, uint64_t
   logprob = float(double(x[token]) / temp - mx - std::log(total));
 }
 
-verlpp_error* sample(const DLTensor* logits_p, const DLTensor* temperature_p, const DLTensor* top_k_p,
+}  // namespace
+
+verlpp_error* ReferenceKernels::sample(const DLTensor* logits_p, const DLTensor* temperature_p, const DLTensor* top_k_p,
                      const DLTensor* top_p_p, const DLTensor* seeds_p, uint64_t step, DLTensor* out_tokens_p,
                      DLTensor* out_logprobs_p, verlpp_stream) {
   return sdk::guard("cpu_ref sample", [&] {
-    const DLTensor& logits = checked(logits_p, "logits");
-    require(logits.ndim == 2, "logits must be [B, V], got ndim " + std::to_string(logits.ndim));
+    const sdk::SampleArgs a =
+        sdk::check_sample_args(logits_p, temperature_p, top_k_p, top_p_p, seeds_p, out_tokens_p, out_logprobs_p);
+    for (const DLTensor* t : {logits_p, temperature_p, top_k_p, top_p_p, seeds_p, static_cast<const DLTensor*>(out_tokens_p),
+                              static_cast<const DLTensor*>(out_logprobs_p)})
+      require_host(*t, "every sample tensor");
     // f32, or from ABI 1.3 bf16 / f16: each row is widened to fp32 (exact) and sampled as such.
-    require(is_float_dtype(logits.dtype), "logits dtype " + sdk::dtype_name(logits.dtype) + " is not f32/bf16/f16");
-    require(sdk::is_contiguous(logits), "logits must be contiguous");
-    require_host(logits, "logits");
-    const int64_t b = logits.shape[0], v = logits.shape[1];
-    require(v > 0 || b == 0, "vocabulary size is 0");
-    const DLTensor& temperature = checked(temperature_p, "temperature");
-    const DLTensor& top_k = checked(top_k_p, "top_k");
-    const DLTensor& top_p = checked(top_p_p, "top_p");
-    const DLTensor& seeds = checked(seeds_p, "seeds");
-    DLTensor& out_tokens = const_cast<DLTensor&>(checked(out_tokens_p, "out_tokens"));
-    DLTensor& out_logprobs = const_cast<DLTensor&>(checked(out_logprobs_p, "out_logprobs"));
-    require_vector(temperature, b, {kDLFloat, 32, 1}, "temperature");
-    require_vector(top_k, b, {kDLInt, 32, 1}, "top_k");
-    require_vector(top_p, b, {kDLFloat, 32, 1}, "top_p");
-    // Seeds are uint64 by the ABI; int64 carries the same bits and is accepted too.
-    DLDataType seed_type = seeds.dtype.code == kDLInt ? DLDataType{kDLInt, 64, 1} : DLDataType{kDLUInt, 64, 1};
-    require_vector(seeds, b, seed_type, "seeds");
-    require_vector(out_tokens, b, {kDLInt, 64, 1}, "out_tokens");
-    require_vector(out_logprobs, b, {kDLFloat, 32, 1}, "out_logprobs");
+    const DLTensor &logits = *logits_p, &temperature = *temperature_p, &top_k = *top_k_p, &top_p = *top_p_p, &seeds = *seeds_p;
+    const int64_t b = a.batch, v = a.vocab;
     const void* x = sdk::data_ptr(logits);
     const auto* temps = static_cast<const float*>(sdk::data_ptr(temperature));
     const auto* ks = static_cast<const int32_t*>(sdk::data_ptr(top_k));
     const auto* ps = static_cast<const float*>(sdk::data_ptr(top_p));
     const auto* seed = static_cast<const uint64_t*>(sdk::data_ptr(seeds));
-    auto* tokens = static_cast<int64_t*>(sdk::data_ptr(out_tokens));
-    auto* logprobs = static_cast<float*>(sdk::data_ptr(out_logprobs));
+    auto* tokens = static_cast<int64_t*>(sdk::data_ptr(*out_tokens_p));
+    auto* logprobs = static_cast<float*>(sdk::data_ptr(*out_logprobs_p));
     std::vector<float> widened(static_cast<size_t>(v));
     for (int64_t r = 0; r < b; ++r) {
-      const std::string row = " at row " + std::to_string(r);
-      require(temps[r] >= 0.0f && std::isfinite(temps[r]), "temperature " + std::to_string(temps[r]) + row + " must be finite and >= 0");
-      require(ks[r] >= 0, "top_k " + std::to_string(ks[r]) + row + " must be >= 0 (0 = all)");
-      require(ps[r] > 0.0f && ps[r] <= 1.0f, "top_p " + std::to_string(ps[r]) + row + " must be in (0, 1]");
+      sdk::check_sample_row_values(r, temps[r], ks[r], ps[r]);
       for (int64_t j = 0; j < v; ++j) widened[size_t(j)] = load(x, logits.dtype, r * v + j);
       sample_row(widened.data(), v, temps[r], ks[r], ps[r], seed[r], step, tokens[r], logprobs[r]);
     }
   });
 }
 
-}  // namespace
-
-const verlpp_kernel_table* reference_kernels() {
-  static const verlpp_kernel_table table = [] {
-    verlpp_kernel_table t{};
-    t.struct_size = sizeof(t);
-    t.logprob_entropy = &logprob_entropy;
-    t.rms_norm = &rms_norm;
-    t.rotary_embedding = &rotary_embedding;
-    t.paged_attention_decode = &paged_attention_decode;
-    t.sample = &sample;
-    t.logprob_backward = &logprob_backward;
-    t.silu_mul = &silu_mul;
-    t.silu_mul_backward = &silu_mul_backward;
-    t.add_rms_norm = &add_rms_norm;
-    t.rotary_kv_store = &rotary_kv_store;
-    t.adamw_update = &reference_adamw_update;
-    t.rotary_paged_attention_decode = &reference_rotary_paged_attention_decode;
-    return t;
-  }();
-  return &table;
-}
+const verlpp_kernel_table* reference_kernels() { return sdk::kernel_table<ReferenceKernels>(); }
 
 }  // namespace verlpp::cpu_ref

@@ -11,11 +11,12 @@
 
 namespace verlpp::cpu_ref {
 
-verlpp_error* reference_rotary_paged_attention_decode(const DLTensor* q, const DLTensor* k, const DLTensor* v,
-                                                      const DLTensor* positions, const DLTensor* inv_freq,
-                                                      const DLTensor* slot_mapping, DLTensor* k_cache, DLTensor* v_cache,
-                                                      const DLTensor* block_tables, const DLTensor* context_lens, float scale,
-                                                      DLTensor* out, verlpp_stream) {
+verlpp_error* ReferenceKernels::rotary_paged_attention_decode(const DLTensor* q, const DLTensor* k, const DLTensor* v,
+                                                              const DLTensor* positions, const DLTensor* inv_freq,
+                                                              const DLTensor* slot_mapping, DLTensor* k_cache,
+                                                              DLTensor* v_cache, const DLTensor* block_tables,
+                                                              const DLTensor* context_lens, float scale, DLTensor* out,
+                                                              verlpp_stream) {
   std::vector<unsigned char> rotated;  // q after RoPE, [B, H, S] contiguous in q's dtype
   DLTensor q_rotated{};
   verlpp_error* refused = sdk::guard("cpu_ref rotary_paged_attention_decode", [&] {
@@ -36,10 +37,9 @@ verlpp_error* reference_rotary_paged_attention_decode(const DLTensor* q, const D
     q_rotated.strides = nullptr;
   });
   if (refused != nullptr) return refused;
-  const verlpp_kernel_table& table = *reference_kernels();
-  if (verlpp_error* e = table.rotary_kv_store(q, k, v, positions, inv_freq, slot_mapping, &q_rotated, k_cache, v_cache, nullptr))
+  if (verlpp_error* e = rotary_kv_store(q, k, v, positions, inv_freq, slot_mapping, &q_rotated, k_cache, v_cache, nullptr))
     return e;
-  return table.paged_attention_decode(&q_rotated, k_cache, v_cache, block_tables, context_lens, scale, out, nullptr);
+  return paged_attention_decode(&q_rotated, k_cache, v_cache, block_tables, context_lens, scale, out, nullptr);
 }
 
 }  // namespace verlpp::cpu_ref

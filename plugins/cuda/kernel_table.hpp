@@ -1,12 +1,17 @@
-// cuda: the plugin's kernel table. Only kernels the conformance suite checks are offered
-// (logprob_entropy, rms_norm, rotary_embedding, paged_attention_decode, sample, and 1.2's
-// logprob_backward, silu_mul and silu_mul_backward, 1.3's add_rms_norm and rotary_kv_store, 1.4's
-// adamw_update); every other entry stays NULL so the host runs its LibTorch path for it.
+// cuda: the plugin's kernel table. Every entry of the ABI's kernel list is offered (each checked
+// by the conformance suite); the SDK fills the table from CudaKernels by member name.
 #pragma once
 
 #include <verlpp/plugin_abi.h>
+#include <verlpp/sdk/kernel_list.hpp>
 
 namespace verlpp::cuda {
+
+// The ABI entry points (kernel_table.cpp), every entry of the ABI's list, each with its
+// kernel-table entry's exact type.
+struct CudaKernels {
+  VERLPP_SDK_EVERY_KERNEL
+};
 
 const verlpp_kernel_table* cuda_kernels();
 

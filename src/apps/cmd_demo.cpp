@@ -60,7 +60,7 @@ bool round_trip(const hw::Device& device) {
 
 bool kernel_check(const hw::Plugin& plugin) {
   hw::Kernels kernels(plugin);
-  if (!kernels.table().logprob_entropy) {
+  if (!kernels.offers(hw::KernelId::logprob_entropy)) {
     std::cout << "  kernel      logprob_entropy: not offered (the host's LibTorch path runs instead)\n";
     return true;
   }
@@ -73,7 +73,7 @@ bool kernel_check(const hw::Plugin& plugin) {
   at::Tensor labels = at::randint(v, {n}, at::TensorOptions().dtype(at::kLong));
   at::Tensor out = at::empty({n});
   HostView lv(logits), yv(labels), ov(out);
-  kernels.logprob_entropy(lv.view, yv.view, 1.0f, ov.view, nullptr);
+  kernels.call<hw::KernelId::logprob_entropy>(&lv.view, &yv.view, 1.0f, &ov.view, nullptr, nullptr);
   at::Tensor expected = at::log_softmax(logits, 1).gather(1, labels.unsqueeze(1)).squeeze(1);
   double worst = out.sub(expected).abs().max().item<double>();
   bool ok = worst <= 1e-5;

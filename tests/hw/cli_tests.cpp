@@ -1,14 +1,22 @@
 // The commands as a user runs them: `verlpp plugins` / `verlpp demo` under each
-// VERL_HARDWARE_PLUGIN form, and verlpp-plugin-check catching a deliberately wrong kernel.
+// VERL_HARDWARE_PLUGIN form, verlpp-plugin-check catching a deliberately wrong kernel, and the
+// kernel list agreeing with what both commands show.
 #include <catch2/catch.hpp>
 
 #include "test_paths.hpp"
 
 #include <verlpp/hw/torch_device.hpp>
+#include <verlpp/sdk/kernel_list.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
-
-#include <fstream>
 
 using namespace verlpp;
 
@@ -110,4 +118,43 @@ TEST_CASE("JSON nested 10^5 deep is refused with the file named, never a crash",
                           out) == 1);
   CHECK_THAT(out, Catch::Contains(dir + "/lines.jsonl:2") && Catch::Contains("JSON nested deeper than 512 levels"));
   REQUIRE(std::system(("rm -rf " + dir).c_str()) == 0);
+}
+
+TEST_CASE("the kernel list, the conformance registration and verlpp plugins agree", "[cli][conformance][kernels]") {
+  // The list's names, in its order: what cpu_ref (which implements every entry) must show.
+  std::vector<std::string> listed;
+  for (const sdk::KernelInfo& k : sdk::kKernels) listed.push_back(k.name);
+  REQUIRE(listed.size() == 12);
+  CHECK(listed.front() == "logprob_entropy");
+  CHECK(listed.back() == "rotary_paged_attention_decode");
+
+  // verlpp plugins: cpu_ref's kernels column is the list, comma-joined.
+  std::string out;
+  REQUIRE(test::run_command(verlpp_cmd("VERL_HARDWARE_PLUGIN=cpu_ref", "plugins"), out) == 0);
+  std::string joined;
+  for (const std::string& name : listed) joined += (joined.empty() ? "" : ",") + name;
+  const size_t row = out.find("\ncpu_ref ");
+  REQUIRE(row != std::string::npos);
+  CHECK_THAT(out.substr(row + 1, out.find('\n', row + 1) - row - 1), Catch::Contains(" " + joined + " "));
+
+  // The conformance suite: every listed kernel has cases, each of which passes on cpu_ref, and
+  // no case names a kernel outside the list.
+  const std::string json = test::bin_dir() + "/kernel_list_agreement.json";
+  REQUIRE(test::run_command(test::bin_dir() + "/verlpp-plugin-check --ranks '' --json " + json + " " + test::cpu_ref_path(),
+                            out) == 0);
+  std::ifstream in(json);
+  const nlohmann::json report = nlohmann::json::parse(in);
+  std::map<std::string, int> passed;
+  for (const auto& r : report.at("results")) {
+    const std::string kernel = r.at("kernel").get<std::string>();
+    if (kernel.empty()) continue;
+    INFO("case " << r.at("case").get<std::string>());
+    CHECK(std::find(listed.begin(), listed.end(), kernel) != listed.end());
+    CHECK(r.at("outcome").get<std::string>() == "pass");
+    ++passed[kernel];
+  }
+  for (const std::string& name : listed) {
+    INFO("kernel " << name);
+    CHECK(passed[name] >= 1);
+  }
 }

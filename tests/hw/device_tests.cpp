@@ -118,7 +118,7 @@ TEST_CASE("kernels through the wrapper match plain loops", "[hw][kernels]") {
   DLTensor ty = host_view(labels.data(), s_n, {kDLInt, 64, 1});
   DLTensor tlp = host_view(lp.data(), s_n, {kDLFloat, 32, 1});
   DLTensor tent = host_view(ent.data(), s_n, {kDLFloat, 32, 1});
-  k.logprob_entropy(tl, ty, 2.0f, tlp, &tent);
+  k.call<hw::KernelId::logprob_entropy>(&tl, &ty, 2.0f, &tlp, &tent, nullptr);
   for (int64_t r = 0; r < n; ++r) {
     double z[6], mx = -1e300, sum = 0, weighted = 0;
     for (int j = 0; j < v; ++j) { z[j] = logits[size_t(r * v + j)] / 2.0; mx = std::max(mx, z[j]); }
@@ -132,7 +132,7 @@ TEST_CASE("kernels through the wrapper match plain loops", "[hw][kernels]") {
   CHECK(lp[1] == Approx(-std::log(6.0)).margin(1e-6));
   // A label outside the vocabulary names the row.
   labels[2] = 6;
-  CHECK_THROWS_WITH(k.logprob_entropy(tl, ty, 1.0f, tlp, nullptr), Catch::Contains("label 6 at row 2"));
+  CHECK_THROWS_WITH(k.call<hw::KernelId::logprob_entropy>(&tl, &ty, 1.0f, &tlp, nullptr, nullptr), Catch::Contains("label 6 at row 2"));
 }
 
 // L = sum_r g_lp[r] log p(label_r) + g_ent[r] H_r over softmax(logits / T), in fp64.
@@ -165,7 +165,7 @@ TEST_CASE("kernels: logprob_backward through the wrapper is the finite-differenc
   std::vector<int64_t> s_logits = {n, v}, s_n = {n};
   DLTensor tl = host_view(logits.data(), s_logits, {kDLFloat, 32, 1}), ty = host_view(labels.data(), s_n, {kDLInt, 64, 1});
   DLTensor tlp = host_view(lp.data(), s_n, {kDLFloat, 32, 1}), tent = host_view(ent.data(), s_n, {kDLFloat, 32, 1});
-  k.logprob_entropy(tl, ty, float(t), tlp, &tent);
+  k.call<hw::KernelId::logprob_entropy>(&tl, &ty, float(t), &tlp, &tent, nullptr);
   // What a trainer saves from the forward: lse = z_label - log p, E_p[z] = lse - H.
   for (int64_t r = 0; r < n; ++r) {
     lse[size_t(r)] = float(logits[size_t(r * v + labels[size_t(r)])] / t - lp[size_t(r)]);
@@ -175,7 +175,7 @@ TEST_CASE("kernels: logprob_backward through the wrapper is the finite-differenc
   DLTensor tlse = host_view(lse.data(), s_n, {kDLFloat, 32, 1}), tmz = host_view(mean_z.data(), s_n, {kDLFloat, 32, 1});
   DLTensor tglp = host_view(g_lp.data(), s_n, {kDLFloat, 32, 1}), tgent = host_view(g_ent.data(), s_n, {kDLFloat, 32, 1});
   DLTensor tgrad = host_view(grad.data(), s_logits, {kDLFloat, 32, 1});
-  k.logprob_backward(tl, ty, tlse, &tglp, &tmz, &tgent, float(t), tgrad);
+  k.call<hw::KernelId::logprob_backward>(&tl, &ty, &tlse, &tglp, &tmz, &tgent, float(t), &tgrad, nullptr);
 
   std::vector<double> x(logits.begin(), logits.end()), glp(g_lp.begin(), g_lp.end()), gent(g_ent.begin(), g_ent.end());
   const double h = 1e-5;
@@ -189,11 +189,11 @@ TEST_CASE("kernels: logprob_backward through the wrapper is the finite-differenc
   // In place (out_grad = logits), log-prob term only: the same values as a separate output.
   std::vector<float> separate(size_t(n * v));
   DLTensor tsep = host_view(separate.data(), s_logits, {kDLFloat, 32, 1});
-  k.logprob_backward(tl, ty, tlse, &tglp, nullptr, nullptr, float(t), tsep);
-  k.logprob_backward(tl, ty, tlse, &tglp, nullptr, nullptr, float(t), tl);
+  k.call<hw::KernelId::logprob_backward>(&tl, &ty, &tlse, &tglp, nullptr, nullptr, float(t), &tsep, nullptr);
+  k.call<hw::KernelId::logprob_backward>(&tl, &ty, &tlse, &tglp, nullptr, nullptr, float(t), &tl, nullptr);
   CHECK(logits == separate);
   // mean_z without grad_entropy is refused by name.
-  CHECK_THROWS_WITH(k.logprob_backward(tl, ty, tlse, &tglp, &tmz, nullptr, 1.0f, tsep), Catch::Contains("mean_z and grad_entropy"));
+  CHECK_THROWS_WITH(k.call<hw::KernelId::logprob_backward>(&tl, &ty, &tlse, &tglp, &tmz, nullptr, 1.0f, &tsep, nullptr), Catch::Contains("mean_z and grad_entropy"));
 }
 
 TEST_CASE("kernels wrap native streams through ABI 1.1, cached and destroyed with the object", "[hw][kernels][streams]") {
@@ -226,7 +226,7 @@ TEST_CASE("kernels wrap native streams through ABI 1.1, cached and destroyed wit
     std::vector<int64_t> s_x = {1, 4}, s_w = {4};
     DLTensor tx = host_view(x.data(), s_x, {kDLFloat, 32, 1}), tw = host_view(w.data(), s_w, {kDLFloat, 32, 1}),
              tout = host_view(out.data(), s_x, {kDLFloat, 32, 1});
-    k.rms_norm(tx, tw, 0.0f, tout, wrapper);
+    k.call<hw::KernelId::rms_norm>(&tx, &tw, 0.0f, &tout, wrapper);
     p.check(api.stream_synchronize(wrapper), "stream_synchronize");
     CHECK(out[3] == Approx(4.0 / std::sqrt(7.5)).epsilon(1e-6));
     // A handle the plugin refuses: NULL (the synchronous stream), remembered, not retried.

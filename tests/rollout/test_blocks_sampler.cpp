@@ -204,7 +204,7 @@ TEST_CASE("sampler: temperature, top-k, top-p follow the filtered softmax (chi-s
 TEST_CASE("sampler: a plugin's sample kernel (cpu_ref) through the host's dispatch", "[rollout][sampler]") {
   verlpp::hw::Plugin plugin = verlpp::hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
   verlpp::hw::Kernels kernels(plugin);
-  REQUIRE(kernels.table().sample != nullptr);
+  REQUIRE(kernels.offers(verlpp::hw::KernelId::sample));
   check_filtered_softmax(&kernels);
   // greedy rows take the argmax, with the log-prob at temperature 1
   at::Tensor batch = at::tensor(std::vector<float>{0.5f, 3.0f, -1.0f, 2.0f, 4.0f, 1.0f}).reshape({2, 3});

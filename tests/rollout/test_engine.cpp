@@ -194,8 +194,8 @@ TEST_CASE("engine: with cpu_ref's kernels (paged attention decode, sample) again
   api.kernels = &counting;
   hw::Plugin plugin(loaded.path(), loaded.score(), api, sizeof(api));
   hw::Kernels kernels(plugin);
-  REQUIRE(kernels.table().paged_attention_decode != nullptr);
-  REQUIRE(kernels.table().sample != nullptr);
+  REQUIRE(kernels.offers(hw::KernelId::paged_attention_decode));
+  REQUIRE(kernels.offers(hw::KernelId::sample));
   g_rotary_kv_stores = g_add_rms_norms = g_rotary_attentions = 0;
   model::DecoderLM ref = tiny_model(11);
   SamplingParams sampled;

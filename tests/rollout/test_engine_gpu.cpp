@@ -355,7 +355,7 @@ TEST_CASE("ABI 1.5's fused decode attention on CUDA gives the tokens and log-pro
   hw::Plugin plugin = cuda_plugin();
   hw::Kernels kernels(plugin);
   const c10::Device gpu(c10::kCUDA, 0);
-  REQUIRE(kernels.table().rotary_paged_attention_decode != nullptr);
+  REQUIRE(kernels.offers(hw::KernelId::rotary_paged_attention_decode));
   model::ModelConfig cfg = tiny_config();
   cfg.hidden_size = 256;  // 4 heads of 64 over 2 KV heads
   cfg.head_dim = 64;
@@ -379,10 +379,10 @@ TEST_CASE("ABI 1.5's fused decode attention on CUDA gives the tokens and log-pro
     opts.kernels = &kernels;
     opts.block_size = 16;
     opts.device_graphs = graphs;
-    setenv("VERLPP_ROTARY_ATTENTION", "0", 1);
-    RolloutEngine pair_engine(model(), opts);
+    EngineOptions pair_opts = opts;
+    pair_opts.rotary_attention = false;
+    RolloutEngine pair_engine(model(), pair_opts);
     const auto expected = pair_engine.generate(reqs);
-    unsetenv("VERLPP_ROTARY_ATTENTION");
     RolloutEngine fused_engine(model(), opts);
     const auto outs = fused_engine.generate(reqs);
     INFO("graphs " << graphs);

@@ -3,7 +3,7 @@
 // own backward): values and gradients against autograd through full fp64 logits, and against
 // LibTorch's own path. The cuda plugin's kernels are held to cpu_ref's by the conformance suite,
 // and the GPU bench checks the whole path against LibTorch's before timing it.
-#include "../../src/core/train/layer_kernels.hpp"
+#include "ops/layer_kernels.hpp"  // src/core
 
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
@@ -40,7 +40,7 @@ double max_abs(const at::Tensor& t) { return t.abs().max().item<double>(); }
 TEST_CASE("linear_log_probs with plugin kernels: values and gradients equal autograd through fp64 logits",
           "[logprob][kernels]") {
   const hw::Kernels& kernels = cpu_ref_kernels();
-  REQUIRE(kernels.table().logprob_backward != nullptr);
+  REQUIRE(kernels.offers(hw::KernelId::logprob_backward));
   at::manual_seed(11);
   const int64_t n = 9, c = 6, v = 37;
   auto f32 = at::TensorOptions().dtype(at::kFloat);
@@ -183,14 +183,14 @@ TEST_CASE("linear_log_probs takes LibTorch's path where the kernels cannot serve
 TEST_CASE("PluginLayerKernels: RoPE and silu(gate) * up through the plugin's kernels, with their backwards, equal the model's ops and autograd",
           "[logprob][kernels]") {
   const hw::Kernels& kernels = cpu_ref_kernels();
-  REQUIRE(train::detail::PluginLayerKernels::offered(&kernels));
-  REQUIRE(kernels.table().rotary_kv_store != nullptr);
+  REQUIRE(ops::PluginLayerKernels::offered(&kernels));
+  REQUIRE(kernels.offers(hw::KernelId::rotary_kv_store));
   verlpp_plugin_api api = kernels.plugin().api();
   api.abi_minor = 2;
   const hw::Plugin older_plugin(kernels.plugin().path(), kernels.plugin().score(), api, sizeof(api));
   const hw::Kernels older(older_plugin);
-  REQUIRE(older.table().rotary_kv_store == nullptr);
-  REQUIRE(older.table().rotary_embedding != nullptr);
+  REQUIRE(!older.offers(hw::KernelId::rotary_kv_store));
+  REQUIRE(older.offers(hw::KernelId::rotary_embedding));
   for (const hw::Kernels* table : {&kernels, &older}) {
     const bool qkv = table == &kernels;
     for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
@@ -207,7 +207,7 @@ TEST_CASE("PluginLayerKernels: RoPE and silu(gate) * up through the plugin's ker
           int64_t rotations = 0, qkv_rotations = 0, silu_muls = 0;
           for (int path = 0; path < 2; ++path) {
             for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
-            auto rope = path == 1 ? std::make_shared<train::detail::PluginLayerKernels>(*table) : nullptr;
+            auto rope = path == 1 ? std::make_shared<ops::PluginLayerKernels>(*table) : nullptr;
             const at::Tensor ids = b.tensor("input_ids"), mask = b.tensor("attention_mask"), pos = b.tensor("position_ids");
             at::Tensor h;
             if (packed) {

@@ -33,14 +33,15 @@ double max_abs(const at::Tensor& t) { return t.abs().max().item<double>(); }
 
 // One forward + backward of a loss that weighs every log-prob differently.
 Pass run_pass(model::DecoderLM& m, const controller::Batch& b, const hw::Kernels* kernels, const std::string& rows,
-              train::LogitsInBackward logits) {
+              train::LogitsInBackward logits, bool rotate_qkv = true) {
   for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
   const c10::Device gpu = m.named_parameters().front().second.device();
   const at::Tensor ids = b.tensor("input_ids").to(gpu), mask = b.tensor("attention_mask").to(gpu);
   const at::Tensor pos = b.tensor("position_ids").to(gpu);
   const int64_t response = b.tensor("responses").size(1);
   train::ResponseLogProbs out = train::response_log_probs(m, ids, rows == "none" ? at::Tensor() : mask, pos, response, 0.9,
-                                                          /*with_entropy=*/true, 2, rows == "packed", kernels, logits);
+                                                          /*with_entropy=*/true, 2, rows == "packed", kernels, logits,
+                                                          rotate_qkv);
   at::manual_seed(4);
   const at::Tensor w = at::randn(out.log_probs.sizes()).to(gpu);
   (out.log_probs.mul(w).sum() + out.entropy.mean()).backward();
@@ -74,8 +75,8 @@ TEST_CASE("training on CUDA: the cuda plugin's path equals LibTorch's, and its s
   const c10::Device gpu(c10::kCUDA, 0);
   hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cuda.so");
   const hw::Kernels kernels(plugin);
-  REQUIRE(kernels.table().rotary_kv_store != nullptr);
-  REQUIRE(kernels.table().logprob_backward != nullptr);
+  REQUIRE(kernels.offers(hw::KernelId::rotary_kv_store));
+  REQUIRE(kernels.offers(hw::KernelId::logprob_backward));
   model::DecoderLM m = test::tiny_model(21);
   m.to(at::kBFloat16, gpu);
   m.set_requires_grad(true);
@@ -94,12 +95,9 @@ TEST_CASE("training on CUDA: the cuda plugin's path equals LibTorch's, and its s
     check_same(plugin_path, libtorch, m, 2e-2, 4e-2);
     // The logits kept for the backward are the ones a recomputation makes: the same bits.
     check_same(run_pass(m, b, &kernels, rows, LogitsInBackward::kRecompute), plugin_path, m, 0, 0);
-    {
-      // RoPE through rotary_embedding on contiguous copies instead of rotary_kv_store: the same
-      // rotation by contract; attention then reads v strided instead of contiguous.
-      EnvSwitch old_rope("VERLPP_TRAIN_ROTARY_QKV", "0");
-      check_same(run_pass(m, b, &kernels, rows, LogitsInBackward::kKeep), plugin_path, m, 2e-2, 4e-2);
-    }
+    // RoPE through rotary_embedding on contiguous copies instead of rotary_kv_store: the same
+    // rotation by contract; attention then reads v strided instead of contiguous.
+    check_same(run_pass(m, b, &kernels, rows, LogitsInBackward::kKeep, /*rotate_qkv=*/false), plugin_path, m, 2e-2, 4e-2);
     {
       // K/V repeated for their query groups instead of taken as they are (enable_gqa).
       EnvSwitch repeat("VERLPP_SDPA_GQA", "0");

@@ -54,6 +54,10 @@ struct EngineOptions {
   // storage is copied into them, never shared): on a hybrid engine that is ~60% of a model's
   // weights held twice. Off: every weight shareable, five GEMMs.
   bool fuse_projections = true;
+  // Decode steps through the plugin's rotary_paged_attention_decode (ABI 1.5: RoPE, the KV-cache
+  // stores and the attention in one kernel) where it offers it; false keeps ABI 1.3's pair
+  // rotary_kv_store + paged_attention_decode (the same bits; for side-by-side timing and tests).
+  bool rotary_attention = true;
 };
 
 // One prompt and how to sample it.

@@ -28,12 +28,13 @@ struct ResponseLogProbs {
 // `kernels`: a plugin's kernels for the forward's RoPE (rotary_embedding, with a backward of its
 // own) and the LM head's softmax math (linear_log_probs.hpp), where it offers them; null: LibTorch's.
 // They must outlive the backward. `logits`: the LM head's logits kept for the backward or
-// recomputed there (linear_log_probs.hpp).
+// recomputed there (linear_log_probs.hpp). `rotate_qkv`: RoPE through ABI 1.3's rotary_kv_store
+// where offered (false: rotary_embedding on contiguous copies, for side-by-side timing).
 ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Tensor& input_ids /*[B, T] int64*/,
                                     const at::Tensor& attention_mask /*[B, T]*/, const at::Tensor& position_ids /*[B, T]*/,
                                     int64_t response_length, double temperature, bool with_entropy,
                                     int64_t chunk_rows = 4, bool remove_padding = false,
                                     const hw::Kernels* kernels = nullptr,
-                                    LogitsInBackward logits = LogitsInBackward::kKeep);
+                                    LogitsInBackward logits = LogitsInBackward::kKeep, bool rotate_qkv = true);
 
 }  // namespace verlpp::train

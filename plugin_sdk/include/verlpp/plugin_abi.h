@@ -297,6 +297,25 @@ typedef struct verlpp_kernel_table {
                                                  float scale, DLTensor* out, verlpp_stream stream);
 } verlpp_kernel_table;
 
+/* The kernel table's entries, in table order, each with the minor that appended it: X(name, minor).
+ * The one list of kernels: the host's minor gating and availability, the SDK's table filling, the
+ * conformance suite's registration and `verlpp plugins` all expand it (the SDK checks at compile
+ * time that it names every field of verlpp_kernel_table in order). A new kernel is a field
+ * appended above and an entry appended here. */
+#define VERLPP_KERNEL_LIST(X)         \
+  X(logprob_entropy, 0)               \
+  X(rms_norm, 0)                      \
+  X(rotary_embedding, 0)              \
+  X(paged_attention_decode, 0)        \
+  X(sample, 0)                        \
+  X(logprob_backward, 2)              \
+  X(silu_mul, 2)                      \
+  X(silu_mul_backward, 2)             \
+  X(add_rms_norm, 3)                  \
+  X(rotary_kv_store, 3)               \
+  X(adamw_update, 4)                  \
+  X(rotary_paged_attention_decode, 5)
+
 /* ---------------------------------------------------------------- overrides (reserved) */
 
 /* Rollout-engine and trainer overrides. Their tables are defined by a later minor; in 1.0 a

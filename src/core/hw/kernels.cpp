@@ -1,10 +1,9 @@
-// Kernels: the size-tolerant copy of a plugin's kernel table, checked calls into it, and the
-// cache of wrappers of LibTorch's streams (ABI 1.1). A wrapper refers to its native stream by
+// Kernels: the size-tolerant copy of a plugin's kernel table, gated by the kernel list's minors,
+// and the cache of wrappers of LibTorch's streams (ABI 1.1). A wrapper refers to its native stream by
 // handle alone (the ABI's rule), so a cached one stays right even if LibTorch reuses a handle.
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/torch_device.hpp>
 
-#include <verlpp/core/env.hpp>
 #include <verlpp/core/log.hpp>
 
 #include <c10/core/Device.h>
@@ -15,27 +14,14 @@
 
 namespace verlpp::hw {
 
-Kernels::Kernels(const Plugin& plugin) : plugin_(&plugin), table_{} {
+Kernels::Kernels(const Plugin& plugin, KernelsOptions options) : plugin_(&plugin), table_{}, options_(options) {
   const verlpp_kernel_table* given = plugin.api().kernels;
   if (given != nullptr && given->struct_size >= sizeof(size_t))
     std::memcpy(&table_, given, std::min(given->struct_size, sizeof(table_)));
   table_.struct_size = sizeof(table_);
-  // Entries added in 1.2 are the plugin's only if it was built for 1.2 (the ABI's rule).
-  if (plugin.abi_minor() < 2) {
-    table_.logprob_backward = nullptr;
-    table_.silu_mul = nullptr;
-    table_.silu_mul_backward = nullptr;
-  }
-  // And the entries added in 1.3 only if it was built for 1.3.
-  if (plugin.abi_minor() < 3) {
-    table_.add_rms_norm = nullptr;
-    table_.rotary_kv_store = nullptr;
-  }
-  // And 1.4's only if it was built for 1.4.
-  if (plugin.abi_minor() < 4) table_.adamw_update = nullptr;
-  // And 1.5's only if it was built for 1.5.
-  if (plugin.abi_minor() < 5) table_.rotary_paged_attention_decode = nullptr;
-  streams_allowed_ = !env_equals("VERLPP_KERNEL_STREAMS", "0");
+  // An entry added in minor N is the plugin's only if it was built for N or later (the ABI's rule).
+  for (const sdk::KernelInfo& k : sdk::kKernels)
+    if (k.minor > plugin.abi_minor()) sdk::clear_kernel_entry(table_, k.id);
 }
 
 Kernels::~Kernels() {
@@ -48,24 +34,14 @@ Kernels::~Kernels() {
 
 std::vector<std::string> Kernels::available() const {
   std::vector<std::string> names;
-  if (table_.logprob_entropy) names.push_back("logprob_entropy");
-  if (table_.rms_norm) names.push_back("rms_norm");
-  if (table_.rotary_embedding) names.push_back("rotary_embedding");
-  if (table_.paged_attention_decode) names.push_back("paged_attention_decode");
-  if (table_.sample) names.push_back("sample");
-  if (table_.logprob_backward) names.push_back("logprob_backward");
-  if (table_.silu_mul) names.push_back("silu_mul");
-  if (table_.silu_mul_backward) names.push_back("silu_mul_backward");
-  if (table_.add_rms_norm) names.push_back("add_rms_norm");
-  if (table_.rotary_kv_store) names.push_back("rotary_kv_store");
-  if (table_.adamw_update) names.push_back("adamw_update");
-  if (table_.rotary_paged_attention_decode) names.push_back("rotary_paged_attention_decode");
+  for (const sdk::KernelInfo& k : sdk::kKernels)
+    if (offers(k.id)) names.push_back(k.name);
   return names;
 }
 
 bool Kernels::wraps_native_streams() const {
   const verlpp_plugin_api& api = plugin_->api();
-  return streams_allowed_ && plugin_->abi_minor() >= 1 && api.stream_from_native != nullptr &&
+  return options_.native_streams && plugin_->abi_minor() >= 1 && api.stream_from_native != nullptr &&
          api.stream_destroy != nullptr;
 }
 
@@ -99,28 +75,6 @@ verlpp_stream Kernels::native_stream(int32_t device, void* native_handle) const 
   }
   streams_.emplace(key, wrapper);
   return wrapper;
-}
-
-void Kernels::logprob_entropy(const DLTensor& logits, const DLTensor& labels, float temperature,
-                              DLTensor& out_logprob, DLTensor* out_entropy, verlpp_stream stream) const {
-  plugin_->require_slot(reinterpret_cast<const void*>(table_.logprob_entropy), "kernels.logprob_entropy");
-  plugin_->check(table_.logprob_entropy(&logits, &labels, temperature, &out_logprob, out_entropy, stream),
-                 "kernels.logprob_entropy");
-}
-
-void Kernels::rms_norm(const DLTensor& x, const DLTensor& weight, float eps, DLTensor& out,
-                       verlpp_stream stream) const {
-  plugin_->require_slot(reinterpret_cast<const void*>(table_.rms_norm), "kernels.rms_norm");
-  plugin_->check(table_.rms_norm(&x, &weight, eps, &out, stream), "kernels.rms_norm");
-}
-
-void Kernels::logprob_backward(const DLTensor& logits, const DLTensor& labels, const DLTensor& lse,
-                               const DLTensor* grad_logprob, const DLTensor* mean_z, const DLTensor* grad_entropy,
-                               float temperature, DLTensor& out_grad, verlpp_stream stream) const {
-  plugin_->require_slot(reinterpret_cast<const void*>(table_.logprob_backward), "kernels.logprob_backward");
-  plugin_->check(table_.logprob_backward(&logits, &labels, &lse, grad_logprob, mean_z, grad_entropy, temperature,
-                                         &out_grad, stream),
-                 "kernels.logprob_backward");
 }
 
 }  // namespace verlpp::hw

@@ -3,8 +3,9 @@
 // plugin's rotary_embedding for every step (prefill and decode) when it has one and the model's
 // dtype is f32/bf16/f16, the model's own RoPE otherwise. On decode steps a plugin's
 // rotary_kv_store (ABI 1.3) does RoPE and the KV-cache writes in one kernel, and ABI 1.5's
-// rotary_paged_attention_decode the attention too. The dispatch lives here only; call
-// sites never test for a kernel.
+// rotary_paged_attention_decode the attention too (unless the engine's rotary_attention option
+// is off). The dispatch lives here only; call sites never test for a kernel; the kernel calls
+// themselves are the ops layer's (src/core/ops).
 #pragma once
 
 #include <verlpp/model/kv_cache.hpp>
@@ -19,8 +20,10 @@ namespace verlpp::rollout::detail {
 
 class RolloutAttention : public model::AttentionBackend {
  public:
-  // `is_decode`: every sequence of the step feeds exactly one token.
-  RolloutAttention(model::PagedKvCache& cache, model::PagedStep step, bool is_decode, const hw::Kernels* kernels);
+  // `is_decode`: every sequence of the step feeds exactly one token. `rotary_attention`: use ABI
+  // 1.5's rotary_paged_attention_decode where offered (false keeps 1.3's pair of kernels).
+  RolloutAttention(model::PagedKvCache& cache, model::PagedStep step, bool is_decode, const hw::Kernels* kernels,
+                   bool rotary_attention = true);
   at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     double scale) override;
   bool rotates() const override { return rotary_ != nullptr || fused_store_; }

@@ -3,7 +3,7 @@
 
 #include "attention.hpp"
 #include "decode_inputs.hpp"
-#include "../train/layer_kernels.hpp"
+#include "ops/layer_kernels.hpp"
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>
@@ -65,12 +65,12 @@ std::string DecodeGraphs::unavailable_reason(const model::DecoderLM& model, cons
   std::string why = hw::DeviceGraphs::unavailable_reason(device);
   if (!why.empty()) return why;
   if (kernels == nullptr) return "no plugin kernels (a decode graph runs the plugin's paged_attention_decode and sample)";
-  if (kernels->table().paged_attention_decode == nullptr || kernels->table().sample == nullptr)
+  if (!kernels->offers(hw::KernelId::paged_attention_decode) || !kernels->offers(hw::KernelId::sample))
     return "plugin " + kernels->plugin().display_name() + " lacks paged_attention_decode or sample";
   if (!kernels->wraps_native_streams())
     return "plugin " + kernels->plugin().display_name() +
            "'s kernels do not run on LibTorch's stream (plugin ABI minor < 1 without stream_from_native, or "
-           "VERLPP_KERNEL_STREAMS=0), and kernels on the NULL stream cannot be captured";
+           "hw::KernelsOptions::native_streams off), and kernels on the NULL stream cannot be captured";
   const at::ScalarType dtype = model.options().dtype;
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)
     return std::string("the model's dtype ") + c10::toString(dtype) + " has no plugin attention kernel";
@@ -87,8 +87,13 @@ std::vector<int64_t> DecodeGraphs::buckets(int64_t max_batch) {
 }
 
 DecodeGraphs::DecodeGraphs(const c10::Device& device, int64_t scratch_block, const hw::Kernels& kernels,
-                           int64_t max_batch, int64_t table_width)
-    : device_(device), scratch_block_(scratch_block), kernels_(kernels), table_width_(table_width), graphs_(device) {
+                           int64_t max_batch, int64_t table_width, bool rotary_attention)
+    : device_(device),
+      scratch_block_(scratch_block),
+      kernels_(kernels),
+      table_width_(table_width),
+      rotary_attention_(rotary_attention),
+      graphs_(device) {
   VERLPP_CHECK(max_batch > 0 && table_width > 0, "DecodeGraphs: max_batch {} and table_width {} must be positive",
                max_batch, table_width);
   for (int64_t size : buckets(max_batch)) buckets_[size].size = size;
@@ -264,9 +269,9 @@ void DecodeGraphs::capture(const model::DecoderLM& model, model::PagedKvCache& c
     const at::Tensor ids = in(In::ids), positions = in(In::positions);
     model::PagedStep paged{in(In::slots), at::Tensor(), in(In::context_lens), in(In::block_tables)};
     DeviceSampling rows{in(In::temperature), in(In::top_k).to(at::kInt), in(In::top_p), in(In::seeds)};
-    RolloutAttention attention(cache, std::move(paged), /*is_decode=*/true, &kernels_);
+    RolloutAttention attention(cache, std::move(paged), /*is_decode=*/true, &kernels_, rotary_attention_);
     VERLPP_CHECK(attention.uses_kernel(), "DecodeGraphs: the decode step would not use the plugin's attention kernel");
-    const at::Tensor hidden = model.forward_cached(ids, positions, attention, train::detail::layer_kernels_for(&kernels_, /*fuse_adds=*/true));
+    const at::Tensor hidden = model.forward_cached(ids, positions, attention, ops::layer_kernels_for(&kernels_, ops::LayerKernelsOptions{/*fuse_adds=*/true}));
     bucket.samples = sample_on_device(model.logits(hidden), rows, kernels_);
   };
   graphs_.capture(B, body);

@@ -76,8 +76,9 @@ class DecodeGraphs {
 
   // Graphs on `device` for batches up to `max_batch` and block tables `table_width` wide.
   // `scratch_block`: a block of the pool that no sequence owns (padding rows use it).
+  // `rotary_attention`: the engine's option of that name (RolloutAttention).
   DecodeGraphs(const c10::Device& device, int64_t scratch_block, const hw::Kernels& kernels, int64_t max_batch,
-               int64_t table_width);
+               int64_t table_width, bool rotary_attention = true);
 
   ~DecodeGraphs();
 
@@ -132,6 +133,7 @@ class DecodeGraphs {
   int64_t scratch_block_;
   const hw::Kernels& kernels_;
   int64_t table_width_;
+  bool rotary_attention_;
   hw::DeviceGraphs graphs_;
   std::map<int64_t, Bucket> buckets_;  // by size
   Staging staging_[2];                 // alternate launches write alternate buffers

@@ -11,7 +11,7 @@
 
 #include "attention.hpp"
 #include "decode_graphs.hpp"
-#include "../train/layer_kernels.hpp"
+#include "ops/layer_kernels.hpp"
 
 #include <verlpp/core/log.hpp>
 
@@ -48,7 +48,7 @@ std::string shape_text(const at::Tensor& t) {
 
 RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
     : model_(std::move(model)), options_(std::move(options)),
-      layer_kernels_(train::detail::layer_kernels_for(options_.kernels, /*fuse_adds=*/true)) {
+      layer_kernels_(ops::layer_kernels_for(options_.kernels, ops::LayerKernelsOptions{/*fuse_adds=*/true})) {
   VERLPP_CHECK(options_.block_size > 0, "RolloutEngine: block_size {} must be positive", options_.block_size);
   const int64_t per_block = bytes_per_block();
   if (options_.num_blocks > 0) {
@@ -197,7 +197,7 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
     while (width < need) width *= 2;
     if (!graphs_ || graphs_->table_width() < width)
       graphs_ = std::make_unique<detail::DecodeGraphs>(model_.options().device, num_blocks_, *options_.kernels,
-                                                       options_.limits.max_num_seqs, width);
+                                                       options_.limits.max_num_seqs, width, options_.rotary_attention);
   }
   const int64_t captures_before = graphs_ ? graphs_->num_captures() : 0;
   const double capture_seconds_before = graphs_ ? graphs_->capture_seconds() : 0;
@@ -339,7 +339,8 @@ void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& to
     offset += int64_t(part->size());
   }
   model::PagedStep paged{views[2], views[3], views[4], views[5].view({int64_t(step.compute.size()), int64_t(max_blocks)})};
-  detail::RolloutAttention attention(*cache_, std::move(paged), !step.is_prefill, options_.kernels);
+  detail::RolloutAttention attention(*cache_, std::move(paged), !step.is_prefill, options_.kernels,
+                                     options_.rotary_attention);
   at::Tensor hidden = model_.forward_cached(views[0], views[1], attention, layer_kernels_);
   at::Tensor logits = model_.logits(hidden.index_select(0, views[6]));  // [samplers, V]
   SampleResult result = sample(logits, sampling, options_.kernels);

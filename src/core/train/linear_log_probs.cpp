@@ -16,7 +16,7 @@
 #undef TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <verlpp/train/linear_log_probs.hpp>
 
-#include "../hw/dlpack_view.hpp"
+#include "ops/logprob.hpp"
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>
@@ -46,7 +46,8 @@ at::Tensor math_logits(const at::Tensor& raw, const at::Tensor& w, double temper
 
 // Whether the plugin kernels serve these tensors: both entries offered, a dtype they take.
 bool kernels_serve(const hw::Kernels* kernels, const at::Tensor& weight) {
-  if (kernels == nullptr || kernels->table().logprob_entropy == nullptr || kernels->table().logprob_backward == nullptr)
+  if (kernels == nullptr || !kernels->offers(hw::KernelId::logprob_entropy) ||
+      !kernels->offers(hw::KernelId::logprob_backward))
     return false;
   const at::ScalarType t = weight.scalar_type();
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
@@ -58,12 +59,8 @@ bool kernels_serve(const hw::Kernels* kernels, const at::Tensor& weight) {
 at::Tensor kernel_forward_chunk(const hw::Kernels& kernels, const at::Tensor& h, const at::Tensor& weight,
                                 const at::Tensor& targets, double temperature, at::Tensor logp, at::Tensor entropy,
                                 at::Tensor lse, at::Tensor mean_z) {
-  using hw::detail::dl_view;
   const at::Tensor logits = at::linear(h, weight);  // [rows, V], contiguous
-  DLTensor d_logits = dl_view(logits), d_targets = dl_view(targets), d_logp = dl_view(logp);
-  DLTensor d_entropy = entropy.defined() ? dl_view(entropy) : DLTensor{};
-  kernels.logprob_entropy(d_logits, d_targets, float(temperature), d_logp, entropy.defined() ? &d_entropy : nullptr,
-                          kernels.current_stream(logits.device()));
+  ops::logprob_entropy(&kernels, logits, targets, temperature, logp, entropy);
   at::Tensor z_target = logits.gather(1, targets.unsqueeze(1)).squeeze(1).to(at::kFloat);
   if (temperature != 1.0) z_target.div_(temperature);
   at::sub_out(lse, z_target, logp);
@@ -76,13 +73,8 @@ at::Tensor kernel_forward_chunk(const hw::Kernels& kernels, const at::Tensor& h,
 at::Tensor kernel_backward_chunk(const hw::Kernels& kernels, at::Tensor logits, const at::Tensor& targets,
                                  double temperature, const at::Tensor& lse, const at::Tensor& g_logp,
                                  const at::Tensor& mean_z, const at::Tensor& g_ent) {
-  using hw::detail::dl_view;
-  DLTensor d_logits = dl_view(logits), d_targets = dl_view(targets), d_lse = dl_view(lse);
-  DLTensor d_glp = g_logp.defined() ? dl_view(g_logp) : DLTensor{};
-  DLTensor d_mz = g_ent.defined() ? dl_view(mean_z) : DLTensor{}, d_gent = g_ent.defined() ? dl_view(g_ent) : DLTensor{};
-  kernels.logprob_backward(d_logits, d_targets, d_lse, g_logp.defined() ? &d_glp : nullptr, g_ent.defined() ? &d_mz : nullptr,
-                           g_ent.defined() ? &d_gent : nullptr, float(temperature), d_logits,
-                           kernels.current_stream(logits.device()));
+  ops::logprob_backward(&kernels, logits, targets, lse, g_logp, g_ent.defined() ? mean_z : at::Tensor(), g_ent, temperature,
+                        logits);
   return logits;
 }
 

@@ -6,7 +6,7 @@
 #include <verlpp/core/error.hpp>
 #include <verlpp/train/linear_log_probs.hpp>
 
-#include "layer_kernels.hpp"
+#include "ops/layer_kernels.hpp"
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
@@ -34,14 +34,17 @@ at::Tensor packed_hidden(const model::DecoderLM& model, const at::Tensor& input_
 ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Tensor& input_ids,
                                     const at::Tensor& attention_mask, const at::Tensor& position_ids,
                                     int64_t response_length, double temperature, bool with_entropy, int64_t chunk_rows,
-                                    bool remove_padding, const hw::Kernels* kernels, LogitsInBackward logits) {
+                                    bool remove_padding, const hw::Kernels* kernels, LogitsInBackward logits,
+                                    bool rotate_qkv) {
   VERLPP_CHECK(input_ids.dim() == 2, "input_ids must be [B, T], got {} dims", input_ids.dim());
   const int64_t b = input_ids.size(0), t = input_ids.size(1), r = response_length;
   VERLPP_CHECK(r >= 1 && r < t, "response_length {} must be in [1, T) with T = {}", r, t);
   VERLPP_CHECK(temperature > 0, "temperature {} must be > 0", temperature);
   VERLPP_CHECK(chunk_rows >= 1, "chunk_rows {} must be >= 1", chunk_rows);
   // The plugin's RoPE and SwiGLU kernels (with backwards of their own) where the kernels offer them.
-  const std::shared_ptr<const model::LayerKernels> rope = detail::layer_kernels_for(kernels);
+  ops::LayerKernelsOptions layer_options;
+  layer_options.rotate_qkv = rotate_qkv;
+  const std::shared_ptr<const model::LayerKernels> rope = ops::layer_kernels_for(kernels, layer_options);
   at::Tensor hidden = remove_padding ? packed_hidden(model, input_ids, attention_mask, position_ids, rope)
                                      : model.forward_padded(input_ids, attention_mask, position_ids, rope);  // [B, T, C]
   at::Tensor scoring = hidden.narrow(1, t - r - 1, r).reshape({b * r, hidden.size(2)});  // [B R, C]

@@ -252,7 +252,7 @@ double OptimizerStep::clip_and_step() {
 void OptimizerStep::use_kernels(const hw::Kernels* kernels) { impl_->kernels = kernels; }
 
 bool OptimizerStep::updates_through_plugin() const {
-  return impl_->kernels != nullptr && impl_->kernels->table().adamw_update != nullptr && !impl_->sharded &&
+  return impl_->kernels != nullptr && impl_->kernels->offers(hw::KernelId::adamw_update) && !impl_->sharded &&
          impl_->adamw != nullptr;
 }
 
@@ -314,11 +314,11 @@ double OptimizerStep::clip_and_step(MixedPrecision& precision) {
     advanced.push_back(&st);
     detail::AdamwGroup& g = groups[{int(grads[i].scalar_type()), int64_t(st.step())}];
     g.step = int64_t(st.step());
-    g.params.push_back(p);  // DLPack views read data pointers only: no detach needed
-    g.grads.push_back(grads[i]);
-    g.exp_avg.push_back(st.exp_avg());
-    g.exp_avg_sq.push_back(st.exp_avg_sq());
-    if (!computes.empty()) g.copies.push_back(computes[i]);
+    g.tensors.params.push_back(p);  // DLPack views read data pointers only: no detach needed
+    g.tensors.grads.push_back(grads[i]);
+    g.tensors.exp_avg.push_back(st.exp_avg());
+    g.tensors.exp_avg_sq.push_back(st.exp_avg_sq());
+    if (!computes.empty()) g.tensors.copies.push_back(computes[i]);
   }
   for (const auto& [key, group] : groups) detail::plugin_adamw_update(*impl_->kernels, group, config_, impl_->lr, clip.scale);
   const double norm = clip.norm.item<double>();  // the step's one wait, after the update is queued

@@ -1,10 +1,7 @@
 // device_clip and plugin_adamw_update (plugin_adamw.hpp).
 #include "plugin_adamw.hpp"
 
-#include "../hw/dlpack_view.hpp"
-
 #include <verlpp/core/error.hpp>
-#include <verlpp/hw/kernels.hpp>
 
 #include <ATen/ops/_foreach_norm.h>
 #include <ATen/ops/linalg_vector_norm.h>
@@ -46,30 +43,6 @@ DeviceClip device_clip(const std::vector<at::Tensor>& grads, double max_norm) {
 
 void plugin_adamw_update(const hw::Kernels& kernels, const AdamwGroup& group, const AdamWConfig& config, double lr,
                          const at::Tensor& grad_scale) {
-  using hw::detail::dl_view;
-  const size_t n = group.params.size();
-  if (n == 0) return;
-  VERLPP_CHECK(group.grads.size() == n && group.exp_avg.size() == n && group.exp_avg_sq.size() == n &&
-                   (group.copies.empty() || group.copies.size() == n),
-               "plugin_adamw_update: list lengths differ ({} params)", n);
-  std::vector<DLTensor> views;
-  views.reserve(5 * n);
-  auto view_all = [&](const std::vector<at::Tensor>& list) {
-    const size_t first = views.size();
-    for (const auto& t : list) views.push_back(dl_view(t));
-    return first;
-  };
-  const size_t p0 = view_all(group.params), g0 = view_all(group.grads), m0 = view_all(group.exp_avg),
-               v0 = view_all(group.exp_avg_sq), c0 = view_all(group.copies);
-  std::vector<DLTensor*> params(n), exp_avg(n), exp_avg_sq(n), copies(group.copies.empty() ? 0 : n);
-  std::vector<const DLTensor*> grads(n);
-  for (size_t i = 0; i < n; ++i) {
-    params[i] = &views[p0 + i];
-    grads[i] = &views[g0 + i];
-    exp_avg[i] = &views[m0 + i];
-    exp_avg_sq[i] = &views[v0 + i];
-    if (!copies.empty()) copies[i] = &views[c0 + i];
-  }
   verlpp_adamw_options options{};
   options.struct_size = sizeof(options);
   options.lr = lr;
@@ -78,11 +51,7 @@ void plugin_adamw_update(const hw::Kernels& kernels, const AdamwGroup& group, co
   options.eps = config.eps;
   options.weight_decay = config.weight_decay;
   options.step = group.step;
-  const DLTensor scale = dl_view(grad_scale);
-  kernels.plugin().check(kernels.table().adamw_update(int32_t(n), params.data(), grads.data(), exp_avg.data(),
-                                                      exp_avg_sq.data(), copies.empty() ? nullptr : copies.data(), &options,
-                                                      &scale, kernels.current_stream(group.params.front().device())),
-                         "kernels.adamw_update");
+  ops::adamw_update(&kernels, group.tensors, options, grad_scale);
 }
 
 }  // namespace verlpp::train::detail

@@ -4,6 +4,8 @@
 // non-finite norm makes the kernel skip the step. Used by OptimizerStep::clip_and_step(MixedPrecision&).
 #pragma once
 
+#include "ops/adamw.hpp"
+
 #include <verlpp/train/optimizer.hpp>
 
 #include <ATen/core/Tensor.h>
@@ -27,8 +29,8 @@ DeviceClip device_clip(const std::vector<at::Tensor>& grads, double max_norm);
 
 // One adamw_update call: tensors of one gradient dtype and one step count.
 struct AdamwGroup {
-  std::vector<at::Tensor> params, grads, exp_avg, exp_avg_sq, copies;  // copies empty or one per param
-  int64_t step = 0;  // the number of the update being made (from 1)
+  ops::AdamwTensors tensors;  // copies empty or one per param
+  int64_t step = 0;           // the number of the update being made (from 1)
 };
 void plugin_adamw_update(const hw::Kernels& kernels, const AdamwGroup& group, const AdamWConfig& config, double lr,
                          const at::Tensor& grad_scale);

@@ -1,5 +1,6 @@
 // Plugin SDK: the argument rules that plugin_abi.h states for kernel-table entries, checked the
-// same way by every plugin (cpu_ref, cuda, a vendor's). Only what the ABI itself says is checked
+// same way by every plugin (cpu_ref, cuda, a vendor's); one check_<kernel>_args per entry, here
+// and in attention_args.hpp, sample_args.hpp and adamw_args.hpp. Only what the ABI itself says is checked
 // here (shapes, dtypes, contiguity); where the tensors must live (host memory, one device) and a
 // plugin's own limits stay with the plugin. Failures throw INVALID_ARGUMENT naming the operand.
 #pragma once
@@ -79,6 +80,74 @@ inline RotaryArgs check_rotary_args(DLTensor* q, DLTensor* k, const DLTensor* po
   return a;
 }
 
+// The row stride of a [N, V] tensor with dense columns (checked), in elements.
+inline int64_t dense_row_stride(const DLTensor& t, const std::string& what) {
+  const int64_t n = t.shape[0], v = t.shape[1];
+  require(t.strides == nullptr || t.strides[1] == 1 || v == 1, what + " columns must be dense (stride 1)");
+  const int64_t stride = t.strides != nullptr ? t.strides[0] : v;
+  require(stride >= v || n <= 1, what + " row stride " + std::to_string(stride) + " < V = " + std::to_string(v));
+  return stride;
+}
+
+// A [N, V] logits operand of the log-prob entries: f32/bf16/f16, dense columns, rows at any
+// stride >= V.
+struct LogitsRows {
+  int64_t n = 0, v = 0;    // rows, vocabulary
+  int64_t row_stride = 0;  // in elements
+};
+inline LogitsRows check_logits_rows(const DLTensor* logits_p) {
+  const DLTensor& logits = checked(logits_p, "logits");
+  require(logits.ndim == 2, "logits must be [N, V], got ndim " + std::to_string(logits.ndim));
+  require(is_float_dtype(logits.dtype), "logits dtype " + dtype_name(logits.dtype) + " is not f32/bf16/f16");
+  LogitsRows r;
+  r.n = logits.shape[0];
+  r.v = logits.shape[1];
+  require(r.v > 0 || r.n == 0, "vocabulary size is 0");
+  r.row_stride = dense_row_stride(logits, "logits");
+  return r;
+}
+
+// logprob_entropy's operands once its rules hold.
+struct LogprobEntropyArgs {
+  int64_t n = 0, v = 0;     // rows, vocabulary
+  int64_t row_stride = 0;   // of logits, in elements
+  bool with_entropy = false;
+};
+
+// logprob_entropy's rules: logits [N, V] f32/bf16/f16 with dense columns (rows at any stride
+// >= V); labels [N] int64; out_logprob [N] f32; out_entropy [N] f32 or NULL; the vectors
+// contiguous; temperature finite and > 0. Label values are the plugin's to check.
+inline LogprobEntropyArgs check_logprob_entropy_args(const DLTensor* logits_p, const DLTensor* labels_p,
+                                                     float temperature, const DLTensor* out_logprob_p,
+                                                     const DLTensor* out_entropy_p) {
+  LogprobEntropyArgs a;
+  const LogitsRows rows = check_logits_rows(logits_p);
+  a.n = rows.n;
+  a.v = rows.v;
+  a.row_stride = rows.row_stride;
+  const DLTensor& labels = checked(labels_p, "labels");
+  require(labels.ndim == 1 && labels.shape[0] == a.n, "labels must be [N] with N = " + std::to_string(a.n));
+  require(labels.dtype.code == kDLInt && labels.dtype.bits == 64 && labels.dtype.lanes == 1, "labels must be int64");
+  const DLTensor& out_lp = checked(out_logprob_p, "out_logprob");
+  require(out_lp.ndim == 1 && out_lp.shape[0] == a.n && is_f32(out_lp.dtype), "out_logprob must be [N] float32");
+  require(temperature > 0.0f && std::isfinite(temperature), "temperature must be > 0, got " + std::to_string(temperature));
+  if (out_entropy_p != nullptr) {
+    const DLTensor& ent = checked(out_entropy_p, "out_entropy");
+    require(ent.ndim == 1 && ent.shape[0] == a.n && is_f32(ent.dtype), "out_entropy must be [N] float32");
+    require_contiguous(ent, "out_entropy");
+  }
+  require(is_contiguous(labels) && is_contiguous(out_lp), "labels and out_logprob must be contiguous");
+  a.with_entropy = out_entropy_p != nullptr;
+  return a;
+}
+
+// The label values where the plugin can read them: each in [0, V), naming the first bad row.
+inline void check_label_values(const int64_t* labels, int64_t n, int64_t v) {
+  for (int64_t r = 0; r < n; ++r)
+    require(labels[r] >= 0 && labels[r] < v, "label " + std::to_string(labels[r]) + " at row " + std::to_string(r) +
+                                                 " is outside [0, " + std::to_string(v) + ")");
+}
+
 // logprob_backward's operands once its rules hold (plugin_abi.h, ABI 1.2).
 struct LogprobBackwardArgs {
   int64_t n = 0, v = 0;                    // rows, vocabulary
@@ -89,14 +158,6 @@ struct LogprobBackwardArgs {
   const DLTensor* grad_entropy = nullptr;
 };
 
-// The row stride of a [N, V] tensor with dense columns (checked), in elements.
-inline int64_t dense_row_stride(const DLTensor& t, const std::string& what) {
-  const int64_t n = t.shape[0], v = t.shape[1];
-  require(t.strides == nullptr || t.strides[1] == 1 || v == 1, what + " columns must be dense (stride 1)");
-  const int64_t stride = t.strides != nullptr ? t.strides[0] : v;
-  require(stride >= v || n <= 1, what + " row stride " + std::to_string(stride) + " < V = " + std::to_string(v));
-  return stride;
-}
 
 // logprob_backward's rules: logits [N, V] f32/bf16/f16 with dense columns; labels [N] int64;
 // lse [N] f32; grad_logprob [N] f32 or NULL; mean_z and grad_entropy [N] f32, both or neither;
@@ -108,14 +169,12 @@ inline LogprobBackwardArgs check_logprob_backward_args(const DLTensor* logits_p,
                                                        const DLTensor* mean_z, const DLTensor* grad_entropy,
                                                        float temperature, const DLTensor* out_p) {
   LogprobBackwardArgs a;
-  const DLTensor& logits = checked(logits_p, "logits");
+  const LogitsRows rows = check_logits_rows(logits_p);
+  const DLTensor& logits = *logits_p;
   const DLTensor& out = checked(out_p, "out_grad");
-  require(logits.ndim == 2, "logits must be [N, V], got ndim " + std::to_string(logits.ndim));
-  require(is_float_dtype(logits.dtype), "logits dtype " + dtype_name(logits.dtype) + " is not f32/bf16/f16");
-  a.n = logits.shape[0];
-  a.v = logits.shape[1];
-  require(a.v > 0 || a.n == 0, "vocabulary size is 0");
-  a.row_stride = dense_row_stride(logits, "logits");
+  a.n = rows.n;
+  a.v = rows.v;
+  a.row_stride = rows.row_stride;
   require(out.ndim == 2 && out.shape[0] == a.n && out.shape[1] == a.v,
           "out_grad must be [N, V] = [" + std::to_string(a.n) + ", " + std::to_string(a.v) + "]");
   require(same_dtype(out.dtype, logits.dtype),
@@ -200,6 +259,29 @@ inline bool overlaps(const DLTensor& a, const DLTensor& b) {
   if (a.device.device_type != b.device.device_type || a.device.device_id != b.device.device_id) return false;
   const ByteSpan x = byte_span(a), y = byte_span(b);
   return x.begin < x.end && y.begin < y.end && x.begin < y.end && y.begin < x.end;
+}
+
+// rms_norm's operands once its rules hold: [n, d] rows, all contiguous.
+struct RmsNormArgs {
+  int64_t n = 0, d = 0;
+};
+
+// rms_norm's rules: x and out [N, D], weight [D], one f32/bf16/f16 dtype, all contiguous; eps >= 0.
+inline RmsNormArgs check_rms_norm_args(const DLTensor* x_p, const DLTensor* weight_p, float eps, const DLTensor* out_p) {
+  RmsNormArgs a;
+  const DLTensor& x = checked(x_p, "x");
+  const DLTensor& w = checked(weight_p, "weight");
+  const DLTensor& out = checked(out_p, "out");
+  require(x.ndim == 2, "x must be [N, D], got ndim " + std::to_string(x.ndim));
+  a.n = x.shape[0];
+  a.d = x.shape[1];
+  require(w.ndim == 1 && w.shape[0] == a.d, "weight must be [D] with D = " + std::to_string(a.d));
+  require(out.ndim == 2 && out.shape[0] == a.n && out.shape[1] == a.d, "out must have x's shape");
+  require(is_float_dtype(x.dtype) && same_dtype(x.dtype, w.dtype) && same_dtype(x.dtype, out.dtype),
+          "x, weight and out must share one float dtype");
+  require(is_contiguous(x) && is_contiguous(w) && is_contiguous(out), "rms_norm needs contiguous tensors");
+  require(eps >= 0.0f, "eps must be >= 0");
+  return a;
 }
 
 // add_rms_norm's operands once its rules hold: [n, d] rows, all contiguous.

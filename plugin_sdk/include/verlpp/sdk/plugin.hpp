@@ -101,7 +101,9 @@ class Plugin {
   }
 
   // ---- kernels (optional): hide this static with one returning a table of plain functions
-  // that lives as long as the process. Static because the host reads the table before init.
+  // that lives as long as the process, e.g. `return sdk::kernel_table<MyKernels>();` over a
+  // struct of VERLPP_SDK_KERNEL members (kernel_list.hpp). Static because the host reads the
+  // table before init.
   static const verlpp_kernel_table* kernels() { return nullptr; }
 
  protected:

@@ -1,31 +1,22 @@
-// PluginLayerKernels (layer_kernels.hpp): torch::autograd::Functions around the plugin's
-// rotary_embedding (or rotary_kv_store) and silu_mul / silu_mul_backward. Custom Functions need
-// full autograd headers, hence the #undef below.
+// PluginLayerKernels (layer_kernels.hpp): torch::autograd::Functions around the ops of the
+// plugin's rotary_embedding (or rotary_kv_store) and silu_mul / silu_mul_backward. Custom
+// Functions need full autograd headers, hence the #undef below.
 #undef TORCH_ASSERT_ONLY_METHOD_OPERATORS
-#include "layer_kernels.hpp"
+#include "ops/layer_kernels.hpp"
 
-#include "../hw/dlpack_view.hpp"
+#include "ops/norm.hpp"
+#include "ops/rotary.hpp"
+#include "ops/swiglu.hpp"
 
 #include <verlpp/hw/kernels.hpp>
 
-#include <verlpp/core/env.hpp>
-
 #include <torch/csrc/autograd/custom_function.h>
 
-namespace verlpp::train::detail {
+namespace verlpp::ops {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// Rotates q [N, H, D] and k [N, KV, D] (contiguous) in place by angle(positions [N]).
-void rotate_in_place(const hw::Kernels& kernels, at::Tensor& q, at::Tensor& k, const at::Tensor& positions,
-                     const at::Tensor& inv_freq) {
-  using hw::detail::dl_view;
-  DLTensor d_q = dl_view(q), d_k = dl_view(k), d_pos = dl_view(positions), d_freq = dl_view(inv_freq);
-  kernels.plugin().check(kernels.table().rotary_embedding(&d_q, &d_k, &d_pos, &d_freq, kernels.current_stream(q.device())),
-                         "kernels.rotary_embedding");
-}
 
 // A contiguous [N, heads, D] copy of x [..., heads, D].
 at::Tensor flat_copy(const at::Tensor& x) {
@@ -37,7 +28,7 @@ struct RotaryFn : torch::autograd::Function<RotaryFn> {
                                const at::Tensor& inv_freq, int64_t kernels_address) {
     const auto& kernels = *reinterpret_cast<const hw::Kernels*>(kernels_address);
     at::Tensor qr = flat_copy(q), kr = flat_copy(k);
-    rotate_in_place(kernels, qr, kr, positions, inv_freq);
+    rotary_embedding(&kernels, qr, kr, positions, inv_freq);
     ctx->save_for_backward({positions, inv_freq});
     ctx->saved_data["kernels"] = kernels_address;
     return {qr.view(q.sizes()), kr.view(k.sizes())};
@@ -56,13 +47,7 @@ struct RotaryFn : torch::autograd::Function<RotaryFn> {
     if (gq.defined() || gk.defined()) {
       // The inverse rotation: the same kernel at -positions. An absent gradient is no operand
       // (the kernel takes q or k NULL).
-      using hw::detail::dl_view;
-      const at::Tensor back = positions.neg();
-      DLTensor d_q = gq.defined() ? dl_view(gqr) : DLTensor{}, d_k = gk.defined() ? dl_view(gkr) : DLTensor{};
-      DLTensor d_pos = dl_view(back), d_freq = dl_view(inv_freq);
-      kernels.plugin().check(kernels.table().rotary_embedding(gq.defined() ? &d_q : nullptr, gk.defined() ? &d_k : nullptr,
-                                                              &d_pos, &d_freq, kernels.current_stream(back.device())),
-                             "kernels.rotary_embedding (backward)");
+      rotary_embedding(&kernels, gqr, gkr, positions.neg(), inv_freq);
     }
     return {gq.defined() ? gqr.view(gq.sizes()) : at::Tensor(), gk.defined() ? gkr.view(gk.sizes()) : at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor()};
@@ -77,26 +62,13 @@ at::Tensor token_rows(const at::Tensor& x) {
   return r;
 }
 
-// rotary_kv_store over a "cache" of N one-token blocks written at slots 0..N-1: q, k rotated by
-// angle(positions) into q_out [N, H, D] and k_out [N, 1, K, D], v copied into v_out [N, 1, K, D],
-// all in one pass over the inputs (rows may be strided: views of one q/k/v projection).
-void rotate_qkv_into(const hw::Kernels& kernels, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& positions, const at::Tensor& inv_freq, const at::Tensor& slots,
-                     const at::Tensor& q_out, const at::Tensor& k_out, const at::Tensor& v_out) {
-  using hw::detail::dl_view;
-  DLTensor d_q = dl_view(q), d_k = dl_view(k), d_v = dl_view(v), d_pos = dl_view(positions), d_freq = dl_view(inv_freq),
-           d_slots = dl_view(slots), d_qo = dl_view(q_out), d_ko = dl_view(k_out), d_vo = dl_view(v_out);
-  kernels.plugin().check(kernels.table().rotary_kv_store(&d_q, &d_k, &d_v, &d_pos, &d_freq, &d_slots, &d_qo, &d_ko, &d_vo,
-                                                         kernels.current_stream(q.device())),
-                         "kernels.rotary_kv_store");
-}
-
 // RoPE of a training forward through ABI 1.3's rotary_kv_store: rotated q and k and a copy of v,
 // all contiguous, from the q/k/v projection's strided views in one kernel each way, where
 // RotaryFn takes two copies and an in-place rotation (and attention then reads v strided). The
 // backward is the same kernel at -positions on the output gradients (RotaryFn's reasoning),
 // which also passes v's gradient through as a copy. The rotation rounds as rotary_embedding's
-// (the kernel contract), so both functions compute the same bits.
+// (the kernel contract), so both functions compute the same bits. The kernel's "cache" is N
+// one-token blocks written at slots 0..N-1: q_out [N, H, D], k_out and v_out [N, 1, K, D].
 struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const at::Tensor& positions, const at::Tensor& inv_freq, const at::Tensor& slots,
@@ -105,7 +77,7 @@ struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
     const int64_t n = positions.size(0), heads = q.size(-2), kv = k.size(-2), d = q.size(-1);
     at::Tensor q_out = at::empty({n, heads, d}, q.options()), k_out = at::empty({n, 1, kv, d}, k.options());
     at::Tensor v_out = at::empty({n, 1, kv, d}, v.options());
-    rotate_qkv_into(kernels, token_rows(q), token_rows(k), token_rows(v), positions, inv_freq, slots, q_out, k_out, v_out);
+    rotary_kv_store(&kernels, token_rows(q), token_rows(k), token_rows(v), positions, inv_freq, slots, q_out, k_out, v_out);
     ctx->save_for_backward({positions, inv_freq, slots});
     ctx->saved_data["kernels"] = kernels_address;
     ctx->saved_data["q_shape"] = q.sizes().vec();
@@ -129,7 +101,7 @@ struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
     const int64_t n = positions.size(0), heads = gq.size(-2), kv = gk.size(-2), d = gq.size(-1);
     at::Tensor q_out = at::empty({n, heads, d}, gq.options()), k_out = at::empty({n, 1, kv, d}, gk.options());
     at::Tensor v_out = at::empty({n, 1, kv, d}, gv.options());
-    rotate_qkv_into(kernels, token_rows(gq), token_rows(gk), token_rows(gv), positions.neg(), inv_freq, slots, q_out, k_out,
+    rotary_kv_store(&kernels, token_rows(gq), token_rows(gk), token_rows(gv), positions.neg(), inv_freq, slots, q_out, k_out,
                     v_out);
     return {q_out.view(gq.sizes()), k_out.view(gk.sizes()), v_out.view(gv.sizes()), at::Tensor(), at::Tensor(), at::Tensor(),
             at::Tensor()};
@@ -139,35 +111,17 @@ struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
 bool kernel_dtype(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
 
 bool silu_mul_offered(const hw::Kernels& kernels) {
-  return kernels.table().silu_mul != nullptr && kernels.table().silu_mul_backward != nullptr;
+  return kernels.offers(hw::KernelId::silu_mul) && kernels.offers(hw::KernelId::silu_mul_backward);
 }
 
 // A [N, F] view of x [..., F] (rows at any stride: reshape copies only if it must).
 at::Tensor rows_of(const at::Tensor& x) { return x.reshape({-1, x.size(-1)}); }
 
-// The plugin's silu_mul over [N, F] row views (any row stride, dense columns): out = silu(g) * u.
-void run_silu_mul(const hw::Kernels& kernels, const at::Tensor& g, const at::Tensor& u, const at::Tensor& out) {
-  using hw::detail::dl_view;
-  DLTensor d_g = dl_view(g), d_u = dl_view(u), d_o = dl_view(out);
-  kernels.plugin().check(kernels.table().silu_mul(&d_g, &d_u, &d_o, kernels.current_stream(out.device())),
-                         "kernels.silu_mul");
-}
-
-// Its backward over [N, F] row views: dg, du from g, u and the output gradient dy.
-void run_silu_mul_backward(const hw::Kernels& kernels, const at::Tensor& g, const at::Tensor& u, const at::Tensor& dy,
-                           const at::Tensor& dg, const at::Tensor& du) {
-  using hw::detail::dl_view;
-  DLTensor d_g = dl_view(g), d_u = dl_view(u), d_dy = dl_view(dy), d_dg = dl_view(dg), d_du = dl_view(du);
-  kernels.plugin().check(
-      kernels.table().silu_mul_backward(&d_g, &d_u, &d_dy, &d_dg, &d_du, kernels.current_stream(dy.device())),
-      "kernels.silu_mul_backward");
-}
-
 struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, int64_t kernels_address) {
     const auto& kernels = *reinterpret_cast<const hw::Kernels*>(kernels_address);
     at::Tensor out = at::empty(gate.sizes(), gate.options());
-    run_silu_mul(kernels, rows_of(gate), rows_of(up), out.view({-1, gate.size(-1)}));
+    silu_mul(&kernels, rows_of(gate), rows_of(up), out.view({-1, gate.size(-1)}));
     ctx->save_for_backward({gate, up});
     ctx->saved_data["kernels"] = kernels_address;
     return out;
@@ -180,7 +134,7 @@ struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
     if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
     const at::Tensor grad = grads[0].contiguous();
     at::Tensor grad_gate = at::empty(gate.sizes(), gate.options()), grad_up = at::empty(up.sizes(), up.options());
-    run_silu_mul_backward(kernels, rows_of(gate), rows_of(up), rows_of(grad), grad_gate.view({-1, gate.size(-1)}),
+    silu_mul_backward(&kernels, rows_of(gate), rows_of(up), rows_of(grad), grad_gate.view({-1, gate.size(-1)}),
                           grad_up.view({-1, up.size(-1)}));
     return {grad_gate, grad_up, at::Tensor()};
   }
@@ -196,7 +150,7 @@ struct SiluMulHalvesFn : torch::autograd::Function<SiluMulHalvesFn> {
     shape.back() = f;
     at::Tensor out = at::empty(shape, gate_up.options());
     const at::Tensor rows = rows_of(gate_up);
-    run_silu_mul(kernels, rows.narrow(1, 0, f), rows.narrow(1, f, f), out.view({-1, f}));
+    silu_mul(&kernels, rows.narrow(1, 0, f), rows.narrow(1, f, f), out.view({-1, f}));
     ctx->save_for_backward({gate_up});
     ctx->saved_data["kernels"] = kernels_address;
     return out;
@@ -210,7 +164,7 @@ struct SiluMulHalvesFn : torch::autograd::Function<SiluMulHalvesFn> {
     const at::Tensor grad = grads[0].contiguous();
     at::Tensor grad_gate_up = at::empty(gate_up.sizes(), gate_up.options());
     const at::Tensor rows = rows_of(gate_up), grad_rows = grad_gate_up.view({-1, 2 * f});
-    run_silu_mul_backward(kernels, rows.narrow(1, 0, f), rows.narrow(1, f, f), rows_of(grad), grad_rows.narrow(1, 0, f),
+    silu_mul_backward(&kernels, rows.narrow(1, 0, f), rows.narrow(1, f, f), rows_of(grad), grad_rows.narrow(1, 0, f),
                           grad_rows.narrow(1, f, f));
     return {grad_gate_up, at::Tensor()};
   }
@@ -229,14 +183,13 @@ at::Tensor PluginLayerKernels::silu_mul_halves(const at::Tensor& gate_up) const 
 bool PluginLayerKernels::offers_silu_mul_halves() const { return silu_mul_offered(kernels_); }
 
 bool PluginLayerKernels::offered(const hw::Kernels* kernels, bool fuse_adds) {
-  return kernels != nullptr && (kernels->table().rotary_embedding != nullptr || kernels->table().rotary_kv_store != nullptr ||
-                                silu_mul_offered(*kernels) ||
-                                (fuse_adds && kernels->table().add_rms_norm != nullptr));
+  return kernels != nullptr && (kernels->offers(hw::KernelId::rotary_embedding) || kernels->offers(hw::KernelId::rotary_kv_store) ||
+                                silu_mul_offered(*kernels) || (fuse_adds && kernels->offers(hw::KernelId::add_rms_norm)));
 }
 
-std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels, bool fuse_adds) {
-  if (!PluginLayerKernels::offered(kernels, fuse_adds)) return nullptr;
-  return std::make_shared<PluginLayerKernels>(*kernels, fuse_adds);
+std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels, LayerKernelsOptions options) {
+  if (!PluginLayerKernels::offered(kernels, options.fuse_adds)) return nullptr;
+  return std::make_shared<PluginLayerKernels>(*kernels, options);
 }
 
 at::Tensor PluginLayerKernels::silu_mul(const at::Tensor& gate, const at::Tensor& up) const {
@@ -247,12 +200,6 @@ at::Tensor PluginLayerKernels::silu_mul(const at::Tensor& gate, const at::Tensor
   ++silu_muls_;
   return SiluMulFn::apply(gate, up, static_cast<int64_t>(reinterpret_cast<intptr_t>(&kernels_)));
 }
-
-namespace {
-// VERLPP_TRAIN_ROTARY_QKV=0 keeps RotaryFn where rotary_kv_store is offered, for side-by-side
-// timing; read per call (tests change it).
-bool qkv_rotation_enabled() { return !env_equals("VERLPP_TRAIN_ROTARY_QKV", "0"); }
-}  // namespace
 
 at::Tensor PluginLayerKernels::slots_for(int64_t n, const c10::Device& device) const {
   std::lock_guard<std::mutex> lock(slots_mutex_);
@@ -268,14 +215,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> PluginLayerKernels::rotate(const 
   if (!kernel_dtype(t) || k.scalar_type() != t) return {};
   const at::Tensor flat_positions = positions.reshape({-1}).contiguous();
   const auto address = static_cast<int64_t>(reinterpret_cast<intptr_t>(&kernels_));
-  if (kernels_.table().rotary_kv_store != nullptr && v.scalar_type() == t && v.sizes() == k.sizes() && qkv_rotation_enabled()) {
+  if (options_.rotate_qkv && kernels_.offers(hw::KernelId::rotary_kv_store) && v.scalar_type() == t && v.sizes() == k.sizes()) {
     ++rotations_;
     ++qkv_rotations_;
     variable_list out = RotaryQkvFn::apply(q, k, v, flat_positions, inv_freq.contiguous(),
                                            slots_for(flat_positions.size(0), q.device()), address);
     return {out[0], out[1], out[2]};
   }
-  if (kernels_.table().rotary_embedding == nullptr) return {};
+  if (!kernels_.offers(hw::KernelId::rotary_embedding)) return {};
   ++rotations_;
   variable_list out = RotaryFn::apply(q, k, flat_positions, inv_freq.contiguous(), address);
   return {out[0], out[1], v};
@@ -285,20 +232,15 @@ std::pair<at::Tensor, at::Tensor> PluginLayerKernels::add_rms_norm(const at::Ten
                                                                    const at::Tensor& weight, double eps) const {
   const bool recorded = at::GradMode::is_enabled() && (x.requires_grad() || residual.requires_grad() || weight.requires_grad());
   const at::ScalarType t = residual.scalar_type();
-  if (!fuse_adds_ || kernels_.table().add_rms_norm == nullptr || recorded || !kernel_dtype(t) || x.scalar_type() != t ||
+  if (!options_.fuse_adds || !kernels_.offers(hw::KernelId::add_rms_norm) || recorded || !kernel_dtype(t) || x.scalar_type() != t ||
       weight.scalar_type() != t || x.sizes() != residual.sizes() || residual.dim() == 0 || weight.dim() != 1 ||
       weight.size(0) != residual.size(-1) || !x.is_contiguous() || !residual.is_contiguous() || !weight.is_contiguous())
     return {};
   ++add_rms_norms_;
-  using hw::detail::dl_view;
   at::Tensor out = at::empty(residual.sizes(), residual.options());
   const int64_t d = residual.size(-1);
-  const at::Tensor x2 = x.view({-1, d}), r2 = residual.view({-1, d}), o2 = out.view({-1, d});
-  DLTensor d_x = dl_view(x2), d_r = dl_view(r2), d_w = dl_view(weight), d_o = dl_view(o2);
-  kernels_.plugin().check(
-      kernels_.table().add_rms_norm(&d_x, &d_r, &d_w, float(eps), &d_o, kernels_.current_stream(out.device())),
-      "kernels.add_rms_norm");
+  ops::add_rms_norm(&kernels_, x.view({-1, d}), residual.view({-1, d}), weight, eps, out.view({-1, d}));
   return {residual, out};
 }
 
-}  // namespace verlpp::train::detail
+}  // namespace verlpp::ops

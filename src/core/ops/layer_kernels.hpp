@@ -1,4 +1,4 @@
-// PluginLayerKernels: a layer's RoPE and the MLP's silu(gate) * up through a plugin's kernels
+// ops::PluginLayerKernels: a layer's RoPE and the MLP's silu(gate) * up through a plugin's kernels
 // (rotary_embedding, or ABI 1.3's rotary_kv_store, which also hands back v as a contiguous copy
 // from the same pass; ABI 1.2's silu_mul and silu_mul_backward), each with a backward of its own,
 // for the training forwards and the engine's steps (model::LayerKernels); and, without autograd
@@ -26,23 +26,31 @@ namespace verlpp::hw {
 class Kernels;
 }
 
-namespace verlpp::train::detail {
+namespace verlpp::ops {
+
+// Which of the plugin's kernels a PluginLayerKernels uses.
+struct LayerKernelsOptions {
+  // Offer add_rms_norm (the rollout engine). The trainer's forwards leave it off: its kernel
+  // rounds the normalised value before the weight (HF's order) where LibTorch's rms_norm rounds
+  // once, and a no-grad old_log_prob pass must compute exactly what the training forward computes.
+  bool fuse_adds = false;
+  // RoPE through rotary_kv_store where offered (rotated q, k and a contiguous v in one pass);
+  // false keeps rotary_embedding on contiguous copies (side-by-side timing, tests).
+  bool rotate_qkv = true;
+};
 
 class PluginLayerKernels : public model::LayerKernels {
  public:
-  // `kernels` must outlive this object and every backward through it. `fuse_adds`: offer
-  // add_rms_norm (the rollout engine). The trainer's forwards leave it off: its kernel rounds
-  // the normalised value before the weight (HF's order) where LibTorch's rms_norm rounds once,
-  // and a no-grad old_log_prob pass must compute exactly what the training forward computes.
-  explicit PluginLayerKernels(const hw::Kernels& kernels, bool fuse_adds = false)
-      : kernels_(kernels), fuse_adds_(fuse_adds) {}
+  // `kernels` must outlive this object and every backward through it.
+  explicit PluginLayerKernels(const hw::Kernels& kernels, LayerKernelsOptions options = {})
+      : kernels_(kernels), options_(options) {}
   // Whether the kernels offer any of rotary_embedding, rotary_kv_store, silu_mul with
   // silu_mul_backward, or (with fuse_adds) add_rms_norm.
   static bool offered(const hw::Kernels* kernels, bool fuse_adds = false);
 
-  // Rotated copies of q and k, and v or (through rotary_kv_store, unless
-  // VERLPP_TRAIN_ROTARY_QKV=0) a contiguous copy of it; {} without a kernel, for a dtype they do
-  // not take (fp64) or q/k dtypes that differ.
+  // Rotated copies of q and k, and v or (through rotary_kv_store, with options.rotate_qkv) a
+  // contiguous copy of it; {} without a kernel, for a dtype they do not take (fp64) or q/k
+  // dtypes that differ.
   std::tuple<at::Tensor, at::Tensor, at::Tensor> rotate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                         const at::Tensor& positions,
                                                         const at::Tensor& inv_freq) const override;
@@ -68,7 +76,7 @@ class PluginLayerKernels : public model::LayerKernels {
   at::Tensor slots_for(int64_t n, const c10::Device& device) const;
 
   const hw::Kernels& kernels_;
-  bool fuse_adds_;
+  LayerKernelsOptions options_;
   mutable std::atomic<int64_t> rotations_{0}, qkv_rotations_{0}, silu_muls_{0}, add_rms_norms_{0};
   mutable std::mutex slots_mutex_;  // the backward thread may recompute layers (checkpointing)
   mutable at::Tensor slots_;        // [>= n] int64, on the last device asked for
@@ -76,6 +84,6 @@ class PluginLayerKernels : public model::LayerKernels {
 
 // A PluginLayerKernels over `kernels`, or null when they offer none of its kernels (or are null).
 // Used by the training forwards (response_log_probs) and, with fuse_adds, the rollout engine's steps.
-std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels, bool fuse_adds = false);
+std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels, LayerKernelsOptions options = {});
 
-}  // namespace verlpp::train::detail
+}  // namespace verlpp::ops
