@@ -110,11 +110,18 @@ function(verlpp_add_layer name)
 endfunction()
 
 # Compiles <target> as the sources of layer <layer> are: against the layer's include view, with
-# the layers below it (PRIVATE) and what its headers need. Also used by the tests that prove an
+# the layers it depends on (PRIVATE) and what the headers of every layer it may include need
+# (a PRIVATE link passes on none of those past one level). Also used by the tests that prove an
 # upward include does not compile.
 function(verlpp_layer_compile_settings target layer)
   target_include_directories(${target} PRIVATE ${CMAKE_BINARY_DIR}/layer_includes/${layer})
-  get_property(libraries GLOBAL PROPERTY VERLPP_LAYER_${layer}_LIBRARIES)
+  get_property(closure GLOBAL PROPERTY VERLPP_LAYER_${layer}_CLOSURE)
+  set(libraries "")
+  foreach(l IN ITEMS ${layer} LISTS closure)
+    get_property(layer_libraries GLOBAL PROPERTY VERLPP_LAYER_${l}_LIBRARIES)
+    list(APPEND libraries ${layer_libraries})
+  endforeach()
+  list(REMOVE_DUPLICATES libraries)
   get_property(dep_targets GLOBAL PROPERTY VERLPP_LAYER_${layer}_TARGETS)
   target_link_libraries(${target} PRIVATE ${dep_targets} ${libraries} verlpp_warnings)
 endfunction()
