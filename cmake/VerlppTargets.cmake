@@ -42,3 +42,9 @@ function(verlpp_use_pch target)
   endif()
   target_precompile_headers(${target} REUSE_FROM verlpp_pch)
 endfunction()
+
+# Boost.DLL (plugin and reward-library loading) on std::filesystem, so that no compiled Boost
+# library is needed; every user must agree on the macro, since it changes Boost.DLL's types.
+add_library(verlpp_boost_dll INTERFACE)
+target_link_libraries(verlpp_boost_dll INTERFACE Boost::headers ${CMAKE_DL_LIBS})
+target_compile_definitions(verlpp_boost_dll INTERFACE BOOST_DLL_USE_STD_FS)

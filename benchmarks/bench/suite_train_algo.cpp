@@ -6,7 +6,7 @@
 #include "bench.hpp"
 
 #include <verlpp/algo.hpp>
-#include <verlpp/controller/batch.hpp>
+#include <verlpp/data/batch.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/actor.hpp>
 
@@ -24,14 +24,14 @@ const auto kF32 = at::TensorOptions().dtype(at::kFloat);
 
 // A rollout-shaped batch on `device`: rows of prompt + response tokens, the responses ragged
 // (row r keeps response - (r * 5) % (response / 2) tokens), old log-probs and advantages.
-controller::Batch actor_batch(int64_t rows, int64_t prompt, int64_t response, int64_t vocab, c10::Device device) {
+data::Batch actor_batch(int64_t rows, int64_t prompt, int64_t response, int64_t vocab, c10::Device device) {
   at::manual_seed(21);
   const int64_t T = prompt + response;
   const at::Tensor ids = at::randint(vocab, {rows, T}, at::TensorOptions().dtype(at::kLong));  // [rows, T]
   const at::Tensor keep = response - at::arange(rows, at::TensorOptions().dtype(at::kLong)).mul(5).remainder(response / 2);
   const at::Tensor pos = at::arange(T, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
   const at::Tensor mask = (pos < (prompt + keep).unsqueeze(1)).to(at::kLong);  // [rows, T]
-  controller::Batch b;
+  data::Batch b;
   b.set("input_ids", ids.to(device));
   b.set("attention_mask", mask.to(device));
   b.set("position_ids", mask.cumsum(1).sub(1).clamp_min(0).to(device));
@@ -49,7 +49,7 @@ std::vector<Measurement> run_train(const Options& o, const Target& t) {
   model::DecoderLM m(model::load_model_config(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny"));
   m.init_weights(1);
   m.to(at::kFloat, t.device);
-  const controller::Batch batch = actor_batch(rows, prompt, response, m.config().vocab_size, t.device);
+  const data::Batch batch = actor_batch(rows, prompt, response, m.config().vocab_size, t.device);
   train::ActorConfig cfg;
   cfg.ppo_mini_batch_size = rows;
   cfg.ppo_micro_batch_size = micro;

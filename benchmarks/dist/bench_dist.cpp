@@ -76,14 +76,14 @@ double median(std::vector<double> v) {
 }
 
 // A rollout-shaped batch: ragged prompts and responses, old log-probs and advantages.
-controller::Batch make_batch(const model::DecoderLM& m, const Options& o) {
+data::Batch make_batch(const model::DecoderLM& m, const Options& o) {
   at::manual_seed(3);
   const int64_t t = o.prompt + o.response;
   at::Tensor ids = at::randint(m.config().vocab_size, {o.rows, t}, at::TensorOptions().dtype(at::kLong));
   at::Tensor mask = at::ones({o.rows, t}, at::TensorOptions().dtype(at::kLong));
   for (int64_t r = 0; r < o.rows; ++r)
     for (int64_t k = 0; k < (r * 7) % o.response; ++k) mask[r][t - 1 - k] = 0;
-  controller::Batch b;
+  data::Batch b;
   b.set("input_ids", ids);
   b.set("attention_mask", mask);
   b.set("position_ids", mask.cumsum(1).sub(1).clamp_min(0));
@@ -98,7 +98,7 @@ controller::Batch make_batch(const model::DecoderLM& m, const Options& o) {
 json time_train_step(const Options& o, const train::DataParallel& dp) {
   model::DecoderLM m(model::load_model_config(o.model));
   m.init_weights(1);
-  const controller::Batch batch = make_batch(m, o);
+  const data::Batch batch = make_batch(m, o);
   train::ActorConfig cfg;
   cfg.ppo_mini_batch_size = o.rows;
   // The same micro-batch size on every rank count, so only the split differs.

@@ -5,13 +5,13 @@
 // views, streams and argument order of each call.
 #include <catch2/catch.hpp>
 
-#include "ops/adamw.hpp"
-#include "ops/attention.hpp"
-#include "ops/logprob.hpp"
-#include "ops/norm.hpp"
-#include "ops/rotary.hpp"
-#include "ops/sample.hpp"
-#include "ops/swiglu.hpp"
+#include "../../src/core/ops/adamw.hpp"
+#include "../../src/core/ops/attention.hpp"
+#include "../../src/core/ops/logprob.hpp"
+#include "../../src/core/ops/norm.hpp"
+#include "../../src/core/ops/rotary.hpp"
+#include "../../src/core/ops/sample.hpp"
+#include "../../src/core/ops/swiglu.hpp"
 
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/plugin_registry.hpp>

@@ -23,7 +23,7 @@ namespace {
 constexpr int64_t kB = 8, kP = 5, kR = 4;
 
 // A rollout-shaped batch with ragged prompts and responses, old log-probs from `m`.
-controller::Batch make_batch(const model::DecoderLM& m) {
+data::Batch make_batch(const model::DecoderLM& m) {
   return test::policy_batch(m, kB, kP, kR, 4, [](int64_t r) { return r % 3; }, [](int64_t r) { return (r * 5) % 4; });
 }
 
@@ -40,7 +40,7 @@ train::ActorConfig base_config() {
 // The expected parameters after one AdamW step on the full-batch loss, computed by hand. With
 // `compute` bf16/fp16 the loss and its gradient come from a copy of the model in that dtype (the
 // gradient then taken to fp32) and the step applies to the fp32 weights, as mixed precision does.
-std::vector<at::Tensor> reference_step(const controller::Batch& b, const train::ActorConfig& cfg, double lr,
+std::vector<at::Tensor> reference_step(const data::Batch& b, const train::ActorConfig& cfg, double lr,
                                        at::ScalarType compute = at::kFloat) {
   const model::DecoderLM master = test::tiny_model(9);
   model::DecoderLM m = test::tiny_model(9);
@@ -79,7 +79,7 @@ TEST_CASE("actor: micro-batched and dynamic updates equal the full-batch step", 
   for (const std::string mode : {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum"}) {
     for (int variant = 0; variant < 3; ++variant) {
       model::DecoderLM m = test::tiny_model(9);
-      controller::Batch batch = make_batch(m);
+      data::Batch batch = make_batch(m);
       train::ActorConfig cfg = base_config();
       cfg.policy.loss_agg_mode = mode;
       cfg.entropy_coeff = variant == 2 ? 0.01 : 0.0;
@@ -102,7 +102,7 @@ TEST_CASE("actor: micro-batched and dynamic updates equal the full-batch step", 
 
 TEST_CASE("actor: a non-finite gradient skips the step and keeps the weights", "[actor]") {
   model::DecoderLM m = test::tiny_model(9);
-  controller::Batch batch = make_batch(m);
+  data::Batch batch = make_batch(m);
   batch.set("advantages", batch.tensor("advantages").clone().fill_(std::nan("")));
   std::vector<at::Tensor> before;
   for (const auto& [name, p] : m.named_parameters()) before.push_back(p.detach().clone());
@@ -116,7 +116,7 @@ TEST_CASE("actor: a non-finite gradient skips the step and keeps the weights", "
 
 TEST_CASE("actor: KL loss, epochs, warmup and clipping", "[actor]") {
   model::DecoderLM m = test::tiny_model(9);
-  controller::Batch batch = make_batch(m);
+  data::Batch batch = make_batch(m);
   batch.set("ref_log_prob", batch.tensor("old_log_probs"));
   train::ActorConfig cfg = base_config();
   cfg.use_kl_loss = true;
@@ -141,7 +141,7 @@ TEST_CASE("actor: KL loss, epochs, warmup and clipping", "[actor]") {
 TEST_CASE("actor: bf16 mixed precision steps the fp32 weights with the bf16 gradient", "[actor][mixed]") {
   const double lr = 1e-3;
   model::DecoderLM m = test::tiny_model(9);
-  controller::Batch batch = make_batch(m);
+  data::Batch batch = make_batch(m);
   train::ActorConfig cfg = base_config();
   cfg.ppo_micro_batch_size = kB;  // one backward: the gradient is the reference's bit for bit
   cfg.param_dtype = at::kBFloat16;
@@ -172,7 +172,7 @@ TEST_CASE("mixed precision: gradients of several backwards add up in fp32", "[ac
   master.set_requires_grad(true);
   train::MixedPrecision mp(master, at::kBFloat16);
   REQUIRE(mp.enabled());
-  controller::Batch b = test::ragged_batch(master.config().vocab_size, 4, 3, 3, 11, [](int64_t) { return 0; },
+  data::Batch b = test::ragged_batch(master.config().vocab_size, 4, 3, 3, 11, [](int64_t) { return 0; },
                                           [](int64_t) { return 0; });
   std::vector<at::Tensor> expected(master.named_parameters().size());
   for (int pass = 0; pass < 3; ++pass) {

@@ -32,8 +32,8 @@ model::DecoderLM tiny_critic() {
   return m;
 }
 
-controller::Batch make_batch(const model::DecoderLM& m) {
-  controller::Batch b = test::ragged_batch(m.config().vocab_size, kB, kP, kR, 8, [](int64_t) { return 0; },
+data::Batch make_batch(const model::DecoderLM& m) {
+  data::Batch b = test::ragged_batch(m.config().vocab_size, kB, kP, kR, 8, [](int64_t) { return 0; },
                                            [](int64_t r) { return r % 4; });
   b.set("returns", at::randn({kB, kR}));
   return b;
@@ -43,7 +43,7 @@ controller::Batch make_batch(const model::DecoderLM& m) {
 
 TEST_CASE("critic: values sit before each response token", "[critic]") {
   model::DecoderLM m = tiny_critic();
-  controller::Batch b = make_batch(m);
+  data::Batch b = make_batch(m);
   train::Critic critic(m, {}, train::LrSchedule({1e-3, "constant", 0, 1, 0.0, 0.5}));
   at::Tensor values = critic.compute_values(b);
   REQUIRE(values.sizes() == std::vector<int64_t>{kB, kR});
@@ -58,7 +58,7 @@ TEST_CASE("critic: micro-batched update equals the full-batch step", "[critic]")
   const double lr = 1e-3;
   for (bool dynamic : {false, true}) {
     model::DecoderLM m = tiny_critic();
-    controller::Batch b = make_batch(m);
+    data::Batch b = make_batch(m);
     train::CriticConfig cfg;
     cfg.ppo_mini_batch_size = kB;
     cfg.ppo_micro_batch_size = 2;
@@ -103,7 +103,7 @@ TEST_CASE("critic: needs a one-label score head", "[critic]") {
 // the update moves the fp32 weights, and the copy then holds them cast.
 TEST_CASE("critic: bf16 mixed precision runs on the copy and steps the fp32 weights", "[critic][mixed]") {
   model::DecoderLM m = tiny_critic();
-  controller::Batch b = make_batch(m);
+  data::Batch b = make_batch(m);
   model::DecoderLM cast = tiny_critic();
   cast.to(at::kBFloat16, cast.options().device);
   train::CriticConfig cfg;
@@ -138,7 +138,7 @@ TEST_CASE("critic: bf16 mixed precision runs on the copy and steps the fp32 weig
 // the masters cast, and a one-micro-batch update leaves no fp32 gradient behind (the 16-bit one
 // went to the kernel as it was).
 TEST_CASE("critic: the update through the plugin's adamw_update equals LibTorch's AdamW", "[critic][mixed][kernels]") {
-  controller::Batch b;
+  data::Batch b;
   std::vector<at::Tensor> weights[2];
   for (int plugin = 0; plugin < 2; ++plugin) {
     model::DecoderLM m = tiny_critic();

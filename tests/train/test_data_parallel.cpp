@@ -76,7 +76,7 @@ void run_ranks(int32_t world, const std::function<void(const train::DataParallel
 }
 
 // A rollout-shaped batch with ragged prompts and responses (so the partition has work to do).
-controller::Batch make_batch(const model::DecoderLM& m) {
+data::Batch make_batch(const model::DecoderLM& m) {
   return test::policy_batch(m, kB, kP, kR, 11, [](int64_t r) { return r % 4; }, [](int64_t r) { return (r * 7) % 4; });
 }
 
@@ -109,7 +109,7 @@ TEST_CASE("data parallel: dispatch and gather keep the batch's row order", "[dp]
     std::vector<std::vector<std::vector<int64_t>>> parts(static_cast<size_t>(world));
     std::vector<at::Tensor> gathered(static_cast<size_t>(world));
     run_ranks(world, [&](const train::DataParallel& dp) {
-      controller::Batch b = make_batch(test::tiny_model(9));
+      data::Batch b = make_batch(test::tiny_model(9));
       const auto p = dp.partition(b);
       // Each rank computes "10 x row index" for its rows; the gather must give 0, 10, 20, ...
       const auto& mine = p.at(size_t(dp.rank()));
@@ -132,7 +132,7 @@ TEST_CASE("data parallel: an actor update over N ranks equals the one-rank updat
   const double lr = 1e-3;
   const train::LrScheduleOptions schedule{lr, "constant", 0, 1, 0.0, 0.5};
   model::DecoderLM single = test::tiny_model(9);
-  const controller::Batch batch = make_batch(single);
+  const data::Batch batch = make_batch(single);
   train::Actor reference(single, actor_config(), train::LrSchedule(schedule));
   const nlohmann::json ref_metrics = reference.update_policy(batch);
   const std::vector<at::Tensor> expected = params_of(single);
@@ -164,7 +164,7 @@ TEST_CASE("data parallel: an SFT step over N ranks equals the one-rank step", "[
   cfg.micro_batch_size = 2;
   cfg.optim.eps = 1e-3;
   model::DecoderLM single = test::tiny_model(9);
-  const controller::Batch batch = make_batch(single);
+  const data::Batch batch = make_batch(single);
   train::SftTrainer reference(single, cfg, train::LrSchedule(schedule));
   const double ref_loss = reference.train_step(batch)["sft/loss"].get<double>();
   const std::vector<at::Tensor> expected = params_of(single);
@@ -189,7 +189,7 @@ TEST_CASE("data parallel: an SFT step over N ranks equals the one-rank step", "[
 TEST_CASE("data parallel: a batch that does not split evenly is refused", "[dp]") {
   std::vector<std::string> errors(2);
   run_ranks(2, [&](const train::DataParallel& dp) {
-    controller::Batch b = make_batch(test::tiny_model(9)).rows({0, 1, 2});
+    data::Batch b = make_batch(test::tiny_model(9)).rows({0, 1, 2});
     try {
       dp.partition(b);
     } catch (const std::exception& e) {
@@ -202,7 +202,7 @@ TEST_CASE("data parallel: a batch that does not split evenly is refused", "[dp]"
 TEST_CASE("data parallel: ZeRO-1 (sharded optimizer states) steps exactly as replicated AdamW", "[dp][zero]") {
   const double lr = 1e-3;
   const train::LrScheduleOptions schedule{lr, "constant", 0, 1, 0.0, 0.5};
-  const controller::Batch batch = make_batch(test::tiny_model(9));
+  const data::Batch batch = make_batch(test::tiny_model(9));
   for (int32_t world : {2, 4}) {
     std::vector<std::vector<at::Tensor>> replicated(static_cast<size_t>(world)), sharded(static_cast<size_t>(world));
     std::vector<int64_t> state_elements(static_cast<size_t>(world), 0);
@@ -235,7 +235,7 @@ TEST_CASE("data parallel: ZeRO-1 (sharded optimizer states) steps exactly as rep
 TEST_CASE("data parallel: a ZeRO-1 optimizer state saved by 2 ranks resumes on 1 rank", "[dp][zero]") {
   const double lr = 1e-3;
   const train::LrScheduleOptions schedule{lr, "constant", 0, 1, 0.0, 0.5};
-  const controller::Batch batch = make_batch(test::tiny_model(9));
+  const data::Batch batch = make_batch(test::tiny_model(9));
   // One rank, uninterrupted: two updates.
   model::DecoderLM straight = test::tiny_model(9);
   {

@@ -3,7 +3,7 @@
 // own backward): values and gradients against autograd through full fp64 logits, and against
 // LibTorch's own path. The cuda plugin's kernels are held to cpu_ref's by the conformance suite,
 // and the GPU bench checks the whole path against LibTorch's before timing it.
-#include "ops/layer_kernels.hpp"  // src/core
+#include "../../src/core/ops/layer_kernels.hpp"
 
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
@@ -151,7 +151,7 @@ TEST_CASE("response_log_probs hands the kernels to the LM head: the tiny model's
   const hw::Kernels& kernels = cpu_ref_kernels();
   model::DecoderLM m = test::tiny_model(4);
   m.set_requires_grad(true);
-  const controller::Batch b = test::ragged_batch(m.config().vocab_size, 3, 6, 5, 7, [](int64_t r) { return r; },
+  const data::Batch b = test::ragged_batch(m.config().vocab_size, 3, 6, 5, 7, [](int64_t r) { return r; },
                                                 [](int64_t r) { return 2 - r; });
   at::Tensor grads[2];
   at::Tensor values[2];
@@ -200,7 +200,7 @@ TEST_CASE("PluginLayerKernels: RoPE and silu(gate) * up through the plugin's ker
           m.to(dtype, c10::Device(c10::kCPU));
           m.set_requires_grad(true);
           m.set_gradient_checkpointing(checkpointing);
-          const controller::Batch b = test::ragged_batch(m.config().vocab_size, 3, 6, 5, 8, [](int64_t r) { return r; },
+          const data::Batch b = test::ragged_batch(m.config().vocab_size, 3, 6, 5, 8, [](int64_t r) { return r; },
                                                          [](int64_t r) { return 2 - r; });
           at::Tensor hidden[2];
           std::vector<at::Tensor> grads[2];
@@ -256,7 +256,7 @@ TEST_CASE("training forward with fused projections: the same log-probs and gradi
   const hw::Kernels& kernels = cpu_ref_kernels();
   model::DecoderLM m = test::tiny_model(6);
   m.set_requires_grad(true);
-  const controller::Batch b = test::ragged_batch(m.config().vocab_size, 3, 6, 5, 9, [](int64_t r) { return r; },
+  const data::Batch b = test::ragged_batch(m.config().vocab_size, 3, 6, 5, 9, [](int64_t r) { return r; },
                                                 [](int64_t r) { return 2 - r; });
   for (const hw::Kernels* k : {static_cast<const hw::Kernels*>(nullptr), &kernels}) {
     INFO((k == nullptr ? "LibTorch's ops" : "cpu_ref's kernels"));

@@ -150,7 +150,7 @@ TEST_CASE("mixed precision: deferred casts keep one backward's gradient aside un
   master.set_requires_grad(true);
   train::MixedPrecision mp(master, at::kBFloat16);
   mp.defer_casts(true);
-  const controller::Batch b = test::ragged_batch(master.config().vocab_size, 4, 3, 3, 11, [](int64_t) { return 0; },
+  const data::Batch b = test::ragged_batch(master.config().vocab_size, 4, 3, 3, 11, [](int64_t) { return 0; },
                                                  [](int64_t) { return 0; });
   auto out = train::response_log_probs(mp.compute(), b.tensor("input_ids"), b.tensor("attention_mask"),
                                        b.tensor("position_ids"), 3, 1.0, false);

@@ -22,12 +22,12 @@ namespace {
 
 constexpr int64_t kB = 6, kP = 5, kR = 4;
 
-controller::Batch sft_batch(int64_t vocab) {
+data::Batch sft_batch(int64_t vocab) {
   return test::ragged_batch(vocab, kB, kP, kR, 8, [](int64_t r) { return r % 3; }, [](int64_t r) { return (r * 3) % kR; });
 }
 
 // Token-mean NLL of the response tokens from the full sequence's logits, written out directly.
-at::Tensor reference_nll(const model::DecoderLM& m, const controller::Batch& b) {
+at::Tensor reference_nll(const model::DecoderLM& m, const data::Batch& b) {
   at::Tensor hidden = m.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids"));
   at::Tensor logp = at::log_softmax(m.logits(hidden), -1);  // [B, T, V]
   at::Tensor total = at::zeros({}, at::TensorOptions().dtype(at::kFloat));
@@ -48,7 +48,7 @@ TEST_CASE("sft: a micro-batched step equals the full-batch step computed by hand
   const double lr = 1e-3;
   for (int64_t micro : {1, 2, 6}) {
     model::DecoderLM m = test::tiny_model(21), ref = test::tiny_model(21);
-    controller::Batch batch = sft_batch(m.config().vocab_size);
+    data::Batch batch = sft_batch(m.config().vocab_size);
     ref.set_requires_grad(true);
     at::Tensor nll = reference_nll(ref, batch);
     nll.backward();
@@ -83,7 +83,7 @@ TEST_CASE("sft: bf16 mixed precision steps the fp32 weights", "[sft][mixed]") {
   const double lr = 1e-3;
   model::DecoderLM m = test::tiny_model(21);
   const model::DecoderLM start = test::tiny_model(21);
-  controller::Batch batch = sft_batch(m.config().vocab_size);
+  data::Batch batch = sft_batch(m.config().vocab_size);
   train::SftConfig cfg;
   cfg.micro_batch_size = 2;
   cfg.param_dtype = at::kBFloat16;

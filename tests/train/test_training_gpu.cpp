@@ -32,7 +32,7 @@ struct Pass {
 double max_abs(const at::Tensor& t) { return t.abs().max().item<double>(); }
 
 // One forward + backward of a loss that weighs every log-prob differently.
-Pass run_pass(model::DecoderLM& m, const controller::Batch& b, const hw::Kernels* kernels, const std::string& rows,
+Pass run_pass(model::DecoderLM& m, const data::Batch& b, const hw::Kernels* kernels, const std::string& rows,
               train::LogitsInBackward logits, bool rotate_qkv = true) {
   for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
   const c10::Device gpu = m.named_parameters().front().second.device();
@@ -81,7 +81,7 @@ TEST_CASE("training on CUDA: the cuda plugin's path equals LibTorch's, and its s
   m.to(at::kBFloat16, gpu);
   m.set_requires_grad(true);
   // Ragged rows: left-padded prompts, right-padded responses (the packed forward's runs differ).
-  const controller::Batch b = test::ragged_batch(m.config().vocab_size, 5, 7, 9, 5, [](int64_t r) { return r % 3; },
+  const data::Batch b = test::ragged_batch(m.config().vocab_size, 5, 7, 9, 5, [](int64_t r) { return r % 3; },
                                                  [](int64_t r) { return (4 - r) % 4; });
   using train::LogitsInBackward;
   for (const std::string rows : {"packed", "mask", "none"}) {

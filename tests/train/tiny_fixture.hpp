@@ -1,7 +1,7 @@
 // The train tests' shared fixture: the embedded tiny model (examples/tiny) with seeded weights.
 #pragma once
 
-#include <verlpp/controller/batch.hpp>
+#include <verlpp/data/batch.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/model/model_config.hpp>
 
@@ -27,7 +27,7 @@ inline model::DecoderLM tiny_model(uint64_t seed) {
 // append_responses makes): row r drops left_pad(r) prompt tokens and right_pad(r) response
 // tokens. Fields input_ids, attention_mask, position_ids, responses, response_mask; the
 // caller adds what its test needs. Seeds LibTorch's generator with `seed` first.
-inline controller::Batch ragged_batch(int64_t vocab, int64_t rows, int64_t prompt, int64_t response, uint64_t seed,
+inline data::Batch ragged_batch(int64_t vocab, int64_t rows, int64_t prompt, int64_t response, uint64_t seed,
                                       const std::function<int64_t(int64_t)>& left_pad,
                                       const std::function<int64_t(int64_t)>& right_pad) {
   at::manual_seed(seed);
@@ -38,7 +38,7 @@ inline controller::Batch ragged_batch(int64_t vocab, int64_t rows, int64_t promp
     for (int64_t k = 0; k < left_pad(r); ++k) mask[r][k] = 0;
     for (int64_t k = 0; k < right_pad(r); ++k) mask[r][t - 1 - k] = 0;
   }
-  controller::Batch b;
+  data::Batch b;
   b.set("input_ids", ids);
   b.set("attention_mask", mask);
   b.set("position_ids", mask.cumsum(1).sub(1).clamp_min(0));
@@ -49,10 +49,10 @@ inline controller::Batch ragged_batch(int64_t vocab, int64_t rows, int64_t promp
 
 // ragged_batch plus what a policy update needs: old_log_probs (the model's own, perturbed by
 // N(0, 0.3) so ratios differ from 1 and clipping can act) and advantages ~ N(0, 1).
-inline controller::Batch policy_batch(const model::DecoderLM& m, int64_t rows, int64_t prompt, int64_t response,
+inline data::Batch policy_batch(const model::DecoderLM& m, int64_t rows, int64_t prompt, int64_t response,
                                       uint64_t seed, const std::function<int64_t(int64_t)>& left_pad,
                                       const std::function<int64_t(int64_t)>& right_pad) {
-  controller::Batch b = ragged_batch(m.config().vocab_size, rows, prompt, response, seed, left_pad, right_pad);
+  data::Batch b = ragged_batch(m.config().vocab_size, rows, prompt, response, seed, left_pad, right_pad);
   at::NoGradGuard no_grad;
   auto old = train::response_log_probs(m, b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids"),
                                        response, 1.0, false);

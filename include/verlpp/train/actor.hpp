@@ -6,7 +6,7 @@
 #pragma once
 
 #include <verlpp/algo/policy_loss_types.hpp>
-#include <verlpp/controller/batch.hpp>
+#include <verlpp/data/batch.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/data_parallel.hpp>
 #include <verlpp/train/logprob.hpp>
@@ -52,7 +52,7 @@ struct ActorConfig {
 
 // Micro-batches of a mini-batch: `micro_size` rows each, or (dynamic) balanced groups whose
 // attention_mask token counts fit `max_tokens`.
-std::vector<controller::Batch> micro_batches(const controller::Batch& mini, bool dynamic, int64_t micro_size,
+std::vector<data::Batch> micro_batches(const data::Batch& mini, bool dynamic, int64_t micro_size,
                                              int64_t max_tokens);
 
 class Actor {
@@ -64,12 +64,12 @@ class Actor {
 
   // Log-probs (and entropy) of batch's responses without building a graph. Needs tensors
   // input_ids, attention_mask, position_ids, responses [B, R].
-  ResponseLogProbs compute_log_prob(const controller::Batch& batch, bool with_entropy) const;
+  ResponseLogProbs compute_log_prob(const data::Batch& batch, bool with_entropy) const;
 
   // One policy update over `batch` (needs also response_mask, old_log_probs, advantages and,
   // with use_kl_loss, ref_log_prob). Returns verl-named metrics (actor/pg_loss, actor/grad_norm,
   // actor/lr, ...). A step whose gradient norm is not finite is skipped and counted.
-  nlohmann::json update_policy(const controller::Batch& batch);
+  nlohmann::json update_policy(const data::Batch& batch);
 
   // Data parallelism: each mini-batch's rows are split over the ranks (the global token and
   // row counts still scale the losses), gradients are summed over ranks before the step, and

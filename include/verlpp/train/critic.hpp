@@ -3,7 +3,7 @@
 // (verl's dp_critic), with the same optimizer step and global-batch scaling as the actor.
 #pragma once
 
-#include <verlpp/controller/batch.hpp>
+#include <verlpp/data/batch.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/data_parallel.hpp>
 #include <verlpp/train/lr_schedule.hpp>
@@ -47,12 +47,12 @@ class Critic {
 
   // Values of the response positions, [B, R] fp32, without a graph: the score at the position
   // before each response token (verl: logits[:, -R-1:-1]).
-  at::Tensor compute_values(const controller::Batch& batch) const;
+  at::Tensor compute_values(const data::Batch& batch) const;
 
   // One update on `batch` (needs input_ids, attention_mask, position_ids, responses,
   // response_mask, values, returns). Metrics: critic/vf_loss, critic/vf_clipfrac,
   // critic/vpred_mean, critic/grad_norm, critic/lr.
-  nlohmann::json update_critic(const controller::Batch& batch);
+  nlohmann::json update_critic(const data::Batch& batch);
 
   // Data parallelism as the actor's (see Actor::set_data_parallel).
   // With `shard_optimizer` (ZeRO-1) each rank keeps the AdamW state of its own parameters
@@ -74,7 +74,7 @@ class Critic {
   void load_state(const std::string& path);
 
  private:
-  at::Tensor values_of(const controller::Batch& batch) const;  // with grad when enabled
+  at::Tensor values_of(const data::Batch& batch) const;  // with grad when enabled
   model::DecoderLM& model_;
   CriticConfig config_;
   MixedPrecision precision_;

@@ -5,7 +5,7 @@
 // row counts, so the summed gradient equals the one-rank gradient of the same global batch.
 #pragma once
 
-#include <verlpp/controller/batch.hpp>
+#include <verlpp/data/batch.hpp>
 
 #include <ATen/core/Tensor.h>
 
@@ -32,10 +32,10 @@ class DataParallel {
 
   // Row groups of `batch`, one per rank, balanced by attention_mask length with equal counts.
   // Error when the rows do not divide by the world size.
-  std::vector<std::vector<int64_t>> partition(const controller::Batch& batch) const;
+  std::vector<std::vector<int64_t>> partition(const data::Batch& batch) const;
   // This rank's rows of `batch` (the batch itself with one rank), from `parts` or partition().
-  controller::Batch local_rows(const controller::Batch& batch, const std::vector<std::vector<int64_t>>& parts) const;
-  controller::Batch local_rows(const controller::Batch& batch) const;
+  data::Batch local_rows(const data::Batch& batch, const std::vector<std::vector<int64_t>>& parts) const;
+  data::Batch local_rows(const data::Batch& batch) const;
   // Each rank's `local` result [rows_r, ...] back in the batch's row order [B, ...].
   at::Tensor gather(const at::Tensor& local, const std::vector<std::vector<int64_t>>& parts) const;
 

@@ -5,7 +5,7 @@
 // warm start and the RL actor share one log-prob path.
 #pragma once
 
-#include <verlpp/controller/batch.hpp>
+#include <verlpp/data/batch.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/data_parallel.hpp>
 #include <verlpp/train/linear_log_probs.hpp>
@@ -41,10 +41,10 @@ class SftTrainer {
 
   // One optimizer step on `batch` (input_ids, attention_mask, position_ids, responses,
   // response_mask). Metrics: sft/loss (token-mean NLL), sft/grad_norm, sft/lr, sft/tokens.
-  nlohmann::json train_step(const controller::Batch& batch);
+  nlohmann::json train_step(const data::Batch& batch);
 
   // The token-mean NLL of `batch`'s responses without a graph (for evaluation).
-  double loss(const controller::Batch& batch) const;
+  double loss(const data::Batch& batch) const;
 
   // Data parallelism as the actor's: each rank trains on its rows, gradients are summed.
   // With `shard_optimizer` (ZeRO-1) each rank keeps the AdamW state of its own parameters

@@ -1,7 +1,7 @@
 // adamw_update (adamw.hpp): DLPack views of every list for the kernel, or the reference loop.
-#include "ops/adamw.hpp"
+#include "adamw.hpp"
 
-#include "ops/kernel_call.hpp"
+#include "kernel_call.hpp"
 
 #include <verlpp/core/error.hpp>
 

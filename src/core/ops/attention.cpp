@@ -1,10 +1,10 @@
 // paged_attention_decode and rotary_paged_attention_decode (attention.hpp): the kernel calls,
 // or the gathered reference. The reference reads the longest context length on the host (one
 // wait): it serves tests and plugins without the kernel, never a captured graph.
-#include "ops/attention.hpp"
+#include "attention.hpp"
 
-#include "ops/kernel_call.hpp"
-#include "ops/rotary.hpp"
+#include "kernel_call.hpp"
+#include "rotary.hpp"
 
 #include <verlpp/model/layers.hpp>
 

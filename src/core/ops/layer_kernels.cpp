@@ -2,11 +2,11 @@
 // plugin's rotary_embedding (or rotary_kv_store) and silu_mul / silu_mul_backward. Custom
 // Functions need full autograd headers, hence the #undef below.
 #undef TORCH_ASSERT_ONLY_METHOD_OPERATORS
-#include "ops/layer_kernels.hpp"
+#include "layer_kernels.hpp"
 
-#include "ops/norm.hpp"
-#include "ops/rotary.hpp"
-#include "ops/swiglu.hpp"
+#include "norm.hpp"
+#include "rotary.hpp"
+#include "swiglu.hpp"
 
 #include <verlpp/hw/kernels.hpp>
 

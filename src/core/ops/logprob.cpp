@@ -1,8 +1,8 @@
 // logprob_entropy and logprob_backward (logprob.hpp): the kernel call, or the reference in fp32
 // LibTorch ops over the whole [N, V] at once.
-#include "ops/logprob.hpp"
+#include "logprob.hpp"
 
-#include "ops/kernel_call.hpp"
+#include "kernel_call.hpp"
 
 #include <verlpp/core/error.hpp>
 

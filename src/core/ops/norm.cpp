@@ -1,7 +1,7 @@
 // rms_norm and add_rms_norm (norm.hpp): the kernel call, or model::rms_norm after an in-place add.
-#include "ops/norm.hpp"
+#include "norm.hpp"
 
-#include "ops/kernel_call.hpp"
+#include "kernel_call.hpp"
 
 #include <verlpp/model/layers.hpp>
 

@@ -1,8 +1,8 @@
 // rotary_embedding and rotary_kv_store (rotary.hpp): the kernel calls, or the model's RoPE and
 // index_copy_ into the caches.
-#include "ops/rotary.hpp"
+#include "rotary.hpp"
 
-#include "ops/kernel_call.hpp"
+#include "kernel_call.hpp"
 
 #include <verlpp/model/layers.hpp>
 

@@ -1,8 +1,8 @@
 // sample (sample.hpp): the kernel call, or the reference: sorted probabilities, top-k and top-p
 // masks, and a cumulative sum searched at each row's draw, all batched over the rows.
-#include "ops/sample.hpp"
+#include "sample.hpp"
 
-#include "ops/kernel_call.hpp"
+#include "kernel_call.hpp"
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/sdk/sample_args.hpp>

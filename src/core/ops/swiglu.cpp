@@ -1,7 +1,7 @@
 // silu_mul and silu_mul_backward (swiglu.hpp): the kernel calls, or LibTorch's silu ops.
-#include "ops/swiglu.hpp"
+#include "swiglu.hpp"
 
-#include "ops/kernel_call.hpp"
+#include "kernel_call.hpp"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/silu.h>

@@ -7,8 +7,8 @@
 // device), or on the synchronous NULL stream where the plugin or LibTorch cannot share it.
 #include "attention.hpp"
 
-#include "ops/attention.hpp"
-#include "ops/rotary.hpp"
+#include "../ops/attention.hpp"
+#include "../ops/rotary.hpp"
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>

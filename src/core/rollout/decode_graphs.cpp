@@ -3,7 +3,7 @@
 
 #include "attention.hpp"
 #include "decode_inputs.hpp"
-#include "ops/layer_kernels.hpp"
+#include "../ops/layer_kernels.hpp"
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>

@@ -11,7 +11,7 @@
 
 #include "attention.hpp"
 #include "decode_graphs.hpp"
-#include "ops/layer_kernels.hpp"
+#include "../ops/layer_kernels.hpp"
 
 #include <verlpp/core/log.hpp>
 

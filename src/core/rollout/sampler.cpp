@@ -4,7 +4,7 @@
 // settings, its seed and its step.
 #include <verlpp/rollout/sampling.hpp>
 
-#include "ops/sample.hpp"
+#include "../ops/sample.hpp"
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>

@@ -16,12 +16,12 @@
 namespace verlpp::train {
 
 // Micro-batches of `mini`: fixed size, or balanced under a token budget.
-std::vector<controller::Batch> micro_batches(const controller::Batch& mini, bool dynamic, int64_t micro_size,
+std::vector<data::Batch> micro_batches(const data::Batch& mini, bool dynamic, int64_t micro_size,
                                              int64_t max_tokens) {
   if (!dynamic) return mini.split(micro_size);
   at::Tensor lens = mini.tensor("attention_mask").sum(1).to(at::kLong).cpu().contiguous();
   std::vector<int64_t> seq_lens(lens.data_ptr<int64_t>(), lens.data_ptr<int64_t>() + lens.numel());
-  std::vector<controller::Batch> out;
+  std::vector<data::Batch> out;
   for (const auto& group : dynamic_micro_batches(seq_lens, max_tokens)) out.push_back(mini.rows(group));
   return out;
 }
@@ -42,7 +42,7 @@ Actor::Actor(model::DecoderLM& model, ActorConfig config, LrSchedule schedule)
 
 Actor::~Actor() = default;
 
-ResponseLogProbs Actor::compute_log_prob(const controller::Batch& batch, bool with_entropy) const {
+ResponseLogProbs Actor::compute_log_prob(const data::Batch& batch, bool with_entropy) const {
   at::NoGradGuard no_grad;
   return response_log_probs(precision_.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"), batch.tensor("position_ids"),
                             batch.tensor("responses").size(1), config_.temperature, with_entropy, config_.log_prob_chunk_rows,
@@ -50,7 +50,7 @@ ResponseLogProbs Actor::compute_log_prob(const controller::Batch& batch, bool wi
                                               config_.logits_in_backward);
 }
 
-nlohmann::json Actor::update_policy(const controller::Batch& batch) {
+nlohmann::json Actor::update_policy(const data::Batch& batch) {
   const int64_t rows = batch.size();
   VERLPP_CHECK(rows % config_.ppo_mini_batch_size == 0, "the batch of {} sequences is not a multiple of ppo_mini_batch_size {}",
                rows, config_.ppo_mini_batch_size);
@@ -65,16 +65,16 @@ nlohmann::json Actor::update_policy(const controller::Batch& batch) {
   // 16-bit gradients straight into the plugin's AdamW, unless a data-parallel sum needs fp32 ones.
   precision_.defer_casts(optimizer_->updates_through_plugin() && !dp_.is_distributed());
   for (int64_t epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
-    for (const controller::Batch& mini : batch.split(config_.ppo_mini_batch_size)) {
+    for (const data::Batch& mini : batch.split(config_.ppo_mini_batch_size)) {
       // Global numbers of this mini-batch, so each micro-batch's loss is its exact share.
       const at::Tensor mask = mini.tensor("response_mask");
       algo::AggLossOptions agg = config_.policy.agg;
       agg.batch_num_tokens = mask.sum().item<double>();
       agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
-      const controller::Batch local = dp_.local_rows(mini);
+      const data::Batch local = dp_.local_rows(mini);
       const auto micros = micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len);
       optimizer_->zero_grad();
-      for (const controller::Batch& micro : micros) {
+      for (const data::Batch& micro : micros) {
         const bool need_entropy = config_.entropy_coeff != 0.0;
         ResponseLogProbs out = response_log_probs(precision_.compute(), micro.tensor("input_ids"), micro.tensor("attention_mask"),
                                                   micro.tensor("position_ids"), response_length, config_.temperature,

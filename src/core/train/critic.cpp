@@ -27,7 +27,7 @@ Critic::Critic(model::DecoderLM& model, CriticConfig config, LrSchedule schedule
 
 Critic::~Critic() = default;
 
-at::Tensor Critic::values_of(const controller::Batch& batch) const {
+at::Tensor Critic::values_of(const data::Batch& batch) const {
   const at::Tensor& ids = batch.tensor("input_ids");
   const int64_t t = ids.size(1), r = batch.tensor("responses").size(1);
   VERLPP_CHECK(r >= 1 && r < t, "response length {} must be in [1, T) with T = {}", r, t);
@@ -36,12 +36,12 @@ at::Tensor Critic::values_of(const controller::Batch& batch) const {
   return m.scores(hidden.narrow(1, t - r - 1, r)).select(-1, 0).to(at::kFloat);  // [B, R]
 }
 
-at::Tensor Critic::compute_values(const controller::Batch& batch) const {
+at::Tensor Critic::compute_values(const data::Batch& batch) const {
   at::NoGradGuard no_grad;
   return values_of(batch);
 }
 
-nlohmann::json Critic::update_critic(const controller::Batch& batch) {
+nlohmann::json Critic::update_critic(const data::Batch& batch) {
   VERLPP_CHECK(batch.size() % config_.ppo_mini_batch_size == 0,
                "the batch of {} sequences is not a multiple of ppo_mini_batch_size {}", batch.size(), config_.ppo_mini_batch_size);
   const double lr = optimizer_->set_lr_for_update(updates_);
@@ -52,14 +52,14 @@ nlohmann::json Critic::update_critic(const controller::Batch& batch) {
   // 16-bit gradients straight into the plugin's AdamW, unless a data-parallel sum needs fp32 ones.
   precision_.defer_casts(optimizer_->updates_through_plugin() && !dp_.is_distributed());
   for (int64_t epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
-    for (const controller::Batch& mini : batch.split(config_.ppo_mini_batch_size)) {
+    for (const data::Batch& mini : batch.split(config_.ppo_mini_batch_size)) {
       const at::Tensor mask = mini.tensor("response_mask");
       algo::AggLossOptions agg;
       agg.batch_num_tokens = mask.sum().item<double>();
       agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
       optimizer_->zero_grad();
-      const controller::Batch local = dp_.local_rows(mini);
-      for (const controller::Batch& micro :
+      const data::Batch local = dp_.local_rows(mini);
+      for (const data::Batch& micro :
            micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len)) {
         at::Tensor vpreds = values_of(micro);
         const at::Tensor m = micro.tensor("response_mask");

@@ -17,7 +17,7 @@ namespace verlpp::train {
 int32_t DataParallel::rank() const { return group_ ? group_->rank() : 0; }
 int32_t DataParallel::world_size() const { return group_ ? group_->world_size() : 1; }
 
-std::vector<std::vector<int64_t>> DataParallel::partition(const controller::Batch& batch) const {
+std::vector<std::vector<int64_t>> DataParallel::partition(const data::Batch& batch) const {
   const int64_t rows = batch.size(), world = world_size();
   if (world == 1) {
     std::vector<int64_t> all(size_t(rows), 0);
@@ -31,12 +31,12 @@ std::vector<std::vector<int64_t>> DataParallel::partition(const controller::Batc
   return balanced_partitions(seq_lens, world, /*equal_size=*/true);
 }
 
-controller::Batch DataParallel::local_rows(const controller::Batch& batch, const std::vector<std::vector<int64_t>>& parts) const {
+data::Batch DataParallel::local_rows(const data::Batch& batch, const std::vector<std::vector<int64_t>>& parts) const {
   if (world_size() == 1) return batch;
   return batch.rows(parts.at(size_t(rank())));
 }
 
-controller::Batch DataParallel::local_rows(const controller::Batch& batch) const {
+data::Batch DataParallel::local_rows(const data::Batch& batch) const {
   return world_size() == 1 ? batch : local_rows(batch, partition(batch));
 }
 

@@ -16,7 +16,7 @@
 #undef TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include <verlpp/train/linear_log_probs.hpp>
 
-#include "ops/logprob.hpp"
+#include "../ops/logprob.hpp"
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>

@@ -6,7 +6,7 @@
 #include <verlpp/core/error.hpp>
 #include <verlpp/train/linear_log_probs.hpp>
 
-#include "ops/layer_kernels.hpp"
+#include "../ops/layer_kernels.hpp"
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>

@@ -4,7 +4,7 @@
 // non-finite norm makes the kernel skip the step. Used by OptimizerStep::clip_and_step(MixedPrecision&).
 #pragma once
 
-#include "ops/adamw.hpp"
+#include "../ops/adamw.hpp"
 
 #include <verlpp/train/optimizer.hpp>
 

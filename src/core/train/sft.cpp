@@ -21,7 +21,7 @@ SftTrainer::SftTrainer(model::DecoderLM& model, SftConfig config, LrSchedule sch
 
 SftTrainer::~SftTrainer() = default;
 
-nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
+nlohmann::json SftTrainer::train_step(const data::Batch& batch) {
   const double lr = optimizer_->set_lr_for_update(updates_++);
   const int64_t response_length = batch.tensor("responses").size(1);
   // Every micro-batch's loss is its sum over the batch's total token count, so the accumulated
@@ -31,7 +31,7 @@ nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
   optimizer_->zero_grad();
   precision_.defer_casts(optimizer_->updates_through_plugin() && !dp_.is_distributed());
   detail::DeviceSums loss(1);  // summed on the device: no wait for it per micro-batch
-  for (const controller::Batch& micro : dp_.local_rows(batch).split(config_.micro_batch_size)) {
+  for (const data::Batch& micro : dp_.local_rows(batch).split(config_.micro_batch_size)) {
     ResponseLogProbs out = response_log_probs(precision_.compute(), micro.tensor("input_ids"), micro.tensor("attention_mask"),
                                               micro.tensor("position_ids"), response_length, 1.0, false,
                                               config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels,
@@ -50,7 +50,7 @@ nlohmann::json SftTrainer::train_step(const controller::Batch& batch) {
           {"sft/skipped_steps", optimizer_->skipped()}};
 }
 
-double SftTrainer::loss(const controller::Batch& batch) const {
+double SftTrainer::loss(const data::Batch& batch) const {
   at::NoGradGuard no_grad;
   ResponseLogProbs out = response_log_probs(precision_.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"),
                                             batch.tensor("position_ids"), batch.tensor("responses").size(1), 1.0, false,

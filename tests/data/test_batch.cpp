@@ -1,13 +1,13 @@
 // Batch: every operation against plain index arithmetic on rows whose values encode their
 // origin (row r holds r*10 + column), for tensors and non-tensor columns alike.
-#include <verlpp/controller/batch.hpp>
+#include <verlpp/data/batch.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <ATen/ops/arange.h>
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
-using verlpp::controller::Batch;
+using verlpp::data::Batch;
 using Catch::Contains;
 
 namespace {

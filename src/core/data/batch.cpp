@@ -1,6 +1,6 @@
 // Batch operations. Tensor rows move with index_select / cat / repeat_interleave (one op per
 // tensor, never a per-row loop on tensors); columns move as plain vectors in the same order.
-#include <verlpp/controller/batch.hpp>
+#include <verlpp/data/batch.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 
@@ -10,7 +10,7 @@
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/tensor.h>
 
-namespace verlpp::controller {
+namespace verlpp::data {
 namespace {
 
 template <class Map>
@@ -187,4 +187,4 @@ void Batch::merge(const Batch& other) {
   for (auto it = other.meta_.begin(); it != other.meta_.end(); ++it) meta_[it.key()] = it.value();
 }
 
-}  // namespace verlpp::controller
+}  // namespace verlpp::data

@@ -1,0 +1,73 @@
+# cmake -P script: fails when a file of layer LAYER includes something the layer may not use.
+# A build step of every layer (cmake/VerlppLayers.cmake), run before the layer compiles.
+# Relative includes ("../train/x.hpp") are what it exists for: they bypass the include views
+# that stop angle includes, so they can only be checked by reading the files. It reads angle
+# includes of verlpp headers too, to name the rule where the compiler would only say "No such
+# file". Variables: LAYER; REACHABLE (comma list of the include/verlpp/ names and src/core/
+# folders the layer may reach); EXCEPTIONS (comma list of "<file under src/core>|<include>");
+# FILES_LIST (one path per line); ROOT (the source tree); STAMP (written on success).
+cmake_minimum_required(VERSION 3.18)
+string(REPLACE "," ";" reachable "${REACHABLE}")
+string(REPLACE "," ";" exceptions "${EXCEPTIONS}")
+file(STRINGS ${FILES_LIST} files)
+set(used_exceptions "")
+set(problems "")
+foreach(file IN LISTS files)
+  if(file STREQUAL "")
+    continue()
+  endif()
+  file(RELATIVE_PATH where ${ROOT} ${file})
+  file(RELATIVE_PATH in_core ${ROOT}/src/core ${file})
+  file(READ ${file} text)
+  string(REGEX MATCHALL "\n[ \t]*#[ \t]*include[ \t]*[<\"][^>\"\n]+[>\"]" includes "\n${text}")
+  foreach(line IN LISTS includes)
+    if(NOT line MATCHES "#[ \t]*include[ \t]*([<\"])([^>\"]+)[>\"]")
+      continue()
+    endif()
+    set(bracket "${CMAKE_MATCH_1}")
+    set(path "${CMAKE_MATCH_2}")
+    set(target "")
+    if(bracket STREQUAL "\"" AND path MATCHES "^\\.\\./")
+      if(path MATCHES "^\\.\\./\\.\\./")
+        set(target "..")  # leaves the layer folders: never allowed
+      elseif(path MATCHES "^\\.\\./([^/]+)/")
+        set(target "${CMAKE_MATCH_1}")
+      endif()
+    elseif(bracket STREQUAL "<" AND path MATCHES "^verlpp/([^/]+)/")
+      set(target "${CMAKE_MATCH_1}")
+      # plugin_abi.h and sdk/ come from the plugin SDK's own include root, not a layer's.
+      if(target STREQUAL "sdk")
+        set(target "")
+      endif()
+    elseif(bracket STREQUAL "<" AND path MATCHES "^verlpp/([^/]+\\.hpp)$")
+      set(target "${CMAKE_MATCH_1}")
+    endif()
+    if(target STREQUAL "" OR target IN_LIST reachable)
+      continue()
+    endif()
+    set(key "${in_core}|${path}")
+    if(key IN_LIST exceptions)
+      list(APPEND used_exceptions "${key}")
+      continue()
+    endif()
+    if(bracket STREQUAL "<")
+      set(path "<${path}>")
+    else()
+      set(path "\"${path}\"")
+    endif()
+    string(APPEND problems "  ${where}: #include ${path}\n")
+  endforeach()
+endforeach()
+foreach(key IN LISTS exceptions)
+  if(NOT key IN_LIST used_exceptions)
+    string(APPEND problems "  the exception \"${key}\" of layer ${LAYER} no longer occurs: remove it "
+                           "from the layer's EXCEPTIONS in src/core/CMakeLists.txt\n")
+  endif()
+endforeach()
+if(problems)
+  string(REPLACE ";" ", " reachable_text "${reachable}")
+  message(FATAL_ERROR "layer ${LAYER} includes what is above it or beside it (dependencies point down: "
+                      "src/core/CMakeLists.txt, docs/architecture.md):\n${problems}"
+                      "layer ${LAYER} may reach: ${reachable_text}")
+endif()
+file(WRITE ${STAMP} "")
