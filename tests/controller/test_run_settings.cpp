@@ -69,12 +69,11 @@ TEST_CASE("run settings: fields hold their keys' values", "[config][settings]") 
 }
 
 TEST_CASE("run settings: verl's fallbacks for unset keys", "[config][settings]") {
-  const RunSettings s = parse_run_settings(small({"actor_rollout_ref.actor.clip_ratio=0.3",
-                                                  "actor_rollout_ref.actor.clip_ratio_low=null",
+  const RunSettings s = parse_run_settings(small({"actor_rollout_ref.actor.clip_ratio_low=0.15",
                                                   "actor_rollout_ref.actor.clip_ratio_high=0.28",
                                                   "actor_rollout_ref.actor.optim.min_lr_ratio=null",
                                                   "trainer.max_actor_ckpt_to_keep=null"}));
-  CHECK(s.actor.clip_ratio_low == 0.3);
+  CHECK(s.actor.clip_ratio_low == 0.15);
   CHECK(s.actor.clip_ratio_high == 0.28);
   CHECK(s.actor.optim.min_lr_ratio == 0.0);
   CHECK(s.trainer.max_actor_ckpt_to_keep == 0);

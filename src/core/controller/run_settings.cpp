@@ -65,7 +65,8 @@ at::ScalarType dtype_at(const Config& c, const std::string& key) {
 }
 
 // AdamW's settings at `optim` and the clipping norm at `grad_clip_key`; the schedule's keys only
-// where the section has them (sft.optim has neither lr_warmup_steps nor num_cycles).
+// where the section has them (sft.optim has neither lr_warmup_steps nor num_cycles); an unset
+// min_lr_ratio is 0.
 OptimSettings optim_at(const Config& c, const std::string& optim, const std::string& grad_clip_key) {
   OptimSettings o;
   o.lr = read<double>(c, optim + ".lr");
@@ -78,6 +79,7 @@ OptimSettings optim_at(const Config& c, const std::string& optim, const std::str
   o.beta2 = betas[1];
   o.grad_clip = read<double>(c, grad_clip_key);
   const json& section = c.at(optim);
+  if (section.contains("min_lr_ratio")) o.min_lr_ratio = read_optional<double>(c, optim + ".min_lr_ratio").value_or(0.0);
   if (section.contains("lr_warmup_steps")) o.lr_warmup_steps = read<int64_t>(c, optim + ".lr_warmup_steps");
   if (section.contains("num_cycles")) o.num_cycles = read<double>(c, optim + ".num_cycles");
   if (section.contains("total_training_steps"))
