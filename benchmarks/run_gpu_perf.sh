@@ -15,7 +15,8 @@
 #   OUT=/somewhere bash benchmarks/run_gpu_perf.sh     # .offline-deps beside it (docs/building.md)
 # Variables: STAGES (default "conformance train rollout"; also profile, tests, attn, sample, gemm), E2E=1,
 # HF=0, FP32=1 (train in fp32 too), TRAIN_LIBTORCH=0 (no bf16 run on LibTorch's ops), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, TRAIN_ENVS, PROFILE_ENVS
-# (environment settings to compare, e.g. "VERLPP_CUDA_PDL=0 -"), PROFILE_TRAIN=0 (no training trace), STREAM_CHECK=0,
+# (environment settings to compare, e.g. "VERLPP_CUDA_PDL=0 -"; the benches' own switches as VERLPP_BENCH_*, e.g.
+# VERLPP_BENCH_DECODE_OVERLAP=0, VERLPP_BENCH_SDPA_GQA=0: see their --help), PROFILE_TRAIN=0 (no training trace), STREAM_CHECK=0,
 # SHAPES, BUILD_DIR, ARCHS, JOBS, SAMPLE_BASELINE (stage sample: a commit to time beside).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -101,7 +102,7 @@ if [[ " $STAGES " == *" rollout "* ]]; then
   for envs in ${ROLLOUT_ENVS:--}; do
     echo "-- environment: $envs" | tee -a "$OUT/summary.txt"
     for graphs in ${ROLLOUT_GRAPHS:-1 0}; do  # decode steps as CUDA graphs, then eager
-      env $(assignments_of "$envs") VERLPP_DEVICE_GRAPHS=$graphs VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" \
+      env $(assignments_of "$envs") VERL_HARDWARE_PLUGIN=cuda timeout 200 "$BIN/verlpp-bench-rollout" --device-graphs $graphs \
         --shape qwen2.5-0.5b --device cuda --dtype bfloat16 --temperature 1 --repeat 2 --plugin cuda --shapes "$SHAPES" \
         --transitions --json /tmp/r.json 2>&1 | tee -a "$OUT/summary.txt"
       append_json "$envs" /tmp/r.json "$OUT/rollout.jsonl"
@@ -109,7 +110,7 @@ if [[ " $STAGES " == *" rollout "* ]]; then
   done
   [ "${STREAM_CHECK:-1}" = 1 ] && step "eager decode: greedy tokens with kernels on LibTorch's stream (ABI 1.1) vs the NULL stream: must be identical"
   [ "${STREAM_CHECK:-1}" = 1 ] && for streams in 1 0; do
-    VERLPP_DEVICE_GRAPHS=0 VERL_HARDWARE_PLUGIN=cuda timeout 100 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b \
+    VERL_HARDWARE_PLUGIN=cuda timeout 100 "$BIN/verlpp-bench-rollout" --device-graphs 0 --shape qwen2.5-0.5b \
       --device cuda --dtype bfloat16 --temperature 0 --repeat 1 --plugin cuda --kernel-streams $streams --shapes 64:128:128,256:128:128 \
       --json /tmp/g$streams.json > /tmp/g$streams.txt 2>&1
     echo "--kernel-streams $streams: $(tail -2 /tmp/g$streams.txt | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
@@ -127,8 +128,8 @@ if [[ " $STAGES " == *" profile "* ]]; then
   for envs in ${PROFILE_ENVS:--}; do
   for shape in ${PROFILE_SHAPES:-256:128:16}; do
     step "profile (decode graphs ${PROFILE_GRAPHS:-0}, environment $envs): $shape (Kineto trace of the last generate, summarised)"
-    env $(assignments_of "$envs") VERLPP_DEVICE_GRAPHS=${PROFILE_GRAPHS:-0} VERL_HARDWARE_PLUGIN=cuda timeout 120 "$BIN/verlpp-bench-rollout" \
-      --shape qwen2.5-0.5b --device cuda --dtype bfloat16 --temperature 1 --repeat 1 --plugin cuda --shapes $shape \
+    env $(assignments_of "$envs") VERL_HARDWARE_PLUGIN=cuda timeout 120 "$BIN/verlpp-bench-rollout" \
+      --device-graphs ${PROFILE_GRAPHS:-0} --shape qwen2.5-0.5b --device cuda --dtype bfloat16 --temperature 1 --repeat 1 --plugin cuda --shapes $shape \
       --profile /tmp/trace.json --profile-tokens ${shape##*:} > /dev/null 2>&1
     python3 benchmarks/rollout/trace_summary.py /tmp/trace.json --top ${PROFILE_TOP:-30} 2>&1 | tee -a "$OUT/summary.txt"
   done

@@ -32,6 +32,12 @@ double parse_double(const std::string& option, const std::string& value) {
   return v;
 }
 
+// "1" or "0": a path on or off.
+bool parse_switch(const std::string& option, const std::string& value) {
+  if (value != "0" && value != "1") VERLPP_FAIL_AT(option, "'{}' is not 0 (off) or 1 (on)", value);
+  return value == "1";
+}
+
 }  // namespace
 
 const char* rollout_bench_usage() {
@@ -40,6 +46,7 @@ const char* rollout_bench_usage() {
          "                     [--shapes B:P:R,...]\n"
          "                     [--temperature T] [--repeat R] [--kv-tokens N] [--init-seed S]\n"
          "                     [--json FILE] [--transitions] [--profile FILE [--profile-tokens N]]\n"
+         "                     [--device-graphs 0|1] [--decode-overlap 0|1]\n"
          "Generated tokens/s of RolloutEngine::generate, every sample running exactly R new tokens\n"
          "(EOS ignored), random weights, best of --repeat runs after one warm-up run.\n"
          "--plugin NAME uses that loaded plugin's kernels (paged attention decode, sampling);\n"
@@ -47,7 +54,10 @@ const char* rollout_bench_usage() {
          "synchronous NULL stream instead of LibTorch's (side-by-side timing). --transitions also times the hybrid-engine\n"
          "hooks (update_weights shared / cast from fp32, sleep, wake). --profile FILE writes a Kineto\n"
          "(chrome://tracing) trace of one more run of the first shape with --profile-tokens new tokens\n"
-         "(default 16), where this LibTorch (2.1+) has the profiler.\n";
+         "(default 16), where this LibTorch (2.1+) has the profiler. --device-graphs 0 runs decode steps\n"
+         "eagerly, --decode-overlap 0 waits for each step's tokens before queuing the next (both on by\n"
+         "default, as verlpp.rollout.device_graphs / decode_overlap in a run's config; also from\n"
+         "VERLPP_BENCH_DEVICE_GRAPHS / VERLPP_BENCH_DECODE_OVERLAP=0|1).\n";
 }
 
 std::vector<RolloutShape> parse_shapes(const std::string& text) {
@@ -71,6 +81,11 @@ std::vector<RolloutShape> parse_shapes(const std::string& text) {
 RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help) {
   RolloutBenchOptions o;
   help = false;
+  // The switches may also come from the environment (VERLPP_BENCH_*, as verlpp-bench-train's), so
+  // that run_gpu_perf.sh's ROLLOUT_ENVS lists can compare them; a flag wins.
+  if (const char* v = std::getenv("VERLPP_BENCH_DEVICE_GRAPHS")) o.device_graphs = parse_switch("VERLPP_BENCH_DEVICE_GRAPHS", v);
+  if (const char* v = std::getenv("VERLPP_BENCH_DECODE_OVERLAP"))
+    o.decode_overlap = parse_switch("VERLPP_BENCH_DECODE_OVERLAP", v);
   for (int i = 1; i < argc; ++i) {
     const std::string opt = argv[i];
     if (opt == "--help" || opt == "-h") {
@@ -97,6 +112,8 @@ RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help) 
     else if (opt == "--json") o.json_path = val;
     else if (opt == "--profile") o.profile_path = val;
     else if (opt == "--profile-tokens") o.profile_tokens = parse_int(opt, val, 1);
+    else if (opt == "--device-graphs") o.device_graphs = parse_switch(opt, val);
+    else if (opt == "--decode-overlap") o.decode_overlap = parse_switch(opt, val);
     else VERLPP_FAIL_AT(opt, "unknown option (see --help)");
   }
   if (!o.model_dir.empty() && !o.shape_name.empty())

@@ -34,6 +34,8 @@ struct RolloutBenchOptions {
   bool transitions = false;       // --transitions: also time update_weights / sleep / wake
   std::string profile_path;       // --profile FILE: a Kineto trace of one more run of the first shape
   int64_t profile_tokens = 16;    // --profile-tokens N: that run's response length
+  bool device_graphs = true;      // --device-graphs 0|1: EngineOptions::device_graphs
+  bool decode_overlap = true;     // --decode-overlap 0|1: EngineOptions::overlap_decode
 };
 
 // Parses argv; throws verlpp::Error naming the offending option or value. `--help` fills

@@ -125,6 +125,8 @@ int run(const RolloutBenchOptions& o) {
   // The pool holds the largest shape whole (no preemption), unless --kv-tokens says otherwise.
   // Each sequence owns whole blocks, so its tokens round up to a multiple of the block size.
   rollout::EngineOptions options;
+  options.device_graphs = o.device_graphs;
+  options.overlap_decode = o.decode_overlap;
   const int64_t bs = options.block_size;
   int64_t kv_tokens = o.kv_tokens;
   for (const RolloutShape& s : o.shapes)
@@ -145,7 +147,7 @@ int run(const RolloutBenchOptions& o) {
                            o.plugin.empty() ? "LibTorch reference" : o.plugin + " plugin",
                            engine.num_blocks() * engine.block_size(), double(engine.pool_bytes()) / (1 << 20));
   std::cout << fmt::format("decode graphs: {}\n", engine.device_graphs_off_reason().empty()
-                                                  ? std::string("on (VERLPP_DEVICE_GRAPHS=0 turns them off)")
+                                                  ? std::string("on (--device-graphs 0 turns them off)")
                                                   : "off: " + engine.device_graphs_off_reason());
   std::unique_ptr<std::ofstream> json_out;
   if (!o.json_path.empty()) {

@@ -61,6 +61,11 @@ struct Options {
   // every row whole, causal attention; what the HF peer runs).
   std::string padding = "packed";
   std::string logits = "keep";  // the LM head's logits in the backward: keep or recompute
+  // The model's path choices (model::ForwardOptions): q/k/v and gate/up as one GEMM each in
+  // training ("auto": on accelerators), K/V into SDPA with fewer heads (LibTorch 2.5+).
+  std::string fused_projections = "auto";
+  int sdpa_gqa = 1;
+  int plugin_adamw = 1;  // with --plugin: its adamw_update where offered (0: LibTorch's AdamW)
   std::string json_path;
   std::string profile_path;  // a Kineto trace of --profile-steps more steps after the timed ones
   int profile_steps = 2;
@@ -164,7 +169,12 @@ int run(const Options& o) {
   VERLPP_CHECK(optimizer_error < 1e-5, "WRONG: the optimizer on {} differs from the CPU reference by {:.3e} (relative)",
                device.str(), optimizer_error);
 
-  model::DecoderLM master(config);  // fp32 masters, drawn on the CPU, then moved
+  model::ModelOptions model_options;
+  model_options.forward.training_projections = o.fused_projections == "auto" ? model::TrainingProjections::kAuto
+                                               : o.fused_projections == "1"  ? model::TrainingProjections::kFused
+                                                                             : model::TrainingProjections::kSplit;
+  model_options.forward.attention.sdpa_gqa = o.sdpa_gqa != 0;
+  model::DecoderLM master(config, model_options);  // fp32 masters, drawn on the CPU, then moved
   master.init_weights(1);
   master.to(at::kFloat, device);
   master.set_requires_grad(true);
@@ -212,10 +222,9 @@ int run(const Options& o) {
   }
   const hw::Kernels* used = kernels ? &*kernels : nullptr;
   // With --plugin the optimizer step goes through the plugin's adamw_update where offered (ABI
-  // 1.4): 16-bit gradients in, the compute copy written in the same pass. VERLPP_PLUGIN_ADAMW=0
+  // 1.4): 16-bit gradients in, the compute copy written in the same pass. --plugin-adamw 0
   // keeps LibTorch's fused AdamW with the casts around it, for a side-by-side run.
-  const char* plugin_adamw = std::getenv("VERLPP_PLUGIN_ADAMW");
-  if (plugin_adamw == nullptr || std::string(plugin_adamw) != "0") optimizer.use_kernels(used);
+  if (o.plugin_adamw != 0) optimizer.use_kernels(used);
   precision.defer_casts(optimizer.updates_through_plugin());
   std::cerr << fmt::format("optimizer step: {}\n", optimizer.updates_through_plugin()
                                                        ? "the plugin's adamw_update (16-bit gradients, compute copy written)"
@@ -331,6 +340,18 @@ int main(int argc, char** argv) {
                                        "or recompute (use_fused_kernels true)")
       ->check(CLI::IsMember({"keep", "recompute"}))
       ->envname("VERLPP_BENCH_LOGITS");
+  app.add_option("--fused-projections", o.fused_projections, "q/k/v (and gate/up) as one GEMM each in training: auto (on "
+                                                             "accelerators), 1 (everywhere) or 0 (one GEMM per projection)")
+      ->check(CLI::IsMember({"auto", "1", "0"}))
+      ->envname("VERLPP_BENCH_FUSED_PROJECTIONS");
+  app.add_option("--sdpa-gqa", o.sdpa_gqa, "1: K/V with fewer heads go into SDPA as they are where a fused kernel takes "
+                                           "them (LibTorch 2.5+); 0: repeated for their query groups first")
+      ->check(CLI::IsMember({0, 1}))
+      ->envname("VERLPP_BENCH_SDPA_GQA");
+  app.add_option("--plugin-adamw", o.plugin_adamw, "with --plugin, 1: the plugin's adamw_update where offered (ABI 1.4); "
+                                                   "0: LibTorch's AdamW")
+      ->check(CLI::IsMember({0, 1}))
+      ->envname("VERLPP_BENCH_PLUGIN_ADAMW");
   app.add_option("--json", o.json_path, "write the figures as one JSON line");
   app.add_option("--profile", o.profile_path, "write a Kineto trace of more steps after the timed ones (LibTorch 2.1+)");
   app.add_option("--profile-steps", o.profile_steps, "steps in that trace")->check(CLI::PositiveNumber);

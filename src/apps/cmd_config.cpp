@@ -1,8 +1,10 @@
 // `verlpp config --print [CONFIG.json] [key=value ...]`: loads the defaults (or a config file),
-// applies the overrides, resolves references, validates, and prints the full tree as JSON.
+// applies the overrides, resolves references, validates (the checks a run makes as it reads its
+// settings), and prints the full tree as JSON.
 #include "commands.hpp"
 
 #include <verlpp/controller/config.hpp>
+#include <verlpp/controller/run_settings.hpp>
 
 #include <iostream>
 
@@ -28,7 +30,7 @@ void register_config_command(CLI::App& app) {
     if (!*no_validate) {
       // The layout the config asks for (null: one machine, one rank), as a launch would give it.
       const int per_node = int(config.get_or<int64_t>("trainer.n_gpus_per_node", 1));
-      config.validate(int(config.get_or<int64_t>("trainer.nnodes", 1)) * per_node, per_node);
+      controller::parse_run_settings(config, int(config.get_or<int64_t>("trainer.nnodes", 1)) * per_node, per_node);
     }
     std::cout << config.dump() << "\n";
   });

@@ -8,7 +8,7 @@
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
-#include <verlpp/hw/torch_device.hpp>
+#include <verlpp/controller/device_choice.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/model/kv_cache.hpp>
 #include <verlpp/model/safetensors.hpp>
@@ -124,7 +124,7 @@ at::Tensor cached_hidden(const DecoderLM& model, const std::vector<std::vector<i
     if (ids.empty()) break;
     PagedStep step{at::tensor(slots, i64).to(device), at::tensor(cu, i64).to(device), at::tensor(lens, i64).to(device),
                    tables};
-    PagedAttention backend(cache, step);
+    PagedAttention backend(cache, step, model.options().forward.attention);
     at::Tensor hidden = model.forward_cached(at::tensor(ids, i64).to(device), at::tensor(pos, i64).to(device), backend);
     for (size_t i = 0; i < where.size(); ++i) out[where[i].first][where[i].second].copy_(hidden[int64_t(i)]);
   }
@@ -134,11 +134,7 @@ at::Tensor cached_hidden(const DecoderLM& model, const std::vector<std::vector<i
 void run_logits(const std::string& dir, const std::vector<std::string>& id_lists, const std::string& out_path,
                 const std::string& mode, const std::string& device_name, const std::string& dtype) {
   at::NoGradGuard no_grad;
-  c10::Device device(device_name);
-  if (device.type() != c10::DeviceType::CPU) {
-    std::string problem = hw::torch_placement_problem(c10::DeviceTypeName(device.type(), /*lower_case=*/true));
-    if (!problem.empty()) throw Error("--device " + device_name, problem);
-  }
+  const c10::Device device = controller::choose_device(device_name, /*local_rank=*/0, "--device").device;
   ModelOptions options;
   options.dtype = dtype_from_name(dtype);
   options.device = device;
@@ -227,7 +223,7 @@ void register_model_command(CLI::App& app) {
   logits->add_option("--ids", la->ids, "comma-separated token ids; repeat for a batch")->required();
   logits->add_option("--out", la->out, "output .safetensors (logits or scores [B, T, V] f32, attention_mask)")->required();
   logits->add_option("--mode", la->mode, "padded, packed or cached (prefill + decode over a paged KV cache)");
-  logits->add_option("--device", la->device, "cpu, cuda, cuda:1, ...");
+  logits->add_option("--device", la->device, "auto (a loaded plugin's device), cpu, cuda, cuda:1, privateuseone, ...");
   logits->add_option("--dtype", la->dtype, "float32, bfloat16 or float16");
   logits->callback([la] { run_logits(la->dir, la->ids, la->out, la->mode, la->device, la->dtype); });
 

@@ -13,6 +13,7 @@
 #include <verlpp/controller/launcher.hpp>
 #include <verlpp/controller/report.hpp>
 #include <verlpp/controller/rl_trainer.hpp>
+#include <verlpp/controller/run_settings.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/world.hpp>
 #include <verlpp/model/checkpoint.hpp>
@@ -43,8 +44,7 @@ std::string embedded(const std::string& name) {
 
 // The embedded default's inputs, written into its run folder: the tiny model (config,
 // tokenizer, weights from `demo.init_seed`) and the arithmetic splits.
-void write_demo_inputs(const controller::Config& config, const json& demo) {
-  const std::string run = config.get<std::string>("trainer.default_local_dir");
+void write_demo_inputs(const std::string& run, const json& demo) {
   const std::string model_dir = run + "/tiny_init", data_dir = run + "/data";
   files::make_dirs(model_dir);
   files::make_dirs(data_dir);
@@ -79,14 +79,14 @@ std::string fixed(const json& row, const char* key, int precision = 3) {
 constexpr const char* kDemoInputsReady = "VERLPP_DEMO_INPUTS_READY";
 
 // `--nproc N`: this process becomes the launcher of N ranks running the same command.
-void launch_ranks(int nproc, const std::vector<std::string>& args, const controller::Config& config) {
+void launch_ranks(int nproc, const std::vector<std::string>& args, const controller::RunSettings& settings) {
   controller::LaunchOptions o;
   o.nproc = nproc;
   o.argv = {"/proc/self/exe", "train"};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
   // The ranks find a dead or hung peer within trainer.dist_timeout_s and then take a few seconds
   // to name it; the grace period is that and a little more.
-  o.grace = std::chrono::milliseconds(int64_t(config.get<double>("trainer.dist_timeout_s") * 1000.0) + 5000);
+  o.grace = std::chrono::milliseconds(int64_t(settings.trainer.dist_timeout_s * 1000.0) + 5000);
   o.on_message = [](const std::string& text) { std::cerr << "verlpp launcher: " << text << "\n"; };
   ::setenv(kDemoInputsReady, "1", 1);
   const controller::LaunchResult result = controller::launch_local(o);
@@ -121,11 +121,11 @@ void run_train(std::vector<std::string> args, int nproc) {
       throw Error("verlpp train", fmt::format("the embedded demo under {} with {} ranks: start it with `verlpp train --nproc N` "
                                               "(which writes its inputs once), or give a config file", world.launcher,
                                               world.world_size));
-    write_demo_inputs(config, demo);
+    write_demo_inputs(config.get<std::string>("trainer.default_local_dir"), demo);
   }
   if (nproc > 1) {
-    config.validate(nproc, nproc);  // a layout or batch that cannot work is refused before any rank starts
-    launch_ranks(nproc, given_args, config);
+    // A layout or batch that cannot work is refused before any rank starts.
+    launch_ranks(nproc, given_args, controller::parse_run_settings(config, nproc, nproc));
     return;
   }
 
@@ -161,8 +161,8 @@ void run_train(std::vector<std::string> args, int nproc) {
       after = row["val/acc"].get<double>();
     }
   controller::ReportInfo info;
-  info.title = fmt::format("verlpp train: {} ({})", trainer.config().get<std::string>("trainer.experiment_name"),
-                           trainer.config().get<std::string>("algorithm.adv_estimator"));
+  info.title = fmt::format("verlpp train: {} ({})", trainer.settings().trainer.experiment_name,
+                           trainer.settings().algorithm.adv_estimator);
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60.0;
   info.summary = {{"steps", fmt::format("{} of {}", trainer.global_step(), trainer.total_steps())},
                   {"wall time (this invocation)", fmt::format("{:.1f} min", minutes)}};

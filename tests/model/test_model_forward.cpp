@@ -523,8 +523,8 @@ TEST_CASE("decoder: fused residual adds change no result and never write a check
   }
 }
 
-// A model being trained on an accelerator computes q/k/v as one GEMM (VERLPP_TRAIN_FUSED_PROJECTIONS
-// forces it on here, on the CPU): for every architecture (Qwen3's q/k norms read the strided
+// A model being trained on an accelerator computes q/k/v as one GEMM (ForwardOptions'
+// training_projections forces it on here, on the CPU): for every architecture (Qwen3's q/k norms read the strided
 // slices) the forward and every parameter's gradient equal those of one GEMM per projection.
 TEST_CASE("decoder: fused training projections give the per-projection forward and gradients", "[model][decoder][grad]") {
   std::mt19937 rng(12);
@@ -537,13 +537,14 @@ TEST_CASE("decoder: fused training projections give the per-projection forward a
     std::vector<at::Tensor> grads[2];
     at::Tensor outs[2];
     for (int fused = 0; fused < 2; ++fused) {
-      ::setenv("VERLPP_TRAIN_FUSED_PROJECTIONS", fused ? "1" : "0", 1);
+      ForwardOptions forward;
+      forward.training_projections = fused ? TrainingProjections::kFused : TrainingProjections::kSplit;
+      m.set_forward_options(forward);
       for (const auto& [name, p] : m.named_parameters()) p.mutable_grad() = at::Tensor();
       outs[fused] = m.forward_padded(ids);
       (outs[fused] * w).sum().backward();
       for (const auto& [name, p] : m.named_parameters()) grads[fused].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     }
-    ::unsetenv("VERLPP_TRAIN_FUSED_PROJECTIONS");
     check_close(outs[1], outs[0], 1e-5, 1e-5, "hidden states");
     for (size_t i = 0; i < grads[0].size(); ++i) {
       const std::string& name = m.named_parameters()[i].first;

@@ -248,8 +248,8 @@ TEST_CASE("PluginLayerKernels: RoPE and silu(gate) * up through the plugin's ker
 }
 
 // A training forward on an accelerator computes q/k/v, and gate/up with kernels that take them
-// whole (silu_mul_halves), as one GEMM each; VERLPP_TRAIN_FUSED_PROJECTIONS=1 does it on the CPU
-// too. Log-probs and every parameter's gradient equal those of one GEMM per projection, with and
+// whole (silu_mul_halves), as one GEMM each; ForwardOptions' training_projections = kFused does it
+// on the CPU too. Log-probs and every parameter's gradient equal those of one GEMM per projection, with and
 // without the plugin's kernels, and the kernels' product runs in both.
 TEST_CASE("training forward with fused projections: the same log-probs and gradients as one GEMM per projection",
           "[logprob][kernels]") {
@@ -263,7 +263,9 @@ TEST_CASE("training forward with fused projections: the same log-probs and gradi
     std::vector<at::Tensor> grads[2];
     at::Tensor values[2];
     for (int fused = 0; fused < 2; ++fused) {
-      ::setenv("VERLPP_TRAIN_FUSED_PROJECTIONS", fused ? "1" : "0", 1);
+      model::ForwardOptions forward;
+      forward.training_projections = fused ? model::TrainingProjections::kFused : model::TrainingProjections::kSplit;
+      m.set_forward_options(forward);
       for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
       train::ResponseLogProbs out = train::response_log_probs(m, b.tensor("input_ids"), b.tensor("attention_mask"),
                                                               b.tensor("position_ids"), 5, 1.0, true, 2, false, k);
@@ -271,7 +273,6 @@ TEST_CASE("training forward with fused projections: the same log-probs and gradi
       values[fused] = out.log_probs.detach();
       for (const auto& [name, p] : m.named_parameters()) grads[fused].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     }
-    ::unsetenv("VERLPP_TRAIN_FUSED_PROJECTIONS");
     CHECK(max_abs(values[1].sub(values[0])) < 1e-5);
     for (size_t i = 0; i < grads[0].size(); ++i) {
       INFO(m.named_parameters()[i].first);

@@ -100,8 +100,11 @@ TEST_CASE("training on CUDA: the cuda plugin's path equals LibTorch's, and its s
     check_same(run_pass(m, b, &kernels, rows, LogitsInBackward::kKeep, /*rotate_qkv=*/false), plugin_path, m, 2e-2, 4e-2);
     {
       // K/V repeated for their query groups instead of taken as they are (enable_gqa).
-      EnvSwitch repeat("VERLPP_SDPA_GQA", "0");
+      model::ForwardOptions repeat;
+      repeat.attention.sdpa_gqa = false;
+      m.set_forward_options(repeat);
       check_same(run_pass(m, b, &kernels, rows, LogitsInBackward::kKeep), plugin_path, m, 2e-2, 4e-2);
+      m.set_forward_options({});
     }
   }
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <verlpp/controller/config.hpp>
+#include <verlpp/controller/run_settings.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -57,7 +58,9 @@ class RlTrainer {
   int64_t total_steps() const;
   // trainer.default_local_dir: metrics.jsonl, report.html and the checkpoints live here.
   const std::string& run_dir() const;
+  // The resolved tree (recorded in checkpoints and the report) and the settings read from it.
   const Config& config() const;
+  const RunSettings& settings() const;
   // This process's rank and the number of ranks (from the launcher's environment; see
   // hw/world.hpp). Rank 0 writes metrics, checkpoints and sft_model; every rank trains.
   int32_t rank() const;

@@ -1,5 +1,5 @@
 // Environment switches: the VERLPP_* variables that turn a path on or off for side-by-side
-// timing and tests (e.g. VERLPP_SDPA_GQA=0). Read at each call, not cached, because tests set
+// timing and tests (e.g. VERLPP_KERNEL_STREAMS=0). Read at each call, not cached, because tests set
 // and unset them between cases.
 #pragma once
 

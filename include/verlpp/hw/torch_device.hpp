@@ -11,8 +11,9 @@ struct Device;
 
 namespace verlpp::hw {
 
-// Empty when LibTorch can use `torch_device_type` ("cpu", "cuda", "privateuseone"), else a
-// plain sentence saying why not (e.g. "this LibTorch build has no CUDA").
+// Empty when LibTorch can use `torch_device_type` ("cpu", "cuda", "privateuseone": a backend
+// registered in this process), else a plain sentence saying why not (e.g. "this LibTorch build
+// has no CUDA").
 std::string torch_placement_problem(const std::string& torch_device_type);
 
 // The LibTorch version this library was built against, e.g. "1.13.0".

@@ -7,6 +7,7 @@
 // N flat tokens, C hidden, H query heads, KV key/value heads, D head dim, V vocab.
 #pragma once
 
+#include <verlpp/model/forward_options.hpp>
 #include <verlpp/model/model_config.hpp>
 
 #include <ATen/core/Tensor.h>
@@ -95,6 +96,7 @@ struct ModelOptions {
   at::ScalarType dtype = at::kFloat;      // fp32, bf16 or fp16 (fp64 for gradient checks)
   c10::Device device = c10::Device(c10::kCPU);
   bool requires_grad = false;             // leaves start frozen; a trainer turns them on
+  ForwardOptions forward;                 // path choices of every forward (forward_options.hpp)
 };
 
 // "float32" / "bfloat16" / "float16" (HF's names; "fp32", "bf16", "fp16" accepted) -> dtype.
@@ -125,6 +127,9 @@ class DecoderLM {
   // one more layer forward per layer).
   void set_gradient_checkpointing(bool enabled) { gradient_checkpointing_ = enabled; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
+  // The path choices of the forwards from here on (ModelOptions::forward). Copies made earlier
+  // (a mixed-precision compute copy) keep theirs: set it before making them.
+  void set_forward_options(const ForwardOptions& forward) { options_.forward = forward; }
   // Moves/casts every parameter (keeps tying; undoes fuse_projections).
   void to(at::ScalarType dtype, c10::Device device);
 

@@ -43,16 +43,18 @@ struct PagedStep {
 // The reference backend: writes k/v at slot_mapping, then for each sequence gathers its
 // context through its block table and attends causally (new token i of n sees context
 // positions <= context_len - n + i). Consecutive fresh sequences of one length (nothing cached
-// before the step) attend over their own new k/v in one batched call instead.
+// before the step) attend over their own new k/v in one batched call instead. `options`: the
+// model's ForwardOptions::attention (how 16-bit attention takes K/V).
 class PagedAttention : public AttentionBackend {
  public:
-  PagedAttention(PagedKvCache& cache, PagedStep step);
+  PagedAttention(PagedKvCache& cache, PagedStep step, AttentionOptions options = {});
   at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     double scale) override;
 
  private:
   PagedKvCache& cache_;
   PagedStep step_;
+  AttentionOptions options_;
   std::vector<int64_t> cu_q_, context_lens_;  // host copies, read once per step
   std::vector<at::Tensor> context_slots_;     // per sequence [context_len] int64 slots (undefined when fresh)
 };

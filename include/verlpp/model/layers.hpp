@@ -5,6 +5,7 @@
 // Layout is token-major throughout: [..., T, heads, D].
 #pragma once
 
+#include <verlpp/model/forward_options.hpp>
 #include <verlpp/model/model_config.hpp>
 
 #include <ATen/core/Tensor.h>
@@ -30,15 +31,17 @@ at::Tensor apply_rope(const at::Tensor& x /*[..., heads, D]*/, const at::Tensor&
 
 // Scaled dot-product attention with GQA (query head h reads key/value head h / (H / KV)).
 // `allowed` says which key each query may see (true = attend); undefined means all. fp32/fp64:
-// written out in HF eager's order (parity); bf16/fp16: LibTorch's fused SDPA where it has one.
+// written out in HF eager's order (parity); bf16/fp16: LibTorch's fused SDPA where it has one,
+// taking K/V as `options` say.
 at::Tensor attention(const at::Tensor& q /*[B, Tq, H, D]*/, const at::Tensor& k /*[B, Tk, KV, D]*/,
                      const at::Tensor& v /*[B, Tk, KV, D]*/, const at::Tensor& allowed /*[B|1, Tq, Tk] bool*/,
-                     double scale);  // -> [B, Tq, H, D]
+                     double scale, const AttentionOptions& options = {});  // -> [B, Tq, H, D]
 
 // attention() with the causal mask of causal_mask(Tq, Tk); for bf16/fp16 LibTorch's fused SDPA
 // with is_causal (its flash kernel, which needs no mask) where it has one.
 at::Tensor causal_attention(const at::Tensor& q /*[B, T, H, D]*/, const at::Tensor& k /*[B, T, KV, D]*/,
-                            const at::Tensor& v /*[B, T, KV, D]*/, double scale);  // -> [B, T, H, D]
+                            const at::Tensor& v /*[B, T, KV, D]*/, double scale,
+                            const AttentionOptions& options = {});  // -> [B, T, H, D]
 
 // Causal visibility for Tq new queries that end a sequence of Tk keys: query i sees keys
 // j <= Tk - Tq + i.

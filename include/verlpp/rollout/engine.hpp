@@ -41,13 +41,13 @@ struct EngineOptions {
   uint64_t seed = 0;              // seeds requests that bring none (request i: seed + i)
   const hw::Kernels* kernels = nullptr;  // a plugin's kernels (sample, paged attention decode)
   // Decode steps as captured device graphs (CUDA graphs, one per batch-size bucket) where the
-  // device, the LibTorch build and the plugin's kernels allow it; the environment variable
-  // VERLPP_DEVICE_GRAPHS=0 turns them off as well. See docs/rollout.md.
+  // device, the LibTorch build and the plugin's kernels allow it (the trainer sets it from
+  // verlpp.rollout.device_graphs). See docs/rollout.md.
   bool device_graphs = true;
   // With decode graphs: queue the next decode step before this one's tokens reach the host
   // where it is certain but for stop tokens (same sequences, no new KV block), so the device does
   // not wait for the host's bookkeeping between steps; a queued step the scheduler does not
-  // choose is discarded. VERLPP_DECODE_OVERLAP=0 turns it off as well. See docs/rollout.md.
+  // choose is discarded (the trainer sets it from verlpp.rollout.decode_overlap). See docs/rollout.md.
   bool overlap_decode = true;
   // Each layer's q/k/v and gate/up weights as one buffer each (model::DecoderLM::fuse_projections):
   // two GEMMs a layer where there were five. Those weights are then the engine's own (a trainer's

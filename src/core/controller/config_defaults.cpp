@@ -1,5 +1,6 @@
 // The default configuration tree: verl's ppo_trainer.yaml key names and default values, as
-// JSON, plus the few keys verlpp adds (marked "verlpp:" in docs/config.md). Keys verl has for
+// JSON, plus the few keys verlpp adds (docs/training.md, "verlpp's own keys"; the verlpp.*
+// section holds the choices between equivalent compute paths). Keys verl has for
 // FSDP, vLLM or Ray are accepted (so a verl config loads) but listed in ignored_config_keys().
 #include <verlpp/controller/config.hpp>
 
@@ -259,6 +260,12 @@ const char* default_config_text() {
     "seed": 1,
     "optim": {"lr": 1e-4, "lr_warmup_steps_ratio": 0.1, "warmup_style": "cosine", "min_lr_ratio": 0.1,
               "weight_decay": 0.0, "betas": [0.9, 0.999], "grad_clip": 1.0}
+  },
+  "verlpp": {
+    "model": {"fused_training_projections": null, "sdpa_gqa": true},
+    "rollout": {"device_graphs": true, "decode_overlap": true, "rotary_attention": true},
+    "train": {"rotary_qkv": true},
+    "kernels": {"streams": true}
   }
 })json";
 }

@@ -78,7 +78,7 @@ int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder) {
     model::load_weights(*s.actor_model, files::join(folder, "actor"));
     // The reference is the policy RL started from: the SFT warm start's result when there was one.
     const std::string sft_model = files::join(s.run_dir, "sft_model");
-    if (s.ref_model && s.config.get<bool>("sft.enable")) {
+    if (s.ref_model && s.settings.sft.enable) {
       if (!files::is_dir(sft_model))
         throw Error(folder, fmt::format("sft.enable is set but {} (the reference policy) is missing", sft_model));
       model::load_weights(*s.ref_model, sft_model);
@@ -92,9 +92,8 @@ int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder) {
     s.critic->set_updates(state.at("critic_updates").get<int64_t>());
   }
   s.loader->load_state(state.at("dataloader"));
-  const Config& c = s.config;
-  s.kl_ctrl = algo::make_kl_controller(c.get<std::string>("algorithm.kl_ctrl.type"), state.at("kl_coef").get<double>(),
-                                       c.get<double>("algorithm.kl_ctrl.target_kl"), c.get<double>("algorithm.kl_ctrl.horizon"));
+  const AlgorithmSettings& a = s.settings.algorithm;
+  s.kl_ctrl = algo::make_kl_controller(a.kl_ctrl_type, state.at("kl_coef").get<double>(), a.target_kl, a.horizon);
   json ignored;
   sync_rollout_weights(s, ignored);
   return step;

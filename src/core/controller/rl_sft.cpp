@@ -17,37 +17,37 @@
 namespace verlpp::controller {
 
 void run_sft_warm_start(RlTrainer::State& s) {
-  const Config& c = s.config;
-  if (!c.get<bool>("sft.enable")) return;
+  const SftSettings& sft = s.settings.sft;
+  if (!sft.enable) return;
   const auto start = std::chrono::steady_clock::now();
-  DatasetOptions options = dataset_options(c);
-  options.response_key = c.get<std::string>("sft.response_key");
+  DatasetOptions options = dataset_options(s.settings.data);
+  options.response_key = sft.response_key;
   // The response ends the assistant turn: the first EOS id (ChatML's <|im_end|>) closes it.
   if (!s.eos_ids.empty()) options.response_suffix_ids = {int32_t(s.eos_ids.front())};
-  PromptDataset data = PromptDataset::load(file_list(c, "sft.train_files"), *s.tokenizer, *s.chat, options);
+  PromptDataset data = PromptDataset::load(sft.train_files, *s.tokenizer, *s.chat, options);
 
-  const int64_t steps = c.get<int64_t>("sft.total_steps");
+  const int64_t steps = sft.total_steps;
   train::LrScheduleOptions lr;
-  lr.base_lr = c.get<double>("sft.optim.lr");
-  lr.style = c.get<std::string>("sft.optim.warmup_style");
+  lr.base_lr = sft.optim.lr;
+  lr.style = sft.optim.warmup_style;
   lr.total_steps = steps;
-  lr.warmup_steps = train::resolve_warmup_steps(-1, c.get<double>("sft.optim.lr_warmup_steps_ratio"), steps);
-  lr.min_lr_ratio = c.get<double>("sft.optim.min_lr_ratio");
+  lr.warmup_steps = train::resolve_warmup_steps(-1, sft.optim.lr_warmup_steps_ratio, steps);
+  lr.min_lr_ratio = sft.optim.min_lr_ratio;
   train::SftConfig config;
-  config.micro_batch_size = c.get<int64_t>("sft.micro_batch_size_per_gpu");
-  config.remove_padding = c.get<bool>("actor_rollout_ref.model.use_remove_padding");
+  config.micro_batch_size = sft.micro_batch_size_per_gpu;
+  config.remove_padding = s.settings.model.use_remove_padding;
   config.logits_in_backward = s.actor->config().logits_in_backward;
-  config.optim = adamw_of(c, "sft.optim", "sft.optim.grad_clip");
+  config.optim = adamw_of(sft.optim);
   config.param_dtype = s.actor->config().param_dtype;  // SFT trains the actor, in its compute dtype
   config.kernels = s.actor->config().kernels;
   train::SftTrainer trainer(*s.actor_model, config, train::LrSchedule(lr));
-  trainer.set_data_parallel(s.dp, c.get<int64_t>("trainer.zero_stage") == 1);
+  trainer.set_data_parallel(s.dp, s.settings.trainer.zero_stage == 1);
 
-  DataLoader loader(data.size(), c.get<int64_t>("sft.batch_size"), /*shuffle=*/true, uint64_t(c.get<int64_t>("sft.seed")));
+  DataLoader loader(data.size(), sft.batch_size, /*shuffle=*/true, uint64_t(sft.seed));
   std::ofstream log;  // rank 0 writes the files
   if (s.is_writer()) log.open(files::join(s.run_dir, "sft_metrics.jsonl"), std::ios::trunc);
   double first_loss = 0, last_loss = 0;
-  const int64_t test_freq = c.get<int64_t>("sft.test_freq");
+  const int64_t test_freq = sft.test_freq;
   for (int64_t step = 1; step <= steps; ++step) {
     if (s.group) s.group->set_stage(fmt::format("sft step {}", step));
     Batch batch = collate_sft(data, loader.next(), s.pad_id, s.response_length);

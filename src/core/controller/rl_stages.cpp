@@ -80,18 +80,17 @@ Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vect
 }  // namespace
 
 Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, bool greedy, uint64_t seed_base) {
-  const Config& c = s.config;
-  const std::string r = "actor_rollout_ref.rollout";
+  const RolloutSettings& r = s.settings.rollout;
   rollout::SamplingParams params;
   params.n = n;
   params.max_new_tokens = s.response_length;
-  params.ignore_eos = c.get<bool>(r + ".ignore_eos");
-  if (greedy || !c.get<bool>(r + ".do_sample")) {
+  params.ignore_eos = r.ignore_eos;
+  if (greedy || !r.do_sample) {
     params.temperature = 0.0;
   } else {
-    params.temperature = c.get<double>(r + ".temperature");
-    params.top_k = std::max<int64_t>(0, c.get<int64_t>(r + ".top_k"));
-    params.top_p = c.get<double>(r + ".top_p");
+    params.temperature = r.temperature;
+    params.top_k = std::max<int64_t>(0, r.top_k);
+    params.top_p = r.top_p;
   }
   const auto tokens = prompt_tokens(prompts);
   // Data-parallel rollout: rank r generates the prompts [begins[r], begins[r+1]) with all their
@@ -114,7 +113,7 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, b
   std::vector<rollout::GenerateOutput> outputs;
   if (!requests.empty())
     outputs = s.engine->generate(requests, [&](int64_t done, int64_t) { s.progress("gen", done * world, num_prompts * n); });
-  if (c.get<bool>(r + ".free_cache_engine")) s.engine->sleep();  // the pool's memory goes back for training
+  if (r.free_cache_engine) s.engine->sleep();  // the pool's memory goes back for training
 
   Samples local;
   local.logprobs.assign(size_t(local_total * s.response_length), 0.0f);
@@ -201,7 +200,7 @@ void apply_reward_kl(RlTrainer::State& s, Batch& batch, json& metrics) {
   }
   algo::KLRewardOutput kl = algo::apply_kl_penalty(batch.tensor("token_level_scores"), batch.tensor("old_log_probs"),
                                                    batch.tensor("ref_log_prob"), batch.tensor("response_mask"), *s.kl_ctrl,
-                                                   s.config.get<std::string>("algorithm.kl_penalty"));
+                                                   s.settings.algorithm.kl_penalty);
   batch.set("token_level_rewards", kl.token_level_rewards);
   metrics["actor/reward_kl_penalty"] = kl.current_kl;
   metrics["actor/reward_kl_penalty_coeff"] = kl.kl_coef;
@@ -215,9 +214,9 @@ void compute_advantages(RlTrainer::State& s, Batch& batch) {
   if (batch.has_tensor("reward_baselines")) in.reward_baselines = batch.tensor("reward_baselines");
   for (const auto& uid : batch.column("uid")) in.index.push_back(uid.get<std::string>());
   algo::AdvantageConfig cfg;
-  cfg.gamma = s.config.get<double>("algorithm.gamma");
-  cfg.lam = s.config.get<double>("algorithm.lam");
-  cfg.norm_adv_by_std_in_grpo = s.config.get<bool>("algorithm.norm_adv_by_std_in_grpo");
+  cfg.gamma = s.settings.algorithm.gamma;
+  cfg.lam = s.settings.algorithm.lam;
+  cfg.norm_adv_by_std_in_grpo = s.settings.algorithm.norm_adv_by_std_in_grpo;
   algo::AdvantageOutputs out = algo::compute_advantage(s.estimator, in, cfg);
   batch.set("advantages", out.advantages);
   batch.set("returns", out.returns);

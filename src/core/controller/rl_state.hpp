@@ -10,6 +10,7 @@
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/controller/reward.hpp>
 #include <verlpp/controller/rl_trainer.hpp>
+#include <verlpp/controller/run_settings.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/process_group.hpp>
@@ -35,7 +36,8 @@
 namespace verlpp::controller {
 
 struct RlTrainer::State {
-  Config config = Config::defaults();
+  Config config = Config::defaults();  // the resolved tree, as checkpoints and the report record it
+  RunSettings settings;                // what the stages read (parsed once from `config`)
   TrainerHooks hooks;
   AlgorithmFamily family = AlgorithmFamily::kCriticFree;
   std::string estimator;
@@ -130,16 +132,10 @@ inline void move_to(Batch& batch, c10::Device device) {
 }
 
 // --- setup and persistence (rl_setup.cpp, rl_checkpoint.cpp, rl_sft.cpp) ---
-// The files at `key` (a path or a list of paths; null = none).
-std::vector<std::string> file_list(const Config& c, const std::string& key);
-// AdamW settings from `<optim>.{weight_decay, betas}` and the clipping norm at `grad_clip_key`.
-train::AdamWConfig adamw_of(const Config& c, const std::string& optim, const std::string& grad_clip_key);
-// `<fsdp_config>.mixed_precision.param_dtype` (e.g. "actor_rollout_ref.actor.fsdp_config"): the
-// dtype the passes run in; null = bfloat16 on an accelerator, float32 on the CPU. Error naming the
-// key for an unknown dtype, or a reduce/buffer dtype other than fp32.
-at::ScalarType param_dtype(const RlTrainer::State& s, const std::string& fsdp_config);
+// AdamW's weight decay, betas and clipping norm.
+train::AdamWConfig adamw_of(const OptimSettings& optim);
 // data.* as DatasetOptions.
-DatasetOptions dataset_options(const Config& c);
+DatasetOptions dataset_options(const DataSettings& data);
 void setup_trainer(RlTrainer::State& s);
 void save_checkpoint(RlTrainer::State& s);
 // Restores the state from `folder`; returns the step it holds.

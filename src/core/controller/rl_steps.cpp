@@ -44,7 +44,7 @@ void advantages_update_and_sync(RlTrainer::State& s, StepOutput& out) {
     compute_advantages(s, out.batch);
   });
   if (s.use_critic) run_stage(s, "update_critic", m, [&] { merge_into(m, s.critic->update_critic(out.batch)); });
-  if (s.global_step + 1 > s.config.get<int64_t>("trainer.critic_warmup")) {
+  if (s.global_step + 1 > s.settings.trainer.critic_warmup) {
     run_stage(s, "update_actor", m, [&] { merge_into(m, s.actor->update_policy(out.batch)); });
     run_stage(s, "sync", m, [&] { sync_rollout_weights(s, m); });
   }
@@ -143,11 +143,11 @@ bool every(int64_t freq, int64_t step, bool last) { return freq > 0 && (step % f
 json validate_model(RlTrainer::State& s) {
   json m = json::object();
   if (!s.val_set) return m;
-  if (s.config.get<bool>("actor_rollout_ref.rollout.val_kwargs.do_sample"))
+  if (s.settings.rollout.val_do_sample)
     throw Error("actor_rollout_ref.rollout.val_kwargs.do_sample",
                 "verlpp validates greedily (do_sample = false); sampled validation is not supported");
   const int64_t size = int64_t(s.val_set->size());
-  const int64_t chunk = s.config.is_null("data.val_batch_size") ? size : s.config.get<int64_t>("data.val_batch_size");
+  const int64_t chunk = s.settings.data.val_batch_size.value_or(size);
   std::map<std::string, std::pair<double, int64_t>> by_source;
   double total = 0, length = 0;
   for (int64_t begin = 0; begin < size; begin += chunk) {
@@ -185,16 +185,15 @@ int64_t RlTrainer::global_step() const { return s_->global_step; }
 int64_t RlTrainer::total_steps() const { return s_->total_steps; }
 const std::string& RlTrainer::run_dir() const { return s_->run_dir; }
 const Config& RlTrainer::config() const { return s_->config; }
+const RunSettings& RlTrainer::settings() const { return s_->settings; }
 int32_t RlTrainer::rank() const { return s_->world.rank; }
 int32_t RlTrainer::world_size() const { return s_->world.world_size; }
 
 json RlTrainer::fit() {
   State& s = *s_;
-  const Config& c = s.config;
+  const TrainerSettings& t = s.settings.trainer;
   const std::string metrics_path = files::join(s.run_dir, "metrics.jsonl");
-  std::optional<std::string> resume_from = s.checkpoints->resume_folder(
-      c.get<std::string>("trainer.resume_mode"),
-      c.is_null("trainer.resume_from_path") ? std::string() : c.get<std::string>("trainer.resume_from_path"));
+  std::optional<std::string> resume_from = s.checkpoints->resume_folder(t.resume_mode, t.resume_from_path);
   if (resume_from) {
     s.global_step = load_checkpoint(s, *resume_from);
     if (s.is_writer()) truncate_metrics(metrics_path, s.global_step);
@@ -221,13 +220,13 @@ json RlTrainer::fit() {
   };
 
   json last = json::object();
-  if (!resume_from && s.val_set && c.get<bool>("trainer.val_before_train")) {
+  if (!resume_from && s.val_set && t.val_before_train) {
     last = validate_model(s);
     last["step"] = 0;
     write_row(last);
-    if (c.get<bool>("trainer.val_only")) return last;
+    if (t.val_only) return last;
   }
-  const int64_t test_freq = c.get<int64_t>("trainer.test_freq"), save_freq = c.get<int64_t>("trainer.save_freq");
+  const int64_t test_freq = t.test_freq, save_freq = t.save_freq;
   while (s.global_step < s.total_steps) {
     const auto start = std::chrono::steady_clock::now();
     StepOutput out = run_step(s);

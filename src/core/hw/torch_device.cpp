@@ -1,4 +1,5 @@
-// torch_placement_problem: asks LibTorch which device types it was built with;
+// torch_placement_problem: asks LibTorch which device types it was built with (or, for
+// privateuseone, has had registered);
 // torch_current_stream_handle: LibTorch's current stream, where this LibTorch can name it.
 #include <verlpp/hw/torch_device.hpp>
 
@@ -28,8 +29,14 @@ std::string torch_placement_problem(const std::string& type) {
       return "this LibTorch build has no CUDA (it was built for CPU only); use a CUDA build of LibTorch";
     return {};
   }
-  if (type == "privateuseone")
-    return {};  // registered by the vendor's torch extension at run time; nothing to check here
+  if (type == "privateuseone") {
+    // An out-of-tree backend is registered at run time by the vendor's torch extension (a
+    // library the program links or loads), whose device guard every placement goes through.
+    if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::PrivateUse1))
+      return "this LibTorch has no PrivateUse1 backend registered (the vendor's torch extension registers it when "
+             "the program loads it)";
+    return {};
+  }
   return "unknown torch device type '" + type + "' (expected cpu, cuda or privateuseone)";
 }
 

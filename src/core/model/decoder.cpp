@@ -6,7 +6,6 @@
 
 #include <verlpp/model/layers.hpp>
 
-#include <verlpp/core/env.hpp>
 #include <verlpp/core/error.hpp>
 
 #include "shape_string.hpp"
@@ -252,12 +251,15 @@ namespace {
 // Whether a model being trained (its weight `w` requires grad) computes q/k/v (and, with
 // kernels for it, gate/up) as one GEMM each (layer_forward): by default on accelerators, where
 // fewer and wider GEMMs pay (docs/benchmarks.md), not on the CPU, where they do not and the
-// reference runs keep their arithmetic. VERLPP_TRAIN_FUSED_PROJECTIONS=1 / 0 turns it on / off
-// everywhere (tests; side-by-side timing). Read per call: a test may change it.
-bool training_projections_fused(const at::Tensor& w) {
+// reference runs keep their arithmetic. ForwardOptions::training_projections forces either way
+// (tests; side-by-side timing).
+bool training_projections_fused(const at::Tensor& w, TrainingProjections choice) {
   if (!w.requires_grad()) return false;
-  if (env_equals("VERLPP_TRAIN_FUSED_PROJECTIONS", "0")) return false;
-  if (env_equals("VERLPP_TRAIN_FUSED_PROJECTIONS", "1")) return true;
+  switch (choice) {
+    case TrainingProjections::kFused: return true;
+    case TrainingProjections::kSplit: return false;
+    case TrainingProjections::kAuto: break;
+  }
   return !w.is_cpu();
 }
 
@@ -283,7 +285,7 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   if (l.qkv_proj.defined()) {  // fuse_projections: one GEMM, q/k/v are column slices (strided rows)
     const at::Tensor qkv = at::linear(x, l.qkv_proj, l.qkv_bias);
     q = qkv.narrow(-1, 0, HD), k = qkv.narrow(-1, HD, KVD), v = qkv.narrow(-1, HD + KVD, KVD);
-  } else if (training_projections_fused(l.q_proj)) {
+  } else if (training_projections_fused(l.q_proj, options_.forward.training_projections)) {
     // A model being trained: q, k and v from one GEMM over the weights concatenated for this
     // forward (a few MB), so the backward is one GEMM per operand too, where three GEMMs (two of
     // them narrow: K*D columns) and two adds of their input gradients were. split_with_sizes'
@@ -315,7 +317,7 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   if (l.gate_up_proj.defined()) {
     const at::Tensor gate_up = at::linear(x, l.gate_up_proj, l.gate_up_bias);
     gate = gate_up.narrow(-1, 0, F), up = gate_up.narrow(-1, F, F);
-  } else if (training_projections_fused(l.gate_proj) && kernels != nullptr && kernels->offers_silu_mul_halves()) {
+  } else if (training_projections_fused(l.gate_proj, options_.forward.training_projections) && kernels != nullptr && kernels->offers_silu_mul_halves()) {
     // Training with kernels that take [gate | up] whole (silu_mul_halves): one GEMM each way, as
     // for q/k/v above, and the product's backward writes both gradients into one tensor.
     const at::Tensor w = at::cat({l.gate_proj, l.up_proj}, 0);
@@ -404,12 +406,14 @@ at::Tensor DecoderLM::forward_padded(const at::Tensor& input_ids, const at::Tens
   // Captures by value: with gradient checkpointing this runs again in the backward. Without a
   // mask every row is whole, and causal attention needs no [B, T, T] mask: fused kernels then
   // skip the blocks above the diagonal (half the work) instead of reading a mask.
+  const AttentionOptions how = options_.forward.attention;
   if (!attention_mask.defined())
-    return run(input_ids, positions, [scale](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-      return causal_attention(q, k, v, scale);
+    return run(input_ids, positions, [scale, how](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+      return causal_attention(q, k, v, scale, how);
     }, {}, std::move(kernels));
-  return run(input_ids, positions, [allowed, scale](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    return attention(q, k, v, allowed, scale);
+  return run(input_ids, positions, [allowed, scale, how](int64_t, const at::Tensor& q, const at::Tensor& k,
+                                                         const at::Tensor& v) {
+    return attention(q, k, v, allowed, scale, how);
   }, {}, std::move(kernels));
 }
 
@@ -445,14 +449,15 @@ at::Tensor DecoderLM::forward_packed(const at::Tensor& input_ids, const at::Tens
       runs.push_back({start, len, 1});
   }
   // Captures by value: with gradient checkpointing this runs again in the backward.
-  return run(input_ids, position_ids, [runs, scale](int64_t, const at::Tensor& q, const at::Tensor& k,
-                                                        const at::Tensor& v) {
+  const AttentionOptions how = options_.forward.attention;
+  return run(input_ids, position_ids, [runs, scale, how](int64_t, const at::Tensor& q, const at::Tensor& k,
+                                                             const at::Tensor& v) {
     std::vector<at::Tensor> outs;
     for (const Run& r : runs) {
       auto batch = [&](const at::Tensor& t) {
         return t.narrow(0, r.start, r.len * r.count).reshape({r.count, r.len, t.size(1), t.size(2)});
       };
-      outs.push_back(causal_attention(batch(q), batch(k), batch(v), scale).reshape({r.count * r.len, q.size(1), v.size(2)}));
+      outs.push_back(causal_attention(batch(q), batch(k), batch(v), scale, how).reshape({r.count * r.len, q.size(1), v.size(2)}));
     }
     if (outs.empty()) return q.narrow(0, 0, 0);
     return outs.size() == 1 ? outs.front() : at::cat(outs, 0);

@@ -37,7 +37,8 @@ PagedKvCache::PagedKvCache(const ModelConfig& config, int64_t num_blocks, int64_
   }
 }
 
-PagedAttention::PagedAttention(PagedKvCache& cache, PagedStep step) : cache_(cache), step_(std::move(step)) {
+PagedAttention::PagedAttention(PagedKvCache& cache, PagedStep step, AttentionOptions options)
+    : cache_(cache), step_(std::move(step)), options_(options) {
   cu_q_ = host_values(step_.cu_seqlens_q);
   context_lens_ = host_values(step_.context_lens);
   const int64_t S = int64_t(context_lens_.size());
@@ -89,7 +90,7 @@ at::Tensor PagedAttention::attend(int64_t layer, const at::Tensor& q, const at::
       auto batch = [&](const at::Tensor& t, int64_t heads) {  // via the cache's dtype, as the gather path
         return t.narrow(0, start, g * n).to(kc.scalar_type()).to(q.scalar_type()).reshape({g, n, heads, D});
       };
-      outs.push_back(causal_attention(q.narrow(0, start, g * n).reshape({g, n, H, D}), batch(k, KV), batch(v, KV), scale)
+      outs.push_back(causal_attention(q.narrow(0, start, g * n).reshape({g, n, H, D}), batch(k, KV), batch(v, KV), scale, options_)
                          .reshape({g * n, H, D}));
       s = end - 1;
       continue;
@@ -98,7 +99,7 @@ at::Tensor PagedAttention::attend(int64_t layer, const at::Tensor& q, const at::
     at::Tensor vs = vflat.index_select(0, context_slots_[size_t(s)]).unsqueeze(0);
     at::Tensor qs = q.narrow(0, start, n).unsqueeze(0);                       // [1, n, H, D]
     outs.push_back(attention(qs, ks.to(q.scalar_type()), vs.to(q.scalar_type()),
-                             causal_mask(n, len, q.device()).unsqueeze(0), scale)
+                             causal_mask(n, len, q.device()).unsqueeze(0), scale, options_)
                        .squeeze(0));
   }
   return outs.empty() ? q.narrow(0, 0, 0) : at::cat(outs, 0);

@@ -4,7 +4,6 @@
 // band between blended linearly in 1/wavelength.
 #include <verlpp/model/layers.hpp>
 
-#include <verlpp/core/env.hpp>
 #include <verlpp/core/error.hpp>
 
 #include "shape_string.hpp"
@@ -122,10 +121,10 @@ bool fused_dtype(const at::Tensor& q) {
 // Whether SDPA would run these [B, heads, T, D] operands, K/V with fewer heads than q, on a fused
 // kernel with enable_gqa (flash and cuDNN read each K/V head once for its whole query group;
 // otherwise the math fallback would materialise the scores, and the caller repeats K/V instead).
-// VERLPP_SDPA_GQA=0 turns it off, for side-by-side timing; read per call (tests change it).
+// AttentionOptions::sdpa_gqa = false turns it off, for side-by-side timing.
 bool fused_gqa(const at::Tensor& qh, const at::Tensor& kh, const at::Tensor& vh, const c10::optional<at::Tensor>& mask,
-               bool causal, double scale) {
-  if (env_equals("VERLPP_SDPA_GQA", "0")) return false;
+               bool causal, double scale, const AttentionOptions& options) {
+  if (!options.sdpa_gqa) return false;
   constexpr int64_t kMathBackend = 0;  // sdp::SDPBackend::math
   return at::_fused_sdp_choice(qh, kh, vh, mask, 0.0, causal, scale, /*enable_gqa=*/true) != kMathBackend;
 }
@@ -135,7 +134,7 @@ bool fused_gqa(const at::Tensor& qh, const at::Tensor& kh, const at::Tensor& vh,
 // fewer heads go in as they are where a fused kernel takes them (LibTorch 2.5+), else repeated
 // for their query groups (two [B, H, T, D] copies forward, two group sums backward).
 at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                           bool causal, double scale) {
+                           bool causal, double scale, const AttentionOptions& options) {
 #ifdef VERLPP_HAVE_SDPA
   const int64_t H = q.size(2);
   const at::Tensor qh = q.transpose(1, 2);
@@ -143,14 +142,14 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 #ifdef VERLPP_HAVE_SDPA_GQA
   if (k.size(2) != H) {
     const at::Tensor kh = k.transpose(1, 2), vh = v.transpose(1, 2);
-    if (fused_gqa(qh, kh, vh, m, causal, scale))
+    if (fused_gqa(qh, kh, vh, m, causal, scale, options))
       return at::scaled_dot_product_attention(qh, kh, vh, m, 0.0, causal, scale, /*enable_gqa=*/true).transpose(1, 2);
   }
 #endif
   at::Tensor out = at::scaled_dot_product_attention(qh, heads_first(k, H), heads_first(v, H), m, 0.0, causal, scale);
   return out.transpose(1, 2);  // [B, Tq, H, D]
 #else
-  (void)q, (void)k, (void)v, (void)mask, (void)causal, (void)scale;
+  (void)q, (void)k, (void)v, (void)mask, (void)causal, (void)scale, (void)options;
   throw Error("attention", "this LibTorch has no fused scaled_dot_product_attention");
 #endif
 }
@@ -158,14 +157,15 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 }  // namespace
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed,
-                     double scale) {
+                     double scale, const AttentionOptions& options) {
   check_qkv(q, k, v);
   const int64_t Tq = q.size(1), H = q.size(2);
   const int64_t Tk = k.size(1);
   if (allowed.defined())
     VERLPP_CHECK(allowed.dim() == 3 && allowed.size(1) == Tq && allowed.size(2) == Tk,
                  "attention: mask {} does not fit [B, {}, {}]", shape_string(allowed.sizes()), Tq, Tk);
-  if (fused_dtype(q)) return fused_attention(q, k, v, allowed.defined() ? allowed.unsqueeze(1) : at::Tensor(), false, scale);
+  if (fused_dtype(q))
+    return fused_attention(q, k, v, allowed.defined() ? allowed.unsqueeze(1) : at::Tensor(), false, scale, options);
   at::Tensor qh = q.transpose(1, 2);  // [B, H, Tq, D]
   at::Tensor kh = heads_first(k, H), vh = heads_first(v, H);
   at::Tensor scores = at::matmul(qh, kh.transpose(2, 3)) * scale;  // [B, H, Tq, Tk]
@@ -176,11 +176,12 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return at::matmul(probs, vh).transpose(1, 2);  // [B, Tq, H, D]
 }
 
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                            const AttentionOptions& options) {
   check_qkv(q, k, v);
   VERLPP_CHECK(q.size(1) == k.size(1), "causal_attention: {} queries but {} keys", q.size(1), k.size(1));
-  if (fused_dtype(q)) return fused_attention(q, k, v, at::Tensor(), true, scale);
-  return attention(q, k, v, causal_mask(q.size(1), k.size(1), q.device()).unsqueeze(0), scale);
+  if (fused_dtype(q)) return fused_attention(q, k, v, at::Tensor(), true, scale, options);
+  return attention(q, k, v, causal_mask(q.size(1), k.size(1), q.device()).unsqueeze(0), scale, options);
 }
 
 at::Tensor causal_mask(int64_t tq, int64_t tk, c10::Device device) {

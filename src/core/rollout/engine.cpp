@@ -4,7 +4,6 @@
 // LM head, so a prefill never materialises [N, V] logits.
 #include <verlpp/rollout/engine.hpp>
 
-#include <verlpp/core/env.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 #include <verlpp/model/kv_cache.hpp>
@@ -76,12 +75,9 @@ RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
   } else {
     num_blocks_ = (16384 + options_.block_size - 1) / options_.block_size;
   }
-  if (env_equals("VERLPP_DECODE_OVERLAP", "0")) options_.overlap_decode = false;
   if (options_.fuse_projections) model_.fuse_projections();
   if (!options_.device_graphs)
     graphs_off_reason_ = "turned off (EngineOptions::device_graphs = false)";
-  else if (env_equals("VERLPP_DEVICE_GRAPHS", "0"))
-    graphs_off_reason_ = "turned off by VERLPP_DEVICE_GRAPHS=0";
   else
     graphs_off_reason_ = detail::DecodeGraphs::unavailable_reason(model_, options_.kernels);
   if (!model_.options().device.is_cpu())

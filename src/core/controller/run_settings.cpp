@@ -1,0 +1,297 @@
+// parse_run_settings: Config::validate's cross-field checks, then one typed read per key. A
+// section only one role uses (critic.*, sft.*) is read when that role runs, so a run without it
+// is not refused for a value it never uses; every read names its key when the value does not fit.
+#include <verlpp/controller/run_settings.hpp>
+
+#include <verlpp/core/error.hpp>
+#include <verlpp/model/decoder.hpp>
+
+#include <algorithm>
+#include <type_traits>
+
+namespace verlpp::controller {
+namespace {
+
+using json = nlohmann::json;
+
+template <class T>
+const char* kind() {
+  if constexpr (std::is_same_v<T, bool>) return "a boolean";
+  else if constexpr (std::is_integral_v<T>) return "an integer";
+  else if constexpr (std::is_floating_point_v<T>) return "a number";
+  else return "a string";
+}
+
+// The value at `key` as T; Error naming the key and the value when it is not one (e.g. null).
+template <class T>
+T read(const Config& c, const std::string& key) {
+  const json& v = c.at(key);
+  try {
+    return v.get<T>();
+  } catch (const json::exception&) {
+    throw Error(key, fmt::format("{} is not {}", v.dump(), kind<T>()));
+  }
+}
+
+// The value at `key`, or nullopt when it is null (verl's "unset").
+template <class T>
+std::optional<T> read_optional(const Config& c, const std::string& key) {
+  if (c.is_null(key)) return std::nullopt;
+  return read<T>(c, key);
+}
+
+std::vector<std::string> file_list(const Config& c, const std::string& key) {
+  const json& v = c.at(key);
+  if (v.is_null()) return {};
+  if (v.is_string()) return {v.get<std::string>()};
+  if (v.is_array()) {
+    std::vector<std::string> out;
+    for (const auto& f : v) {
+      if (!f.is_string()) throw Error(key, fmt::format("every entry must be a file path, got {}", f.dump()));
+      out.push_back(f.get<std::string>());
+    }
+    return out;
+  }
+  throw Error(key, fmt::format("must be a file path or a list of them, got {}", v.dump()));
+}
+
+at::ScalarType dtype_at(const Config& c, const std::string& key) {
+  const std::string name = read<std::string>(c, key);
+  try {
+    return model::dtype_from_name(name);
+  } catch (const Error& e) {
+    throw Error(key, e.what());
+  }
+}
+
+// AdamW's settings at `optim` and the clipping norm at `grad_clip_key`; the schedule's keys only
+// where the section has them (sft.optim has neither lr_warmup_steps nor num_cycles); an unset
+// min_lr_ratio is 0.
+OptimSettings optim_at(const Config& c, const std::string& optim, const std::string& grad_clip_key) {
+  OptimSettings o;
+  o.lr = read<double>(c, optim + ".lr");
+  o.warmup_style = read<std::string>(c, optim + ".warmup_style");
+  o.lr_warmup_steps_ratio = read<double>(c, optim + ".lr_warmup_steps_ratio");
+  o.weight_decay = read<double>(c, optim + ".weight_decay");
+  const auto betas = read<std::vector<double>>(c, optim + ".betas");
+  if (betas.size() != 2) throw Error(optim + ".betas", fmt::format("needs two values, got {}", betas.size()));
+  o.beta1 = betas[0];
+  o.beta2 = betas[1];
+  o.grad_clip = read<double>(c, grad_clip_key);
+  const json& section = c.at(optim);
+  if (section.contains("min_lr_ratio")) o.min_lr_ratio = read_optional<double>(c, optim + ".min_lr_ratio").value_or(0.0);
+  if (section.contains("lr_warmup_steps")) o.lr_warmup_steps = read<int64_t>(c, optim + ".lr_warmup_steps");
+  if (section.contains("num_cycles")) o.num_cycles = read<double>(c, optim + ".num_cycles");
+  if (section.contains("total_training_steps"))
+    o.total_training_steps = read<int64_t>(c, optim + ".total_training_steps");
+  return o;
+}
+
+// <fsdp_config>.mixed_precision; verlpp keeps gradients and master weights in fp32.
+PrecisionSettings precision_at(const Config& c, const std::string& fsdp_config) {
+  const std::string m = fsdp_config + ".mixed_precision";
+  for (const char* key : {".reduce_dtype", ".buffer_dtype"}) {
+    const std::string name = read<std::string>(c, m + key);
+    if (dtype_at(c, m + key) != at::kFloat)
+      throw Error(m + key, fmt::format("'{}': verlpp keeps gradients and master weights in fp32 (only fp32 is supported)",
+                                       name));
+  }
+  PrecisionSettings p;
+  if (!c.is_null(m + ".param_dtype")) p.param_dtype = dtype_at(c, m + ".param_dtype");
+  return p;
+}
+
+DataSettings data_at(const Config& c) {
+  DataSettings d;
+  d.tokenizer = read_optional<std::string>(c, "data.tokenizer");
+  d.train_files = file_list(c, "data.train_files");
+  d.val_files = file_list(c, "data.val_files");
+  d.prompt_key = read<std::string>(c, "data.prompt_key");
+  d.reward_fn_key = read<std::string>(c, "data.reward_fn_key");
+  d.max_prompt_length = read<int64_t>(c, "data.max_prompt_length");
+  d.max_response_length = read<int64_t>(c, "data.max_response_length");
+  d.train_batch_size = read<int64_t>(c, "data.train_batch_size");
+  d.val_batch_size = read_optional<int64_t>(c, "data.val_batch_size");
+  d.shuffle = read<bool>(c, "data.shuffle");
+  d.seed = read<int64_t>(c, "data.seed");
+  d.filter_overlong_prompts = read<bool>(c, "data.filter_overlong_prompts");
+  d.truncation = read<std::string>(c, "data.truncation");
+  return d;
+}
+
+ActorModelSettings model_at(const Config& c) {
+  const std::string m = "actor_rollout_ref.model.";
+  ActorModelSettings s;
+  s.path = read_optional<std::string>(c, m + "path");
+  s.enable_gradient_checkpointing = read<bool>(c, m + "enable_gradient_checkpointing");
+  s.use_remove_padding = read<bool>(c, m + "use_remove_padding");
+  s.use_fused_kernels = read<bool>(c, m + "use_fused_kernels");
+  return s;
+}
+
+// `role` ("actor_rollout_ref.actor", "critic") and its `fsdp_config` section.
+void read_ppo_role(const Config& c, const std::string& role, const std::string& fsdp_config, PpoRoleSettings& s) {
+  s.ppo_mini_batch_size = read<int64_t>(c, role + ".ppo_mini_batch_size");
+  s.ppo_micro_batch_size_per_gpu = read_optional<int64_t>(c, role + ".ppo_micro_batch_size_per_gpu").value_or(1);
+  s.use_dynamic_bsz = read<bool>(c, role + ".use_dynamic_bsz");
+  s.ppo_max_token_len_per_gpu = read<int64_t>(c, role + ".ppo_max_token_len_per_gpu");
+  s.ppo_epochs = read<int64_t>(c, role + ".ppo_epochs");
+  s.loss_agg_mode = read<std::string>(c, role + ".loss_agg_mode");
+  s.optim = optim_at(c, role + ".optim", role + ".grad_clip");
+  s.precision = precision_at(c, fsdp_config);
+}
+
+ActorSettings actor_at(const Config& c) {
+  const std::string a = "actor_rollout_ref.actor.";
+  ActorSettings s;
+  read_ppo_role(c, "actor_rollout_ref.actor", a + "fsdp_config", s);
+  s.entropy_coeff = read<double>(c, a + "entropy_coeff");
+  s.use_kl_loss = read<bool>(c, a + "use_kl_loss");
+  s.kl_loss_coef = read<double>(c, a + "kl_loss_coef");
+  s.kl_loss_type = read<std::string>(c, a + "kl_loss_type");
+  s.loss_mode = read<std::string>(c, a + "policy_loss.loss_mode");
+  // verl: clip_ratio_low/high unset fall back to clip_ratio.
+  const std::optional<double> low = read_optional<double>(c, a + "clip_ratio_low");
+  const std::optional<double> high = read_optional<double>(c, a + "clip_ratio_high");
+  if (!low || !high) {
+    const double ratio = read<double>(c, a + "clip_ratio");
+    s.clip_ratio_low = low.value_or(ratio);
+    s.clip_ratio_high = high.value_or(ratio);
+  } else {
+    s.clip_ratio_low = *low;
+    s.clip_ratio_high = *high;
+  }
+  s.clip_ratio_c = read<double>(c, a + "clip_ratio_c");
+  s.clip_cov_ratio = read<double>(c, a + "policy_loss.clip_cov_ratio");
+  s.clip_cov_lb = read<double>(c, a + "policy_loss.clip_cov_lb");
+  s.clip_cov_ub = read<double>(c, a + "policy_loss.clip_cov_ub");
+  s.kl_cov_ratio = read<double>(c, a + "policy_loss.kl_cov_ratio");
+  s.ppo_kl_coef = read<double>(c, a + "policy_loss.ppo_kl_coef");
+  return s;
+}
+
+RolloutSettings rollout_at(const Config& c) {
+  const std::string r = "actor_rollout_ref.rollout.";
+  RolloutSettings s;
+  s.temperature = read<double>(c, r + "temperature");
+  s.top_k = read<int64_t>(c, r + "top_k");
+  s.top_p = read<double>(c, r + "top_p");
+  s.do_sample = read<bool>(c, r + "do_sample");
+  s.ignore_eos = read<bool>(c, r + "ignore_eos");
+  s.free_cache_engine = read<bool>(c, r + "free_cache_engine");
+  s.n = read<int64_t>(c, r + "n");
+  s.dtype = dtype_at(c, r + "dtype");
+  s.gpu_memory_utilization = read<double>(c, r + "gpu_memory_utilization");
+  s.block_size = read<int64_t>(c, r + "block_size");
+  s.max_num_seqs = read<int64_t>(c, r + "max_num_seqs");
+  s.max_num_batched_tokens = read<int64_t>(c, r + "max_num_batched_tokens");
+  s.log_prob_micro_batch_size_per_gpu =
+      std::max<int64_t>(1, read_optional<int64_t>(c, r + "log_prob_micro_batch_size_per_gpu").value_or(8));
+  s.val_do_sample = read<bool>(c, r + "val_kwargs.do_sample");
+  return s;
+}
+
+CriticSettings critic_at(const Config& c, bool used) {
+  CriticSettings s;
+  // critic.enable: a boolean decides; anything else (null) leaves it to the estimator.
+  if (c.at("critic.enable").is_boolean()) s.enable = c.get<bool>("critic.enable");
+  if (!used) return s;
+  read_ppo_role(c, "critic", "critic.model.fsdp_config", s);
+  s.model_path = read_optional<std::string>(c, "critic.model.path");
+  s.enable_gradient_checkpointing = read<bool>(c, "critic.model.enable_gradient_checkpointing");
+  s.cliprange_value = read<double>(c, "critic.cliprange_value");
+  return s;
+}
+
+AlgorithmSettings algorithm_at(const Config& c) {
+  AlgorithmSettings s;
+  s.adv_estimator = read<std::string>(c, "algorithm.adv_estimator");
+  s.gamma = read<double>(c, "algorithm.gamma");
+  s.lam = read<double>(c, "algorithm.lam");
+  s.norm_adv_by_std_in_grpo = read<bool>(c, "algorithm.norm_adv_by_std_in_grpo");
+  s.use_kl_in_reward = read<bool>(c, "algorithm.use_kl_in_reward");
+  s.kl_penalty = read<std::string>(c, "algorithm.kl_penalty");
+  s.kl_ctrl_type = read<std::string>(c, "algorithm.kl_ctrl.type");
+  s.kl_coef = read<double>(c, "algorithm.kl_ctrl.kl_coef");
+  s.target_kl = read<double>(c, "algorithm.kl_ctrl.target_kl");
+  s.horizon = read<double>(c, "algorithm.kl_ctrl.horizon");
+  return s;
+}
+
+TrainerSettings trainer_at(const Config& c) {
+  const std::string t = "trainer.";
+  TrainerSettings s;
+  s.device = read<std::string>(c, t + "device");
+  s.seed = read<int64_t>(c, t + "seed");
+  s.experiment_name = read<std::string>(c, t + "experiment_name");
+  s.default_local_dir = read<std::string>(c, t + "default_local_dir");
+  s.total_training_steps = read_optional<int64_t>(c, t + "total_training_steps");
+  if (!s.total_training_steps) s.total_epochs = read<int64_t>(c, t + "total_epochs");
+  s.zero_stage = read<int64_t>(c, t + "zero_stage");
+  s.max_actor_ckpt_to_keep = read_optional<int64_t>(c, t + "max_actor_ckpt_to_keep").value_or(0);
+  s.resume_mode = read<std::string>(c, t + "resume_mode");
+  s.resume_from_path = read_optional<std::string>(c, t + "resume_from_path").value_or("");
+  s.val_before_train = read<bool>(c, t + "val_before_train");
+  s.val_only = read<bool>(c, t + "val_only");
+  s.test_freq = read<int64_t>(c, t + "test_freq");
+  s.save_freq = read<int64_t>(c, t + "save_freq");
+  s.critic_warmup = read<int64_t>(c, t + "critic_warmup");
+  s.dist_timeout_s = read<double>(c, t + "dist_timeout_s");
+  return s;
+}
+
+SftSettings sft_at(const Config& c) {
+  SftSettings s;
+  s.enable = read<bool>(c, "sft.enable");
+  if (!s.enable) return s;
+  s.train_files = file_list(c, "sft.train_files");
+  s.response_key = read<std::string>(c, "sft.response_key");
+  s.total_steps = read<int64_t>(c, "sft.total_steps");
+  s.batch_size = read<int64_t>(c, "sft.batch_size");
+  s.micro_batch_size_per_gpu = read<int64_t>(c, "sft.micro_batch_size_per_gpu");
+  s.test_freq = read<int64_t>(c, "sft.test_freq");
+  s.seed = read<int64_t>(c, "sft.seed");
+  s.optim = optim_at(c, "sft.optim", "sft.optim.grad_clip");
+  s.optim.min_lr_ratio = read<double>(c, "sft.optim.min_lr_ratio");
+  return s;
+}
+
+PathSettings paths_at(const Config& c) {
+  PathSettings s;
+  const std::string fused = "verlpp.model.fused_training_projections";
+  const json& f = c.at(fused);
+  if (f.is_null()) s.forward.training_projections = model::TrainingProjections::kAuto;
+  else if (f.is_boolean()) s.forward.training_projections = f.get<bool>() ? model::TrainingProjections::kFused
+                                                                          : model::TrainingProjections::kSplit;
+  else throw Error(fused, fmt::format("{} is not true, false or null (null: fused on accelerators only)", f.dump()));
+  s.forward.attention.sdpa_gqa = read<bool>(c, "verlpp.model.sdpa_gqa");
+  s.device_graphs = read<bool>(c, "verlpp.rollout.device_graphs");
+  s.decode_overlap = read<bool>(c, "verlpp.rollout.decode_overlap");
+  s.rotary_attention = read<bool>(c, "verlpp.rollout.rotary_attention");
+  s.train_rotary_qkv = read<bool>(c, "verlpp.train.rotary_qkv");
+  s.kernel_streams = read<bool>(c, "verlpp.kernels.streams");
+  return s;
+}
+
+}  // namespace
+
+RunSettings parse_run_settings(const Config& config, int world_size, int ranks_per_node) {
+  config.validate(world_size, ranks_per_node);
+  RunSettings s;
+  s.data = data_at(config);
+  s.model = model_at(config);
+  s.actor = actor_at(config);
+  s.rollout = rollout_at(config);
+  s.algorithm = algorithm_at(config);
+  const bool enable_is_set = config.at("critic.enable").is_boolean();
+  const bool critic_used = enable_is_set ? config.get<bool>("critic.enable") : s.algorithm.adv_estimator == "gae";
+  s.critic = critic_at(config, critic_used);
+  s.trainer = trainer_at(config);
+  s.custom_reward.path = read_optional<std::string>(config, "custom_reward_function.path");
+  if (s.custom_reward.path) s.custom_reward.name = read<std::string>(config, "custom_reward_function.name");
+  s.sft = sft_at(config);
+  s.paths = paths_at(config);
+  return s;
+}
+
+}  // namespace verlpp::controller
