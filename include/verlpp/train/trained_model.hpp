@@ -100,11 +100,13 @@ class TrainedModel {
   // copy (an Error naming the file and tensor when it does not fit this model).
   void save_optimizer_state(const std::string& path) const;
   void load_optimizer_state(const std::string& path);
-  // A checkpoint folder: the model as a Hugging Face folder (save_pretrained, written by rank 0)
-  // and the optimizer state in it as kOptimizerStateFile (collective when sharded). Every rank
-  // calls save; the folder need exist on rank 0 only.
+  // A checkpoint folder `dir`: the model as a Hugging Face folder (save_pretrained; rank 0 creates
+  // and writes it) with the optimizer state in it as kOptimizerStateFile (gathered to rank 0 when
+  // sharded). Every rank calls save. updates() is not in it: the caller keeps the LR schedule's
+  // position (RlTrainer: trainer_state.json) and restores it with set_updates.
   void save(const std::string& dir, const model::SaveOptions& options = {}) const;
-  // Restores what save wrote: the master weights, the optimizer state, the compute copy.
+  // Restores what save wrote (every rank reads the whole folder): the master weights, the
+  // optimizer state, the compute copy.
   void load(const std::string& dir);
 
  private:
