@@ -2,7 +2,8 @@
 // with its own TCPStore connection, communicator and model replica): one actor update (two
 // optimizer steps) and one SFT step over 2 and 4 ranks give the parameters of the one-rank
 // update on the same global batch, every replica stays identical, and dispatch + gather
-// returns rows in the batch's order.
+// returns rows in the batch's order; a ZeRO-1 state or checkpoint folder saved by 2 ranks
+// resumes on 1.
 #include <ATen/core/grad_mode.h>
 #include <verlpp/controller/launcher.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -90,10 +92,13 @@ train::ActorConfig actor_config() {
   return c;
 }
 
-std::vector<at::Tensor> params_of(const model::DecoderLM& m) {
-  std::vector<at::Tensor> out;
-  for (const auto& [name, p] : m.named_parameters()) out.push_back(p.detach().clone());
-  return out;
+// The weights after two updates on `batch` by one rank, uninterrupted: what a resumed run must reach.
+std::vector<at::Tensor> two_updates_on_one_rank(const data::Batch& batch, const train::LrScheduleOptions& schedule) {
+  model::DecoderLM m = test::tiny_model(9);
+  train::Actor actor(m, actor_config(), train::LrSchedule(schedule));
+  actor.update_policy(batch);
+  actor.update_policy(batch);
+  return test::parameter_values(m);
 }
 
 double worst_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
@@ -135,8 +140,8 @@ TEST_CASE("data parallel: an actor update over N ranks equals the one-rank updat
   const data::Batch batch = make_batch(single);
   train::Actor reference(single, actor_config(), train::LrSchedule(schedule));
   const nlohmann::json ref_metrics = reference.update_policy(batch);
-  const std::vector<at::Tensor> expected = params_of(single);
-  REQUIRE(worst_diff(expected, params_of(test::tiny_model(9))) > lr * 0.5);  // the update moved the weights
+  const std::vector<at::Tensor> expected = test::parameter_values(single);
+  REQUIRE(worst_diff(expected, test::parameter_values(test::tiny_model(9))) > lr * 0.5);  // the update moved the weights
 
   for (int32_t world : {2, 4}) {
     std::vector<std::vector<at::Tensor>> replicas(static_cast<size_t>(world));
@@ -146,7 +151,7 @@ TEST_CASE("data parallel: an actor update over N ranks equals the one-rank updat
       train::Actor actor(m, actor_config(), train::LrSchedule(schedule));
       actor.set_data_parallel(dp);
       metrics[size_t(dp.rank())] = actor.update_policy(batch);
-      replicas[size_t(dp.rank())] = params_of(m);
+      replicas[size_t(dp.rank())] = test::parameter_values(m);
     });
     const double worst = worst_diff(replicas[0], expected);
     INFO(world << " ranks: worst |param - one-rank param| " << worst);
@@ -167,7 +172,7 @@ TEST_CASE("data parallel: an SFT step over N ranks equals the one-rank step", "[
   const data::Batch batch = make_batch(single);
   train::SftTrainer reference(single, cfg, train::LrSchedule(schedule));
   const double ref_loss = reference.train_step(batch)["sft/loss"].get<double>();
-  const std::vector<at::Tensor> expected = params_of(single);
+  const std::vector<at::Tensor> expected = test::parameter_values(single);
   for (int32_t world : {2, 4}) {
     std::vector<at::Tensor> rank0;
     double loss = 0;
@@ -177,7 +182,7 @@ TEST_CASE("data parallel: an SFT step over N ranks equals the one-rank step", "[
       sft.set_data_parallel(dp);
       const double l = sft.train_step(batch)["sft/loss"].get<double>();
       if (dp.rank() == 0) {
-        rank0 = params_of(m);
+        rank0 = test::parameter_values(m);
         loss = l;
       }
     });
@@ -214,7 +219,7 @@ TEST_CASE("data parallel: ZeRO-1 (sharded optimizer states) steps exactly as rep
         actor.set_data_parallel(dp, zero1);
         actor.update_policy(batch);
         actor.update_policy(batch);  // a second update: the moments carry over
-        (zero1 ? sharded : replicated)[size_t(dp.rank())] = params_of(m);
+        (zero1 ? sharded : replicated)[size_t(dp.rank())] = test::parameter_values(m);
         if (zero1) state_elements[size_t(dp.rank())] = actor.optimizer().state_elements();
         else if (dp.rank() == 0) total_elements = actor.optimizer().state_elements();
       });
@@ -236,13 +241,7 @@ TEST_CASE("data parallel: a ZeRO-1 optimizer state saved by 2 ranks resumes on 1
   const double lr = 1e-3;
   const train::LrScheduleOptions schedule{lr, "constant", 0, 1, 0.0, 0.5};
   const data::Batch batch = make_batch(test::tiny_model(9));
-  // One rank, uninterrupted: two updates.
-  model::DecoderLM straight = test::tiny_model(9);
-  {
-    train::Actor actor(straight, actor_config(), train::LrSchedule(schedule));
-    actor.update_policy(batch);
-    actor.update_policy(batch);
-  }
+  const std::vector<at::Tensor> straight = two_updates_on_one_rank(batch, schedule);
   // Two sharded ranks do the first update and save; one rank loads weights + state and goes on.
   const std::string path = "/tmp/verlpp-test-zero1-optimizer.safetensors";
   std::vector<at::Tensor> after_first;
@@ -252,7 +251,7 @@ TEST_CASE("data parallel: a ZeRO-1 optimizer state saved by 2 ranks resumes on 1
     actor.set_data_parallel(dp, /*shard_optimizer=*/true);
     actor.update_policy(batch);
     actor.save_state(path);  // collective; rank 0 writes
-    if (dp.rank() == 0) after_first = params_of(m);
+    if (dp.rank() == 0) after_first = test::parameter_values(m);
   });
   model::DecoderLM resumed = test::tiny_model(9);
   {
@@ -264,9 +263,37 @@ TEST_CASE("data parallel: a ZeRO-1 optimizer state saved by 2 ranks resumes on 1
   actor.load_state(path);
   actor.set_updates(1);
   actor.update_policy(batch);
-  const double worst = worst_diff(params_of(resumed), params_of(straight));
+  const double worst = worst_diff(test::parameter_values(resumed), straight);
   INFO("worst |resumed - uninterrupted| " << worst);
   CHECK(worst < lr * 1e-3);
+}
+
+
+// TrainedModel::save as a checkpoint does it: every rank calls it, rank 0 writes the HF folder
+// and gathers the sharded optimizer state; TrainedModel::load on one rank restores both.
+TEST_CASE("data parallel: a checkpoint folder saved by 2 ZeRO-1 ranks resumes on 1 rank", "[dp][zero]") {
+  const double lr = 1e-3;
+  const train::LrScheduleOptions schedule{lr, "constant", 0, 1, 0.0, 0.5};
+  const data::Batch batch = make_batch(test::tiny_model(9));
+  const std::vector<at::Tensor> straight = two_updates_on_one_rank(batch, schedule);
+  const std::string dir = "/tmp/verlpp-test-zero1-checkpoint-" + std::to_string(getpid());
+  REQUIRE(std::system(("rm -rf " + dir).c_str()) == 0);
+  run_ranks(2, [&](const train::DataParallel& dp) {
+    model::DecoderLM m = test::tiny_model(9);
+    train::Actor actor(m, actor_config(), train::LrSchedule(schedule));
+    actor.set_data_parallel(dp, /*shard_optimizer=*/true);
+    actor.update_policy(batch);
+    actor.trained_model().save(dir);
+  });
+  model::DecoderLM resumed = test::tiny_model(21);  // other weights: the folder must replace them
+  train::Actor actor(resumed, actor_config(), train::LrSchedule(schedule));
+  actor.trained_model().load(dir);
+  actor.set_updates(1);
+  actor.update_policy(batch);
+  const double worst = worst_diff(test::parameter_values(resumed), straight);
+  INFO("worst |resumed - uninterrupted| " << worst);
+  CHECK(worst < lr * 1e-3);
+  CHECK(std::system(("rm -rf " + dir).c_str()) == 0);
 }
 
 

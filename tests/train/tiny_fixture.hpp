@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace verlpp::test {
 
@@ -21,6 +22,13 @@ inline model::DecoderLM tiny_model(uint64_t seed) {
   model::DecoderLM m(model::load_model_config(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json"));
   m.init_weights(seed);
   return m;
+}
+
+// Copies of every parameter's values, in named_parameters() order.
+inline std::vector<at::Tensor> parameter_values(const model::DecoderLM& m) {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, p] : m.named_parameters()) out.push_back(p.detach().clone());
+  return out;
 }
 
 // An RL-layout batch of random tokens ([left-padded prompt | right-padded response], as

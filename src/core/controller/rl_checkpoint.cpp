@@ -25,18 +25,11 @@ void save_checkpoint(RlTrainer::State& s) {
   const int64_t step = s.global_step;
   const bool writer = s.is_writer();
   const std::string tmp = writer ? s.checkpoints->begin(step) : std::string();
-  auto optimizer_state = [&](const std::string& role, const auto& trainer) {
-    if (writer || trainer.optimizer().is_sharded()) trainer.save_state(files::join(tmp, role + "/optimizer.safetensors"));
-  };
   try {
     model::SaveOptions options;
     options.source_dir = s.model_path;  // tokenizer files and generation_config.json travel along
-    if (writer) model::save_pretrained(*s.actor_model, files::join(tmp, "actor"), options);
-    optimizer_state("actor", *s.actor);
-    if (s.critic) {
-      if (writer) model::save_pretrained(*s.critic_model, files::join(tmp, "critic"), options);
-      optimizer_state("critic", *s.critic);
-    }
+    s.actor->trained_model().save(files::join(tmp, "actor"), options);  // every rank: collective when sharded
+    if (s.critic) s.critic->trained_model().save(files::join(tmp, "critic"), options);
     if (writer) {
       json state = {{"global_step", step},
                     {"dataloader", s.loader->state()},
@@ -75,7 +68,6 @@ int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder) {
                                         state.value("estimator", ""), s.estimator));
   {
     at::NoGradGuard no_grad;
-    model::load_weights(*s.actor_model, files::join(folder, "actor"));
     // The reference is the policy RL started from: the SFT warm start's result when there was one.
     const std::string sft_model = files::join(s.run_dir, "sft_model");
     if (s.ref_model && s.settings.sft.enable) {
@@ -83,12 +75,11 @@ int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder) {
         throw Error(folder, fmt::format("sft.enable is set but {} (the reference policy) is missing", sft_model));
       model::load_weights(*s.ref_model, sft_model);
     }
-    if (s.critic) model::load_weights(*s.critic_model, files::join(folder, "critic"));
   }
-  s.actor->load_state(files::join(folder, "actor/optimizer.safetensors"));
+  s.actor->trained_model().load(files::join(folder, "actor"));  // weights + optimizer state
   s.actor->set_updates(state.at("actor_updates").get<int64_t>());
   if (s.critic) {
-    s.critic->load_state(files::join(folder, "critic/optimizer.safetensors"));
+    s.critic->trained_model().load(files::join(folder, "critic"));
     s.critic->set_updates(state.at("critic_updates").get<int64_t>());
   }
   s.loader->load_state(state.at("dataloader"));

@@ -105,7 +105,7 @@ void build_actor(RlTrainer::State& s) {
   // them (its default) the logits stay alive until the backward, here in the compute dtype.
   ac.logits_in_backward = m.use_fused_kernels ? train::LogitsInBackward::kRecompute : train::LogitsInBackward::kKeep;
   ac.log_prob_chunk_rows = s.settings.rollout.log_prob_micro_batch_size_per_gpu;
-  // MERGE(train rotary switch): ac.<rotary_qkv option> = s.settings.paths.train_rotary_qkv, once the trainer takes it.
+  ac.rotate_qkv = s.settings.paths.train_rotary_qkv;
   s.actor = std::make_unique<train::Actor>(*s.actor_model, ac, schedule_of(a.optim, s.total_steps));
 }
 

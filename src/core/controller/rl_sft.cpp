@@ -40,6 +40,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   config.optim = adamw_of(sft.optim);
   config.param_dtype = s.actor->config().param_dtype;  // SFT trains the actor, in its compute dtype
   config.kernels = s.actor->config().kernels;
+  config.rotate_qkv = s.actor->config().rotate_qkv;
   train::SftTrainer trainer(*s.actor_model, config, train::LrSchedule(lr));
   trainer.set_data_parallel(s.dp, s.settings.trainer.zero_stage == 1);
 

@@ -173,7 +173,8 @@ void compute_reference_log_prob(RlTrainer::State& s, Batch& batch) {
               return train::response_log_probs(*s.ref_model, rows.tensor("input_ids"), rows.tensor("attention_mask"),
                                                rows.tensor("position_ids"), s.response_length, s.actor->config().temperature,
                                                false, s.actor->config().log_prob_chunk_rows, s.actor->config().remove_padding,
-                                               s.actor->config().kernels)
+                                               s.actor->config().kernels, train::LogitsInBackward::kKeep,
+                                               s.actor->config().rotate_qkv)
                   .log_probs;
             }));
 }

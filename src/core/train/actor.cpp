@@ -6,7 +6,6 @@
 #include <verlpp/algo/kl.hpp>
 #include <verlpp/algo/policy_loss.hpp>
 #include <verlpp/core/error.hpp>
-#include <verlpp/train/parameters.hpp>
 #include <verlpp/train/partition.hpp>
 
 #include "device_sums.hpp"
@@ -27,43 +26,35 @@ std::vector<data::Batch> micro_batches(const data::Batch& mini, bool dynamic, in
 }
 
 Actor::Actor(model::DecoderLM& model, ActorConfig config, LrSchedule schedule)
-    : model_(model), config_(std::move(config)), precision_(model_, config_.param_dtype) {
+    : TrainingRole(model, config, std::move(schedule)), config_(std::move(config)) {
   VERLPP_CHECK(config_.ppo_mini_batch_size >= 1, "ppo_mini_batch_size {} must be >= 1", config_.ppo_mini_batch_size);
   VERLPP_CHECK(config_.use_dynamic_bsz || (config_.ppo_micro_batch_size >= 1 &&
                                            config_.ppo_mini_batch_size % config_.ppo_micro_batch_size == 0),
                "ppo_micro_batch_size {} must divide ppo_mini_batch_size {}", config_.ppo_micro_batch_size,
                config_.ppo_mini_batch_size);
   VERLPP_CHECK(config_.ppo_epochs >= 1, "ppo_epochs {} must be >= 1", config_.ppo_epochs);
-  model_.set_requires_grad(true);
-  params_ = parameter_tensors(model_);
-  optimizer_ = std::make_unique<OptimizerStep>(params_, config_.optim, std::move(schedule));
-  optimizer_->use_kernels(config_.kernels);
 }
 
 Actor::~Actor() = default;
 
 ResponseLogProbs Actor::compute_log_prob(const data::Batch& batch, bool with_entropy) const {
   at::NoGradGuard no_grad;
-  return response_log_probs(precision_.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"), batch.tensor("position_ids"),
-                            batch.tensor("responses").size(1), config_.temperature, with_entropy, config_.log_prob_chunk_rows,
-                            config_.remove_padding, config_.kernels,
-                                              config_.logits_in_backward);
+  return response_log_probs(trained_.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"),
+                            batch.tensor("position_ids"), batch.tensor("responses").size(1), config_.temperature, with_entropy,
+                            config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels, config_.logits_in_backward, config_.rotate_qkv);
 }
 
 nlohmann::json Actor::update_policy(const data::Batch& batch) {
   const int64_t rows = batch.size();
   VERLPP_CHECK(rows % config_.ppo_mini_batch_size == 0, "the batch of {} sequences is not a multiple of ppo_mini_batch_size {}",
                rows, config_.ppo_mini_batch_size);
-  const double lr = optimizer_->set_lr_for_update(updates_);
+  const double lr = trained_.begin_update();
   // Per-micro-batch metrics, summed on the device: pg_loss, pg_clipfrac, ppo_kl, clipfrac_lower,
   // kl_loss, entropy.
   enum Metric : size_t { kPgLoss, kClipfrac, kPpoKl, kLower, kKlLoss, kEntropy, kMetrics };
   detail::DeviceSums device_sums(kMetrics);
-  double grad_norm_sum = 0;
-  int64_t micro_count = 0, steps_taken = 0;
+  int64_t micro_count = 0;
   const int64_t response_length = batch.tensor("responses").size(1);
-  // 16-bit gradients straight into the plugin's AdamW, unless a data-parallel sum needs fp32 ones.
-  precision_.defer_casts(optimizer_->updates_through_plugin() && !dp_.is_distributed());
   for (int64_t epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
     for (const data::Batch& mini : batch.split(config_.ppo_mini_batch_size)) {
       // Global numbers of this mini-batch, so each micro-batch's loss is its exact share.
@@ -71,15 +62,15 @@ nlohmann::json Actor::update_policy(const data::Batch& batch) {
       algo::AggLossOptions agg = config_.policy.agg;
       agg.batch_num_tokens = mask.sum().item<double>();
       agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
-      const data::Batch local = dp_.local_rows(mini);
+      const data::Batch local = trained_.data_parallel().local_rows(mini);
       const auto micros = micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len);
-      optimizer_->zero_grad();
+      trained_.zero_grad();
       for (const data::Batch& micro : micros) {
         const bool need_entropy = config_.entropy_coeff != 0.0;
-        ResponseLogProbs out = response_log_probs(precision_.compute(), micro.tensor("input_ids"), micro.tensor("attention_mask"),
+        ResponseLogProbs out = response_log_probs(trained_.compute(), micro.tensor("input_ids"), micro.tensor("attention_mask"),
                                                   micro.tensor("position_ids"), response_length, config_.temperature,
-                                                  need_entropy, config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels,
-                                              config_.logits_in_backward);
+                                                  need_entropy, config_.log_prob_chunk_rows, config_.remove_padding,
+                                                  config_.kernels, config_.logits_in_backward, config_.rotate_qkv);
         const at::Tensor m = micro.tensor("response_mask");
         algo::PolicyLossConfig policy = config_.policy;
         policy.agg = agg;
@@ -97,47 +88,31 @@ nlohmann::json Actor::update_policy(const data::Batch& batch) {
           loss = loss.add(kl_loss.mul(config_.kl_loss_coef));
           device_sums.add(kKlLoss, kl_loss);
         }
-        loss.backward();
-        precision_.accumulate_gradients();
+        trained_.backward(loss);
         device_sums.add(kPgLoss, pg.loss);
         device_sums.add(kClipfrac, pg.clipfrac);
         device_sums.add(kPpoKl, pg.ppo_kl);
         device_sums.add(kLower, pg.clipfrac_lower);
         ++micro_count;
       }
-      dp_.all_reduce_gradients(params_);
-      const double grad_norm = optimizer_->clip_and_step(precision_);
-      if (!optimizer_->last_step_skipped()) {
-        ++steps_taken;
-        grad_norm_sum += grad_norm;
-      }
+      trained_.step();
     }
   }
-  ++updates_;
-  // With data parallelism: sums over every rank's micro-batches (the same on every rank).
-  std::vector<double> sums = device_sums.values();
-  sums.push_back(double(micro_count));
-  dp_.all_reduce_sum(sums);
-  const double pg_loss_sum = sums[kPgLoss], clipfrac_sum = sums[kClipfrac], ppo_kl_sum = sums[kPpoKl];
-  const double lower_sum = sums[kLower], kl_loss_sum = sums[kKlLoss], entropy_sum = sums[kEntropy];
-  micro_count = int64_t(sums[kMetrics]);
-  const double per_micro = double(std::max<int64_t>(micro_count, 1));
-  nlohmann::json metrics = {{"actor/pg_loss", pg_loss_sum / per_micro},   {"actor/pg_clipfrac", clipfrac_sum / per_micro},
-                            {"actor/ppo_kl", ppo_kl_sum / per_micro},     {"actor/pg_clipfrac_lower", lower_sum / per_micro},
-                            {"actor/grad_norm", grad_norm_sum / double(std::max<int64_t>(steps_taken, 1))},
-                            {"actor/lr", lr},                              {"actor/skipped_steps", optimizer_->skipped()}};
-  if (config_.entropy_coeff != 0.0) metrics["actor/entropy"] = entropy_sum / per_micro;
+  // With data parallelism: means over every rank's micro-batches (the same on every rank).
+  const std::vector<double> mean = detail::micro_batch_means(device_sums, micro_count, trained_.data_parallel());
+  nlohmann::json metrics = {{"actor/pg_loss", mean[kPgLoss]},
+                            {"actor/pg_clipfrac", mean[kClipfrac]},
+                            {"actor/ppo_kl", mean[kPpoKl]},
+                            {"actor/pg_clipfrac_lower", mean[kLower]},
+                            {"actor/grad_norm", trained_.mean_grad_norm()},
+                            {"actor/lr", lr},
+                            {"actor/skipped_steps", trained_.skipped_steps()}};
+  if (config_.entropy_coeff != 0.0) metrics["actor/entropy"] = mean[kEntropy];
   if (config_.use_kl_loss) {
-    metrics["actor/kl_loss"] = kl_loss_sum / per_micro;
+    metrics["actor/kl_loss"] = mean[kKlLoss];
     metrics["actor/kl_coef"] = config_.kl_loss_coef;
   }
   return metrics;
-}
-
-void Actor::save_state(const std::string& path) const { optimizer_->save_state(path, parameter_names(model_)); }
-void Actor::load_state(const std::string& path) {
-  optimizer_->load_state(path, parameter_names(model_));
-  precision_.refresh_compute();  // the caller may have loaded new master weights too
 }
 
 }  // namespace verlpp::train

@@ -1,8 +1,13 @@
+// DeviceSums: adds on the device, one read-back (see the header).
 #include "device_sums.hpp"
+
+#include <verlpp/train/data_parallel.hpp>
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
+
+#include <algorithm>
 
 namespace verlpp::train::detail {
 
@@ -23,6 +28,16 @@ std::vector<double> DeviceSums::values() const {
   const at::Tensor host = at::stack(parts).to(at::kCPU).contiguous();
   const double* v = host.data_ptr<double>();
   return std::vector<double>(v, v + host.numel());
+}
+
+std::vector<double> micro_batch_means(const DeviceSums& sums, int64_t micro_batches, const DataParallel& dp) {
+  std::vector<double> values = sums.values();
+  values.push_back(double(micro_batches));
+  dp.all_reduce_sum(values);
+  const double count = std::max(values.back(), 1.0);
+  values.pop_back();
+  for (double& v : values) v /= count;
+  return values;
 }
 
 }  // namespace verlpp::train::detail

@@ -8,7 +8,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
+
+namespace verlpp::train {
+class DataParallel;
+}
 
 namespace verlpp::train::detail {
 
@@ -23,5 +28,10 @@ class DeviceSums {
  private:
   std::vector<at::Tensor> sums_;
 };
+
+// Each sum of `sums` (one term per micro-batch, `micro_batches` of them on this rank) divided by
+// the number of micro-batches, both summed over dp's ranks first: the mean over every rank's
+// micro-batches, the same on every rank (the same on one rank as the plain mean).
+std::vector<double> micro_batch_means(const DeviceSums& sums, int64_t micro_batches, const DataParallel& dp);
 
 }  // namespace verlpp::train::detail

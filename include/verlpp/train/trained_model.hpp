@@ -1,0 +1,128 @@
+// TrainedModel: a model under training, the part Actor, Critic and SftTrainer have in common. It
+// owns the precision (fp32 masters, a 16-bit compute copy), the optimizer step (AdamW, clipping,
+// the LR schedule; a plugin's adamw_update; ZeRO-1 state), the data-parallel gradient sum and the
+// checkpoint files, and runs an update's fixed sequence: backward → fp32 accumulation → sum over
+// ranks → clip and step → compute copy refreshed. Its owner keeps only its loss and its loops.
+// The compute copy's tensors are never replaced, only written: a rollout engine may hold them.
+#pragma once
+
+#include <verlpp/model/checkpoint.hpp>
+#include <verlpp/model/decoder.hpp>
+#include <verlpp/train/data_parallel.hpp>
+#include <verlpp/train/lr_schedule.hpp>
+#include <verlpp/train/mixed_precision.hpp>
+#include <verlpp/train/optimizer.hpp>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace verlpp::hw {
+class Kernels;
+}
+
+namespace verlpp::train {
+
+// What every trained model is set up with; ActorConfig, CriticConfig and SftConfig extend it.
+struct TrainedModelOptions {
+  AdamWConfig optim;  // weight decay, betas, eps, grad_clip
+  // fsdp_config.mixed_precision.param_dtype: the dtype forwards and backwards run in; the model's
+  // own (fp32) weights stay the optimizer's masters (mixed_precision.hpp).
+  at::ScalarType param_dtype = at::kFloat;
+  // A plugin's kernels, or null for LibTorch's paths: the optimizer step takes its adamw_update
+  // (ABI 1.4) where it can (OptimizerStep::use_kernels), and the owner may pass them to its
+  // passes (the LM-head log-probs, logprob.hpp). Not owned; must outlive the trained model.
+  const hw::Kernels* kernels = nullptr;
+  // With kernels: RoPE of the training forwards through rotary_kv_store where offered (q/k/v
+  // read strided from the fused projection); false takes rotary_embedding on copies
+  // (verlpp.train.rotary_qkv).
+  bool rotate_qkv = true;
+};
+
+class TrainedModel {
+ public:
+  // The optimizer state file that save() writes beside the model's weights.
+  static constexpr const char* kOptimizerStateFile = "optimizer.safetensors";
+
+  // Trains `model`'s parameters (fp32) in place: `model` must outlive this object, which turns on
+  // its requires_grad. A 16-bit options.param_dtype makes the compute copy here, once; the
+  // schedule gives the LR of each update.
+  TrainedModel(model::DecoderLM& model, const TrainedModelOptions& options, LrSchedule schedule);
+  ~TrainedModel();
+  TrainedModel(const TrainedModel&) = delete;
+  TrainedModel& operator=(const TrainedModel&) = delete;
+
+  // --- the model ---
+  // The trained model: its weights are the fp32 masters the optimizer steps.
+  model::DecoderLM& master() { return master_; }
+  const model::DecoderLM& master() const { return master_; }
+  // The model forwards and backwards run on: the master itself, or its compute copy, which always
+  // holds the latest weights cast (a rollout engine of that dtype can share its tensors: steps
+  // write into them in place).
+  const model::DecoderLM& compute() const { return precision_.compute(); }
+  // Casts the master weights into the compute copy again, after they changed outside step().
+  void refresh_compute() { precision_.refresh_compute(); }
+  const hw::Kernels* kernels() const { return kernels_; }
+
+  // --- data parallelism ---
+  // From now on each step sums the gradients over dp's ranks first; the owner splits its rows
+  // (DataParallel::local_rows) and sums its metrics. With `shard_optimizer` (ZeRO-1) each rank
+  // keeps the AdamW state of its own parameters only (OptimizerStep::shard), and saving and
+  // loading the optimizer state become collective. Call before the first step.
+  void set_data_parallel(DataParallel dp, bool shard_optimizer = false);
+  const DataParallel& data_parallel() const { return dp_; }
+
+  // --- one update: begin_update(), then per optimizer step zero_grad(), backward() of each
+  // micro-batch's loss, step() ---
+  // Starts update number updates() and counts it: sets its LR (returned) and forgets the
+  // gradient norms of the previous update.
+  double begin_update();
+  void zero_grad() { optimizer_.zero_grad(); }
+  // loss.backward() on the compute model, then its gradients added into the masters' fp32 ones
+  // (or, for a single backward stepped by the plugin, kept in 16 bits for the kernel).
+  void backward(const at::Tensor& loss);
+  // Sums the gradients over the ranks, clips, steps (skipped when the norm is not finite) and
+  // refreshes the compute copy. Returns the norm before clipping.
+  double step();
+  bool last_step_skipped() const { return optimizer_.last_step_skipped(); }
+  // The mean norm of the steps taken (not skipped) since begin_update(); 0 when none was.
+  double mean_grad_norm() const { return norm_sum_ / double(steps_in_update_ > 0 ? steps_in_update_ : 1); }
+
+  // --- counters ---
+  const OptimizerStep& optimizer() const { return optimizer_; }
+  int64_t steps() const { return optimizer_.steps(); }
+  int64_t skipped_steps() const { return optimizer_.skipped(); }
+  // Updates begun so far (the LR schedule's position), and restoring it on resume.
+  int64_t updates() const { return updates_; }
+  void set_updates(int64_t updates) { updates_ = updates; }
+
+  // --- files ---
+  // The optimizer's state as one .safetensors file (OptimizerStep::save_state, the parameters
+  // named as the model names them); load_optimizer_state restores it and refreshes the compute
+  // copy (an Error naming the file and tensor when it does not fit this model).
+  void save_optimizer_state(const std::string& path) const;
+  void load_optimizer_state(const std::string& path);
+  // A checkpoint folder `dir`: the model as a Hugging Face folder (save_pretrained; rank 0 creates
+  // and writes it) with the optimizer state in it as kOptimizerStateFile (gathered to rank 0 when
+  // sharded). Every rank calls save. updates() is not in it: the caller keeps the LR schedule's
+  // position (RlTrainer: trainer_state.json) and restores it with set_updates.
+  void save(const std::string& dir, const model::SaveOptions& options = {}) const;
+  // Restores what save wrote (every rank reads the whole folder): the master weights, the
+  // optimizer state, the compute copy.
+  void load(const std::string& dir);
+
+ private:
+  model::DecoderLM& master_;
+  MixedPrecision precision_;
+  std::vector<at::Tensor> params_;  // the master's parameters, as the optimizer and the all-reduce see them
+  OptimizerStep optimizer_;
+  const hw::Kernels* kernels_ = nullptr;
+  DataParallel dp_;
+  int64_t updates_ = 0;
+  double norm_sum_ = 0;          // over this update's steps taken
+  int64_t steps_in_update_ = 0;  // steps taken (not skipped) in this update
+};
+
+}  // namespace verlpp::train
