@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's figures in one GPU lease, side by side (docs/benchmarks.md): builds verlpp, the cuda
+# Issue 7's figures in one run on a GPU host, side by side (docs/benchmarks.md): builds verlpp, the cuda
 # plugin and the benchmark binaries against the PyTorch wheel's LibTorch (scripts/gpu_check.sh's
 # recipe), checks the cuda plugin's kernels (conformance, no communicator), then runs
 #   train:   verlpp-bench-train (bf16 mixed precision, and fp32) beside hf_train_step.py
@@ -13,7 +13,8 @@
 # At most 8 files under $OUT (the device tool brings back 8): summary.txt, build.log,
 # conformance.txt, train.jsonl, rollout.jsonl, and grpo_step.{json,log} with E2E=1.
 #   OUT=/somewhere bash benchmarks/run_gpu_perf.sh     # .offline-deps beside it (docs/building.md)
-# Variables: STAGES (default "conformance train rollout"; also profile, tests, attn, sample, gemm), E2E=1,
+# Variables: STAGES (default "conformance train rollout"; also profile, tests, and attn, sample, gemm:
+# the kernel microbenchmarks and the GEMM experiment, CMake targets of the same build), E2E=1,
 # HF=0, FP32=1 (train in fp32 too), TRAIN_LIBTORCH=0 (no bf16 run on LibTorch's ops), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, TRAIN_ENVS, PROFILE_ENVS
 # (environment settings to compare, e.g. "VERLPP_CUDA_PDL=0 -"; the benches' own switches as VERLPP_BENCH_*, e.g.
 # VERLPP_BENCH_DECODE_OVERLAP=0, VERLPP_BENCH_SDPA_GQA=0: see their --help), PROFILE_TRAIN=0 (no training trace), STREAM_CHECK=0,
@@ -157,55 +158,56 @@ if [[ " $STAGES " == *" tests "* ]]; then
   tail -8 /tmp/early_tests.txt | tee -a "$OUT/summary.txt"
 fi
 
-# The decode attention kernels in isolation (benchmarks/kernels/attention_decode_bench.cu, built with
-# nvcc beside the plugin's two attention files): a check against fp64 CPU loops, then the
+# The kernel microbenchmarks (benchmarks/kernels/) and the GEMM experiment (experiments/gemm_mma/)
+# are CMake targets of this build tree, built with the cuda plugin; each stage builds its own
+# (nothing when up to date). build_target TARGET...: builds them, or reports the failure.
+build_target() {
+  cmake --build "$BUILD_DIR" -j "$JOBS" --target "$@" >> "$OUT/build.log" 2>&1 && return 0
+  echo "build of $* failed:" | tee -a "$OUT/summary.txt"
+  grep -E "error|FAILED" "$OUT/build.log" | tail -5 | tee -a "$OUT/summary.txt"
+  return 1
+}
+# The decode attention kernels in isolation (verlpp-bench-attention-decode,
+# benchmarks/kernels/attention_decode_bench.cu): a check against fp64 CPU loops, then the
 # tensor-core launcher vs the CUDA-core one per call, eager and in a CUDA graph.
 if [[ " $STAGES " == *" attn "* ]]; then
-  step "paged attention decode microbench (tensor cores vs CUDA cores; benchmarks/kernels/attention_decode_bench.cu)"
-  if nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include benchmarks/kernels/attention_decode_bench.cu \
-       plugins/cuda/attention_kernel.cu plugins/cuda/attention_mma_kernel.cu plugins/cuda/workspace_pool.cpp \
-       -o /tmp/attention_decode_bench > /tmp/attn_build.log 2>&1; then
-    for mode in check time; do timeout 150 /tmp/attention_decode_bench $mode 2>&1 | tail -45 | tee -a "$OUT/summary.txt"; done
-  else
-    tail -5 /tmp/attn_build.log | tee -a "$OUT/summary.txt"
+  step "paged attention decode microbench (tensor cores vs CUDA cores; verlpp-bench-attention-decode)"
+  if build_target verlpp-bench-attention-decode; then
+    for mode in check time; do timeout 150 "$BIN/verlpp-bench-attention-decode" $mode 2>&1 | tail -45 | tee -a "$OUT/summary.txt"; done
   fi
 fi
-# The sampler in isolation (benchmarks/kernels/sample_bench.cu, built with nvcc beside the plugin's
-# sample_kernel.cu): a check against fp64 CPU loops, then per call at V = 151,936, eager and in a
-# CUDA graph. SAMPLE_BASELINE=<commit>: the same bench also built against that commit's
-# sample_kernel.cu and timed, for a before/after table.
+# The sampler in isolation (verlpp-bench-sample, benchmarks/kernels/sample_bench.cu): a check
+# against fp64 CPU loops, then per call at V = 151,936, eager and in a CUDA graph.
+# SAMPLE_BASELINE=<commit>: the same bench also built against that commit's sample_kernel.cu
+# (the target verlpp-bench-sample-baseline, configured for this stage only) and timed, for a
+# before/after table.
 if [[ " $STAGES " == *" sample "* ]]; then
-  step "sample microbench (benchmarks/kernels/sample_bench.cu)"
-  if nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include benchmarks/kernels/sample_bench.cu \
-       plugins/cuda/sample_kernel.cu plugins/cuda/workspace_pool.cpp -o /tmp/sample_bench > /tmp/sample_build.log 2>&1; then
-    for mode in check time; do timeout 200 /tmp/sample_bench $mode 2>&1 | tail -45 | tee -a "$OUT/summary.txt"; done
-  else
-    tail -5 /tmp/sample_build.log | tee -a "$OUT/summary.txt"
+  step "sample microbench (verlpp-bench-sample)"
+  if build_target verlpp-bench-sample; then
+    for mode in check time; do timeout 200 "$BIN/verlpp-bench-sample" $mode 2>&1 | tail -45 | tee -a "$OUT/summary.txt"; done
   fi
   if [ -n "${SAMPLE_BASELINE:-}" ]; then
     step "sample microbench timing, sample_kernel.cu of $SAMPLE_BASELINE"
-    if git -c safe.directory='*' show "$SAMPLE_BASELINE:plugins/cuda/sample_kernel.cu" > /tmp/sample_kernel_baseline.cu &&
-       nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include benchmarks/kernels/sample_bench.cu \
-         /tmp/sample_kernel_baseline.cu plugins/cuda/workspace_pool.cpp -o /tmp/sample_bench_baseline > /tmp/sample_build.log 2>&1; then
-      timeout 200 /tmp/sample_bench_baseline time 2>&1 | tail -15 | tee -a "$OUT/summary.txt"
+    baseline=$BUILD_DIR/sample_kernel_baseline.cu
+    if git -c safe.directory='*' show "$SAMPLE_BASELINE:plugins/cuda/sample_kernel.cu" > "$baseline" &&
+       cmake -S . -B "$BUILD_DIR" -DVERLPP_SAMPLE_BENCH_BASELINE="$baseline" >> "$OUT/build.log" 2>&1 &&
+       build_target verlpp-bench-sample-baseline; then
+      timeout 200 "$BIN/verlpp-bench-sample-baseline" time 2>&1 | tail -15 | tee -a "$OUT/summary.txt"
     else
-      tail -5 /tmp/sample_build.log | tee -a "$OUT/summary.txt"
+      echo "baseline $SAMPLE_BASELINE: not built" | tee -a "$OUT/summary.txt"
     fi
+    cmake -S . -B "$BUILD_DIR" -DVERLPP_SAMPLE_BENCH_BASELINE= >> "$OUT/build.log" 2>&1  # the target goes again
   fi
 fi
 
-# The decode GEMMs in isolation (benchmarks/kernels/gemm_bench.cu, built with nvcc beside the
-# experiment gemm_mma_experiment.cu, not part of the plugin): a check of every configuration against fp64 loops, then cuBLAS vs
-# each configuration per layer call in a CUDA graph (GEMM_ROWS: the row counts timed).
+# The decode-GEMM experiment (verlpp-gemm-mma-experiment, experiments/gemm_mma/; not part of the
+# plugin): a check of every configuration against fp64 loops, then cuBLAS vs each configuration
+# per layer call in a CUDA graph (GEMM_ROWS: the row counts timed).
 if [[ " $STAGES " == *" gemm "* ]]; then
-  step "decode GEMM microbench (benchmarks/kernels/gemm_bench.cu)"
-  if nvcc -std=c++17 -O3 -arch=sm_90 -Iplugins/cuda -Iplugin_sdk/include benchmarks/kernels/gemm_bench.cu \
-       benchmarks/kernels/gemm_mma_experiment.cu plugins/cuda/rms_norm_kernels.cu plugins/cuda/swiglu_kernels.cu \
-       plugins/cuda/workspace_pool.cpp -lcublas -o /tmp/gemm_bench > /tmp/gemm_build.log 2>&1; then
-    timeout 120 /tmp/gemm_bench check 2>&1 | tail -3 | tee -a "$OUT/summary.txt"
-    ROWS=${GEMM_ROWS:-256} timeout 120 /tmp/gemm_bench time 2>&1 | tail -60 | tee -a "$OUT/summary.txt"
-  else
-    tail -5 /tmp/gemm_build.log | tee -a "$OUT/summary.txt"
+  step "decode GEMM experiment beside cuBLAS (verlpp-gemm-mma-experiment)"
+  if build_target verlpp-gemm-mma-experiment; then
+    timeout 120 "$BIN/verlpp-gemm-mma-experiment" check 2>&1 | tail -3 | tee -a "$OUT/summary.txt"
+    ROWS=${GEMM_ROWS:-256} timeout 120 "$BIN/verlpp-gemm-mma-experiment" time 2>&1 | tail -60 | tee -a "$OUT/summary.txt"
   fi
 fi
 

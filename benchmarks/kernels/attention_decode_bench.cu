@@ -1,11 +1,12 @@
 // The cuda plugin's paged decode attention in isolation: the tensor-core launcher
 // (launch_paged_attention_decode, attention_mma_kernel.cu) beside the CUDA-core one it falls
 // back to (launch_paged_attention_decode_simt, attention_kernel.cu), called directly (no host,
-// no plugin ABI), built with nvcc by benchmarks/run_gpu_perf.sh's stage `attn`:
-//   attention_decode_bench check   both against plain fp64 CPU loops (exit 1 on failure)
-//   attention_decode_bench [time]  per call, eager and in a CUDA graph of 24 calls, old vs new
+// no plugin ABI); the CMake target verlpp-bench-attention-decode, run by
+// benchmarks/run_gpu_perf.sh's stage `attn`:
+//   check    both against plain fp64 CPU loops (exit 1 on failure)
+//   [time]   per call, eager and in a CUDA graph of 24 calls, old vs new
 // Env: SHAPES="B:ctx,B:ctx" ('r' after ctx: ragged lengths) overrides the timing shapes.
-// Written for the seventh session's kernel (docs/benchmarks.md has its figures).
+// Written for the tensor-core decode attention of 2026-11-30 (its figures: docs/benchmarks-log.md).
 #include "bench_timing.cuh"
 #include "kernels.hpp"
 

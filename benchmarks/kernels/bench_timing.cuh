@@ -1,7 +1,7 @@
-// What the standalone kernel microbenchmarks (attention_decode_bench.cu, sample_bench.cu) share:
-// the abort-on-error check, the synthetic "roughly normal" inputs, and per-call timing of a
-// launch eagerly and replayed from a CUDA graph. Built by nvcc only (run_gpu_perf.sh stages
-// attn and sample), never part of the library.
+// What the standalone CUDA programs (attention_decode_bench.cu, sample_bench.cu here and
+// experiments/gemm_mma/gemm_bench.cu) share: the abort-on-error check, the synthetic "roughly
+// normal" inputs, and per-call timing of a launch eagerly and replayed from a CUDA graph. Built
+// with the cuda plugin (cmake/VerlppCudaProgram.cmake), never part of the library.
 #pragma once
 
 #include <cuda_runtime.h>

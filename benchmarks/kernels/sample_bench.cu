@@ -1,13 +1,15 @@
 // The cuda plugin's sampler in isolation: launch_sample (sample_kernel.cu) called directly (no
-// host, no plugin ABI), built with nvcc by benchmarks/run_gpu_perf.sh's stage `sample`:
-//   sample_bench check   against plain fp64 CPU loops (exit 1 on failure): greedy argmax,
-//                        log-probs, token frequencies of untruncated rows (chi-square), masked
-//                        and non-finite rows, bf16 / f16 vs their fp32 conversion bit for bit,
-//                        determinism, a CUDA graph (its very first call captured) vs eager
-//   sample_bench [time]  per call at V = 151,936, B in {32, 64, 128, 256}, bf16 and f32,
-//                        untruncated (T = 1) and greedy rows, eager and in a CUDA graph
+// host, no plugin ABI); the CMake target verlpp-bench-sample, run by benchmarks/run_gpu_perf.sh's
+// stage `sample`:
+//   check    against plain fp64 CPU loops (exit 1 on failure): greedy argmax,
+//            log-probs, token frequencies of untruncated rows (chi-square), masked
+//            and non-finite rows, bf16 / f16 vs their fp32 conversion bit for bit,
+//            determinism, a CUDA graph (its very first call captured) vs eager
+//   [time]   per call at V = 151,936, B in {32, 64, 128, 256}, bf16 and f32,
+//            untruncated (T = 1) and greedy rows, eager and in a CUDA graph
 // Env: BATCHES="32,256" overrides the timing batches. The bench uses only launch_sample's
-// interface, so compiling it against another sample_kernel.cu (an older commit's) times that one.
+// interface, so built against another sample_kernel.cu (an older commit's: CMake option
+// VERLPP_SAMPLE_BENCH_BASELINE, target verlpp-bench-sample-baseline) times that one.
 #include "bench_timing.cuh"
 #include "kernels.hpp"
 

@@ -82,7 +82,7 @@ inline bool dependent_launch_enabled() {
 // and wait in wait_for_prior_grids() for it to complete and flush, as every kernel of ours does
 // before it touches memory, so the order of memory accesses is what it was. Eager launches and
 // launches after our own kernels are unchanged.
-// Off unless VERLPP_GRAPH_EARLY_LAUNCH=1: on the H200 (docs/benchmarks.md) it gained 1.5-2% at
+// Off unless VERLPP_GRAPH_EARLY_LAUNCH=1: on the H200 (docs/benchmarks-log.md) it gained 1.5-2% at
 // batch 32 but lost 1.0-1.4% at batch 256 (also when only grids of at most one block per SM
 // launched early), where the blocks waiting beside a GEMM slow it; an RL rollout's batches are
 // mostly large.

@@ -37,7 +37,7 @@ __device__ __forceinline__ void rms_scale_row(const T* row, const T* __restrict_
 
 // ---- SwiGLU's product, as HF computes act_fn(gate) * up: s = T(silu(gate)) in fp32, then
 // s * up (the caller rounds it to T). silu_mul's kernels call it, and so does the decode-GEMM
-// experiment's SwiGLU epilogue (benchmarks/kernels/gemm_mma_experiment.cu), so that the two
+// experiment's SwiGLU epilogue (experiments/gemm_mma/gemm_mma_experiment.cu), so that the two
 // would agree bit for bit on the same gate and up.
 
 __device__ __forceinline__ float silu_f32(float x) { return x / (1.0f + expf(-x)); }

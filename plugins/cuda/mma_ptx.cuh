@@ -1,6 +1,6 @@
 // cuda: PTX wrappers for the tensor-core kernels (sm_80+: cp.async, ldmatrix, mma.sync
 // m16n8k16), shared by the decode attention (attention_mma_kernel.cu) and the decode-GEMM
-// experiment (benchmarks/kernels/gemm_mma_experiment.cu). CUDA only: include it inside a file's non-HIP branch. On a device below sm_80
+// experiment (experiments/gemm_mma/gemm_mma_experiment.cu). CUDA only: include it inside a file's non-HIP branch. On a device below sm_80
 // each wrapper compiles to nothing; the launchers never pick these kernels there.
 #pragma once
 

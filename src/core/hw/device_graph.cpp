@@ -39,7 +39,7 @@ namespace verlpp::hw {
 
 namespace {
 // The stream every graph set of the process captures on, one per device. Measured on H200
-// (docs/benchmarks.md, "One capture stream"): graphs captured on a second pool stream, by an
+// (docs/benchmarks-log.md, 2026-12-01 12:09-12:36): graphs captured on a second pool stream, by an
 // engine's later graph set (its block tables grew wider), replayed 5% slower at batch 256
 // (137-138k against 145k tokens/s, with overlapped steps): the same kernels at the same
 // durations, but longer launch gaps between them (median 0.54 against 0.22 us). On the stream

@@ -1,7 +1,7 @@
 // EXPERIMENT, not part of the cuda plugin: y = x W^T (+ bias) on tensor cores for the few rows of
 // a decode step (M <= 256), and the same GEMM with SwiGLU's product in its epilogue; timed beside
 // cuBLAS by gemm_bench.cu (run_gpu_perf.sh stage `gemm`). Kept as the starting point of a plugin
-// GEMM, with what it taught (docs/benchmarks.md, "A decode GEMM of our own"):
+// GEMM, with what it taught (README.md beside it; docs/benchmarks-log.md, 2026-12-01):
 //
 // The idea: cuBLAS kernels are launched without programmatic dependent launch and cannot fuse
 // the layer's neighbours, so a GEMM of our own could (1) be placed while the previous kernel

@@ -1,14 +1,15 @@
 // The decode-GEMM experiment (gemm_mma_experiment.cu: not part of the plugin) beside cuBLAS, its
-// configurations called directly, built with nvcc by benchmarks/run_gpu_perf.sh's stage `gemm`:
-//   gemm_bench check   every configuration on the four projections of a Qwen2.5-0.5B layer at
-//                      several row counts against an fp64 GPU loop (exit 1 on failure)
-//   gemm_bench [time]  per layer call at M = 256 (env ROWS="32,256"), in a CUDA graph of 24
-//                      layers on 24 distinct weights (cold in L2, as in a decode step), each GEMM
-//                      behind an RMSNorm kernel of the plugin as in a layer: cuBLAS (cublasGemmEx,
-//                      what LibTorch's at::linear calls; for gate/up + the plugin's silu_mul)
-//                      against each configuration; the RMSNorm alone is timed too; then each
-//                      configuration alone, 24 eager launches back to back
-//   gemm_bench one C S [M]  three calls of configuration C on shape S (for ncu)
+// configurations called directly; the CMake target verlpp-gemm-mma-experiment (README.md), run by
+// benchmarks/run_gpu_perf.sh's stage `gemm`:
+//   check         every configuration on the four projections of a Qwen2.5-0.5B layer at several
+//                 row counts against an fp64 GPU loop (exit 1 on failure)
+//   [time]        per layer call at M = 256 (env ROWS="32,256"), in a CUDA graph of 24 layers on
+//                 24 distinct weights (cold in L2, as in a decode step), each GEMM behind an
+//                 RMSNorm kernel of the plugin as in a layer: cuBLAS (cublasGemmEx, what
+//                 LibTorch's at::linear calls; for gate/up + the plugin's silu_mul) against each
+//                 configuration; the RMSNorm alone is timed too; then each configuration alone,
+//                 24 eager launches back to back
+//   one C S [M]   three calls of configuration C on shape S (for ncu)
 // Env: VERLPP_GEMM_PREFETCH=0 leaves out the weights' L2 hint, VERLPP_CUDA_PDL=0 the PDL launch.
 #include "bench_timing.cuh"
 #include "gemm_mma_experiment.hpp"
@@ -278,17 +279,17 @@ int main(int argc, char** argv) {
     const int config = argc > 2 ? std::atoi(argv[2]) : -1, shape = argc > 3 ? std::atoi(argv[3]) : -1;
     const int64_t m = argc > 4 ? parse_rows(argv[4]) : 256;
     if (config < 0 || config >= configs || shape < 0 || shape >= shapes || m < 0) {
-      printf("usage: gemm_bench one CONFIG SHAPE [ROWS]: CONFIG in [0, %d), SHAPE in [0, %d) (qkv, o, gate_up+silu, "
+      printf("usage: verlpp-gemm-mma-experiment one CONFIG SHAPE [ROWS]: CONFIG in [0, %d), SHAPE in [0, %d) (qkv, o, gate_up+silu, "
              "down), ROWS in [1, %lld]\n", configs, shapes, (long long)kMaxRows);
       return 2;
     }
     if (verlpp::cuda::gemm_config_silu(config) != kShapes[shape].silu) {
-      printf("gemm_bench one: configuration %d (%s) does not serve shape %s\n", config,
+      printf("verlpp-gemm-mma-experiment one: configuration %d (%s) does not serve shape %s\n", config,
              verlpp::cuda::gemm_config_name(config), kShapes[shape].name);
       return 2;
     }
     return one(config, shape, m);
   }
-  printf("usage: gemm_bench [check | time | one CONFIG SHAPE [ROWS]]; unknown mode \"%s\"\n", mode.c_str());
+  printf("usage: verlpp-gemm-mma-experiment [check | time | one CONFIG SHAPE [ROWS]]; unknown mode \"%s\"\n", mode.c_str());
   return 2;
 }

@@ -1,6 +1,6 @@
 // The decode-GEMM experiment's entry points (gemm_mma_experiment.cu), for gemm_bench.cu only:
 // not part of the cuda plugin (slower than cuBLAS on the H200; see that file's header and
-// docs/benchmarks.md). Configurations by index: a [m, k] row block times W^T, W [rows, k] (row
+// README.md beside it). Configurations by index: a [m, k] row block times W^T, W [rows, k] (row
 // strides lda, ldb, ldo in elements), plus bias [rows] (NULL: none), into out [m, n], bf16.
 // SwiGLU configurations read gate rows [0, n) and up rows [up_offset, up_offset + n) of W and
 // bias and write silu_product(gate, up). Needs k % 8 == 0, n % 8 == 0, 16-byte aligned rows.
