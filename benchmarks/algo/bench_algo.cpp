@@ -39,7 +39,7 @@ struct Options {
   int64_t rows = 4096, cols = 8192, group_size = 8;
   int reps = 5, warmup = 1, threads = 0;  // threads 0: leave ATen's setting
   bool skip_literal = false;
-  std::string device = "cpu";  // e.g. cuda: inputs moved there, each timed call ends in a sync
+  std::string device = "cpu";   // e.g. cuda: inputs moved there, each timed call ends in a sync
   std::string memory = "both";  // cpu: fresh, reused or both
 };
 
@@ -66,8 +66,7 @@ Result time_case(const std::string& name, const std::string& memory, int warmup,
 }
 
 // verl's compute_gae_advantage_return line by line: one column of the [B, T] tensors per step.
-at::Tensor gae_verl_literal(const at::Tensor& r, const at::Tensor& v, const at::Tensor& m,
-                            double gamma, double lam) {
+at::Tensor gae_verl_literal(const at::Tensor& r, const at::Tensor& v, const at::Tensor& m, double gamma, double lam) {
   at::Tensor next_values = at::zeros({r.size(0)}, r.options());
   at::Tensor last_gae = at::zeros({r.size(0)}, r.options());
   std::vector<at::Tensor> reversed;
@@ -95,15 +94,24 @@ Options parse(int argc, char** argv) {
       }
       return std::atol(argv[++i]);
     };
-    if (a == "--rows") o.rows = next();
-    else if (a == "--cols") o.cols = next();
-    else if (a == "--group-size") o.group_size = next();
-    else if (a == "--reps") o.reps = static_cast<int>(next());
-    else if (a == "--warmup") o.warmup = static_cast<int>(next());
-    else if (a == "--threads") o.threads = static_cast<int>(next());
-    else if (a == "--skip-literal") o.skip_literal = true;
-    else if (a == "--device" && i + 1 < argc) o.device = argv[++i];
-    else if (a == "--memory" && i + 1 < argc) o.memory = argv[++i];
+    if (a == "--rows")
+      o.rows = next();
+    else if (a == "--cols")
+      o.cols = next();
+    else if (a == "--group-size")
+      o.group_size = next();
+    else if (a == "--reps")
+      o.reps = static_cast<int>(next());
+    else if (a == "--warmup")
+      o.warmup = static_cast<int>(next());
+    else if (a == "--threads")
+      o.threads = static_cast<int>(next());
+    else if (a == "--skip-literal")
+      o.skip_literal = true;
+    else if (a == "--device" && i + 1 < argc)
+      o.device = argv[++i];
+    else if (a == "--memory" && i + 1 < argc)
+      o.memory = argv[++i];
     else {
       fmt::print(stderr,
                  "usage: verlpp-bench-algo [--rows N] [--cols N] [--group-size N] [--reps N] "
@@ -138,12 +146,11 @@ int main(int argc, char** argv) {
   const bool on_cpu = device.is_cpu();
   const at::Tensor lengths = at::randint(T / 2, T + 1, {B, 1}, gen, at::kLong);
   const at::Tensor positions = at::arange(T, at::kLong).unsqueeze(0);
-  const at::Tensor mask = (positions < lengths).to(at::kFloat).to(device);            // [B, T]
-  const at::Tensor dense_rewards = (at::randn({B, T}, gen, f32)).to(device) * mask;   // [B, T]
-  const at::Tensor values = at::randn({B, T}, gen, f32).to(device);                   // [B, T]
-  const at::Tensor outcome = (at::rand({B, 1}, gen, f32) > 0.5).to(at::kFloat);       // [B, 1]
-  const at::Tensor outcome_rewards =
-      ((positions == lengths - 1).to(at::kFloat) * outcome).to(device);
+  const at::Tensor mask = (positions < lengths).to(at::kFloat).to(device);           // [B, T]
+  const at::Tensor dense_rewards = (at::randn({B, T}, gen, f32)).to(device) * mask;  // [B, T]
+  const at::Tensor values = at::randn({B, T}, gen, f32).to(device);                  // [B, T]
+  const at::Tensor outcome = (at::rand({B, 1}, gen, f32) > 0.5).to(at::kFloat);      // [B, 1]
+  const at::Tensor outcome_rewards = ((positions == lengths - 1).to(at::kFloat) * outcome).to(device);
   const at::Tensor baselines = at::rand({B}, gen, f32).to(device);
   // On an accelerator a copy to the host waits for the queued work: ends each timed call.
   auto sync = [&] {
@@ -177,26 +184,42 @@ int main(int argc, char** argv) {
          at::empty({B, T}, f32.device(device)).fill_(1.0);
          sync();
        }},
-      {"[floor] sum over T", [&] { (void)dense_rewards.sum(-1); sync(); }},
-      {"make_groups (B uid strings)", [&] { (void)va::make_groups(uids, device); sync(); }},
+      {"[floor] sum over T",
+       [&] {
+         (void)dense_rewards.sum(-1);
+         sync();
+       }},
+      {"make_groups (B uid strings)",
+       [&] {
+         (void)va::make_groups(uids, device);
+         sync();
+       }},
   };
   for (const char* name : {"gae", "reinforce_plus_plus", "remax"})
-    cases.push_back({name, [&, name] { (void)va::compute_advantage(name, dense, cfg); sync(); }});
+    cases.push_back({name, [&, name] {
+                       (void)va::compute_advantage(name, dense, cfg);
+                       sync();
+                     }});
   cases.push_back({"gae, stepwise recurrence", [&] {
-                     (void)va::compute_gae_advantage_return(dense_rewards, values, mask, 0.99,
-                                                            0.95, va::Recurrence::stepwise);
+                     (void)va::compute_gae_advantage_return(dense_rewards, values, mask, 0.99, 0.95,
+                                                            va::Recurrence::stepwise);
                      sync();
                    }});
   cases.push_back({"gae, scan recurrence", [&] {
-                     (void)va::compute_gae_advantage_return(dense_rewards, values, mask, 0.99,
-                                                            0.95, va::Recurrence::scan);
+                     (void)va::compute_gae_advantage_return(dense_rewards, values, mask, 0.99, 0.95,
+                                                            va::Recurrence::scan);
                      sync();
                    }});
   for (const char* name : {"grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized",
                            "reinforce_plus_plus_baseline", "opo", "gpg"})
-    cases.push_back({name, [&, name] { (void)va::compute_advantage(name, grouped, cfg); sync(); }});
-  cases.push_back({"grpo (given group_ids)",
-                   [&] { (void)va::compute_advantage("grpo", grouped_ids, cfg); sync(); }});
+    cases.push_back({name, [&, name] {
+                       (void)va::compute_advantage(name, grouped, cfg);
+                       sync();
+                     }});
+  cases.push_back({"grpo (given group_ids)", [&] {
+                     (void)va::compute_advantage("grpo", grouped_ids, cfg);
+                     sync();
+                   }});
   if (!o.skip_literal)
     cases.push_back({"gae, verl's loop literally", [&] {
                        (void)gae_verl_literal(dense_rewards, values, mask, 0.99, 0.95);
@@ -221,24 +244,24 @@ int main(int argc, char** argv) {
     }
   }
 
-  fmt::print("verlpp-bench-algo: rows {} cols {} fp32 on {}, groups of {}, ATen threads {}, reps {} "
-             "(warm-up {} excluded)\n", B, T, device.str(), o.group_size, at::get_num_threads(),
-             o.reps, o.warmup);
-  fmt::print("{:<32} {:>8} {:>10} {:>10} {:>10}\n", "case", "memory", "min ms", "median ms",
-             "max ms");
+  fmt::print(
+      "verlpp-bench-algo: rows {} cols {} fp32 on {}, groups of {}, ATen threads {}, reps {} "
+      "(warm-up {} excluded)\n",
+      B, T, device.str(), o.group_size, at::get_num_threads(), o.reps, o.warmup);
+  fmt::print("{:<32} {:>8} {:>10} {:>10} {:>10}\n", "case", "memory", "min ms", "median ms", "max ms");
   for (const Result& r : results)
-    fmt::print("{:<32} {:>8} {:>10.1f} {:>10.1f} {:>10.1f}\n", r.name, r.memory, r.min_s * 1e3,
-               r.median_s * 1e3, r.max_s * 1e3);
+    fmt::print("{:<32} {:>8} {:>10.1f} {:>10.1f} {:>10.1f}\n", r.name, r.memory, r.min_s * 1e3, r.median_s * 1e3,
+               r.max_s * 1e3);
   std::string json = fmt::format(
       "{{\"bench\":\"verlpp-bench-algo\",\"rows\":{},\"cols\":{},\"dtype\":\"float32\","
       "\"device\":\"{}\",\"group_size\":{},\"threads\":{},\"reps\":{},\"warmup\":{},"
       "\"results\":[",
       B, T, device.str(), o.group_size, at::get_num_threads(), o.reps, o.warmup);
   for (size_t i = 0; i < results.size(); ++i)
-    json += fmt::format("{}{{\"name\":\"{}\",\"memory\":\"{}\",\"min_s\":{:.6f},"
-                        "\"median_s\":{:.6f},\"max_s\":{:.6f}}}",
-                        i ? "," : "", results[i].name, results[i].memory, results[i].min_s,
-                        results[i].median_s, results[i].max_s);
+    json += fmt::format(
+        "{}{{\"name\":\"{}\",\"memory\":\"{}\",\"min_s\":{:.6f},"
+        "\"median_s\":{:.6f},\"max_s\":{:.6f}}}",
+        i ? "," : "", results[i].name, results[i].memory, results[i].min_s, results[i].median_s, results[i].max_s);
   fmt::print("{}]}}\n", json);
   return 0;
 }

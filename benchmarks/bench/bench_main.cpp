@@ -67,21 +67,36 @@ Options parse(int argc, char** argv, bool& help) {
       const std::string v = value();
       size_t used = 0;
       int n = 0;
-      try { n = std::stoi(v, &used); } catch (const std::exception&) { used = 0; }
+      try {
+        n = std::stoi(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
       if (used != v.size() || n < min) throw Error(a, fmt::format("'{}' is not a whole number >= {}", v, min));
       return n;
     };
-    if (a == "--help" || a == "-h") help = true;
-    else if (a == "--suites") o.suites = split_list(value());
-    else if (a == "--plugins") o.plugins = split_list(value());
-    else if (a == "--baseline") o.baseline = value();
-    else if (a == "--reps") o.reps = number(1);
-    else if (a == "--warmup") o.warmup = number(0);
-    else if (a == "--ranks") o.ranks = number(1);
-    else if (a == "--quick") o.quick = true;
-    else if (a == "--json") o.json_path = value();
-    else if (a == "--html") o.html_path = value();
-    else throw Error(a, "unknown option (see --help)");
+    if (a == "--help" || a == "-h")
+      help = true;
+    else if (a == "--suites")
+      o.suites = split_list(value());
+    else if (a == "--plugins")
+      o.plugins = split_list(value());
+    else if (a == "--baseline")
+      o.baseline = value();
+    else if (a == "--reps")
+      o.reps = number(1);
+    else if (a == "--warmup")
+      o.warmup = number(0);
+    else if (a == "--ranks")
+      o.ranks = number(1);
+    else if (a == "--quick")
+      o.quick = true;
+    else if (a == "--json")
+      o.json_path = value();
+    else if (a == "--html")
+      o.html_path = value();
+    else
+      throw Error(a, "unknown option (see --help)");
   }
   if (o.suites.empty())
     for (const Suite& s : all_suites()) o.suites.push_back(s.name);
@@ -119,9 +134,12 @@ std::vector<Target> resolve_targets(const Options& o) {
     } else {
       const std::string type = t.plugin->torch_device_type();
       const std::string problem = hw::torch_placement_problem(type);
-      if (!problem.empty()) t.skip_reason = fmt::format("torch device '{}': {}", type, problem);
-      else if (type == "cuda") t.device = c10::Device(c10::kCUDA, 0);
-      else if (type != "cpu") t.skip_reason = fmt::format("torch device '{}' is not one this bench places tensors on", type);
+      if (!problem.empty())
+        t.skip_reason = fmt::format("torch device '{}': {}", type, problem);
+      else if (type == "cuda")
+        t.device = c10::Device(c10::kCUDA, 0);
+      else if (type != "cpu")
+        t.skip_reason = fmt::format("torch device '{}' is not one this bench places tensors on", type);
     }
     targets.push_back(t);
   }
@@ -153,9 +171,10 @@ int run(const Options& o, const nlohmann::json& machine) {
 
   std::cout << fmt::format("verlpp-bench: suites {}; plugins", verlpp::join(o.suites, ","));
   for (const Target& t : targets)
-    std::cout << " " << t.name << (t.skip_reason.empty() ? " (" + t.device.str() + ")" : " (skipped: " + t.skip_reason + ")");
-  std::cout << fmt::format("; {} reps after {} warm-up{}; baseline {}\n", o.reps, o.warmup, o.quick ? "; quick shapes" : "",
-                           baseline)
+    std::cout << " " << t.name
+              << (t.skip_reason.empty() ? " (" + t.device.str() + ")" : " (skipped: " + t.skip_reason + ")");
+  std::cout << fmt::format("; {} reps after {} warm-up{}; baseline {}\n", o.reps, o.warmup,
+                           o.quick ? "; quick shapes" : "", baseline)
             << std::flush;
   std::vector<Measurement> all;
   for (const Suite& suite : all_suites()) {

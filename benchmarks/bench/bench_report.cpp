@@ -26,10 +26,14 @@ void Target::sync() const {
 
 const char* status_name(Status s) {
   switch (s) {
-    case Status::ok: return "ok";
-    case Status::skipped: return "skipped";
-    case Status::wrong: return "wrong";
-    case Status::error: return "error";
+    case Status::ok:
+      return "ok";
+    case Status::skipped:
+      return "skipped";
+    case Status::wrong:
+      return "wrong";
+    case Status::error:
+      return "error";
   }
   return "?";
 }
@@ -142,8 +146,8 @@ std::string outcome(const Measurement& m) {
 }  // namespace
 
 void print_table(const std::vector<Measurement>& all, const std::string& baseline) {
-  std::cout << fmt::format("\n{:<14} {:>10} {:>10} {:>10} {:>18} {:>9}  {}\n", "plugin", "min ms", "median ms", "max ms",
-                           "throughput", "vs " + baseline, "status");
+  std::cout << fmt::format("\n{:<14} {:>10} {:>10} {:>10} {:>18} {:>9}  {}\n", "plugin", "min ms", "median ms",
+                           "max ms", "throughput", "vs " + baseline, "status");
   std::string suite, shape;
   for (const Group& g : group_rows(all)) {
     if (g.suite != suite) {
@@ -173,8 +177,8 @@ nlohmann::json to_json(const std::vector<Measurement>& all, const Options& o, co
                        const nlohmann::json& machine) {
   nlohmann::json results = nlohmann::json::array();
   for (const Measurement& m : all) {
-    nlohmann::json r = {{"suite", m.suite},   {"workload", m.workload},          {"shape", m.shape},
-                        {"plugin", m.plugin}, {"status", status_name(m.status)}, {"reason", m.reason},
+    nlohmann::json r = {{"suite", m.suite},    {"workload", m.workload},          {"shape", m.shape},
+                        {"plugin", m.plugin},  {"status", status_name(m.status)}, {"reason", m.reason},
                         {"seconds", m.seconds}};
     if (m.suite == "kernels") r["worst_error"] = m.worst_error;
     if (m.status == Status::ok) {
@@ -187,8 +191,13 @@ nlohmann::json to_json(const std::vector<Measurement>& all, const Options& o, co
   }
   return {{"bench", "verlpp-bench"},
           {"machine", machine},
-          {"options", {{"suites", o.suites}, {"plugins", o.plugins}, {"reps", o.reps}, {"warmup", o.warmup},
-                       {"ranks", o.ranks}, {"quick", o.quick}}},
+          {"options",
+           {{"suites", o.suites},
+            {"plugins", o.plugins},
+            {"reps", o.reps},
+            {"warmup", o.warmup},
+            {"ranks", o.ranks},
+            {"quick", o.quick}}},
           {"baseline", baseline},
           {"results", results}};
 }
@@ -202,7 +211,8 @@ void write_html(const std::string& path, const std::vector<Measurement>& all, co
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>verlpp-bench</title>\n<style>"
       "body{{font-family:sans-serif;margin:24px;color:#222}}table{{border-collapse:collapse;font-size:13px}}"
       "td,th{{border:1px solid #ddd;padding:3px 8px;text-align:left}}td.num{{text-align:right;font-family:monospace}}"
-      "svg.chart{{background:#fff;border:1px solid #eee;margin:8px 0}}</style>\n</head>\n<body>\n<h1>verlpp-bench</h1>\n"
+      "svg.chart{{background:#fff;border:1px solid #eee;margin:8px "
+      "0}}</style>\n</head>\n<body>\n<h1>verlpp-bench</h1>\n"
       "<table>\n<tr><th>command</th><td>{}</td></tr>\n<tr><th>date</th><td>{}</td></tr>\n"
       "<tr><th>machine</th><td>{} cores, {} ATen threads, LibTorch {}</td></tr>\n<tr><th>ratio</th><td>median of {} / "
       "median of the plugin (above 1: faster)</td></tr>\n</table>\n",
@@ -215,7 +225,8 @@ void write_html(const std::string& path, const std::vector<Measurement>& all, co
   for (const std::string& suite : suites) {
     html += fmt::format("<h2>{}</h2>\n", svg::escape(suite));
     svg::BarChart times{suite + ": median time per repetition", "milliseconds", plugins, {}, {}, "not run"};
-    svg::BarChart ratios{suite + ": speedup against " + baseline, "x (baseline median / median)", plugins, {}, {}, "not run", 1.0};
+    svg::BarChart ratios{
+        suite + ": speedup against " + baseline, "x (baseline median / median)", plugins, {}, {}, "not run", 1.0};
     std::string rows;
     for (const Group& g : groups) {
       if (g.suite != suite) continue;
@@ -241,8 +252,10 @@ void write_html(const std::string& path, const std::vector<Measurement>& all, co
     }
     html += "<figure>\n" + svg::render(times) + "</figure>\n";
     if (plugins.size() > 1) html += "<figure>\n" + svg::render(ratios) + "</figure>\n";
-    html += "<table>\n<tr><th>workload</th><th>shape</th><th>plugin</th><th>status</th><th>min ms</th><th>median ms</th>"
-            "<th>max ms</th><th>throughput</th><th>vs " + svg::escape(baseline) + "</th></tr>\n" + rows + "</table>\n";
+    html +=
+        "<table>\n<tr><th>workload</th><th>shape</th><th>plugin</th><th>status</th><th>min ms</th><th>median ms</th>"
+        "<th>max ms</th><th>throughput</th><th>vs " +
+        svg::escape(baseline) + "</th></tr>\n" + rows + "</table>\n";
   }
   html += "</body>\n</html>\n";
   std::ofstream out(path);

@@ -43,7 +43,8 @@ std::vector<Measurement> run_collectives(const Options& o, const Target& t) {
   std::vector<Measurement> out;
   if (t.plugin->api().comm_create == nullptr) {
     for (const auto& w : workloads)
-      out.push_back(skipped("collectives", w.op + "_" + size_name(w.bytes), shape_of(w), t, "the plugin has no communicator"));
+      out.push_back(
+          skipped("collectives", w.op + "_" + size_name(w.bytes), shape_of(w), t, "the plugin has no communicator"));
     return out;
   }
   const int32_t num_devices = std::max<int32_t>(1, hw::device_count(*t.plugin));
@@ -63,7 +64,8 @@ std::vector<Measurement> run_collectives(const Options& o, const Target& t) {
     try {
       const int32_t index = t.device.is_cpu() ? 0 : rank % num_devices;
       const hw::Device device(*t.plugin, index);
-      const c10::Device torch_device = t.device.is_cpu() ? t.device : c10::Device(t.device.type(), c10::DeviceIndex(index));
+      const c10::Device torch_device =
+          t.device.is_cpu() ? t.device : c10::Device(t.device.type(), c10::DeviceIndex(index));
       hw::CommunicatorOptions co;
       co.rank = rank;
       co.world_size = N;
@@ -73,13 +75,17 @@ std::vector<Measurement> run_collectives(const Options& o, const Target& t) {
       const auto f32 = at::TensorOptions().dtype(at::kFloat).device(torch_device);
       for (size_t w = 0; w < workloads.size(); ++w) {
         const int64_t elems = workloads[w].bytes / 4;
-        at::Tensor buf = at::ones({elems}, f32), part = at::ones({elems / N}, f32), gathered = at::empty({elems / N * N}, f32);
-        DLTensor d_buf = hw::detail::dl_view(buf), d_part = hw::detail::dl_view(part), d_all = hw::detail::dl_view(gathered);
+        at::Tensor buf = at::ones({elems}, f32), part = at::ones({elems / N}, f32),
+                   gathered = at::empty({elems / N * N}, f32);
+        DLTensor d_buf = hw::detail::dl_view(buf), d_part = hw::detail::dl_view(part),
+                 d_all = hw::detail::dl_view(gathered);
         for (int i = 0; i < o.warmup + o.reps; ++i) {
           comm.barrier();
           const auto t0 = std::chrono::steady_clock::now();
-          if (workloads[w].op == "all_reduce") comm.all_reduce(d_buf, hw::ReduceOp::sum);
-          else comm.all_gather(d_part, d_all);
+          if (workloads[w].op == "all_reduce")
+            comm.all_reduce(d_buf, hw::ReduceOp::sum);
+          else
+            comm.all_gather(d_part, d_all);
           device.synchronize();
           const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           if (i >= o.warmup) times[w][size_t(rank)].push_back(s);

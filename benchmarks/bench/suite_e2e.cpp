@@ -49,20 +49,33 @@ std::vector<Measurement> run_e2e(const Options& o, const Target& t) {
   const int64_t prompts = o.quick ? 2 : 8, n = o.quick ? 2 : 4, response = o.quick ? 6 : 8;
   const int64_t steps = o.warmup + o.reps;
   const std::string dir = make_run_inputs(fmt::format("/tmp/verlpp-bench-e2e-{}-{}", ::getpid(), t.name));
-  const nlohmann::json given = {
-      {"data", {{"train_files", dir + "/train.jsonl"}, {"val_files", dir + "/val.jsonl"}, {"max_prompt_length", 32},
-                {"max_response_length", response}, {"train_batch_size", prompts}}},
-      {"actor_rollout_ref",
-       {{"model", {{"path", dir + "/model"}}},
-        {"actor", {{"ppo_mini_batch_size", prompts}, {"ppo_micro_batch_size_per_gpu", prompts * n}, {"use_kl_loss", true},
-                   {"optim", {{"lr", 1e-4}}}}},
-        {"rollout", {{"n", n}, {"dtype", "float32"}}}}},
-      {"algorithm", {{"adv_estimator", "grpo"}}},
-      {"trainer", {{"default_local_dir", dir + "/run"}, {"total_training_steps", steps}, {"save_freq", -1},
-                   {"test_freq", -1}, {"val_before_train", false}, {"resume_mode", "disable"},
-                   {"device", t.device.is_cpu() ? "cpu" : t.device.type() == c10::kCUDA ? "cuda" : t.device.str()},
-                   {"seed", 5}}},
-      {"sft", {{"enable", false}}}};
+  const nlohmann::json given = {{"data",
+                                 {{"train_files", dir + "/train.jsonl"},
+                                  {"val_files", dir + "/val.jsonl"},
+                                  {"max_prompt_length", 32},
+                                  {"max_response_length", response},
+                                  {"train_batch_size", prompts}}},
+                                {"actor_rollout_ref",
+                                 {{"model", {{"path", dir + "/model"}}},
+                                  {"actor",
+                                   {{"ppo_mini_batch_size", prompts},
+                                    {"ppo_micro_batch_size_per_gpu", prompts * n},
+                                    {"use_kl_loss", true},
+                                    {"optim", {{"lr", 1e-4}}}}},
+                                  {"rollout", {{"n", n}, {"dtype", "float32"}}}}},
+                                {"algorithm", {{"adv_estimator", "grpo"}}},
+                                {"trainer",
+                                 {{"default_local_dir", dir + "/run"},
+                                  {"total_training_steps", steps},
+                                  {"save_freq", -1},
+                                  {"test_freq", -1},
+                                  {"val_before_train", false},
+                                  {"resume_mode", "disable"},
+                                  {"device", t.device.is_cpu()               ? "cpu"
+                                             : t.device.type() == c10::kCUDA ? "cuda"
+                                                                             : t.device.str()},
+                                  {"seed", 5}}},
+                                {"sft", {{"enable", false}}}};
   controller::Config config = controller::Config::from_json(given, "verlpp-bench e2e");
   config.resolve();
   std::vector<nlohmann::json> rows;

@@ -43,8 +43,9 @@ Check compare(const at::Tensor& got, const at::Tensor& want, double atol, double
   c.worst = diff.numel() ? diff.nan_to_num(1e300).max().item<double>() : 0.0;
   if (bad.any().item<bool>()) {
     const int64_t first = bad.nonzero()[0][0].item<int64_t>();
-    c.failure = fmt::format("{}: worst |diff| {:.3e}; first element over atol {:g} + rtol {:g}: index {} (got {}, want {})",
-                            what, c.worst, atol, rtol, first, g[first].item<double>(), w[first].item<double>());
+    c.failure =
+        fmt::format("{}: worst |diff| {:.3e}; first element over atol {:g} + rtol {:g}: index {} (got {}, want {})",
+                    what, c.worst, atol, rtol, first, g[first].item<double>(), w[first].item<double>());
   }
   return c;
 }
@@ -109,14 +110,14 @@ Measurement rms_norm(const Options& o, const Target& t, const hw::Kernels& k) {
     const at::Tensor want = xd * (xd.pow(2).mean(-1, true) + eps).rsqrt() * w.to(at::kDouble);
     return compare(out, want, 1e-5, 1e-5, "rms_norm");
   };
-  return kernel_workload(o, t, "rms_norm", fmt::format("N={} D={} f32", N, D),
-                         k.offers(hw::KernelId::rms_norm), check, call);
+  return kernel_workload(o, t, "rms_norm", fmt::format("N={} D={} f32", N, D), k.offers(hw::KernelId::rms_norm), check,
+                         call);
 }
 
 // HF "rotate_half" rotary embedding of x [N, heads, S] in fp64 (the reference).
 at::Tensor rotary_reference(const at::Tensor& x, const at::Tensor& positions, const at::Tensor& inv_freq) {
   const at::Tensor freqs = positions.to(at::kDouble).unsqueeze(1) * inv_freq.to(at::kDouble).unsqueeze(0);  // [N, S/2]
-  const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);                                        // [N, 1, S]
+  const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);                                          // [N, 1, S]
   const at::Tensor xd = x.to(at::kDouble);
   const int64_t half = x.size(-1) / 2;
   const at::Tensor rotated = at::cat({-xd.narrow(-1, half, half), xd.narrow(-1, 0, half)}, -1);
@@ -127,9 +128,12 @@ Measurement rotary_embedding(const Options& o, const Target& t, const hw::Kernel
   const int64_t N = o.quick ? 64 : 2048, H = o.quick ? 4 : 14, K = 2, S = o.quick ? 32 : 64;
   at::manual_seed(13);
   const at::Tensor q = at::randn({N, H, S}, kF32), kk = at::randn({N, K, S}, kF32);
-  const at::Tensor positions = at::randint(512, {N}, at::TensorOptions().dtype(at::kLong));  // fp32 angles stay accurate
-  const at::Tensor inv_freq = at::pow(10000.0, at::arange(0, S, 2, at::TensorOptions().dtype(at::kDouble)) / -double(S)).to(at::kFloat);
-  at::Tensor d_q = q.to(kF32.device(t.device), false, true), d_k = kk.to(kF32.device(t.device), false, true);  // copies: rotated in place
+  const at::Tensor positions =
+      at::randint(512, {N}, at::TensorOptions().dtype(at::kLong));  // fp32 angles stay accurate
+  const at::Tensor inv_freq =
+      at::pow(10000.0, at::arange(0, S, 2, at::TensorOptions().dtype(at::kDouble)) / -double(S)).to(at::kFloat);
+  at::Tensor d_q = q.to(kF32.device(t.device), false, true),
+             d_k = kk.to(kF32.device(t.device), false, true);  // copies: rotated in place
   const at::Tensor d_pos = positions.to(t.device), d_inv = inv_freq.to(t.device);
   auto call = [&] {
     DLTensor a = dl_view(d_q), b = dl_view(d_k), c = dl_view(d_pos), d = dl_view(d_inv);
@@ -151,12 +155,14 @@ Measurement paged_attention(const Options& o, const Target& t, const hw::Kernels
   const int64_t B = o.quick ? 4 : 32, H = o.quick ? 4 : 14, K = 2, S = o.quick ? 32 : 64, bs = 16;
   const int64_t ctx = o.quick ? 48 : 512, max_blocks = (ctx + bs - 1) / bs, num_blocks = B * max_blocks + 3;
   at::manual_seed(14);
-  const at::Tensor q = at::randn({B, H, S}, kF32);                       // [B, H, S]
-  const at::Tensor kc = at::randn({num_blocks, bs, K, S}, kF32);         // [blocks, bs, K, S]
+  const at::Tensor q = at::randn({B, H, S}, kF32);                // [B, H, S]
+  const at::Tensor kc = at::randn({num_blocks, bs, K, S}, kF32);  // [blocks, bs, K, S]
   const at::Tensor vc = at::randn({num_blocks, bs, K, S}, kF32);
   // Scrambled physical blocks; lengths from ctx/2 (and one of 1) to ctx.
   const at::Tensor tables = at::randperm(num_blocks, at::TensorOptions().dtype(at::kLong))
-                                .narrow(0, 0, B * max_blocks).view({B, max_blocks}).to(at::kInt);
+                                .narrow(0, 0, B * max_blocks)
+                                .view({B, max_blocks})
+                                .to(at::kInt);
   at::Tensor lens = at::randint(ctx / 2, ctx + 1, {B}, at::TensorOptions().dtype(at::kLong));
   lens[0] = 1;
   lens[B - 1] = ctx;
@@ -180,7 +186,8 @@ Measurement paged_attention(const Options& o, const Target& t, const hw::Kernels
       const at::Tensor slots = tables[b].to(at::kLong).index_select(0, pos.div(bs, "floor")) * bs + pos.remainder(bs);
       const at::Tensor kb = kf.index_select(0, slots).repeat_interleave(H / K, 1);  // [len, H, S]
       const at::Tensor vb = vf.index_select(0, slots).repeat_interleave(H / K, 1);
-      const at::Tensor p = at::softmax((kb * q[b].to(at::kDouble).unsqueeze(0)).sum(-1) * double(scale), 0);  // [len, H]
+      const at::Tensor p =
+          at::softmax((kb * q[b].to(at::kDouble).unsqueeze(0)).sum(-1) * double(scale), 0);  // [len, H]
       want[b] = (p.unsqueeze(-1) * vb).sum(0);
     }
     return compare(out, want, 1e-5, 1e-4, "attention output");
@@ -220,14 +227,17 @@ Measurement sample(const Options& o, const Target& t, const hw::Kernels& k) {
     const at::Tensor tok = tokens.to(at::kCPU);
     const at::Tensor kth = std::get<0>(at::topk(logits, top_k, -1)).select(1, top_k - 1);
     const at::Tensor inside = (logits.gather(1, tok.clamp(0, V - 1).unsqueeze(1)).squeeze(1) >= kth)
-                                  .logical_and(tok >= 0).logical_and(tok < V);
+                                  .logical_and(tok >= 0)
+                                  .logical_and(tok < V);
     if (!inside.all().item<bool>())
-      return Check{0, fmt::format("row {}: token {} is outside the top {}", inside.logical_not().nonzero()[0][0].item<int64_t>(),
-                                  tok[inside.logical_not().nonzero()[0][0]].item<int64_t>(), top_k)};
+      return Check{
+          0, fmt::format("row {}: token {} is outside the top {}", inside.logical_not().nonzero()[0][0].item<int64_t>(),
+                         tok[inside.logical_not().nonzero()[0][0]].item<int64_t>(), top_k)};
     return compare(logprobs, at::log_softmax(ld / temperature, -1).gather(1, tok.unsqueeze(1)).squeeze(1), 1e-4, 1e-5,
                    "sampled log-prob");
   };
-  return kernel_workload(o, t, "sample", fmt::format("B={} V={} T={} top_k={} top_p={} f32", B, V, temperature, top_k, top_p),
+  return kernel_workload(o, t, "sample",
+                         fmt::format("B={} V={} T={} top_k={} top_p={} f32", B, V, temperature, top_k, top_p),
                          k.offers(hw::KernelId::sample), check, [&] { run(sampled); });
 }
 

@@ -75,8 +75,8 @@ std::vector<Measurement> run_rollout(const Options& o, const Target& t) {
     });
     if (!failure.empty() || generated != s.batch * s.response) {
       m.status = Status::error;
-      m.reason = !failure.empty() ? failure
-                                  : fmt::format("generated {} tokens, expected {}", generated, s.batch * s.response);
+      m.reason =
+          !failure.empty() ? failure : fmt::format("generated {} tokens, expected {}", generated, s.batch * s.response);
       m.seconds.clear();
     }
     m.work = double(s.batch * s.response);

@@ -28,7 +28,8 @@ data::Batch actor_batch(int64_t rows, int64_t prompt, int64_t response, int64_t 
   at::manual_seed(21);
   const int64_t T = prompt + response;
   const at::Tensor ids = at::randint(vocab, {rows, T}, at::TensorOptions().dtype(at::kLong));  // [rows, T]
-  const at::Tensor keep = response - at::arange(rows, at::TensorOptions().dtype(at::kLong)).mul(5).remainder(response / 2);
+  const at::Tensor keep =
+      response - at::arange(rows, at::TensorOptions().dtype(at::kLong)).mul(5).remainder(response / 2);
   const at::Tensor pos = at::arange(T, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
   const at::Tensor mask = (pos < (prompt + keep).unsqueeze(1)).to(at::kLong);  // [rows, T]
   data::Batch b;
@@ -45,7 +46,8 @@ data::Batch actor_batch(int64_t rows, int64_t prompt, int64_t response, int64_t 
 }  // namespace
 
 std::vector<Measurement> run_train(const Options& o, const Target& t) {
-  const int64_t rows = o.quick ? 4 : 32, prompt = o.quick ? 8 : 32, response = o.quick ? 8 : 64, micro = o.quick ? 4 : 8;
+  const int64_t rows = o.quick ? 4 : 32, prompt = o.quick ? 8 : 32, response = o.quick ? 8 : 64,
+                micro = o.quick ? 4 : 8;
   model::DecoderLM m(model::load_model_config(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny"));
   m.init_weights(1);
   m.to(at::kFloat, t.device);
@@ -58,10 +60,11 @@ std::vector<Measurement> run_train(const Options& o, const Target& t) {
   train::Actor actor(m, cfg, train::LrSchedule(lr));
   Measurement r = make_measurement(
       "train", "actor_update",
-      fmt::format("tiny model (L={} hidden={} V={}) f32, {} rows x {} tokens (prompt {} + response <= {}), micro-batch {}, "
-                  "AdamW",
-                  m.config().num_hidden_layers, m.config().hidden_size, m.config().vocab_size, rows, prompt + response,
-                  prompt, response, micro),
+      fmt::format(
+          "tiny model (L={} hidden={} V={}) f32, {} rows x {} tokens (prompt {} + response <= {}), micro-batch {}, "
+          "AdamW",
+          m.config().num_hidden_layers, m.config().hidden_size, m.config().vocab_size, rows, prompt + response, prompt,
+          response, micro),
       t);
   r.seconds = time_reps(o, t, [&] { (void)actor.update_policy(batch); });
   r.work = batch.tensor("attention_mask").sum().item<double>();
@@ -76,8 +79,8 @@ std::vector<Measurement> run_algo(const Options& o, const Target& t) {
   at::manual_seed(22);
   const at::Tensor lengths = at::randint(T / 2, T + 1, {B, 1}, at::TensorOptions().dtype(at::kLong));
   const at::Tensor positions = at::arange(T, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
-  const at::Tensor mask = (positions < lengths).to(at::kFloat).to(t.device);                  // [B, T]
-  const at::Tensor outcome = (at::rand({B, 1}, kF32) > 0.5).to(at::kFloat);                    // [B, 1]
+  const at::Tensor mask = (positions < lengths).to(at::kFloat).to(t.device);  // [B, T]
+  const at::Tensor outcome = (at::rand({B, 1}, kF32) > 0.5).to(at::kFloat);   // [B, 1]
   const at::Tensor outcome_rewards = ((positions == lengths - 1).to(at::kFloat) * outcome).to(t.device);
   const at::Tensor dense_rewards = at::randn({B, T}, kF32).to(t.device) * mask;
   const at::Tensor values = at::randn({B, T}, kF32).to(t.device);

@@ -1,10 +1,9 @@
-// verlpp-bench-dist [--nproc N] [--plugin cpu_ref] [--max-mb 256] [--reps 5] [--rows 64] [--micro 8] [--zero1] [--json F]
-// Started plainly it is the launcher: it times the one-rank training step itself (all cores),
-// then starts N ranks of itself (launch_local, as `verlpp train --nproc`). The ranks measure
-// all-reduce and all-gather through the plugin communicator for 1 KB .. --max-mb (bus bandwidth
-// as nccl-tests defines it: all-reduce moves 2(N-1)/N of the buffer per rank, all-gather
-// (N-1)/N), then the same data-parallel actor update on N ranks (each rank cores/N threads).
-// Rank 0 writes its figures to a file the launcher reads, prints as one table and as JSON.
+// verlpp-bench-dist [--nproc N] [--plugin cpu_ref] [--max-mb 256] [--reps 5] [--rows 64] [--micro 8] [--zero1] [--json
+// F] Started plainly it is the launcher: it times the one-rank training step itself (all cores), then starts N ranks of
+// itself (launch_local, as `verlpp train --nproc`). The ranks measure all-reduce and all-gather through the plugin
+// communicator for 1 KB .. --max-mb (bus bandwidth as nccl-tests defines it: all-reduce moves 2(N-1)/N of the buffer
+// per rank, all-gather (N-1)/N), then the same data-parallel actor update on N ranks (each rank cores/N threads). Rank
+// 0 writes its figures to a file the launcher reads, prints as one table and as JSON.
 #include <ATen/Parallel.h>
 #include <verlpp/controller/launcher.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
@@ -54,17 +53,28 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw Error(a, "needs a value");
       return argv[++i];
     };
-    if (a == "--nproc") o.nproc = std::stoi(value());
-    else if (a == "--reps") o.reps = std::stoi(value());
-    else if (a == "--max-mb") o.max_mb = std::stoll(value());
-    else if (a == "--rows") o.rows = std::stoll(value());
-    else if (a == "--micro") o.micro = std::stoll(value());
-    else if (a == "--plugin") o.plugin = value();
-    else if (a == "--model") o.model = value();
-    else if (a == "--json") o.json_path = value();
-    else if (a == "--zero1") o.zero1 = true;
-    else if (a == "--result-file") o.result_file = value();
-    else throw Error(a, "unknown option (see the opening comment of benchmarks/dist/bench_dist.cpp)");
+    if (a == "--nproc")
+      o.nproc = std::stoi(value());
+    else if (a == "--reps")
+      o.reps = std::stoi(value());
+    else if (a == "--max-mb")
+      o.max_mb = std::stoll(value());
+    else if (a == "--rows")
+      o.rows = std::stoll(value());
+    else if (a == "--micro")
+      o.micro = std::stoll(value());
+    else if (a == "--plugin")
+      o.plugin = value();
+    else if (a == "--model")
+      o.model = value();
+    else if (a == "--json")
+      o.json_path = value();
+    else if (a == "--zero1")
+      o.zero1 = true;
+    else if (a == "--result-file")
+      o.result_file = value();
+    else
+      throw Error(a, "unknown option (see the opening comment of benchmarks/dist/bench_dist.cpp)");
   }
   if (o.nproc < 1 || o.reps < 1 || o.rows < 1) throw Error("options", "--nproc, --reps and --rows must be >= 1");
   return o;
@@ -113,10 +123,13 @@ json time_train_step(const Options& o, const train::DataParallel& dp) {
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   const double tokens = batch.tensor("attention_mask").sum().item<double>();
-  return {{"ranks", dp.world_size()}, {"threads_per_rank", at::get_num_threads()}, {"median_s", median(times)},
+  return {{"ranks", dp.world_size()},
+          {"threads_per_rank", at::get_num_threads()},
+          {"median_s", median(times)},
           {"zero_stage", actor.optimizer().is_sharded() ? 1 : 0},
           {"optimizer_state_mib_rank0", double(actor.optimizer().state_elements()) * 4 / (1 << 20)},
-          {"tokens", tokens}, {"tokens_per_s", tokens / median(times)}};
+          {"tokens", tokens},
+          {"tokens_per_s", tokens / median(times)}};
 }
 
 json time_collectives(const Options& o, const hw::ProcessGroup& g) {
@@ -131,8 +144,10 @@ json time_collectives(const Options& o, const hw::ProcessGroup& g) {
       for (int i = 0; i <= reps; ++i) {  // the first is a warm-up
         g.barrier();
         const auto t0 = std::chrono::steady_clock::now();
-        if (op == "all_reduce") g.all_reduce_sum(buf);
-        else (void)g.all_gather(part);
+        if (op == "all_reduce")
+          g.all_reduce_sum(buf);
+        else
+          (void)g.all_gather(part);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (i > 0) times.push_back(s);
       }
@@ -142,7 +157,10 @@ json time_collectives(const Options& o, const hw::ProcessGroup& g) {
       g.all_reduce_max(t);
       const double s = t[0].item<double>();
       const double factor = op == "all_reduce" ? 2 * (n - 1) / n : (n - 1) / n;
-      rows.push_back({{"op", op}, {"bytes", bytes}, {"median_s", s}, {"algbw_gbps", double(bytes) / s / 1e9},
+      rows.push_back({{"op", op},
+                      {"bytes", bytes},
+                      {"median_s", s},
+                      {"algbw_gbps", double(bytes) / s / 1e9},
                       {"busbw_gbps", double(bytes) / s / 1e9 * factor}});
     }
   }
@@ -165,8 +183,8 @@ int run_rank(const Options& o) {
 }
 
 int run_launcher(const Options& o) {
-  std::cout << fmt::format("verlpp-bench-dist: {} ranks on plugin {}, model {}, {} rows x {} tokens\n", o.nproc, o.plugin,
-                           o.model, o.rows, o.prompt + o.response);
+  std::cout << fmt::format("verlpp-bench-dist: {} ranks on plugin {}, model {}, {} rows x {} tokens\n", o.nproc,
+                           o.plugin, o.model, o.rows, o.prompt + o.response);
   // Two one-rank baselines: one thread (as each rank when N >= cores) and every core (the ranks
   // share them: cores / N threads each). The ratio is taken against the faster.
   at::set_num_threads(1);
@@ -201,16 +219,24 @@ int run_launcher(const Options& o) {
   const double efficiency = dp["tokens_per_s"].get<double>() / single["tokens_per_s"].get<double>();
   std::cout << fmt::format("\nactor update (fwd + bwd + AdamW) over {} rows, same machine:\n", o.rows);
   for (const json* one : {&single_1, &single_all})
-    std::cout << fmt::format("  1 rank  x {} threads: {:.3f} s, {:.0f} tokens/s\n", (*one)["threads_per_rank"].get<int>(),
-                             (*one)["median_s"].get<double>(), (*one)["tokens_per_s"].get<double>());
-  std::cout << fmt::format("  {} ranks x {} threads{}: {:.3f} s, {:.0f} tokens/s  (throughput ratio to the faster one-rank run {:.2f})\n",
-                           o.nproc, dp["threads_per_rank"].get<int>(), o.zero1 ? ", ZeRO-1" : "", dp["median_s"].get<double>(),
-                           dp["tokens_per_s"].get<double>(), efficiency);
+    std::cout << fmt::format("  1 rank  x {} threads: {:.3f} s, {:.0f} tokens/s\n",
+                             (*one)["threads_per_rank"].get<int>(), (*one)["median_s"].get<double>(),
+                             (*one)["tokens_per_s"].get<double>());
+  std::cout << fmt::format(
+      "  {} ranks x {} threads{}: {:.3f} s, {:.0f} tokens/s  (throughput ratio to the faster one-rank run {:.2f})\n",
+      o.nproc, dp["threads_per_rank"].get<int>(), o.zero1 ? ", ZeRO-1" : "", dp["median_s"].get<double>(),
+      dp["tokens_per_s"].get<double>(), efficiency);
   std::cout << fmt::format("  AdamW state on rank 0: {:.2f} MiB with 1 rank, {:.2f} MiB with {} ranks{}\n",
-                           single["optimizer_state_mib_rank0"].get<double>(), dp["optimizer_state_mib_rank0"].get<double>(),
-                           o.nproc, o.zero1 ? " (ZeRO-1)" : " (replicated)");
-  const json all = {{"nproc", o.nproc}, {"plugin", o.plugin}, {"collectives", c}, {"train_step_1_rank_1_thread", single_1}, {"train_step_1_rank_all_cores", single_all},
-                    {"train_step_n_ranks", dp}, {"dp_throughput_ratio", efficiency}};
+                           single["optimizer_state_mib_rank0"].get<double>(),
+                           dp["optimizer_state_mib_rank0"].get<double>(), o.nproc,
+                           o.zero1 ? " (ZeRO-1)" : " (replicated)");
+  const json all = {{"nproc", o.nproc},
+                    {"plugin", o.plugin},
+                    {"collectives", c},
+                    {"train_step_1_rank_1_thread", single_1},
+                    {"train_step_1_rank_all_cores", single_all},
+                    {"train_step_n_ranks", dp},
+                    {"dp_throughput_ratio", efficiency}};
   if (!o.json_path.empty()) std::ofstream(o.json_path) << all.dump(2) << "\n";
   std::cout << all.dump() << "\n";
   return 0;

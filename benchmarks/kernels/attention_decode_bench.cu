@@ -27,23 +27,37 @@
 
 using verlpp::cuda::FloatType;
 
-template <class T> static T to_t(float x);
-template <> float to_t<float>(float x) { return x; }
-template <> __half to_t<__half>(float x) { return __float2half(x); }
-template <> __nv_bfloat16 to_t<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <class T>
+static T to_t(float x);
+template <>
+float to_t<float>(float x) {
+  return x;
+}
+template <>
+__half to_t<__half>(float x) {
+  return __float2half(x);
+}
+template <>
+__nv_bfloat16 to_t<__nv_bfloat16>(float x) {
+  return __float2bfloat16(x);
+}
 static double to_d(float x) { return x; }
 static double to_d(__half x) { return __half2float(x); }
 static double to_d(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T> static FloatType ftype() {
+template <class T>
+static FloatType ftype() {
   return std::is_same_v<T, float> ? FloatType::f32 : std::is_same_v<T, __half> ? FloatType::f16 : FloatType::bf16;
 }
-template <class T> static const char* tname() {
+template <class T>
+static const char* tname() {
   return std::is_same_v<T, float> ? "f32" : std::is_same_v<T, __half> ? "f16" : "bf16";
 }
-template <class T> static int precision_bits() {  // significand bits incl. the implicit one
+template <class T>
+static int precision_bits() {  // significand bits incl. the implicit one
   return std::is_same_v<T, float> ? 24 : std::is_same_v<T, __half> ? 11 : 8;
 }
-template <class T> static double ulp_of(double x) {  // spacing of T at |x| (normal range)
+template <class T>
+static double ulp_of(double x) {       // spacing of T at |x| (normal range)
   x = std::max(std::fabs(x), 6.2e-5);  // f16's smallest normal: below it the spacing is constant
   return std::ldexp(1.0, std::ilogb(x) - (precision_bits<T>() - 1));
 }
@@ -146,7 +160,8 @@ static bool check_case(const Case& c) {
   cudaError_t launch_error = cudaSuccess;
   auto run = [&](Launch fn) {
     CK(cudaMemsetAsync(o, 0xff, (nq + off) * sizeof(T), st));  // NaN-fill: every output must be written
-    const cudaError_t e = fn(q + off, k + off, v + off, ftype<T>(), bt, ln, c.B, c.H, c.K, c.S, c.BS, maxb, scale, o + off, st);
+    const cudaError_t e =
+        fn(q + off, k + off, v + off, ftype<T>(), bt, ln, c.B, c.H, c.K, c.S, c.BS, maxb, scale, o + off, st);
     if (e != cudaSuccess && launch_error == cudaSuccess) launch_error = e;
     CK(cudaStreamSynchronize(st));
     std::vector<T> got(nq);
@@ -198,23 +213,29 @@ static bool check_case(const Case& c) {
     ok = ok && det;
   }
   if (mma)
-    printf("%-24s %-4s B=%3d H/K=%2d/%d S=%3d BS=%2d ctx=%4d | new %.1e %4.2fu %4.2fb | old %.1e %4.2fu | |new-old| %.1e %s %s\n",
-           c.name, tname<T>(), c.B, c.H, c.K, c.S, c.BS, c.ctx, worst.abs, worst.ulps, worst.of_bound, old_err.abs,
-           old_err.ulps, vs_old, det ? "det" : "NOT-DETERMINISTIC", ok ? "PASS" : "FAIL");
+    printf(
+        "%-24s %-4s B=%3d H/K=%2d/%d S=%3d BS=%2d ctx=%4d | new %.1e %4.2fu %4.2fb | old %.1e %4.2fu | |new-old| %.1e "
+        "%s %s\n",
+        c.name, tname<T>(), c.B, c.H, c.K, c.S, c.BS, c.ctx, worst.abs, worst.ulps, worst.of_bound, old_err.abs,
+        old_err.ulps, vs_old, det ? "det" : "NOT-DETERMINISTIC", ok ? "PASS" : "FAIL");
   else
-    printf("%-24s %-4s B=%3d H/K=%2d/%d S=%3d BS=%2d ctx=%4d fallback | old %.2e %4.2fulp | new==old bitwise: %s -> %s\n",
-           c.name, tname<T>(), c.B, c.H, c.K, c.S, c.BS, c.ctx, old_err.abs, old_err.ulps, ok ? "yes" : "NO",
-           ok ? "PASS" : "FAIL");
+    printf(
+        "%-24s %-4s B=%3d H/K=%2d/%d S=%3d BS=%2d ctx=%4d fallback | old %.2e %4.2fulp | new==old bitwise: %s -> %s\n",
+        c.name, tname<T>(), c.B, c.H, c.K, c.S, c.BS, c.ctx, old_err.abs, old_err.ulps, ok ? "yes" : "NO",
+        ok ? "PASS" : "FAIL");
   cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(bt), cudaFree(ln);
   cudaStreamDestroy(st);
   return ok;
 }
 
 static int check() {
-  printf("== check vs fp64 CPU loops. new = the tensor-core launcher, old = the CUDA-core kernel. Columns: max |out - ref|,\n"
-         "   u = max err / spacing of the dtype at |ref| (|ref| >= 1/16), b = max err / bound, bound = 1.25 u^2 sum p|v-out|/\n"
-         "   sum p + 1 ulp(ref) + 1e-5 sum p|v|/sum p, u = 2^-8 bf16, 2^-11 f16 (P enters P.V as two terms).\n"
-         "   PASS = every output within its bound and bitwise deterministic; fallback shapes = old bit for bit.\n");
+  printf(
+      "== check vs fp64 CPU loops. new = the tensor-core launcher, old = the CUDA-core kernel. Columns: max |out - "
+      "ref|,\n"
+      "   u = max err / spacing of the dtype at |ref| (|ref| >= 1/16), b = max err / bound, bound = 1.25 u^2 sum "
+      "p|v-out|/\n"
+      "   sum p + 1 ulp(ref) + 1e-5 sum p|v|/sum p, u = 2^-8 bf16, 2^-11 f16 (P enters P.V as two terms).\n"
+      "   PASS = every output within its bound and bitwise deterministic; fallback shapes = old bit for bit.\n");
   bool ok = true;
   const Case bf[] = {
       {"qwen0.5b uniform", 256, 14, 2, 64, 16, 384, kUniform, 1.5f, 0},
@@ -331,11 +352,13 @@ struct Bench {
   // Per-call microseconds of a graph of 24 consecutive calls (one per layer, as a decode step),
   // replayed 10 times after one warm replay. -1 when capture fails.
   float graph(Launch fn, std::vector<__nv_bfloat16>* last = nullptr) {
-    return graph_us_per_call(st, e0, e1, 24, [&](int i) { return call(fn, i); }, [&] {
-      if (!last) return;
-      last->resize(size_t(B) * H * S);
-      CK(cudaMemcpy(last->data(), o, last->size() * 2, cudaMemcpyDeviceToHost));
-    });
+    return graph_us_per_call(
+        st, e0, e1, 24, [&](int i) { return call(fn, i); },
+        [&] {
+          if (!last) return;
+          last->resize(size_t(B) * H * S);
+          CK(cudaMemcpy(last->data(), o, last->size() * 2, cudaMemcpyDeviceToHost));
+        });
   }
   double gbs(float us) const { return us > 0 ? bytes / (us * 1e3) : 0; }
 };
@@ -365,10 +388,11 @@ static std::vector<Shape> shapes_from_env() {
 static int timing() {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  printf("== timing: %s, %d SMs, L2 %d MB; H=14 K=2 S=64 block 16 bf16, all lengths = ctx ('r': uniform 128..640).\n"
-         "   per call; eager = 50 back-to-back launches, graph = 24 captured calls (one per layer) replayed;\n"
-         "   every call reads another layer's cache (>= 320 MB rotated: cold in L2); GB/s = K+V bytes read / time.\n",
-         prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  printf(
+      "== timing: %s, %d SMs, L2 %d MB; H=14 K=2 S=64 block 16 bf16, all lengths = ctx ('r': uniform 128..640).\n"
+      "   per call; eager = 50 back-to-back launches, graph = 24 captured calls (one per layer) replayed;\n"
+      "   every call reads another layer's cache (>= 320 MB rotated: cold in L2); GB/s = K+V bytes read / time.\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
   const std::vector<Shape> shapes = shapes_from_env();
   printf("   B  ctx   MB | old eager  graph  GB/s | new eager  graph  GB/s | speedup(graph) graph==eager\n");
   for (const Shape& s : shapes) {

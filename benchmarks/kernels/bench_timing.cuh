@@ -11,13 +11,13 @@
 #include <cstdlib>
 
 // Aborts the benchmark on a CUDA error, naming the call and the line.
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
+#define CK(x)                                                                        \
+  do {                                                                               \
+    cudaError_t e_ = (x);                                                            \
+    if (e_ != cudaSuccess) {                                                         \
       printf("CUDA error %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-      exit(2);                                                                         \
-    }                                                                                  \
+      exit(2);                                                                       \
+    }                                                                                \
   } while (0)
 
 // A reproducible, roughly N(0, 1) value for element i: four 16-bit uniforms of a splitmix64

@@ -29,7 +29,9 @@
 
 using verlpp::cuda::FloatType;
 
-static const char* type_name(FloatType t) { return t == FloatType::f32 ? "f32" : t == FloatType::bf16 ? "bf16" : "f16"; }
+static const char* type_name(FloatType t) {
+  return t == FloatType::f32 ? "f32" : t == FloatType::bf16 ? "bf16" : "f16";
+}
 static size_t type_size(FloatType t) { return t == FloatType::f32 ? 4 : 2; }
 
 // fp32 values rounded to `type` and back (exact widening), and their raw bytes.
@@ -172,8 +174,10 @@ static ChiSquare chi_square(const std::vector<double>& counts, const std::vector
     obs += counts[j], exp += p[j] * n;
     if (exp >= 5 || j + 1 == p.size()) {
       r.tv += 0.5 * std::fabs(obs - exp) / n;
-      if (exp > 0) r.stat += (obs - exp) * (obs - exp) / exp, ++bins;
-      else if (obs > 0) r.stat += 1e9;  // a draw of a probability-0 token
+      if (exp > 0)
+        r.stat += (obs - exp) * (obs - exp) / exp, ++bins;
+      else if (obs > 0)
+        r.stat += 1e9;  // a draw of a probability-0 token
       obs = exp = 0;
     }
   }
@@ -227,8 +231,8 @@ static void check_first_call_captured(cudaStream_t st) {
   const cudaError_t launched = call.launch(5, st);
   const cudaError_t ended = cudaStreamEndCapture(st, &graph);
   if (launched != cudaSuccess || ended != cudaSuccess) {
-    verdict(false, "first call captured in a graph", fmt("launch %s, end capture %s", cudaGetErrorString(launched),
-                                                         cudaGetErrorString(ended)));
+    verdict(false, "first call captured in a graph",
+            fmt("launch %s, end capture %s", cudaGetErrorString(launched), cudaGetErrorString(ended)));
     (void)cudaGetLastError();
     return;
   }
@@ -238,7 +242,8 @@ static void check_first_call_captured(cudaStream_t st) {
   const Result from_graph = call.fetch();
   const Result eager = call.run(5, st);
   bool same = eager.error == cudaSuccess;
-  for (int64_t r = 0; r < b; ++r) same = same && from_graph.tokens[r] == eager.tokens[r] && same_bits(from_graph.logprobs[r], eager.logprobs[r]);
+  for (int64_t r = 0; r < b; ++r)
+    same = same && from_graph.tokens[r] == eager.tokens[r] && same_bits(from_graph.logprobs[r], eager.logprobs[r]);
   verdict(same, "first split call captured in a graph; replay == eager", "B=64 V=151936 bf16, bitwise");
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphDestroy(graph));
@@ -249,15 +254,18 @@ static void check_tokens_and_logprobs(cudaStream_t st) {
   struct Shape {
     int64_t b, v, offset;
   };
-  const Shape shapes[] = {{5, 1, 0},    {7, 3, 1},     {9, 5, 3},       {33, 37, 1},     {64, 1000, 0},
+  const Shape shapes[] = {{5, 1, 0},     {7, 3, 1},     {9, 5, 3},       {33, 37, 1},     {64, 1000, 0},
                           {64, 1001, 1}, {33, 8191, 3}, {16, 151936, 0}, {16, 151939, 1}, {256, 151936, 0}};
   for (const Shape& s : shapes) {
     for (FloatType type : {FloatType::f32, FloatType::bf16}) {
       Rows rows;
       for (int64_t r = 0; r < s.b; ++r) {
         const int kind = int(r % 6);  // greedy, T 1, T 0.7, top-k 20, top-p 0.9, T 1.5
-        rows.add(kind == 0 ? 0.0f : kind == 2 ? 0.7f : kind == 5 ? 1.5f : 1.0f, kind == 3 ? 20 : 0, kind == 4 ? 0.9f : 1.0f,
-                 uint64_t(r) * 7919 + uint64_t(s.v));
+        rows.add(kind == 0   ? 0.0f
+                 : kind == 2 ? 0.7f
+                 : kind == 5 ? 1.5f
+                             : 1.0f,
+                 kind == 3 ? 20 : 0, kind == 4 ? 0.9f : 1.0f, uint64_t(r) * 7919 + uint64_t(s.v));
       }
       std::vector<float> x = normal_rows(s.b, s.v, 2.0f, uint32_t(s.b * 31 + s.v + s.offset));
       for (float& e : x) e = round_to(type, e);
@@ -277,8 +285,10 @@ static void check_tokens_and_logprobs(cudaStream_t st) {
         worst = std::max(worst, std::fabs(double(got.logprobs[r]) - want) / (1e-4 + 1e-5 * std::fabs(want)));
       }
       const bool ok = got.error == cudaSuccess && bad_argmax == 0 && bad_range == 0 && worst <= 1.0;
-      verdict(ok, fmt("tokens, log-probs B=%lld V=%lld offset %lld %s", (long long)s.b, (long long)s.v, (long long)s.offset,
-                      type_name(type)).c_str(),
+      verdict(ok,
+              fmt("tokens, log-probs B=%lld V=%lld offset %lld %s", (long long)s.b, (long long)s.v, (long long)s.offset,
+                  type_name(type))
+                  .c_str(),
               fmt("greedy != argmax %d, out of range %d, worst |dlp| / tol %.3f", bad_argmax, bad_range, worst));
     }
   }
@@ -315,8 +325,8 @@ static void frequency_case(cudaStream_t st, const char* what, const std::vector<
   const double n = double(b) * steps;
   const ChiSquare chi = chi_square(counts, p, n);
   verdict(launched && zero_prob == 0 && chi.ok(), what,
-          fmt("%.0f draws: chi2 %.1f on %d df (limit %.1f), TV %.4f, masked/out-of-range draws %lld", n, chi.stat, chi.df,
-              chi.df + 6.0 * std::sqrt(2.0 * chi.df) + 10, chi.tv, (long long)zero_prob));
+          fmt("%.0f draws: chi2 %.1f on %d df (limit %.1f), TV %.4f, masked/out-of-range draws %lld", n, chi.stat,
+              chi.df, chi.df + 6.0 * std::sqrt(2.0 * chi.df) + 10, chi.tv, (long long)zero_prob));
 }
 
 static void check_frequencies(cudaStream_t st) {
@@ -342,7 +352,8 @@ static void check_frequencies(cudaStream_t st) {
   for (size_t i = 0; i < hot.size(); ++i) big[size_t(hot[i])] = float(std::log(0.5 + double(i % 7) / 4));
   for (int64_t j = 5000; j < 5400; ++j) big[size_t(j)] = -INFINITY;
   frequency_case(st, "frequencies V=151936, hot tokens at boundaries, bf16", big, 1.0f, FloatType::bf16, 256, 40, 0);
-  frequency_case(st, "frequencies V=151936, hot tokens at boundaries, f32, offset 3", big, 1.0f, FloatType::f32, 256, 40, 3);
+  frequency_case(st, "frequencies V=151936, hot tokens at boundaries, f32, offset 3", big, 1.0f, FloatType::f32, 256,
+                 40, 3);
   frequency_case(st, "frequencies V=151936 (B=32: more splits), f32", big, 1.0f, FloatType::f32, 32, 200, 0);
 }
 
@@ -355,13 +366,13 @@ static void check_edge_rows(cudaStream_t st) {
     std::mt19937 rng{uint32_t(v)};
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (float& e : x) e = nd(rng);
-    std::fill(row(0), row(0) + v, -INFINITY);  // 0: every logit -inf -> token 0
-    row(1)[10] = NAN, row(1)[v / 2] = NAN;     // 1: NaN logits -> the argmax of the others
+    std::fill(row(0), row(0) + v, -INFINITY);        // 0: every logit -inf -> token 0
+    row(1)[10] = NAN, row(1)[v / 2] = NAN;           // 1: NaN logits -> the argmax of the others
     row(2)[5] = INFINITY, row(2)[v - 3] = INFINITY;  // 2: +inf logits -> the first +inf
-    std::fill(row(3), row(3) + v, -INFINITY);  // 3: one finite logit -> that token, log-prob 0
-    row(3)[v - 2] = 3.0f;                      //    (up to ex2.approx's error at 0: 15 ulps of 1,
-                                               //    1.8e-6, on the H200; |lp| < 4e-6)
-    row(4)[v / 3] = 60.0f;                     // 4: T = 1e-3 -> the argmax
+    std::fill(row(3), row(3) + v, -INFINITY);        // 3: one finite logit -> that token, log-prob 0
+    row(3)[v - 2] = 3.0f;                            //    (up to ex2.approx's error at 0: 15 ulps of 1,
+                                                     //    1.8e-6, on the H200; |lp| < 4e-6)
+    row(4)[v / 3] = 60.0f;                           // 4: T = 1e-3 -> the argmax
     for (int64_t j = 0; j < v; ++j) row(5)[j] = -1e4f + 0.01f * float(j % 100);  // 5: far below 0, as any
     const int64_t want[kinds] = {0, first_argmax(row(1), v), 5, v - 2, v / 3, -1};
     Rows rows;
@@ -378,8 +389,9 @@ static void check_edge_rows(cudaStream_t st) {
         for (int r = 0; r < kinds; ++r) {
           const int64_t tok = got.tokens[size_t(r)];
           const bool good = want[r] >= 0 ? tok == want[r] : (tok >= 0 && tok < v);
-          if (!good && detail.size() < 200) detail += fmt("row %d (%s) step %llu: token %lld, want %lld; ", r, type_name(type),
-                                                          (unsigned long long)step, (long long)tok, (long long)want[r]);
+          if (!good && detail.size() < 200)
+            detail += fmt("row %d (%s) step %llu: token %lld, want %lld; ", r, type_name(type),
+                          (unsigned long long)step, (long long)tok, (long long)want[r]);
           ok = ok && good;
         }
         if (!(std::fabs(got.logprobs[3]) <= 4e-6f) && detail.size() < 200)
@@ -401,7 +413,7 @@ static void check_16bit_identity(cudaStream_t st) {
   struct Layout {
     int64_t b, v, offset;
   };
-  const Layout layouts[] = {{1, 1000, 0},   {64, 1000, 0},   {64, 1001, 0},  {64, 1001, 1},  {1, 151936, 0},
+  const Layout layouts[] = {{1, 1000, 0},   {64, 1000, 0},   {64, 1001, 0},    {64, 1001, 1},   {1, 151936, 0},
                             {1, 151936, 3}, {64, 151936, 0}, {256, 151936, 0}, {33, 151939, 1}, {7, 5, 3}};
   for (FloatType type : {FloatType::bf16, FloatType::f16}) {
     int64_t rows_checked = 0, differ = 0;
@@ -409,8 +421,17 @@ static void check_16bit_identity(cudaStream_t st) {
       Rows rows;
       for (int64_t r = 0; r < l.b; ++r) {
         const int kind = int(r % 6);  // greedy, T 0.8, top-k 50, top-p 0.9, both, T 1
-        rows.add(kind == 0 ? 0.0f : kind == 1 ? 0.8f : kind == 4 ? 0.7f : 1.0f, kind == 2 ? 50 : kind == 4 ? 200 : 0,
-                 kind == 3 ? 0.9f : kind == 4 ? 0.8f : 1.0f, uint64_t(r) * 104729 + uint64_t(l.v));
+        rows.add(kind == 0   ? 0.0f
+                 : kind == 1 ? 0.8f
+                 : kind == 4 ? 0.7f
+                             : 1.0f,
+                 kind == 2   ? 50
+                 : kind == 4 ? 200
+                             : 0,
+                 kind == 3   ? 0.9f
+                 : kind == 4 ? 0.8f
+                             : 1.0f,
+                 uint64_t(r) * 104729 + uint64_t(l.v));
       }
       std::vector<float> x = normal_rows(l.b, l.v, 2.0f, uint32_t(l.b * 131 + l.v + l.offset));
       for (float& e : x) e = round_to(type, e);
@@ -464,8 +485,10 @@ template <class T>
 __global__ void fill_kernel(T* p, size_t n, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float x = 2.0f * normalish(i, seed);
-    if constexpr (sizeof(T) == 4) p[i] = x;
-    else p[i] = __float2bfloat16(x);
+    if constexpr (sizeof(T) == 4)
+      p[i] = x;
+    else
+      p[i] = __float2bfloat16(x);
   }
 }
 
@@ -488,8 +511,10 @@ struct Timing {
     copies = std::clamp(int(std::ceil(3.0 * l2_bytes / call_bytes)), 2, 64);
     const size_t n = size_t(b) * v * copies;
     CK(cudaMalloc(&logits, n * type_size(type)));
-    if (type == FloatType::f32) fill_kernel<<<4096, 256>>>(static_cast<float*>(logits), n, 1);
-    else fill_kernel<<<4096, 256>>>(static_cast<__nv_bfloat16*>(logits), n, 1);
+    if (type == FloatType::f32)
+      fill_kernel<<<4096, 256>>>(static_cast<float*>(logits), n, 1);
+    else
+      fill_kernel<<<4096, 256>>>(static_cast<__nv_bfloat16*>(logits), n, 1);
     CK(cudaGetLastError());
     CK(cudaMalloc(&temp, b * 4));
     CK(cudaMalloc(&topp, b * 4));
@@ -531,7 +556,8 @@ struct Timing {
   }
   // Per-call microseconds of a graph of 20 captured calls replayed 10 times; -1 if capture fails.
   float graph() {
-    return graph_us_per_call(st, e0, e1, 20, [&](int i) { return call(i); }, [] {});
+    return graph_us_per_call(
+        st, e0, e1, 20, [&](int i) { return call(i); }, [] {});
   }
   double gbs(float us) const { return us > 0 ? double(b) * row_bytes / (us * 1e3) : 0; }
 };
@@ -540,10 +566,11 @@ static int timing() {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const int64_t v = 151936;
-  printf("== timing: %s, %d SMs, L2 %d MB; V=%lld, logits ~N(0, 2^2); per call of launch_sample (both kernels and\n"
-         "   the workspace's stream-ordered alloc/free); eager = 50 back-to-back calls, graph = 20 captured calls\n"
-         "   replayed; calls rotate over >= 3x L2 of logits (cold in L2); GB/s = logits bytes / time.\n",
-         prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)v);
+  printf(
+      "== timing: %s, %d SMs, L2 %d MB; V=%lld, logits ~N(0, 2^2); per call of launch_sample (both kernels and\n"
+      "   the workspace's stream-ordered alloc/free); eager = 50 back-to-back calls, graph = 20 captured calls\n"
+      "   replayed; calls rotate over >= 3x L2 of logits (cold in L2); GB/s = logits bytes / time.\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)v);
   std::vector<int64_t> batches = {32, 64, 128, 256};
   if (const char* env = getenv("BATCHES")) {
     batches.clear();

@@ -51,7 +51,8 @@ const char* rollout_bench_usage() {
          "(EOS ignored), random weights, best of --repeat runs after one warm-up run.\n"
          "--plugin NAME uses that loaded plugin's kernels (paged attention decode, sampling);\n"
          "without it the LibTorch reference path runs; --kernel-streams 0 runs them on the plugin's\n"
-         "synchronous NULL stream instead of LibTorch's (side-by-side timing). --transitions also times the hybrid-engine\n"
+         "synchronous NULL stream instead of LibTorch's (side-by-side timing). --transitions also times the "
+         "hybrid-engine\n"
          "hooks (update_weights shared / cast from fp32, sleep, wake). --profile FILE writes a Kineto\n"
          "(chrome://tracing) trace of one more run of the first shape with --profile-tokens new tokens\n"
          "(default 16), where this LibTorch (2.1+) has the profiler. --device-graphs 0 runs decode steps\n"
@@ -83,7 +84,8 @@ RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help) 
   help = false;
   // The switches may also come from the environment (VERLPP_BENCH_*, as verlpp-bench-train's), so
   // that run_gpu_perf.sh's ROLLOUT_ENVS lists can compare them; a flag wins.
-  if (const char* v = std::getenv("VERLPP_BENCH_DEVICE_GRAPHS")) o.device_graphs = parse_switch("VERLPP_BENCH_DEVICE_GRAPHS", v);
+  if (const char* v = std::getenv("VERLPP_BENCH_DEVICE_GRAPHS"))
+    o.device_graphs = parse_switch("VERLPP_BENCH_DEVICE_GRAPHS", v);
   if (const char* v = std::getenv("VERLPP_BENCH_DECODE_OVERLAP"))
     o.decode_overlap = parse_switch("VERLPP_BENCH_DECODE_OVERLAP", v);
   for (int i = 1; i < argc; ++i) {
@@ -98,23 +100,40 @@ RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help) 
     }
     if (i + 1 >= argc) VERLPP_FAIL_AT(opt, "needs a value (see --help)");
     const std::string val = argv[++i];
-    if (opt == "--model") o.model_dir = val;
-    else if (opt == "--shape") o.shape_name = val;
-    else if (opt == "--device") o.device = val;
-    else if (opt == "--dtype") o.dtype = val;
-    else if (opt == "--plugin") o.plugin = val;
-    else if (opt == "--kernel-streams") o.kernel_streams = parse_int(opt, val, 0) != 0;
-    else if (opt == "--shapes") o.shapes = parse_shapes(val);
-    else if (opt == "--temperature") o.temperature = parse_double(opt, val);
-    else if (opt == "--repeat") o.repeat = int(parse_int(opt, val, 1));
-    else if (opt == "--kv-tokens") o.kv_tokens = parse_int(opt, val, 1);
-    else if (opt == "--init-seed") o.init_seed = uint64_t(parse_int(opt, val, 0));
-    else if (opt == "--json") o.json_path = val;
-    else if (opt == "--profile") o.profile_path = val;
-    else if (opt == "--profile-tokens") o.profile_tokens = parse_int(opt, val, 1);
-    else if (opt == "--device-graphs") o.device_graphs = parse_switch(opt, val);
-    else if (opt == "--decode-overlap") o.decode_overlap = parse_switch(opt, val);
-    else VERLPP_FAIL_AT(opt, "unknown option (see --help)");
+    if (opt == "--model")
+      o.model_dir = val;
+    else if (opt == "--shape")
+      o.shape_name = val;
+    else if (opt == "--device")
+      o.device = val;
+    else if (opt == "--dtype")
+      o.dtype = val;
+    else if (opt == "--plugin")
+      o.plugin = val;
+    else if (opt == "--kernel-streams")
+      o.kernel_streams = parse_int(opt, val, 0) != 0;
+    else if (opt == "--shapes")
+      o.shapes = parse_shapes(val);
+    else if (opt == "--temperature")
+      o.temperature = parse_double(opt, val);
+    else if (opt == "--repeat")
+      o.repeat = int(parse_int(opt, val, 1));
+    else if (opt == "--kv-tokens")
+      o.kv_tokens = parse_int(opt, val, 1);
+    else if (opt == "--init-seed")
+      o.init_seed = uint64_t(parse_int(opt, val, 0));
+    else if (opt == "--json")
+      o.json_path = val;
+    else if (opt == "--profile")
+      o.profile_path = val;
+    else if (opt == "--profile-tokens")
+      o.profile_tokens = parse_int(opt, val, 1);
+    else if (opt == "--device-graphs")
+      o.device_graphs = parse_switch(opt, val);
+    else if (opt == "--decode-overlap")
+      o.decode_overlap = parse_switch(opt, val);
+    else
+      VERLPP_FAIL_AT(opt, "unknown option (see --help)");
   }
   if (!o.model_dir.empty() && !o.shape_name.empty())
     VERLPP_FAIL_AT("--model/--shape", "give one of --model DIR and --shape NAME, not both");

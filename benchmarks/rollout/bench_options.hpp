@@ -19,23 +19,23 @@ struct RolloutShape {
 };
 
 struct RolloutBenchOptions {
-  std::string model_dir;          // --model DIR (config.json; random weights)
-  std::string shape_name;         // --shape NAME (a built-in config); one of the two, else examples/tiny
-  std::string device = "cpu";     // --device cpu|cuda
-  std::string dtype = "float32";  // --dtype float32|bfloat16|float16
-  std::string plugin;             // --plugin NAME: that plugin's kernels ("" = LibTorch reference)
-  bool kernel_streams = true;     // --kernel-streams 0|1: kernels on LibTorch's stream (1) or the NULL stream (0)
+  std::string model_dir;             // --model DIR (config.json; random weights)
+  std::string shape_name;            // --shape NAME (a built-in config); one of the two, else examples/tiny
+  std::string device = "cpu";        // --device cpu|cuda
+  std::string dtype = "float32";     // --dtype float32|bfloat16|float16
+  std::string plugin;                // --plugin NAME: that plugin's kernels ("" = LibTorch reference)
+  bool kernel_streams = true;        // --kernel-streams 0|1: kernels on LibTorch's stream (1) or the NULL stream (0)
   std::vector<RolloutShape> shapes;  // --shapes B:P:R,... (default: the CPU set of docs/benchmarks.md)
-  double temperature = 0;         // --temperature T (0 = greedy)
-  int repeat = 3;                 // --repeat R: timed runs per shape, best reported
-  int64_t kv_tokens = 0;          // --kv-tokens N: pool size (0 = what the largest shape needs)
-  uint64_t init_seed = 1;         // --init-seed S: random weights
-  std::string json_path;          // --json FILE: one JSON object per line, per shape
-  bool transitions = false;       // --transitions: also time update_weights / sleep / wake
-  std::string profile_path;       // --profile FILE: a Kineto trace of one more run of the first shape
-  int64_t profile_tokens = 16;    // --profile-tokens N: that run's response length
-  bool device_graphs = true;      // --device-graphs 0|1: EngineOptions::device_graphs
-  bool decode_overlap = true;     // --decode-overlap 0|1: EngineOptions::overlap_decode
+  double temperature = 0;            // --temperature T (0 = greedy)
+  int repeat = 3;                    // --repeat R: timed runs per shape, best reported
+  int64_t kv_tokens = 0;             // --kv-tokens N: pool size (0 = what the largest shape needs)
+  uint64_t init_seed = 1;            // --init-seed S: random weights
+  std::string json_path;             // --json FILE: one JSON object per line, per shape
+  bool transitions = false;          // --transitions: also time update_weights / sleep / wake
+  std::string profile_path;          // --profile FILE: a Kineto trace of one more run of the first shape
+  int64_t profile_tokens = 16;       // --profile-tokens N: that run's response length
+  bool device_graphs = true;         // --device-graphs 0|1: EngineOptions::device_graphs
+  bool decode_overlap = true;        // --decode-overlap 0|1: EngineOptions::overlap_decode
 };
 
 // Parses argv; throws verlpp::Error naming the offending option or value. `--help` fills

@@ -98,11 +98,16 @@ nlohmann::json time_transitions(rollout::RolloutEngine& engine, int repeat) {
       fmt::format("{} tensors cast", num_cast));
   row("sleep (free the KV pool)", sleep, fmt::format("{:.1f} MiB pool", double(engine.pool_bytes()) / (1 << 20)));
   row("wake (re-create the KV pool)", wake, "");
-  return {{"update_weights_shared_s", shared.best},  {"update_weights_shared_first_s", shared.first},
-          {"update_weights_cast_s", cast.best},      {"update_weights_cast_first_s", cast.first},
-          {"cast_from", model::dtype_name(cast_from)}, {"num_shared", num_shared},
-          {"num_cast", num_cast},                    {"sleep_s", sleep.best},
-          {"wake_s", wake.best},                     {"pool_bytes", engine.pool_bytes()}};
+  return {{"update_weights_shared_s", shared.best},
+          {"update_weights_shared_first_s", shared.first},
+          {"update_weights_cast_s", cast.best},
+          {"update_weights_cast_first_s", cast.first},
+          {"cast_from", model::dtype_name(cast_from)},
+          {"num_shared", num_shared},
+          {"num_cast", num_cast},
+          {"sleep_s", sleep.best},
+          {"wake_s", wake.best},
+          {"pool_bytes", engine.pool_bytes()}};
 }
 
 // One generate of `reqs` under the Kineto profiler, saved as a trace file.
@@ -141,14 +146,14 @@ int run(const RolloutBenchOptions& o) {
   for (const RolloutShape& s : o.shapes) options.limits.max_num_seqs = std::max(options.limits.max_num_seqs, s.batch);
   rollout::RolloutEngine engine(std::move(lm), options);
 
-  std::cout << fmt::format("model {} ({} layers, hidden {}, vocab {}), {} {}, kernels: {}, KV pool {} tokens ({:.1f} MiB)\n",
-                           o.shape_name.empty() ? config.architecture : o.shape_name, config.num_hidden_layers,
-                           config.hidden_size, config.vocab_size, o.device, o.dtype,
-                           o.plugin.empty() ? "LibTorch reference" : o.plugin + " plugin",
-                           engine.num_blocks() * engine.block_size(), double(engine.pool_bytes()) / (1 << 20));
+  std::cout << fmt::format(
+      "model {} ({} layers, hidden {}, vocab {}), {} {}, kernels: {}, KV pool {} tokens ({:.1f} MiB)\n",
+      o.shape_name.empty() ? config.architecture : o.shape_name, config.num_hidden_layers, config.hidden_size,
+      config.vocab_size, o.device, o.dtype, o.plugin.empty() ? "LibTorch reference" : o.plugin + " plugin",
+      engine.num_blocks() * engine.block_size(), double(engine.pool_bytes()) / (1 << 20));
   std::cout << fmt::format("decode graphs: {}\n", engine.device_graphs_off_reason().empty()
-                                                  ? std::string("on (--device-graphs 0 turns them off)")
-                                                  : "off: " + engine.device_graphs_off_reason());
+                                                      ? std::string("on (--device-graphs 0 turns them off)")
+                                                      : "off: " + engine.device_graphs_off_reason());
   std::unique_ptr<std::ofstream> json_out;
   if (!o.json_path.empty()) {
     json_out = std::make_unique<std::ofstream>(o.json_path);
@@ -169,7 +174,7 @@ int run(const RolloutBenchOptions& o) {
     double best = 1e30;
     rollout::GenerateStats stats;
     uint64_t tokens_hash = 1469598103934665603ull;  // FNV-1a over the last run's token ids: runs that
-    for (int r = 0; r < o.repeat; ++r) {              // must agree (e.g. greedy, streams on/off) compare it
+    for (int r = 0; r < o.repeat; ++r) {            // must agree (e.g. greedy, streams on/off) compare it
       const auto outputs = engine.generate(reqs);
       tokens_hash = 1469598103934665603ull;
       for (const auto& out : outputs)
@@ -180,10 +185,11 @@ int run(const RolloutBenchOptions& o) {
       }
     }
     const double tps = double(stats.num_generated_tokens) / best;
-    std::cout << fmt::format("{:>6} {:>7} {:>9} {:>12.1f} {:>10.3f} {:>10.3f} {:>10.3f} {:>8} {:>8} {:>11} {:>12} {:>12}\n",
-                             s.batch, s.prompt, s.response, tps, best, stats.prefill_seconds, stats.decode_seconds,
-                             stats.num_prefill_steps, stats.num_decode_steps, stats.num_overlapped_steps,
-                             stats.num_preemptions, warmup.graph_early_launch_edges)
+    std::cout << fmt::format(
+                     "{:>6} {:>7} {:>9} {:>12.1f} {:>10.3f} {:>10.3f} {:>10.3f} {:>8} {:>8} {:>11} {:>12} {:>12}\n",
+                     s.batch, s.prompt, s.response, tps, best, stats.prefill_seconds, stats.decode_seconds,
+                     stats.num_prefill_steps, stats.num_decode_steps, stats.num_overlapped_steps, stats.num_preemptions,
+                     warmup.graph_early_launch_edges)
               << std::flush;
     nlohmann::json j = base_json(o, config);
     j.update({{"batch", s.batch},

@@ -68,9 +68,14 @@ int main(int argc, char** argv) {
     std::cout << fmt::format("  encode (cold)   {:8.2f} MB/s\n", mb / cold_s);
     std::cout << fmt::format("  encode (warm)   {:8.2f} MB/s\n", mb / warm_s);
     std::cout << fmt::format("  decode          {:8.2f} MB/s\n", double(decoded_bytes) / 1e6 / dec_s);
-    nlohmann::json out = {{"tokenizer", argv[1]},     {"strings", corpus.size()},    {"bytes", bytes},
-                          {"tokens", num_tokens},     {"passes", passes},            {"load_s", load_s},
-                          {"encode_cold_mb_s", mb / cold_s}, {"encode_warm_mb_s", mb / warm_s},
+    nlohmann::json out = {{"tokenizer", argv[1]},
+                          {"strings", corpus.size()},
+                          {"bytes", bytes},
+                          {"tokens", num_tokens},
+                          {"passes", passes},
+                          {"load_s", load_s},
+                          {"encode_cold_mb_s", mb / cold_s},
+                          {"encode_warm_mb_s", mb / warm_s},
                           {"decode_mb_s", double(decoded_bytes) / 1e6 / dec_s}};
     std::cout << "JSON " << out.dump() << "\n";
   } catch (const std::exception& e) {

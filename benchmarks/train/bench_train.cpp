@@ -131,7 +131,8 @@ double check_optimizer(const c10::Device& device) {
 std::tuple<double, double, double> check_kernels(model::DecoderLM& m, const at::Tensor& ids, const at::Tensor& mask,
                                                  const at::Tensor& positions, const hw::Kernels& kernels, bool packed) {
   const std::vector<std::string> names = {"lm_head.weight", "model.layers.0.self_attn.q_proj.weight",
-                                          "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight"};
+                                          "model.layers.0.self_attn.k_proj.weight",
+                                          "model.layers.0.self_attn.v_proj.weight"};
   auto run = [&](const hw::Kernels* k) {
     for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
     train::ResponseLogProbs out =
@@ -186,16 +187,18 @@ int run(const Options& o) {
     if (!kernels->offers(hw::KernelId::logprob_entropy) || !kernels->offers(hw::KernelId::logprob_backward)) {
       std::string offered;
       for (const std::string& name : kernels->available()) offered += (offered.empty() ? "" : ", ") + name;
-      VERLPP_FAIL_AT("--plugin", "plugin '{}' lacks logprob_entropy or logprob_backward (ABI 1.2); it offers: {}", o.plugin,
-                     offered.empty() ? "none" : offered);
+      VERLPP_FAIL_AT("--plugin", "plugin '{}' lacks logprob_entropy or logprob_backward (ABI 1.2); it offers: {}",
+                     o.plugin, offered.empty() ? "none" : offered);
     }
   }
   train::AdamWConfig adamw;
   adamw.grad_clip = 1.0;
-  train::OptimizerStep optimizer(train::parameter_tensors(master), adamw, train::LrSchedule({1e-6, "constant", 0, 1, 0.0, 0.5}));
+  train::OptimizerStep optimizer(train::parameter_tensors(master), adamw,
+                                 train::LrSchedule({1e-6, "constant", 0, 1, 0.0, 0.5}));
 
   at::manual_seed(7);
-  const at::Tensor ids = at::randint(config.vocab_size, {o.batch, o.seq}, at::TensorOptions().dtype(at::kLong)).to(device);
+  const at::Tensor ids =
+      at::randint(config.vocab_size, {o.batch, o.seq}, at::TensorOptions().dtype(at::kLong)).to(device);
   const at::Tensor mask = at::ones({o.batch, o.seq}, ids.options());
   const at::Tensor positions = mask.cumsum(1).sub(1);
   // The rows as --padding passes them to the decoder: the mask (undefined for "none"), packed or not.
@@ -208,9 +211,10 @@ int run(const Options& o) {
     const auto [lp_error, g_error, layer_error] = check_kernels(
         precision.compute(), ids.narrow(0, 0, rows), rows_mask.defined() ? rows_mask.narrow(0, 0, rows) : at::Tensor(),
         positions.narrow(0, 0, rows), *kernels, packed);
-    std::cerr << fmt::format("kernel check ({} kernels vs LibTorch, {} rows): log-prob max |diff| {:.2e}, max |diff| / max "
-                             "|grad| of the LM-head gradient {:.2e}, of layer 0's q/k/v gradients {:.2e}\n",
-                             o.plugin, rows, lp_error, g_error, layer_error);
+    std::cerr << fmt::format(
+        "kernel check ({} kernels vs LibTorch, {} rows): log-prob max |diff| {:.2e}, max |diff| / max "
+        "|grad| of the LM-head gradient {:.2e}, of layer 0's q/k/v gradients {:.2e}\n",
+        o.plugin, rows, lp_error, g_error, layer_error);
     // bf16 logits and gradients: the two paths round dL/dz once each, in another order of sums;
     // layer 0's gradients also carry bf16 rounding flips through 24 layers' backward. A wrong
     // term, sign or rotation is O(1) off.
@@ -218,7 +222,8 @@ int run(const Options& o) {
     const double layer_tolerance = compute == at::kFloat ? 1e-3 : 1e-1;
     VERLPP_CHECK(lp_error < 1e-3 && g_error < grad_tolerance && layer_error < layer_tolerance,
                  "WRONG: the plugin's kernels differ from LibTorch's path (log-prob {:.3e}, LM-head gradient {:.3e}, "
-                 "layer-0 gradients {:.3e})", lp_error, g_error, layer_error);
+                 "layer-0 gradients {:.3e})",
+                 lp_error, g_error, layer_error);
   }
   const hw::Kernels* used = kernels ? &*kernels : nullptr;
   // With --plugin the optimizer step goes through the plugin's adamw_update where offered (ABI
@@ -226,9 +231,10 @@ int run(const Options& o) {
   // keeps LibTorch's fused AdamW with the casts around it, for a side-by-side run.
   if (o.plugin_adamw != 0) optimizer.use_kernels(used);
   precision.defer_casts(optimizer.updates_through_plugin());
-  std::cerr << fmt::format("optimizer step: {}\n", optimizer.updates_through_plugin()
-                                                       ? "the plugin's adamw_update (16-bit gradients, compute copy written)"
-                                                       : "LibTorch's AdamW (fp32 gradients, compute copy refreshed after)");
+  std::cerr << fmt::format("optimizer step: {}\n",
+                           optimizer.updates_through_plugin()
+                               ? "the plugin's adamw_update (16-bit gradients, compute copy written)"
+                               : "LibTorch's AdamW (fp32 gradients, compute copy refreshed after)");
   double last_loss = 0;
   // Host seconds from a step's start until forward and backward are queued (backward() returns
   // once the autograd engine has launched everything): near the step's time, the step is bound
@@ -238,14 +244,16 @@ int run(const Options& o) {
     const auto issue_start = std::chrono::steady_clock::now();
     if (o.forward_only) {
       at::NoGradGuard no_grad;
-      train::ResponseLogProbs out = train::response_log_probs(precision.compute(), ids, rows_mask, positions, o.seq - 1, 1.0,
-                                                              /*with_entropy=*/true, o.chunk_rows, packed, used);
+      train::ResponseLogProbs out =
+          train::response_log_probs(precision.compute(), ids, rows_mask, positions, o.seq - 1, 1.0,
+                                    /*with_entropy=*/true, o.chunk_rows, packed, used);
       last_loss = out.entropy.mean().item<double>();  // the mean entropy, in place of a loss
       return;
     }
     optimizer.zero_grad();
-    train::ResponseLogProbs out = train::response_log_probs(precision.compute(), ids, rows_mask, positions, o.seq - 1, 1.0,
-                                                            /*with_entropy=*/false, o.chunk_rows, packed, used, logits);
+    train::ResponseLogProbs out =
+        train::response_log_probs(precision.compute(), ids, rows_mask, positions, o.seq - 1, 1.0,
+                                  /*with_entropy=*/false, o.chunk_rows, packed, used, logits);
     at::Tensor loss = out.log_probs.mean().neg();
     loss.backward();
     issue_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - issue_start).count());
@@ -253,13 +261,15 @@ int run(const Options& o) {
     optimizer.clip_and_step(precision);  // reads the gradient norm back: the step's one host sync
     last_loss = loss.item<double>();
   };
-  std::cerr << fmt::format("verlpp-bench-train: {} x {} tokens, param_dtype {}, {} warm-up + {} timed {} on {}; rows {}, "
-                           "logits {} for the backward\n",
-                           o.batch, o.seq, o.param_dtype, o.warmup, o.steps,
-                           o.forward_only ? "forward-only passes (log-probs + entropy, no grad)" : "steps", device.str(),
-                           o.padding == "packed" ? "packed (use_remove_padding)"
-                           : o.padding == "mask" ? "padded with an attention mask" : "padded, no mask (causal)",
-                           o.logits == "keep" ? "kept" : "recomputed");
+  std::cerr << fmt::format(
+      "verlpp-bench-train: {} x {} tokens, param_dtype {}, {} warm-up + {} timed {} on {}; rows {}, "
+      "logits {} for the backward\n",
+      o.batch, o.seq, o.param_dtype, o.warmup, o.steps,
+      o.forward_only ? "forward-only passes (log-probs + entropy, no grad)" : "steps", device.str(),
+      o.padding == "packed" ? "packed (use_remove_padding)"
+      : o.padding == "mask" ? "padded with an attention mask"
+                            : "padded, no mask (causal)",
+      o.logits == "keep" ? "kept" : "recomputed");
   for (int i = 0; i < o.warmup; ++i) step();
   wait_for(master.named_parameters().back().second);
   issue_seconds.clear();
@@ -274,7 +284,8 @@ int run(const Options& o) {
   VERLPP_CHECK(std::isfinite(last_loss), "WRONG: the loss after {} steps is {}", o.warmup + o.steps, last_loss);
   VERLPP_CHECK(o.forward_only || optimizer.last_step_through_plugin() == optimizer.updates_through_plugin(),
                "the optimizer step {} through the plugin's adamw_update although it {} offered",
-               optimizer.last_step_through_plugin() ? "went" : "did not go", optimizer.updates_through_plugin() ? "is" : "is not");
+               optimizer.last_step_through_plugin() ? "went" : "did not go",
+               optimizer.updates_through_plugin() ? "is" : "is not");
   std::vector<double> sorted = seconds;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
@@ -282,7 +293,8 @@ int run(const Options& o) {
   const int64_t peak = peak_bytes(device);
   fmt::print("step: min {:.4f} s, median {:.4f} s, max {:.4f} s; {:.0f} tokens/s (median); peak {}; loss {:.4f}\n",
              sorted.front(), median, sorted.back(), tokens / median,
-             peak < 0 ? std::string("unknown") : fmt::format("{:.2f} GiB", double(peak) / double(1ll << 30)), last_loss);
+             peak < 0 ? std::string("unknown") : fmt::format("{:.2f} GiB", double(peak) / double(1ll << 30)),
+             last_loss);
   double issue_median = 0;
   if (!issue_seconds.empty()) {
     std::sort(issue_seconds.begin(), issue_seconds.end());
@@ -290,15 +302,23 @@ int run(const Options& o) {
     fmt::print("host: forward + backward queued {:.4f} s after a step's start (median)\n", issue_median);
   }
   if (!o.json_path.empty()) {
-    nlohmann::json j = {{"impl", "verlpp"},          {"shape", o.shape.empty() ? config.architecture : o.shape},
-                        {"device", device.str()},    {"param_dtype", o.param_dtype},
-                        {"batch", o.batch},          {"seq", o.seq},
-                        {"steps", o.steps},          {"seconds", seconds},
-                        {"median_s", median},        {"tokens_per_s", tokens / median},
-                        {"peak_bytes", peak},        {"loss", last_loss},
-                        {"gradient_checkpointing", o.checkpointing}, {"forward_only", o.forward_only},
+    nlohmann::json j = {{"impl", "verlpp"},
+                        {"shape", o.shape.empty() ? config.architecture : o.shape},
+                        {"device", device.str()},
+                        {"param_dtype", o.param_dtype},
+                        {"batch", o.batch},
+                        {"seq", o.seq},
+                        {"steps", o.steps},
+                        {"seconds", seconds},
+                        {"median_s", median},
+                        {"tokens_per_s", tokens / median},
+                        {"peak_bytes", peak},
+                        {"loss", last_loss},
+                        {"gradient_checkpointing", o.checkpointing},
+                        {"forward_only", o.forward_only},
                         {"kernels", o.plugin.empty() ? std::string("libtorch") : o.plugin},
-                        {"padding", o.padding},      {"logits", o.logits},
+                        {"padding", o.padding},
+                        {"logits", o.logits},
                         {"host_issue_s", issue_median}};
     std::ofstream(o.json_path) << j.dump() << "\n";
   }
@@ -316,8 +336,9 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"verlpp-bench-train: tokens/s and peak memory of one training step (forward + backward + AdamW, "
-               "log-prob loss)"};
+  CLI::App app{
+      "verlpp-bench-train: tokens/s and peak memory of one training step (forward + backward + AdamW, "
+      "log-prob loss)"};
   app.add_option("--shape", o.shape, "a built-in model shape (qwen2.5-0.5b)");
   app.add_option("--model", o.model_dir, "a model folder (config.json; random weights); default examples/tiny");
   app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -325,35 +346,43 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "sequences per step");
   app.add_option("--seq", o.seq, "tokens per sequence");
   app.add_option("--chunk-rows", o.chunk_rows, "rows per LM-head chunk of the log-prob");
-  app.add_option("--plugin", o.plugin, "a plugin whose logprob_entropy / logprob_backward kernels run the LM head's softmax "
-                                       "(checked against LibTorch's path first); default: LibTorch's path");
+  app.add_option("--plugin", o.plugin,
+                 "a plugin whose logprob_entropy / logprob_backward kernels run the LM head's softmax "
+                 "(checked against LibTorch's path first); default: LibTorch's path");
   app.add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_flag("--gradient-checkpointing", o.checkpointing, "recompute each layer in the backward");
-  app.add_flag("--forward-only", o.forward_only,
-               "time old_log_prob's pass instead: log-probs and entropy without grad (the loss column is the mean entropy)");
-  app.add_option("--padding", o.padding, "how rows reach the decoder: packed (use_remove_padding, the RL default), mask "
-                                         "(padded, with the [B, T] attention mask), none (padded, no mask: causal)")
+  app.add_flag(
+      "--forward-only", o.forward_only,
+      "time old_log_prob's pass instead: log-probs and entropy without grad (the loss column is the mean entropy)");
+  app.add_option("--padding", o.padding,
+                 "how rows reach the decoder: packed (use_remove_padding, the RL default), mask "
+                 "(padded, with the [B, T] attention mask), none (padded, no mask: causal)")
       ->check(CLI::IsMember({"packed", "mask", "none"}))
       ->envname("VERLPP_BENCH_PADDING");
-  app.add_option("--logits", o.logits, "the LM head's logits in the backward: keep (use_fused_kernels false, the default) "
-                                       "or recompute (use_fused_kernels true)")
+  app.add_option("--logits", o.logits,
+                 "the LM head's logits in the backward: keep (use_fused_kernels false, the default) "
+                 "or recompute (use_fused_kernels true)")
       ->check(CLI::IsMember({"keep", "recompute"}))
       ->envname("VERLPP_BENCH_LOGITS");
-  app.add_option("--fused-projections", o.fused_projections, "q/k/v (and gate/up) as one GEMM each in training: auto (on "
-                                                             "accelerators), 1 (everywhere) or 0 (one GEMM per projection)")
+  app.add_option("--fused-projections", o.fused_projections,
+                 "q/k/v (and gate/up) as one GEMM each in training: auto (on "
+                 "accelerators), 1 (everywhere) or 0 (one GEMM per projection)")
       ->check(CLI::IsMember({"auto", "1", "0"}))
       ->envname("VERLPP_BENCH_FUSED_PROJECTIONS");
-  app.add_option("--sdpa-gqa", o.sdpa_gqa, "1: K/V with fewer heads go into SDPA as they are where a fused kernel takes "
-                                           "them (LibTorch 2.5+); 0: repeated for their query groups first")
+  app.add_option("--sdpa-gqa", o.sdpa_gqa,
+                 "1: K/V with fewer heads go into SDPA as they are where a fused kernel takes "
+                 "them (LibTorch 2.5+); 0: repeated for their query groups first")
       ->check(CLI::IsMember({0, 1}))
       ->envname("VERLPP_BENCH_SDPA_GQA");
-  app.add_option("--plugin-adamw", o.plugin_adamw, "with --plugin, 1: the plugin's adamw_update where offered (ABI 1.4); "
-                                                   "0: LibTorch's AdamW")
+  app.add_option("--plugin-adamw", o.plugin_adamw,
+                 "with --plugin, 1: the plugin's adamw_update where offered (ABI 1.4); "
+                 "0: LibTorch's AdamW")
       ->check(CLI::IsMember({0, 1}))
       ->envname("VERLPP_BENCH_PLUGIN_ADAMW");
   app.add_option("--json", o.json_path, "write the figures as one JSON line");
-  app.add_option("--profile", o.profile_path, "write a Kineto trace of more steps after the timed ones (LibTorch 2.1+)");
+  app.add_option("--profile", o.profile_path,
+                 "write a Kineto trace of more steps after the timed ones (LibTorch 2.1+)");
   app.add_option("--profile-steps", o.profile_steps, "steps in that trace")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   try {

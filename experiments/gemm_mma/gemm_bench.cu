@@ -119,8 +119,9 @@ int check() {
         double worst = 0;
         int64_t worst_at = 0;
         for (size_t i = 0; i < y.size(); ++i) {
-          const double tol = (s.silu ? 4 : 1) * std::ldexp(1.0, -8) * std::fabs(r[i]) + double(s.k) * std::ldexp(1.0, -24) * g[i] +
-                             (s.silu ? std::ldexp(1.0, -8) * g[i] : 0.0) + 1e-30;
+          const double tol = (s.silu ? 4 : 1) * std::ldexp(1.0, -8) * std::fabs(r[i]) +
+                             double(s.k) * std::ldexp(1.0, -24) * g[i] + (s.silu ? std::ldexp(1.0, -8) * g[i] : 0.0) +
+                             1e-30;
           const double e = std::isfinite(y[i]) ? std::fabs(double(y[i]) - r[i]) / tol : 1e30;
           if (e > worst) worst = e, worst_at = int64_t(i);
         }
@@ -129,8 +130,8 @@ int check() {
         printf("%-14s m=%3lld %-22s worst error / tolerance %.3f%s\n", s.name, (long long)m,
                verlpp::cuda::gemm_config_name(c), worst, ok ? "" : "  FAIL");
         if (!ok)
-          printf("  at row %lld col %lld: got %.6g want %.6g\n", (long long)(worst_at / s.n), (long long)(worst_at % s.n),
-                 y[size_t(worst_at)], r[size_t(worst_at)]);
+          printf("  at row %lld col %lld: got %.6g want %.6g\n", (long long)(worst_at / s.n),
+                 (long long)(worst_at % s.n), y[size_t(worst_at)], r[size_t(worst_at)]);
       }
     }
     CK(cudaFree(a));
@@ -189,10 +190,13 @@ int time_all() {
   CK(cudaMalloc(&norm_out, 256 * 896 * 2));
   fill(norm_in, 256 * 896, 7, 1.0f), fill(norm_w, 896, 8, 1.0f);
   for (int64_t m : row_counts) {
-    auto norm = [&] { return verlpp::cuda::launch_rms_norm(norm_in, norm_w, FloatType::bf16, m, 896, 1e-6f, norm_out, st); };
+    auto norm = [&] {
+      return verlpp::cuda::launch_rms_norm(norm_in, norm_w, FloatType::bf16, m, 896, 1e-6f, norm_out, st);
+    };
     CK(norm());  // its first call sets up the plugin's per-device state, which a capture may not do
     CK(cudaStreamSynchronize(st));
-    const float norm_us = graph_us_per_call(st, e0, e1, kLayers, [&](int) { return norm(); }, [] {});
+    const float norm_us = graph_us_per_call(
+        st, e0, e1, kLayers, [&](int) { return norm(); }, [] {});
     printf("M = %lld: RMSNorm alone %.2f us a layer\n", (long long)m, norm_us);
     for (const Shape& s : kShapes) {
       const int64_t wr = weight_rows(s);
@@ -209,8 +213,8 @@ int time_all() {
         if (e != cudaSuccess) return e;
         const __nv_bfloat16* wl = w + int64_t(layer) * wr * s.k;
         void* y = s.silu ? static_cast<void*>(tmp) : static_cast<void*>(out);
-        if (cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(wr), int(m), int(s.k), &alpha, wl, CUDA_R_16BF, int(s.k), a,
-                         CUDA_R_16BF, int(s.k), &beta, y, CUDA_R_16BF, int(wr), CUBLAS_COMPUTE_32F,
+        if (cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(wr), int(m), int(s.k), &alpha, wl, CUDA_R_16BF, int(s.k),
+                         a, CUDA_R_16BF, int(s.k), &beta, y, CUDA_R_16BF, int(wr), CUBLAS_COMPUTE_32F,
                          CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
           return cudaErrorUnknown;
         if (!s.silu) return cudaSuccess;
@@ -225,18 +229,21 @@ int time_all() {
         auto ours = [&](int layer) -> cudaError_t {
           cudaError_t e = norm();
           if (e != cudaSuccess) return e;
-          return verlpp::cuda::launch_gemm_config(c, a, s.k, w + int64_t(layer) * wr * s.k, s.k, s.bias ? bias : nullptr, out,
-                                                  s.n, m, s.n, s.k, s.n, st);
+          return verlpp::cuda::launch_gemm_config(c, a, s.k, w + int64_t(layer) * wr * s.k, s.k,
+                                                  s.bias ? bias : nullptr, out, s.n, m, s.n, s.k, s.n, st);
         };
         CK(ours(0));
         CK(cudaStreamSynchronize(st));
         const float us = graph_us_per_call(st, e0, e1, kLayers, ours, [] {});
         // Eager: the GEMM alone, launched 24 times back to back (no RMSNorm, no graph).
-        const float eager = elapsed_ms(st, e0, e1, [&] {
-          for (int layer = 0; layer < kLayers; ++layer)
-            CK(verlpp::cuda::launch_gemm_config(c, a, s.k, w + int64_t(layer) * wr * s.k, s.k, s.bias ? bias : nullptr,
-                                                out, s.n, m, s.n, s.k, s.n, st));
-        }) * 1000 / kLayers;
+        const float eager = elapsed_ms(st, e0, e1,
+                                       [&] {
+                                         for (int layer = 0; layer < kLayers; ++layer)
+                                           CK(verlpp::cuda::launch_gemm_config(c, a, s.k, w + int64_t(layer) * wr * s.k,
+                                                                               s.k, s.bias ? bias : nullptr, out, s.n,
+                                                                               m, s.n, s.k, s.n, st));
+                                       }) *
+                            1000 / kLayers;
         printf("  %-14s %-28s %7.2f us (GEMM %.2f)  %.2fx   eager GEMM alone %.2f us\n", s.name,
                verlpp::cuda::gemm_config_name(c), us, us - norm_us, base / us, eager);
       }
@@ -264,7 +271,8 @@ int one(int config, int shape, int64_t m) {
   CK(cudaMalloc(&out, m * s.n * 2));
   fill(a, m * s.k, 1, 1.0f);
   fill(w, wr * s.k, 2, 0.03f);
-  for (int r = 0; r < 3; ++r) CK(verlpp::cuda::launch_gemm_config(config, a, s.k, w, s.k, nullptr, out, s.n, m, s.n, s.k, s.n, nullptr));
+  for (int r = 0; r < 3; ++r)
+    CK(verlpp::cuda::launch_gemm_config(config, a, s.k, w, s.k, nullptr, out, s.n, m, s.n, s.k, s.n, nullptr));
   CK(cudaDeviceSynchronize());
   printf("%s %s m=%lld done\n", s.name, verlpp::cuda::gemm_config_name(config), (long long)m);
   return 0;
@@ -279,8 +287,11 @@ int main(int argc, char** argv) {
     const int config = argc > 2 ? std::atoi(argv[2]) : -1, shape = argc > 3 ? std::atoi(argv[3]) : -1;
     const int64_t m = argc > 4 ? parse_rows(argv[4]) : 256;
     if (config < 0 || config >= configs || shape < 0 || shape >= shapes || m < 0) {
-      printf("usage: verlpp-gemm-mma-experiment one CONFIG SHAPE [ROWS]: CONFIG in [0, %d), SHAPE in [0, %d) (qkv, o, gate_up+silu, "
-             "down), ROWS in [1, %lld]\n", configs, shapes, (long long)kMaxRows);
+      printf(
+          "usage: verlpp-gemm-mma-experiment one CONFIG SHAPE [ROWS]: CONFIG in [0, %d), SHAPE in [0, %d) (qkv, o, "
+          "gate_up+silu, "
+          "down), ROWS in [1, %lld]\n",
+          configs, shapes, (long long)kMaxRows);
       return 2;
     }
     if (verlpp::cuda::gemm_config_silu(config) != kShapes[shape].silu) {
@@ -290,6 +301,7 @@ int main(int argc, char** argv) {
     }
     return one(config, shape, m);
   }
-  printf("usage: verlpp-gemm-mma-experiment [check | time | one CONFIG SHAPE [ROWS]]; unknown mode \"%s\"\n", mode.c_str());
+  printf("usage: verlpp-gemm-mma-experiment [check | time | one CONFIG SHAPE [ROWS]]; unknown mode \"%s\"\n",
+         mode.c_str());
   return 2;
 }

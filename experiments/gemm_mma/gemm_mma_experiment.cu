@@ -63,18 +63,18 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 #endif
 }
 
-constexpr int kBK = 64;            // K per pipeline stage: one 128-byte shared row per tile row
+constexpr int kBK = 64;  // K per pipeline stage: one 128-byte shared row per tile row
 constexpr int kRowBytes = kBK * 2;
 
 struct GemmParams {
-  const __nv_bfloat16* a;  // [m, k], row stride lda
-  const __nv_bfloat16* b;  // [rows, k] (W), row stride ldb
+  const __nv_bfloat16* a;     // [m, k], row stride lda
+  const __nv_bfloat16* b;     // [rows, k] (W), row stride ldb
   const __nv_bfloat16* bias;  // [rows] or NULL
-  __nv_bfloat16* out;      // [m, n], row stride ldo
+  __nv_bfloat16* out;         // [m, n], row stride ldo
   int64_t lda, ldb, ldo;
-  int m, n, k;             // n: output columns
-  int up_offset;           // SwiGLU: W's row of up column 0 (F)
-  int prefetch;            // hint the weights into L2 before the wait (1) or not (0)
+  int m, n, k;    // n: output columns
+  int up_offset;  // SwiGLU: W's row of up column 0 (F)
+  int prefetch;   // hint the weights into L2 before the wait (1) or not (0)
 };
 
 // Byte offset of 16-byte piece `chunk` of shared row `row` (swizzled).
@@ -92,10 +92,10 @@ __device__ __forceinline__ int weight_row(const GemmParams& p, int n0, int j) {
 template <int BM, int BN, int WM, int WN, int STAGES, bool SILU, int SPLITS>
 __global__ void __launch_bounds__(WM* WN * 32) gemm_kernel(GemmParams p) {
   constexpr int kThreads = WM * WN * 32;
-  constexpr int BNB = SILU ? 2 * BN : BN;            // rows of W per tile
-  constexpr int TM = BM / WM, TN = BN / WN;          // warp sub-tile (output columns)
-  constexpr int MT = TM / 16;                        // m16 tiles per warp
-  constexpr int NT = (SILU ? 2 : 1) * TN / 8;        // n8 tiles per warp (SwiGLU: gate ones, then up ones)
+  constexpr int BNB = SILU ? 2 * BN : BN;      // rows of W per tile
+  constexpr int TM = BM / WM, TN = BN / WN;    // warp sub-tile (output columns)
+  constexpr int MT = TM / 16;                  // m16 tiles per warp
+  constexpr int NT = (SILU ? 2 : 1) * TN / 8;  // n8 tiles per warp (SwiGLU: gate ones, then up ones)
   constexpr int kStageBytes = (BM + BNB) * kRowBytes;
   static_assert(TM % 16 == 0 && TN % 8 == 0 && NT % 2 == 0, "warp tile");
   static_assert(SPLITS == 1 || !SILU, "SwiGLU needs the whole K");
@@ -330,8 +330,8 @@ gpuError_t launch_config(const GemmParams& p, gpuStream_t stream) {
 int gemm_config_count() { return 6; }
 
 const char* gemm_config_name(int config) {
-  static const char* const names[] = {"128x64 w4x2 s4", "128x64 w4x2 s4 k2", "128x64 w4x2 s4 k4", "256x64 w4x2 s3 k8",
-                                      "silu 128x80 w4x2 s4", "silu 128x64 w4x2 s4"};
+  static const char* const names[] = {"128x64 w4x2 s4",    "128x64 w4x2 s4 k2",   "128x64 w4x2 s4 k4",
+                                      "256x64 w4x2 s3 k8", "silu 128x80 w4x2 s4", "silu 128x64 w4x2 s4"};
   return config >= 0 && config < 6 ? names[config] : "?";
 }
 
@@ -351,13 +351,20 @@ gpuError_t launch_gemm_config(int config, const void* a, int64_t lda, const void
   }();
   p.prefetch = prefetch ? 1 : 0;
   switch (config) {
-    case 0: return launch_config<128, 64, 4, 2, 4, false, 1>(p, stream);
-    case 1: return launch_config<128, 64, 4, 2, 4, false, 2>(p, stream);
-    case 2: return launch_config<128, 64, 4, 2, 4, false, 4>(p, stream);
-    case 3: return launch_config<256, 64, 4, 2, 3, false, 8>(p, stream);
-    case 4: return launch_config<128, 80, 4, 2, 4, true, 1>(p, stream);
-    case 5: return launch_config<128, 64, 4, 2, 4, true, 1>(p, stream);
-    default: return cudaErrorInvalidValue;
+    case 0:
+      return launch_config<128, 64, 4, 2, 4, false, 1>(p, stream);
+    case 1:
+      return launch_config<128, 64, 4, 2, 4, false, 2>(p, stream);
+    case 2:
+      return launch_config<128, 64, 4, 2, 4, false, 4>(p, stream);
+    case 3:
+      return launch_config<256, 64, 4, 2, 3, false, 8>(p, stream);
+    case 4:
+      return launch_config<128, 80, 4, 2, 4, true, 1>(p, stream);
+    case 5:
+      return launch_config<128, 64, 4, 2, 4, true, 1>(p, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

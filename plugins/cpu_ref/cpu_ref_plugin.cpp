@@ -118,7 +118,8 @@ class CpuRefPlugin : public sdk::Plugin {
   // Host memory is host memory: "pinned" allocations are plain aligned blocks (the capability
   // bit stays off), offered so that callers exercise one code path on every plugin.
   void* allocate_pinned(size_t bytes) override {
-    void* p = std::aligned_alloc(kDefaultAlignment, ((bytes + kDefaultAlignment - 1) / kDefaultAlignment + (bytes == 0)) * kDefaultAlignment);
+    void* p = std::aligned_alloc(
+        kDefaultAlignment, ((bytes + kDefaultAlignment - 1) / kDefaultAlignment + (bytes == 0)) * kDefaultAlignment);
     if (p == nullptr) fail(VERLPP_STATUS_OUT_OF_MEMORY, "cannot allocate " + std::to_string(bytes) + " bytes");
     std::lock_guard<std::mutex> lock(mutex_);
     pinned_.insert(p);
@@ -153,8 +154,8 @@ class CpuRefPlugin : public sdk::Plugin {
       auto* owner = static_cast<CpuStream*>(native_handle);
       if (streams_.count(owner) == 0 || owner->is_wrapper)
         fail(VERLPP_STATUS_INVALID_ARGUMENT, "native handle is not one of a live cpu_ref stream");
-      require(owner->device == device, "native stream is on device " + std::to_string(owner->device) + ", not " +
-                                           std::to_string(device));
+      require(owner->device == device,
+              "native stream is on device " + std::to_string(owner->device) + ", not " + std::to_string(device));
     }
     auto* s = new CpuStream{device, native_handle, true};
     streams_.insert(s);

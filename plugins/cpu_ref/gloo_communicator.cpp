@@ -96,9 +96,12 @@ using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 template <class T>
 ReduceFn reduce_fn(verlpp_reduce_op op) {
   switch (op) {
-    case VERLPP_REDUCE_MAX: return &gloo::max<T>;
-    case VERLPP_REDUCE_MIN: return &gloo::min<T>;
-    default: return &gloo::sum<T>;
+    case VERLPP_REDUCE_MAX:
+      return &gloo::max<T>;
+    case VERLPP_REDUCE_MIN:
+      return &gloo::min<T>;
+    default:
+      return &gloo::sum<T>;
   }
 }
 
@@ -109,8 +112,7 @@ const char* op_name(verlpp_reduce_op op) {
 class GlooCommunicator : public sdk::Communicator {
  public:
   explicit GlooCommunicator(const verlpp_comm_config& c)
-      : rank_(c.rank), world_(c.world_size),
-        timeout_(c.timeout_ms > 0 ? c.timeout_ms : 300000) {
+      : rank_(c.rank), world_(c.world_size), timeout_(c.timeout_ms > 0 ? c.timeout_ms : 300000) {
     auto store = std::make_shared<KvStoreAdapter>(c.store, std::string(c.key_prefix) + "gloo/", timeout_);
     context_ = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
     context_->setTimeout(timeout_);
@@ -154,7 +156,8 @@ class GlooCommunicator : public sdk::Communicator {
   }
 
   void broadcast(DLTensor& buffer, int32_t root, verlpp_stream) override {
-    require(root >= 0 && root < world_, "broadcast: root " + std::to_string(root) + " out of range [0, " + std::to_string(world_) + ")");
+    require(root >= 0 && root < world_,
+            "broadcast: root " + std::to_string(root) + " out of range [0, " + std::to_string(world_) + ")");
     check_tensor(buffer, "broadcast buffer");
     size_t bytes = sdk::nbytes(buffer);
     if (world_ == 1 || bytes == 0) return;
@@ -239,15 +242,17 @@ class GlooCommunicator : public sdk::Communicator {
   void check_pair(const DLTensor& small, const DLTensor& big, int factor, const char* op) const {
     check_tensor(small, std::string(op) + " input");
     check_tensor(big, std::string(op) + " output");
-    require(sdk::same_dtype(small.dtype, big.dtype),
-            std::string(op) + ": dtypes differ (" + sdk::dtype_name(small.dtype) + " vs " + sdk::dtype_name(big.dtype) + ")");
+    require(sdk::same_dtype(small.dtype, big.dtype), std::string(op) + ": dtypes differ (" +
+                                                         sdk::dtype_name(small.dtype) + " vs " +
+                                                         sdk::dtype_name(big.dtype) + ")");
     require(sdk::numel(big) == sdk::numel(small) * factor,
             std::string(op) + ": element counts " + std::to_string(sdk::numel(small)) + " and " +
                 std::to_string(sdk::numel(big)) + " do not match (factor " + std::to_string(factor) + ")");
   }
   void check_peer(int32_t peer, const char* op) const {
-    require(peer >= 0 && peer < world_ && peer != rank_,
-            std::string(op) + ": peer " + std::to_string(peer) + " is not another rank of [0, " + std::to_string(world_) + ")");
+    require(peer >= 0 && peer < world_ && peer != rank_, std::string(op) + ": peer " + std::to_string(peer) +
+                                                             " is not another rank of [0, " + std::to_string(world_) +
+                                                             ")");
   }
 
   template <class T>
@@ -289,7 +294,8 @@ class GlooCommunicator : public sdk::Communicator {
       case kDLUInt:
         if (dtype.bits == 8) return gloo_allreduce(static_cast<uint8_t*>(data), n, op, what);
         break;
-      default: break;
+      default:
+        break;
     }
     fail(VERLPP_STATUS_UNSUPPORTED, std::string(what) + ": dtype " + sdk::dtype_name(dtype) + " cannot be reduced");
   }

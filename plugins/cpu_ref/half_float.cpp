@@ -12,7 +12,10 @@ float half_to_float(uint16_t h) {
       bits = sign;
     } else {  // subnormal
       exp = 127 - 15 + 1;
-      while ((mant & 0x400) == 0) { mant <<= 1; --exp; }
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
       bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
     }
   } else if (exp == 31) {
@@ -68,9 +71,12 @@ float load(const void* base, DLDataType d, int64_t i) {
 }
 
 void store(void* base, DLDataType d, int64_t i, float v) {
-  if (d.code == kDLFloat && d.bits == 32) static_cast<float*>(base)[i] = v;
-  else if (d.code == kDLFloat && d.bits == 16) static_cast<uint16_t*>(base)[i] = float_to_half(v);
-  else static_cast<uint16_t*>(base)[i] = float_to_bf16(v);
+  if (d.code == kDLFloat && d.bits == 32)
+    static_cast<float*>(base)[i] = v;
+  else if (d.code == kDLFloat && d.bits == 16)
+    static_cast<uint16_t*>(base)[i] = float_to_half(v);
+  else
+    static_cast<uint16_t*>(base)[i] = float_to_bf16(v);
 }
 
 }  // namespace verlpp::cpu_ref

@@ -11,15 +11,16 @@
 namespace verlpp::cpu_ref {
 
 verlpp_error* ReferenceKernels::adamw_update(int32_t count, DLTensor* const* params, const DLTensor* const* grads,
-                                             DLTensor* const* exp_avg, DLTensor* const* exp_avg_sq, DLTensor* const* copies,
-                                             const verlpp_adamw_options* options, const DLTensor* grad_scale, verlpp_stream) {
+                                             DLTensor* const* exp_avg, DLTensor* const* exp_avg_sq,
+                                             DLTensor* const* copies, const verlpp_adamw_options* options,
+                                             const DLTensor* grad_scale, verlpp_stream) {
   return sdk::guard("cpu_ref adamw_update", [&] {
     const sdk::AdamwArgs a =
         sdk::check_adamw_update_args(count, params, grads, exp_avg, exp_avg_sq, copies, options, grad_scale);
     if (grad_scale != nullptr) require_host(*grad_scale, "grad_scale");
     for (int32_t t = 0; t < count; ++t) {
-      for (const DLTensor* x : {static_cast<const DLTensor*>(params[t]), grads[t], static_cast<const DLTensor*>(exp_avg[t]),
-                                static_cast<const DLTensor*>(exp_avg_sq[t])})
+      for (const DLTensor* x : {static_cast<const DLTensor*>(params[t]), grads[t],
+                                static_cast<const DLTensor*>(exp_avg[t]), static_cast<const DLTensor*>(exp_avg_sq[t])})
         require_host(*x, "every adamw_update tensor");
       if (copies != nullptr) require_host(*copies[t], "every adamw_update tensor");
     }

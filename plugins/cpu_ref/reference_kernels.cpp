@@ -41,7 +41,6 @@ float round_to(DLDataType d, float v) {
   return load(&h, d, 0);
 }
 
-
 }  // namespace
 
 verlpp_error* ReferenceKernels::logprob_entropy(const DLTensor* logits_p, const DLTensor* labels_p, float temperature,
@@ -49,8 +48,8 @@ verlpp_error* ReferenceKernels::logprob_entropy(const DLTensor* logits_p, const 
   return sdk::guard("cpu_ref logprob_entropy", [&] {
     const sdk::LogprobEntropyArgs a =
         sdk::check_logprob_entropy_args(logits_p, labels_p, temperature, out_logprob_p, out_entropy_p);
-    for (const DLTensor* t : {logits_p, labels_p, static_cast<const DLTensor*>(out_logprob_p),
-                              static_cast<const DLTensor*>(out_entropy_p)})
+    for (const DLTensor* t :
+         {logits_p, labels_p, static_cast<const DLTensor*>(out_logprob_p), static_cast<const DLTensor*>(out_entropy_p)})
       if (t != nullptr) require_host(*t, "every logprob_entropy tensor");
     const DLTensor& logits = *logits_p;
     const void* base = sdk::data_ptr(logits);
@@ -76,16 +75,17 @@ verlpp_error* ReferenceKernels::logprob_entropy(const DLTensor* logits_p, const 
   });
 }
 
-
 // In fp64 per element, rounded once to the output dtype. In place (out_grad = logits) is safe:
 // each element is read before it is written, and no other element reads it.
-verlpp_error* ReferenceKernels::logprob_backward(const DLTensor* logits_p, const DLTensor* labels_p, const DLTensor* lse_p,
-                               const DLTensor* grad_logprob_p, const DLTensor* mean_z_p, const DLTensor* grad_entropy_p,
-                               float temperature, DLTensor* out_p, verlpp_stream) {
+verlpp_error* ReferenceKernels::logprob_backward(const DLTensor* logits_p, const DLTensor* labels_p,
+                                                 const DLTensor* lse_p, const DLTensor* grad_logprob_p,
+                                                 const DLTensor* mean_z_p, const DLTensor* grad_entropy_p,
+                                                 float temperature, DLTensor* out_p, verlpp_stream) {
   return sdk::guard("cpu_ref logprob_backward", [&] {
-    const sdk::LogprobBackwardArgs a = sdk::check_logprob_backward_args(logits_p, labels_p, lse_p, grad_logprob_p, mean_z_p,
-                                                                        grad_entropy_p, temperature, out_p);
-    for (const DLTensor* t : {logits_p, labels_p, lse_p, static_cast<const DLTensor*>(out_p), grad_logprob_p, mean_z_p, grad_entropy_p})
+    const sdk::LogprobBackwardArgs a = sdk::check_logprob_backward_args(logits_p, labels_p, lse_p, grad_logprob_p,
+                                                                        mean_z_p, grad_entropy_p, temperature, out_p);
+    for (const DLTensor* t :
+         {logits_p, labels_p, lse_p, static_cast<const DLTensor*>(out_p), grad_logprob_p, mean_z_p, grad_entropy_p})
       if (t != nullptr) require_host(*t, "every logprob_backward tensor");
     const void* in = sdk::data_ptr(*logits_p);
     void* out = sdk::data_ptr(*out_p);
@@ -119,7 +119,8 @@ float silu_of(float x) { return x / (1.0f + std::exp(-x)); }
 verlpp_error* ReferenceKernels::silu_mul(const DLTensor* gate_p, const DLTensor* up_p, DLTensor* out_p, verlpp_stream) {
   return sdk::guard("cpu_ref silu_mul", [&] {
     const sdk::SiluMulArgs a = sdk::check_silu_mul_args({{gate_p, "gate"}, {up_p, "up"}, {out_p, "out"}});
-    for (const DLTensor* t : {gate_p, up_p, static_cast<const DLTensor*>(out_p)}) require_host(*t, "every silu_mul tensor");
+    for (const DLTensor* t : {gate_p, up_p, static_cast<const DLTensor*>(out_p)})
+      require_host(*t, "every silu_mul tensor");
     const DLDataType d = gate_p->dtype;
     const void *g = sdk::data_ptr(*gate_p), *u = sdk::data_ptr(*up_p);
     void* out = sdk::data_ptr(*out_p);
@@ -131,13 +132,13 @@ verlpp_error* ReferenceKernels::silu_mul(const DLTensor* gate_p, const DLTensor*
   });
 }
 
-
-verlpp_error* ReferenceKernels::silu_mul_backward(const DLTensor* gate_p, const DLTensor* up_p, const DLTensor* grad_p, DLTensor* grad_gate_p,
-                                DLTensor* grad_up_p, verlpp_stream) {
+verlpp_error* ReferenceKernels::silu_mul_backward(const DLTensor* gate_p, const DLTensor* up_p, const DLTensor* grad_p,
+                                                  DLTensor* grad_gate_p, DLTensor* grad_up_p, verlpp_stream) {
   return sdk::guard("cpu_ref silu_mul_backward", [&] {
     const sdk::SiluMulArgs a = sdk::check_silu_mul_args(
         {{gate_p, "gate"}, {up_p, "up"}, {grad_p, "grad_out"}, {grad_gate_p, "grad_gate"}, {grad_up_p, "grad_up"}});
-    for (const DLTensor* t : {gate_p, up_p, grad_p, static_cast<const DLTensor*>(grad_gate_p), static_cast<const DLTensor*>(grad_up_p)})
+    for (const DLTensor* t :
+         {gate_p, up_p, grad_p, static_cast<const DLTensor*>(grad_gate_p), static_cast<const DLTensor*>(grad_up_p)})
       require_host(*t, "every silu_mul_backward tensor");
     const DLDataType d = gate_p->dtype;
     const void *g = sdk::data_ptr(*gate_p), *u = sdk::data_ptr(*up_p), *dy = sdk::data_ptr(*grad_p);
@@ -175,7 +176,8 @@ void rms_norm_row(const void* xb, const void* wb, void* ob, DLDataType dtype, in
 
 }  // namespace
 
-verlpp_error* ReferenceKernels::rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTensor* out_p, verlpp_stream) {
+verlpp_error* ReferenceKernels::rms_norm(const DLTensor* x_p, const DLTensor* w_p, float eps, DLTensor* out_p,
+                                         verlpp_stream) {
   return sdk::guard("cpu_ref rms_norm", [&] {
     const sdk::RmsNormArgs a = sdk::check_rms_norm_args(x_p, w_p, eps, out_p);
     for (const DLTensor* t : {x_p, w_p, static_cast<const DLTensor*>(out_p)}) require_host(*t, "every rms_norm tensor");
@@ -184,11 +186,10 @@ verlpp_error* ReferenceKernels::rms_norm(const DLTensor* x_p, const DLTensor* w_
   });
 }
 
-
 // ABI 1.3: residual = T(residual + x) (one fp32 add, one rounding), then out = rms_norm of the
 // rounded residual through the very function rms_norm uses. Row by row, so x may be residual.
-verlpp_error* ReferenceKernels::add_rms_norm(const DLTensor* x_p, DLTensor* residual_p, const DLTensor* w_p, float eps, DLTensor* out_p,
-                           verlpp_stream) {
+verlpp_error* ReferenceKernels::add_rms_norm(const DLTensor* x_p, DLTensor* residual_p, const DLTensor* w_p, float eps,
+                                             DLTensor* out_p, verlpp_stream) {
   return sdk::guard("cpu_ref add_rms_norm", [&] {
     const sdk::AddRmsNormArgs a = sdk::check_add_rms_norm_args(x_p, residual_p, w_p, eps, out_p);
     for (const DLTensor* t : {x_p, static_cast<const DLTensor*>(residual_p), w_p, static_cast<const DLTensor*>(out_p)})
@@ -206,12 +207,12 @@ verlpp_error* ReferenceKernels::add_rms_norm(const DLTensor* x_p, DLTensor* resi
   });
 }
 
-
 // Decode attention over a paged KV cache, one query token per sequence, GQA: query head h reads
 // KV head h / (H / K); position t of sequence b lives in block block_tables[b, t / block_size],
 // slot t % block_size. fp64 scores and softmax; the output rounded to the input dtype.
-verlpp_error* ReferenceKernels::paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* bt_p,
-                                     const DLTensor* lens_p, float scale, DLTensor* out_p, verlpp_stream) {
+verlpp_error* ReferenceKernels::paged_attention_decode(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p,
+                                                       const DLTensor* bt_p, const DLTensor* lens_p, float scale,
+                                                       DLTensor* out_p, verlpp_stream) {
   return sdk::guard("cpu_ref paged_attention_decode", [&] {
     const sdk::PagedAttentionArgs a = sdk::check_paged_attention_decode_args(q_p, k_p, v_p, bt_p, lens_p, out_p);
     for (const DLTensor* t : {q_p, k_p, v_p, bt_p, lens_p, static_cast<const DLTensor*>(out_p)})
@@ -233,7 +234,8 @@ verlpp_error* ReferenceKernels::paged_attention_decode(const DLTensor* q_p, cons
       auto row = [&](int64_t t, int64_t g) {
         int64_t block = table[r * max_blocks + t / block_size];
         require(block >= 0 && block < num_blocks, "block table entry " + std::to_string(block) + " of sequence " +
-                                                       std::to_string(r) + " is outside [0, " + std::to_string(num_blocks) + ")");
+                                                      std::to_string(r) + " is outside [0, " +
+                                                      std::to_string(num_blocks) + ")");
         return ((block * block_size + t % block_size) * kv + g) * s;
       };
       for (int64_t head = 0; head < h; ++head) {
@@ -274,7 +276,8 @@ void rope_cos_sin(DLDataType dtype, int64_t position, float inv_freq, float& c, 
 
 // Rotates the pair at element offsets lo and lo + half of `in` into the same offsets of `out`
 // (which may be `in`: both values are read before either is written).
-void rotate_pair(const void* in, int64_t in_lo, void* out, int64_t out_lo, int64_t half, DLDataType dtype, float c, float s) {
+void rotate_pair(const void* in, int64_t in_lo, void* out, int64_t out_lo, int64_t half, DLDataType dtype, float c,
+                 float s) {
   const float a = load(in, dtype, in_lo), b = load(in, dtype, in_lo + half);
   const float ac = round_to(dtype, a * c), bs = round_to(dtype, b * s);
   const float bc = round_to(dtype, b * c), as = round_to(dtype, a * s);
@@ -299,8 +302,8 @@ void rotate_rows(DLTensor& x, const int64_t* pos, const float* inv_freq, int64_t
 
 }  // namespace
 
-verlpp_error* ReferenceKernels::rotary_embedding(DLTensor* q_p, DLTensor* k_p, const DLTensor* pos_p, const DLTensor* inv_freq_p,
-                               verlpp_stream) {
+verlpp_error* ReferenceKernels::rotary_embedding(DLTensor* q_p, DLTensor* k_p, const DLTensor* pos_p,
+                                                 const DLTensor* inv_freq_p, verlpp_stream) {
   return sdk::guard("cpu_ref rotary_embedding", [&] {
     const sdk::RotaryArgs args = sdk::check_rotary_args(q_p, k_p, pos_p, inv_freq_p);
     require_host(*args.positions, "positions");
@@ -312,18 +315,18 @@ verlpp_error* ReferenceKernels::rotary_embedding(DLTensor* q_p, DLTensor* k_p, c
   });
 }
 
-
 // ABI 1.3: rotary_embedding's rotation of q (into q_out) and k (into its cache row), and v
 // copied to its cache row, for token t at row slot_mapping[t] = block * block_size + offset of
 // the [num_blocks, block_size, K, S] caches. q, k, v are read at their row strides (views of
 // one fused projection). Every slot is checked before anything is written, so a refused call
 // leaves the outputs as they were.
-verlpp_error* ReferenceKernels::rotary_kv_store(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p, const DLTensor* pos_p,
-                              const DLTensor* inv_freq_p, const DLTensor* slots_p, DLTensor* q_out_p, DLTensor* k_cache_p,
-                              DLTensor* v_cache_p, verlpp_stream) {
+verlpp_error* ReferenceKernels::rotary_kv_store(const DLTensor* q_p, const DLTensor* k_p, const DLTensor* v_p,
+                                                const DLTensor* pos_p, const DLTensor* inv_freq_p,
+                                                const DLTensor* slots_p, DLTensor* q_out_p, DLTensor* k_cache_p,
+                                                DLTensor* v_cache_p, verlpp_stream) {
   return sdk::guard("cpu_ref rotary_kv_store", [&] {
-    const sdk::RotaryKvStoreArgs a = sdk::check_rotary_kv_store_args(q_p, k_p, v_p, pos_p, inv_freq_p, slots_p, q_out_p,
-                                                                     k_cache_p, v_cache_p);
+    const sdk::RotaryKvStoreArgs a =
+        sdk::check_rotary_kv_store_args(q_p, k_p, v_p, pos_p, inv_freq_p, slots_p, q_out_p, k_cache_p, v_cache_p);
     for (const DLTensor* t : {q_p, k_p, v_p, pos_p, inv_freq_p, slots_p, static_cast<const DLTensor*>(q_out_p),
                               static_cast<const DLTensor*>(k_cache_p), static_cast<const DLTensor*>(v_cache_p)})
       require_host(*t, "every rotary_kv_store tensor");
@@ -359,8 +362,8 @@ namespace {
 // One row: greedy (t == 0) takes the first argmax; otherwise the k most likely tokens, then the
 // shortest prefix of them (most likely first) whose mass reaches top_p of theirs, and a draw
 // from those by inverse CDF in that order. Log-prob from log_softmax(x / t) (t = 1 if greedy).
-void sample_row(const float* x, int64_t v, float t, int32_t k, float p, uint64_t seed, uint64_t step,
-                int64_t& token, float& logprob) {
+void sample_row(const float* x, int64_t v, float t, int32_t k, float p, uint64_t seed, uint64_t step, int64_t& token,
+                float& logprob) {
   const double temp = t == 0.0f ? 1.0 : double(t);
   double mx = -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < v; ++j) mx = std::max(mx, double(x[j]) / temp);
@@ -395,16 +398,17 @@ void sample_row(const float* x, int64_t v, float t, int32_t k, float p, uint64_t
 }  // namespace
 
 verlpp_error* ReferenceKernels::sample(const DLTensor* logits_p, const DLTensor* temperature_p, const DLTensor* top_k_p,
-                     const DLTensor* top_p_p, const DLTensor* seeds_p, uint64_t step, DLTensor* out_tokens_p,
-                     DLTensor* out_logprobs_p, verlpp_stream) {
+                                       const DLTensor* top_p_p, const DLTensor* seeds_p, uint64_t step,
+                                       DLTensor* out_tokens_p, DLTensor* out_logprobs_p, verlpp_stream) {
   return sdk::guard("cpu_ref sample", [&] {
     const sdk::SampleArgs a =
         sdk::check_sample_args(logits_p, temperature_p, top_k_p, top_p_p, seeds_p, out_tokens_p, out_logprobs_p);
-    for (const DLTensor* t : {logits_p, temperature_p, top_k_p, top_p_p, seeds_p, static_cast<const DLTensor*>(out_tokens_p),
-                              static_cast<const DLTensor*>(out_logprobs_p)})
+    for (const DLTensor* t : {logits_p, temperature_p, top_k_p, top_p_p, seeds_p,
+                              static_cast<const DLTensor*>(out_tokens_p), static_cast<const DLTensor*>(out_logprobs_p)})
       require_host(*t, "every sample tensor");
     // f32, or from ABI 1.3 bf16 / f16: each row is widened to fp32 (exact) and sampled as such.
-    const DLTensor &logits = *logits_p, &temperature = *temperature_p, &top_k = *top_k_p, &top_p = *top_p_p, &seeds = *seeds_p;
+    const DLTensor &logits = *logits_p, &temperature = *temperature_p, &top_k = *top_k_p, &top_p = *top_p_p,
+                   &seeds = *seeds_p;
     const int64_t b = a.batch, v = a.vocab;
     const void* x = sdk::data_ptr(logits);
     const auto* temps = static_cast<const float*>(sdk::data_ptr(temperature));

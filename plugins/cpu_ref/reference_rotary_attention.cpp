@@ -22,8 +22,9 @@ verlpp_error* ReferenceKernels::rotary_paged_attention_decode(const DLTensor* q,
   verlpp_error* refused = sdk::guard("cpu_ref rotary_paged_attention_decode", [&] {
     const sdk::RotaryAttentionArgs a = sdk::check_rotary_paged_attention_args(
         q, k, v, positions, inv_freq, slot_mapping, k_cache, v_cache, block_tables, context_lens, out);
-    for (const DLTensor* t : {q, k, v, positions, inv_freq, slot_mapping, static_cast<const DLTensor*>(k_cache),
-                              static_cast<const DLTensor*>(v_cache), block_tables, context_lens, static_cast<const DLTensor*>(out)})
+    for (const DLTensor* t :
+         {q, k, v, positions, inv_freq, slot_mapping, static_cast<const DLTensor*>(k_cache),
+          static_cast<const DLTensor*>(v_cache), block_tables, context_lens, static_cast<const DLTensor*>(out)})
       require_host(*t, "every rotary_paged_attention_decode tensor");
     const int64_t b = a.store.rope.tokens;
     sdk::check_last_slot_values(static_cast<const int64_t*>(sdk::data_ptr(*slot_mapping)),
@@ -37,7 +38,8 @@ verlpp_error* ReferenceKernels::rotary_paged_attention_decode(const DLTensor* q,
     q_rotated.strides = nullptr;
   });
   if (refused != nullptr) return refused;
-  if (verlpp_error* e = rotary_kv_store(q, k, v, positions, inv_freq, slot_mapping, &q_rotated, k_cache, v_cache, nullptr))
+  if (verlpp_error* e =
+          rotary_kv_store(q, k, v, positions, inv_freq, slot_mapping, &q_rotated, k_cache, v_cache, nullptr))
     return e;
   return paged_attention_decode(&q_rotated, k_cache, v_cache, block_tables, context_lens, scale, out, nullptr);
 }

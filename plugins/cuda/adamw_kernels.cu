@@ -22,7 +22,7 @@ namespace verlpp::cuda {
 namespace {
 
 constexpr int kTensorsPerLaunch = 64;
-constexpr int kVec = 4;                          // elements per vector access
+constexpr int kVec = 4;                                  // elements per vector access
 constexpr int64_t kTile = int64_t(kThreads) * kVec * 4;  // elements per block: 4 vectors a thread
 
 struct AdamwBatch {
@@ -58,7 +58,8 @@ __device__ __forceinline__ void store_copy(void* copies, int64_t i, float w) {
 }
 
 template <class G, class C>
-__global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamwBatch batch, const AdamwScalars s, const float* grad_scale) {
+__global__ void __launch_bounds__(kThreads)
+    adamw_kernel(const AdamwBatch batch, const AdamwScalars s, const float* grad_scale) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   allow_dependents();
   float scale = 1.0f;
@@ -71,8 +72,10 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamwBatch batch,
   const int32_t block = int32_t(blockIdx.x);
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (batch.first_block[mid] <= block) lo = mid;
-    else hi = mid - 1;
+    if (batch.first_block[mid] <= block)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const int t = lo;
   float* __restrict__ p = batch.params[t];
@@ -130,8 +133,8 @@ gpuError_t adamw_as(const AdamwTensors* tensors, int32_t count, const AdamwScala
       batch.first_block[k] = int32_t(blocks);
       blocks += (x.numel + kTile - 1) / kTile;
       const size_t copy_bytes = std::is_same_v<C, NoCopy> ? 1 : sizeof(C) * kVec;
-      if (aligned(x.param, 16) && aligned(x.exp_avg, 16) && aligned(x.exp_avg_sq, 16) && aligned(x.grad, sizeof(G) * kVec) &&
-          (x.copy == nullptr || aligned(x.copy, copy_bytes)))
+      if (aligned(x.param, 16) && aligned(x.exp_avg, 16) && aligned(x.exp_avg_sq, 16) &&
+          aligned(x.grad, sizeof(G) * kVec) && (x.copy == nullptr || aligned(x.copy, copy_bytes)))
         batch.vector_ok |= uint64_t(1) << k;
     }
     batch.first_block[batch.count] = int32_t(blocks);
@@ -149,9 +152,12 @@ gpuError_t adamw_with_grads(const AdamwTensors* tensors, int32_t count, bool has
                             const AdamwScalars& s, const float* grad_scale, gpuStream_t stream) {
   if (!has_copies) return adamw_as<G, NoCopy>(tensors, count, s, grad_scale, stream);
   switch (copy_type) {
-    case FloatType::f32: return adamw_as<G, float>(tensors, count, s, grad_scale, stream);
-    case FloatType::f16: return adamw_as<G, __half>(tensors, count, s, grad_scale, stream);
-    case FloatType::bf16: return adamw_as<G, gpu_bfloat16>(tensors, count, s, grad_scale, stream);
+    case FloatType::f32:
+      return adamw_as<G, float>(tensors, count, s, grad_scale, stream);
+    case FloatType::f16:
+      return adamw_as<G, __half>(tensors, count, s, grad_scale, stream);
+    case FloatType::bf16:
+      return adamw_as<G, gpu_bfloat16>(tensors, count, s, grad_scale, stream);
   }
   return gpuErrorInvalidValue;
 }
@@ -159,12 +165,14 @@ gpuError_t adamw_with_grads(const AdamwTensors* tensors, int32_t count, bool has
 }  // namespace
 
 gpuError_t launch_adamw_update(const AdamwTensors* tensors, int32_t count, FloatType grad_type, bool has_copies,
-                                FloatType copy_type, const AdamwScalars& scalars, const float* grad_scale,
-                                gpuStream_t stream) {
+                               FloatType copy_type, const AdamwScalars& scalars, const float* grad_scale,
+                               gpuStream_t stream) {
   if (count <= 0) return gpuSuccess;
   switch (grad_type) {
-    case FloatType::f32: return adamw_with_grads<float>(tensors, count, has_copies, copy_type, scalars, grad_scale, stream);
-    case FloatType::f16: return adamw_with_grads<__half>(tensors, count, has_copies, copy_type, scalars, grad_scale, stream);
+    case FloatType::f32:
+      return adamw_with_grads<float>(tensors, count, has_copies, copy_type, scalars, grad_scale, stream);
+    case FloatType::f16:
+      return adamw_with_grads<__half>(tensors, count, has_copies, copy_type, scalars, grad_scale, stream);
     case FloatType::bf16:
       return adamw_with_grads<gpu_bfloat16>(tensors, count, has_copies, copy_type, scalars, grad_scale, stream);
   }

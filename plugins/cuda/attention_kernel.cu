@@ -51,13 +51,13 @@ namespace {
 
 constexpr int kAttnWarps = 4;
 constexpr int kAttnThreads = kAttnWarps * 32;
-constexpr int kStages = 2;         // tiles per warp in shared memory: one computed, one loading
-constexpr int kUnits = 8;          // K (and V) vectors per lane per tile
-constexpr int kMaxHeads = 8;       // query heads per block; a larger GQA group takes several blocks
-constexpr int kMinLanes = 8;       // lanes per row >= 8, so a tile has <= 32 rows
+constexpr int kStages = 2;    // tiles per warp in shared memory: one computed, one loading
+constexpr int kUnits = 8;     // K (and V) vectors per lane per tile
+constexpr int kMaxHeads = 8;  // query heads per block; a larger GQA group takes several blocks
+constexpr int kMinLanes = 8;  // lanes per row >= 8, so a tile has <= 32 rows
 constexpr int kMaxTileRows = kUnits * 32 / kMinLanes;
-constexpr int kMaxHead = 256;      // head size limit (UNSUPPORTED above, checked in kernel_table.cpp)
-constexpr int kMinPartition = 64;  // split-K partitions cover at least this many positions ...
+constexpr int kMaxHead = 256;        // head size limit (UNSUPPORTED above, checked in kernel_table.cpp)
+constexpr int kMinPartition = 64;    // split-K partitions cover at least this many positions ...
 constexpr int kPartitionAlign = 32;  // ... in multiples of this (a multiple of every tile size)
 constexpr int kMaxPartitions = 256;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -95,8 +95,10 @@ __device__ __forceinline__ int partition_size(int len, int parts) {
 template <class T, int VEC, bool kAsync = true>  // kAsync = false: a plain load into a register
 __device__ __forceinline__ void stage_slot(uint2* dst, const T* src, bool ok) {
   if constexpr (VEC == 1) {
-    if constexpr (std::is_same_v<T, float>) dst->x = ok ? __float_as_uint(*src) : 0u;
-    else dst->x = ok ? *reinterpret_cast<const unsigned short*>(src) : 0u;
+    if constexpr (std::is_same_v<T, float>)
+      dst->x = ok ? __float_as_uint(*src) : 0u;
+    else
+      dst->x = ok ? *reinterpret_cast<const unsigned short*>(src) : 0u;
   } else {
     static_assert(VEC * sizeof(T) == 8, "8-byte vectors");
 #if VERLPP_ATTN_CP_ASYNC
@@ -144,8 +146,10 @@ __device__ __forceinline__ bool group_any(bool x) {
 
 template <class T>
 __device__ __forceinline__ float bits_to_float(uint32_t bits) {  // the low 16 bits of a half type
-  if constexpr (std::is_same_v<T, __half>) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xffffu)));
-  else return __uint_as_float(bits << 16);  // bf16 is the top half of an f32: exact
+  if constexpr (std::is_same_v<T, __half>)
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xffffu)));
+  else
+    return __uint_as_float(bits << 16);  // bf16 is the top half of an f32: exact
 }
 
 // The VEC elements of one slot as fp32 (little-endian pairs for half types).
@@ -154,7 +158,8 @@ __device__ __forceinline__ void unpack(uint2 w, float* f) {
   if constexpr (std::is_same_v<T, float>) {
     f[0] = __uint_as_float(w.x);
     if constexpr (VEC == 2) f[1] = __uint_as_float(w.y);
-  } else if constexpr (VEC == 1) f[0] = bits_to_float<T>(w.x);
+  } else if constexpr (VEC == 1)
+    f[0] = bits_to_float<T>(w.x);
   else if constexpr (std::is_same_v<T, __half>) {
     f[0] = bits_to_float<T>(w.x), f[1] = bits_to_float<T>(w.x >> 16);
     f[2] = bits_to_float<T>(w.y), f[3] = bits_to_float<T>(w.y >> 16);
@@ -181,11 +186,14 @@ __device__ __forceinline__ float reduce_row(float (&v)[P], int lanes) {
 
 // 4 blocks (16 warps) per SM while q and the accumulators take <= 64 registers; 2 above.
 template <int P, int EL>
-constexpr int kMinBlocksPerSm = P * EL <= 32 ? 4 : 2;
+constexpr int kMinBlocksPerSm = P* EL <= 32 ? 4 : 2;
 
 // Head slots for NH query heads: the next power of two (reduce_row's halving needs one).
 template <int NH>
-constexpr int kSlots = NH <= 1 ? 1 : NH <= 2 ? 2 : NH <= 4 ? 4 : 8;
+constexpr int kSlots = NH <= 1   ? 1
+                       : NH <= 2 ? 2
+                       : NH <= 4 ? 4
+                                 : 8;
 
 // grid = (parts, kv_count * blocks per group, B), block = kAttnThreads. Lane `lane` of a warp
 // serves row lane / lanes of each step and elements [VEC * (c + j * lanes), + VEC) of it, j < EL /
@@ -199,9 +207,9 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>
   constexpr int NC = EL / VEC;         // vectors per lane per row
   constexpr int kSteps = kUnits / NC;  // rows per lane per tile
   static_assert(NC * VEC == EL && kSteps * NC == kUnits, "tile shape");
-  __shared__ uint2 staging[kAttnWarps][kStages][2][kUnits][32];  // [warp][stage][K, V][slot][lane]
+  __shared__ uint2 staging[kAttnWarps][kStages][2][kUnits][32];       // [warp][stage][K, V][slot][lane]
   __shared__ __align__(16) float probs[kAttnWarps][kMaxTileRows][P];  // a tile's exp(score - max)
-  __shared__ float factors[kAttnWarps][P];                             // a tile's rescale per head
+  __shared__ float factors[kAttnWarps][P];                            // a tile's rescale per head
   __shared__ float warp_max[kAttnWarps][P], warp_sum[kAttnWarps][P];
   const T* __restrict__ q = static_cast<const T*>(a.q);
   const T* __restrict__ k_cache = static_cast<const T*>(a.k_cache);
@@ -225,11 +233,11 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int lanes = a.lanes, rows_per_step = 32 / lanes;
   const int c = lane & (lanes - 1), r = lane / lanes;
-  const int held = c / (lanes / P);                  // the head whose score reduce_row leaves here
-  const bool writer = c % (lanes / P) == 0;          // one lane per (row, head) writes its p
+  const int held = c / (lanes / P);          // the head whose score reduce_row leaves here
+  const bool writer = c % (lanes / P) == 0;  // one lane per (row, head) writes its p
   const int tile_rows = kSteps * rows_per_step, nvec = a.s / VEC, bs = a.block_size;
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks;
-  const float scale = a.scale * kLog2e;              // scores in log2 units: exp2 below
+  const float scale = a.scale * kLog2e;  // scores in log2 units: exp2 below
 
   float qf[P][EL];  // slot s: query head s ^ held (see reduce_row), 0 past the block's heads
 #pragma unroll
@@ -244,7 +252,7 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>
       unpack<T, VEC>(w, &qf[s][j * VEC]);
     }
   }
-  float acc[NH][EL] = {};  // head g (not permuted), the lane's elements
+  float acc[NH][EL] = {};                     // head g (not permuted), the lane's elements
   float run_max = -INFINITY, run_sum = 0.0f;  // of head `held` over this lane's rows
 
   // The warp's k-th tile (partition tile warp + k * kAttnWarps) into stage `buf`: K and V of the
@@ -311,7 +319,7 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>
     for (int step = 1; step < kSteps; ++step) tile_max = fmaxf(tile_max, score[step]);
     for (int offset = lanes; offset < 32; offset <<= 1) tile_max = fmaxf(tile_max, gpu_shfl_xor(tile_max, offset));
     const float new_max = fmaxf(run_max, tile_max);  // finite: a tile has a row in the context
-    const float factor = exp2f(run_max - new_max);    // 0 on the first tile (run_max = -inf)
+    const float factor = exp2f(run_max - new_max);   // 0 on the first tile (run_max = -inf)
     float sum = 0.0f;
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
@@ -366,7 +374,7 @@ __global__ void __launch_bounds__(kAttnThreads, (kMinBlocksPerSm<kSlots<NH>, EL>
 #pragma unroll
     for (int e = 0; e < EL; ++e)
       for (int offset = lanes; offset < 32; offset <<= 1) acc[g][e] += gpu_shfl_xor(acc[g][e], offset);
-  __syncthreads();  // every warp is done with the staging buffer
+  __syncthreads();                                                   // every warp is done with the staging buffer
   float* total = reinterpret_cast<float*>(&staging[0][0][0][0][0]);  // [warp][head][S]
   if (r == 0) {
 #pragma unroll
@@ -429,7 +437,6 @@ __global__ void __launch_bounds__(kAttnThreads) combine_partitions_kernel(Args a
   }
 }
 
-
 // Smallest power of two >= x (x >= 1).
 int pow2_at_least(int x) {
   int p = 1;
@@ -444,7 +451,8 @@ gpuError_t launch_as(Args a, int64_t b, gpuStream_t stream) {
   a.one_block_per_tile = a.block_size % tile_rows == 0;
   const int64_t blocks_per_group = (a.group + kMaxHeads - 1) / kMaxHeads;
   if (a.kv_count * blocks_per_group > 65535) return gpuErrorInvalidValue;
-  const dim3 grid{static_cast<unsigned>(a.parts), static_cast<unsigned>(a.kv_count * blocks_per_group), static_cast<unsigned>(b)};
+  const dim3 grid{static_cast<unsigned>(a.parts), static_cast<unsigned>(a.kv_count * blocks_per_group),
+                  static_cast<unsigned>(b)};
   gpuError_t launched = launch_kernel(paged_attention_kernel<T, VEC, EL, NH>, grid, kAttnThreads, 0, stream, a);
   if (launched == gpuSuccess && a.parts > 1) {
     const dim3 combine_grid{static_cast<unsigned>(a.heads), static_cast<unsigned>(b)};
@@ -469,17 +477,22 @@ template <class T>
 gpuError_t launch_typed(Args a, int64_t b, gpuStream_t stream) {
   constexpr int kVec = 8 / sizeof(T);
   const bool aligned = a.s % kVec == 0 && (reinterpret_cast<uintptr_t>(a.q) | reinterpret_cast<uintptr_t>(a.k_cache) |
-                                           reinterpret_cast<uintptr_t>(a.v_cache)) % 8 == 0;
+                                           reinterpret_cast<uintptr_t>(a.v_cache)) %
+                                                  8 ==
+                                              0;
   if (!aligned) return launch_as<T, 1, 8, kMaxHeads>(a, b, stream);  // any head size, scalar loads
-  if (a.s <= 32 * 4) return launch_heads<T, kVec, 4>(a, b, stream);   // 4 elements a lane (head 64: 16 lanes)
-  return launch_heads<T, kVec, 8>(a, b, stream);                      // up to 256
+  if (a.s <= 32 * 4) return launch_heads<T, kVec, 4>(a, b, stream);  // 4 elements a lane (head 64: 16 lanes)
+  return launch_heads<T, kVec, 8>(a, b, stream);                     // up to 256
 }
 
 gpuError_t launch_any(FloatType type, const Args& a, int64_t b, gpuStream_t stream) {
   switch (type) {
-    case FloatType::f32: return launch_typed<float>(a, b, stream);
-    case FloatType::f16: return launch_typed<__half>(a, b, stream);
-    case FloatType::bf16: return launch_typed<gpu_bfloat16>(a, b, stream);
+    case FloatType::f32:
+      return launch_typed<float>(a, b, stream);
+    case FloatType::f16:
+      return launch_typed<__half>(a, b, stream);
+    case FloatType::bf16:
+      return launch_typed<gpu_bfloat16>(a, b, stream);
   }
   return gpuErrorInvalidValue;
 }
@@ -487,16 +500,31 @@ gpuError_t launch_any(FloatType type, const Args& a, int64_t b, gpuStream_t stre
 }  // namespace
 
 gpuError_t launch_paged_attention_decode_simt(const void* q, const void* k_cache, const void* v_cache, FloatType type,
-                                          const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
-                                          int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
-                                          void* out, gpuStream_t stream) {
+                                              const int32_t* block_tables, const int32_t* context_lens, int64_t b,
+                                              int64_t h, int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks,
+                                              float scale, void* out, gpuStream_t stream) {
   if (b == 0 || h == 0 || s == 0) return gpuSuccess;
   if (s > kMaxHead || kv <= 0 || h % kv != 0 || b > 65535 || h > 0x7fffffff || block_size <= 0 || max_blocks < 0 ||
       max_blocks * block_size > 0x7fffffff)
     return gpuErrorInvalidValue;
-  Args a{q, k_cache, v_cache, block_tables, context_lens, out, nullptr, nullptr,
-         static_cast<int>(h), static_cast<int>(h / kv), static_cast<int>(kv), static_cast<int>(s),
-         static_cast<int>(block_size), static_cast<int>(max_blocks), 1, 0, false, scale};
+  Args a{q,
+         k_cache,
+         v_cache,
+         block_tables,
+         context_lens,
+         out,
+         nullptr,
+         nullptr,
+         static_cast<int>(h),
+         static_cast<int>(h / kv),
+         static_cast<int>(kv),
+         static_cast<int>(s),
+         static_cast<int>(block_size),
+         static_cast<int>(max_blocks),
+         1,
+         0,
+         false,
+         scale};
 
   // Split-K when the (sequence, KV head, head block) grid would not give every SM ~3 blocks
   // (up to 4 fit): aim at ~4 blocks per SM, with partitions of at least kMinPartition positions

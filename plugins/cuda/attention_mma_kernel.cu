@@ -116,8 +116,8 @@ struct Params {
   const int64_t *positions, *slots;
   const float* inv_freq;
   int64_t slot_count;  // num_blocks * block_size: a slot outside [0, slot_count) is stored nowhere
-  float* ws_acc;    // [B, H, parts, S] unnormalised partial outputs (parts > 1)
-  float* ws_stats;  // [B, H, parts, 2] their (max in log2 units, sum)
+  float* ws_acc;       // [B, H, parts, S] unnormalised partial outputs (parts > 1)
+  float* ws_stats;     // [B, H, parts, 2] their (max in log2 units, sum)
   int heads, group, kv_count, head_blocks, heads_per_block;
   int block_size, bs_shift, max_blocks, parts, part_align;
   float scale_log2;
@@ -176,8 +176,10 @@ __device__ __forceinline__ void p_fragment(float p0, float p1, uint32_t& hi, uin
 
 template <class T>
 __device__ __forceinline__ void store_pair(T* p, float x, float y) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-  else *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+  else
+    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
 }
 
 __device__ __forceinline__ uint32_t load_u32(const void* p) { return __ldg(static_cast<const unsigned int*>(p)); }
@@ -191,7 +193,9 @@ __device__ __forceinline__ uint32_t load_u32(const void* p) { return __ldg(stati
 // rotary_kv_store's (layer_ops.cuh), so q, K and V carry exactly the bits that kernel would have
 // handed to the attention: the output is the unfused pair's, bit for bit.
 template <class T>
-__device__ __forceinline__ void unpack_pair(uint32_t u, T (&v)[2]) { memcpy(v, &u, sizeof(u)); }
+__device__ __forceinline__ void unpack_pair(uint32_t u, T (&v)[2]) {
+  memcpy(v, &u, sizeof(u));
+}
 template <class T>
 __device__ __forceinline__ uint32_t pack_values(const T (&v)[2]) {
   uint32_t u;
@@ -200,11 +204,12 @@ __device__ __forceinline__ uint32_t pack_values(const T (&v)[2]) {
 }
 
 template <class T, int HEAD, int W>
-__device__ __forceinline__ void rope_prologue(const Params& a, int seq, int kv, bool stores, uint32_t (&qa)[HEAD / 16][4],
-                                              float* cs, T* rows) {
+__device__ __forceinline__ void rope_prologue(const Params& a, int seq, int kv, bool stores,
+                                              uint32_t (&qa)[HEAD / 16][4], float* cs, T* rows) {
   constexpr int HALF = HEAD / 2, KS = HEAD / 16;
   const float position = float(__ldg(a.positions + seq));
-  for (int j = threadIdx.x; j < HALF; j += W * 32) rope_cos_sin<T>(position, __ldg(a.inv_freq + j), cs[j], cs[HALF + j]);
+  for (int j = threadIdx.x; j < HALF; j += W * 32)
+    rope_cos_sin<T>(position, __ldg(a.inv_freq + j), cs[j], cs[HALF + j]);
   __syncthreads();
   const int t = threadIdx.x & 3;
 #pragma unroll
@@ -233,8 +238,10 @@ __device__ __forceinline__ void rope_prologue(const Params& a, int seq, int kv, 
   T* k_cache = const_cast<T*>(static_cast<const T*>(a.k)) + (slot * a.kv_count + kv) * HEAD;
   T* v_cache = const_cast<T*>(static_cast<const T*>(a.v)) + (slot * a.kv_count + kv) * HEAD;
   for (int j = threadIdx.x; j < 2 * HEAD; j += W * 32) {
-    if (j < HEAD) k_cache[j] = rows[j];
-    else v_cache[j - HEAD] = rows[j];
+    if (j < HEAD)
+      k_cache[j] = rows[j];
+    else
+      v_cache[j - HEAD] = rows[j];
   }
 }
 
@@ -250,19 +257,19 @@ __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(HEAD == 64 || HEAD == 128, "head size");
   static_assert(STG >= 2 && NG >= 1, "pipeline");
-  constexpr int CH = 16 * NG;           // positions per chunk
-  constexpr int ROWB = HEAD * 2;        // bytes of one cache row in shared memory
-  constexpr int TILEB = CH * ROWB;      // K (or V) bytes of one chunk
-  constexpr int STAGEB = 2 * TILEB;     // K then V
-  constexpr int CPR = HEAD / 8;         // 16-byte pieces per row
-  constexpr int RPP = 32 / CPR;         // rows a warp copies per pass
-  constexpr int PASSES = 16 / RPP;      // passes per 16-row group
-  constexpr int KS = HEAD / 16;         // k-steps of Q K^T = m-tiles of V^T P^T
-  constexpr int NHT = TWO ? 2 : 1;      // 8-head n-tiles of O^T
-  constexpr int RED_LD = HEAD + 4;      // merge buffer row (floats): conflict-free scatter
+  constexpr int CH = 16 * NG;        // positions per chunk
+  constexpr int ROWB = HEAD * 2;     // bytes of one cache row in shared memory
+  constexpr int TILEB = CH * ROWB;   // K (or V) bytes of one chunk
+  constexpr int STAGEB = 2 * TILEB;  // K then V
+  constexpr int CPR = HEAD / 8;      // 16-byte pieces per row
+  constexpr int RPP = 32 / CPR;      // rows a warp copies per pass
+  constexpr int PASSES = 16 / RPP;   // passes per 16-row group
+  constexpr int KS = HEAD / 16;      // k-steps of Q K^T = m-tiles of V^T P^T
+  constexpr int NHT = TWO ? 2 : 1;   // 8-head n-tiles of O^T
+  constexpr int RED_LD = HEAD + 4;   // merge buffer row (floats): conflict-free scatter
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float st_m[W][16], st_l[W][16];
-  __shared__ float rope_cs[ROPE ? HEAD : 1];               // the token's cos [HEAD / 2], then sin
+  __shared__ float rope_cs[ROPE ? HEAD : 1];                 // the token's cos [HEAD / 2], then sin
   __shared__ __align__(16) T new_rows[ROPE ? 2 * HEAD : 8];  // its rotated K row, then its V row
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -275,8 +282,9 @@ __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a
   // context length so both latencies overlap.
   uint32_t qa[KS][4];
   {
-    const T* qrow = static_cast<const T*>(a.q) + static_cast<int64_t>(seq) * a.q_stride + static_cast<int64_t>(head0) * HEAD;
-    const T* q_lo = qrow + min(g, nh - 1) * HEAD + 2 * t;      // clamped: always a valid address
+    const T* qrow =
+        static_cast<const T*>(a.q) + static_cast<int64_t>(seq) * a.q_stride + static_cast<int64_t>(head0) * HEAD;
+    const T* q_lo = qrow + min(g, nh - 1) * HEAD + 2 * t;  // clamped: always a valid address
     const T* q_hi = qrow + min(g + 8, nh - 1) * HEAD + 2 * t;
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
@@ -329,14 +337,14 @@ __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a
 
   auto chunk_start = [&](int k) { return begin + (warp + k * W) * CH; };
   // Block-table entries of the warp's chunk k (one per 16-position group), 0 where unused.
-  auto load_entries = [&](int k, int (&e)[NG]) {
+  auto load_entries = [&](int k, int(&e)[NG]) {
 #pragma unroll
     for (int j = 0; j < NG; ++j) {
       const int gs = chunk_start(k) + 16 * j;
       e[j] = k < mine && gs < end ? __ldg(table + table_index(gs)) : 0;
     }
   };
-  auto issue = [&](int k, int buf, const int (&e)[NG]) {
+  auto issue = [&](int k, int buf, const int(&e)[NG]) {
     const uint32_t kdst = stages + buf * STAGEB, vdst = kdst + TILEB;
 #pragma unroll
     for (int j = 0; j < NG; ++j) {
@@ -442,12 +450,14 @@ __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a
           float x = s[j][n][c] * a.scale_log2;
           if (partial && cs + 16 * j + 8 * n + 2 * t + (c & 1) >= end) x = -INFINITY;
           s[j][n][c] = x;
-          if (c < 2) mx_lo = fmaxf(mx_lo, x);
-          else mx_hi = fmaxf(mx_hi, x);
+          if (c < 2)
+            mx_lo = fmaxf(mx_lo, x);
+          else
+            mx_hi = fmaxf(mx_hi, x);
         }
     mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
     mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-    const float nm_lo = fmaxf(m_lo, mx_lo);    // finite: the chunk has a position in the context
+    const float nm_lo = fmaxf(m_lo, mx_lo);      // finite: the chunk has a position in the context
     const float f_lo = fast_exp2(m_lo - nm_lo);  // 0 on the warp's first chunk
     m_lo = nm_lo;
     float nm_hi = 0.0f, f_hi = 1.0f;
@@ -465,7 +475,8 @@ __global__ void __launch_bounds__(W * 32, MINB) mma_decode_kernel(const Params a
     for (int j = 0; j < NG; ++j) {
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
-        p_fragment<T, SPLIT>(fast_exp2(s[j][n][0] - nm_lo), fast_exp2(s[j][n][1] - nm_lo), pb[j][0][n], pl[j][0][n], ps_lo);
+        p_fragment<T, SPLIT>(fast_exp2(s[j][n][0] - nm_lo), fast_exp2(s[j][n][1] - nm_lo), pb[j][0][n], pl[j][0][n],
+                             ps_lo);
         if constexpr (TWO)
           p_fragment<T, SPLIT>(fast_exp2(s[j][n][2] - nm_hi), fast_exp2(s[j][n][3] - nm_hi), pb[j][NHT - 1][n],
                                pl[j][NHT - 1][n], ps_hi);
@@ -605,7 +616,8 @@ Config choose_config(const Params& a, int64_t b, int sms) {
 constexpr int kMaxDevices = 64;
 
 template <class T, int HEAD, int W, int NG, int STG, bool SPLIT, bool TWO, bool ROPE>
-gpuError_t launch_config(Params a, int64_t b, int device, const verlpp::cuda::WorkspacePool& state, gpuStream_t stream) {
+gpuError_t launch_config(Params a, int64_t b, int device, const verlpp::cuda::WorkspacePool& state,
+                         gpuStream_t stream) {
   constexpr size_t kPipe = size_t(W) * STG * 2 * 16 * NG * HEAD * 2;
   constexpr size_t kRed = size_t(W) * 16 * (HEAD + 4) * 4;
   constexpr size_t kSmem = kPipe > kRed ? kPipe : kRed;
@@ -619,7 +631,8 @@ gpuError_t launch_config(Params a, int64_t b, int device, const verlpp::cuda::Wo
   static std::atomic<uint64_t> configured{0};
   const uint64_t bit = uint64_t(1) << (device % kMaxDevices);
   if ((configured.load(std::memory_order_acquire) & bit) == 0) {
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)) != cudaSuccess)
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)) !=
+        cudaSuccess)
       return cudaGetLastError();
     configured.fetch_or(bit, std::memory_order_acq_rel);
   }
@@ -674,9 +687,12 @@ gpuError_t launch_typed(const Params& a, int64_t b, int64_t s, int device, const
                         gpuStream_t stream) {
   if (s == 128) return launch_heads<T, 128, 4, 1, 3, ROPE>(a, b, device, state, stream);
   switch (choose_config(a, b, state.sms)) {
-    case Config::w4_c32_s2: return launch_heads<T, 64, 4, 2, 2, ROPE>(a, b, device, state, stream);
-    case Config::w8_c32_s2: return launch_heads<T, 64, 8, 2, 2, ROPE>(a, b, device, state, stream);
-    case Config::w4_c16_s3: break;
+    case Config::w4_c32_s2:
+      return launch_heads<T, 64, 4, 2, 2, ROPE>(a, b, device, state, stream);
+    case Config::w8_c32_s2:
+      return launch_heads<T, 64, 8, 2, 2, ROPE>(a, b, device, state, stream);
+    case Config::w4_c16_s3:
+      break;
   }
   return launch_heads<T, 64, 4, 1, 3, ROPE>(a, b, device, state, stream);
 }
@@ -690,10 +706,10 @@ bool mma_params(const void* q, const void* k_cache, const void* v_cache, const i
   const auto misaligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n != 0; };
   // cc_major >= 8: mma.sync on bf16, cp.async and ldmatrix.
   const bool supported = on_device && state.cc_major >= 8 && type != FloatType::f32 && (s == 64 || s == 128) && b > 0 &&
-                         b <= 65535 && h > 0 && kv > 0 && h % kv == 0 && h <= INT_MAX && block_size > 0 && block_size % 16 == 0 &&
-                         max_blocks >= 0 && max_blocks * block_size <= INT_MAX && kv * ((h / kv + 15) / 16) <= INT_MAX &&
-                         !misaligned(k_cache, 16) && !misaligned(v_cache, 16) && !misaligned(q, 4) &&
-                         !misaligned(out, 4);
+                         b <= 65535 && h > 0 && kv > 0 && h % kv == 0 && h <= INT_MAX && block_size > 0 &&
+                         block_size % 16 == 0 && max_blocks >= 0 && max_blocks * block_size <= INT_MAX &&
+                         kv * ((h / kv + 15) / 16) <= INT_MAX && !misaligned(k_cache, 16) && !misaligned(v_cache, 16) &&
+                         !misaligned(q, 4) && !misaligned(out, 4);
   if (!supported) return false;
   const int group = static_cast<int>(h / kv);
   const int head_blocks = (group + 15) / 16;
@@ -722,31 +738,32 @@ WorkspacePool device_state(int& device) {
 }  // namespace
 
 gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, const void* v_cache, FloatType type,
-                                          const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
-                                          int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
-                                          void* out, gpuStream_t stream) {
+                                         const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
+                                         int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
+                                         void* out, gpuStream_t stream) {
   int device = 0;
   const WorkspacePool state = device_state(device);
   Params a;
-  if (!mma_params(q, k_cache, v_cache, block_tables, context_lens, b, h, kv, s, block_size, max_blocks, scale, out, type,
-                  state, device >= 0, a))  // includes every invalid argument: the CUDA-core launcher reports it
+  if (!mma_params(q, k_cache, v_cache, block_tables, context_lens, b, h, kv, s, block_size, max_blocks, scale, out,
+                  type, state, device >= 0, a))  // includes every invalid argument: the CUDA-core launcher reports it
     return launch_paged_attention_decode_simt(q, k_cache, v_cache, type, block_tables, context_lens, b, h, kv, s,
                                               block_size, max_blocks, scale, out, stream);
   return type == FloatType::bf16 ? launch_typed<__nv_bfloat16, false>(a, b, s, device, state, stream)
                                  : launch_typed<__half, false>(a, b, s, device, state, stream);
 }
 
-gpuError_t launch_rotary_paged_attention_decode(const RotaryKvStoreOperands& o, FloatType type, const int32_t* block_tables,
-                                                const int32_t* context_lens, int64_t block_size, int64_t max_blocks,
-                                                float scale, void* out, gpuStream_t stream) {
+gpuError_t launch_rotary_paged_attention_decode(const RotaryKvStoreOperands& o, FloatType type,
+                                                const int32_t* block_tables, const int32_t* context_lens,
+                                                int64_t block_size, int64_t max_blocks, float scale, void* out,
+                                                gpuStream_t stream) {
   int device = 0;
   const WorkspacePool state = device_state(device);
   const int64_t s = 2 * o.half;
   Params a;
   // q is read as 4-byte pairs, k and v one value at a time: rows and bases on the 4-byte grid.
   const bool pairs = o.q_row_stride % 2 == 0 && reinterpret_cast<uintptr_t>(o.q) % 4 == 0;
-  if (pairs && mma_params(o.q, o.k_cache, o.v_cache, block_tables, context_lens, o.tokens, o.q_heads, o.kv_heads, s, block_size,
-                          max_blocks, scale, out, type, state, device >= 0, a)) {
+  if (pairs && mma_params(o.q, o.k_cache, o.v_cache, block_tables, context_lens, o.tokens, o.q_heads, o.kv_heads, s,
+                          block_size, max_blocks, scale, out, type, state, device >= 0, a)) {
     a.q_stride = o.q_row_stride;
     a.k_new = o.k, a.v_new = o.v;
     a.k_new_stride = o.k_row_stride, a.v_new_stride = o.v_row_stride;
@@ -765,16 +782,17 @@ gpuError_t launch_rotary_paged_attention_decode(const RotaryKvStoreOperands& o, 
 namespace verlpp::cuda {
 
 gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, const void* v_cache, FloatType type,
-                                          const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
-                                          int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
-                                          void* out, gpuStream_t stream) {
+                                         const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
+                                         int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
+                                         void* out, gpuStream_t stream) {
   return launch_paged_attention_decode_simt(q, k_cache, v_cache, type, block_tables, context_lens, b, h, kv, s,
                                             block_size, max_blocks, scale, out, stream);
 }
 
-gpuError_t launch_rotary_paged_attention_decode(const RotaryKvStoreOperands& o, FloatType type, const int32_t* block_tables,
-                                                const int32_t* context_lens, int64_t block_size, int64_t max_blocks,
-                                                float scale, void* out, gpuStream_t stream) {
+gpuError_t launch_rotary_paged_attention_decode(const RotaryKvStoreOperands& o, FloatType type,
+                                                const int32_t* block_tables, const int32_t* context_lens,
+                                                int64_t block_size, int64_t max_blocks, float scale, void* out,
+                                                gpuStream_t stream) {
   return launch_rotary_then_attention(o, type, block_tables, context_lens, block_size, max_blocks, scale, out, stream);
 }
 

@@ -22,11 +22,17 @@ struct alignas(sizeof(T) * VEC) Pack {
 template <class T>
 __device__ __forceinline__ T from_float(float x);
 template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
 template <>
-__device__ __forceinline__ gpu_bfloat16 from_float<gpu_bfloat16>(float x) { return gpu_float2bfloat16_rn(x); }
+__device__ __forceinline__ gpu_bfloat16 from_float<gpu_bfloat16>(float x) {
+  return gpu_float2bfloat16_rn(x);
+}
 
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -34,15 +40,21 @@ struct MaxOp {
 // The larger / smaller of two ordered values (integers: MaxOp is fmaxf, which skips NaN).
 struct LargerOp {
   template <class V>
-  __device__ V operator()(V a, V b) const { return a > b ? a : b; }
+  __device__ V operator()(V a, V b) const {
+    return a > b ? a : b;
+  }
 };
 struct SmallerOp {
   template <class V>
-  __device__ V operator()(V a, V b) const { return a < b ? a : b; }
+  __device__ V operator()(V a, V b) const {
+    return a < b ? a : b;
+  }
 };
 struct SumOp {
   template <class V>
-  __device__ V operator()(V a, V b) const { return a + b; }
+  __device__ V operator()(V a, V b) const {
+    return a + b;
+  }
 };
 
 // Reduces `value` over the block; every thread gets the result. `scratch` holds kWarps values

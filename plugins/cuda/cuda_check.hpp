@@ -15,15 +15,19 @@ namespace verlpp::cuda {
 // The verlpp status a CUDA runtime error maps to.
 inline verlpp_status status_of(gpuError_t error) {
   switch (error) {
-    case gpuErrorMemoryAllocation: return VERLPP_STATUS_OUT_OF_MEMORY;
+    case gpuErrorMemoryAllocation:
+      return VERLPP_STATUS_OUT_OF_MEMORY;
     case gpuErrorInvalidValue:
     case gpuErrorInvalidDevice:
     case gpuErrorInvalidDevicePointer:
     case gpuErrorInvalidMemcpyDirection:
-    case gpuErrorInvalidResourceHandle: return VERLPP_STATUS_INVALID_ARGUMENT;
+    case gpuErrorInvalidResourceHandle:
+      return VERLPP_STATUS_INVALID_ARGUMENT;
     case gpuErrorInsufficientDriver:
-    case gpuErrorNoDevice: return VERLPP_STATUS_NOT_INITIALIZED;
-    default: return VERLPP_STATUS_DEVICE_ERROR;
+    case gpuErrorNoDevice:
+      return VERLPP_STATUS_NOT_INITIALIZED;
+    default:
+      return VERLPP_STATUS_DEVICE_ERROR;
   }
 }
 

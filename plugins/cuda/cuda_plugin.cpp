@@ -36,19 +36,27 @@ namespace {
 
 gpuMemcpyKind memcpy_kind(verlpp_copy_kind kind) {
   switch (kind) {
-    case VERLPP_COPY_HOST_TO_DEVICE: return gpuMemcpyHostToDevice;
-    case VERLPP_COPY_DEVICE_TO_HOST: return gpuMemcpyDeviceToHost;
-    case VERLPP_COPY_DEVICE_TO_DEVICE: return gpuMemcpyDeviceToDevice;
-    default: return gpuMemcpyHostToHost;
+    case VERLPP_COPY_HOST_TO_DEVICE:
+      return gpuMemcpyHostToDevice;
+    case VERLPP_COPY_DEVICE_TO_HOST:
+      return gpuMemcpyDeviceToHost;
+    case VERLPP_COPY_DEVICE_TO_DEVICE:
+      return gpuMemcpyDeviceToDevice;
+    default:
+      return gpuMemcpyHostToHost;
   }
 }
 
 const char* kind_name(verlpp_copy_kind kind) {
   switch (kind) {
-    case VERLPP_COPY_HOST_TO_DEVICE: return "host->device";
-    case VERLPP_COPY_DEVICE_TO_HOST: return "device->host";
-    case VERLPP_COPY_DEVICE_TO_DEVICE: return "device->device";
-    default: return "host->host";
+    case VERLPP_COPY_HOST_TO_DEVICE:
+      return "host->device";
+    case VERLPP_COPY_DEVICE_TO_HOST:
+      return "device->host";
+    case VERLPP_COPY_DEVICE_TO_DEVICE:
+      return "device->device";
+    default:
+      return "host->host";
   }
 }
 
@@ -77,7 +85,8 @@ class CudaPlugin : public sdk::Plugin {
 
   void init(const verlpp_host_api&) override {
     int count = 0;
-    cuda_check(gpuGetDeviceCount(&count), VERLPP_GPU_API "GetDeviceCount (does the " VERLPP_GPU_PLATFORM " runtime accept this driver?)");
+    cuda_check(gpuGetDeviceCount(&count),
+               VERLPP_GPU_API "GetDeviceCount (does the " VERLPP_GPU_PLATFORM " runtime accept this driver?)");
     if (count <= 0) fail(VERLPP_STATUS_NOT_INITIALIZED, "the " VERLPP_GPU_PLATFORM " runtime sees no device");
     device_count_ = count;
   }
@@ -86,7 +95,8 @@ class CudaPlugin : public sdk::Plugin {
 
   void device_properties(int32_t device, verlpp_device_properties& out) override {
     gpuDeviceProp prop{};
-    cuda_check(gpuGetDeviceProperties(&prop, device), VERLPP_GPU_API "GetDeviceProperties(" + std::to_string(device) + ")");
+    cuda_check(gpuGetDeviceProperties(&prop, device),
+               VERLPP_GPU_API "GetDeviceProperties(" + std::to_string(device) + ")");
     sdk::copy_string(out.name, sizeof(out.name), prop.name);
     sdk::copy_string(out.torch_device_type, sizeof(out.torch_device_type), kTorchDeviceType);
     out.torch_device_index = device;  // same process, same CUDA_VISIBLE_DEVICES: same ordinal as torch
@@ -150,7 +160,8 @@ class CudaPlugin : public sdk::Plugin {
 
   void copy(void* dst, const void* src, size_t bytes, verlpp_copy_kind kind, verlpp_stream stream) override {
     const void* device_side = kind == VERLPP_COPY_DEVICE_TO_HOST ? src : dst;
-    StreamTarget target = resolve_stream(stream, kind == VERLPP_COPY_HOST_TO_HOST ? current_device() : device_of(device_side, current_device()));
+    StreamTarget target = resolve_stream(
+        stream, kind == VERLPP_COPY_HOST_TO_HOST ? current_device() : device_of(device_side, current_device()));
     DeviceGuard device_guard(target.device);
     const std::string what = std::string("copy of ") + std::to_string(bytes) + " bytes " + kind_name(kind);
     cuda_check(gpuMemcpyAsync(dst, src, bytes, memcpy_kind(kind), target.stream), what);
@@ -194,8 +205,8 @@ class CudaPlugin : public sdk::Plugin {
   void record_event(verlpp_event e, verlpp_stream s) override {
     CudaEvent event = lookup_event(e);
     StreamTarget target = resolve_stream(s, event.device);
-    require(target.device == event.device, "event of device " + std::to_string(event.device) + " recorded on a stream of device " +
-                                               std::to_string(target.device));
+    require(target.device == event.device, "event of device " + std::to_string(event.device) +
+                                               " recorded on a stream of device " + std::to_string(target.device));
     DeviceGuard device_guard(target.device);
     cuda_check(gpuEventRecord(event.event, target.stream), VERLPP_GPU_API "EventRecord");
   }
@@ -216,11 +227,14 @@ class CudaPlugin : public sdk::Plugin {
   float elapsed_ms(verlpp_event a, verlpp_event b) override {
     CudaEvent start = lookup_event(a), end = lookup_event(b);
     float ms = 0.0f;
-    cuda_check(gpuEventElapsedTime(&ms, start.event, end.event), VERLPP_GPU_API "EventElapsedTime (were both events recorded and complete?)");
+    cuda_check(gpuEventElapsedTime(&ms, start.event, end.event),
+               VERLPP_GPU_API "EventElapsedTime (were both events recorded and complete?)");
     return ms;
   }
 
-  void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) override { cuda::copy_tensor(src, dst, stream); }
+  void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) override {
+    cuda::copy_tensor(src, dst, stream);
+  }
 
 #if VERLPP_CUDA_HAS_NCCL
   // Declared only with NCCL's header: without it the SDK leaves the communicator slots NULL.

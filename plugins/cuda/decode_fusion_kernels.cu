@@ -35,14 +35,14 @@ struct KvStoreShape {
 // floats. Packs of VEC values: VEC = 16 bytes / sizeof(T) where every row and base allows, else 1.
 template <class T, int VEC>
 __global__ void __launch_bounds__(kThreads)
-rotary_kv_store_kernel(const T* __restrict__ q,  // [n, H, S] at row stride q_stride
-                       const T* __restrict__ k,  // [n, K, S] at k_stride
-                       const T* __restrict__ v,  // [n, K, S] at v_stride
-                       const int64_t* __restrict__ positions, const float* __restrict__ inv_freq,
-                       const int64_t* __restrict__ slot_mapping,
-                       T* __restrict__ q_out,    // [n, H, S]
-                       T* __restrict__ k_cache,  // [slots, K, S]
-                       T* __restrict__ v_cache, KvStoreShape shape) {
+    rotary_kv_store_kernel(const T* __restrict__ q,  // [n, H, S] at row stride q_stride
+                           const T* __restrict__ k,  // [n, K, S] at k_stride
+                           const T* __restrict__ v,  // [n, K, S] at v_stride
+                           const int64_t* __restrict__ positions, const float* __restrict__ inv_freq,
+                           const int64_t* __restrict__ slot_mapping,
+                           T* __restrict__ q_out,    // [n, H, S]
+                           T* __restrict__ k_cache,  // [slots, K, S]
+                           T* __restrict__ v_cache, KvStoreShape shape) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   allow_dependents();
   using P = Pack<T, VEC>;
@@ -50,7 +50,8 @@ rotary_kv_store_kernel(const T* __restrict__ q,  // [n, H, S] at row stride q_st
   const int64_t token = blockIdx.x;
   const int32_t half = shape.half, s = 2 * half, per_half = half / VEC;
   const float position = float(positions[token]);
-  for (int32_t j = threadIdx.x; j < half; j += blockDim.x) rope_cos_sin<T>(position, inv_freq[j], cos_sin[j], cos_sin[half + j]);
+  for (int32_t j = threadIdx.x; j < half; j += blockDim.x)
+    rope_cos_sin<T>(position, inv_freq[j], cos_sin[j], cos_sin[half + j]);
   // A slot the plugin cannot refuse (it lives on the device) that is out of range is skipped:
   // the token's q is still rotated, its k and v stored nowhere.
   const int64_t slot = slot_mapping[token];
@@ -60,7 +61,8 @@ rotary_kv_store_kernel(const T* __restrict__ q,  // [n, H, S] at row stride q_st
   for (int32_t i = threadIdx.x; i < shape.packs; i += blockDim.x) {
     if (i >= shape.pair_packs) {  // v: a pack of the token's K * S dense values, copied
       const int32_t e = (i - shape.pair_packs) * VEC;
-      if (stores) *reinterpret_cast<P*>(v_cache + cache_row + e) = *reinterpret_cast<const P*>(v + token * shape.v_stride + e);
+      if (stores)
+        *reinterpret_cast<P*>(v_cache + cache_row + e) = *reinterpret_cast<const P*>(v + token * shape.v_stride + e);
       continue;
     }
     const int32_t head = i / per_half, j = (i % per_half) * VEC;
@@ -78,7 +80,8 @@ rotary_kv_store_kernel(const T* __restrict__ q,  // [n, H, S] at row stride q_st
     P new_lo, new_hi;
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
-      rotate_pair<T>(to_float(lo.v[e]), to_float(hi.v[e]), cos_sin[j + e], cos_sin[half + j + e], new_lo.v[e], new_hi.v[e]);
+      rotate_pair<T>(to_float(lo.v[e]), to_float(hi.v[e]), cos_sin[j + e], cos_sin[half + j + e], new_lo.v[e],
+                     new_hi.v[e]);
     *reinterpret_cast<P*>(out + j) = new_lo;
     *reinterpret_cast<P*>(out + j + half) = new_hi;
   }
@@ -132,16 +135,19 @@ gpuError_t launch_rotary_kv_store(const RotaryKvStoreOperands& o, FloatType type
   if (o.tokens > 0x7fffffff || o.half > kMaxRotaryHalf || (o.q_heads + 2 * o.kv_heads) * 2 * o.half > 0x7fffffff)
     return gpuErrorInvalidConfiguration;
   switch (type) {
-    case FloatType::f32: return rotary_kv_store_packed<float>(o, stream);
-    case FloatType::f16: return rotary_kv_store_packed<__half>(o, stream);
-    case FloatType::bf16: return rotary_kv_store_packed<gpu_bfloat16>(o, stream);
+    case FloatType::f32:
+      return rotary_kv_store_packed<float>(o, stream);
+    case FloatType::f16:
+      return rotary_kv_store_packed<__half>(o, stream);
+    case FloatType::bf16:
+      return rotary_kv_store_packed<gpu_bfloat16>(o, stream);
   }
   return gpuErrorInvalidValue;
 }
 
 gpuError_t launch_rotary_then_attention(const RotaryKvStoreOperands& o, FloatType type, const int32_t* block_tables,
-                                        const int32_t* context_lens, int64_t block_size, int64_t max_blocks, float scale,
-                                        void* out, gpuStream_t stream) {
+                                        const int32_t* context_lens, int64_t block_size, int64_t max_blocks,
+                                        float scale, void* out, gpuStream_t stream) {
   if (o.tokens == 0) return gpuSuccess;
   int device = 0;
   if (gpuGetDevice(&device) != gpuSuccess) return gpuGetLastError();
@@ -149,14 +155,16 @@ gpuError_t launch_rotary_then_attention(const RotaryKvStoreOperands& o, FloatTyp
   if (state.pool == nullptr) return gpuErrorNotSupported;
   const size_t elem = type == FloatType::f32 ? 4 : 2;
   void* q_rotated = nullptr;  // [B, H, S], in stream order, so the call stays asynchronous and capturable
-  gpuError_t status = gpuMallocFromPoolAsync(&q_rotated, size_t(o.tokens * o.q_heads * 2 * o.half) * elem, state.pool, stream);
+  gpuError_t status =
+      gpuMallocFromPoolAsync(&q_rotated, size_t(o.tokens * o.q_heads * 2 * o.half) * elem, state.pool, stream);
   if (status != gpuSuccess) return status;
   RotaryKvStoreOperands with_copy = o;
   with_copy.q_out = q_rotated;
   status = launch_rotary_kv_store(with_copy, type, stream);
   if (status == gpuSuccess)
-    status = launch_paged_attention_decode(q_rotated, o.k_cache, o.v_cache, type, block_tables, context_lens, o.tokens,
-                                           o.q_heads, o.kv_heads, 2 * o.half, block_size, max_blocks, scale, out, stream);
+    status =
+        launch_paged_attention_decode(q_rotated, o.k_cache, o.v_cache, type, block_tables, context_lens, o.tokens,
+                                      o.q_heads, o.kv_heads, 2 * o.half, block_size, max_blocks, scale, out, stream);
   const gpuError_t freed = gpuFreeAsync(q_rotated, stream);
   return status != gpuSuccess ? status : freed;
 }

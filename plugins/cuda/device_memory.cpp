@@ -30,8 +30,8 @@ void* DeviceMemory::allocate(int32_t device, size_t bytes, size_t alignment) {
   if (e != gpuSuccess) {
     (void)gpuGetLastError();
     verlpp_status code = e == gpuErrorMemoryAllocation ? VERLPP_STATUS_OUT_OF_MEMORY : status_of(e);
-    sdk::fail(code, VERLPP_GPU_API "Malloc of " + std::to_string(request + extra) + " bytes on device " + std::to_string(device) +
-                        " failed: " + gpuGetErrorName(e) + " (" + gpuGetErrorString(e) + ")");
+    sdk::fail(code, VERLPP_GPU_API "Malloc of " + std::to_string(request + extra) + " bytes on device " +
+                        std::to_string(device) + " failed: " + gpuGetErrorName(e) + " (" + gpuGetErrorString(e) + ")");
   }
   auto address = reinterpret_cast<uintptr_t>(base);
   void* aligned = reinterpret_cast<void*>((address + align - 1) / align * align);
@@ -46,7 +46,8 @@ void DeviceMemory::deallocate(int32_t device, void* ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = blocks_.find(ptr);
     if (it == blocks_.end())
-      sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "pointer was not allocated by the " VERLPP_GPU_PLUGIN_NAME " plugin's mem_alloc (or was already freed)");
+      sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "pointer was not allocated by the " VERLPP_GPU_PLUGIN_NAME
+                                                " plugin's mem_alloc (or was already freed)");
     if (it->second.device != device)
       sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "pointer belongs to device " + std::to_string(it->second.device) +
                                                     ", not device " + std::to_string(device));
@@ -74,7 +75,8 @@ void DeviceMemory::deallocate_pinned(void* ptr) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (pinned_.erase(ptr) == 0)
-      sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "pointer was not allocated by host_alloc_pinned (or was already freed)");
+      sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT,
+                "pointer was not allocated by host_alloc_pinned (or was already freed)");
   }
   cuda_check(gpuFreeHost(ptr), VERLPP_GPU_API "FreeHost");
 }

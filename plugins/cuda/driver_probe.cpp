@@ -39,7 +39,8 @@ DriverInfo read_driver_info() {
   void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = dlerror();
-    info.problem = std::string("no NVIDIA driver: libcuda.so.1 cannot be loaded (") + (why ? why : "unknown reason") + ")";
+    info.problem =
+        std::string("no NVIDIA driver: libcuda.so.1 cannot be loaded (") + (why ? why : "unknown reason") + ")";
     return info;
   }
   auto sym = [&](const char* name) { return dlsym(lib, name); };
@@ -63,7 +64,8 @@ DriverInfo read_driver_info() {
   CUresult r = init(0);
   if (r != CUDA_SUCCESS) {
     info.problem = "the NVIDIA driver failed to initialise: cuInit returned " + name_of(r);
-    if (r == CUDA_ERROR_NO_DEVICE) info.problem = "the NVIDIA driver reports no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)";
+    if (r == CUDA_ERROR_NO_DEVICE)
+      info.problem = "the NVIDIA driver reports no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)";
     if (r == CUDA_ERROR_STUB_LIBRARY) info.problem = "libcuda.so.1 is the toolkit's stub library, not a real driver";
     return info;
   }
@@ -102,7 +104,8 @@ bool primary_context_active(int32_t ordinal) {
   CUdevice device = 0;
   unsigned int flags = 0;
   int active = 0;
-  if (g_device_get(&device, ordinal) != CUDA_SUCCESS || g_primary_ctx_state(device, &flags, &active) != CUDA_SUCCESS) return true;
+  if (g_device_get(&device, ordinal) != CUDA_SUCCESS || g_primary_ctx_state(device, &flags, &active) != CUDA_SUCCESS)
+    return true;
   return active != 0;
 }
 
@@ -120,9 +123,12 @@ std::vector<int32_t> parse_architectures(const std::string& list) {
 int32_t architecture_fit(int32_t cc, const std::vector<int32_t>& built) {
   int32_t best = 0;
   for (int32_t arch : built) {
-    if (arch == cc) best = std::max(best, 3);
-    else if (arch / 10 == cc / 10 && arch < cc) best = std::max(best, 2);
-    else if (arch < cc) best = std::max(best, 1);
+    if (arch == cc)
+      best = std::max(best, 3);
+    else if (arch / 10 == cc / 10 && arch < cc)
+      best = std::max(best, 2);
+    else if (arch < cc)
+      best = std::max(best, 1);
   }
   return best;
 }
@@ -141,8 +147,9 @@ int32_t probe_score(std::string& reason) {
   }
   // A runtime of a newer major than the driver refuses to start (cudaErrorInsufficientDriver).
   if (info.driver_version / 1000 < CUDART_VERSION / 1000) {
-    reason = "the NVIDIA driver supports CUDA " + version_text(info.driver_version) + ", this plugin was built with CUDA " +
-             version_text(CUDART_VERSION) + "; update the driver or rebuild the plugin with an older toolkit";
+    reason = "the NVIDIA driver supports CUDA " + version_text(info.driver_version) +
+             ", this plugin was built with CUDA " + version_text(CUDART_VERSION) +
+             "; update the driver or rebuild the plugin with an older toolkit";
     return 0;
   }
   std::vector<int32_t> built = parse_architectures(VERLPP_CUDA_ARCHITECTURES_STRING);

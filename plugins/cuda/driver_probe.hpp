@@ -11,9 +11,9 @@ namespace verlpp::cuda {
 
 // What the driver says about this machine.
 struct DriverInfo {
-  bool loaded = false;        // libcuda.so.1 was opened and cuInit succeeded
-  std::string problem;        // why not, when !loaded
-  int32_t driver_version = 0; // e.g. 13000 for CUDA 13.0
+  bool loaded = false;                        // libcuda.so.1 was opened and cuInit succeeded
+  std::string problem;                        // why not, when !loaded
+  int32_t driver_version = 0;                 // e.g. 13000 for CUDA 13.0
   std::vector<int32_t> compute_capabilities;  // per device: major * 10 + minor (90 = sm_90)
 };
 

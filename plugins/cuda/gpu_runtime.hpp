@@ -12,12 +12,12 @@
 #endif
 #include <hip/hip_runtime_api.h>
 #define VERLPP_GPU_NAME(suffix) hip##suffix
-#define VERLPP_GPU_API "hip"                 // prefix of runtime calls in messages
-#define VERLPP_GPU_PLATFORM "HIP"            // "... is not HIP device memory"
-#define VERLPP_GPU_PLUGIN_NAME "rocm"        // the plugin's ABI name
-#define VERLPP_GPU_DL_DEVICE kDLROCM         // DLPack device type of the plugin's memory
-#define VERLPP_GPU_DL_HOST kDLROCMHost       // pinned host memory as DLPack names it
-#define VERLPP_GPU_DL_MANAGED kDLROCM        // DLPack 0.6 has no ROCm managed type
+#define VERLPP_GPU_API "hip"            // prefix of runtime calls in messages
+#define VERLPP_GPU_PLATFORM "HIP"       // "... is not HIP device memory"
+#define VERLPP_GPU_PLUGIN_NAME "rocm"   // the plugin's ABI name
+#define VERLPP_GPU_DL_DEVICE kDLROCM    // DLPack device type of the plugin's memory
+#define VERLPP_GPU_DL_HOST kDLROCMHost  // pinned host memory as DLPack names it
+#define VERLPP_GPU_DL_MANAGED kDLROCM   // DLPack 0.6 has no ROCm managed type
 #define VERLPP_CCL_LIBRARY_NAME "librccl.so.1"
 #define VERLPP_CCL_LIBRARY_ENV "VERLPP_RCCL_LIBRARY"
 #define VERLPP_CCL_LIBRARY_HINT "(a ROCm PyTorch wheel has it in site-packages/torch/lib)"

@@ -18,8 +18,8 @@ enum class FloatType { f32, f16, bf16 };
 // logits [n, v] with row stride `row_stride` elements, columns dense; labels [n] int64;
 // out_logprob, out_entropy [n] f32.
 gpuError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n, int64_t v, int64_t row_stride,
-                                   const int64_t* labels, float temperature, float* out_logprob,
-                                   float* out_entropy, gpuStream_t stream);
+                                  const int64_t* labels, float temperature, float* out_logprob, float* out_entropy,
+                                  gpuStream_t stream);
 
 // The backward of launch_logprob_entropy (plugin_abi.h's logprob_backward): per row r < n and
 // column j < v, with z = logits[r, j] / temperature and p = exp(z - lse[r]),
@@ -27,19 +27,19 @@ gpuError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n,
 // math rounded once to the type. grad_logprob, mean_z and grad_entropy may be NULL (zero);
 // a label outside [0, v) gives NaN in its row. `out` may be `logits` with the same row stride.
 gpuError_t launch_logprob_backward(const void* logits, FloatType type, int64_t n, int64_t v, int64_t row_stride,
-                                    const int64_t* labels, const float* lse, const float* grad_logprob,
-                                    const float* mean_z, const float* grad_entropy, float temperature, void* out,
-                                    int64_t out_row_stride, gpuStream_t stream);
+                                   const int64_t* labels, const float* lse, const float* grad_logprob,
+                                   const float* mean_z, const float* grad_entropy, float temperature, void* out,
+                                   int64_t out_row_stride, gpuStream_t stream);
 
 // SwiGLU (plugin_abi.h's silu_mul / silu_mul_backward): [n, f] operands of one type with dense
 // columns, row strides in elements. Forward: out = T(T(silu(gate)) * up). Backward: grad_up =
 // T(grad * T(silu(gate))), grad_gate = T(T(grad * up) * sig (1 + gate (1 - sig))), fp32 inside.
 gpuError_t launch_silu_mul(const void* gate, int64_t gate_stride, const void* up, int64_t up_stride, void* out,
-                            int64_t out_stride, FloatType type, int64_t n, int64_t f, gpuStream_t stream);
+                           int64_t out_stride, FloatType type, int64_t n, int64_t f, gpuStream_t stream);
 gpuError_t launch_silu_mul_backward(const void* gate, int64_t gate_stride, const void* up, int64_t up_stride,
-                                     const void* grad, int64_t grad_stride, void* grad_gate, int64_t grad_gate_stride,
-                                     void* grad_up, int64_t grad_up_stride, FloatType type, int64_t n, int64_t f,
-                                     gpuStream_t stream);
+                                    const void* grad, int64_t grad_stride, void* grad_gate, int64_t grad_gate_stride,
+                                    void* grad_up, int64_t grad_up_stride, FloatType type, int64_t n, int64_t f,
+                                    gpuStream_t stream);
 
 // ABI 1.4's adamw_update (adamw_kernels.cu): one tensor's operands, contiguous, `numel`
 // elements each; grad in the call's grad type, copy NULL or in its copy type.
@@ -58,12 +58,12 @@ struct AdamwScalars {
 // plugin_abi.h's update for every tensor; grad_scale NULL (1) or a device f32 read by the kernel
 // (not finite: nothing written). A few launches: up to 64 tensors each.
 gpuError_t launch_adamw_update(const AdamwTensors* tensors, int32_t count, FloatType grad_type, bool has_copies,
-                                FloatType copy_type, const AdamwScalars& scalars, const float* grad_scale,
-                                gpuStream_t stream);
+                               FloatType copy_type, const AdamwScalars& scalars, const float* grad_scale,
+                               gpuStream_t stream);
 // out[r, :] = weight * round_to_type(x[r, :] / sqrt(mean(x[r, :]^2) + eps)), as HF's RMSNorm
 // (normalise in fp32, round to the input type, then scale). x, out [n, d]; weight [d]; one type.
 gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps,
-                            void* out, gpuStream_t stream);
+                           void* out, gpuStream_t stream);
 
 // RoPE in place, HF's rotate_half layout (dims j and j + half of a head form a pair), with the
 // host model's rounding in type T: angle = float(positions[t]) * inv_freq[j] (fp32), cos/sin
@@ -72,7 +72,7 @@ gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, in
 // k [n, hk, 2 half], contiguous, one type; either may be NULL (its head count is then ignored);
 // positions [n] int64; inv_freq [half] f32. half <= 4096.
 gpuError_t launch_rotary_embedding(void* q, int64_t hq, void* k, int64_t hk, FloatType type, int64_t n, int64_t half,
-                                    const int64_t* positions, const float* inv_freq, gpuStream_t stream);
+                                   const int64_t* positions, const float* inv_freq, gpuStream_t stream);
 
 // ABI 1.3, decode-step fusions (decode_fusion_kernels.cu). Each rounds exactly where the
 // kernels it fuses round, through the same device functions (layer_ops.cuh).
@@ -81,7 +81,7 @@ gpuError_t launch_rotary_embedding(void* q, int64_t hq, void* k, int64_t hk, Flo
 // result for the updated residual, bit for bit. x, residual, out [n, d]; weight [d]; one type,
 // contiguous; residual may be x, out overlaps nothing.
 gpuError_t launch_add_rms_norm(const void* x, void* residual, const void* weight, FloatType type, int64_t n, int64_t d,
-                                float eps, void* out, gpuStream_t stream);
+                               float eps, void* out, gpuStream_t stream);
 
 // rotary_kv_store's operands. q [n, H, S], k and v [n, K, S], heads and head dims dense, rows at
 // the given strides (elements; views of one fused projection are fine); q_out [n, H, S]
@@ -121,9 +121,9 @@ gpuError_t launch_rotary_kv_store(const RotaryKvStoreOperands& operands, FloatTy
 // a multiple of 16 positions run on tensor cores (attention_mma_kernel.cu, sm_80+); the rest on
 // CUDA cores (attention_kernel.cu).
 gpuError_t launch_paged_attention_decode(const void* q, const void* k_cache, const void* v_cache, FloatType type,
-                                          const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
-                                          int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
-                                          void* out, gpuStream_t stream);
+                                         const int32_t* block_tables, const int32_t* context_lens, int64_t b, int64_t h,
+                                         int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks, float scale,
+                                         void* out, gpuStream_t stream);
 // ABI 1.5: launch_rotary_kv_store then launch_paged_attention_decode over the rotated q, bit for
 // bit, with b = operands.tokens sequences whose new token is the last position of its context
 // (its slot the cache row of position context_lens[b] - 1). bf16/f16 at head 64/128 whose q rows
@@ -140,9 +140,9 @@ gpuError_t launch_rotary_then_attention(const RotaryKvStoreOperands& operands, F
                                         int64_t max_blocks, float scale, void* out, gpuStream_t stream);
 // The CUDA-core kernel alone (same contract; launch_paged_attention_decode falls back to it).
 gpuError_t launch_paged_attention_decode_simt(const void* q, const void* k_cache, const void* v_cache, FloatType type,
-                                               const int32_t* block_tables, const int32_t* context_lens, int64_t b,
-                                               int64_t h, int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks,
-                                               float scale, void* out, gpuStream_t stream);
+                                              const int32_t* block_tables, const int32_t* context_lens, int64_t b,
+                                              int64_t h, int64_t kv, int64_t s, int64_t block_size, int64_t max_blocks,
+                                              float scale, void* out, gpuStream_t stream);
 
 // One token per row r < b from softmax(logits[r] / temperature[r]) restricted to the top_k[r]
 // largest (<= 0 or >= v: all) and then to the shortest most-likely-first prefix whose mass
@@ -156,8 +156,8 @@ gpuError_t launch_paged_attention_decode_simt(const void* q, const void* k_cache
 // v <= 2^31 - 2^20. Rows may be split over several blocks whose partials live in a workspace
 // allocated and freed in stream order on `stream` (sample_kernel.cu); nothing waits for the stream.
 gpuError_t launch_sample(const void* logits, FloatType type, int64_t b, int64_t v, const float* temperature,
-                          const int32_t* top_k, const float* top_p, const uint64_t* seeds, uint64_t step,
-                          int64_t* out_tokens, float* out_logprobs, gpuStream_t stream);
+                         const int32_t* top_k, const float* top_p, const uint64_t* seeds, uint64_t step,
+                         int64_t* out_tokens, float* out_logprobs, gpuStream_t stream);
 
 // Element-wise copy between two device views of the same shape: dst[i...] = src[i...].
 // Strides in elements (any sign-free layout, e.g. transposed); at most kMaxCopyDims dims;
@@ -170,6 +170,6 @@ struct StridedLayout {
   int64_t dst_strides[kMaxCopyDims] = {};
 };
 gpuError_t launch_strided_copy(const void* src, void* dst, const StridedLayout& layout, int64_t numel,
-                                int32_t element_size, gpuStream_t stream);
+                               int32_t element_size, gpuStream_t stream);
 
 }  // namespace verlpp::cuda

@@ -11,7 +11,9 @@ namespace verlpp::cuda {
 
 // `x` rounded to T and read back as fp32 (identity for float).
 template <class T>
-__device__ __forceinline__ float round_to(float x) { return to_float(from_float<T>(x)); }
+__device__ __forceinline__ float round_to(float x) {
+  return to_float(from_float<T>(x));
+}
 
 // ---- RMSNorm, one thread block of kThreads per row. Thread t owns columns t, t + kThreads, ...
 // in both passes; the sum of its squares accumulates in that order (sum_squares_step), and the
@@ -43,7 +45,9 @@ __device__ __forceinline__ void rms_scale_row(const T* row, const T* __restrict_
 __device__ __forceinline__ float silu_f32(float x) { return x / (1.0f + expf(-x)); }
 
 template <class T>
-__device__ __forceinline__ float silu_product(float gate, float up) { return round_to<T>(silu_f32(gate)) * up; }
+__device__ __forceinline__ float silu_product(float gate, float up) {
+  return round_to<T>(silu_f32(gate)) * up;
+}
 
 // ---- RoPE, HF's rotate_half layout, with the host model's roundings in type T.
 

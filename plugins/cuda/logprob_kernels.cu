@@ -145,12 +145,12 @@ __device__ Online block_merge(Online x, float* scratch /* 3 * kWarps */) {
 // grid.x = n rows, block = kThreads.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-logprob_entropy_kernel(const T* __restrict__ logits, int64_t v, int64_t row_stride,  // [n, v]
-                       const int64_t* __restrict__ labels,                         // [n]
-                       float temperature,
-                       float* __restrict__ out_logprob,   // [n]
-                       float* __restrict__ out_entropy) {  // [n] or NULL
-  wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
+    logprob_entropy_kernel(const T* __restrict__ logits, int64_t v, int64_t row_stride,  // [n, v]
+                           const int64_t* __restrict__ labels,                           // [n]
+                           float temperature,
+                           float* __restrict__ out_logprob,    // [n]
+                           float* __restrict__ out_entropy) {  // [n] or NULL
+  wait_for_prior_grids();                                      // before any memory access (dependent_launch.cuh)
   allow_dependents();
   __shared__ float scratch[3 * kWarps];
   const int64_t row = blockIdx.x;
@@ -183,17 +183,21 @@ struct RowGrad {
 // read by the thread that writes it, before it writes it.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-logprob_backward_kernel(const T* logits, int64_t v, int64_t row_stride, const int64_t* __restrict__ labels,
-                        const float* __restrict__ lse, const float* __restrict__ grad_logprob,
-                        const float* __restrict__ mean_z, const float* __restrict__ grad_entropy, float temperature,
-                        T* out, int64_t out_row_stride) {
+    logprob_backward_kernel(const T* logits, int64_t v, int64_t row_stride, const int64_t* __restrict__ labels,
+                            const float* __restrict__ lse, const float* __restrict__ grad_logprob,
+                            const float* __restrict__ mean_z, const float* __restrict__ grad_entropy, float temperature,
+                            T* out, int64_t out_row_stride) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   allow_dependents();
   const int64_t row = blockIdx.x;
   const T* x = logits + row * row_stride;
   T* y = out + row * out_row_stride;
-  RowGrad grad{lse[row], grad_logprob != nullptr ? grad_logprob[row] : 0.0f, mean_z != nullptr ? mean_z[row] : 0.0f,
-               grad_entropy != nullptr ? grad_entropy[row] : 0.0f, temperature, labels[row]};
+  RowGrad grad{lse[row],
+               grad_logprob != nullptr ? grad_logprob[row] : 0.0f,
+               mean_z != nullptr ? mean_z[row] : 0.0f,
+               grad_entropy != nullptr ? grad_entropy[row] : 0.0f,
+               temperature,
+               labels[row]};
   if (grad.label < 0 || grad.label >= v) grad.lse = NAN;  // a bad label poisons its row (no host check here)
   const int64_t head = scalar_head(x, v);
   if (head != scalar_head(y, v)) {  // in and out misaligned differently: scalar throughout
@@ -209,21 +213,22 @@ logprob_backward_kernel(const T* logits, int64_t v, int64_t row_stride, const in
     for (int e = 0; e < kVec<T>; ++e) packed[e] = from_float<T>(grad(head + i * kVec<T> + e, vec_element<T>(raw, e)));
     yv[i] = *reinterpret_cast<const uint4*>(packed);
   });
-  for (int64_t j = head + nvec * kVec<T> + threadIdx.x; j < v; j += kThreads) y[j] = from_float<T>(grad(j, to_float(x[j])));
+  for (int64_t j = head + nvec * kVec<T> + threadIdx.x; j < v; j += kThreads)
+    y[j] = from_float<T>(grad(j, to_float(x[j])));
 }
 
 template <class T>
 gpuError_t logprob_entropy_as(const void* logits, int64_t n, int64_t v, int64_t row_stride, const int64_t* labels,
-                               float temperature, float* out_logprob, float* out_entropy, gpuStream_t stream) {
-  return launch_kernel(logprob_entropy_kernel<T>, dim3(unsigned(n)), kThreads, 0, stream,
-                       static_cast<const T*>(logits), v, row_stride, labels, temperature, out_logprob, out_entropy);
+                              float temperature, float* out_logprob, float* out_entropy, gpuStream_t stream) {
+  return launch_kernel(logprob_entropy_kernel<T>, dim3(unsigned(n)), kThreads, 0, stream, static_cast<const T*>(logits),
+                       v, row_stride, labels, temperature, out_logprob, out_entropy);
 }
 
 template <class T>
 gpuError_t logprob_backward_as(const void* logits, int64_t n, int64_t v, int64_t row_stride, const int64_t* labels,
-                                const float* lse, const float* grad_logprob, const float* mean_z,
-                                const float* grad_entropy, float temperature, void* out, int64_t out_row_stride,
-                                gpuStream_t stream) {
+                               const float* lse, const float* grad_logprob, const float* mean_z,
+                               const float* grad_entropy, float temperature, void* out, int64_t out_row_stride,
+                               gpuStream_t stream) {
   return launch_kernel(logprob_backward_kernel<T>, dim3(unsigned(n)), kThreads, 0, stream,
                        static_cast<const T*>(logits), v, row_stride, labels, lse, grad_logprob, mean_z, grad_entropy,
                        temperature, static_cast<T*>(out), out_row_stride);
@@ -232,25 +237,27 @@ gpuError_t logprob_backward_as(const void* logits, int64_t n, int64_t v, int64_t
 }  // namespace
 
 gpuError_t launch_logprob_entropy(const void* logits, FloatType type, int64_t n, int64_t v, int64_t row_stride,
-                                   const int64_t* labels, float temperature, float* out_logprob, float* out_entropy,
-                                   gpuStream_t stream) {
+                                  const int64_t* labels, float temperature, float* out_logprob, float* out_entropy,
+                                  gpuStream_t stream) {
   if (n == 0) return gpuSuccess;
   if (n > 0x7fffffff) return gpuErrorInvalidConfiguration;
   switch (type) {
     case FloatType::f32:
       return logprob_entropy_as<float>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
     case FloatType::f16:
-      return logprob_entropy_as<__half>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
+      return logprob_entropy_as<__half>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy,
+                                        stream);
     case FloatType::bf16:
-      return logprob_entropy_as<gpu_bfloat16>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy, stream);
+      return logprob_entropy_as<gpu_bfloat16>(logits, n, v, row_stride, labels, temperature, out_logprob, out_entropy,
+                                              stream);
   }
   return gpuErrorInvalidValue;
 }
 
 gpuError_t launch_logprob_backward(const void* logits, FloatType type, int64_t n, int64_t v, int64_t row_stride,
-                                    const int64_t* labels, const float* lse, const float* grad_logprob,
-                                    const float* mean_z, const float* grad_entropy, float temperature, void* out,
-                                    int64_t out_row_stride, gpuStream_t stream) {
+                                   const int64_t* labels, const float* lse, const float* grad_logprob,
+                                   const float* mean_z, const float* grad_entropy, float temperature, void* out,
+                                   int64_t out_row_stride, gpuStream_t stream) {
   if (n == 0 || v == 0) return gpuSuccess;
   if (n > 0x7fffffff) return gpuErrorInvalidConfiguration;
   switch (type) {
@@ -261,8 +268,8 @@ gpuError_t launch_logprob_backward(const void* logits, FloatType type, int64_t n
       return logprob_backward_as<__half>(logits, n, v, row_stride, labels, lse, grad_logprob, mean_z, grad_entropy,
                                          temperature, out, out_row_stride, stream);
     case FloatType::bf16:
-      return logprob_backward_as<gpu_bfloat16>(logits, n, v, row_stride, labels, lse, grad_logprob, mean_z, grad_entropy,
-                                               temperature, out, out_row_stride, stream);
+      return logprob_backward_as<gpu_bfloat16>(logits, n, v, row_stride, labels, lse, grad_logprob, mean_z,
+                                               grad_entropy, temperature, out, out_row_stride, stream);
   }
   return gpuErrorInvalidValue;
 }

@@ -1,7 +1,7 @@
 // cuda: PTX wrappers for the tensor-core kernels (sm_80+: cp.async, ldmatrix, mma.sync
 // m16n8k16), shared by the decode attention (attention_mma_kernel.cu) and the decode-GEMM
-// experiment (experiments/gemm_mma/gemm_mma_experiment.cu). CUDA only: include it inside a file's non-HIP branch. On a device below sm_80
-// each wrapper compiles to nothing; the launchers never pick these kernels there.
+// experiment (experiments/gemm_mma/gemm_mma_experiment.cu). CUDA only: include it inside a file's non-HIP branch. On a
+// device below sm_80 each wrapper compiles to nothing; the launchers never pick these kernels there.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,7 +11,6 @@
 #include <type_traits>
 
 namespace verlpp::cuda {
-
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

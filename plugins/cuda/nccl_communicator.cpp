@@ -34,7 +34,8 @@ int64_t timeout_ms_for(const verlpp_comm_config& config) {
     char* end = nullptr;
     long long value = std::strtoll(env, &end, 10);
     if (end == env || *end != '\0' || value <= 0)
-      fail(VERLPP_STATUS_INVALID_ARGUMENT, std::string("VERLPP_NCCL_TIMEOUT_MS='") + env + "' is not a positive integer");
+      fail(VERLPP_STATUS_INVALID_ARGUMENT,
+           std::string("VERLPP_NCCL_TIMEOUT_MS='") + env + "' is not a positive integer");
     return value;
   }
   return config.timeout_ms > 0 ? config.timeout_ms : kDefaultTimeoutMs;
@@ -83,20 +84,26 @@ const NcclLibrary& library() {
 // Sleeps a little longer each time, from a spin to 1 ms, so short operations return quickly
 // and long ones do not burn a core.
 void back_off(int round) {
-  if (round < 64) std::this_thread::yield();
-  else std::this_thread::sleep_for(std::chrono::microseconds(round < 1000 ? 50 : 1000));
+  if (round < 64)
+    std::this_thread::yield();
+  else
+    std::this_thread::sleep_for(std::chrono::microseconds(round < 1000 ? 50 : 1000));
 }
 
 class NcclCommunicator : public sdk::Communicator {
  public:
   explicit NcclCommunicator(const verlpp_comm_config& c)
-      : nccl_(library()), rank_(c.rank), world_(c.world_size), device_(c.device),
+      : nccl_(library()),
+        rank_(c.rank),
+        world_(c.world_size),
+        device_(c.device),
         timeout_(std::chrono::milliseconds(timeout_ms_for(c))) {
     DeviceGuard device_guard(device_);
     ncclUniqueId id = exchange_unique_id(c);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // init and operations return at once; we poll with a deadline
-    const std::string what = "comm_create (NCCL " + nccl_version_text(nccl_.version) + ", device " + std::to_string(device_) + ")";
+    const std::string what =
+        "comm_create (NCCL " + nccl_version_text(nccl_.version) + ", device " + std::to_string(device_) + ")";
     ncclResult_t r = nccl_.CommInitRankConfig(&comm_, world_, id, rank_, &config);
     if (r != ncclSuccess && r != ncclInProgress) {
       if (comm_ != nullptr) nccl_.CommAbort(comm_);
@@ -150,7 +157,8 @@ class NcclCommunicator : public sdk::Communicator {
   }
 
   void broadcast(DLTensor& buffer, int32_t root, verlpp_stream stream) override {
-    require(root >= 0 && root < world_, "broadcast: root " + std::to_string(root) + " out of range [0, " + std::to_string(world_) + ")");
+    require(root >= 0 && root < world_,
+            "broadcast: root " + std::to_string(root) + " out of range [0, " + std::to_string(world_) + ")");
     check_tensor(buffer, "broadcast buffer");
     size_t bytes = sdk::nbytes(buffer);
     if (bytes == 0) return;
@@ -165,9 +173,8 @@ class NcclCommunicator : public sdk::Communicator {
     size_t bytes = sdk::nbytes(buffer);
     if (bytes == 0) return;
     if (peer == rank_) return send_to_self(buffer, bytes, stream);
-    run("send to rank " + std::to_string(peer), stream, [&](gpuStream_t s) {
-      return nccl_.Send(sdk::data_ptr(buffer), bytes, ncclUint8, peer, comm_, s);
-    });
+    run("send to rank " + std::to_string(peer), stream,
+        [&](gpuStream_t s) { return nccl_.Send(sdk::data_ptr(buffer), bytes, ncclUint8, peer, comm_, s); });
   }
 
   void recv(DLTensor& buffer, int32_t peer, verlpp_stream stream) override {
@@ -176,9 +183,8 @@ class NcclCommunicator : public sdk::Communicator {
     size_t bytes = sdk::nbytes(buffer);
     if (bytes == 0) return;
     if (peer == rank_) return recv_from_self(buffer, bytes, stream);
-    run("recv from rank " + std::to_string(peer), stream, [&](gpuStream_t s) {
-      return nccl_.Recv(sdk::data_ptr(buffer), bytes, ncclUint8, peer, comm_, s);
-    });
+    run("recv from rank " + std::to_string(peer), stream,
+        [&](gpuStream_t s) { return nccl_.Recv(sdk::data_ptr(buffer), bytes, ncclUint8, peer, comm_, s); });
   }
 
   // NCCL has no barrier: a one-element all-reduce completes only when every rank has joined.
@@ -205,14 +211,17 @@ class NcclCommunicator : public sdk::Communicator {
     std::memset(&id, 0, sizeof(id));
     if (world_ == 1) {
       ncclResult_t r = nccl_.GetUniqueId(&id);
-      if (r != ncclSuccess) fail(VERLPP_STATUS_COMM_ERROR, prefix("comm_create") + "ncclGetUniqueId failed: " + error_text(r));
+      if (r != ncclSuccess)
+        fail(VERLPP_STATUS_COMM_ERROR, prefix("comm_create") + "ncclGetUniqueId failed: " + error_text(r));
       return id;
     }
     const verlpp_kv_store* kv = c.store;
-    std::string key = std::string(c.key_prefix) + "nccl/" + std::to_string(next_generation(c.key_prefix)) + "/unique_id";
+    std::string key =
+        std::string(c.key_prefix) + "nccl/" + std::to_string(next_generation(c.key_prefix)) + "/unique_id";
     if (rank_ == 0) {
       ncclResult_t r = nccl_.GetUniqueId(&id);
-      if (r != ncclSuccess) fail(VERLPP_STATUS_COMM_ERROR, prefix("comm_create") + "ncclGetUniqueId failed: " + error_text(r));
+      if (r != ncclSuccess)
+        fail(VERLPP_STATUS_COMM_ERROR, prefix("comm_create") + "ncclGetUniqueId failed: " + error_text(r));
       if (kv->set(kv->ctx, key.c_str(), &id, sizeof(id)) != 0)
         fail(VERLPP_STATUS_COMM_ERROR, prefix("comm_create") + "key-value store set('" + key + "') failed");
       return id;
@@ -228,12 +237,14 @@ class NcclCommunicator : public sdk::Communicator {
     };
     int32_t rc = kv->get(kv->ctx, key.c_str(), timeout_.count(), receive, &sink);
     if (rc == VERLPP_STATUS_TIMEOUT)
-      fail(VERLPP_STATUS_TIMEOUT, prefix("comm_create") + "rank 0's NCCL unique id (key '" + key + "') did not appear within " +
-                                      std::to_string(timeout_.count()) + " ms (is rank 0 running?)");
+      fail(VERLPP_STATUS_TIMEOUT, prefix("comm_create") + "rank 0's NCCL unique id (key '" + key +
+                                      "') did not appear within " + std::to_string(timeout_.count()) +
+                                      " ms (is rank 0 running?)");
     if (rc != 0) fail(VERLPP_STATUS_COMM_ERROR, prefix("comm_create") + "key-value store get('" + key + "') failed");
     if (sink.size != sizeof(ncclUniqueId))
       fail(VERLPP_STATUS_COMM_ERROR, prefix("comm_create") + "key '" + key + "' holds " + std::to_string(sink.size) +
-                                         " bytes, not an NCCL unique id (" + std::to_string(sizeof(ncclUniqueId)) + ")");
+                                         " bytes, not an NCCL unique id (" + std::to_string(sizeof(ncclUniqueId)) +
+                                         ")");
     return id;
   }
 
@@ -278,7 +289,8 @@ class NcclCommunicator : public sdk::Communicator {
     for (int round = 0; r == ncclInProgress; ++round) {
       if (Clock::now() - start > timeout_) {
         abort_after(what + " timed out");
-        fail(VERLPP_STATUS_TIMEOUT, prefix(what) + "NCCL was still in progress after " + std::to_string(timeout_.count()) +
+        fail(VERLPP_STATUS_TIMEOUT, prefix(what) + "NCCL was still in progress after " +
+                                        std::to_string(timeout_.count()) +
                                         " ms (is every rank running?); the communicator was aborted");
       }
       back_off(round);
@@ -311,8 +323,8 @@ class NcclCommunicator : public sdk::Communicator {
 
   void require_healthy(const std::string& what) const {
     if (!broken_.empty())
-      fail(VERLPP_STATUS_COMM_ERROR, prefix(what) + "the communicator is unusable after an earlier error (" + broken_ +
-                                         "); create a new one");
+      fail(VERLPP_STATUS_COMM_ERROR,
+           prefix(what) + "the communicator is unusable after an earlier error (" + broken_ + "); create a new one");
   }
 
   std::string error_text(ncclResult_t r) const {
@@ -333,7 +345,8 @@ class NcclCommunicator : public sdk::Communicator {
     StreamTarget target = resolve_stream(stream, device_);
     DeviceGuard device_guard(device_);
     void* copy = nullptr;
-    cuda_check(gpuMalloc(&copy, bytes), prefix("send to self") + VERLPP_GPU_API "Malloc of " + std::to_string(bytes) + " bytes");
+    cuda_check(gpuMalloc(&copy, bytes),
+               prefix("send to self") + VERLPP_GPU_API "Malloc of " + std::to_string(bytes) + " bytes");
     gpuError_t e = gpuMemcpyAsync(copy, sdk::data_ptr(buffer), bytes, gpuMemcpyDeviceToDevice, target.stream);
     if (e == gpuSuccess) e = gpuStreamSynchronize(target.stream);
     if (e != gpuSuccess) {
@@ -344,10 +357,11 @@ class NcclCommunicator : public sdk::Communicator {
   }
 
   void recv_from_self(DLTensor& buffer, size_t bytes, verlpp_stream stream) {
-    require(!self_queue_.empty(), prefix("recv from self") + "no send to this rank is pending (a send to oneself must come first)");
+    require(!self_queue_.empty(),
+            prefix("recv from self") + "no send to this rank is pending (a send to oneself must come first)");
     auto [copy, sent] = self_queue_.front();
-    require(sent == bytes, prefix("recv from self") + "the pending send has " + std::to_string(sent) + " bytes, the buffer " +
-                               std::to_string(bytes));
+    require(sent == bytes, prefix("recv from self") + "the pending send has " + std::to_string(sent) +
+                               " bytes, the buffer " + std::to_string(bytes));
     self_queue_.pop_front();
     StreamTarget target = resolve_stream(stream, device_);
     DeviceGuard device_guard(device_);
@@ -358,8 +372,9 @@ class NcclCommunicator : public sdk::Communicator {
   }
 
   void check_tensor(const DLTensor& t, const std::string& what) const {
-    require(t.device.device_type == VERLPP_GPU_DL_DEVICE, prefix(what) + "is not " VERLPP_GPU_PLATFORM " device memory (DLPack device type " +
-                                                 std::to_string(int(t.device.device_type)) + ")");
+    require(t.device.device_type == VERLPP_GPU_DL_DEVICE,
+            prefix(what) + "is not " VERLPP_GPU_PLATFORM " device memory (DLPack device type " +
+                std::to_string(int(t.device.device_type)) + ")");
     require(t.device.device_id == device_, prefix(what) + "is on device " + std::to_string(t.device.device_id) +
                                                ", the communicator on device " + std::to_string(device_));
     require(sdk::is_contiguous(t), prefix(what) + "must be contiguous");
@@ -371,8 +386,8 @@ class NcclCommunicator : public sdk::Communicator {
     require(sdk::same_dtype(small.dtype, big.dtype),
             prefix(op) + "dtypes differ (" + sdk::dtype_name(small.dtype) + " vs " + sdk::dtype_name(big.dtype) + ")");
     require(sdk::numel(big) == sdk::numel(small) * factor,
-            prefix(op) + "element counts " + std::to_string(sdk::numel(small)) + " and " + std::to_string(sdk::numel(big)) +
-                " do not match (factor " + std::to_string(factor) + ")");
+            prefix(op) + "element counts " + std::to_string(sdk::numel(small)) + " and " +
+                std::to_string(sdk::numel(big)) + " do not match (factor " + std::to_string(factor) + ")");
   }
   void check_peer(int32_t peer, const char* op) const {
     require(peer >= 0 && peer < world_,
@@ -384,8 +399,8 @@ class NcclCommunicator : public sdk::Communicator {
   std::chrono::milliseconds timeout_;
   ncclComm_t comm_ = nullptr;
   gpuEvent_t done_ = nullptr;
-  float* barrier_word_ = nullptr;  // [1] f32, device: the barrier's all-reduce operand
-  std::string broken_;             // why the communicator was aborted; empty while healthy
+  float* barrier_word_ = nullptr;                    // [1] f32, device: the barrier's all-reduce operand
+  std::string broken_;                               // why the communicator was aborted; empty while healthy
   std::deque<std::pair<void*, size_t>> self_queue_;  // buffered sends to this rank, oldest first
 };
 

@@ -49,7 +49,8 @@ bool open_library(const std::string& path, NcclLibrary& lib, std::string& proble
   lib.path = path;
   if (lib.GetVersion(&lib.version) != ncclSuccess) lib.version = 0;
   if (lib.version < 21400) {
-    problem = path + " is NCCL " + nccl_version_text(lib.version) + "; the " VERLPP_GPU_PLUGIN_NAME " plugin needs NCCL >= 2.14";
+    problem = path + " is NCCL " + nccl_version_text(lib.version) +
+              "; the " VERLPP_GPU_PLUGIN_NAME " plugin needs NCCL >= 2.14";
     return false;
   }
   return true;
@@ -73,7 +74,8 @@ Loaded load() {
     out.problem = first_problem + "; " VERLPP_CCL_LIBRARY_ENV ": " + second_problem;
     return out;
   }
-  out.problem = first_problem + "; set " VERLPP_CCL_LIBRARY_ENV " to the path of " VERLPP_CCL_LIBRARY_NAME " " VERLPP_CCL_LIBRARY_HINT;
+  out.problem = first_problem + "; set " VERLPP_CCL_LIBRARY_ENV " to the path of " VERLPP_CCL_LIBRARY_NAME
+                                " " VERLPP_CCL_LIBRARY_HINT;
   return out;
 }
 
@@ -90,7 +92,8 @@ const NcclLibrary* nccl_library(std::string* problem) {
 
 std::string nccl_version_text(int version) {
   // Since 2.9 NCCL encodes major * 10000 + minor * 100 + patch.
-  return std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." + std::to_string(version % 100);
+  return std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
+         std::to_string(version % 100);
 }
 
 }  // namespace verlpp::cuda

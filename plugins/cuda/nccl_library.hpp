@@ -17,8 +17,8 @@
 namespace verlpp::cuda {
 
 struct NcclLibrary {
-  std::string path;     // what was opened (for messages)
-  int version = 0;      // ncclGetVersion, e.g. 22809 for 2.28.9
+  std::string path;  // what was opened (for messages)
+  int version = 0;   // ncclGetVersion, e.g. 22809 for 2.28.9
 
   ncclResult_t (*GetVersion)(int*) = nullptr;
   ncclResult_t (*GetUniqueId)(ncclUniqueId*) = nullptr;
@@ -29,7 +29,8 @@ struct NcclLibrary {
   const char* (*GetLastError)(ncclComm_t) = nullptr;  // NCCL >= 2.13; may stay NULL
   ncclResult_t (*AllReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, gpuStream_t) = nullptr;
   ncclResult_t (*AllGather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, gpuStream_t) = nullptr;
-  ncclResult_t (*ReduceScatter)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, gpuStream_t) = nullptr;
+  ncclResult_t (*ReduceScatter)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                                gpuStream_t) = nullptr;
   ncclResult_t (*Broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, gpuStream_t) = nullptr;
   ncclResult_t (*Send)(const void*, size_t, ncclDataType_t, int, ncclComm_t, gpuStream_t) = nullptr;
   ncclResult_t (*Recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, gpuStream_t) = nullptr;

@@ -25,9 +25,9 @@
 namespace verlpp::cuda {
 namespace {
 
-constexpr int kChunk = 8;         // columns a lane owns together
-constexpr int kMaxChunks = 8;     // chunks per lane in registers: d up to 32 * 8 * 8 = 2048
-constexpr int kRowThreads = 64;   // two rows per block: at decode sizes more blocks beat fuller ones
+constexpr int kChunk = 8;        // columns a lane owns together
+constexpr int kMaxChunks = 8;    // chunks per lane in registers: d up to 32 * 8 * 8 = 2048
+constexpr int kRowThreads = 64;  // two rows per block: at decode sizes more blocks beat fuller ones
 
 template <class T>
 using Chunk = Pack<T, kChunk>;
@@ -62,8 +62,8 @@ __device__ __forceinline__ void store_chunk(T* p, bool vec, const T (&values)[kC
 // that (x may be residual itself: each element is read, then written, by one lane).
 template <class T, int CHUNKS, bool ADD>
 __global__ void __launch_bounds__(kRowThreads)
-rms_norm_warp_kernel(const T* x, T* residual, const T* __restrict__ weight, int64_t n, int d, float eps,
-                     T* __restrict__ out, bool vec) {
+    rms_norm_warp_kernel(const T* x, T* residual, const T* __restrict__ weight, int64_t n, int d, float eps,
+                         T* __restrict__ out, bool vec) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   allow_dependents();
   const int lane = threadIdx.x & 31;
@@ -110,8 +110,8 @@ rms_norm_warp_kernel(const T* x, T* residual, const T* __restrict__ weight, int6
 
 // grid.x = n rows, block = kThreads: rows the warp kernel does not take.
 template <class T, bool ADD>
-__global__ void __launch_bounds__(kThreads)
-rms_norm_block_kernel(const T* x, T* residual, const T* __restrict__ weight, int64_t d, float eps, T* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads) rms_norm_block_kernel(const T* x, T* residual, const T* __restrict__ weight,
+                                                                  int64_t d, float eps, T* __restrict__ out) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   allow_dependents();
   __shared__ float scratch[kWarps];
@@ -147,7 +147,8 @@ gpuError_t rms_norm_as(const void* x, void* residual, const void* weight, int64_
   }
   // Rows are d values long with d a multiple of 8, so every chunk is aligned once the bases are.
   constexpr int64_t kBytes = int64_t(sizeof(T)) * kChunk;
-  const bool vec = aligned(x, kBytes) && aligned(weight, kBytes) && aligned(out, kBytes) && (!ADD || aligned(residual, kBytes));
+  const bool vec =
+      aligned(x, kBytes) && aligned(weight, kBytes) && aligned(out, kBytes) && (!ADD || aligned(residual, kBytes));
   const dim3 grid(unsigned((n + kRowThreads / 32 - 1) / (kRowThreads / 32)));
   const int di = int(d);
   auto* kernel = chunks <= 1   ? &rms_norm_warp_kernel<T, 1, ADD>
@@ -163,22 +164,25 @@ gpuError_t launch(const void* x, void* residual, const void* weight, FloatType t
   if (n == 0 || d == 0) return gpuSuccess;
   if (n > 0x7fffffff) return gpuErrorInvalidConfiguration;
   switch (type) {
-    case FloatType::f32: return rms_norm_as<float, ADD>(x, residual, weight, n, d, eps, out, stream);
-    case FloatType::f16: return rms_norm_as<__half, ADD>(x, residual, weight, n, d, eps, out, stream);
-    case FloatType::bf16: return rms_norm_as<gpu_bfloat16, ADD>(x, residual, weight, n, d, eps, out, stream);
+    case FloatType::f32:
+      return rms_norm_as<float, ADD>(x, residual, weight, n, d, eps, out, stream);
+    case FloatType::f16:
+      return rms_norm_as<__half, ADD>(x, residual, weight, n, d, eps, out, stream);
+    case FloatType::bf16:
+      return rms_norm_as<gpu_bfloat16, ADD>(x, residual, weight, n, d, eps, out, stream);
   }
   return gpuErrorInvalidValue;
 }
 
 }  // namespace
 
-gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps, void* out,
-                            gpuStream_t stream) {
+gpuError_t launch_rms_norm(const void* x, const void* weight, FloatType type, int64_t n, int64_t d, float eps,
+                           void* out, gpuStream_t stream) {
   return launch<false>(x, nullptr, weight, type, n, d, eps, out, stream);
 }
 
 gpuError_t launch_add_rms_norm(const void* x, void* residual, const void* weight, FloatType type, int64_t n, int64_t d,
-                                float eps, void* out, gpuStream_t stream) {
+                               float eps, void* out, gpuStream_t stream) {
   return launch<true>(x, residual, weight, type, n, d, eps, out, stream);
 }
 

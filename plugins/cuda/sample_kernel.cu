@@ -54,10 +54,10 @@ namespace verlpp::cuda {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kLoadsInFlight = 4;                  // quads per lane per step (16 values)
-constexpr int kWarpStep = 32 * kLoadsInFlight;     // quads a warp reads per step
-constexpr int kRun = 16;                           // elements per thread in the draw's re-read
-constexpr int kTile = kThreads * kRun;             // elements the block re-reads per step
+constexpr int kLoadsInFlight = 4;               // quads per lane per step (16 values)
+constexpr int kWarpStep = 32 * kLoadsInFlight;  // quads a warp reads per step
+constexpr int kRun = 16;                        // elements per thread in the draw's re-read
+constexpr int kTile = kThreads * kRun;          // elements the block re-reads per step
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 constexpr uint64_t kStride = 0xD1B54A32D192ED03ull;  // the Gumbel hash's multiplier of j + 1
 
@@ -235,7 +235,7 @@ struct RowLayout {
     const uintptr_t misalign = reinterpret_cast<uintptr_t>(x) & (kQuadBytes - 1);
     head = min(v, int32_t(((kQuadBytes - misalign) & (kQuadBytes - 1)) / sizeof(T)));
     n4 = (v - head) / 4;
-    per_split = splits == 1 ? n4 : per_split_;  // the launcher's figure assumes head = 0
+    per_split = splits == 1 ? n4 : per_split_;                      // the launcher's figure assumes head = 0
     per_warp = ((per_split + kWarps - 1) / kWarps + 31) / 32 * 32;  // whole 32-quad warp loads
   }
   __device__ int32_t groups() const { return splits * kWarps; }
@@ -484,8 +484,8 @@ __device__ int32_t draw_by_cdf(const T* __restrict__ x, const RowLayout& layout,
 // split], its groups' into groups[(row * splits + split) * kWarps + warp].
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-slice_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, int32_t per_split,
-             const float* __restrict__ temperature, Partial* __restrict__ parts, GroupMass* __restrict__ groups) {
+    slice_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, int32_t per_split,
+                 const float* __restrict__ temperature, Partial* __restrict__ parts, GroupMass* __restrict__ groups) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   allow_dependents();
   __shared__ Partial scratch[kWarps];
@@ -502,11 +502,11 @@ slice_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, int32_t pe
 // (one split); otherwise the row's splits and groups as slice_kernel left them.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-finish_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, int32_t per_split,
-              const Partial* __restrict__ parts, const GroupMass* __restrict__ groups,
-              const float* __restrict__ temperature, const int32_t* __restrict__ top_k, const float* __restrict__ top_p,
-              const uint64_t* __restrict__ seeds, uint64_t step, int64_t* __restrict__ out_tokens,
-              float* __restrict__ out_logprobs) {
+    finish_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, int32_t per_split,
+                  const Partial* __restrict__ parts, const GroupMass* __restrict__ groups,
+                  const float* __restrict__ temperature, const int32_t* __restrict__ top_k,
+                  const float* __restrict__ top_p, const uint64_t* __restrict__ seeds, uint64_t step,
+                  int64_t* __restrict__ out_tokens, float* __restrict__ out_logprobs) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   allow_dependents();
   __shared__ Partial scratch[kWarps];
@@ -553,8 +553,10 @@ finish_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, int32_t p
         unsigned long long count = 0;
         for (int64_t j = threadIdx.x; j < v; j += kThreads) count += ordered_key(to_float(x[j])) >= mid;
         count = block_reduce(count, SumOp{}, 0ull, scratch_u);
-        if (count >= (unsigned long long)rs.k) lo = mid;
-        else hi = mid;
+        if (count >= (unsigned long long)rs.k)
+          lo = mid;
+        else
+          hi = mid;
       }
       key_floor = uint32_t(lo);
     }
@@ -578,8 +580,10 @@ finish_kernel(const T* __restrict__ logits, int32_t v, int32_t splits, int32_t p
           if (__float_as_uint(q) > mid) local += q;
         }
         const float g = block_reduce(local, SumOp{}, 0.0f, scratch_f);
-        if (g < limit) hi = mid;
-        else lo = mid;
+        if (g < limit)
+          hi = mid;
+        else
+          lo = mid;
       }
       q_floor = hi;
     }
@@ -673,8 +677,8 @@ gpuError_t launch_sample_as(const T* logits, int64_t b, int64_t v, const float* 
   if (launched == gpuSuccess)
     launched = launch_kernel(finish_kernel<T>, dim3(unsigned(b)), kThreads, 0, stream, logits, int32_t(v),
                              parts ? int32_t(splits) : 1, int32_t(per_split), static_cast<const Partial*>(parts),
-                             static_cast<const GroupMass*>(groups), temperature, top_k, top_p, seeds, step,
-                             out_tokens, out_logprobs);
+                             static_cast<const GroupMass*>(groups), temperature, top_k, top_p, seeds, step, out_tokens,
+                             out_logprobs);
   if (workspace != nullptr) {
     const gpuError_t freed = gpuFreeAsync(workspace, stream);  // after the kernels, in stream order
     if (launched == gpuSuccess && freed != gpuSuccess) return freed;
@@ -685,8 +689,8 @@ gpuError_t launch_sample_as(const T* logits, int64_t b, int64_t v, const float* 
 }  // namespace
 
 gpuError_t launch_sample(const void* logits, FloatType type, int64_t b, int64_t v, const float* temperature,
-                          const int32_t* top_k, const float* top_p, const uint64_t* seeds, uint64_t step,
-                          int64_t* out_tokens, float* out_logprobs, gpuStream_t stream) {
+                         const int32_t* top_k, const float* top_p, const uint64_t* seeds, uint64_t step,
+                         int64_t* out_tokens, float* out_logprobs, gpuStream_t stream) {
   if (b == 0) return gpuSuccess;
   // int32 indices inside a row (v below 2^31 - 2^20 leaves room for a step's overshoot).
   if (b > 0x7fffffff || v <= 0 || v > 0x7ff00000) return gpuErrorInvalidValue;

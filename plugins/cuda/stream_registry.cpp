@@ -39,7 +39,8 @@ DeviceGuard::~DeviceGuard() {
 verlpp_stream create_stream(int32_t device) {
   DeviceGuard device_guard(device);
   gpuStream_t s = nullptr;
-  cuda_check(gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking), VERLPP_GPU_API "StreamCreateWithFlags on device " + std::to_string(device));
+  cuda_check(gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking),
+             VERLPP_GPU_API "StreamCreateWithFlags on device " + std::to_string(device));
   auto* handle = new CudaStream{s, device};
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -62,7 +63,9 @@ void destroy_stream(verlpp_stream handle) {
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    if (r.streams.erase(s) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown stream handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
+    if (r.streams.erase(s) == 0)
+      sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT,
+                "unknown stream handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
   }
   if (!s->owned) {  // a wrapper: the native stream belongs to the caller
     delete s;
@@ -78,7 +81,9 @@ CudaStream lookup_stream(verlpp_stream handle) {
   auto* s = reinterpret_cast<CudaStream*>(handle);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  if (r.streams.count(s) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown stream handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
+  if (r.streams.count(s) == 0)
+    sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT,
+              "unknown stream handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
   return *s;
 }
 
@@ -98,7 +103,9 @@ void destroy_event(verlpp_event handle) {
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    if (r.events.erase(e) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown event handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
+    if (r.events.erase(e) == 0)
+      sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT,
+                "unknown event handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
   }
   DeviceGuard device_guard(e->device);
   gpuError_t err = gpuEventDestroy(e->event);
@@ -110,7 +117,9 @@ CudaEvent lookup_event(verlpp_event handle) {
   auto* e = reinterpret_cast<CudaEvent*>(handle);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  if (r.events.count(e) == 0) sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT, "unknown event handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
+  if (r.events.count(e) == 0)
+    sdk::fail(VERLPP_STATUS_INVALID_ARGUMENT,
+              "unknown event handle (not created by the " VERLPP_GPU_PLUGIN_NAME " plugin, or destroyed)");
   return *e;
 }
 
@@ -122,8 +131,8 @@ StreamTarget resolve_stream(verlpp_stream handle, int32_t default_device) {
 
 void finish_if_default(const StreamTarget& target, const char* what) {
   if (!target.is_default) return;
-  cuda_check(gpuStreamSynchronize(target.stream), std::string(what) + ": waiting on the default stream of device " +
-                                                       std::to_string(target.device));
+  cuda_check(gpuStreamSynchronize(target.stream),
+             std::string(what) + ": waiting on the default stream of device " + std::to_string(target.device));
 }
 
 }  // namespace verlpp::cuda

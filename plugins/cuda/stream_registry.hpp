@@ -14,7 +14,7 @@ namespace verlpp::cuda {
 struct CudaStream {
   gpuStream_t stream = nullptr;  // NULL only in a wrapper of the legacy default stream
   int32_t device = 0;
-  bool owned = true;             // false: a wrapper (stream_from_native); destroy forgets it only
+  bool owned = true;  // false: a wrapper (stream_from_native); destroy forgets it only
 };
 
 struct CudaEvent {

@@ -16,7 +16,8 @@ struct alignas(8) Bytes16 {
 };
 
 template <class Word>
-__global__ void strided_copy_kernel(const Word* __restrict__ src, Word* __restrict__ dst, StridedLayout layout, int64_t n) {
+__global__ void strided_copy_kernel(const Word* __restrict__ src, Word* __restrict__ dst, StridedLayout layout,
+                                    int64_t n) {
   wait_for_prior_grids();  // before any memory access (dependent_launch.cuh)
   allow_dependents();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -42,15 +43,21 @@ gpuError_t launch_as(const void* src, void* dst, const StridedLayout& layout, in
 }  // namespace
 
 gpuError_t launch_strided_copy(const void* src, void* dst, const StridedLayout& layout, int64_t numel,
-                                int32_t element_size, gpuStream_t stream) {
+                               int32_t element_size, gpuStream_t stream) {
   if (numel == 0) return gpuSuccess;
   switch (element_size) {
-    case 1: return launch_as<uint8_t>(src, dst, layout, numel, stream);
-    case 2: return launch_as<uint16_t>(src, dst, layout, numel, stream);
-    case 4: return launch_as<uint32_t>(src, dst, layout, numel, stream);
-    case 8: return launch_as<uint64_t>(src, dst, layout, numel, stream);
-    case 16: return launch_as<Bytes16>(src, dst, layout, numel, stream);
-    default: return gpuErrorInvalidValue;
+    case 1:
+      return launch_as<uint8_t>(src, dst, layout, numel, stream);
+    case 2:
+      return launch_as<uint16_t>(src, dst, layout, numel, stream);
+    case 4:
+      return launch_as<uint32_t>(src, dst, layout, numel, stream);
+    case 8:
+      return launch_as<uint64_t>(src, dst, layout, numel, stream);
+    case 16:
+      return launch_as<Bytes16>(src, dst, layout, numel, stream);
+    default:
+      return gpuErrorInvalidValue;
   }
 }
 

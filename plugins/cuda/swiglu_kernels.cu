@@ -105,10 +105,14 @@ Rows dispatch_rows(bool vec, int64_t n, int64_t f, Launch&& launch) {
   constexpr int kVec = 16 / sizeof(T);
   const Rows rows{n, f, vec ? n * (f / kVec) : n * f};
   const bool narrow = rows.items < (int64_t(1) << 30);
-  if (vec && narrow) launch(std::integral_constant<int, kVec>{}, uint32_t{}, rows);
-  else if (vec) launch(std::integral_constant<int, kVec>{}, int64_t{}, rows);
-  else if (narrow) launch(std::integral_constant<int, 1>{}, uint32_t{}, rows);
-  else launch(std::integral_constant<int, 1>{}, int64_t{}, rows);
+  if (vec && narrow)
+    launch(std::integral_constant<int, kVec>{}, uint32_t{}, rows);
+  else if (vec)
+    launch(std::integral_constant<int, kVec>{}, int64_t{}, rows);
+  else if (narrow)
+    launch(std::integral_constant<int, 1>{}, uint32_t{}, rows);
+  else
+    launch(std::integral_constant<int, 1>{}, int64_t{}, rows);
   return rows;
 }
 
@@ -118,10 +122,11 @@ gpuError_t silu_mul_as(const void* gate, int64_t gs, const void* up, int64_t us,
   const T *g = static_cast<const T*>(gate), *u = static_cast<const T*>(up);
   T* o = static_cast<T*>(out);
   gpuError_t launched = gpuSuccess;
-  dispatch_rows<T>(vectors_fit<T>(f, {{gate, gs}, {up, us}, {out, os}}), n, f, [&](auto width, auto index, const Rows& rows) {
-    launched = launch_kernel(silu_mul_kernel<T, decltype(width)::value, decltype(index)>, grid_for(rows.items), kThreads,
-                             0, stream, g, gs, u, us, o, os, rows);
-  });
+  dispatch_rows<T>(vectors_fit<T>(f, {{gate, gs}, {up, us}, {out, os}}), n, f,
+                   [&](auto width, auto index, const Rows& rows) {
+                     launched = launch_kernel(silu_mul_kernel<T, decltype(width)::value, decltype(index)>,
+                                              grid_for(rows.items), kThreads, 0, stream, g, gs, u, us, o, os, rows);
+                   });
   return launched;
 }
 
@@ -143,28 +148,31 @@ gpuError_t silu_mul_backward_as(const void* gate, int64_t gs, const void* up, in
 }  // namespace
 
 gpuError_t launch_silu_mul(const void* gate, int64_t gate_stride, const void* up, int64_t up_stride, void* out,
-                            int64_t out_stride, FloatType type, int64_t n, int64_t f, gpuStream_t stream) {
+                           int64_t out_stride, FloatType type, int64_t n, int64_t f, gpuStream_t stream) {
   if (n == 0 || f == 0) return gpuSuccess;
   switch (type) {
-    case FloatType::f32: return silu_mul_as<float>(gate, gate_stride, up, up_stride, out, out_stride, n, f, stream);
-    case FloatType::f16: return silu_mul_as<__half>(gate, gate_stride, up, up_stride, out, out_stride, n, f, stream);
-    case FloatType::bf16: return silu_mul_as<gpu_bfloat16>(gate, gate_stride, up, up_stride, out, out_stride, n, f, stream);
+    case FloatType::f32:
+      return silu_mul_as<float>(gate, gate_stride, up, up_stride, out, out_stride, n, f, stream);
+    case FloatType::f16:
+      return silu_mul_as<__half>(gate, gate_stride, up, up_stride, out, out_stride, n, f, stream);
+    case FloatType::bf16:
+      return silu_mul_as<gpu_bfloat16>(gate, gate_stride, up, up_stride, out, out_stride, n, f, stream);
   }
   return gpuErrorInvalidValue;
 }
 
 gpuError_t launch_silu_mul_backward(const void* gate, int64_t gate_stride, const void* up, int64_t up_stride,
-                                     const void* grad, int64_t grad_stride, void* grad_gate, int64_t grad_gate_stride,
-                                     void* grad_up, int64_t grad_up_stride, FloatType type, int64_t n, int64_t f,
-                                     gpuStream_t stream) {
+                                    const void* grad, int64_t grad_stride, void* grad_gate, int64_t grad_gate_stride,
+                                    void* grad_up, int64_t grad_up_stride, FloatType type, int64_t n, int64_t f,
+                                    gpuStream_t stream) {
   if (n == 0 || f == 0) return gpuSuccess;
   switch (type) {
     case FloatType::f32:
-      return silu_mul_backward_as<float>(gate, gate_stride, up, up_stride, grad, grad_stride, grad_gate, grad_gate_stride,
-                                         grad_up, grad_up_stride, n, f, stream);
+      return silu_mul_backward_as<float>(gate, gate_stride, up, up_stride, grad, grad_stride, grad_gate,
+                                         grad_gate_stride, grad_up, grad_up_stride, n, f, stream);
     case FloatType::f16:
-      return silu_mul_backward_as<__half>(gate, gate_stride, up, up_stride, grad, grad_stride, grad_gate, grad_gate_stride,
-                                          grad_up, grad_up_stride, n, f, stream);
+      return silu_mul_backward_as<__half>(gate, gate_stride, up, up_stride, grad, grad_stride, grad_gate,
+                                          grad_gate_stride, grad_up, grad_up_stride, n, f, stream);
     case FloatType::bf16:
       return silu_mul_backward_as<gpu_bfloat16>(gate, gate_stride, up, up_stride, grad, grad_stride, grad_gate,
                                                 grad_gate_stride, grad_up, grad_up_stride, n, f, stream);

@@ -17,7 +17,9 @@ namespace {
 using sdk::require;
 
 bool on_host(const DLTensor& t) { return t.device.device_type == kDLCPU || t.device.device_type == VERLPP_GPU_DL_HOST; }
-bool on_device(const DLTensor& t) { return t.device.device_type == VERLPP_GPU_DL_DEVICE || t.device.device_type == VERLPP_GPU_DL_MANAGED; }
+bool on_device(const DLTensor& t) {
+  return t.device.device_type == VERLPP_GPU_DL_DEVICE || t.device.device_type == VERLPP_GPU_DL_MANAGED;
+}
 
 // Element strides of `t` (row-major compact ones when it has none).
 std::vector<int64_t> strides_of(const DLTensor& t) {
@@ -40,8 +42,10 @@ void host_strided(const DLTensor& view, char* dense, size_t element, bool pack) 
     int64_t offset = 0;
     for (int d = 0; d < view.ndim; ++d) offset += index[size_t(d)] * strides[size_t(d)];
     char* element_ptr = base + offset * int64_t(element);
-    if (pack) std::memcpy(dense + size_t(i) * element, element_ptr, element);
-    else std::memcpy(element_ptr, dense + size_t(i) * element, element);
+    if (pack)
+      std::memcpy(dense + size_t(i) * element, element_ptr, element);
+    else
+      std::memcpy(element_ptr, dense + size_t(i) * element, element);
     for (int d = view.ndim - 1; d >= 0; --d) {
       if (++index[size_t(d)] < view.shape[d]) break;
       index[size_t(d)] = 0;
@@ -50,8 +54,8 @@ void host_strided(const DLTensor& view, char* dense, size_t element, bool pack) 
 }
 
 StridedLayout layout_of(const DLTensor& src, const DLTensor& dst) {
-  require(src.ndim <= kMaxCopyDims, "tensor_copy: strided device copies support at most " + std::to_string(kMaxCopyDims) +
-                                        " dimensions, got " + std::to_string(src.ndim));
+  require(src.ndim <= kMaxCopyDims, "tensor_copy: strided device copies support at most " +
+                                        std::to_string(kMaxCopyDims) + " dimensions, got " + std::to_string(src.ndim));
   StridedLayout layout;
   layout.ndim = src.ndim;
   std::vector<int64_t> s = strides_of(src), d = strides_of(dst);
@@ -110,9 +114,11 @@ DLTensor dense_like(const DLTensor& t, void* data, DLDevice device) {
 }  // namespace
 
 void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
-  require(on_host(src) || on_device(src), "tensor_copy: src is neither host nor " VERLPP_GPU_PLATFORM " memory (DLPack device type " +
+  require(on_host(src) || on_device(src), "tensor_copy: src is neither host nor " VERLPP_GPU_PLATFORM
+                                          " memory (DLPack device type " +
                                               std::to_string(int(src.device.device_type)) + ")");
-  require(on_host(dst) || on_device(dst), "tensor_copy: dst is neither host nor " VERLPP_GPU_PLATFORM " memory (DLPack device type " +
+  require(on_host(dst) || on_device(dst), "tensor_copy: dst is neither host nor " VERLPP_GPU_PLATFORM
+                                          " memory (DLPack device type " +
                                               std::to_string(int(dst.device.device_type)) + ")");
   const int64_t n = sdk::numel(src);
   if (n == 0) return;
@@ -133,8 +139,10 @@ void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
       host_strided(src, dense.data(), element, true);
       from = dense.data();
     }
-    if (dst_dense) std::memcpy(sdk::data_ptr(dst), from, bytes);
-    else host_strided(dst, const_cast<char*>(from), element, false);
+    if (dst_dense)
+      std::memcpy(sdk::data_ptr(dst), from, bytes);
+    else
+      host_strided(dst, const_cast<char*>(from), element, false);
     return;
   }
 
@@ -146,7 +154,8 @@ void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
   }
 
   if (on_device(src) && on_device(dst)) {
-    cuda_check(launch_strided_copy(sdk::data_ptr(src), sdk::data_ptr(dst), layout_of(src, dst), n, int32_t(element), target.stream),
+    cuda_check(launch_strided_copy(sdk::data_ptr(src), sdk::data_ptr(dst), layout_of(src, dst), n, int32_t(element),
+                                   target.stream),
                "tensor_copy: strided copy kernel");
     finish_if_default(target, "tensor_copy");
     return;
@@ -165,16 +174,21 @@ void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
       from = packed.data();
     }
     if (dst_dense) {
-      cuda_check(gpuMemcpyAsync(sdk::data_ptr(dst), from, bytes, gpuMemcpyHostToDevice, target.stream), "tensor_copy: host->device");
+      cuda_check(gpuMemcpyAsync(sdk::data_ptr(dst), from, bytes, gpuMemcpyHostToDevice, target.stream),
+                 "tensor_copy: host->device");
     } else {
       DeviceTemp temp(bytes, target.stream);
-      cuda_check(gpuMemcpyAsync(temp.get(), from, bytes, gpuMemcpyHostToDevice, target.stream), "tensor_copy: host->device");
+      cuda_check(gpuMemcpyAsync(temp.get(), from, bytes, gpuMemcpyHostToDevice, target.stream),
+                 "tensor_copy: host->device");
       DLTensor dense = dense_like(src, temp.get(), cuda_device);
-      cuda_check(launch_strided_copy(temp.get(), sdk::data_ptr(dst), layout_of(dense, dst), n, int32_t(element), target.stream),
+      cuda_check(launch_strided_copy(temp.get(), sdk::data_ptr(dst), layout_of(dense, dst), n, int32_t(element),
+                                     target.stream),
                  "tensor_copy: strided scatter kernel");
     }
-    if (!src_dense) cuda_check(gpuStreamSynchronize(target.stream), "tensor_copy: waiting for the copy of the packed bytes");
-    else finish_if_default(target, "tensor_copy");
+    if (!src_dense)
+      cuda_check(gpuStreamSynchronize(target.stream), "tensor_copy: waiting for the copy of the packed bytes");
+    else
+      finish_if_default(target, "tensor_copy");
     return;
   }
 
@@ -186,17 +200,20 @@ void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_stream stream) {
   if (!src_dense) {
     temp = std::make_unique<DeviceTemp>(bytes, target.stream);
     DLTensor dense = dense_like(src, temp->get(), cuda_device);
-    cuda_check(launch_strided_copy(sdk::data_ptr(src), temp->get(), layout_of(src, dense), n, int32_t(element), target.stream),
-               "tensor_copy: strided gather kernel");
+    cuda_check(
+        launch_strided_copy(sdk::data_ptr(src), temp->get(), layout_of(src, dense), n, int32_t(element), target.stream),
+        "tensor_copy: strided gather kernel");
     from = temp->get();
   }
   if (dst_dense) {
-    cuda_check(gpuMemcpyAsync(sdk::data_ptr(dst), from, bytes, gpuMemcpyDeviceToHost, target.stream), "tensor_copy: device->host");
+    cuda_check(gpuMemcpyAsync(sdk::data_ptr(dst), from, bytes, gpuMemcpyDeviceToHost, target.stream),
+               "tensor_copy: device->host");
     finish_if_default(target, "tensor_copy");
     return;
   }
   std::vector<char> unpacked(bytes);
-  cuda_check(gpuMemcpyAsync(unpacked.data(), from, bytes, gpuMemcpyDeviceToHost, target.stream), "tensor_copy: device->host");
+  cuda_check(gpuMemcpyAsync(unpacked.data(), from, bytes, gpuMemcpyDeviceToHost, target.stream),
+             "tensor_copy: device->host");
   cuda_check(gpuStreamSynchronize(target.stream), "tensor_copy: waiting for the copy");
   host_strided(dst, unpacked.data(), element, false);
 }

@@ -15,7 +15,8 @@ WorkspacePool workspace_pool(int device) {
   if (found != pools.end()) return found->second;
   WorkspacePool state;
   if (gpuDeviceGetAttribute(&state.sms, gpuDevAttrMultiProcessorCount, device) != gpuSuccess) state.sms = 0;
-  if (gpuDeviceGetAttribute(&state.cc_major, gpuDevAttrComputeCapabilityMajor, device) != gpuSuccess) state.cc_major = 0;
+  if (gpuDeviceGetAttribute(&state.cc_major, gpuDevAttrComputeCapabilityMajor, device) != gpuSuccess)
+    state.cc_major = 0;
   gpuMemPoolProps props{};
   props.allocType = gpuMemAllocationTypePinned;
   props.location.type = gpuMemLocationTypeDevice;

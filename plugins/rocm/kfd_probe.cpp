@@ -57,7 +57,8 @@ Topology read_topology(const std::string& root) {
   Topology t;
   const std::string kfd = root + "/dev/kfd";
   if (access(kfd.c_str(), F_OK) != 0) {
-    t.problem = "no AMD GPU: " + kfd + " does not exist (the amdgpu kernel driver is not loaded here, or the "
+    t.problem = "no AMD GPU: " + kfd +
+                " does not exist (the amdgpu kernel driver is not loaded here, or the "
                 "device was not passed into this container)";
     return t;
   }

@@ -53,8 +53,8 @@ bool round_trip(const hw::Device& device) {
   stream.synchronize();
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   bool ok = std::memcmp(host.data(), back.data(), kBytes) == 0;
-  std::cout << fmt::format("  round trip  host -> device -> device -> host, {} MiB: {} ({:.2f} ms)\n",
-                           kBytes >> 20, ok ? "identical" : "MISMATCH", ms);
+  std::cout << fmt::format("  round trip  host -> device -> device -> host, {} MiB: {} ({:.2f} ms)\n", kBytes >> 20,
+                           ok ? "identical" : "MISMATCH", ms);
   return ok;
 }
 

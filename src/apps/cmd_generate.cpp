@@ -36,9 +36,11 @@ bool exists(const std::string& path) {
 
 void run_generate(const GenerateArgs& a) {
   if (!exists(a.model_dir + "/config.json")) throw Error("--model " + a.model_dir, "no config.json in this folder");
-  if (!exists(a.model_dir + "/tokenizer.json")) throw Error("--model " + a.model_dir, "no tokenizer.json in this folder");
+  if (!exists(a.model_dir + "/tokenizer.json"))
+    throw Error("--model " + a.model_dir, "no tokenizer.json in this folder");
   model::ModelConfig config = model::load_model_config(a.model_dir);
-  const bool has_weights = exists(a.model_dir + "/model.safetensors") || exists(a.model_dir + "/model.safetensors.index.json");
+  const bool has_weights =
+      exists(a.model_dir + "/model.safetensors") || exists(a.model_dir + "/model.safetensors.index.json");
   model::DecoderLM lm = [&] {
     if (a.init_seed >= 0) {
       model::DecoderLM m(config);
@@ -110,14 +112,16 @@ void run_generate(const GenerateArgs& a) {
     std::cerr << fmt::format("\rgenerate: {}/{} samples done", done, total) << std::flush;
   });
   const auto& st = engine.last_stats();
-  std::cerr << fmt::format("\ngenerate: {} tokens in {:.2f} s ({:.1f} tokens/s), {} prefill + {} decode steps, {} preemptions\n",
-                           st.num_generated_tokens, st.seconds, double(st.num_generated_tokens) / std::max(st.seconds, 1e-9),
-                           st.num_prefill_steps, st.num_decode_steps, st.num_preemptions);
+  std::cerr << fmt::format(
+      "\ngenerate: {} tokens in {:.2f} s ({:.1f} tokens/s), {} prefill + {} decode steps, {} preemptions\n",
+      st.num_generated_tokens, st.seconds, double(st.num_generated_tokens) / std::max(st.seconds, 1e-9),
+      st.num_prefill_steps, st.num_decode_steps, st.num_preemptions);
   if (st.num_graph_steps > 0)
-    std::cerr << fmt::format("generate: {} decode steps replayed from CUDA graphs ({} captured in {:.2f} s), {} of them "
-                             "queued while the step before ran ({} queued steps discarded)\n",
-                             st.num_graph_steps, st.num_graph_captures, st.graph_capture_seconds,
-                             st.num_overlapped_steps, st.num_discarded_steps);
+    std::cerr << fmt::format(
+        "generate: {} decode steps replayed from CUDA graphs ({} captured in {:.2f} s), {} of them "
+        "queued while the step before ran ({} queued steps discarded)\n",
+        st.num_graph_steps, st.num_graph_captures, st.graph_capture_seconds, st.num_overlapped_steps,
+        st.num_discarded_steps);
 
   std::ofstream file;
   if (!a.output.empty()) {
@@ -149,8 +153,10 @@ void run_generate(const GenerateArgs& a) {
 void register_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "sample completions of JSONL prompts with the rollout engine");
-  cmd->add_option("--model", args->model_dir, "Hugging Face model folder (config.json, tokenizer.json, weights)")->required();
-  cmd->add_option("--prompts", args->prompts, "JSONL: {\"prompt\": [chat messages]} (verl) or {\"text\": \"...\"}")->required();
+  cmd->add_option("--model", args->model_dir, "Hugging Face model folder (config.json, tokenizer.json, weights)")
+      ->required();
+  cmd->add_option("--prompts", args->prompts, "JSONL: {\"prompt\": [chat messages]} (verl) or {\"text\": \"...\"}")
+      ->required();
   cmd->add_option("--output", args->output, "output JSONL (default: stdout)");
   cmd->add_option("--n", args->n, "samples per prompt")->capture_default_str();
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "generated tokens at most")->capture_default_str();

@@ -103,7 +103,8 @@ at::Tensor cached_hidden(const DecoderLM& model, const std::vector<std::vector<i
   auto i64 = at::TensorOptions().dtype(at::kLong);
   at::Tensor tables = at::arange(S * blocks_per_seq, i64).view({S, blocks_per_seq}).flip({0}).contiguous().to(device);
   std::vector<int64_t> done(size_t(S), 0);
-  at::Tensor out = at::zeros({S, T, model.config().hidden_size}, at::TensorOptions().dtype(model.options().dtype).device(device));
+  at::Tensor out =
+      at::zeros({S, T, model.config().hidden_size}, at::TensorOptions().dtype(model.options().dtype).device(device));
   for (bool first = true;; first = false) {
     std::vector<int64_t> ids, pos, slots, cu{0}, lens;
     std::vector<std::pair<int64_t, int64_t>> where;  // (sequence, position) of each new token
@@ -164,7 +165,9 @@ void run_logits(const std::string& dir, const std::vector<std::string>& id_lists
                                              at::tensor(cu, i64).to(device));
     hidden = at::zeros({B, T, packed.size(1)}, packed.options());
     for (int64_t b = 0; b < B; ++b)
-      hidden[b].narrow(0, 0, cu[size_t(b) + 1] - cu[size_t(b)]).copy_(packed.narrow(0, cu[size_t(b)], cu[size_t(b) + 1] - cu[size_t(b)]));
+      hidden[b]
+          .narrow(0, 0, cu[size_t(b) + 1] - cu[size_t(b)])
+          .copy_(packed.narrow(0, cu[size_t(b)], cu[size_t(b) + 1] - cu[size_t(b)]));
   } else if (mode == "cached") {
     hidden = cached_hidden(model, seqs, T, device);
   } else {
@@ -221,7 +224,8 @@ void register_model_command(CLI::App& app) {
   CLI::App* logits = cmd->add_subcommand("logits", "Run a model on token ids; write logits to a safetensors file");
   logits->add_option("DIR", la->dir, "HF model folder")->required();
   logits->add_option("--ids", la->ids, "comma-separated token ids; repeat for a batch")->required();
-  logits->add_option("--out", la->out, "output .safetensors (logits or scores [B, T, V] f32, attention_mask)")->required();
+  logits->add_option("--out", la->out, "output .safetensors (logits or scores [B, T, V] f32, attention_mask)")
+      ->required();
   logits->add_option("--mode", la->mode, "padded, packed or cached (prefill + decode over a paged KV cache)");
   logits->add_option("--device", la->device, "auto (a loaded plugin's device), cpu, cuda, cuda:1, privateuseone, ...");
   logits->add_option("--dtype", la->dtype, "float32, bfloat16 or float16");
@@ -233,7 +237,8 @@ void register_model_command(CLI::App& app) {
     int64_t init_seed = -1;
   };
   auto sa = std::make_shared<SaveArgs>();
-  CLI::App* save = cmd->add_subcommand("save", "Load a model folder (or initialise one) and write a complete HF folder");
+  CLI::App* save =
+      cmd->add_subcommand("save", "Load a model folder (or initialise one) and write a complete HF folder");
   save->add_option("SRC", sa->src, "HF model folder (config.json + weights; tokenizer files are copied)")->required();
   save->add_option("DST", sa->dst, "output folder")->required();
   save->add_option("--dtype", sa->dtype, "dtype to write (default: the checkpoint's)");

@@ -27,7 +27,8 @@ void run_plugins() {
   }
   std::cout << fmt::format("verlpp {} (plugin ABI {}.{}, LibTorch {})\n\n", VERLPP_VERSION_STRING,
                            VERLPP_PLUGIN_ABI_MAJOR, VERLPP_PLUGIN_ABI_MINOR, hw::torch_version());
-  TextTable loaded({"plugin", "variant", "version", "ABI", "devices", "torch", "memory", "capabilities", "kernels", "path"});
+  TextTable loaded(
+      {"plugin", "variant", "version", "ABI", "devices", "torch", "memory", "capabilities", "kernels", "path"});
   std::vector<std::string> notes;
   for (const auto& p : result.loaded) {
     int32_t n = hw::device_count(p);
@@ -38,15 +39,17 @@ void run_plugins() {
       caps = hw::capability_names(props.capabilities);
     }
     auto kernels = hw::Kernels(p).available();
-    loaded.add_row({p.name(), p.variant().empty() ? "-" : p.variant(), p.version(),
-                    fmt::format("1.{}", p.abi_minor()), std::to_string(n), p.torch_device_type(), memory, caps,
-                    kernels.empty() ? "-" : join(kernels, ","), p.path()});
+    loaded.add_row({p.name(), p.variant().empty() ? "-" : p.variant(), p.version(), fmt::format("1.{}", p.abi_minor()),
+                    std::to_string(n), p.torch_device_type(), memory, caps, kernels.empty() ? "-" : join(kernels, ","),
+                    p.path()});
     std::string problem = hw::torch_placement_problem(p.torch_device_type());
     if (!problem.empty()) notes.push_back(fmt::format("{}: {}", p.display_name(), problem));
   }
   std::cout << "Loaded plugins:\n";
-  if (loaded.empty()) std::cout << "  (none)\n";
-  else loaded.print(std::cout);
+  if (loaded.empty())
+    std::cout << "  (none)\n";
+  else
+    loaded.print(std::cout);
   for (const auto& note : notes) std::cout << "note: " << note << "\n";
   if (!result.rejected.empty()) {
     std::cout << "\nRejected:\n";

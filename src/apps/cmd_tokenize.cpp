@@ -102,8 +102,10 @@ void run_tokenize(const TokenizeOptions& o) {
       out += nlohmann::json(tokenizer.decode(ids, o.skip_special_tokens)).dump() + "\n";
     } else if (o.chat) {
       std::string prompt = chat_template->render(parse_messages(value, where), chat_options);
-      if (o.print_text) out += nlohmann::json(prompt).dump() + "\n";
-      else append_ids(tokenizer.encode(prompt, o.add_special_tokens), out);
+      if (o.print_text)
+        out += nlohmann::json(prompt).dump() + "\n";
+      else
+        append_ids(tokenizer.encode(prompt, o.add_special_tokens), out);
     } else {
       VERLPP_CHECK(value.is_string(), "{}: expected a JSON string", where);
       append_ids(tokenizer.encode(value.get_ref<const std::string&>(), o.add_special_tokens), out);

@@ -118,9 +118,10 @@ void run_train(std::vector<std::string> args, int nproc) {
                                        world.rank, world.world_size, world.launcher));
   if (embedded_default && std::getenv(kDemoInputsReady) == nullptr) {
     if (world.is_distributed())
-      throw Error("verlpp train", fmt::format("the embedded demo under {} with {} ranks: start it with `verlpp train --nproc N` "
-                                              "(which writes its inputs once), or give a config file", world.launcher,
-                                              world.world_size));
+      throw Error("verlpp train",
+                  fmt::format("the embedded demo under {} with {} ranks: start it with `verlpp train --nproc N` "
+                              "(which writes its inputs once), or give a config file",
+                              world.launcher, world.world_size));
     write_demo_inputs(config.get<std::string>("trainer.default_local_dir"), demo);
   }
   if (nproc > 1) {
@@ -174,8 +175,8 @@ void run_train(std::vector<std::string> args, int nproc) {
 
   std::cout << fmt::format("\ntrained {} steps in {:.1f} min\n", trainer.global_step(), minutes);
   if (before && after)
-    std::cout << fmt::format("validation accuracy: {:.1f}% before RL -> {:.1f}% after ({:+.1f} points)\n", *before * 100,
-                             *after * 100, (*after - *before) * 100);
+    std::cout << fmt::format("validation accuracy: {:.1f}% before RL -> {:.1f}% after ({:+.1f} points)\n",
+                             *before * 100, *after * 100, (*after - *before) * 100);
   std::cout << fmt::format("metrics: {}\nreport:  {}\n", metrics_path, report);
   (void)last;
 }
@@ -183,13 +184,15 @@ void run_train(std::vector<std::string> args, int nproc) {
 }  // namespace
 
 void register_train_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "RL post-training (PPO, GRPO, ...); without a config, the embedded demo: "
-                                          "SFT then GRPO of the tiny model on arithmetic");
+  auto* cmd = app.add_subcommand("train",
+                                 "RL post-training (PPO, GRPO, ...); without a config, the embedded demo: "
+                                 "SFT then GRPO of the tiny model on arithmetic");
   auto args = std::make_shared<std::vector<std::string>>();
   auto nproc = std::make_shared<int>(1);
   cmd->add_option("args", *args, "an optional CONFIG.json (verl's keys), then key=value overrides");
-  cmd->add_option("--nproc", *nproc, "ranks to start on this machine (data parallel; one process per device). Under "
-                                     "mpirun, srun or torchrun leave it out: the launcher's environment gives the ranks");
+  cmd->add_option("--nproc", *nproc,
+                  "ranks to start on this machine (data parallel; one process per device). Under "
+                  "mpirun, srun or torchrun leave it out: the launcher's environment gives the ranks");
   cmd->callback([=] { run_train(*args, *nproc); });
 }
 

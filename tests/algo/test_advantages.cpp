@@ -223,8 +223,7 @@ RefOut ref_gpg(const Batch& b) {
   int64_t nonzero = 0;
   for (double x : s) nonzero += x != 0;
   // verl: bsz / count_nonzero(...).clamp(min=1), i.e. reciprocal of the count in fp32 times B.
-  const float alpha = (1.0f / static_cast<float>(std::max<int64_t>(nonzero, 1))) *
-                      static_cast<float>(b.rows);
+  const float alpha = (1.0f / static_cast<float>(std::max<int64_t>(nonzero, 1))) * static_cast<float>(b.rows);
   Vec a(b.rows);
   for (const auto& rows : group_rows(b.uids)) {
     const double mu = rows.size() == 1 ? 0.0 : mean_of(s, rows);
@@ -280,10 +279,8 @@ TEST_CASE("masked_sum/mean/var/whiten match loops; padding NaN does not leak", "
       for (int64_t i = 0; i < b.rows; ++i)
         for (int64_t t = 0; t < b.cols; ++t)
           if (b.mask[i][t] != 0) ss += (v[i][t] - mu) * (v[i][t] - mu);
-      check_scalar(va::masked_var(vt, mt, false), ss / (n + 1e-8), tol.rtol, tol.atol,
-                   "masked_var biased");
-      check_scalar(va::masked_var(vt, mt), ss / (n + 1e-8) * n / (n - 1), tol.rtol, tol.atol,
-                   "masked_var unbiased");
+      check_scalar(va::masked_var(vt, mt, false), ss / (n + 1e-8), tol.rtol, tol.atol, "masked_var biased");
+      check_scalar(va::masked_var(vt, mt), ss / (n + 1e-8) * n / (n - 1), tol.rtol, tol.atol, "masked_var unbiased");
       // Whitening transforms every element; NaN padding stays NaN, the rest must be exact.
       Mat masked_v = v;
       const Mat expected = ref_whiten(masked_v, b.mask);
@@ -291,8 +288,7 @@ TEST_CASE("masked_sum/mean/var/whiten match loops; padding NaN does not leak", "
       Mat shifted = expected;
       for (auto& row : shifted)
         for (double& x : row) x += mu;
-      check_close(va::masked_whiten(vt, mt, false), shifted, tol.rtol, tol.atol,
-                  "masked_whiten shift_mean=false");
+      check_close(va::masked_whiten(vt, mt, false), shifted, tol.rtol, tol.atol, "masked_whiten shift_mean=false");
     }
   }
 }
@@ -304,8 +300,7 @@ TEST_CASE("masked_var rejects masks selecting 0 or 1 element", "[masked]") {
   REQUIRE_THROWS_WITH(va::masked_var(v, from_mat({{0.0, 1.0, 0.0}}, at::kFloat)),
                       Catch::Contains("exactly one element"));
   CHECK_NOTHROW(va::masked_var(v, from_mat({{0.0, 1.0, 0.0}}, at::kFloat), false));
-  check_scalar(va::masked_var(v, from_mat({{0.0, 1.0, 1.0}}, at::kFloat)), 0.5, 1e-6, 1e-7,
-               "var of {2, 3}");
+  check_scalar(va::masked_var(v, from_mat({{0.0, 1.0, 1.0}}, at::kFloat)), 0.5, 1e-6, 1e-7, "var of {2, 3}");
 }
 
 TEST_CASE("make_groups numbers uids by first appearance; integer ids are checked", "[groups]") {
@@ -315,8 +310,7 @@ TEST_CASE("make_groups numbers uids by first appearance; integer ids are checked
   const va::Groups h = va::make_groups(from_vec({4, 0, 4}, at::kLong));
   CHECK(h.num_groups == 5);
   REQUIRE_THROWS_WITH(va::make_groups(from_vec({1, -2}, at::kLong)), Catch::Contains("-2"));
-  REQUIRE_THROWS_WITH(va::make_groups(from_vec({1.0}, at::kFloat)),
-                      Catch::Contains("integer dtype"));
+  REQUIRE_THROWS_WITH(va::make_groups(from_vec({1.0}, at::kFloat)), Catch::Contains("integer dtype"));
   const va::Groups empty = va::make_groups(std::vector<std::string>{}, at::kCPU);
   CHECK(empty.num_groups == 0);
   CHECK(empty.ids.numel() == 0);
@@ -326,7 +320,7 @@ TEST_CASE("make_groups numbers uids by first appearance; integer ids are checked
 
 TEST_CASE("every estimator matches its loop reference on random ragged batches", "[advantage]") {
   const std::vector<int> sizes = {1, 2, 7, 1, 3, 2, 16, 1};  // groups of one, two and many
-  const std::vector<int> passk_sizes = {2, 3, 7, 2, 16};       // pass@k needs >= 2 per group
+  const std::vector<int> passk_sizes = {2, 3, 7, 2, 16};     // pass@k needs >= 2 per group
   va::AdvantageConfig cfg;
   cfg.gamma = 0.97;
   cfg.lam = 0.9;
@@ -339,12 +333,21 @@ TEST_CASE("every estimator matches its loop reference on random ragged batches",
       {"gae", [](const Batch& b, const va::AdvantageConfig& c) { return ref_gae(b, c.gamma, c.lam); }, true},
       {"reinforce_plus_plus", [](const Batch& b, const va::AdvantageConfig& c) { return ref_rpp(b, c.gamma); }, true},
       {"remax", [](const Batch& b, const va::AdvantageConfig&) { return ref_remax(b); }, true},
-      {"grpo", [](const Batch& b, const va::AdvantageConfig& c) { return ref_grpo(b, c.epsilon, c.norm_adv_by_std_in_grpo); }, true},
-      {"grpo_vectorized", [](const Batch& b, const va::AdvantageConfig& c) { return ref_grpo_vectorized(b, c.epsilon, c.norm_adv_by_std_in_grpo); }, true},
-      {"grpo_passk", [](const Batch& b, const va::AdvantageConfig& c) { return ref_passk(b, c.epsilon, c.norm_adv_by_std_in_grpo); }, true},
+      {"grpo",
+       [](const Batch& b, const va::AdvantageConfig& c) { return ref_grpo(b, c.epsilon, c.norm_adv_by_std_in_grpo); },
+       true},
+      {"grpo_vectorized",
+       [](const Batch& b, const va::AdvantageConfig& c) {
+         return ref_grpo_vectorized(b, c.epsilon, c.norm_adv_by_std_in_grpo);
+       },
+       true},
+      {"grpo_passk",
+       [](const Batch& b, const va::AdvantageConfig& c) { return ref_passk(b, c.epsilon, c.norm_adv_by_std_in_grpo); },
+       true},
       {"rloo", [](const Batch& b, const va::AdvantageConfig&) { return ref_rloo(b); }, true},
       {"rloo_vectorized", [](const Batch& b, const va::AdvantageConfig&) { return ref_rloo_vectorized(b); }, true},
-      {"reinforce_plus_plus_baseline", [](const Batch& b, const va::AdvantageConfig&) { return ref_rpp_baseline(b); }, true},
+      {"reinforce_plus_plus_baseline", [](const Batch& b, const va::AdvantageConfig&) { return ref_rpp_baseline(b); },
+       true},
       {"opo", [](const Batch& b, const va::AdvantageConfig&) { return ref_opo(b); }, true},
       {"gpg", [](const Batch& b, const va::AdvantageConfig&) { return ref_gpg(b); }, true},
   };
@@ -355,23 +358,19 @@ TEST_CASE("every estimator matches its loop reference on random ragged batches",
       cfg.norm_adv_by_std_in_grpo = norm;
       for (bool outcome_only : {true, false}) {
         for (bool holes : {false, true}) {
-          const Batch b = make_batch(++seed, est.name == "grpo_passk" ? passk_sizes : sizes, 13,
-                                     outcome_only, holes);
+          const Batch b = make_batch(++seed, est.name == "grpo_passk" ? passk_sizes : sizes, 13, outcome_only, holes);
           const RefOut want = est.ref(b, cfg);
           for (at::ScalarType dtype : {at::kDouble, at::kFloat}) {
             for (at::ScalarType mask_dtype : {dtype, at::kLong}) {
-              INFO(est.name << " norm " << norm << " outcome_only " << outcome_only << " holes "
-                            << holes << " dtype " << dtype_name(dtype) << " mask "
-                            << dtype_name(mask_dtype));
-              const va::AdvantageOutputs got =
-                  va::compute_advantage(est.name, inputs_of(b, dtype, mask_dtype), cfg);
+              INFO(est.name << " norm " << norm << " outcome_only " << outcome_only << " holes " << holes << " dtype "
+                            << dtype_name(dtype) << " mask " << dtype_name(mask_dtype));
+              const va::AdvantageOutputs got = va::compute_advantage(est.name, inputs_of(b, dtype, mask_dtype), cfg);
               Tol tol = tol_for(dtype);
               if (mask_dtype != dtype || est.name == "grpo_vectorized") tol = {1e-6, 1e-6};
               if (dtype == at::kFloat) tol = {5e-5, 5e-5};
               CHECK(got.advantages.scalar_type() == dtype);
               check_close(got.advantages, want.adv, tol.rtol, tol.atol, est.name + " advantages");
-              if (est.returns_checked)
-                check_close(got.returns, want.ret, tol.rtol, tol.atol, est.name + " returns");
+              if (est.returns_checked) check_close(got.returns, want.ret, tol.rtol, tol.atol, est.name + " returns");
             }
           }
         }
@@ -380,8 +379,7 @@ TEST_CASE("every estimator matches its loop reference on random ragged batches",
   }
 }
 
-TEST_CASE("gae and reinforce_plus_plus, stepwise and scan, lengths around the chunk sizes",
-          "[advantage]") {
+TEST_CASE("gae and reinforce_plus_plus, stepwise and scan, lengths around the chunk sizes", "[advantage]") {
   // T = 1, 2, 3 (no chunk body), perfect squares, tails of every length, a long row.
   for (va::Recurrence how : {va::Recurrence::stepwise, va::Recurrence::scan}) {
     for (int64_t cols : {1, 2, 3, 4, 8, 9, 10, 15, 16, 17, 50, 97, 300}) {
@@ -389,13 +387,13 @@ TEST_CASE("gae and reinforce_plus_plus, stepwise and scan, lengths around the ch
       for (double lam : {0.9, 1.0}) {
         INFO("T " << cols << " lam " << lam << " scan " << (how == va::Recurrence::scan));
         const va::AdvantageInputs in = inputs_of(b, at::kDouble, at::kDouble);
-        const auto got = va::compute_gae_advantage_return(in.token_level_rewards, in.values,
-                                                          in.response_mask, 0.99, lam, how);
+        const auto got =
+            va::compute_gae_advantage_return(in.token_level_rewards, in.values, in.response_mask, 0.99, lam, how);
         const RefOut want = ref_gae(b, 0.99, lam);
         check_close(got.advantages, want.adv, 1e-9, 1e-10, "gae advantages");
         check_close(got.returns, want.ret, 1e-10, 1e-10, "gae returns");
-        const auto rpp = va::compute_reinforce_plus_plus_outcome_advantage(
-            in.token_level_rewards, in.response_mask, 0.99, how);
+        const auto rpp =
+            va::compute_reinforce_plus_plus_outcome_advantage(in.token_level_rewards, in.response_mask, 0.99, how);
         const RefOut want_rpp = ref_rpp(b, 0.99);
         check_close(rpp.returns, want_rpp.ret, 1e-10, 1e-10, "reinforce_plus_plus returns");
         check_close(rpp.advantages, want_rpp.adv, 1e-9, 1e-10, "reinforce_plus_plus advantages");
@@ -408,8 +406,8 @@ TEST_CASE("gae and reinforce_plus_plus, stepwise and scan, lengths around the ch
     for (auto& row : b.mask)
       for (size_t t = 0; t < row.size(); ++t) row[t] *= 0.25 + 0.25 * (t % 3);
     const va::AdvantageInputs in = inputs_of(b, at::kFloat, at::kFloat);
-    const auto got = va::compute_gae_advantage_return(in.token_level_rewards, in.values,
-                                                      in.response_mask, 1.0, 1.0, how);
+    const auto got =
+        va::compute_gae_advantage_return(in.token_level_rewards, in.values, in.response_mask, 1.0, 1.0, how);
     check_close(got.returns, ref_gae(b, 1.0, 1.0).ret, 1e-5, 1e-5, "gae, fractional mask, fp32");
   }
 }
@@ -424,8 +422,7 @@ TEST_CASE("group_ids given as a tensor equal the string index path", "[advantage
     for (int64_t i : rows[g]) ids[i] = 3.0 * g + 1;  // sparse ids: unused groups in between
   in.group_ids = from_vec(ids, at::kLong);
   in.index.clear();
-  check_close(va::compute_advantage("grpo", in).advantages, to_mat(from_strings), 0, 0,
-              "grpo via group_ids");
+  check_close(va::compute_advantage("grpo", in).advantages, to_mat(from_strings), 0, 0, "grpo via group_ids");
 }
 
 // ---- hand-computed cases ----------------------------------------------------------------------
@@ -442,8 +439,8 @@ TEST_CASE("hand-computed small cases", "[advantage]") {
     check_close(out.returns, Mat{{1, 1, 1}, {1, 0, 9}}, 1e-12, 1e-12, "gae returns");
     // whiten over {0.5, 0.5, 0.5, 1, -1}: mean 0.3, unbiased var 2.3/4 = 0.575.
     const double sd = std::sqrt(0.575);
-    check_close(out.advantages, Mat{{0.2 / sd, 0.2 / sd, 0.2 / sd}, {0.7 / sd, -1.3 / sd, -0.3 / sd}},
-                1e-7, 1e-7, "gae advantages");
+    check_close(out.advantages, Mat{{0.2 / sd, 0.2 / sd, 0.2 / sd}, {0.7 / sd, -1.3 / sd, -0.3 / sd}}, 1e-7, 1e-7,
+                "gae advantages");
   }
   SECTION("grpo, a group of three and a singleton") {
     va::AdvantageInputs in;
@@ -461,33 +458,30 @@ TEST_CASE("hand-computed small cases", "[advantage]") {
     va::AdvantageConfig dr;
     dr.norm_adv_by_std_in_grpo = false;
     check_close(va::compute_advantage("grpo", in, dr).advantages,
-                Mat{{1 / 3.0, 1 / 3.0}, {-2 / 3.0, -2 / 3.0}, {0.5, 0}, {1 / 3.0, 1 / 3.0}}, 1e-12,
-                1e-12, "dr.grpo");
+                Mat{{1 / 3.0, 1 / 3.0}, {-2 / 3.0, -2 / 3.0}, {0.5, 0}, {1 / 3.0, 1 / 3.0}}, 1e-12, 1e-12, "dr.grpo");
   }
   SECTION("rloo, grpo_passk, opo, gpg, remax, reinforce_plus_plus") {
     va::AdvantageInputs in;
     in.token_level_rewards = from_mat({{1, 0}, {0, 0}, {0.5, 0}, {1, 0}}, dt);
     in.response_mask = from_mat({{1, 1}, {1, 0}, {1, 1}, {1, 1}}, dt);
     in.index = {"a", "a", "a", "b"};
-    check_close(va::compute_advantage("rloo", in).advantages,
-                Mat{{0.75, 0.75}, {-0.75, 0}, {0, 0}, {1, 1}}, 1e-12, 1e-12, "rloo");
+    check_close(va::compute_advantage("rloo", in).advantages, Mat{{0.75, 0.75}, {-0.75, 0}, {0, 0}, {1, 1}}, 1e-12,
+                1e-12, "rloo");
     // opo group a: lengths {2, 1, 2}, scores {1, 0, 0.5}: b = (2 + 0 + 1)/5 = 0.6.
-    check_close(va::compute_advantage("opo", in).advantages,
-                Mat{{0.4, 0.4}, {-0.6, 0}, {-0.1, -0.1}, {1, 1}}, 1e-12, 1e-12, "opo");
+    check_close(va::compute_advantage("opo", in).advantages, Mat{{0.4, 0.4}, {-0.6, 0}, {-0.1, -0.1}, {1, 1}}, 1e-12,
+                1e-12, "opo");
     // gpg: 3 of 4 scores non-zero -> alpha = 4/3 (fp32); means a: 0.5, b: singleton 0.
     const double alpha = static_cast<double>((1.0f / 3.0f) * 4.0f);
     check_close(va::compute_advantage("gpg", in).advantages,
-                Mat{{alpha * 0.5, alpha * 0.5}, {-alpha * 0.5, 0}, {0, 0}, {alpha, alpha}}, 1e-12,
-                1e-12, "gpg");
+                Mat{{alpha * 0.5, alpha * 0.5}, {-alpha * 0.5, 0}, {0, 0}, {alpha, alpha}}, 1e-12, 1e-12, "gpg");
     in.index = {"a", "a", "a", "a"};
     in.token_level_rewards = from_mat({{1, 0}, {0, 0}, {0.5, 0}, {0.5, 0}}, dt);
     // best 1, second 0.5; std of {1, 0, .5, .5} = sqrt(0.5/3).
     const double gap = 0.5 / (std::sqrt(0.5 / 3.0) + 1e-6);
-    check_close(va::compute_advantage("grpo_passk", in).advantages,
-                Mat{{gap, gap}, {0, 0}, {0, 0}, {0, 0}}, 1e-12, 1e-12, "grpo_passk");
+    check_close(va::compute_advantage("grpo_passk", in).advantages, Mat{{gap, gap}, {0, 0}, {0, 0}, {0, 0}}, 1e-12,
+                1e-12, "grpo_passk");
     in.token_level_rewards = from_mat({{1, 0}, {0, 0}, {1, 0}, {0.5, 0}}, dt);  // tied best
-    check_close(va::compute_advantage("grpo_passk", in).advantages, zeros_mat(4, 2), 0, 0,
-                "grpo_passk tie");
+    check_close(va::compute_advantage("grpo_passk", in).advantages, zeros_mat(4, 2), 0, 0, "grpo_passk tie");
     va::AdvantageInputs r;
     r.token_level_rewards = from_mat({{1, 0, 2}}, dt);
     r.response_mask = from_mat({{1, 1, 0}}, dt);
@@ -498,8 +492,8 @@ TEST_CASE("hand-computed small cases", "[advantage]") {
     va::AdvantageConfig half;
     half.gamma = 0.5;
     r.response_mask = from_mat({{1, 1, 1}}, dt);
-    check_close(va::compute_advantage("reinforce_plus_plus", r, half).returns,
-                Mat{{1.5, 1, 2}}, 0, 0, "reinforce_plus_plus returns");
+    check_close(va::compute_advantage("reinforce_plus_plus", r, half).returns, Mat{{1.5, 1, 2}}, 0, 0,
+                "reinforce_plus_plus returns");
   }
 }
 
@@ -520,30 +514,25 @@ TEST_CASE("grpo_vectorized floors the variance at epsilon; grpo does not", "[adv
 TEST_CASE("estimator registry: names, user estimators, duplicates, unknown names", "[advantage]") {
   const auto names = va::advantage_estimator_names();
   for (const char* n : {"gae", "grpo", "grpo_passk", "grpo_vectorized", "rloo", "rloo_vectorized",
-                        "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo",
-                        "gpg"})
+                        "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "gpg"})
     CHECK(std::find(names.begin(), names.end(), n) != names.end());
-  REQUIRE_THROWS_WITH(va::compute_advantage("grpoo", {}),
-                      Catch::Contains("unknown advantage estimator 'grpoo'") &&
-                          Catch::Contains("gae") && Catch::Contains("reinforce_plus_plus_baseline"));
-  REQUIRE_THROWS_WITH(va::register_advantage_estimator(
-                          "grpo", [](const va::AdvantageInputs&, const va::AdvantageConfig&) {
-                            return va::AdvantageOutputs{};
-                          }),
-                      Catch::Contains("'grpo' is already registered"));
-  va::register_advantage_estimator(
-      "test_zero", [](const va::AdvantageInputs& in, const va::AdvantageConfig& cfg) {
-        const at::Tensor z = in.token_level_rewards * cfg.gamma;
-        return va::AdvantageOutputs{z, z};
-      });
+  REQUIRE_THROWS_WITH(va::compute_advantage("grpoo", {}), Catch::Contains("unknown advantage estimator 'grpoo'") &&
+                                                              Catch::Contains("gae") &&
+                                                              Catch::Contains("reinforce_plus_plus_baseline"));
+  REQUIRE_THROWS_WITH(
+      va::register_advantage_estimator(
+          "grpo", [](const va::AdvantageInputs&, const va::AdvantageConfig&) { return va::AdvantageOutputs{}; }),
+      Catch::Contains("'grpo' is already registered"));
+  va::register_advantage_estimator("test_zero", [](const va::AdvantageInputs& in, const va::AdvantageConfig& cfg) {
+    const at::Tensor z = in.token_level_rewards * cfg.gamma;
+    return va::AdvantageOutputs{z, z};
+  });
   va::AdvantageInputs in;
   in.token_level_rewards = from_mat({{1, 2}}, at::kDouble);
   va::AdvantageConfig cfg;
   cfg.gamma = 3;
-  check_close(va::compute_advantage("test_zero", in, cfg).advantages, Mat{{3, 6}}, 0, 0,
-              "user estimator");
-  REQUIRE_THROWS_WITH(va::register_advantage_estimator("test_zero", nullptr),
-                      Catch::Contains("function is empty"));
+  check_close(va::compute_advantage("test_zero", in, cfg).advantages, Mat{{3, 6}}, 0, 0, "user estimator");
+  REQUIRE_THROWS_WITH(va::register_advantage_estimator("test_zero", nullptr), Catch::Contains("function is empty"));
 }
 
 TEST_CASE("estimator input errors name the input, the shape and the estimator", "[advantage]") {
@@ -551,8 +540,7 @@ TEST_CASE("estimator input errors name the input, the shape and the estimator", 
   va::AdvantageInputs in = inputs_of(b, at::kFloat, at::kFloat);
   va::AdvantageInputs no_values = in;
   no_values.values = at::Tensor();
-  REQUIRE_THROWS_WITH(va::compute_advantage("gae", no_values),
-                      Catch::Contains("gae") && Catch::Contains("values"));
+  REQUIRE_THROWS_WITH(va::compute_advantage("gae", no_values), Catch::Contains("gae") && Catch::Contains("values"));
   va::AdvantageInputs short_index = in;
   short_index.index.pop_back();
   REQUIRE_THROWS_WITH(va::compute_advantage("grpo", short_index),
@@ -560,8 +548,7 @@ TEST_CASE("estimator input errors name the input, the shape and the estimator", 
   va::AdvantageInputs bad_mask = in;
   bad_mask.response_mask = from_mat({{1, 1}}, at::kFloat);
   REQUIRE_THROWS_WITH(va::compute_advantage("rloo", bad_mask),
-                      Catch::Contains("response_mask has shape [1, 2]") &&
-                          Catch::Contains("[4, 4]"));
+                      Catch::Contains("response_mask has shape [1, 2]") && Catch::Contains("[4, 4]"));
   va::AdvantageInputs no_baseline = in;
   no_baseline.reward_baselines = at::Tensor();
   REQUIRE_THROWS_WITH(va::compute_advantage("remax", no_baseline),
@@ -571,6 +558,5 @@ TEST_CASE("estimator input errors name the input, the shape and the estimator", 
   REQUIRE_THROWS_WITH(va::compute_advantage("opo", int_rewards), Catch::Contains("float dtype"));
   va::AdvantageInputs singleton = in;
   singleton.index = {"p", "q", "q", "r"};
-  REQUIRE_THROWS_WITH(va::compute_advantage("grpo_passk", singleton),
-                      Catch::Contains("group 'p' has 1 sample(s)"));
+  REQUIRE_THROWS_WITH(va::compute_advantage("grpo_passk", singleton), Catch::Contains("group 'p' has 1 sample(s)"));
 }

@@ -70,8 +70,8 @@ TEST_CASE("kl_penalty '+' is straight-through: value of the type, gradient of k2
   for (size_t i = 0; i < lp.size(); ++i)
     for (size_t t = 0; t < lp[i].size(); ++t) k2_grad[i][t] = lp[i][t] - ref[i][t];
   for (const std::string& type : kTypes) {
-    const at::Tensor g = autograd_grad(
-        [&](const at::Tensor& x) { return va::kl_penalty(x, ref_t, type + "+").sum(); }, lp_t);
+    const at::Tensor g =
+        autograd_grad([&](const at::Tensor& x) { return va::kl_penalty(x, ref_t, type + "+").sum(); }, lp_t);
     check_close(g, k2_grad, 1e-12, 1e-12, type + "+ gradient");
   }
   // Without '+', k3's own gradient (checked against finite differences, clamps away).
@@ -80,29 +80,23 @@ TEST_CASE("kl_penalty '+' is straight-through: value of the type, gradient of k2
   const at::Tensor a = from_mat(small_lp, at::kDouble), b = from_mat(small_ref, at::kDouble);
   auto k3_sum = [&](const at::Tensor& x) { return va::kl_penalty(x, b, "k3").sum(); };
   check_close(autograd_grad(k3_sum, a),
-              to_mat(finite_diff([&](const at::Tensor& x) { return to_double(k3_sum(x)); }, a)),
-              1e-6, 1e-8, "k3 gradient");
+              to_mat(finite_diff([&](const at::Tensor& x) { return to_double(k3_sum(x)); }, a)), 1e-6, 1e-8,
+              "k3 gradient");
 }
 
 TEST_CASE("kl_penalty registry: unknown, duplicate, reserved '+', user types", "[kl]") {
   const at::Tensor x = from_mat({{-1.0, -2.0}}, at::kDouble), y = from_mat({{-1.5, -1.0}}, at::kDouble);
-  REQUIRE_THROWS_WITH(va::kl_penalty(x, y, "k4"), Catch::Contains("unknown KL penalty type 'k4'") &&
-                                                      Catch::Contains("low_var_kl"));
+  REQUIRE_THROWS_WITH(va::kl_penalty(x, y, "k4"),
+                      Catch::Contains("unknown KL penalty type 'k4'") && Catch::Contains("low_var_kl"));
   REQUIRE_THROWS_WITH(va::kl_penalty(x, y, "full"), Catch::Contains("'full'"));
   REQUIRE_THROWS_WITH(va::kl_penalty(x, y, "k4+"), Catch::Contains("'k4'"));
-  REQUIRE_THROWS_WITH(va::register_kl_penalty("k1", va::detail::kl_k1),
-                      Catch::Contains("'k1' is already registered"));
-  REQUIRE_THROWS_WITH(va::register_kl_penalty("mine+", va::detail::kl_k1),
-                      Catch::Contains("reserved"));
-  va::register_kl_penalty("test_sq", [](const at::Tensor& lp, const at::Tensor& ref) {
-    return (lp - ref).square();
-  });
+  REQUIRE_THROWS_WITH(va::register_kl_penalty("k1", va::detail::kl_k1), Catch::Contains("'k1' is already registered"));
+  REQUIRE_THROWS_WITH(va::register_kl_penalty("mine+", va::detail::kl_k1), Catch::Contains("reserved"));
+  va::register_kl_penalty("test_sq", [](const at::Tensor& lp, const at::Tensor& ref) { return (lp - ref).square(); });
   check_close(va::kl_penalty(x, y, "test_sq"), Mat{{0.25, 1.0}}, 1e-15, 0, "user type");
-  const at::Tensor g = autograd_grad(
-      [&](const at::Tensor& v) { return va::kl_penalty(v, y, "test_sq+").sum(); }, x);
+  const at::Tensor g = autograd_grad([&](const at::Tensor& v) { return va::kl_penalty(v, y, "test_sq+").sum(); }, x);
   check_close(g, Mat{{0.5, -1.0}}, 1e-15, 0, "user type '+' gradient = x");
-  REQUIRE_THROWS_WITH(va::kl_penalty(x, from_mat({{1.0}}, at::kDouble), "kl"),
-                      Catch::Contains("same shape"));
+  REQUIRE_THROWS_WITH(va::kl_penalty(x, from_mat({{1.0}}, at::kDouble), "kl"), Catch::Contains("same shape"));
 }
 
 TEST_CASE("KL controllers follow verl's update rule", "[kl]") {
@@ -122,10 +116,8 @@ TEST_CASE("KL controllers follow verl's update rule", "[kl]") {
   made->update(2.0, 5);  // error 1 -> 0.2: 0.2 * (1 + 0.2 * 5 / 10)
   CHECK(made->value() == Approx(0.2 * 1.1).epsilon(1e-14));
   CHECK(va::make_kl_controller("fixed", 0.3)->value() == 0.3);
-  REQUIRE_THROWS_WITH(va::make_kl_controller("pid", 0.1),
-                      Catch::Contains("unknown KL controller type 'pid'"));
-  REQUIRE_THROWS_WITH(va::AdaptiveKLController(0.1, 6.0, 0.0),
-                      Catch::Contains("horizon must be > 0; got 0"));
+  REQUIRE_THROWS_WITH(va::make_kl_controller("pid", 0.1), Catch::Contains("unknown KL controller type 'pid'"));
+  REQUIRE_THROWS_WITH(va::AdaptiveKLController(0.1, 6.0, 0.0), Catch::Contains("horizon must be > 0; got 0"));
 }
 
 TEST_CASE("apply_kl_penalty matches the loop reference and updates the controller", "[kl]") {
@@ -150,9 +142,8 @@ TEST_CASE("apply_kl_penalty matches the loop reference and updates the controlle
       }
       const double current_kl = kl_sum / b.rows;
       expected_ctrl.update(current_kl, b.rows);
-      const auto out = va::apply_kl_penalty(from_mat(b.rewards, dtype), from_mat(lp, dtype),
-                                            from_mat(ref, dtype), from_mat(b.mask, dtype), ctrl,
-                                            type);
+      const auto out = va::apply_kl_penalty(from_mat(b.rewards, dtype), from_mat(lp, dtype), from_mat(ref, dtype),
+                                            from_mat(b.mask, dtype), ctrl, type);
       const Tol tol = tol_for(dtype);
       check_close(out.token_level_rewards, rewards, tol.rtol, tol.atol, "rewards");
       CHECK(out.current_kl == Approx(current_kl).epsilon(dtype == at::kDouble ? 1e-12 : 1e-5));
@@ -208,33 +199,31 @@ TEST_CASE("entropy_from_logits and its chunked variant match the loop reference"
   }
   // bf16 logits: fp32 result, equal to the reference on the bf16-rounded logits.
   const at::Tensor bf = logits64.to(at::kBFloat16);
-  check_close(va::entropy_from_logits_with_chunking(bf, 4), ref_entropy(bf.to(at::kDouble)), 2e-5,
-              2e-5, "chunked entropy of bf16 logits");
+  check_close(va::entropy_from_logits_with_chunking(bf, 4), ref_entropy(bf.to(at::kDouble)), 2e-5, 2e-5,
+              "chunked entropy of bf16 logits");
   // Extreme logits stay finite: a token with probability ~0 contributes nothing.
   const at::Tensor extreme = from_mat({{-1e4, 50, 50, -30}, {0, 0, 0, 0}}, at::kFloat);
   check_close(va::entropy_from_logits(extreme), Vec{std::log(2.0), std::log(4.0)}, 1e-6, 1e-6,
               "entropy of extreme logits");
-  check_close(va::entropy_from_logits_with_chunking(extreme, 1), Vec{std::log(2.0), std::log(4.0)},
-              1e-6, 1e-6, "chunked entropy of extreme logits");
+  check_close(va::entropy_from_logits_with_chunking(extreme, 1), Vec{std::log(2.0), std::log(4.0)}, 1e-6, 1e-6,
+              "chunked entropy of extreme logits");
   REQUIRE_THROWS_WITH(va::entropy_from_logits_with_chunking(logits64, 0),
                       Catch::Contains("chunk_size must be > 0; got 0"));
-  REQUIRE_THROWS_WITH(va::entropy_from_logits(from_vec({1.0}, at::kFloat).reshape({})),
-                      Catch::Contains("shape []"));
+  REQUIRE_THROWS_WITH(va::entropy_from_logits(from_vec({1.0}, at::kFloat).reshape({})), Catch::Contains("shape []"));
 }
 
 TEST_CASE("entropy gradient and the aggregated entropy loss", "[entropy]") {
-  const at::Tensor logits =
-      at::randn({2, 3, 5}, at::detail::createCPUGenerator(8), at::kDouble).to(test_device());
+  const at::Tensor logits = at::randn({2, 3, 5}, at::detail::createCPUGenerator(8), at::kDouble).to(test_device());
   auto total = [](const at::Tensor& z) { return va::entropy_from_logits(z).sum(); };
   check_close(autograd_grad(total, logits),
-              to_vec(finite_diff([&](const at::Tensor& z) { return to_double(total(z)); }, logits)),
-              1e-6, 1e-8, "entropy gradient");
+              to_vec(finite_diff([&](const at::Tensor& z) { return to_double(total(z)); }, logits)), 1e-6, 1e-8,
+              "entropy gradient");
   const Mat mask = {{1, 1, 0}, {1, 0, 0}};
   const Vec h = ref_entropy(logits);
   const double want = (h[0] + h[1] + h[3]) / 3.0;  // token-mean over the 3 response tokens
   check_scalar(va::compute_entropy_loss(logits, from_mat(mask, at::kDouble)), want, 1e-12, 0,
                "entropy loss token-mean");
   const double want_seq = ((h[0] + h[1]) / 2 + h[3]) / 2;
-  check_scalar(va::compute_entropy_loss(logits, from_mat(mask, at::kDouble), "seq-mean-token-mean"),
-               want_seq, 1e-7, 0, "entropy loss seq-mean-token-mean");
+  check_scalar(va::compute_entropy_loss(logits, from_mat(mask, at::kDouble), "seq-mean-token-mean"), want_seq, 1e-7, 0,
+               "entropy loss seq-mean-token-mean");
 }

@@ -31,8 +31,7 @@ double ref_masked_mean(const Mat& v, const Mat& m) {
   return s / (n + 1e-8);
 }
 
-double ref_agg(const Mat& loss, const Mat& m, const std::string& mode,
-               const va::AggLossOptions& opts = {}) {
+double ref_agg(const Mat& loss, const Mat& m, const std::string& mode, const va::AggLossOptions& opts = {}) {
   double total = 0, tokens = 0, seq_sum = 0, seq_mean = 0, rows = 0;
   for (size_t i = 0; i < loss.size(); ++i) {
     double row = 0, n = 0;
@@ -49,10 +48,8 @@ double ref_agg(const Mat& loss, const Mat& m, const std::string& mode,
     }
   }
   if (mode == "token-mean") return total / opts.batch_num_tokens.value_or(tokens) * opts.dp_size;
-  if (mode == "seq-mean-token-sum")
-    return seq_sum / opts.global_batch_size.value_or(rows) * opts.dp_size;
-  if (mode == "seq-mean-token-mean")
-    return seq_mean / opts.global_batch_size.value_or(rows) * opts.dp_size;
+  if (mode == "seq-mean-token-sum") return seq_sum / opts.global_batch_size.value_or(rows) * opts.dp_size;
+  if (mode == "seq-mean-token-mean") return seq_mean / opts.global_batch_size.value_or(rows) * opts.dp_size;
   return total / opts.loss_scale_factor.value_or(static_cast<double>(loss[0].size()));
 }
 
@@ -67,10 +64,14 @@ Mat agg_weights(const Mat& m, const std::string& mode) {
   for (size_t i = 0; i < m.size(); ++i)
     for (size_t t = 0; t < m[i].size(); ++t) {
       const double n = row_sum(m[i]);
-      if (mode == "token-mean") w[i][t] = m[i][t] / tokens;
-      else if (mode == "seq-mean-token-sum") w[i][t] = m[i][t] / rows;
-      else if (mode == "seq-mean-token-mean") w[i][t] = m[i][t] / (n + 1e-8) / rows;
-      else w[i][t] = m[i][t] / m[i].size();
+      if (mode == "token-mean")
+        w[i][t] = m[i][t] / tokens;
+      else if (mode == "seq-mean-token-sum")
+        w[i][t] = m[i][t] / rows;
+      else if (mode == "seq-mean-token-mean")
+        w[i][t] = m[i][t] / (n + 1e-8) / rows;
+      else
+        w[i][t] = m[i][t] / m[i].size();
     }
   return w;
 }
@@ -111,8 +112,7 @@ struct RefPolicy {
 double clip(double x, double lo, double hi) { return std::min(std::max(x, lo), hi); }
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-RefPolicy ref_policy(const std::string& name, const PolicyData& d, const va::PolicyLossConfig& c,
-                     bool use_weights) {
+RefPolicy ref_policy(const std::string& name, const PolicyData& d, const va::PolicyLossConfig& c, bool use_weights) {
   const int64_t rows = d.lp.size(), cols = d.lp[0].size();
   Mat loss = zeros_mat(rows, cols), clipped = loss, lower = loss, neg_kl = loss;
   std::string mode = c.loss_agg_mode;
@@ -154,8 +154,8 @@ RefPolicy ref_policy(const std::string& name, const PolicyData& d, const va::Pol
       if (use_weights) loss[i][t] *= d.weights[i][t];
     }
   }
-  return {ref_agg(loss, d.mask, mode, c.agg), ref_masked_mean(clipped, d.mask),
-          ref_masked_mean(neg_kl, d.mask), ref_masked_mean(lower, d.mask)};
+  return {ref_agg(loss, d.mask, mode, c.agg), ref_masked_mean(clipped, d.mask), ref_masked_mean(neg_kl, d.mask),
+          ref_masked_mean(lower, d.mask)};
 }
 
 RefPolicy ref_geo_mean(const PolicyData& d, const va::PolicyLossConfig& c, bool use_weights) {
@@ -181,8 +181,7 @@ RefPolicy ref_geo_mean(const PolicyData& d, const va::PolicyLossConfig& c, bool 
     if (use_weights) pg *= std::exp(sum_logw / (len + 1e-8));
     total += pg;
   }
-  return {total / rows, ref_masked_mean(up, d.mask), ref_masked_mean(neg_kl, d.mask),
-          ref_masked_mean(down, d.mask)};
+  return {total / rows, ref_masked_mean(up, d.mask), ref_masked_mean(neg_kl, d.mask), ref_masked_mean(down, d.mask)};
 }
 
 double cov_mean(const PolicyData& d, bool adv) {
@@ -205,8 +204,7 @@ RefPolicy ref_clip_cov_all(const PolicyData& d, const va::PolicyLossConfig& c, b
       const double a = d.adv[i][t], nk = d.lp[i][t] - d.old_lp[i][t], r = std::exp(nk);
       const double l1 = -a * r, l2 = -a * clip(r, 1 - c.clip_ratio_low, 1 + c.clip_ratio_high);
       const double cov = (a - ma) * (d.lp[i][t] - ml);
-      const bool candidate =
-          d.mask[i][t] > 0 && !(l2 > l1) && cov > c.clip_cov_lb && cov < c.clip_cov_ub;
+      const bool candidate = d.mask[i][t] > 0 && !(l2 > l1) && cov > c.clip_cov_lb && cov < c.clip_cov_ub;
       *num_candidates += candidate;
       zeroed[i][t] = candidate;
       loss[i][t] = std::max(l1, l2) * (candidate ? 0.0 : 1.0) * (use_weights ? d.weights[i][t] : 1);
@@ -235,16 +233,13 @@ RefPolicy ref_kl_cov(const PolicyData& d, const va::PolicyLossConfig& c, bool us
       if (use_weights) loss[i][t] *= d.weights[i][t];
       abs_kl[i][t] = std::fabs(nk);
     }
-  return {ref_agg(loss, d.mask, c.loss_agg_mode, c.agg), 0.0, ref_masked_mean(abs_kl, d.mask),
-          0.0};
+  return {ref_agg(loss, d.mask, c.loss_agg_mode, c.agg), 0.0, ref_masked_mean(abs_kl, d.mask), 0.0};
 }
 
-va::PolicyLossOutput run_policy(const std::string& name, const PolicyData& d,
-                                const va::PolicyLossConfig& c, at::ScalarType dtype,
-                                bool use_weights) {
-  return va::compute_policy_loss(name, from_mat(d.old_lp, dtype), from_mat(d.lp, dtype),
-                                 from_mat(d.adv, dtype), from_mat(d.mask, dtype), c,
-                                 use_weights ? from_mat(d.weights, dtype) : at::Tensor());
+va::PolicyLossOutput run_policy(const std::string& name, const PolicyData& d, const va::PolicyLossConfig& c,
+                                at::ScalarType dtype, bool use_weights) {
+  return va::compute_policy_loss(name, from_mat(d.old_lp, dtype), from_mat(d.lp, dtype), from_mat(d.adv, dtype),
+                                 from_mat(d.mask, dtype), c, use_weights ? from_mat(d.weights, dtype) : at::Tensor());
 }
 
 void check_policy(const va::PolicyLossOutput& got, const RefPolicy& want, at::ScalarType dtype,
@@ -267,8 +262,8 @@ TEST_CASE("agg_loss: every mode, with and without global-batch numbers", "[agg]"
     const Tol tol = tol_for(dtype);
     for (const std::string& mode : kModes) {
       INFO(mode << " " << c10::toString(dtype));
-      check_scalar(va::agg_loss(from_mat(d.adv, dtype), from_mat(d.mask, dtype), mode),
-                   ref_agg(d.adv, d.mask, mode), tol.rtol, tol.atol, mode);
+      check_scalar(va::agg_loss(from_mat(d.adv, dtype), from_mat(d.mask, dtype), mode), ref_agg(d.adv, d.mask, mode),
+                   tol.rtol, tol.atol, mode);
       va::AggLossOptions opts;
       opts.dp_size = 4;
       opts.batch_num_tokens = 123;
@@ -281,12 +276,10 @@ TEST_CASE("agg_loss: every mode, with and without global-batch numbers", "[agg]"
                    ref_agg(d.adv, d.mask, mode, opts), 1e-6, 1e-7, mode + " bool mask");
     }
   }
-  REQUIRE_THROWS_WITH(va::agg_loss(from_mat(d.adv, at::kFloat), from_mat(d.mask, at::kFloat),
-                                   "seq-mean"),
-                      Catch::Contains("unknown loss_agg_mode 'seq-mean'") &&
-                          Catch::Contains("seq-mean-token-sum-norm"));
-  REQUIRE_THROWS_WITH(va::agg_loss(from_mat(d.adv, at::kFloat), from_mat({{1.0}}, at::kFloat),
-                                   "token-mean"),
+  REQUIRE_THROWS_WITH(
+      va::agg_loss(from_mat(d.adv, at::kFloat), from_mat(d.mask, at::kFloat), "seq-mean"),
+      Catch::Contains("unknown loss_agg_mode 'seq-mean'") && Catch::Contains("seq-mean-token-sum-norm"));
+  REQUIRE_THROWS_WITH(va::agg_loss(from_mat(d.adv, at::kFloat), from_mat({{1.0}}, at::kFloat), "token-mean"),
                       Catch::Contains("mask has shape [1, 1]"));
 }
 
@@ -305,8 +298,8 @@ TEST_CASE("policy losses match per-token loop references", "[policy]") {
           const RefPolicy want = std::string(name) == "geo_mean" ? ref_geo_mean(d, cfg, use_weights)
                                                                  : ref_policy(name, d, cfg, use_weights);
           for (at::ScalarType dtype : {at::kDouble, at::kFloat}) {
-            INFO(name << " mode " << mode << " token_adv " << token_adv << " weights "
-                      << use_weights << " " << c10::toString(dtype));
+            INFO(name << " mode " << mode << " token_adv " << token_adv << " weights " << use_weights << " "
+                      << c10::toString(dtype));
             check_policy(run_policy(name, d, cfg, dtype, use_weights), want, dtype, name);
           }
         }
@@ -317,7 +310,7 @@ TEST_CASE("policy losses match per-token loop references", "[policy]") {
 
 TEST_CASE("clip_cov detaches the chosen high-covariance tokens", "[policy]") {
   va::PolicyLossConfig cfg;
-  cfg.clip_cov_lb = 0.3;  // a wider window than the default, so several tokens qualify
+  cfg.clip_cov_lb = 0.3;     // a wider window than the default, so several tokens qualify
   cfg.clip_cov_ratio = 1.0;  // clip_num >= #candidates: all candidates, no randomness
   for (const std::string& mode : kModes) {
     for (bool use_weights : {false, true}) {
@@ -367,8 +360,7 @@ TEST_CASE("kl_cov penalises the top-covariance tokens", "[policy]") {
   }
   cfg.kl_cov_ratio = 0.0002;  // verl's default: k = max(1, int(N * ratio)) = 1
   const PolicyData d = make_policy_data(92, 6, 7);
-  check_policy(run_policy("kl_cov", d, cfg, at::kDouble, false), ref_kl_cov(d, cfg, false),
-               at::kDouble, "kl_cov k=1");
+  check_policy(run_policy("kl_cov", d, cfg, at::kDouble, false), ref_kl_cov(d, cfg, false), at::kDouble, "kl_cov k=1");
 }
 
 TEST_CASE("vanilla PPO, hand-computed dual clip", "[policy]") {
@@ -384,8 +376,7 @@ TEST_CASE("vanilla PPO, hand-computed dual clip", "[policy]") {
   check_scalar(out.ppo_kl, -std::log(3.0) / 3.0, 1e-8, 1e-8, "ppo_kl");
 }
 
-TEST_CASE("policy-loss gradients: finite differences, or analytic where verl detaches",
-          "[policy]") {
+TEST_CASE("policy-loss gradients: finite differences, or analytic where verl detaches", "[policy]") {
   const PolicyData d = make_policy_data(5, 4, 6);
   const at::Tensor old_lp = from_mat(d.old_lp, at::kDouble), adv = from_mat(d.adv, at::kDouble);
   const at::Tensor mask = from_mat(d.mask, at::kDouble), w = from_mat(d.weights, at::kDouble);
@@ -394,8 +385,7 @@ TEST_CASE("policy-loss gradients: finite differences, or analytic where verl det
   cfg.clip_cov_lb = 0.3;
   cfg.clip_cov_ratio = 1.0;
   cfg.kl_cov_ratio = 0.2;
-  for (const char* name :
-       {"vanilla", "sapo", "gpg", "reinforce", "geo_mean", "clip_cov", "kl_cov"}) {
+  for (const char* name : {"vanilla", "sapo", "gpg", "reinforce", "geo_mean", "clip_cov", "kl_cov"}) {
     for (const std::string& mode : {std::string("token-mean"), std::string("seq-mean-token-mean")}) {
       cfg.loss_agg_mode = mode;
       INFO(name << " " << mode);
@@ -411,18 +401,14 @@ TEST_CASE("policy-loss gradients: finite differences, or analytic where verl det
         CHECK_FALSE(out.ppo_kl.requires_grad());
         CHECK_FALSE(out.clipfrac_lower.requires_grad());
       }
-      const at::Tensor numeric =
-          finite_diff([&](const at::Tensor& x) { return to_double(loss_of(x)); }, lp);
+      const at::Tensor numeric = finite_diff([&](const at::Tensor& x) { return to_double(loss_of(x)); }, lp);
       check_close(analytic, to_mat(numeric), 1e-5, 1e-7, std::string(name) + " gradient");
     }
   }
   SECTION("gspo: token gradient -A*s of the sequence ratio, where not clipped") {
     cfg.loss_agg_mode = "token-mean";  // ignored: gspo aggregates seq-mean-token-mean
     const at::Tensor g = autograd_grad(
-        [&](const at::Tensor& x) {
-          return va::compute_policy_loss("gspo", old_lp, x, adv, mask, cfg).loss;
-        },
-        lp);
+        [&](const at::Tensor& x) { return va::compute_policy_loss("gspo", old_lp, x, adv, mask, cfg).loss; }, lp);
     const Mat wts = agg_weights(d.mask, "seq-mean-token-mean");
     Mat want = zeros_mat(4, 6);
     for (int i = 0; i < 4; ++i) {
@@ -439,10 +425,7 @@ TEST_CASE("policy-loss gradients: finite differences, or analytic where verl det
   }
   SECTION("cispo: -sg(clip(r))*A per token") {
     const at::Tensor g = autograd_grad(
-        [&](const at::Tensor& x) {
-          return va::compute_policy_loss("cispo", old_lp, x, adv, mask, cfg).loss;
-        },
-        lp);
+        [&](const at::Tensor& x) { return va::compute_policy_loss("cispo", old_lp, x, adv, mask, cfg).loss; }, lp);
     const Mat wts = agg_weights(d.mask, cfg.loss_agg_mode);
     Mat want = zeros_mat(4, 6);
     for (int i = 0; i < 4; ++i)
@@ -455,20 +438,18 @@ TEST_CASE("policy-loss gradients: finite differences, or analytic where verl det
 TEST_CASE("policy-loss registry and config errors", "[policy]") {
   const PolicyData d = make_policy_data(8, 3, 4);
   const at::Tensor t = from_mat(d.lp, at::kFloat), m = from_mat(d.mask, at::kFloat);
-  REQUIRE_THROWS_WITH(va::compute_policy_loss("ppo", t, t, t, m),
-                      Catch::Contains("unknown policy loss 'ppo'") &&
-                          Catch::Contains("vanilla") && Catch::Contains("geo_mean"));
+  REQUIRE_THROWS_WITH(va::compute_policy_loss("ppo", t, t, t, m), Catch::Contains("unknown policy loss 'ppo'") &&
+                                                                      Catch::Contains("vanilla") &&
+                                                                      Catch::Contains("geo_mean"));
   REQUIRE_THROWS_WITH(va::register_policy_loss("vanilla", va::compute_policy_loss_gpg),
                       Catch::Contains("'vanilla' is already registered"));
-  va::register_policy_loss("test_double_gpg", [](const va::PolicyLossInputs& in,
-                                                 const va::PolicyLossConfig& c) {
+  va::register_policy_loss("test_double_gpg", [](const va::PolicyLossInputs& in, const va::PolicyLossConfig& c) {
     va::PolicyLossOutput out = va::compute_policy_loss_gpg(in, c);
     out.loss = out.loss * 2;
     return out;
   });
   check_scalar(va::compute_policy_loss("test_double_gpg", t, t, t, m).loss,
-               2 * to_double(va::compute_policy_loss("gpg", t, t, t, m).loss), 1e-6, 0,
-               "user policy loss");
+               2 * to_double(va::compute_policy_loss("gpg", t, t, t, m).loss), 1e-6, 0, "user policy loss");
   va::PolicyLossConfig bad;
   bad.clip_ratio_c = 1.0;
   REQUIRE_THROWS_WITH(va::compute_policy_loss("vanilla", t, t, t, m, bad),
@@ -482,8 +463,7 @@ TEST_CASE("policy-loss registry and config errors", "[policy]") {
   REQUIRE_THROWS_WITH(va::compute_policy_loss("kl_cov", t, t, t, m, bad),
                       Catch::Contains("kl_cov_ratio must be > 0; got -1"));
   REQUIRE_THROWS_WITH(va::compute_policy_loss("gspo", t, t, t.narrow(1, 0, 2), m),
-                      Catch::Contains("advantages has shape [3, 2]") &&
-                          Catch::Contains("'gspo'"));
+                      Catch::Contains("advantages has shape [3, 2]") && Catch::Contains("'gspo'"));
   REQUIRE_THROWS_WITH(va::compute_policy_loss("sapo", t, t, t, m, {}, t.narrow(0, 0, 1)),
                       Catch::Contains("rollout_is_weights has shape [1, 4]"));
 }
@@ -506,30 +486,27 @@ TEST_CASE("value loss matches the loop reference; gradient; hand-computed", "[va
     for (at::ScalarType dtype : {at::kDouble, at::kFloat}) {
       INFO(mode << " " << c10::toString(dtype));
       const Tol tol = tol_for(dtype);
-      const auto out = va::compute_value_loss(from_mat(d.lp, dtype), from_mat(d.adv, dtype),
-                                              from_mat(d.old_lp, dtype), from_mat(d.mask, dtype),
-                                              c, mode);
+      const auto out = va::compute_value_loss(from_mat(d.lp, dtype), from_mat(d.adv, dtype), from_mat(d.old_lp, dtype),
+                                              from_mat(d.mask, dtype), c, mode);
       check_scalar(out.loss, 0.5 * ref_agg(losses, d.mask, mode), tol.rtol, tol.atol, "vf_loss");
       check_scalar(out.clipfrac, ref_masked_mean(clipped, d.mask), 1e-6, 1e-7, "vf_clipfrac");
     }
     auto loss_of = [&](const at::Tensor& v) {
       return va::compute_value_loss(v, from_mat(d.adv, at::kDouble), from_mat(d.old_lp, at::kDouble),
-                                    from_mat(d.mask, at::kDouble), c, mode).loss;
+                                    from_mat(d.mask, at::kDouble), c, mode)
+          .loss;
     };
     const at::Tensor vp = from_mat(d.lp, at::kDouble);
     check_close(autograd_grad(loss_of, vp),
-                to_mat(finite_diff([&](const at::Tensor& x) { return to_double(loss_of(x)); }, vp)),
-                1e-6, 1e-8, "vf gradient " + mode);
+                to_mat(finite_diff([&](const at::Tensor& x) { return to_double(loss_of(x)); }, vp)), 1e-6, 1e-8,
+                "vf gradient " + mode);
   }
   // v = [1, 3], V = [2, 1.5], R = [0, 0], c = 0.5: v_c = [1.5, 2]; max sq. errors [2.25, 9].
   const auto out = va::compute_value_loss(from_mat({{1, 3}}, at::kDouble), from_mat({{0, 0}}, at::kDouble),
-                                          from_mat({{2, 1.5}}, at::kDouble),
-                                          from_mat({{1, 1}}, at::kDouble), 0.5);
+                                          from_mat({{2, 1.5}}, at::kDouble), from_mat({{1, 1}}, at::kDouble), 0.5);
   check_scalar(out.loss, 0.5 * (2.25 + 9) / 2, 1e-12, 0, "hand vf_loss");
   check_scalar(out.clipfrac, 0.5, 1e-8, 0, "hand vf_clipfrac");
-  REQUIRE_THROWS_WITH(va::compute_value_loss(from_mat({{1, 3}}, at::kDouble),
-                                             from_mat({{0}}, at::kDouble),
-                                             from_mat({{2, 1.5}}, at::kDouble),
-                                             from_mat({{1, 1}}, at::kDouble), 0.5),
+  REQUIRE_THROWS_WITH(va::compute_value_loss(from_mat({{1, 3}}, at::kDouble), from_mat({{0}}, at::kDouble),
+                                             from_mat({{2, 1.5}}, at::kDouble), from_mat({{1, 1}}, at::kDouble), 0.5),
                       Catch::Contains("returns has shape [1, 1]"));
 }

@@ -57,8 +57,7 @@ inline Mat to_mat(const at::Tensor& t) {
 
 inline at::Tensor from_vec(const Vec& v, at::ScalarType dtype) {
   Vec copy = v;
-  return at::from_blob(copy.data(), {static_cast<int64_t>(copy.size())},
-                       at::TensorOptions().dtype(at::kDouble))
+  return at::from_blob(copy.data(), {static_cast<int64_t>(copy.size())}, at::TensorOptions().dtype(at::kDouble))
       .clone()
       .to(test_device())
       .to(dtype);
@@ -80,8 +79,10 @@ inline void check_close(const at::Tensor& actual, const Vec& expected, double rt
   REQUIRE(got.size() == expected.size());
   auto index_str = [&](size_t k) {
     std::ostringstream os;
-    if (cols > 0) os << "[" << k / cols << ", " << k % cols << "]";
-    else os << "[" << k << "]";
+    if (cols > 0)
+      os << "[" << k / cols << ", " << k % cols << "]";
+    else
+      os << "[" << k << "]";
     return os.str();
   };
   size_t num_bad = 0, first_bad = 0, worst = 0;
@@ -101,15 +102,18 @@ inline void check_close(const at::Tensor& actual, const Vec& expected, double rt
       bad = err > atol + rtol * std::fabs(e);
     }
     if (bad && num_bad++ == 0) first_bad = k;
-    if (err > worst_err) { worst_err = err; worst = k; }
+    if (err > worst_err) {
+      worst_err = err;
+      worst = k;
+    }
   }
   if (num_bad) {
     std::ostringstream os;
     os.precision(17);
-    os << what << ": " << num_bad << " of " << got.size() << " elements off (rtol " << rtol
-       << ", atol " << atol << "); first bad " << index_str(first_bad) << " got " << got[first_bad]
-       << " expected " << expected[first_bad] << "; worst " << index_str(worst) << " |err| "
-       << worst_err << " (got " << got[worst] << ", expected " << expected[worst] << ")";
+    os << what << ": " << num_bad << " of " << got.size() << " elements off (rtol " << rtol << ", atol " << atol
+       << "); first bad " << index_str(first_bad) << " got " << got[first_bad] << " expected " << expected[first_bad]
+       << "; worst " << index_str(worst) << " |err| " << worst_err << " (got " << got[worst] << ", expected "
+       << expected[worst] << ")";
     FAIL_CHECK(os.str());
   } else {
     SUCCEED(what);
@@ -123,8 +127,7 @@ inline void check_close(const at::Tensor& actual, const Mat& expected, double rt
   check_close(actual, flat, rtol, atol, what, expected.empty() ? 0 : expected[0].size());
 }
 
-inline void check_scalar(const at::Tensor& actual, double expected, double rtol, double atol,
-                         const std::string& what) {
+inline void check_scalar(const at::Tensor& actual, double expected, double rtol, double atol, const std::string& what) {
   REQUIRE(actual.numel() == 1);
   check_close(actual.reshape({1}), Vec{expected}, rtol, atol, what);
 }
@@ -133,9 +136,7 @@ inline void check_scalar(const at::Tensor& actual, double expected, double rtol,
 struct Tol {
   double rtol, atol;
 };
-inline Tol tol_for(at::ScalarType dtype) {
-  return dtype == at::kDouble ? Tol{1e-10, 1e-11} : Tol{2e-5, 2e-5};
-}
+inline Tol tol_for(at::ScalarType dtype) { return dtype == at::kDouble ? Tol{1e-10, 1e-11} : Tol{2e-5, 2e-5}; }
 
 // A random batch: rows shuffled across groups of the given sizes, ragged response lengths
 // (0 and T included), masks as prefixes or (holes = true) with masked-out gaps inside.
@@ -146,8 +147,8 @@ struct Batch {
   std::vector<std::string> uids;
 };
 
-inline Batch make_batch(uint64_t seed, const std::vector<int>& group_sizes, int64_t cols,
-                        bool outcome_only, bool holes = false) {
+inline Batch make_batch(uint64_t seed, const std::vector<int>& group_sizes, int64_t cols, bool outcome_only,
+                        bool holes = false) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   Batch b;
@@ -162,8 +163,8 @@ inline Batch make_batch(uint64_t seed, const std::vector<int>& group_sizes, int6
   std::uniform_int_distribution<int64_t> len_dist(1, cols);
   for (int64_t i = 0; i < b.rows; ++i) {
     int64_t len = len_dist(rng);
-    if (i == 1) len = cols;                  // a full row
-    if (i == 2 && b.rows > 4) len = 0;       // an empty row
+    if (i == 1) len = cols;             // a full row
+    if (i == 2 && b.rows > 4) len = 0;  // an empty row
     for (int64_t t = 0; t < len; ++t) b.mask[i][t] = 1.0;
     if (holes)
       for (int64_t t = 1; t + 1 < len; ++t)
@@ -199,8 +200,7 @@ inline std::vector<std::vector<int64_t>> group_rows(const std::vector<std::strin
 inline double row_sum(const Vec& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
 
 // Central finite differences of a scalar function f at x (fp64): df/dx, same shape as x.
-inline at::Tensor finite_diff(const std::function<double(const at::Tensor&)>& f,
-                              const at::Tensor& x, double h = 1e-6) {
+inline at::Tensor finite_diff(const std::function<double(const at::Tensor&)>& f, const at::Tensor& x, double h = 1e-6) {
   at::Tensor base = x.detach().to(at::kCPU).to(at::kDouble).contiguous().clone();
   at::Tensor grad = at::zeros_like(base);
   double* p = base.data_ptr<double>();
@@ -218,8 +218,7 @@ inline at::Tensor finite_diff(const std::function<double(const at::Tensor&)>& f,
 }
 
 // Autograd gradient of a scalar function at x (fp64).
-inline at::Tensor autograd_grad(const std::function<at::Tensor(const at::Tensor&)>& f,
-                                const at::Tensor& x) {
+inline at::Tensor autograd_grad(const std::function<at::Tensor(const at::Tensor&)>& f, const at::Tensor& x) {
   at::Tensor leaf = x.detach().to(at::kDouble).clone().requires_grad_(true);
   f(leaf).backward();
   return leaf.grad().detach().clone();

@@ -10,8 +10,8 @@
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
-using verlpp::controller::CheckpointManager;
 using Catch::Contains;
+using verlpp::controller::CheckpointManager;
 
 namespace {
 

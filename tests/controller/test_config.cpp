@@ -7,8 +7,8 @@
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
-using verlpp::controller::Config;
 using Catch::Contains;
+using verlpp::controller::Config;
 
 namespace {
 
@@ -65,8 +65,9 @@ TEST_CASE("overrides: parsing, types and suggestions", "[config]") {
   CHECK(c.get<int64_t>("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") == 4);
   c.apply_override("actor_rollout_ref.model.override_config.attention_dropout=0.0");  // free-form section
   CHECK(c.get<double>("actor_rollout_ref.model.override_config.attention_dropout") == 0.0);
-  CHECK_THROWS_WITH(c.apply_override("algorithm.adv_estimater=grpo"),
-                    Contains("unknown key 'algorithm.adv_estimater'") && Contains("did you mean 'algorithm.adv_estimator'"));
+  CHECK_THROWS_WITH(
+      c.apply_override("algorithm.adv_estimater=grpo"),
+      Contains("unknown key 'algorithm.adv_estimater'") && Contains("did you mean 'algorithm.adv_estimator'"));
   CHECK_THROWS_WITH(c.apply_override("actor_rollout_ref.actor.ppo_epochs=two"),
                     Contains("'actor_rollout_ref.actor.ppo_epochs' must be an integer") && Contains("\"two\""));
   CHECK_THROWS_WITH(c.apply_override("data.shuffle=1"), Contains("must be a boolean"));
@@ -92,8 +93,9 @@ TEST_CASE("a config file merges strictly and names the file", "[config]") {
   CHECK_THROWS_WITH(Config::from_file(deep), Contains(deep) && Contains("JSON nested deeper than 512 levels"));
   std::remove(deep.c_str());
   Config fine = Config::defaults();
-  CHECK_THROWS_WITH(fine.apply_override("trainer.logger=" + std::string(100000, '[')),
-                    Contains("override 'trainer.logger=") && Contains("JSON nested deeper than 512 levels (at byte 512)"));
+  CHECK_THROWS_WITH(
+      fine.apply_override("trainer.logger=" + std::string(100000, '[')),
+      Contains("override 'trainer.logger=") && Contains("JSON nested deeper than 512 levels (at byte 512)"));
   std::string quoted = write_temp("quoted", "{\"trainer\": {\"project_name\": \"" + std::string(1000, '[') + "\"}}");
   CHECK(Config::from_file(quoted).get<std::string>("trainer.project_name") == std::string(1000, '['));
   std::remove(quoted.c_str());
@@ -135,7 +137,8 @@ TEST_CASE("validate: inconsistent values are refused before any work, all at onc
   }
   Config micro = small_valid();
   micro.set("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 3);  // per-rank mini 4*2=8, 8 % 3 != 0
-  CHECK_THROWS_WITH(micro.validate(1), Contains("ppo_micro_batch_size_per_gpu = 3 does not divide the per-rank mini-batch of 8"));
+  CHECK_THROWS_WITH(micro.validate(1),
+                    Contains("ppo_micro_batch_size_per_gpu = 3 does not divide the per-rank mini-batch of 8"));
   Config unset = small_valid();
   unset.set("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", nullptr);
   CHECK_THROWS_WITH(unset.validate(1), Contains("must be set"));
@@ -145,11 +148,15 @@ TEST_CASE("validate: inconsistent values are refused before any work, all at onc
   CHECK_NOTHROW(small_valid().validate(2));
   Config pinned = small_valid();
   pinned.apply_overrides({"trainer.nnodes=1", "trainer.n_gpus_per_node=1"});
-  CHECK_THROWS_WITH(pinned.validate(2), Contains("1 x 1 = 1 rank(s) asked, but the run was launched as 1 node(s) x 2 rank(s) per node = 2 rank(s)"));
+  CHECK_THROWS_WITH(
+      pinned.validate(2),
+      Contains("1 x 1 = 1 rank(s) asked, but the run was launched as 1 node(s) x 2 rank(s) per node = 2 rank(s)"));
   Config big = small_valid();
   big.apply_overrides({"trainer.nnodes=4", "trainer.n_gpus_per_node=8", "data.train_batch_size=32",
-                       "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"});
-  CHECK_THROWS_WITH(big.validate(32, 32), Contains("4 x 8 = 32 rank(s) asked, but the run was launched as 1 node(s) x 32 rank(s) per node"));
+                       "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+                       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"});
+  CHECK_THROWS_WITH(big.validate(32, 32),
+                    Contains("4 x 8 = 32 rank(s) asked, but the run was launched as 1 node(s) x 32 rank(s) per node"));
   CHECK_NOTHROW(big.validate(32, 8));
   Config gae = small_valid();
   gae.set("algorithm.adv_estimator", "gae");

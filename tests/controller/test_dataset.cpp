@@ -17,11 +17,13 @@ using Catch::Contains;
 namespace {
 
 const model::Tokenizer& tiny_tokenizer() {
-  static const model::Tokenizer t = model::Tokenizer::from_file(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/tokenizer.json");
+  static const model::Tokenizer t =
+      model::Tokenizer::from_file(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/tokenizer.json");
   return t;
 }
 const model::ChatTemplate& tiny_chat() {
-  static const model::ChatTemplate c = model::ChatTemplate::from_config_file(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny");
+  static const model::ChatTemplate c =
+      model::ChatTemplate::from_config_file(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny");
   return c;
 }
 
@@ -34,7 +36,8 @@ std::string write_jsonl(const std::string& name, const std::vector<std::string>&
 
 std::string row(const std::string& question, const std::string& answer) {
   return R"({"data_source": "arith", "prompt": [{"role": "user", "content": ")" + question +
-         R"("}], "reward_model": {"style": "rule", "ground_truth": ")" + answer + R"("}, "extra_info": {"split": "train"}})";
+         R"("}], "reward_model": {"style": "rule", "ground_truth": ")" + answer +
+         R"("}, "extra_info": {"split": "train"}})";
 }
 
 std::vector<int32_t> full_ids(const std::string& question) {
@@ -44,7 +47,8 @@ std::vector<int32_t> full_ids(const std::string& question) {
 }  // namespace
 
 TEST_CASE("dataset: verl rows load with their fields", "[dataset]") {
-  std::string path = write_jsonl("ok", {row("1+2", "3"), "", row("10+20", "30"), R"({"data_source": "gsm8k", "prompt": "plain text"})"});
+  std::string path = write_jsonl(
+      "ok", {row("1+2", "3"), "", row("10+20", "30"), R"({"data_source": "gsm8k", "prompt": "plain text"})"});
   DatasetOptions o;
   PromptDataset d = PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o);
   REQUIRE(d.size() == 3);
@@ -65,7 +69,8 @@ TEST_CASE("dataset: malformed rows name the file and line", "[dataset]") {
   DatasetOptions o;
   auto fails = [&](const std::vector<std::string>& lines, const std::string& expected) {
     std::string path = write_jsonl("bad", lines);
-    CHECK_THROWS_WITH(PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o), Contains(path + ":2") && Contains(expected));
+    CHECK_THROWS_WITH(PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o),
+                      Contains(path + ":2") && Contains(expected));
     std::remove(path.c_str());
   };
   fails({row("1+1", "2"), "{not json"}, "not valid JSON");
@@ -76,7 +81,8 @@ TEST_CASE("dataset: malformed rows name the file and line", "[dataset]") {
   fails({row("1+1", "2"), R"({"prompt": "x"})"}, "no string 'data_source'");
   fails({row("1+1", "2"), R"({"data_source": "a", "prompt": [{"role": "user"}]})"}, "'prompt[0]' must be");
   fails({row("1+1", "2"), R"({"data_source": "a", "prompt": []})"}, "non-empty list");
-  CHECK_THROWS_WITH(PromptDataset::load({"/nonexistent.jsonl"}, tiny_tokenizer(), tiny_chat(), o), Contains("cannot open"));
+  CHECK_THROWS_WITH(PromptDataset::load({"/nonexistent.jsonl"}, tiny_tokenizer(), tiny_chat(), o),
+                    Contains("cannot open"));
 }
 
 TEST_CASE("dataset: overlong prompts are truncated, filtered or refused", "[dataset]") {

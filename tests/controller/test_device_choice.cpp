@@ -94,8 +94,8 @@ TEST_CASE("choose_device: cuda lands on the local rank's GPU, or is refused on a
     CHECK(choose_device("cuda", {}, 1, "trainer.device").device == c10::Device(c10::kCUDA, 1));
   } else {
     CHECK_THAT(problem, Contains("this LibTorch build has no CUDA"));
-    CHECK_THAT(error_of("auto", {kCpuRef, kCudaLike}), Contains("auto chose plugin cudalike, whose devices are cuda, but " +
-                                                                problem));
+    CHECK_THAT(error_of("auto", {kCpuRef, kCudaLike}),
+               Contains("auto chose plugin cudalike, whose devices are cuda, but " + problem));
     CHECK_THAT(error_of("cuda", {kCpuRef}), Contains("cuda was asked for, but " + problem));
   }
   // Of two accelerator plugins, the better-scoring one.
@@ -105,7 +105,8 @@ TEST_CASE("choose_device: cuda lands on the local rank's GPU, or is refused on a
 TEST_CASE("choose_device: unknown types and malformed requests are errors", "[device]") {
   CHECK_THAT(error_of("auto", {kCpuRef, kOdd}),
              Contains("auto chose plugin odd, whose devices are tpu, but unknown torch device type 'tpu'"));
-  CHECK_THAT(error_of("tpu", {kCpuRef}), Contains("trainer.device: 'tpu' is not one of auto, cpu, cuda, privateuseone"));
+  CHECK_THAT(error_of("tpu", {kCpuRef}),
+             Contains("trainer.device: 'tpu' is not one of auto, cpu, cuda, privateuseone"));
   CHECK_THAT(error_of("cuda:x", {}), Contains("expected a device type, optionally with a device index"));
   CHECK_THAT(error_of("auto:1", {}), Contains("expected a device type"));
 }

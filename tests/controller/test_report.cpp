@@ -14,11 +14,11 @@
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
+using Catch::Contains;
 using nlohmann::json;
 using verlpp::controller::read_metrics;
 using verlpp::controller::ReportInfo;
 using verlpp::controller::write_report;
-using Catch::Contains;
 
 namespace {
 
@@ -86,11 +86,12 @@ TEST_CASE("report: one chart per panel that has a finite value", "[report]") {
     json row = {{"step", step},
                 {"critic/score/mean", 0.1 * step},
                 {"actor/entropy", 2.0 - 0.1 * step},
-                {"actor/pg_loss", 0.5},                 // plotted by no panel: table only
-                {"timing_s/gen", 1.5}, {"timing_s/update_actor", 0.7},
-                {"timing_s/step", 3.0},                 // excluded from the timing panel
-                {"actor/ppo_kl", nullptr},              // KL present but never finite: no chart
-                {"response_length/mean", kNaN}};        // likewise
+                {"actor/pg_loss", 0.5},  // plotted by no panel: table only
+                {"timing_s/gen", 1.5},
+                {"timing_s/update_actor", 0.7},
+                {"timing_s/step", 3.0},           // excluded from the timing panel
+                {"actor/ppo_kl", nullptr},        // KL present but never finite: no chart
+                {"response_length/mean", kNaN}};  // likewise
     if (step % 3 == 0) row["val/arith/acc"] = 0.2 * step / 3;
     rows.push_back(row);
   }
@@ -102,7 +103,7 @@ TEST_CASE("report: one chart per panel that has a finite value", "[report]") {
   CHECK(count(html, "data-series=\"actor/ppo_kl\"") == 0);
   CHECK(count(html, "data-series=\"timing_s/gen\"") == 1);
   CHECK(count(html, "data-series=\"val/arith/acc\"") == 1);  // steps 3 and 6 joined: one line
-  CHECK_THAT(html, Contains("actor/pg_loss"));  // the last-step table lists every metric
+  CHECK_THAT(html, Contains("actor/pg_loss"));               // the last-step table lists every metric
   CHECK(count(html, "<script") == 0);
 
   // Adding memory and a KL value brings two more panels.
@@ -118,8 +119,10 @@ TEST_CASE("report: a series' polylines hold exactly its finite points, split at 
   std::vector<json> rows;
   for (size_t i = 0; i < score.size(); ++i) {
     json row = {{"step", static_cast<int>(i + 1)}};
-    if (i == 1) row["critic/score/mean"] = nullptr;
-    else if (i != 7) row["critic/score/mean"] = score[i];  // NaN / inf held as doubles
+    if (i == 1)
+      row["critic/score/mean"] = nullptr;
+    else if (i != 7)
+      row["critic/score/mean"] = score[i];  // NaN / inf held as doubles
     rows.push_back(row);
   }
   const std::string html = render(rows);
@@ -174,14 +177,15 @@ TEST_CASE("report: every string is HTML-escaped", "[report]") {
   CHECK(count(html, "<svg") == 1);
 }
 
-TEST_CASE("report: read_metrics reads rows, Python's NaN/Infinity, and names file:line of a bad one",
-          "[report]") {
+TEST_CASE("report: read_metrics reads rows, Python's NaN/Infinity, and names file:line of a bad one", "[report]") {
   const std::string path = temp_path("metrics.jsonl");
   {
     std::ofstream out(path);
-    out << R"({"step": 1, "actor/pg_loss": 0.5, "actor/grad_norm": NaN, "x": -Infinity, "s": "NaN, Infinity"})" << "\n"
+    out << R"({"step": 1, "actor/pg_loss": 0.5, "actor/grad_norm": NaN, "x": -Infinity, "s": "NaN, Infinity"})"
         << "\n"
-        << R"({"step": 2, "actor/pg_loss": null, "actor/grad_norm": Infinity})" << "\r\n";
+        << "\n"
+        << R"({"step": 2, "actor/pg_loss": null, "actor/grad_norm": Infinity})"
+        << "\r\n";
   }
   const auto rows = read_metrics(path);
   REQUIRE(rows.size() == 2);
@@ -195,9 +199,12 @@ TEST_CASE("report: read_metrics reads rows, Python's NaN/Infinity, and names fil
 
   {
     std::ofstream out(path);
-    out << R"({"step": 1, "a": 1.0})" << "\n"
-        << R"({"step": 2, "a": 2.0})" << "\n"
-        << R"({"step": 3, "a": )" << "\n";  // truncated, as after a crash mid-write
+    out << R"({"step": 1, "a": 1.0})"
+        << "\n"
+        << R"({"step": 2, "a": 2.0})"
+        << "\n"
+        << R"({"step": 3, "a": )"
+        << "\n";  // truncated, as after a crash mid-write
   }
   try {
     read_metrics(path);
@@ -208,7 +215,9 @@ TEST_CASE("report: read_metrics reads rows, Python's NaN/Infinity, and names fil
   }
   {
     std::ofstream out(path);
-    out << R"({"step": 1})" << "\n" << "[1, 2]\n";
+    out << R"({"step": 1})"
+        << "\n"
+        << "[1, 2]\n";
   }
   CHECK_THROWS_WITH(read_metrics(path), Contains(path + ":2") && Contains("object"));
   std::remove(path.c_str());
@@ -218,10 +227,10 @@ TEST_CASE("report: read_metrics reads rows, Python's NaN/Infinity, and names fil
 
 TEST_CASE("report: missing, null, non-finite and odd rows do not crash", "[report]") {
   std::vector<json> rows = {
-      json::object(),                                            // no step: x is its position
+      json::object(),  // no step: x is its position
       {{"step", nullptr}, {"critic/score/mean", nullptr}},
       {{"step", 3}, {"critic/score/mean", kNaN}, {"actor/entropy", "not a number"}},
-      json::array({1, 2}),                                       // not an object: skipped
+      json::array({1, 2}),  // not an object: skipped
       {{"step", 5}, {"critic/score/mean", -kInf}, {"memory/rss_gib", true}},
   };
   std::string html;
@@ -248,8 +257,12 @@ TEST_CASE("report: a metrics file round-trips into a report", "[report]") {
   {
     std::ofstream out(metrics);
     for (int step = 1; step <= 20; ++step)
-      out << json{{"step", step}, {"critic/rewards/mean", std::sin(step * 0.3)},
-                  {"response_length/mean", 100 + step}, {"perf/throughput", 1234.5}}.dump() << "\n";
+      out << json{{"step", step},
+                  {"critic/rewards/mean", std::sin(step * 0.3)},
+                  {"response_length/mean", 100 + step},
+                  {"perf/throughput", 1234.5}}
+                 .dump()
+          << "\n";
   }
   const std::string html_path = temp_path("roundtrip.html");
   ReportInfo info;

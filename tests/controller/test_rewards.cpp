@@ -44,9 +44,9 @@ TEST_CASE("math: last boxed answer under the Hendrycks normalisation", "[reward]
   CHECK(rewards::math("first \\boxed{1} then \\boxed{2}", "2") == 1.0);
   CHECK(rewards::math("first \\boxed{1} then \\boxed{2}", "1") == 0.0);
   CHECK(rewards::math("\\boxed 7$ done", "7") == 1.0);
-  CHECK(rewards::math("\\fbox{2}", "2") == 0.0);      // remove_boxed rejects \fbox, as in verl
+  CHECK(rewards::math("\\fbox{2}", "2") == 0.0);  // remove_boxed rejects \fbox, as in verl
   CHECK(rewards::math("no box, just 2", "2") == 0.0);
-  CHECK(rewards::math("\\boxed{3", "3") == 0.0);      // unbalanced
+  CHECK(rewards::math("\\boxed{3", "3") == 0.0);  // unbalanced
   CHECK(rewards::math("\\boxed{4}", "5") == 0.0);
   bool found = false;
   CHECK(rewards::last_boxed("a \\boxed{\\frac{1}{2}} b", &found) == "\\boxed{\\frac{1}{2}}");
@@ -54,9 +54,9 @@ TEST_CASE("math: last boxed answer under the Hendrycks normalisation", "[reward]
 }
 
 TEST_CASE("math equivalence falls back to plain equality where the reference raises", "[reward]") {
-  CHECK(rewards::math_equivalent("x/2", "x/2"));     // int('x') raises: compared as written
+  CHECK(rewards::math_equivalent("x/2", "x/2"));  // int('x') raises: compared as written
   CHECK_FALSE(rewards::math_equivalent("x/2", "x/ 2"));
-  CHECK(rewards::math_equivalent("3/4", " 3/4"));    // integers: normalised to \frac{3}{4}
+  CHECK(rewards::math_equivalent("3/4", " 3/4"));  // integers: normalised to \frac{3}{4}
   CHECK(rewards::math_equivalent("\\sqrt", "\\sqrt"));
   CHECK_FALSE(rewards::math_equivalent("\\sqrt", " \\sqrt"));
   CHECK(rewards::math_equivalent(".5", "0.5"));
@@ -75,8 +75,9 @@ TEST_CASE("arith: the last integer must equal the ground truth", "[reward]") {
 TEST_CASE("registry and scorer", "[reward]") {
   RewardScorer scorer;
   CHECK_NOTHROW(scorer.check_data_sources({"gsm8k", "math", "arith"}));
-  CHECK_THROWS_WITH(scorer.check_data_sources({"gsm8k", "wordle"}),
-                    Contains("no reward function for data_source 'wordle'") && Contains("arith, ") && Contains("gsm8k"));
+  CHECK_THROWS_WITH(
+      scorer.check_data_sources({"gsm8k", "wordle"}),
+      Contains("no reward function for data_source 'wordle'") && Contains("arith, ") && Contains("gsm8k"));
   register_reward_function("test_echo_length", [](const RewardInput& in) { return double(in.response.size()); });
   CHECK_THROWS_WITH(register_reward_function("test_echo_length", [](const RewardInput&) { return 0.0; }),
                     Contains("already registered"));

@@ -25,7 +25,8 @@ const model::Tokenizer& tokenizer() {
   return t;
 }
 const model::ChatTemplate& chat() {
-  static const model::ChatTemplate c = model::ChatTemplate::from_config_file(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny");
+  static const model::ChatTemplate c =
+      model::ChatTemplate::from_config_file(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny");
   return c;
 }
 
@@ -125,14 +126,18 @@ TEST_CASE("SFT rows: the response key, tokenized with the EOS suffix, collated",
                data[3].response_ids.size() + data[4].response_ids.size() + data[5].response_ids.size()));
 
   // A row without the response key is an error naming file:line.
-  std::ofstream(path, std::ios::app) << R"({"data_source": "arith", "prompt": "1+1=", "reward_model": {"ground_truth": "2"}})" << "\n";
-  CHECK_THROWS_WITH(PromptDataset::load({path}, tokenizer(), chat(), options), Contains(path + ":7") && Contains("'response'"));
+  std::ofstream(path, std::ios::app)
+      << R"({"data_source": "arith", "prompt": "1+1=", "reward_model": {"ground_truth": "2"}})"
+      << "\n";
+  CHECK_THROWS_WITH(PromptDataset::load({path}, tokenizer(), chat(), options),
+                    Contains(path + ":7") && Contains("'response'"));
 }
 
 TEST_CASE("sft.* is checked before any work", "[rl_data]") {
   Config c = Config::defaults();
   c.apply_overrides({"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "critic.enable=false",
-                     "algorithm.adv_estimator=grpo", "sft.enable=true", "sft.total_steps=0", "sft.micro_batch_size_per_gpu=0"});
+                     "algorithm.adv_estimator=grpo", "sft.enable=true", "sft.total_steps=0",
+                     "sft.micro_batch_size_per_gpu=0"});
   c.resolve();
   try {
     c.validate(1);
@@ -149,7 +154,8 @@ TEST_CASE("sft.* is checked before any work", "[rl_data]") {
 TEST_CASE("each estimator belongs to one step family", "[rl_data]") {
   CHECK(algorithm_family("gae") == AlgorithmFamily::kWithCritic);
   CHECK(algorithm_family("remax") == AlgorithmFamily::kGreedyBaseline);
-  for (const char* name : {"grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk"})
+  for (const char* name :
+       {"grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk"})
     CHECK(algorithm_family(name) == AlgorithmFamily::kCriticFree);
   CHECK_THROWS_WITH(algorithm_family("grpoo"), Contains("algorithm.adv_estimator") && Contains("grpo"));
 }
@@ -176,8 +182,10 @@ TEST_CASE("arith: the sloppy SFT teacher drops the carry in the asked fraction, 
       continue;
     }
     ++carry_rows;
-    if (response == std::to_string(a + b - 10)) ++dropped;
-    else CHECK(response == std::to_string(a + b));
+    if (response == std::to_string(a + b - 10))
+      ++dropped;
+    else
+      CHECK(response == std::to_string(a + b));
   }
   // Binomial(carry_rows, 0.7): 5 standard deviations.
   const double rate = double(dropped) / double(carry_rows), sd = std::sqrt(0.7 * 0.3 / double(carry_rows));

@@ -35,11 +35,11 @@ std::string error_of(const Config& c, int world = 1) {
 }  // namespace
 
 TEST_CASE("run settings: fields hold their keys' values", "[config][settings]") {
-  const RunSettings s = parse_run_settings(small({"data.train_files=[\"a.jsonl\",\"b.jsonl\"]", "data.val_files=v.jsonl",
-                                                  "actor_rollout_ref.actor.optim.betas=[0.8,0.95]",
-                                                  "actor_rollout_ref.actor.optim.min_lr_ratio=0.25",
-                                                  "actor_rollout_ref.rollout.dtype=float32", "trainer.seed=7",
-                                                  "trainer.total_training_steps=12", "trainer.resume_from_path=/r"}));
+  const RunSettings s = parse_run_settings(
+      small({"data.train_files=[\"a.jsonl\",\"b.jsonl\"]", "data.val_files=v.jsonl",
+             "actor_rollout_ref.actor.optim.betas=[0.8,0.95]", "actor_rollout_ref.actor.optim.min_lr_ratio=0.25",
+             "actor_rollout_ref.rollout.dtype=float32", "trainer.seed=7", "trainer.total_training_steps=12",
+             "trainer.resume_from_path=/r"}));
   CHECK(s.data.train_files == std::vector<std::string>{"a.jsonl", "b.jsonl"});
   CHECK(s.data.val_files == std::vector<std::string>{"v.jsonl"});
   CHECK(s.data.train_batch_size == 8);
@@ -69,16 +69,16 @@ TEST_CASE("run settings: fields hold their keys' values", "[config][settings]") 
 }
 
 TEST_CASE("run settings: verl's fallbacks for unset keys", "[config][settings]") {
-  const RunSettings s = parse_run_settings(small({"actor_rollout_ref.actor.clip_ratio_low=0.15",
-                                                  "actor_rollout_ref.actor.clip_ratio_high=0.28",
-                                                  "actor_rollout_ref.actor.optim.min_lr_ratio=null",
-                                                  "trainer.max_actor_ckpt_to_keep=null"}));
+  const RunSettings s = parse_run_settings(
+      small({"actor_rollout_ref.actor.clip_ratio_low=0.15", "actor_rollout_ref.actor.clip_ratio_high=0.28",
+             "actor_rollout_ref.actor.optim.min_lr_ratio=null", "trainer.max_actor_ckpt_to_keep=null"}));
   CHECK(s.actor.clip_ratio_low == 0.15);
   CHECK(s.actor.clip_ratio_high == 0.28);
   CHECK(s.actor.optim.min_lr_ratio == 0.0);
   CHECK(s.trainer.max_actor_ckpt_to_keep == 0);
   // ${...} references are resolved before the read: the critic's mini-batch follows the actor's.
-  const RunSettings ppo = parse_run_settings(small({"algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=2"}));
+  const RunSettings ppo =
+      parse_run_settings(small({"algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=2"}));
   CHECK(ppo.critic.ppo_mini_batch_size == 4);
   CHECK(ppo.critic.ppo_micro_batch_size_per_gpu == 2);
   CHECK(ppo.critic.optim.lr == 1e-5);
@@ -91,33 +91,38 @@ TEST_CASE("run settings: verlpp.* chooses the compute paths", "[config][settings
   CHECK(d.paths.forward.attention.sdpa_gqa);
   CHECK(d.paths.device_graphs);
   CHECK(d.paths.decode_overlap);
-  const RunSettings off = parse_run_settings(small({"verlpp.model.fused_training_projections=false",
-                                                    "verlpp.model.sdpa_gqa=false", "verlpp.rollout.device_graphs=false",
-                                                    "verlpp.rollout.decode_overlap=false"}));
+  const RunSettings off =
+      parse_run_settings(small({"verlpp.model.fused_training_projections=false", "verlpp.model.sdpa_gqa=false",
+                                "verlpp.rollout.device_graphs=false", "verlpp.rollout.decode_overlap=false"}));
   CHECK(off.paths.forward.training_projections == TrainingProjections::kSplit);
   CHECK_FALSE(off.paths.forward.attention.sdpa_gqa);
   CHECK_FALSE(off.paths.device_graphs);
   CHECK_FALSE(off.paths.decode_overlap);
-  CHECK(parse_run_settings(small({"verlpp.model.fused_training_projections=true"})).paths.forward.training_projections ==
-        TrainingProjections::kFused);
+  CHECK(
+      parse_run_settings(small({"verlpp.model.fused_training_projections=true"})).paths.forward.training_projections ==
+      TrainingProjections::kFused);
   CHECK_THAT(error_of(small({"verlpp.model.fused_training_projections=yes"})),
              Contains("verlpp.model.fused_training_projections: \"yes\" is not true, false or null"));
-  CHECK_THROWS_WITH(small({"verlpp.rollout.device_graphs=1"}), Contains("'verlpp.rollout.device_graphs' must be a boolean"));
+  CHECK_THROWS_WITH(small({"verlpp.rollout.device_graphs=1"}),
+                    Contains("'verlpp.rollout.device_graphs' must be a boolean"));
 }
 
 TEST_CASE("run settings: unusable values are refused naming the key and the value", "[config][settings]") {
   // Config::validate's checks run first, all problems at once.
-  CHECK_THAT(error_of(small({"algorithm.adv_estimator=nope"})), Contains("algorithm.adv_estimator = 'nope' is not one of"));
+  CHECK_THAT(error_of(small({"algorithm.adv_estimator=nope"})),
+             Contains("algorithm.adv_estimator = 'nope' is not one of"));
   CHECK_THAT(error_of(small(), 3), Contains("not divisible by the 3 rank(s)"));
   CHECK_THAT(error_of(small({"actor_rollout_ref.actor.optim.betas=[0.9]"})),
              Contains("actor_rollout_ref.actor.optim.betas: needs two values, got 1"));
-  CHECK_THAT(error_of(small({"actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=bf16"})),
-             Contains("actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype: 'bf16': verlpp keeps gradients"));
+  CHECK_THAT(
+      error_of(small({"actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=bf16"})),
+      Contains("actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype: 'bf16': verlpp keeps gradients"));
   CHECK_THAT(error_of(small({"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=int4"})),
              Contains("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype: ") && Contains("'int4'"));
   CHECK_THAT(error_of(small({"actor_rollout_ref.actor.entropy_coeff=null"})),
              Contains("actor_rollout_ref.actor.entropy_coeff: null is not a number"));
-  CHECK_THAT(error_of(small({"data.train_files=[1]"})), Contains("data.train_files: every entry must be a file path, got 1"));
+  CHECK_THAT(error_of(small({"data.train_files=[1]"})),
+             Contains("data.train_files: every entry must be a file path, got 1"));
 }
 
 TEST_CASE("run settings: a role's section is read only when the role runs", "[config][settings]") {
@@ -129,8 +134,8 @@ TEST_CASE("run settings: a role's section is read only when the role runs", "[co
   CHECK_THAT(error_of(small({"sft.enable=true", "sft.train_files=s.jsonl", "sft.batch_size=8",
                              "sft.micro_batch_size_per_gpu=8", "sft.optim.min_lr_ratio=null"})),
              Contains("sft.optim.min_lr_ratio: null is not a number"));
-  const RunSettings sft = parse_run_settings(small({"sft.enable=true", "sft.train_files=s.jsonl", "sft.batch_size=8",
-                                                    "sft.micro_batch_size_per_gpu=8"}));
+  const RunSettings sft = parse_run_settings(
+      small({"sft.enable=true", "sft.train_files=s.jsonl", "sft.batch_size=8", "sft.micro_batch_size_per_gpu=8"}));
   CHECK(sft.sft.train_files == std::vector<std::string>{"s.jsonl"});
   CHECK(sft.sft.optim.lr == 1e-4);
   CHECK(sft.sft.optim.grad_clip == 1.0);

@@ -55,8 +55,14 @@ EXPORT int cuDeviceGet(int* device, int ordinal) {
 EXPORT int cuDeviceGetAttribute(int* value, int attribute, int device) {
   int cc = device_cc(device);
   if (cc < 0) return 101;
-  if (attribute == 75) { *value = cc / 10; return 0; } /* COMPUTE_CAPABILITY_MAJOR */
-  if (attribute == 76) { *value = cc % 10; return 0; } /* COMPUTE_CAPABILITY_MINOR */
+  if (attribute == 75) {
+    *value = cc / 10;
+    return 0;
+  } /* COMPUTE_CAPABILITY_MAJOR */
+  if (attribute == 76) {
+    *value = cc % 10;
+    return 0;
+  }         /* COMPUTE_CAPABILITY_MINOR */
   return 1; /* CUDA_ERROR_INVALID_VALUE */
 }
 

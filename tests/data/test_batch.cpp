@@ -7,8 +7,8 @@
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
-using verlpp::data::Batch;
 using Catch::Contains;
+using verlpp::data::Batch;
 
 namespace {
 

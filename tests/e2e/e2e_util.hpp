@@ -66,19 +66,32 @@ inline std::string make_fixture(const std::string& name) {
 // A small run: 6 steps of 4 prompts x 4 samples, a checkpoint every step, validation every 3.
 inline std::string write_config(const std::string& dir, const std::string& run, const std::string& estimator) {
   json c = {
-      {"data", {{"train_files", dir + "/train.jsonl"}, {"val_files", dir + "/val.jsonl"}, {"max_prompt_length", 32},
-                {"max_response_length", 6}, {"train_batch_size", 4}}},
+      {"data",
+       {{"train_files", dir + "/train.jsonl"},
+        {"val_files", dir + "/val.jsonl"},
+        {"max_prompt_length", 32},
+        {"max_response_length", 6},
+        {"train_batch_size", 4}}},
       {"actor_rollout_ref",
        {{"model", {{"path", dir + "/model"}}},
-        {"actor", {{"ppo_mini_batch_size", 2}, {"ppo_micro_batch_size_per_gpu", 4}, {"use_kl_loss", true},
-                   {"entropy_coeff", 0.001}, {"optim", {{"lr", 1e-3}}}}},
+        {"actor",
+         {{"ppo_mini_batch_size", 2},
+          {"ppo_micro_batch_size_per_gpu", 4},
+          {"use_kl_loss", true},
+          {"entropy_coeff", 0.001},
+          {"optim", {{"lr", 1e-3}}}}},
         {"rollout", {{"n", 4}, {"dtype", "float32"}}}}},
       {"critic", {{"ppo_micro_batch_size_per_gpu", 4}, {"optim", {{"lr", 1e-3}}}}},
       {"algorithm", {{"adv_estimator", estimator}}},
-      {"trainer", {{"default_local_dir", run}, {"total_training_steps", kSteps}, {"save_freq", 1}, {"test_freq", 3},
-                   {"seed", 5}}},
-      {"sft", {{"enable", true}, {"train_files", dir + "/sft.jsonl"}, {"total_steps", 3}, {"batch_size", 8},
-               {"micro_batch_size_per_gpu", 8}, {"optim", {{"lr", 3e-3}}}}}};
+      {"trainer",
+       {{"default_local_dir", run}, {"total_training_steps", kSteps}, {"save_freq", 1}, {"test_freq", 3}, {"seed", 5}}},
+      {"sft",
+       {{"enable", true},
+        {"train_files", dir + "/sft.jsonl"},
+        {"total_steps", 3},
+        {"batch_size", 8},
+        {"micro_batch_size_per_gpu", 8},
+        {"optim", {{"lr", 3e-3}}}}}};
   const std::string path = run + ".json";
   std::ofstream(path) << c.dump(2);
   return path;
@@ -139,7 +152,8 @@ inline std::vector<json> deterministic_rows(const std::string& run) {
   for (json& row : rows) {
     json kept = json::object();
     for (const auto& [key, value] : row.items())
-      if (key.rfind("timing_s/", 0) != 0 && key.rfind("perf/", 0) != 0 && key.rfind("memory/", 0) != 0) kept[key] = value;
+      if (key.rfind("timing_s/", 0) != 0 && key.rfind("perf/", 0) != 0 && key.rfind("memory/", 0) != 0)
+        kept[key] = value;
     row = kept;
   }
   return rows;

@@ -48,8 +48,9 @@ TEST_CASE("verlpp train: a plugin's privateuseone devices without a PrivateUse1 
     INFO(out.log);
     CHECK(out.exit_code == 1);
     CHECK(out.log.find("verlpp: error: trainer.device: ") != std::string::npos);
-    CHECK(out.log.find("chose plugin acme, whose devices are privateuseone, but this LibTorch has no PrivateUse1 backend "
-                       "registered") != std::string::npos);
+    CHECK(
+        out.log.find("chose plugin acme, whose devices are privateuseone, but this LibTorch has no PrivateUse1 backend "
+                     "registered") != std::string::npos);
     CHECK(out.log.find("trainer.device=cpu runs on the host without it") != std::string::npos);
     // Refused before any work: no device line, no metrics.
     CHECK(out.log.find("device cpu") == std::string::npos);

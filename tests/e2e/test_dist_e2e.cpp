@@ -61,7 +61,8 @@ pid_t rank_pid(pid_t launcher, int rank) {
 // Starts `verlpp train <config> <extra...>` (a launcher), waits until rank 0 has recorded
 // `step`, and returns the launcher's pid and the pid of its rank 1.
 std::pair<pid_t, pid_t> start_and_reach_step(const std::string& config, const std::string& log,
-                                             const std::vector<std::string>& extra, const std::string& metrics, int step) {
+                                             const std::vector<std::string>& extra, const std::string& metrics,
+                                             int step) {
   const pid_t launcher = start_train(config, log, extra);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   while (read_file(metrics).find("\"step\":" + std::to_string(step)) == std::string::npos) {
@@ -108,11 +109,13 @@ TEST_CASE("verlpp train --nproc 2 and 4 match the one-rank run", "[e2e][dist]") 
     REQUIRE(expected.size() == 3);  // validation before training + 2 steps
     for (const int nproc : estimator == "grpo" ? std::vector<int>{2, 4} : std::vector<int>{2}) {
       const std::string run = dir + "/" + estimator + "-nproc" + std::to_string(nproc);
-      run_to_end(write_dist_config(dir, run, 2, estimator), run + ".log",
-                 {"--nproc", std::to_string(nproc), "trainer.nnodes=1", "trainer.n_gpus_per_node=" + std::to_string(nproc),
-                  "trainer.zero_stage=" + std::string(nproc == 4 ? "1" : "0")});
+      run_to_end(
+          write_dist_config(dir, run, 2, estimator), run + ".log",
+          {"--nproc", std::to_string(nproc), "trainer.nnodes=1", "trainer.n_gpus_per_node=" + std::to_string(nproc),
+           "trainer.zero_stage=" + std::string(nproc == 4 ? "1" : "0")});
       const std::string log = read_file(run + ".log");
-      CHECK(log.find(std::to_string(nproc) + " ranks: 1 node x " + std::to_string(nproc) + " ranks") != std::string::npos);
+      CHECK(log.find(std::to_string(nproc) + " ranks: 1 node x " + std::to_string(nproc) + " ranks") !=
+            std::string::npos);
       check_close_rows(expected, deterministic_rows(run), estimator + ", " + std::to_string(nproc) + " ranks");
       // Rank 0 alone writes the run's files; the checkpoint holds the whole state.
       CHECK(exists(run + "/global_step_2/actor/optimizer.safetensors"));
@@ -140,7 +143,8 @@ TEST_CASE("ranks started by another launcher (mpirun's environment) train togeth
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }
-  CHECK(read_file(run + ".rank0.log").find("2 ranks: 1 node x 2 ranks (rank 0, local rank 0; mpirun)") != std::string::npos);
+  CHECK(read_file(run + ".rank0.log").find("2 ranks: 1 node x 2 ranks (rank 0, local rank 0; mpirun)") !=
+        std::string::npos);
   CHECK(controller::read_metrics(run + "/metrics.jsonl").size() == 2);  // validation + 1 step, written once
 }
 
@@ -161,7 +165,8 @@ TEST_CASE("verlpp train --nproc: a killed rank stops the run, named; resume on a
   CHECK(WEXITSTATUS(status) != 0);
   CHECK(seconds < 20.0);  // trainer.dist_timeout_s
   // The launcher names the dead rank and how it ended; rank 0 names it and the stage.
-  CHECK(log.find("rank 1 failed first: rank 1 (pid " + std::to_string(victim) + ") was killed by signal 9") != std::string::npos);
+  CHECK(log.find("rank 1 failed first: rank 1 (pid " + std::to_string(victim) + ") was killed by signal 9") !=
+        std::string::npos);
   CHECK(log.find("rank 0 of 2, step ") != std::string::npos);
   CHECK(log.find("rank 1 (last stage: step ") != std::string::npos);
   CHECK(controller::read_metrics(run + "/metrics.jsonl").size() < 6);
@@ -179,8 +184,8 @@ TEST_CASE("verlpp train --nproc: a hung rank stops the run within the timeout, n
   const std::string dir = make_fixture("dist-hang");
   const std::string run = dir + "/run";
   const std::string config = write_dist_config(dir, run, 5);
-  const auto [launcher, victim] =
-      start_and_reach_step(config, run + ".log", {"--nproc", "2", "trainer.dist_timeout_s=5"}, run + "/metrics.jsonl", 2);
+  const auto [launcher, victim] = start_and_reach_step(
+      config, run + ".log", {"--nproc", "2", "trainer.dist_timeout_s=5"}, run + "/metrics.jsonl", 2);
   const auto stopped_at = std::chrono::steady_clock::now();
   ::kill(victim, SIGSTOP);  // alive but silent: no heartbeat, no collective
   const int status = wait_for(launcher);
@@ -209,9 +214,10 @@ TEST_CASE("verlpp train --nproc: a layout that does not fit the launch is refuse
   INFO(log);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) != 0);
-  CHECK(log.find("trainer.nnodes x trainer.n_gpus_per_node = 2 x 2 = 4 rank(s) asked, but the run was launched as 1 node(s) "
-                 "x 2 rank(s) per node = 2 rank(s)") != std::string::npos);
-  CHECK_FALSE(exists(run + "/metrics.jsonl"));                   // refused before any work:
+  CHECK(log.find(
+            "trainer.nnodes x trainer.n_gpus_per_node = 2 x 2 = 4 rank(s) asked, but the run was launched as 1 node(s) "
+            "x 2 rank(s) per node = 2 rank(s)") != std::string::npos);
+  CHECK_FALSE(exists(run + "/metrics.jsonl"));                       // refused before any work:
   CHECK(log.find("verlpp launcher: started") == std::string::npos);  // no rank was started
 }
 

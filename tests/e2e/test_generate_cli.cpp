@@ -27,7 +27,8 @@ struct Run {
 // Runs `verlpp <args>` through the shell, capturing both streams.
 Run verlpp_cli(const std::string& args) {
   Run run;
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen((std::string(VERLPP_CLI) + " " + args + " 2>&1").c_str(), "r"), ::pclose);
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen((std::string(VERLPP_CLI) + " " + args + " 2>&1").c_str(), "r"),
+                                             ::pclose);
   REQUIRE(pipe);
   char buffer[4096];
   while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe.get())) run.output.append(buffer, n);
@@ -48,14 +49,18 @@ std::string fixture() {
   const std::string dir = "/tmp/verlpp-generate-cli";
   REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir + "/model").c_str()) == 0);
   for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"})
-    REQUIRE(std::system(("cp " + std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/" + f + " " + dir + "/model/").c_str()) == 0);
+    REQUIRE(std::system(
+                ("cp " + std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/" + f + " " + dir + "/model/").c_str()) == 0);
   model::DecoderLM m(model::load_model_config(dir + "/model"));
   m.init_weights(4);
   model::save_pretrained(m, dir + "/model");
-  std::ofstream(dir + "/prompts.jsonl") << R"({"prompt": [{"role": "user", "content": "12+34="}]})" << "\n"
-                                        << R"({"text": "hello world"})" << "\n"
+  std::ofstream(dir + "/prompts.jsonl") << R"({"prompt": [{"role": "user", "content": "12+34="}]})"
+                                        << "\n"
+                                        << R"({"text": "hello world"})"
+                                        << "\n"
                                         << "\n"  // blank lines are skipped
-                                        << R"({"prompt": [{"role": "user", "content": "7+8="}]})" << "\n";
+                                        << R"({"prompt": [{"role": "user", "content": "7+8="}]})"
+                                        << "\n";
   return dir;
 }
 
@@ -115,7 +120,10 @@ TEST_CASE("verlpp generate: bad input is refused with what and where", "[e2e][ge
   Run missing = verlpp_cli("generate --model " + dir + "/nowhere --prompts " + dir + "/prompts.jsonl");
   CHECK(missing.status != 0);
   CHECK_THAT(missing.output, Catch::Contains("nowhere") && Catch::Contains("config.json"));
-  std::ofstream(dir + "/bad.jsonl") << R"({"text": "ok"})" << "\n" << "{not json" << "\n";
+  std::ofstream(dir + "/bad.jsonl") << R"({"text": "ok"})"
+                                    << "\n"
+                                    << "{not json"
+                                    << "\n";
   Run bad = verlpp_cli("generate --model " + dir + "/model --prompts " + dir + "/bad.jsonl");
   CHECK(bad.status != 0);
   CHECK_THAT(bad.output, Catch::Contains("bad.jsonl:2"));

@@ -20,10 +20,10 @@ TEST_CASE("verlpp train: GRPO and PPO run end to end with metrics, checkpoints a
       const json& row = rows[size_t(step)];
       INFO(estimator << " step " << step << ": " << row.dump());
       CHECK(row["step"] == step);
-      for (const char* key : {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm",
-                              "actor/kl_loss", "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean",
-                              "response_length/mean", "timing_s/gen", "timing_s/update_actor", "timing_s/step",
-                              "perf/throughput", "memory/gen_gib"})
+      for (const char* key :
+           {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm", "actor/kl_loss",
+            "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "response_length/mean",
+            "timing_s/gen", "timing_s/update_actor", "timing_s/step", "perf/throughput", "memory/gen_gib"})
         CHECK(finite_number(row, key));
       if (estimator == "gae")
         for (const char* key : {"critic/vf_loss", "critic/values/mean", "timing_s/update_critic", "timing_s/values"})
@@ -73,7 +73,8 @@ TEST_CASE("verlpp train: SIGKILL mid-run, then resume, repeats the uninterrupted
       INFO(estimator << " row " << i);
       CHECK(got[i] == expected[i]);
     }
-    for (const std::string& role : estimator == "gae" ? std::vector<std::string>{"actor", "critic"} : std::vector<std::string>{"actor"}) {
+    for (const std::string& role :
+         estimator == "gae" ? std::vector<std::string>{"actor", "critic"} : std::vector<std::string>{"actor"}) {
       model::SafetensorsFile a(whole + "/global_step_6/" + role + "/model.safetensors");
       model::SafetensorsFile b(killed + "/global_step_6/" + role + "/model.safetensors");
       for (const auto& entry : a.entries()) CHECK(a.tensor(entry.name).equal(b.tensor(entry.name)));

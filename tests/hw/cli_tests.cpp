@@ -41,7 +41,8 @@ TEST_CASE("verlpp plugins lists cpu_ref found beside the executable", "[cli]") {
 
 TEST_CASE("verlpp plugins shows rejected plugins with their reason", "[cli]") {
   std::string out;
-  REQUIRE(test::run_command(verlpp_cmd("VERLPP_PLUGIN_PATH=" + test::plugin_case_dir("init_throws"), "plugins"), out) == 0);
+  REQUIRE(test::run_command(verlpp_cmd("VERLPP_PLUGIN_PATH=" + test::plugin_case_dir("init_throws"), "plugins"), out) ==
+          0);
   CHECK_THAT(out, Catch::Contains("Rejected") && Catch::Contains("boom: init failed on purpose"));
   CHECK_THAT(out, Catch::Contains("cpu_ref"));
 }
@@ -49,7 +50,8 @@ TEST_CASE("verlpp plugins shows rejected plugins with their reason", "[cli]") {
 TEST_CASE("verlpp plugins goes on past a plugin whose probe crashes or hangs", "[cli][probe]") {
   std::string out;
   const std::string dirs = test::plugin_case_dir("probe_segv") + ":" + test::plugin_case_dir("probe_hang");
-  REQUIRE(test::run_command(verlpp_cmd("VERLPP_PLUGIN_PROBE_TIMEOUT_MS=2000 VERLPP_PLUGIN_PATH=" + dirs, "plugins"), out) == 0);
+  REQUIRE(test::run_command(verlpp_cmd("VERLPP_PLUGIN_PROBE_TIMEOUT_MS=2000 VERLPP_PLUGIN_PATH=" + dirs, "plugins"),
+                            out) == 0);
   CHECK_THAT(out, Catch::Contains("Rejected") && Catch::Contains("crashed in its probe (signal SIGSEGV)"));
   CHECK_THAT(out, Catch::Contains("its probe did not return within 2000 ms"));
   CHECK_THAT(out, Catch::Contains("cpu_ref"));
@@ -87,7 +89,8 @@ TEST_CASE("VERL_HARDWARE_PLUGIN=none and the demo", "[cli]") {
   CHECK(test::run_command(verlpp_cmd("VERL_HARDWARE_PLUGIN=none", "plugins"), out) == 0);
   CHECK_THAT(out, Catch::Contains("disabled"));
   CHECK(test::run_command(verlpp_cmd("VERL_HARDWARE_PLUGIN=cpu_ref", "demo"), out) == 0);
-  CHECK_THAT(out, Catch::Contains("round trip") && Catch::Contains("identical") && Catch::Contains("all checks passed"));
+  CHECK_THAT(out,
+             Catch::Contains("round trip") && Catch::Contains("identical") && Catch::Contains("all checks passed"));
 }
 
 TEST_CASE("verlpp-plugin-check catches a wrong kernel", "[cli][conformance]") {
@@ -140,8 +143,9 @@ TEST_CASE("the kernel list, the conformance registration and verlpp plugins agre
   // The conformance suite: every listed kernel has cases, each of which passes on cpu_ref, and
   // no case names a kernel outside the list.
   const std::string json = test::bin_dir() + "/kernel_list_agreement.json";
-  REQUIRE(test::run_command(test::bin_dir() + "/verlpp-plugin-check --ranks '' --json " + json + " " + test::cpu_ref_path(),
-                            out) == 0);
+  REQUIRE(test::run_command(
+              test::bin_dir() + "/verlpp-plugin-check --ranks '' --json " + json + " " + test::cpu_ref_path(), out) ==
+          0);
   std::ifstream in(json);
   const nlohmann::json report = nlohmann::json::parse(in);
   std::map<std::string, int> passed;

@@ -105,12 +105,13 @@ TEST_CASE("buffers, streams and events on cpu_ref", "[hw][device]") {
 
 TEST_CASE("kernels through the wrapper match plain loops", "[hw][kernels]") {
   hw::Kernels k(cpu_ref());
-  CHECK(k.available() == std::vector<std::string>{"logprob_entropy", "rms_norm", "rotary_embedding", "paged_attention_decode",
-                                                  "sample", "logprob_backward", "silu_mul", "silu_mul_backward",
-                                                  "add_rms_norm", "rotary_kv_store", "adamw_update", "rotary_paged_attention_decode"});
+  CHECK(k.available() == std::vector<std::string>{"logprob_entropy", "rms_norm", "rotary_embedding",
+                                                  "paged_attention_decode", "sample", "logprob_backward", "silu_mul",
+                                                  "silu_mul_backward", "add_rms_norm", "rotary_kv_store",
+                                                  "adamw_update", "rotary_paged_attention_decode"});
   const int64_t n = 3, v = 6;
-  std::vector<float> logits = {0.1f, -2.0f, 3.0f, 0.5f, 0.0f, 1.0f, 5.0f, 5.0f, 5.0f, 5.0f, 5.0f, 5.0f,
-                               -1.0f, 2.0f, -3.0f, 4.0f, -5.0f, 6.0f};
+  std::vector<float> logits = {0.1f, -2.0f, 3.0f, 0.5f,  0.0f, 1.0f,  5.0f, 5.0f,  5.0f,
+                               5.0f, 5.0f,  5.0f, -1.0f, 2.0f, -3.0f, 4.0f, -5.0f, 6.0f};
   std::vector<int64_t> labels = {2, 0, 5};
   std::vector<float> lp(3), ent(3);
   std::vector<int64_t> s_logits = {n, v}, s_n = {n};
@@ -121,8 +122,14 @@ TEST_CASE("kernels through the wrapper match plain loops", "[hw][kernels]") {
   k.call<hw::KernelId::logprob_entropy>(&tl, &ty, 2.0f, &tlp, &tent, nullptr);
   for (int64_t r = 0; r < n; ++r) {
     double z[6], mx = -1e300, sum = 0, weighted = 0;
-    for (int j = 0; j < v; ++j) { z[j] = logits[size_t(r * v + j)] / 2.0; mx = std::max(mx, z[j]); }
-    for (int j = 0; j < v; ++j) { sum += std::exp(z[j] - mx); weighted += std::exp(z[j] - mx) * z[j]; }
+    for (int j = 0; j < v; ++j) {
+      z[j] = logits[size_t(r * v + j)] / 2.0;
+      mx = std::max(mx, z[j]);
+    }
+    for (int j = 0; j < v; ++j) {
+      sum += std::exp(z[j] - mx);
+      weighted += std::exp(z[j] - mx) * z[j];
+    }
     double lse = mx + std::log(sum);
     CHECK(lp[size_t(r)] == Approx(z[labels[size_t(r)]] - lse).margin(1e-6));
     CHECK(ent[size_t(r)] == Approx(lse - weighted / sum).margin(1e-6));
@@ -132,12 +139,14 @@ TEST_CASE("kernels through the wrapper match plain loops", "[hw][kernels]") {
   CHECK(lp[1] == Approx(-std::log(6.0)).margin(1e-6));
   // A label outside the vocabulary names the row.
   labels[2] = 6;
-  CHECK_THROWS_WITH(k.call<hw::KernelId::logprob_entropy>(&tl, &ty, 1.0f, &tlp, nullptr, nullptr), Catch::Contains("label 6 at row 2"));
+  CHECK_THROWS_WITH(k.call<hw::KernelId::logprob_entropy>(&tl, &ty, 1.0f, &tlp, nullptr, nullptr),
+                    Catch::Contains("label 6 at row 2"));
 }
 
 // L = sum_r g_lp[r] log p(label_r) + g_ent[r] H_r over softmax(logits / T), in fp64.
-static double logprob_entropy_loss(const std::vector<double>& logits, int64_t n, int64_t v, const std::vector<int64_t>& labels,
-                                   const std::vector<double>& g_lp, const std::vector<double>& g_ent, double t) {
+static double logprob_entropy_loss(const std::vector<double>& logits, int64_t n, int64_t v,
+                                   const std::vector<int64_t>& labels, const std::vector<double>& g_lp,
+                                   const std::vector<double>& g_ent, double t) {
   double loss = 0;
   for (int64_t r = 0; r < n; ++r) {
     double mx = -1e300, sum = 0, weighted = 0;
@@ -148,7 +157,8 @@ static double logprob_entropy_loss(const std::vector<double>& logits, int64_t n,
       weighted += std::exp(z - mx) * z;
     }
     const double lse = mx + std::log(sum);
-    loss += g_lp[size_t(r)] * (logits[size_t(r * v + labels[size_t(r)])] / t - lse) + g_ent[size_t(r)] * (lse - weighted / sum);
+    loss += g_lp[size_t(r)] * (logits[size_t(r * v + labels[size_t(r)])] / t - lse) +
+            g_ent[size_t(r)] * (lse - weighted / sum);
   }
   return loss;
 }
@@ -158,12 +168,13 @@ TEST_CASE("kernels: logprob_backward through the wrapper is the finite-differenc
   hw::Kernels k(cpu_ref());
   const int64_t n = 3, v = 7;
   const double t = 0.8;
-  std::vector<float> logits = {0.1f, -2.0f, 3.0f, 0.5f, 0.0f, 1.0f, 2.5f, 5.0f, 5.0f, 5.0f, 5.0f, 5.0f, 5.0f, 5.0f,
-                               -1.0f, 2.0f, -3.0f, 4.0f, -5.0f, 6.0f, 0.25f};
+  std::vector<float> logits = {0.1f, -2.0f, 3.0f, 0.5f,  0.0f, 1.0f,  2.5f, 5.0f,  5.0f, 5.0f, 5.0f,
+                               5.0f, 5.0f,  5.0f, -1.0f, 2.0f, -3.0f, 4.0f, -5.0f, 6.0f, 0.25f};
   std::vector<int64_t> labels = {2, 0, 6};
   std::vector<float> g_lp = {1.0f, -0.5f, 0.25f}, g_ent = {-0.3f, 2.0f, 0.7f}, lse(3), mean_z(3), lp(3), ent(3);
   std::vector<int64_t> s_logits = {n, v}, s_n = {n};
-  DLTensor tl = host_view(logits.data(), s_logits, {kDLFloat, 32, 1}), ty = host_view(labels.data(), s_n, {kDLInt, 64, 1});
+  DLTensor tl = host_view(logits.data(), s_logits, {kDLFloat, 32, 1}),
+           ty = host_view(labels.data(), s_n, {kDLInt, 64, 1});
   DLTensor tlp = host_view(lp.data(), s_n, {kDLFloat, 32, 1}), tent = host_view(ent.data(), s_n, {kDLFloat, 32, 1});
   k.call<hw::KernelId::logprob_entropy>(&tl, &ty, float(t), &tlp, &tent, nullptr);
   // What a trainer saves from the forward: lse = z_label - log p, E_p[z] = lse - H.
@@ -173,7 +184,8 @@ TEST_CASE("kernels: logprob_backward through the wrapper is the finite-differenc
   }
   std::vector<float> grad(size_t(n * v));
   DLTensor tlse = host_view(lse.data(), s_n, {kDLFloat, 32, 1}), tmz = host_view(mean_z.data(), s_n, {kDLFloat, 32, 1});
-  DLTensor tglp = host_view(g_lp.data(), s_n, {kDLFloat, 32, 1}), tgent = host_view(g_ent.data(), s_n, {kDLFloat, 32, 1});
+  DLTensor tglp = host_view(g_lp.data(), s_n, {kDLFloat, 32, 1}),
+           tgent = host_view(g_ent.data(), s_n, {kDLFloat, 32, 1});
   DLTensor tgrad = host_view(grad.data(), s_logits, {kDLFloat, 32, 1});
   k.call<hw::KernelId::logprob_backward>(&tl, &ty, &tlse, &tglp, &tmz, &tgent, float(t), &tgrad, nullptr);
 
@@ -183,7 +195,9 @@ TEST_CASE("kernels: logprob_backward through the wrapper is the finite-differenc
     std::vector<double> up = x, down = x;
     up[i] += h;
     down[i] -= h;
-    const double numeric = (logprob_entropy_loss(up, n, v, labels, glp, gent, t) - logprob_entropy_loss(down, n, v, labels, glp, gent, t)) / (2 * h);
+    const double numeric = (logprob_entropy_loss(up, n, v, labels, glp, gent, t) -
+                            logprob_entropy_loss(down, n, v, labels, glp, gent, t)) /
+                           (2 * h);
     CHECK(grad[i] == Approx(numeric).margin(2e-5));
   }
   // In place (out_grad = logits), log-prob term only: the same values as a separate output.
@@ -193,10 +207,12 @@ TEST_CASE("kernels: logprob_backward through the wrapper is the finite-differenc
   k.call<hw::KernelId::logprob_backward>(&tl, &ty, &tlse, &tglp, nullptr, nullptr, float(t), &tl, nullptr);
   CHECK(logits == separate);
   // mean_z without grad_entropy is refused by name.
-  CHECK_THROWS_WITH(k.call<hw::KernelId::logprob_backward>(&tl, &ty, &tlse, &tglp, &tmz, nullptr, 1.0f, &tsep, nullptr), Catch::Contains("mean_z and grad_entropy"));
+  CHECK_THROWS_WITH(k.call<hw::KernelId::logprob_backward>(&tl, &ty, &tlse, &tglp, &tmz, nullptr, 1.0f, &tsep, nullptr),
+                    Catch::Contains("mean_z and grad_entropy"));
 }
 
-TEST_CASE("kernels wrap native streams through ABI 1.1, cached and destroyed with the object", "[hw][kernels][streams]") {
+TEST_CASE("kernels wrap native streams through ABI 1.1, cached and destroyed with the object",
+          "[hw][kernels][streams]") {
   const hw::Plugin& p = cpu_ref();
   const verlpp_plugin_api& api = p.api();
   REQUIRE(p.abi_minor() >= 1);
@@ -267,7 +283,8 @@ TEST_CASE("in-process key-value store", "[hw][kv]") {
   CHECK(store->get("a", std::chrono::milliseconds(10)) == std::vector<uint8_t>{1, 2, 3});
   CHECK(store->add("n", 5) == 5);
   CHECK(store->add("n", -2) == 3);
-  CHECK_THROWS_WITH(store->get("missing", std::chrono::milliseconds(50)), Catch::Contains("'missing'") && Catch::Contains("50 ms"));
+  CHECK_THROWS_WITH(store->get("missing", std::chrono::milliseconds(50)),
+                    Catch::Contains("'missing'") && Catch::Contains("50 ms"));
   std::thread late([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     store->set("late", {9});

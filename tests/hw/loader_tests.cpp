@@ -122,7 +122,8 @@ TEST_CASE("an API table smaller than the host's loads with defaults", "[hw][load
 TEST_CASE("an init that throws inside the plugin", "[hw][loader]") {
   std::string path = test::plugin_case_file("init_throws", "initfail");
   std::string msg = explicit_failure(path);
-  CHECK_THAT(msg, Catch::Contains(path) && Catch::Contains("init failed") && Catch::Contains("boom: init failed on purpose"));
+  CHECK_THAT(
+      msg, Catch::Contains(path) && Catch::Contains("init failed") && Catch::Contains("boom: init failed on purpose"));
   auto r = scan({test::plugin_case_dir("init_throws")});
   CHECK(r.loaded.empty());
   REQUIRE(r.rejected.size() == 1);
@@ -131,7 +132,8 @@ TEST_CASE("an init that throws inside the plugin", "[hw][loader]") {
 
 TEST_CASE("a probe that returns 0", "[hw][loader]") {
   std::string msg = explicit_failure(test::plugin_case_file("probe_zero", "absent"));
-  CHECK_THAT(msg, Catch::Contains("probe says it cannot run here") && Catch::Contains("no such device on this machine"));
+  CHECK_THAT(msg,
+             Catch::Contains("probe says it cannot run here") && Catch::Contains("no such device on this machine"));
 }
 
 TEST_CASE("a table whose name disagrees with the file name", "[hw][loader]") {

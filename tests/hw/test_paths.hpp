@@ -5,7 +5,9 @@
 
 namespace verlpp::test {
 
-inline std::string plugin_case_dir(const std::string& folder) { return std::string(VERLPP_TEST_PLUGIN_ROOT) + "/" + folder; }
+inline std::string plugin_case_dir(const std::string& folder) {
+  return std::string(VERLPP_TEST_PLUGIN_ROOT) + "/" + folder;
+}
 inline std::string plugin_case_file(const std::string& folder, const std::string& stem) {
   return plugin_case_dir(folder) + "/libverlpp-plugin-" + stem + ".so";
 }

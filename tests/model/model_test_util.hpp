@@ -22,11 +22,13 @@ namespace verlpp::model::testing {
 // not hidden/heads (Qwen3), a llama3 rope scaling whose thresholds split the frequencies into
 // all three bands (Llama), and an init scale large enough for non-uniform attention.
 inline nlohmann::json tiny_config_json(const std::string& arch) {
-  nlohmann::json j = {{"architectures", {arch}},     {"vocab_size", 37},          {"hidden_size", 24},
-                      {"intermediate_size", 40},     {"num_hidden_layers", 2},    {"num_attention_heads", 6},
-                      {"num_key_value_heads", 2},    {"rms_norm_eps", 1e-6},      {"rope_theta", 10000.0},
-                      {"max_position_embeddings", 128}, {"initializer_range", 0.25}, {"torch_dtype", "float32"},
-                      {"bos_token_id", 1},           {"eos_token_id", 2}};
+  nlohmann::json j = {{"architectures", {arch}},   {"vocab_size", 37},
+                      {"hidden_size", 24},         {"intermediate_size", 40},
+                      {"num_hidden_layers", 2},    {"num_attention_heads", 6},
+                      {"num_key_value_heads", 2},  {"rms_norm_eps", 1e-6},
+                      {"rope_theta", 10000.0},     {"max_position_embeddings", 128},
+                      {"initializer_range", 0.25}, {"torch_dtype", "float32"},
+                      {"bos_token_id", 1},         {"eos_token_id", 2}};
   if (arch.rfind("Qwen3", 0) == 0) {
     j["num_attention_heads"] = 4;
     j["head_dim"] = 10;
@@ -36,8 +38,11 @@ inline nlohmann::json tiny_config_json(const std::string& arch) {
     j["hidden_size"] = 32;
     j["num_attention_heads"] = 4;
     j["num_key_value_heads"] = 1;  // head_dim 8: wavelengths 6.3 (kept), 63 (blended), 628, 6283 (scaled)
-    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 100}};
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 100}};
     j["attention_bias"] = true;
     j["mlp_bias"] = true;
   }
@@ -45,7 +50,9 @@ inline nlohmann::json tiny_config_json(const std::string& arch) {
   return j;
 }
 
-inline ModelConfig tiny_config(const std::string& arch) { return parse_model_config(tiny_config_json(arch), "tiny:" + arch); }
+inline ModelConfig tiny_config(const std::string& arch) {
+  return parse_model_config(tiny_config_json(arch), "tiny:" + arch);
+}
 
 // A fresh folder under /tmp, removed (with rm -rf: see docs/building.md) when it goes.
 struct ScratchDir {
@@ -57,7 +64,8 @@ struct ScratchDir {
     path = made;
   }
   ~ScratchDir() {
-    if (std::system(("rm -rf '" + path + "'").c_str()) != 0) { /* leftovers under /tmp are harmless */ }
+    if (std::system(("rm -rf '" + path + "'").c_str()) != 0) { /* leftovers under /tmp are harmless */
+    }
   }
   std::string operator/(const std::string& name) const { return path + "/" + name; }
 };

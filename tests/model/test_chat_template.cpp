@@ -77,8 +77,10 @@ TEST_CASE("Qwen2.5: default system prompt when the conversation has none", "[cha
 TEST_CASE("Qwen3: <think> handling of assistant turns", "[chat_template]") {
   ChatTemplate t = ChatTemplate::builtin("qwen3");
   // Before the last user query the reasoning is dropped; after it, it is kept.
-  std::vector<ChatMessage> chat = {{"user", "Q1"}, {"assistant", "<think>\nr1\n</think>\n\nA1"},
-                                   {"user", "Q2"}, {"assistant", "<think>r2</think>A2"}};
+  std::vector<ChatMessage> chat = {{"user", "Q1"},
+                                   {"assistant", "<think>\nr1\n</think>\n\nA1"},
+                                   {"user", "Q2"},
+                                   {"assistant", "<think>r2</think>A2"}};
   ChatOptions no_prompt{false, true};
   CHECK(t.render(chat, no_prompt) ==
         "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
@@ -108,8 +110,9 @@ TEST_CASE("Llama 3: bos first, trimmed contents, 3.1's preamble", "[chat_templat
 TEST_CASE("chat template errors", "[chat_template]") {
   CHECK_THAT(error_of([] { ChatTemplate::builtin("vicuna"); }),
              Catch::Contains("vicuna") && Catch::Contains("qwen2.5"));
-  CHECK_THAT(error_of([] { ChatTemplate::recognise("{{ messages[0].content }}[INST]", "", "my_config"); }),
-             Catch::Contains("my_config") && Catch::Contains("unrecognised chat template") && Catch::Contains("[INST]"));
+  CHECK_THAT(
+      error_of([] { ChatTemplate::recognise("{{ messages[0].content }}[INST]", "", "my_config"); }),
+      Catch::Contains("my_config") && Catch::Contains("unrecognised chat template") && Catch::Contains("[INST]"));
   CHECK_THAT(error_of([] {
                ChatTemplate::recognise("<|start_header_id|><|end_header_id|><|eot_id|>{{ strftime_now('%d') }}", "");
              }),
@@ -125,7 +128,8 @@ TEST_CASE("chat template errors", "[chat_template]") {
   ChatTemplate named = ChatTemplate::from_config_file(dir, "llama3");
   CHECK(named.bos_token() == "<B>");
   // Without "chat_template", a chat_template.jinja beside the config is used.
-  std::ofstream(dir + "/chat_template.jinja") << "{% for m in messages %}{{ '<|im_start|>' + m.role }}{% endfor %}<|im_end|>";
+  std::ofstream(dir + "/chat_template.jinja")
+      << "{% for m in messages %}{{ '<|im_start|>' + m.role }}{% endfor %}<|im_end|>";
   CHECK(ChatTemplate::from_config_file(dir).name() == "chatml");
   ::unlink((dir + "/chat_template.jinja").c_str());
   std::ofstream(file) << "{not json";

@@ -176,7 +176,8 @@ std::vector<at::Tensor> run_cached(const DecoderLM& m, const std::vector<std::ve
       cu.push_back(cu.back() + step[s]);
       lens.push_back(done[s]);
     }
-    PagedAttention backend(cache, {at::tensor(slots, at::kLong), at::tensor(cu, at::kLong), at::tensor(lens, at::kLong), tables});
+    PagedAttention backend(
+        cache, {at::tensor(slots, at::kLong), at::tensor(cu, at::kLong), at::tensor(lens, at::kLong), tables});
     at::Tensor h = m.forward_cached(at::tensor(ids, at::kLong), at::tensor(pos, at::kLong), backend);
     for (size_t s = 0; s < S; ++s)
       if (step[s] > 0) pieces[s].push_back(h.narrow(0, cu[s], step[s]));
@@ -201,8 +202,9 @@ TEST_CASE("decoder: each family matches the fp64 loop reference", "[model][decod
     Reference ref{m, m.config()};
     const int64_t T = 13;
     std::vector<int64_t> ids = random_ids(rng, T, m.config().vocab_size), pos = iota(T, 40);  // positions 40..52
-    at::Tensor hidden = m.forward_padded(at::tensor(ids, at::kLong).unsqueeze(0), {},
-                                         at::tensor(pos, at::kLong).unsqueeze(0)).squeeze(0);
+    at::Tensor hidden =
+        m.forward_padded(at::tensor(ids, at::kLong).unsqueeze(0), {}, at::tensor(pos, at::kLong).unsqueeze(0))
+            .squeeze(0);
     at::Tensor expected = ref.hidden(ids, pos);
     check_close(hidden, expected, 1e-4, 1e-4, "final hidden states");
     if (m.config().head == ModelHead::kCausalLM) {
@@ -303,8 +305,8 @@ TEST_CASE("decoder: packed sequences equal separate forwards", "[model][decoder]
     DecoderLM m = make_model(arch, 4);
     const int64_t V = m.config().vocab_size;
     // Runs of equal lengths (6, 6, -, 6 and 1, 1: one attention batch each) beside lone ones.
-    std::vector<std::vector<int64_t>> seqs = {random_ids(rng, 6, V), random_ids(rng, 6, V), {},
-                                              random_ids(rng, 6, V), random_ids(rng, 1, V), random_ids(rng, 1, V),
+    std::vector<std::vector<int64_t>> seqs = {random_ids(rng, 6, V),  random_ids(rng, 6, V), {},
+                                              random_ids(rng, 6, V),  random_ids(rng, 1, V), random_ids(rng, 1, V),
                                               random_ids(rng, 10, V), random_ids(rng, 3, V)};
     std::vector<int64_t> flat, pos, cu{0};
     for (const auto& s : seqs) {
@@ -312,7 +314,8 @@ TEST_CASE("decoder: packed sequences equal separate forwards", "[model][decoder]
       for (int64_t t = 0; t < int64_t(s.size()); ++t) pos.push_back(t);
       cu.push_back(int64_t(flat.size()));
     }
-    at::Tensor packed = m.forward_packed(at::tensor(flat, at::kLong), at::tensor(pos, at::kLong), at::tensor(cu, at::kLong));
+    at::Tensor packed =
+        m.forward_packed(at::tensor(flat, at::kLong), at::tensor(pos, at::kLong), at::tensor(cu, at::kLong));
     REQUIRE(packed.size(0) == int64_t(flat.size()));
     for (size_t s = 0; s < seqs.size(); ++s) {
       if (seqs[s].empty()) continue;
@@ -388,7 +391,7 @@ TEST_CASE("decoder: bf16 stays close to fp32; value heads pool the last token", 
   }
   DecoderLM rm = make_model("LlamaForSequenceClassification", 2);
   at::Tensor scores = rm.scores(rm.forward_padded(ids, mask));  // [2, 4, 1]
-  at::Tensor pooled = last_token(scores, mask);                // [2, 1]
+  at::Tensor pooled = last_token(scores, mask);                 // [2, 1]
   CHECK(pooled[0][0].item<float>() == scores[0][3][0].item<float>());
   CHECK(pooled[1][0].item<float>() == scores[1][1][0].item<float>());
 }
@@ -405,7 +408,8 @@ TEST_CASE("decoder: fused projections are views of one buffer and change no resu
     fused.fuse_projections();
     const bool bias = fused.config().qkv_bias, mlp_bias = fused.config().mlp_bias;
     for (int64_t l = 0; l < fused.config().num_hidden_layers; ++l) {
-      const std::string a = "model.layers." + std::to_string(l) + ".self_attn.", f = "model.layers." + std::to_string(l) + ".mlp.";
+      const std::string a = "model.layers." + std::to_string(l) + ".self_attn.",
+                        f = "model.layers." + std::to_string(l) + ".mlp.";
       for (const char* kind : {"weight", "bias"}) {
         const bool has = std::string(kind) == "weight" || bias;
         const std::string q = a + "q_proj." + kind, k = a + "k_proj." + kind, v = a + "v_proj." + kind;
@@ -474,7 +478,8 @@ struct InPlaceAddNorm : LayerKernels {
   at::Tensor silu_mul(const at::Tensor&, const at::Tensor&) const override { return {}; }
   std::pair<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
                                                  double eps) const override {
-    if (at::GradMode::is_enabled() && (x.requires_grad() || residual.requires_grad() || weight.requires_grad())) return {};
+    if (at::GradMode::is_enabled() && (x.requires_grad() || residual.requires_grad() || weight.requires_grad()))
+      return {};
     ++calls;
     residual.add_(x);
     return {residual, rms_norm(residual, weight, eps)};
@@ -487,7 +492,8 @@ struct InPlaceAddNorm : LayerKernels {
 // layer) and the result is unchanged; with gradient checkpointing the layer's first pass runs
 // without autograd, and its input, saved for the recomputation, must not be written: the
 // gradients must equal those of a model without the kernels.
-TEST_CASE("decoder: fused residual adds change no result and never write a checkpointed input", "[model][decoder][grad]") {
+TEST_CASE("decoder: fused residual adds change no result and never write a checkpointed input",
+          "[model][decoder][grad]") {
   std::mt19937 rng(8);
   for (const char* arch : kCausalArchs) {
     INFO(arch);
@@ -509,7 +515,8 @@ TEST_CASE("decoder: fused residual adds change no result and never write a check
       for (const auto& [name, p] : m.named_parameters()) p.mutable_grad() = at::Tensor();
       (m.forward_padded(ids, {}, {}, std::move(k)) * w).sum().backward();
       std::vector<at::Tensor> out;
-      for (const auto& [name, p] : m.named_parameters()) out.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+      for (const auto& [name, p] : m.named_parameters())
+        out.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
       return out;
     };
     const std::vector<at::Tensor> want = grads(nullptr);
@@ -526,7 +533,8 @@ TEST_CASE("decoder: fused residual adds change no result and never write a check
 // A model being trained on an accelerator computes q/k/v as one GEMM (ForwardOptions'
 // training_projections forces it on here, on the CPU): for every architecture (Qwen3's q/k norms read the strided
 // slices) the forward and every parameter's gradient equal those of one GEMM per projection.
-TEST_CASE("decoder: fused training projections give the per-projection forward and gradients", "[model][decoder][grad]") {
+TEST_CASE("decoder: fused training projections give the per-projection forward and gradients",
+          "[model][decoder][grad]") {
   std::mt19937 rng(12);
   for (const char* arch : kCausalArchs) {
     INFO(arch);
@@ -543,14 +551,16 @@ TEST_CASE("decoder: fused training projections give the per-projection forward a
       for (const auto& [name, p] : m.named_parameters()) p.mutable_grad() = at::Tensor();
       outs[fused] = m.forward_padded(ids);
       (outs[fused] * w).sum().backward();
-      for (const auto& [name, p] : m.named_parameters()) grads[fused].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+      for (const auto& [name, p] : m.named_parameters())
+        grads[fused].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     }
     check_close(outs[1], outs[0], 1e-5, 1e-5, "hidden states");
     for (size_t i = 0; i < grads[0].size(); ++i) {
       const std::string& name = m.named_parameters()[i].first;
       INFO(name);
       REQUIRE(grads[1][i].defined() == grads[0][i].defined());
-      if (grads[0][i].defined()) check_close(grads[1][i], grads[0][i], 1e-5 * grads[0][i].abs().max().item<double>(), 1e-4, name);
+      if (grads[0][i].defined())
+        check_close(grads[1][i], grads[0][i], 1e-5 * grads[0][i].abs().max().item<double>(), 1e-4, name);
     }
   }
 }

@@ -19,8 +19,8 @@
 
 using namespace verlpp::model;
 using namespace verlpp::model::testing;
-using nlohmann::json;
 using Catch::Matchers::Contains;
+using nlohmann::json;
 
 namespace {
 
@@ -92,9 +92,9 @@ TEST_CASE("config: each family parses with HF defaults and its own structure", "
   j.erase("torch_dtype");
   j["dtype"] = "bfloat16";
   j["eos_token_id"] = {2, 5};
-  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 32.0},
-                          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                          {"original_max_position_embeddings", 8192}};
+  j["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                          {"factor", 32.0},          {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   ModelConfig v5 = parse_model_config(j, "v5");
   CHECK(v5.rope_theta == 500000.0);
   CHECK(v5.rope_scaling.factor == 32.0);
@@ -167,7 +167,8 @@ TEST_CASE("config: errors name the file and the field", "[model][config]") {
   CHECK_THAT(load_with(j), Contains("hidden_act") && Contains("gelu"));
 
   write_file(dir / "config.json", "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
-  CHECK_THAT(error_of([&] { load_model_config(dir.path); }), Contains("config.json") && Contains("JSON nested deeper than 512"));
+  CHECK_THAT(error_of([&] { load_model_config(dir.path); }),
+             Contains("config.json") && Contains("JSON nested deeper than 512"));
   write_file(dir / "config.json", "{ not json");
   CHECK_THAT(error_of([&] { load_model_config(dir.path); }), Contains("not valid JSON"));
   CHECK_THAT(error_of([&] { load_model_config(dir / "absent"); }), Contains("cannot open"));
@@ -175,13 +176,24 @@ TEST_CASE("config: errors name the file and the field", "[model][config]") {
 
 TEST_CASE("config: parameter counts match the published models", "[model][config]") {
   // Qwen2.5-0.5B (tied, qkv bias) and Llama-3.2-1B (tied, GQA 32/8): the figures HF reports.
-  json qwen = {{"architectures", {"Qwen2ForCausalLM"}}, {"vocab_size", 151936}, {"hidden_size", 896},
-               {"intermediate_size", 4864}, {"num_hidden_layers", 24}, {"num_attention_heads", 14},
-               {"num_key_value_heads", 2}, {"tie_word_embeddings", true}};
+  json qwen = {{"architectures", {"Qwen2ForCausalLM"}},
+               {"vocab_size", 151936},
+               {"hidden_size", 896},
+               {"intermediate_size", 4864},
+               {"num_hidden_layers", 24},
+               {"num_attention_heads", 14},
+               {"num_key_value_heads", 2},
+               {"tie_word_embeddings", true}};
   CHECK(parameter_count(parse_model_config(qwen, "qwen2.5-0.5b")) == 494032768);
-  json llama = {{"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 128256}, {"hidden_size", 2048},
-                {"intermediate_size", 8192}, {"num_hidden_layers", 16}, {"num_attention_heads", 32},
-                {"num_key_value_heads", 8}, {"head_dim", 64}, {"tie_word_embeddings", true}};
+  json llama = {{"architectures", {"LlamaForCausalLM"}},
+                {"vocab_size", 128256},
+                {"hidden_size", 2048},
+                {"intermediate_size", 8192},
+                {"num_hidden_layers", 16},
+                {"num_attention_heads", 32},
+                {"num_key_value_heads", 8},
+                {"head_dim", 64},
+                {"tie_word_embeddings", true}};
   CHECK(parameter_count(parse_model_config(llama, "llama-3.2-1b")) == 1235814400);
 }
 
@@ -258,7 +270,8 @@ TEST_CASE("safetensors: sharded writing and reading through the index", "[model]
   write_safetensors_sharded(dir.path, tensors, 900);
   index["weight_map"]["ghost"] = "model-00001-of-00003.safetensors";
   write_file(dir / "model.safetensors.index.json", index.dump());
-  CHECK_THAT(error_of([&] { SafetensorsStore s(dir.path); }), Contains("'ghost'") && Contains("missing from this shard"));
+  CHECK_THAT(error_of([&] { SafetensorsStore s(dir.path); }),
+             Contains("'ghost'") && Contains("missing from this shard"));
 }
 
 TEST_CASE("safetensors: truncated files and bad headers fail naming the file", "[model][safetensors]") {
@@ -329,8 +342,8 @@ TEST_CASE("checkpoint: init is seeded and save -> load is bit-exact", "[model][c
     SaveOptions opts;
     opts.source_dir = src.path;
     auto written = save_pretrained(a, dir.path, opts);
-    for (const char* f : {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
-                          "tokenizer_config.json"})
+    for (const char* f :
+         {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
       CHECK(file_exists(dir / f));
     CHECK(read_file(dir / "tokenizer.json") == R"({"model": {}})");
     json generation = json::parse(read_file(dir / "generation_config.json"));
@@ -347,7 +360,8 @@ TEST_CASE("checkpoint: init is seeded and save -> load is bit-exact", "[model][c
       INFO(a.named_parameters()[i].first);
       CHECK(at::equal(a.named_parameters()[i].second, b.named_parameters()[i].second));
     }
-    if (config.tie_word_embeddings && config.head == ModelHead::kCausalLM) CHECK(b.parameter("lm_head.weight").is_same(b.parameter("model.embed_tokens.weight")));
+    if (config.tie_word_embeddings && config.head == ModelHead::kCausalLM)
+      CHECK(b.parameter("lm_head.weight").is_same(b.parameter("model.embed_tokens.weight")));
   }
 }
 
@@ -361,7 +375,8 @@ TEST_CASE("checkpoint: bf16 and sharded saves load back exactly", "[model][check
   opts.max_shard_bytes = 4096;
   auto written = save_pretrained(fp32, dir.path, opts);
   CHECK(file_exists(dir / "model.safetensors.index.json"));
-  CHECK(std::count_if(written.begin(), written.end(), [](const std::string& f) { return f.rfind("model-", 0) == 0; }) > 2);
+  CHECK(std::count_if(written.begin(), written.end(), [](const std::string& f) { return f.rfind("model-", 0) == 0; }) >
+        2);
   ModelConfig saved = load_model_config(dir.path);
   CHECK(saved.torch_dtype == "bfloat16");
   ModelOptions bf16;

@@ -50,8 +50,9 @@ Tokenizer tiny_edited(const std::function<void(nlohmann::json&)>& edit) {
 }
 
 nlohmann::json added(int id, const std::string& content, bool lstrip, bool rstrip, bool single_word, bool normalized) {
-  return {{"id", id}, {"content", content}, {"single_word", single_word}, {"lstrip", lstrip},
-          {"rstrip", rstrip}, {"normalized", normalized}, {"special", false}};
+  return {{"id", id},         {"content", content}, {"single_word", single_word},
+          {"lstrip", lstrip}, {"rstrip", rstrip},   {"normalized", normalized},
+          {"special", false}};
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -131,7 +132,10 @@ TEST_CASE("invalid UTF-8: encode rejects it, decode repairs it like from_utf8_lo
   const Tokenizer& t = tiny();
   CHECK_THAT(error_of([&] { t.encode("ab\xC3"); }), Catch::Contains("not valid UTF-8 at byte 2"));
   // 0xF0 0x9F then 'a': one U+FFFD for the broken prefix; a lone 0x80: one more.
-  CHECK(t.decode({0xF0, 0x9F, 'a', 0x80}) == "\xEF\xBF\xBD" "a" "\xEF\xBF\xBD");
+  CHECK(t.decode({0xF0, 0x9F, 'a', 0x80}) ==
+        "\xEF\xBF\xBD"
+        "a"
+        "\xEF\xBF\xBD");
 }
 
 TEST_CASE("streaming decode holds split multi-byte characters", "[tokenizer]") {
@@ -210,15 +214,20 @@ TEST_CASE("load errors name the file, the field and the value", "[tokenizer]") {
              Catch::Contains("empty.json") && Catch::Contains("\"model\""));
   CHECK_THAT(error_of([] { tiny_edited([](nlohmann::json& j) { j["model"]["merges"][3] = "nospace"; }); }),
              Catch::Contains("model") && Catch::Contains("merges[3]") && Catch::Contains("nospace"));
-  CHECK_THAT(error_of([] { tiny_edited([](nlohmann::json& j) { j["model"]["merges"][5] = {"zz", "qq"}; }); }),
+  CHECK_THAT(error_of([] { tiny_edited([](nlohmann::json& j) {
+                             j["model"]["merges"][5] = {"zz", "qq"};
+                           }); }),
              Catch::Contains("merges[5]") && Catch::Contains("missing from the vocabulary"));
   CHECK_THAT(error_of([] { tiny_edited([](nlohmann::json& j) { j["model"]["vocab"]["A"] = "x"; }); }),
              Catch::Contains("model") && Catch::Contains("vocab[\"A\"]"));
-  CHECK_THAT(error_of([] {
-               tiny_edited([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+"; });
-             }),
-             Catch::Contains("pretokenizers[0].pattern.Regex") && Catch::Contains("\\\\w+"));
-  CHECK_THAT(error_of([] { tiny_edited([](nlohmann::json& j) { j["normalizer"] = {{"type", "Precompiled"}}; }); }),
+  CHECK_THAT(
+      error_of([] {
+        tiny_edited([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+"; });
+      }),
+      Catch::Contains("pretokenizers[0].pattern.Regex") && Catch::Contains("\\\\w+"));
+  CHECK_THAT(error_of([] { tiny_edited([](nlohmann::json& j) {
+                             j["normalizer"] = {{"type", "Precompiled"}};
+                           }); }),
              Catch::Contains("normalizer") && Catch::Contains("Precompiled"));
   CHECK_THAT(error_of([] { tiny_edited([](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; }); }),
              Catch::Contains("model") && Catch::Contains("WordPiece"));

@@ -127,7 +127,8 @@ TEST_CASE("ops: rotary_embedding and rotary_kv_store without a kernel equal cpu_
     const at::Tensor qkv = at::randn({n, (h + 2 * kv) * s}).to(dtype);
     const at::Tensor q = qkv.narrow(1, 0, h * s).view({n, h, s}), k = qkv.narrow(1, h * s, kv * s).view({n, kv, s});
     const at::Tensor v = qkv.narrow(1, (h + kv) * s, kv * s).view({n, kv, s});
-    const at::Tensor slots = at::randperm(blocks * bs, at::TensorOptions().dtype(at::kLong)).narrow(0, 0, n).contiguous();
+    const at::Tensor slots =
+        at::randperm(blocks * bs, at::TensorOptions().dtype(at::kLong)).narrow(0, 0, n).contiguous();
     at::Tensor qr[2], kr[2], q_out[2], k_cache[2], v_cache[2];
     for (int path = 0; path < 2; ++path) {
       const hw::Kernels* kernels = path == 0 ? &cpu_ref() : nullptr;
@@ -159,16 +160,20 @@ TEST_CASE("ops: paged_attention_decode and rotary_paged_attention_decode without
     at::manual_seed(4);
     const int64_t b = 3, h = 6, kv = 2, s = 16, bs = 4, blocks = 12, max_blocks = 4;
     const at::Tensor inv_freq = at::pow(10000.0, at::arange(0, s, 2, at::kFloat) / -double(s));
-    const at::Tensor k_cache = at::randn({blocks, bs, kv, s}).to(dtype), v_cache = at::randn({blocks, bs, kv, s}).to(dtype);
-    const at::Tensor tables = at::randperm(blocks, at::TensorOptions().dtype(at::kInt)).narrow(0, 0, b * max_blocks)
-                                  .view({b, max_blocks}).contiguous();
+    const at::Tensor k_cache = at::randn({blocks, bs, kv, s}).to(dtype),
+                     v_cache = at::randn({blocks, bs, kv, s}).to(dtype);
+    const at::Tensor tables = at::randperm(blocks, at::TensorOptions().dtype(at::kInt))
+                                  .narrow(0, 0, b * max_blocks)
+                                  .view({b, max_blocks})
+                                  .contiguous();
     const at::Tensor lens = at::tensor(std::vector<int32_t>{1, 9, 16});  // one position, a partial block, full
     const at::Tensor q = at::randn({b, h, s}).to(dtype);
     const double scale = 1.0 / std::sqrt(double(s));
     at::Tensor out[2];
     for (int path = 0; path < 2; ++path) {
       out[path] = at::empty({b, h, s}, q.options());
-      ops::paged_attention_decode(path == 0 ? &cpu_ref() : nullptr, q, k_cache, v_cache, tables, lens, scale, out[path]);
+      ops::paged_attention_decode(path == 0 ? &cpu_ref() : nullptr, q, k_cache, v_cache, tables, lens, scale,
+                                  out[path]);
     }
     require_close(out[1], out[0], 1e-5, 2 * rtol_of(dtype), "paged_attention_decode");
 
@@ -182,8 +187,8 @@ TEST_CASE("ops: paged_attention_decode and rotary_paged_attention_decode without
       kc[path] = k_cache.clone();
       vc[path] = v_cache.clone();
       fused[path] = at::empty({b, h, s}, q.options());
-      ops::rotary_paged_attention_decode(path == 0 ? &cpu_ref() : nullptr, q, k, v, positions, inv_freq, slots, kc[path],
-                                         vc[path], tables, lens, scale, fused[path]);
+      ops::rotary_paged_attention_decode(path == 0 ? &cpu_ref() : nullptr, q, k, v, positions, inv_freq, slots,
+                                         kc[path], vc[path], tables, lens, scale, fused[path]);
     }
     require_close(fused[1], fused[0], 1e-5, 4 * rtol_of(dtype), "rotary_paged_attention_decode");
     require_close(kc[1], kc[0], 1e-5, 2 * rtol_of(dtype), "rotary_paged_attention_decode k_cache");

@@ -147,7 +147,11 @@ std::vector<double> filtered(const std::vector<double>& logits, double T, int64_
 // exact filtered softmax; log-probs are under softmax(logits / T) before filtering.
 void check_filtered_softmax(const verlpp::hw::Kernels* kernels) {
   const std::vector<double> logits = {1.2, -0.3, 0.8, 2.0, -1.5, 0.1, 1.9, -0.7};  // V = 8
-  struct Case { double T; int64_t k; double p; };
+  struct Case {
+    double T;
+    int64_t k;
+    double p;
+  };
   const std::vector<Case> cases = {{1.0, 0, 1.0}, {0.5, 0, 1.0}, {1.7, 0, 1.0}, {1.0, 3, 1.0},
                                    {1.0, 0, 0.7}, {0.8, 5, 0.8}, {1.3, 1, 1.0}, {1.0, 0, 0.05}};
   const int64_t draws = 20000;
@@ -202,7 +206,8 @@ TEST_CASE("sampler: temperature, top-k, top-p follow the filtered softmax (chi-s
 }
 
 TEST_CASE("sampler: a plugin's sample kernel (cpu_ref) through the host's dispatch", "[rollout][sampler]") {
-  verlpp::hw::Plugin plugin = verlpp::hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
+  verlpp::hw::Plugin plugin =
+      verlpp::hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
   verlpp::hw::Kernels kernels(plugin);
   REQUIRE(kernels.offers(verlpp::hw::KernelId::sample));
   check_filtered_softmax(&kernels);
@@ -216,9 +221,9 @@ TEST_CASE("sampler: a plugin's sample kernel (cpu_ref) through the host's dispat
   // An odd batch: tokens and log-probs share one device buffer (DeviceSamples), the log-probs
   // after ceil(B / 2) int64s; every row must still read its own token and log-prob.
   const std::vector<float> odd = {2.0f, 0.0f, -1.0f, -3.0f, 1.0f, 0.5f, 0.25f, 0.0f, 4.0f};
-  SampleResult o = sample(at::tensor(odd).reshape({3, 3}),
-                          {RowSampling{0.0, 0, 1.0, 1, 0}, RowSampling{0.0, 0, 1.0, 2, 0}, RowSampling{0.0, 0, 1.0, 3, 0}},
-                          &kernels);
+  SampleResult o = sample(
+      at::tensor(odd).reshape({3, 3}),
+      {RowSampling{0.0, 0, 1.0, 1, 0}, RowSampling{0.0, 0, 1.0, 2, 0}, RowSampling{0.0, 0, 1.0, 3, 0}}, &kernels);
   REQUIRE(o.token_ids.numel() == 3);
   REQUIRE(o.logprobs.numel() == 3);
   for (int64_t r = 0; r < 3; ++r) {
@@ -251,7 +256,8 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
 
 TEST_CASE("sampler: bf16 / f16 logits reach an ABI 1.3 kernel as they are, with their fp32 conversion's result",
           "[rollout][sampler]") {
-  verlpp::hw::Plugin loaded = verlpp::hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
+  verlpp::hw::Plugin loaded =
+      verlpp::hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
   g_cpu_ref_table = loaded.api().kernels;
   static verlpp_kernel_table recording;
   recording = *g_cpu_ref_table;
@@ -264,8 +270,8 @@ TEST_CASE("sampler: bf16 / f16 logits reach an ABI 1.3 kernel as they are, with 
   for (float& x : values) x = normal(rng);
   const at::Tensor drawn = at::tensor(values).reshape({B, V});
   std::vector<RowSampling> rows;
-  const RowSampling kinds[] = {{0.0, 0, 1.0, 0, 0}, {0.8, 0, 1.0, 0, 0}, {1.0, 40, 1.0, 0, 0}, {1.2, 0, 0.9, 0, 0},
-                               {0.7, 20, 0.8, 0, 0}};
+  const RowSampling kinds[] = {
+      {0.0, 0, 1.0, 0, 0}, {0.8, 0, 1.0, 0, 0}, {1.0, 40, 1.0, 0, 0}, {1.2, 0, 0.9, 0, 0}, {0.7, 20, 0.8, 0, 0}};
   for (int64_t r = 0; r < B; ++r) {
     RowSampling row = kinds[r % 5];
     row.seed = sample_seed(13, r);

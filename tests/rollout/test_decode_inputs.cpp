@@ -17,8 +17,8 @@ TEST_CASE("decode inputs: offsets and sizes follow the documented order", "[roll
     for (int64_t W : {1, 7, 64}) {
       const DecodeInputLayout layout(B, W);
       // The plain recount: int64 fields of B rows, float fields of B rows, int64 tables [B, W].
-      const DecodeInput int64_fields[] = {DecodeInput::ids,    DecodeInput::positions, DecodeInput::slots,
-                                          DecodeInput::context_lens, DecodeInput::top_k, DecodeInput::seeds,
+      const DecodeInput int64_fields[] = {DecodeInput::ids,          DecodeInput::positions, DecodeInput::slots,
+                                          DecodeInput::context_lens, DecodeInput::top_k,     DecodeInput::seeds,
                                           DecodeInput::source_rows};
       int64_t expect = 0;
       for (DecodeInput f : int64_fields) {

@@ -43,11 +43,13 @@ model::DecoderLM config_scale_model(uint64_t seed, double logit_scale) {
 
 // What the trainer recomputes as old log-probs for the last `num_response` tokens of `ids`
 // (train::response_log_probs, one unpadded row): [num_response] fp32.
-at::Tensor trainer_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& ids, int64_t num_response, double T) {
+at::Tensor trainer_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& ids, int64_t num_response,
+                            double T) {
   at::NoGradGuard no_grad;
   at::Tensor x = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
-  return train::response_log_probs(m, x, at::ones_like(x), at::arange(x.size(1), x.options()).unsqueeze(0), num_response,
-                                   T, false).log_probs[0];
+  return train::response_log_probs(m, x, at::ones_like(x), at::arange(x.size(1), x.options()).unsqueeze(0),
+                                   num_response, T, false)
+      .log_probs[0];
 }
 
 // Every generated token's log-prob against a full forward of the same weights in fp64 (exact
@@ -69,7 +71,8 @@ at::Tensor trainer_logprobs(const model::DecoderLM& m, const std::vector<int64_t
 void check_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& prompt, const GenerateOutput& out, double T,
                     double tolerance = 2.5e-5) {
   const double worst = worst_logprob_error(m, prompt, out, T);
-  INFO(fmt::format("request {} sample {}: worst relative |logprob error| {:.3g}", out.request_index, out.sample_index, worst));
+  INFO(fmt::format("request {} sample {}: worst relative |logprob error| {:.3g}", out.request_index, out.sample_index,
+                   worst));
   CHECK(worst <= tolerance);
   if (m.options().dtype != at::kFloat) return;
   std::vector<int64_t> ids = prompt;
@@ -81,7 +84,8 @@ void check_logprobs(const model::DecoderLM& m, const std::vector<int64_t>& promp
     worst_trainer = std::max(worst_trainer, diff / std::max(1.0, std::abs(ref)));
     worst_abs = std::max(worst_abs, diff);
   }
-  INFO(fmt::format("against the trainer's fp32 recompute: worst relative {:.3g}, absolute {:.3g}", worst_trainer, worst_abs));
+  INFO(fmt::format("against the trainer's fp32 recompute: worst relative {:.3g}, absolute {:.3g}", worst_trainer,
+                   worst_abs));
   CHECK(worst_trainer <= tolerance + 2.5e-5);
 }
 
@@ -101,7 +105,8 @@ TEST_CASE("engine: greedy equals a naive full-recompute generator, with preempti
   const std::vector<int64_t> lens = {1, 5, 7, 16, 17, 30};
   const int64_t max_new = 12;
   std::vector<GenerateRequest> reqs;
-  for (size_t i = 0; i < lens.size(); ++i) reqs.push_back({prompt_of(lens[i], int64_t(i)), greedy(max_new, i == 2 ? 3 : 1)});
+  for (size_t i = 0; i < lens.size(); ++i)
+    reqs.push_back({prompt_of(lens[i], int64_t(i)), greedy(max_new, i == 2 ? 3 : 1)});
   EngineOptions opts;
   opts.block_size = 4;
   opts.num_blocks = 14;  // the longest request alone needs 11: forces preemption
@@ -170,11 +175,13 @@ verlpp_error* counting_rotary_attention(const DLTensor* q, const DLTensor* k, co
                                         const DLTensor* tables, const DLTensor* lens, float scale, DLTensor* out,
                                         verlpp_stream s) {
   ++g_rotary_attentions;
-  return g_cpu_ref_kernels->rotary_paged_attention_decode(q, k, v, pos, freq, slots, kc, vc, tables, lens, scale, out, s);
+  return g_cpu_ref_kernels->rotary_paged_attention_decode(q, k, v, pos, freq, slots, kc, vc, tables, lens, scale, out,
+                                                          s);
 }
 }  // namespace
 
-TEST_CASE("engine: with cpu_ref's kernels (paged attention decode, sample) against the naive generator", "[rollout][engine]") {
+TEST_CASE("engine: with cpu_ref's kernels (paged attention decode, sample) against the naive generator",
+          "[rollout][engine]") {
   // The host's dispatch to a plugin's paged_attention_decode, sample, rotary_kv_store (or 1.5's
   // rotary_paged_attention_decode) and add_rms_norm, checked end to end: the engine's own KV
   // layout, block tables, GQA mapping and fused projections against a full forward.
@@ -205,7 +212,8 @@ TEST_CASE("engine: with cpu_ref's kernels (paged attention decode, sample) again
   sampled.n = 2;
   sampled.ignore_eos = true;
   sampled.seed = 7;
-  std::vector<GenerateRequest> reqs = {{prompt_of(5, 0), greedy(9)}, {prompt_of(17, 1), greedy(9)}, {prompt_of(6, 2), sampled}};
+  std::vector<GenerateRequest> reqs = {
+      {prompt_of(5, 0), greedy(9)}, {prompt_of(17, 1), greedy(9)}, {prompt_of(6, 2), sampled}};
   EngineOptions opts;
   opts.block_size = 4;
   opts.kernels = &kernels;
@@ -233,7 +241,8 @@ TEST_CASE("engine: with cpu_ref's kernels (paged attention decode, sample) again
   CHECK(g_add_rms_norms == 2 * layers * (stats.num_prefill_steps + stats.num_decode_steps));
 }
 
-TEST_CASE("engine: in fp64 the returned log-probs equal a full forward to float precision (greedy, sampled, preempted)", "[rollout][engine]") {
+TEST_CASE("engine: in fp64 the returned log-probs equal a full forward to float precision (greedy, sampled, preempted)",
+          "[rollout][engine]") {
   model::DecoderLM ref = tiny_model(5, at::kDouble);
   SamplingParams p;
   p.temperature = 0.7;
@@ -258,7 +267,10 @@ TEST_CASE("engine: in fp64 the returned log-probs equal a full forward to float 
   }
 }
 
-TEST_CASE("engine: fp32 log-probs within 1e-5 absolute of an fp32 full forward and of the trainer's recompute (config init scale)", "[rollout][engine]") {
+TEST_CASE(
+    "engine: fp32 log-probs within 1e-5 absolute of an fp32 full forward and of the trainer's recompute (config init "
+    "scale)",
+    "[rollout][engine]") {
   // Issue 5's literal bound, on the tiny model as configured (initializer_range 0.02: logits
   // ~0.23 wide, near uniform) and with its logits scaled 20x, as peaked as a trained model's
   // (|logit| up to 24, mean entropy 1.2 nats, top token 0.68 on average). Both references are
@@ -322,8 +334,9 @@ TEST_CASE("engine: fp32 log-probs within 1e-5 absolute of an fp32 full forward a
                        out.request_index, out.sample_index, first_bad < 0 ? "none" : bad));
       CHECK(first_bad == -1);
     }
-    INFO(fmt::format("logit scale {}: worst |engine - full forward| {:.3g}, |engine - trainer| {:.3g} (log-probs down to {:.3g})",
-                     logit_scale, worst_full, worst_trainer, min_logprob));
+    INFO(fmt::format(
+        "logit scale {}: worst |engine - full forward| {:.3g}, |engine - trainer| {:.3g} (log-probs down to {:.3g})",
+        logit_scale, worst_full, worst_trainer, min_logprob));
     CHECK(std::max(worst_full, worst_trainer) <= 1e-5);
   }
 }
@@ -350,7 +363,8 @@ TEST_CASE("engine: sampled log-probs equal a full forward at the temperature; se
   REQUIRE(outs.size() == 9);
   for (const auto& out : outs) {
     REQUIRE(out.token_ids.size() == 10);
-    check_logprobs(ref, reqs[size_t(out.request_index)].prompt_ids, out, reqs[size_t(out.request_index)].sampling.temperature);
+    check_logprobs(ref, reqs[size_t(out.request_index)].prompt_ids, out,
+                   reqs[size_t(out.request_index)].sampling.temperature);
   }
   CHECK(outs[0].token_ids != outs[1].token_ids);  // samples of one prompt draw differently
 
@@ -394,20 +408,21 @@ TEST_CASE("engine: bad requests are errors, the rest of the batch runs", "[rollo
   RolloutEngine engine(tiny_model(2), opts);
   const int64_t ctx = ref.config().max_position_embeddings;
   std::vector<GenerateRequest> reqs = {
-      {{}, greedy(4)},                     // empty
-      {prompt_of(5, 0), greedy(4)},        // fine
-      {prompt_of(ctx, 1), greedy(4)},      // no room in the context
-      {prompt_of(5, 2), greedy(4, 0)},     // n = 0
-      {prompt_of(5, 3), greedy(4)},        // top_p = 0
-      {prompt_of(5, 4), greedy(4)},        // top_p = 1.5
-      {{3, 400}, greedy(4)},               // id outside the vocabulary
-      {prompt_of(30, 5), greedy(10)},      // too long for the whole pool
+      {{}, greedy(4)},                  // empty
+      {prompt_of(5, 0), greedy(4)},     // fine
+      {prompt_of(ctx, 1), greedy(4)},   // no room in the context
+      {prompt_of(5, 2), greedy(4, 0)},  // n = 0
+      {prompt_of(5, 3), greedy(4)},     // top_p = 0
+      {prompt_of(5, 4), greedy(4)},     // top_p = 1.5
+      {{3, 400}, greedy(4)},            // id outside the vocabulary
+      {prompt_of(30, 5), greedy(10)},   // too long for the whole pool
   };
   reqs[4].sampling.top_p = 0;
   reqs[5].sampling.top_p = 1.5;
   auto outs = engine.generate(reqs);
   REQUIRE(outs.size() == reqs.size());
-  const std::vector<std::string> expected = {"empty", "", "context", "sampling.n", "top_p", "top_p", "vocabulary", "pool"};
+  const std::vector<std::string> expected = {"empty", "",      "context",    "sampling.n",
+                                             "top_p", "top_p", "vocabulary", "pool"};
   for (size_t i = 0; i < outs.size(); ++i) {
     INFO(fmt::format("request {}: '{}'", i, outs[i].error));
     CHECK(outs[i].request_index == int64_t(i));
@@ -483,5 +498,6 @@ TEST_CASE("engine: memory_fraction off the CPU needs memory_total_bytes", "[roll
   on_meta.device = c10::Device(c10::kMeta);
   EngineOptions opts;
   opts.memory_fraction = 0.5;
-  CHECK_THROWS_WITH(RolloutEngine(model::DecoderLM(tiny_config(), on_meta), opts), Catch::Contains("memory_total_bytes"));
+  CHECK_THROWS_WITH(RolloutEngine(model::DecoderLM(tiny_config(), on_meta), opts),
+                    Catch::Contains("memory_total_bytes"));
 }

@@ -193,7 +193,8 @@ TEST_CASE("decode graphs on CUDA equal eager steps and a full forward", "[.gpu][
   const GenerateStats stats = graphs.last_stats();
   const auto expected = eager.generate(reqs);
   INFO(fmt::format("graph steps {} of {} decode steps, {} captures in {:.3f} s, {} preemptions", stats.num_graph_steps,
-                   stats.num_decode_steps, stats.num_graph_captures, stats.graph_capture_seconds, stats.num_preemptions));
+                   stats.num_decode_steps, stats.num_graph_captures, stats.graph_capture_seconds,
+                   stats.num_preemptions));
   CHECK(stats.num_graph_steps == stats.num_decode_steps);
   CHECK(stats.num_graph_captures >= 3);
   CHECK(stats.num_preemptions > 0);
@@ -204,8 +205,8 @@ TEST_CASE("decode graphs on CUDA equal eager steps and a full forward", "[.gpu][
   INFO(fmt::format("early-launch edges {}", stats.graph_early_launch_edges));
   if (!env_equals("VERLPP_GRAPH_EARLY_LAUNCH", "1"))
     CHECK(stats.graph_early_launch_edges == 0);
-  else if ((TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)) && !env_equals("VERLPP_CUDA_PDL", "0") &&
-           hw::Device(plugin, 0).properties().compute_major >= 9)
+  else if ((TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)) &&
+           !env_equals("VERLPP_CUDA_PDL", "0") && hw::Device(plugin, 0).properties().compute_major >= 9)
     CHECK(stats.graph_early_launch_edges > 0);
   REQUIRE(outs.size() == expected.size());
   for (size_t k = 0; k < outs.size(); ++k) {
@@ -215,7 +216,8 @@ TEST_CASE("decode graphs on CUDA equal eager steps and a full forward", "[.gpu][
     REQUIRE(out.error.empty());
     REQUIRE(int64_t(out.token_ids.size()) == req.sampling.max_new_tokens);
     CHECK(out.token_ids == expected[k].token_ids);
-    if (req.sampling.temperature == 0) CHECK(out.token_ids == naive_greedy(exact, req.prompt_ids, req.sampling.max_new_tokens));
+    if (req.sampling.temperature == 0)
+      CHECK(out.token_ids == naive_greedy(exact, req.prompt_ids, req.sampling.max_new_tokens));
     const double T = req.sampling.temperature == 0 ? 1.0 : req.sampling.temperature;
     CHECK(worst_logprob_error(ref, req.prompt_ids, out, T) <= 5e-5);
   }
@@ -282,8 +284,8 @@ TEST_CASE("decode graphs on CUDA queue the next step ahead: the same tokens, sto
     for (int call = 0; call < 2; ++call) {
       const auto outs = graphs.generate(reqs);
       const GenerateStats& st = graphs.last_stats();
-      INFO(fmt::format("overlap {} call {}: {} decode steps, {} from graphs, {} overlapped, {} discarded", overlap, call,
-                       st.num_decode_steps, st.num_graph_steps, st.num_overlapped_steps, st.num_discarded_steps));
+      INFO(fmt::format("overlap {} call {}: {} decode steps, {} from graphs, {} overlapped, {} discarded", overlap,
+                       call, st.num_decode_steps, st.num_graph_steps, st.num_overlapped_steps, st.num_discarded_steps));
       CHECK(st.num_graph_steps == st.num_decode_steps);
       if (overlap) {
         CHECK(st.num_overlapped_steps >= st.num_decode_steps / 2);

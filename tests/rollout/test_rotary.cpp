@@ -31,7 +31,8 @@ namespace {
 const verlpp_kernel_table* g_cpu_ref = nullptr;  // cpu_ref's own table, for the wrappers below
 int64_t g_rotary_calls = 0;
 
-verlpp_error* counting_rotary(DLTensor* q, DLTensor* k, const DLTensor* pos, const DLTensor* inv_freq, verlpp_stream s) {
+verlpp_error* counting_rotary(DLTensor* q, DLTensor* k, const DLTensor* pos, const DLTensor* inv_freq,
+                              verlpp_stream s) {
   ++g_rotary_calls;
   return g_cpu_ref->rotary_embedding(q, k, pos, inv_freq, s);
 }
@@ -63,7 +64,7 @@ DLTensor host_view(const at::Tensor& t) {
   d.device = {kDLCPU, 0};
   d.ndim = int32_t(t.dim());
   const auto st = t.scalar_type();
-  d.dtype = st == at::kLong ? DLDataType{kDLInt, 64, 1}
+  d.dtype = st == at::kLong       ? DLDataType{kDLInt, 64, 1}
             : st == at::kBFloat16 ? DLDataType{kDLBfloat, 16, 1}
                                   : DLDataType{kDLFloat, uint8_t(t.element_size() * 8), 1};
   d.shape = const_cast<int64_t*>(t.sizes().data());
@@ -77,14 +78,18 @@ model::ModelConfig config_with(const std::string& arch, bool llama3) {
   j["initializer_range"] = 0.2;
   j["architectures"] = {arch};
   if (llama3)  // every band of the llama3 recipe is hit by the tiny model's 16 frequencies
-    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
                          {"original_max_position_embeddings", 64}};
   return model::parse_model_config(j, "tiny");
 }
 
 }  // namespace
 
-TEST_CASE("rotary: cpu_ref's kernel equals the model's RoPE (f32, bf16, f16; default and llama3 frequencies)", "[rollout][rotary]") {
+TEST_CASE("rotary: cpu_ref's kernel equals the model's RoPE (f32, bf16, f16; default and llama3 frequencies)",
+          "[rollout][rotary]") {
   hw::Plugin plugin = cpu_ref_plugin();
   REQUIRE(g_cpu_ref->rotary_embedding != nullptr);
   for (bool llama3 : {false, true}) {
@@ -94,7 +99,8 @@ TEST_CASE("rotary: cpu_ref's kernel equals the model's RoPE (f32, bf16, f16; def
       INFO(fmt::format("llama3 {} dtype {}", llama3, c10::toString(dtype)));
       at::Generator gen = at::detail::createCPUGenerator(7);
       const at::Tensor pos = at::randint(0, 20000, {37}, gen, at::TensorOptions().dtype(at::kLong));
-      const at::Tensor q = at::randn({37, 4, c.head_dim}, gen).to(dtype), k = at::randn({37, 2, c.head_dim}, gen).to(dtype);
+      const at::Tensor q = at::randn({37, 4, c.head_dim}, gen).to(dtype),
+                       k = at::randn({37, 2, c.head_dim}, gen).to(dtype);
       at::Tensor got_q = q.clone(), got_k = k.clone();
       DLTensor dq = host_view(got_q), dk = host_view(got_k), dp = host_view(pos), df = host_view(inv_freq);
       plugin.check(g_cpu_ref->rotary_embedding(&dq, &dk, &dp, &df, nullptr), "rotary_embedding");
@@ -102,7 +108,8 @@ TEST_CASE("rotary: cpu_ref's kernel equals the model's RoPE (f32, bf16, f16; def
       //    result is bit for bit the model's apply_rope in that dtype: same layout, same roundings.
       const at::Tensor half_angles = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [N, D/2] fp32
       const at::Tensor angles = at::cat({half_angles, half_angles}, -1).to(at::kDouble);
-      const at::Tensor exact_cos = angles.cos().to(at::kFloat).to(dtype), exact_sin = angles.sin().to(at::kFloat).to(dtype);
+      const at::Tensor exact_cos = angles.cos().to(at::kFloat).to(dtype),
+                       exact_sin = angles.sin().to(at::kFloat).to(dtype);
       CHECK(got_q.equal(model::apply_rope(q, exact_cos, exact_sin)));
       CHECK(got_k.equal(model::apply_rope(k, exact_cos, exact_sin)));
       // 2. Against the model's own cos/sin (LibTorch's fp32 cos, which may differ by an ulp from
@@ -164,7 +171,8 @@ TEST_CASE("rotary: the engine with cpu_ref's rotary kernel equals the reference 
       g_rotary_calls = 0;
       const auto got = engine.generate(reqs);
       const GenerateStats& stats = engine.last_stats();
-      CHECK(g_rotary_calls == engine.model().config().num_hidden_layers * (stats.num_prefill_steps + stats.num_decode_steps));
+      CHECK(g_rotary_calls ==
+            engine.model().config().num_hidden_layers * (stats.num_prefill_steps + stats.num_decode_steps));
       REQUIRE(got.size() == want.size());
       double worst = 0;
       for (size_t i = 0; i < got.size(); ++i) {

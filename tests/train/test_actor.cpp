@@ -24,7 +24,8 @@ constexpr int64_t kB = 8, kP = 5, kR = 4;
 
 // A rollout-shaped batch with ragged prompts and responses, old log-probs from `m`.
 data::Batch make_batch(const model::DecoderLM& m) {
-  return test::policy_batch(m, kB, kP, kR, 4, [](int64_t r) { return r % 3; }, [](int64_t r) { return (r * 5) % 4; });
+  return test::policy_batch(
+      m, kB, kP, kR, 4, [](int64_t r) { return r % 3; }, [](int64_t r) { return (r * 5) % 4; });
 }
 
 train::ActorConfig base_config() {
@@ -46,13 +47,15 @@ std::vector<at::Tensor> reference_step(const data::Batch& b, const train::ActorC
   model::DecoderLM m = test::tiny_model(9);
   if (compute != at::kFloat) m.to(compute, m.options().device);
   m.set_requires_grad(true);
-  auto out = train::response_log_probs(m, b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids"), kR, 1.0,
-                                       cfg.entropy_coeff != 0);
+  auto out = train::response_log_probs(m, b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids"),
+                                       kR, 1.0, cfg.entropy_coeff != 0);
   algo::PolicyLossConfig policy = cfg.policy;
-  at::Tensor loss = algo::compute_policy_loss(cfg.loss_mode, b.tensor("old_log_probs"), out.log_probs, b.tensor("advantages"),
-                                              b.tensor("response_mask"), policy).loss;
+  at::Tensor loss = algo::compute_policy_loss(cfg.loss_mode, b.tensor("old_log_probs"), out.log_probs,
+                                              b.tensor("advantages"), b.tensor("response_mask"), policy)
+                        .loss;
   if (cfg.entropy_coeff != 0)
-    loss = loss.sub(algo::agg_loss(out.entropy, b.tensor("response_mask"), policy.loss_agg_mode).mul(cfg.entropy_coeff));
+    loss =
+        loss.sub(algo::agg_loss(out.entropy, b.tensor("response_mask"), policy.loss_agg_mode).mul(cfg.entropy_coeff));
   loss.backward();
   std::vector<at::Tensor> expected;
   for (size_t i = 0; i < m.named_parameters().size(); ++i) {
@@ -60,7 +63,8 @@ std::vector<at::Tensor> reference_step(const data::Batch& b, const train::ActorC
     at::Tensor g = m.named_parameters()[i].second.grad().to(at::kFloat);
     const at::Tensor& p = master.named_parameters()[i].second;
     // Step 1 of AdamW: m_hat = g, v_hat = g^2; decoupled weight decay first.
-    expected.push_back(p.mul(1 - lr * cfg.optim.weight_decay).sub(g.div(at::sqrt(g.mul(g)).add(cfg.optim.eps)).mul(lr)));
+    expected.push_back(
+        p.mul(1 - lr * cfg.optim.weight_decay).sub(g.div(at::sqrt(g.mul(g)).add(cfg.optim.eps)).mul(lr)));
   }
   return expected;
 }
@@ -68,7 +72,8 @@ std::vector<at::Tensor> reference_step(const data::Batch& b, const train::ActorC
 double worst_param_diff(const model::DecoderLM& m, const std::vector<at::Tensor>& expected) {
   double worst = 0;
   size_t i = 0;
-  for (const auto& [name, p] : m.named_parameters()) worst = std::max(worst, p.detach().sub(expected[i++]).abs().max().item<double>());
+  for (const auto& [name, p] : m.named_parameters())
+    worst = std::max(worst, p.detach().sub(expected[i++]).abs().max().item<double>());
   return worst;
 }
 
@@ -84,7 +89,10 @@ TEST_CASE("actor: micro-batched and dynamic updates equal the full-batch step", 
       cfg.policy.loss_agg_mode = mode;
       cfg.entropy_coeff = variant == 2 ? 0.01 : 0.0;
       if (variant == 0) cfg.ppo_micro_batch_size = 2;
-      if (variant == 1) { cfg.use_dynamic_bsz = true; cfg.ppo_max_token_len = 20; }
+      if (variant == 1) {
+        cfg.use_dynamic_bsz = true;
+        cfg.ppo_max_token_len = 20;
+      }
       if (variant == 2) cfg.ppo_micro_batch_size = 8;
       auto expected = reference_step(batch, cfg, lr);
       train::Actor actor(m, cfg, train::LrSchedule({lr, "constant", 0, 1, 0.0, 0.5}));
@@ -152,9 +160,14 @@ TEST_CASE("actor: bf16 mixed precision steps the fp32 weights with the bf16 grad
   auto same_as_cast = [&] {
     double worst = 0;
     for (size_t i = 0; i < m.named_parameters().size(); ++i)
-      worst = std::max(worst, actor.compute_model().named_parameters()[i].second.detach().to(at::kFloat)
+      worst = std::max(worst, actor.compute_model()
+                                  .named_parameters()[i]
+                                  .second.detach()
+                                  .to(at::kFloat)
                                   .sub(m.named_parameters()[i].second.detach().to(at::kBFloat16).to(at::kFloat))
-                                  .abs().max().item<double>());
+                                  .abs()
+                                  .max()
+                                  .item<double>());
     return worst;
   };
   CHECK(same_as_cast() == 0.0);
@@ -172,8 +185,8 @@ TEST_CASE("mixed precision: gradients of several backwards add up in fp32", "[ac
   master.set_requires_grad(true);
   train::MixedPrecision mp(master, at::kBFloat16);
   REQUIRE(mp.enabled());
-  data::Batch b = test::ragged_batch(master.config().vocab_size, 4, 3, 3, 11, [](int64_t) { return 0; },
-                                          [](int64_t) { return 0; });
+  data::Batch b = test::ragged_batch(
+      master.config().vocab_size, 4, 3, 3, 11, [](int64_t) { return 0; }, [](int64_t) { return 0; });
   std::vector<at::Tensor> expected(master.named_parameters().size());
   for (int pass = 0; pass < 3; ++pass) {
     auto out = train::response_log_probs(mp.compute(), b.tensor("input_ids"), b.tensor("attention_mask"),

@@ -33,8 +33,8 @@ model::DecoderLM tiny_critic() {
 }
 
 data::Batch make_batch(const model::DecoderLM& m) {
-  data::Batch b = test::ragged_batch(m.config().vocab_size, kB, kP, kR, 8, [](int64_t) { return 0; },
-                                           [](int64_t r) { return r % 4; });
+  data::Batch b = test::ragged_batch(
+      m.config().vocab_size, kB, kP, kR, 8, [](int64_t) { return 0; }, [](int64_t r) { return r % 4; });
   b.set("returns", at::randn({kB, kR}));
   return b;
 }
@@ -48,7 +48,8 @@ TEST_CASE("critic: values sit before each response token", "[critic]") {
   at::Tensor values = critic.compute_values(b);
   REQUIRE(values.sizes() == std::vector<int64_t>{kB, kR});
   at::NoGradGuard no_grad;
-  at::Tensor all = m.scores(m.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids")));
+  at::Tensor all =
+      m.scores(m.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids")));
   for (int64_t j = 0; j < kR; ++j)
     CHECK(values.select(1, j).sub(all.select(1, kP - 1 + j).select(-1, 0)).abs().max().item<double>() < 1e-6);
   CHECK_FALSE(values.requires_grad());
@@ -74,7 +75,8 @@ TEST_CASE("critic: micro-batched update equals the full-batch step", "[critic]")
     ref.set_requires_grad(true);
     at::Tensor hidden = ref.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids"));
     at::Tensor vpreds = ref.scores(hidden.narrow(1, kP - 1, kR)).select(-1, 0);
-    algo::compute_value_loss(vpreds, b.tensor("returns"), b.tensor("values"), b.tensor("response_mask"), cfg.cliprange_value)
+    algo::compute_value_loss(vpreds, b.tensor("returns"), b.tensor("values"), b.tensor("response_mask"),
+                             cfg.cliprange_value)
         .loss.backward();
     nlohmann::json metrics = critic.update_critic(b);
     double worst = 0;
@@ -83,7 +85,8 @@ TEST_CASE("critic: micro-batched update equals the full-batch step", "[critic]")
     for (const auto& [name, p] : ref.named_parameters()) {
       at::NoGradGuard no_grad;
       at::Tensor g = p.grad();
-      at::Tensor expected = p.mul(1 - lr * cfg.optim.weight_decay).sub(g.div(at::sqrt(g.mul(g)).add(cfg.optim.eps)).mul(lr));
+      at::Tensor expected =
+          p.mul(1 - lr * cfg.optim.weight_decay).sub(g.div(at::sqrt(g.mul(g)).add(cfg.optim.eps)).mul(lr));
       worst = std::max(worst, trained[i++].second.detach().sub(expected).abs().max().item<double>());
     }
     INFO("dynamic " << dynamic << ": worst |param diff| " << worst);
@@ -96,7 +99,8 @@ TEST_CASE("critic: micro-batched update equals the full-batch step", "[critic]")
 
 TEST_CASE("critic: needs a one-label score head", "[critic]") {
   model::DecoderLM lm(model::load_model_config(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json"));
-  CHECK_THROWS_WITH(train::Critic(lm, {}, train::LrSchedule({1e-3, "constant", 0, 1, 0.0, 0.5})), Catch::Contains("score head"));
+  CHECK_THROWS_WITH(train::Critic(lm, {}, train::LrSchedule({1e-3, "constant", 0, 1, 0.0, 0.5})),
+                    Catch::Contains("score head"));
 }
 
 // bf16 mixed precision: values come from the bf16 copy (equal to a bf16 cast of the model's),
@@ -114,8 +118,8 @@ TEST_CASE("critic: bf16 mixed precision runs on the copy and steps the fp32 weig
   at::Tensor values = critic.compute_values(b);
   {
     at::NoGradGuard no_grad;
-    at::Tensor all = cast.scores(cast.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"),
-                                                     b.tensor("position_ids")));
+    at::Tensor all =
+        cast.scores(cast.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids")));
     CHECK(values.sub(all.narrow(1, kP - 1, kR).select(-1, 0).to(at::kFloat)).abs().max().item<double>() == 0.0);
   }
   const at::Tensor before = m.named_parameters().front().second.detach().clone();
@@ -128,8 +132,8 @@ TEST_CASE("critic: bf16 mixed precision runs on the copy and steps the fp32 weig
     recast.named_parameters()[i].second.detach().copy_(m.named_parameters()[i].second.detach());
   recast.to(at::kBFloat16, recast.options().device);
   at::NoGradGuard no_grad;
-  at::Tensor expect = recast.scores(recast.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"),
-                                                          b.tensor("position_ids")));
+  at::Tensor expect =
+      recast.scores(recast.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids")));
   CHECK(after.sub(expect.narrow(1, kP - 1, kR).select(-1, 0).to(at::kFloat)).abs().max().item<double>() == 0.0);
 }
 
@@ -164,8 +168,8 @@ TEST_CASE("critic: the update through the plugin's adamw_update equals LibTorch'
       recast.named_parameters()[i].second.detach().copy_(m.named_parameters()[i].second.detach());
     recast.to(at::kBFloat16, recast.options().device);
     at::NoGradGuard no_grad;
-    const at::Tensor expect = recast.scores(recast.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"),
-                                                                  b.tensor("position_ids")));
+    const at::Tensor expect = recast.scores(
+        recast.forward_padded(b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids")));
     CHECK(after.sub(expect.narrow(1, kP - 1, kR).select(-1, 0).to(at::kFloat)).abs().max().item<double>() == 0.0);
   }
   for (size_t i = 0; i < weights[0].size(); ++i) {

@@ -79,7 +79,8 @@ void run_ranks(int32_t world, const std::function<void(const train::DataParallel
 
 // A rollout-shaped batch with ragged prompts and responses (so the partition has work to do).
 data::Batch make_batch(const model::DecoderLM& m) {
-  return test::policy_batch(m, kB, kP, kR, 11, [](int64_t r) { return r % 4; }, [](int64_t r) { return (r * 7) % 4; });
+  return test::policy_batch(
+      m, kB, kP, kR, 11, [](int64_t r) { return r % 4; }, [](int64_t r) { return (r * 7) % 4; });
 }
 
 train::ActorConfig actor_config() {
@@ -141,7 +142,8 @@ TEST_CASE("data parallel: an actor update over N ranks equals the one-rank updat
   train::Actor reference(single, actor_config(), train::LrSchedule(schedule));
   const nlohmann::json ref_metrics = reference.update_policy(batch);
   const std::vector<at::Tensor> expected = test::parameter_values(single);
-  REQUIRE(worst_diff(expected, test::parameter_values(test::tiny_model(9))) > lr * 0.5);  // the update moved the weights
+  REQUIRE(worst_diff(expected, test::parameter_values(test::tiny_model(9))) >
+          lr * 0.5);  // the update moved the weights
 
   for (int32_t world : {2, 4}) {
     std::vector<std::vector<at::Tensor>> replicas(static_cast<size_t>(world));
@@ -220,8 +222,10 @@ TEST_CASE("data parallel: ZeRO-1 (sharded optimizer states) steps exactly as rep
         actor.update_policy(batch);
         actor.update_policy(batch);  // a second update: the moments carry over
         (zero1 ? sharded : replicated)[size_t(dp.rank())] = test::parameter_values(m);
-        if (zero1) state_elements[size_t(dp.rank())] = actor.optimizer().state_elements();
-        else if (dp.rank() == 0) total_elements = actor.optimizer().state_elements();
+        if (zero1)
+          state_elements[size_t(dp.rank())] = actor.optimizer().state_elements();
+        else if (dp.rank() == 0)
+          total_elements = actor.optimizer().state_elements();
       });
     }
     for (int32_t r = 0; r < world; ++r) {
@@ -268,7 +272,6 @@ TEST_CASE("data parallel: a ZeRO-1 optimizer state saved by 2 ranks resumes on 1
   CHECK(worst < lr * 1e-3);
 }
 
-
 // TrainedModel::save as a checkpoint does it: every rank calls it, rank 0 writes the HF folder
 // and gathers the sharded optimizer state; TrainedModel::load on one rank restores both.
 TEST_CASE("data parallel: a checkpoint folder saved by 2 ZeRO-1 ranks resumes on 1 rank", "[dp][zero]") {
@@ -295,7 +298,6 @@ TEST_CASE("data parallel: a checkpoint folder saved by 2 ZeRO-1 ranks resumes on
   CHECK(worst < lr * 1e-3);
   CHECK(std::system(("rm -rf " + dir).c_str()) == 0);
 }
-
 
 // A client stopped in the middle of a store request wedges c10d's single-threaded store server
 // (LibTorch 1.x; 2.x's libuv server does not block). Here a raw connection sends the first byte

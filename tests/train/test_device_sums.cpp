@@ -8,7 +8,8 @@
 
 #include <vector>
 
-TEST_CASE("DeviceSums: fp64 sums in add() order, bit for bit the host's; 0 where nothing was added", "[train][metrics]") {
+TEST_CASE("DeviceSums: fp64 sums in add() order, bit for bit the host's; 0 where nothing was added",
+          "[train][metrics]") {
   verlpp::train::detail::DeviceSums sums(3);
   double host0 = 0, host2 = 0;
   for (int i = 0; i < 17; ++i) {

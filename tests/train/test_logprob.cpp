@@ -21,9 +21,7 @@
 
 using namespace verlpp;
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("response log-probs and entropy match a full fp64 recompute", "[logprob]") {
   model::DecoderLM m = test::tiny_model(5);
@@ -53,7 +51,10 @@ TEST_CASE("response log-probs and entropy match a full fp64 recompute", "[logpro
           mx = std::max(mx, z[size_t(k)]);
         }
         double sum = 0, weighted = 0;
-        for (double x : z) { sum += std::exp(x - mx); weighted += std::exp(x - mx) * x; }
+        for (double x : z) {
+          sum += std::exp(x - mx);
+          weighted += std::exp(x - mx) * x;
+        }
         double lse = mx + std::log(sum);
         double want_lp = z[size_t(ids[row][p + j].item<int64_t>())] - lse;
         double want_ent = lse - weighted / sum;
@@ -96,7 +97,7 @@ TEST_CASE("remove_padding: packed forwards give the padded batch's log-probs, en
   at::Tensor ids = at::randint(v, {b, t}, at::TensorOptions().dtype(at::kLong));
   at::Tensor mask = at::ones({b, t}, at::TensorOptions().dtype(at::kLong));
   for (int64_t row = 0; row < b; ++row) {
-    for (int64_t k = 0; k < (row * 2) % p; ++k) mask[row][k] = 0;      // left-padded prompt
+    for (int64_t k = 0; k < (row * 2) % p; ++k) mask[row][k] = 0;          // left-padded prompt
     for (int64_t k = 0; k < (row * 3) % r; ++k) mask[row][t - 1 - k] = 0;  // right-padded response
   }
   at::Tensor pos = mask.cumsum(1).sub(1).clamp_min(0);
@@ -185,12 +186,14 @@ TEST_CASE("linear_log_probs: values and gradients equal autograd through full lo
       at::Tensor z = at::linear(h, w).div(temperature);
       at::Tensor lp = at::log_softmax(z, -1).gather(1, targets.unsqueeze(1)).squeeze(1);
       at::Tensor ent = at::logsumexp(z, -1) - at::softmax(z, -1).mul(z).sum(-1);
-      at::Tensor loss = (which != 2 ? lp.mul(g_lp).sum() : at::zeros({}, f64)) + (which != 1 ? ent.mul(g_ent).sum() : at::zeros({}, f64));
+      at::Tensor loss = (which != 2 ? lp.mul(g_lp).sum() : at::zeros({}, f64)) +
+                        (which != 1 ? ent.mul(g_ent).sum() : at::zeros({}, f64));
       loss.backward();
       for (train::LogitsInBackward mode : {train::LogitsInBackward::kKeep, train::LogitsInBackward::kRecompute}) {
         for (int64_t chunk : {int64_t(1), int64_t(3), n}) {
           at::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
-          train::LinearLogProbs out = train::linear_log_probs(h2, w2, targets, temperature, which != 1, chunk, nullptr, mode);
+          train::LinearLogProbs out =
+              train::linear_log_probs(h2, w2, targets, temperature, which != 1, chunk, nullptr, mode);
           CHECK(out.log_probs.sub(lp.detach()).abs().max().item<double>() < 1e-12);
           at::Tensor loss2 = which != 2 ? out.log_probs.mul(g_lp).sum() : at::zeros({}, f64);
           if (which != 1) {

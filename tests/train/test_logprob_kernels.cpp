@@ -60,7 +60,8 @@ TEST_CASE("linear_log_probs with plugin kernels: values and gradients equal auto
       for (train::LogitsInBackward mode : {train::LogitsInBackward::kKeep, train::LogitsInBackward::kRecompute}) {
         for (int64_t chunk : {int64_t(1), int64_t(4), n}) {
           at::Tensor h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
-          train::LinearLogProbs out = train::linear_log_probs(h2, w2, targets, temperature, which != 1, chunk, &kernels, mode);
+          train::LinearLogProbs out =
+              train::linear_log_probs(h2, w2, targets, temperature, which != 1, chunk, &kernels, mode);
           INFO("T " << temperature << " outputs " << which << " chunk " << chunk << " keep "
                     << (mode == train::LogitsInBackward::kKeep));
           REQUIRE(out.used_kernels);
@@ -84,7 +85,8 @@ TEST_CASE("linear_log_probs with plugin kernels: values and gradients equal auto
   }
 }
 
-TEST_CASE("linear_log_probs with plugin kernels: bf16 log-probs and gradients match LibTorch's path", "[logprob][kernels]") {
+TEST_CASE("linear_log_probs with plugin kernels: bf16 log-probs and gradients match LibTorch's path",
+          "[logprob][kernels]") {
   const hw::Kernels& kernels = cpu_ref_kernels();
   at::manual_seed(12);
   const int64_t n = 12, c = 16, v = 301;
@@ -97,7 +99,8 @@ TEST_CASE("linear_log_probs with plugin kernels: bf16 log-probs and gradients ma
     at::Tensor values[2][2];
     for (int path = 0; path < 2; ++path) {
       at::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
-      train::LinearLogProbs out = train::linear_log_probs(h, w, targets, 0.8, with_entropy, 5, path == 0 ? nullptr : &kernels);
+      train::LinearLogProbs out =
+          train::linear_log_probs(h, w, targets, 0.8, with_entropy, 5, path == 0 ? nullptr : &kernels);
       REQUIRE(out.used_kernels == (path == 1));
       at::Tensor loss = out.log_probs.mul(g_lp).sum();
       if (with_entropy) loss = loss + out.entropy.mul(g_ent).sum();
@@ -132,8 +135,9 @@ TEST_CASE("linear_log_probs: kept logits give exactly the gradients of recompute
       at::Tensor grads[2][2];
       for (int keep = 0; keep < 2; ++keep) {
         at::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
-        train::LinearLogProbs out = train::linear_log_probs(
-            h, w, targets, 0.7, with_entropy, 3, k, keep ? train::LogitsInBackward::kKeep : train::LogitsInBackward::kRecompute);
+        train::LinearLogProbs out =
+            train::linear_log_probs(h, w, targets, 0.7, with_entropy, 3, k,
+                                    keep ? train::LogitsInBackward::kKeep : train::LogitsInBackward::kRecompute);
         at::Tensor loss = out.log_probs.mul(g_lp).sum();
         if (with_entropy) loss = loss + out.entropy.mul(g_ent).sum();
         loss.backward();
@@ -147,19 +151,20 @@ TEST_CASE("linear_log_probs: kept logits give exactly the gradients of recompute
   }
 }
 
-TEST_CASE("response_log_probs hands the kernels to the LM head: the tiny model's log-probs and gradients", "[logprob][kernels]") {
+TEST_CASE("response_log_probs hands the kernels to the LM head: the tiny model's log-probs and gradients",
+          "[logprob][kernels]") {
   const hw::Kernels& kernels = cpu_ref_kernels();
   model::DecoderLM m = test::tiny_model(4);
   m.set_requires_grad(true);
-  const data::Batch b = test::ragged_batch(m.config().vocab_size, 3, 6, 5, 7, [](int64_t r) { return r; },
-                                                [](int64_t r) { return 2 - r; });
+  const data::Batch b = test::ragged_batch(
+      m.config().vocab_size, 3, 6, 5, 7, [](int64_t r) { return r; }, [](int64_t r) { return 2 - r; });
   at::Tensor grads[2];
   at::Tensor values[2];
   for (int path = 0; path < 2; ++path) {
     for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
-    train::ResponseLogProbs out = train::response_log_probs(m, b.tensor("input_ids"), b.tensor("attention_mask"),
-                                                            b.tensor("position_ids"), 5, 1.0, true, 2, false,
-                                                            path == 0 ? nullptr : &kernels);
+    train::ResponseLogProbs out =
+        train::response_log_probs(m, b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids"), 5,
+                                  1.0, true, 2, false, path == 0 ? nullptr : &kernels);
     out.log_probs.sum().add(out.entropy.mean()).backward();
     values[path] = out.log_probs.detach();
     grads[path] = m.parameter("model.layers.0.self_attn.q_proj.weight").grad().clone();
@@ -180,8 +185,10 @@ TEST_CASE("linear_log_probs takes LibTorch's path where the kernels cannot serve
 // RoPE runs through rotary_kv_store where the plugin has it (ABI 1.3: rotated q, k and a copy of
 // v in one pass, each way) and through rotary_embedding otherwise (the same plugin presented as
 // ABI 1.2, whose table ends before rotary_kv_store); both against the model's own ops.
-TEST_CASE("PluginLayerKernels: RoPE and silu(gate) * up through the plugin's kernels, with their backwards, equal the model's ops and autograd",
-          "[logprob][kernels]") {
+TEST_CASE(
+    "PluginLayerKernels: RoPE and silu(gate) * up through the plugin's kernels, with their backwards, equal the "
+    "model's ops and autograd",
+    "[logprob][kernels]") {
   const hw::Kernels& kernels = cpu_ref_kernels();
   REQUIRE(ops::PluginLayerKernels::offered(&kernels));
   REQUIRE(kernels.offers(hw::KernelId::rotary_kv_store));
@@ -200,34 +207,38 @@ TEST_CASE("PluginLayerKernels: RoPE and silu(gate) * up through the plugin's ker
           m.to(dtype, c10::Device(c10::kCPU));
           m.set_requires_grad(true);
           m.set_gradient_checkpointing(checkpointing);
-          const data::Batch b = test::ragged_batch(m.config().vocab_size, 3, 6, 5, 8, [](int64_t r) { return r; },
-                                                         [](int64_t r) { return 2 - r; });
+          const data::Batch b = test::ragged_batch(
+              m.config().vocab_size, 3, 6, 5, 8, [](int64_t r) { return r; }, [](int64_t r) { return 2 - r; });
           at::Tensor hidden[2];
           std::vector<at::Tensor> grads[2];
           int64_t rotations = 0, qkv_rotations = 0, silu_muls = 0;
           for (int path = 0; path < 2; ++path) {
             for (const auto& [name, p] : m.named_parameters()) const_cast<at::Tensor&>(p).mutable_grad() = at::Tensor();
             auto rope = path == 1 ? std::make_shared<ops::PluginLayerKernels>(*table) : nullptr;
-            const at::Tensor ids = b.tensor("input_ids"), mask = b.tensor("attention_mask"), pos = b.tensor("position_ids");
+            const at::Tensor ids = b.tensor("input_ids"), mask = b.tensor("attention_mask"),
+                             pos = b.tensor("position_ids");
             at::Tensor h;
             if (packed) {
               at::Tensor keep = mask.reshape({-1}).ne(0).nonzero().squeeze(1);
               at::Tensor counts = mask.ne(0).sum(1).to(at::kLong);
               at::Tensor cu = at::cat({at::zeros({1}, counts.options()), counts.cumsum(0)});
-              h = m.forward_packed(ids.reshape({-1}).index_select(0, keep), pos.reshape({-1}).index_select(0, keep), cu, rope);
+              h = m.forward_packed(ids.reshape({-1}).index_select(0, keep), pos.reshape({-1}).index_select(0, keep), cu,
+                                   rope);
             } else {
               h = m.forward_padded(ids, mask, pos, rope);
             }
             // A loss that weighs every hidden unit differently, so every gradient path is exercised.
             at::manual_seed(9);
             h.to(at::kFloat).mul(at::randn(h.sizes())).sum().backward();
-            if (rope) rotations = rope->rotations(), qkv_rotations = rope->qkv_rotations(), silu_muls = rope->silu_muls();
+            if (rope)
+              rotations = rope->rotations(), qkv_rotations = rope->qkv_rotations(), silu_muls = rope->silu_muls();
             hidden[path] = h.detach().to(at::kFloat);
             for (const auto& [name, p] : m.named_parameters()) grads[path].push_back(p.grad().to(at::kFloat));
           }
-          INFO("rotary_kv_store " << qkv << " dtype " << c10::toString(dtype) << " packed " << packed << " checkpointing "
-                                  << checkpointing);
-          CHECK(rotations >= m.config().num_hidden_layers);  // the kernels ran, once a layer (and again when recomputing)
+          INFO("rotary_kv_store " << qkv << " dtype " << c10::toString(dtype) << " packed " << packed
+                                  << " checkpointing " << checkpointing);
+          CHECK(rotations >=
+                m.config().num_hidden_layers);  // the kernels ran, once a layer (and again when recomputing)
           CHECK(qkv_rotations == (qkv ? rotations : 0));
           CHECK(silu_muls >= m.config().num_hidden_layers);
           // fp32 proves the math: the kernels' cos/sin and exp are within an ulp of LibTorch's. In
@@ -256,8 +267,8 @@ TEST_CASE("training forward with fused projections: the same log-probs and gradi
   const hw::Kernels& kernels = cpu_ref_kernels();
   model::DecoderLM m = test::tiny_model(6);
   m.set_requires_grad(true);
-  const data::Batch b = test::ragged_batch(m.config().vocab_size, 3, 6, 5, 9, [](int64_t r) { return r; },
-                                                [](int64_t r) { return 2 - r; });
+  const data::Batch b = test::ragged_batch(
+      m.config().vocab_size, 3, 6, 5, 9, [](int64_t r) { return r; }, [](int64_t r) { return 2 - r; });
   for (const hw::Kernels* k : {static_cast<const hw::Kernels*>(nullptr), &kernels}) {
     INFO((k == nullptr ? "LibTorch's ops" : "cpu_ref's kernels"));
     std::vector<at::Tensor> grads[2];
@@ -271,7 +282,8 @@ TEST_CASE("training forward with fused projections: the same log-probs and gradi
                                                               b.tensor("position_ids"), 5, 1.0, true, 2, false, k);
       out.log_probs.sum().add(out.entropy.mean()).backward();
       values[fused] = out.log_probs.detach();
-      for (const auto& [name, p] : m.named_parameters()) grads[fused].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+      for (const auto& [name, p] : m.named_parameters())
+        grads[fused].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     }
     CHECK(max_abs(values[1].sub(values[0])) < 1e-5);
     for (size_t i = 0; i < grads[0].size(); ++i) {

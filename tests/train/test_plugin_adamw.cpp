@@ -82,14 +82,16 @@ train::AdamWConfig test_config() {
 // Whether the compute copy is exactly the masters cast to bf16.
 bool compute_is_cast(train::MixedPrecision& mp, const model::DecoderLM& master) {
   for (size_t i = 0; i < master.named_parameters().size(); ++i)
-    if (!mp.compute().named_parameters()[i].second.detach().equal(master.named_parameters()[i].second.detach().to(at::kBFloat16)))
+    if (!mp.compute().named_parameters()[i].second.detach().equal(
+            master.named_parameters()[i].second.detach().to(at::kBFloat16)))
       return false;
   return true;
 }
 
 }  // namespace
 
-TEST_CASE("plugin AdamW: the mixed-precision step through adamw_update equals LibTorch's AdamW with the casts", "[optimizer][kernels]") {
+TEST_CASE("plugin AdamW: the mixed-precision step through adamw_update equals LibTorch's AdamW with the casts",
+          "[optimizer][kernels]") {
   const hw::Kernels& kernels = cpu_ref_kernels();
   REQUIRE(kernels.offers(hw::KernelId::adamw_update));
   const train::AdamWConfig c = test_config();
@@ -131,7 +133,8 @@ TEST_CASE("plugin AdamW: a non-finite gradient skips the step, writing nothing",
     const double norm = fused.update(1, 1, poison);
     CHECK(!std::isfinite(norm));
     CHECK(fused.opt.last_step_skipped());
-    for (size_t i = 0; i < before.size(); ++i) CHECK(fused.master.named_parameters()[i].second.detach().equal(before[i]));
+    for (size_t i = 0; i < before.size(); ++i)
+      CHECK(fused.master.named_parameters()[i].second.detach().equal(before[i]));
     CHECK(compute_is_cast(fused.mp, fused.master));
     CHECK(fused.opt.state_elements() == state);
   }
@@ -150,8 +153,8 @@ TEST_CASE("mixed precision: deferred casts keep one backward's gradient aside un
   master.set_requires_grad(true);
   train::MixedPrecision mp(master, at::kBFloat16);
   mp.defer_casts(true);
-  const data::Batch b = test::ragged_batch(master.config().vocab_size, 4, 3, 3, 11, [](int64_t) { return 0; },
-                                                 [](int64_t) { return 0; });
+  const data::Batch b = test::ragged_batch(
+      master.config().vocab_size, 4, 3, 3, 11, [](int64_t) { return 0; }, [](int64_t) { return 0; });
   auto out = train::response_log_probs(mp.compute(), b.tensor("input_ids"), b.tensor("attention_mask"),
                                        b.tensor("position_ids"), 3, 1.0, false);
   out.log_probs.sum().backward();

@@ -22,8 +22,8 @@ TEST_CASE("lr schedule: warmup then constant or cosine", "[schedule]") {
   LrSchedule cosine({1.0, "cosine", 10, 110, 0.1, 0.5});
   CHECK(cosine.factor(9) == Approx(0.9));
   CHECK(cosine.factor(10) == Approx(1.0));
-  CHECK(cosine.factor(60) == Approx(0.55));   // halfway: cos(pi/2) = 0 -> 0.1 + 0.9 * 0.5
-  CHECK(cosine.factor(110) == Approx(0.1));   // the floor
+  CHECK(cosine.factor(60) == Approx(0.55));  // halfway: cos(pi/2) = 0 -> 0.1 + 0.9 * 0.5
+  CHECK(cosine.factor(110) == Approx(0.1));  // the floor
   LrSchedule no_warmup({1.0, "cosine", 0, 4, 0.0, 0.5});
   CHECK(no_warmup.factor(0) == Approx(1.0));
   CHECK(no_warmup.factor(2) == Approx(0.5));
@@ -56,7 +56,8 @@ int64_t brute_force_max(const std::vector<int64_t>& lens, int64_t k, bool equal_
   std::vector<int64_t> sums(static_cast<size_t>(k)), counts(static_cast<size_t>(k));
   std::function<void(size_t)> go = [&](size_t i) {
     if (i == n) {
-      if (equal_size && std::any_of(counts.begin(), counts.end(), [&](int64_t c) { return c != int64_t(n) / k; })) return;
+      if (equal_size && std::any_of(counts.begin(), counts.end(), [&](int64_t c) { return c != int64_t(n) / k; }))
+        return;
       best = std::min(best, *std::max_element(sums.begin(), sums.end()));
       return;
     }

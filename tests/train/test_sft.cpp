@@ -23,7 +23,8 @@ namespace {
 constexpr int64_t kB = 6, kP = 5, kR = 4;
 
 data::Batch sft_batch(int64_t vocab) {
-  return test::ragged_batch(vocab, kB, kP, kR, 8, [](int64_t r) { return r % 3; }, [](int64_t r) { return (r * 3) % kR; });
+  return test::ragged_batch(
+      vocab, kB, kP, kR, 8, [](int64_t r) { return r % 3; }, [](int64_t r) { return (r * 3) % kR; });
 }
 
 // Token-mean NLL of the response tokens from the full sequence's logits, written out directly.
@@ -93,8 +94,9 @@ TEST_CASE("sft: bf16 mixed precision steps the fp32 weights", "[sft][mixed]") {
   REQUIRE(m.options().dtype == at::kFloat);
   double moved = 0;
   for (size_t i = 0; i < m.named_parameters().size(); ++i)
-    moved = std::max(moved, m.named_parameters()[i].second.detach().sub(start.named_parameters()[i].second).abs().max()
-                                .item<double>());
+    moved = std::max(
+        moved,
+        m.named_parameters()[i].second.detach().sub(start.named_parameters()[i].second).abs().max().item<double>());
   CHECK(moved > lr * 0.5);
   CHECK(moved < lr * 1.5);
   const double after = trainer.loss(batch);

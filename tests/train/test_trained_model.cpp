@@ -136,7 +136,8 @@ bool compute_is_master_cast(const train::TrainedModel& trained) {
   const auto& masters = trained.master().named_parameters();
   const auto& computes = trained.compute().named_parameters();
   for (size_t i = 0; i < masters.size(); ++i)
-    if (!computes[i].second.detach().equal(masters[i].second.detach().to(computes[i].second.scalar_type()))) return false;
+    if (!computes[i].second.detach().equal(masters[i].second.detach().to(computes[i].second.scalar_type())))
+      return false;
   return true;
 }
 
@@ -200,7 +201,8 @@ TEST_CASE("trained model: steps equal AdamW written out in fp64", "[trained_mode
     size_t worst_at = 0;
     for (size_t i = 0; i < reference.params.size(); ++i) {
       const at::Tensor got = m.named_parameters()[i].second.detach().to(at::kDouble);
-      const at::Tensor tolerance = reference.params[i].abs().mul(8 * std::ldexp(1.0, -24)).add(1e-5 * lr.options().base_lr);
+      const at::Tensor tolerance =
+          reference.params[i].abs().mul(8 * std::ldexp(1.0, -24)).add(1e-5 * lr.options().base_lr);
       const double w = got.sub(reference.params[i]).abs().div(tolerance).max().item<double>();
       if (w > worst) worst = w, worst_at = i;
     }
@@ -231,7 +233,8 @@ TEST_CASE("trained model: a handle on the compute tensors sees every step and lo
   CHECK(std::system(("rm -rf " + dir).c_str()) == 0);
 }
 
-TEST_CASE("trained model: save then load resumes bit-identically to the uninterrupted run", "[trained_model][checkpoint]") {
+TEST_CASE("trained model: save then load resumes bit-identically to the uninterrupted run",
+          "[trained_model][checkpoint]") {
   const at::ScalarType dtype = GENERATE(at::kFloat, at::kBFloat16);
   const int64_t k = GENERATE(1, 3), n = 5;  // k = 3 saves after the skipped update
   const std::string dir = temp_dir(std::string("resume-") + c10::toString(dtype) + "-" + std::to_string(k));

@@ -25,8 +25,8 @@ using namespace verlpp;
 namespace {
 
 struct Pass {
-  at::Tensor log_probs;             // [B, R] fp32, on the CPU
-  std::vector<at::Tensor> grads;    // every parameter's gradient, fp32, on the CPU
+  at::Tensor log_probs;           // [B, R] fp32, on the CPU
+  std::vector<at::Tensor> grads;  // every parameter's gradient, fp32, on the CPU
 };
 
 double max_abs(const at::Tensor& t) { return t.abs().max().item<double>(); }
@@ -39,9 +39,9 @@ Pass run_pass(model::DecoderLM& m, const data::Batch& b, const hw::Kernels* kern
   const at::Tensor ids = b.tensor("input_ids").to(gpu), mask = b.tensor("attention_mask").to(gpu);
   const at::Tensor pos = b.tensor("position_ids").to(gpu);
   const int64_t response = b.tensor("responses").size(1);
-  train::ResponseLogProbs out = train::response_log_probs(m, ids, rows == "none" ? at::Tensor() : mask, pos, response, 0.9,
-                                                          /*with_entropy=*/true, 2, rows == "packed", kernels, logits,
-                                                          rotate_qkv);
+  train::ResponseLogProbs out =
+      train::response_log_probs(m, ids, rows == "none" ? at::Tensor() : mask, pos, response, 0.9,
+                                /*with_entropy=*/true, 2, rows == "packed", kernels, logits, rotate_qkv);
   at::manual_seed(4);
   const at::Tensor w = at::randn(out.log_probs.sizes()).to(gpu);
   (out.log_probs.mul(w).sum() + out.entropy.mean()).backward();
@@ -81,8 +81,8 @@ TEST_CASE("training on CUDA: the cuda plugin's path equals LibTorch's, and its s
   m.to(at::kBFloat16, gpu);
   m.set_requires_grad(true);
   // Ragged rows: left-padded prompts, right-padded responses (the packed forward's runs differ).
-  const data::Batch b = test::ragged_batch(m.config().vocab_size, 5, 7, 9, 5, [](int64_t r) { return r % 3; },
-                                                 [](int64_t r) { return (4 - r) % 4; });
+  const data::Batch b = test::ragged_batch(
+      m.config().vocab_size, 5, 7, 9, 5, [](int64_t r) { return r % 3; }, [](int64_t r) { return (4 - r) % 4; });
   using train::LogitsInBackward;
   for (const std::string rows : {"packed", "mask", "none"}) {
     INFO("rows " << rows);
@@ -97,7 +97,8 @@ TEST_CASE("training on CUDA: the cuda plugin's path equals LibTorch's, and its s
     check_same(run_pass(m, b, &kernels, rows, LogitsInBackward::kRecompute), plugin_path, m, 0, 0);
     // RoPE through rotary_embedding on contiguous copies instead of rotary_kv_store: the same
     // rotation by contract; attention then reads v strided instead of contiguous.
-    check_same(run_pass(m, b, &kernels, rows, LogitsInBackward::kKeep, /*rotate_qkv=*/false), plugin_path, m, 2e-2, 4e-2);
+    check_same(run_pass(m, b, &kernels, rows, LogitsInBackward::kKeep, /*rotate_qkv=*/false), plugin_path, m, 2e-2,
+               4e-2);
     {
       // K/V repeated for their query groups instead of taken as they are (enable_gqa).
       model::ForwardOptions repeat;

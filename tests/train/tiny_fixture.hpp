@@ -36,8 +36,8 @@ inline std::vector<at::Tensor> parameter_values(const model::DecoderLM& m) {
 // tokens. Fields input_ids, attention_mask, position_ids, responses, response_mask; the
 // caller adds what its test needs. Seeds LibTorch's generator with `seed` first.
 inline data::Batch ragged_batch(int64_t vocab, int64_t rows, int64_t prompt, int64_t response, uint64_t seed,
-                                      const std::function<int64_t(int64_t)>& left_pad,
-                                      const std::function<int64_t(int64_t)>& right_pad) {
+                                const std::function<int64_t(int64_t)>& left_pad,
+                                const std::function<int64_t(int64_t)>& right_pad) {
   at::manual_seed(seed);
   const int64_t t = prompt + response;
   at::Tensor ids = at::randint(vocab, {rows, t}, at::TensorOptions().dtype(at::kLong));
@@ -58,8 +58,8 @@ inline data::Batch ragged_batch(int64_t vocab, int64_t rows, int64_t prompt, int
 // ragged_batch plus what a policy update needs: old_log_probs (the model's own, perturbed by
 // N(0, 0.3) so ratios differ from 1 and clipping can act) and advantages ~ N(0, 1).
 inline data::Batch policy_batch(const model::DecoderLM& m, int64_t rows, int64_t prompt, int64_t response,
-                                      uint64_t seed, const std::function<int64_t(int64_t)>& left_pad,
-                                      const std::function<int64_t(int64_t)>& right_pad) {
+                                uint64_t seed, const std::function<int64_t(int64_t)>& left_pad,
+                                const std::function<int64_t(int64_t)>& right_pad) {
   data::Batch b = ragged_batch(m.config().vocab_size, rows, prompt, response, seed, left_pad, right_pad);
   at::NoGradGuard no_grad;
   auto old = train::response_log_probs(m, b.tensor("input_ids"), b.tensor("attention_mask"), b.tensor("position_ids"),

@@ -36,8 +36,7 @@ struct AdvantageOutputs {
   torch::Tensor returns;
 };
 
-using AdvantageEstimatorFn =
-    std::function<AdvantageOutputs(const AdvantageInputs&, const AdvantageConfig&)>;
+using AdvantageEstimatorFn = std::function<AdvantageOutputs(const AdvantageInputs&, const AdvantageConfig&)>;
 
 namespace detail {
 
@@ -45,14 +44,12 @@ namespace detail {
 inline Groups groups_of(const AdvantageInputs& in, const std::string& where) {
   const int64_t batch = in.token_level_rewards.size(0);
   if (in.group_ids.defined()) {
-    VERLPP_CHECK(in.group_ids.dim() == 1 && in.group_ids.size(0) == batch,
-                 "{}: group_ids has shape {}; expected [{}]", where, shape_str(in.group_ids),
-                 batch);
+    VERLPP_CHECK(in.group_ids.dim() == 1 && in.group_ids.size(0) == batch, "{}: group_ids has shape {}; expected [{}]",
+                 where, shape_str(in.group_ids), batch);
     return make_groups(in.group_ids);
   }
   VERLPP_CHECK(static_cast<int64_t>(in.index.size()) == batch,
-               "{}: index has {} uids but the batch has {} rows (one group id per row)", where,
-               in.index.size(), batch);
+               "{}: index has {} uids but the batch has {} rows (one group id per row)", where, in.index.size(), batch);
   return make_groups(in.index, in.token_level_rewards.device());
 }
 
@@ -60,8 +57,7 @@ inline Groups groups_of(const AdvantageInputs& in, const std::string& where) {
 inline void check_rewards_and_mask(const AdvantageInputs& in, const std::string& where) {
   check_2d(in.token_level_rewards, "token_level_rewards", where);
   check_floating(in.token_level_rewards, "token_level_rewards", where);
-  check_same_shape(in.response_mask, "response_mask", in.token_level_rewards,
-                   "token_level_rewards", where);
+  check_same_shape(in.response_mask, "response_mask", in.token_level_rewards, "token_level_rewards", where);
 }
 
 }  // namespace detail

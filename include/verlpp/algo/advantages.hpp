@@ -18,41 +18,36 @@ namespace detail {
 inline void register_builtin_advantage_estimators(Registry<AdvantageEstimatorFn>& r) {
   r.add("gae", [](const AdvantageInputs& in, const AdvantageConfig& cfg) {
     check_rewards_and_mask(in, "gae");
-    return compute_gae_advantage_return(in.token_level_rewards, in.values, in.response_mask,
-                                        cfg.gamma, cfg.lam);
+    return compute_gae_advantage_return(in.token_level_rewards, in.values, in.response_mask, cfg.gamma, cfg.lam);
   });
   r.add("reinforce_plus_plus", [](const AdvantageInputs& in, const AdvantageConfig& cfg) {
     check_rewards_and_mask(in, "reinforce_plus_plus");
-    return compute_reinforce_plus_plus_outcome_advantage(in.token_level_rewards,
-                                                         in.response_mask, cfg.gamma);
+    return compute_reinforce_plus_plus_outcome_advantage(in.token_level_rewards, in.response_mask, cfg.gamma);
   });
   r.add("remax", [](const AdvantageInputs& in, const AdvantageConfig&) {
     check_rewards_and_mask(in, "remax");
-    return compute_remax_outcome_advantage(in.token_level_rewards, in.reward_baselines,
-                                           in.response_mask);
+    return compute_remax_outcome_advantage(in.token_level_rewards, in.reward_baselines, in.response_mask);
   });
   r.add("grpo", [](const AdvantageInputs& in, const AdvantageConfig& cfg) {
     check_rewards_and_mask(in, "grpo");
-    return compute_grpo_outcome_advantage(in.token_level_rewards, in.response_mask,
-                                          groups_of(in, "grpo"), cfg.epsilon,
+    return compute_grpo_outcome_advantage(in.token_level_rewards, in.response_mask, groups_of(in, "grpo"), cfg.epsilon,
                                           cfg.norm_adv_by_std_in_grpo);
   });
   r.add("grpo_vectorized", [](const AdvantageInputs& in, const AdvantageConfig& cfg) {
     check_rewards_and_mask(in, "grpo_vectorized");
-    return compute_grpo_vectorized_outcome_advantage(
-        in.token_level_rewards, in.response_mask, groups_of(in, "grpo_vectorized"), cfg.epsilon,
-        cfg.norm_adv_by_std_in_grpo);
+    return compute_grpo_vectorized_outcome_advantage(in.token_level_rewards, in.response_mask,
+                                                     groups_of(in, "grpo_vectorized"), cfg.epsilon,
+                                                     cfg.norm_adv_by_std_in_grpo);
   });
   r.add("grpo_passk", [](const AdvantageInputs& in, const AdvantageConfig& cfg) {
     check_rewards_and_mask(in, "grpo_passk");
-    return compute_grpo_passk_outcome_advantage(
-        in.token_level_rewards, in.response_mask, groups_of(in, "grpo_passk"), cfg.epsilon,
-        cfg.norm_adv_by_std_in_grpo, in.group_ids.defined() ? nullptr : &in.index);
+    return compute_grpo_passk_outcome_advantage(in.token_level_rewards, in.response_mask, groups_of(in, "grpo_passk"),
+                                                cfg.epsilon, cfg.norm_adv_by_std_in_grpo,
+                                                in.group_ids.defined() ? nullptr : &in.index);
   });
   r.add("rloo", [](const AdvantageInputs& in, const AdvantageConfig&) {
     check_rewards_and_mask(in, "rloo");
-    return compute_rloo_outcome_advantage(in.token_level_rewards, in.response_mask,
-                                          groups_of(in, "rloo"));
+    return compute_rloo_outcome_advantage(in.token_level_rewards, in.response_mask, groups_of(in, "rloo"));
   });
   r.add("rloo_vectorized", [](const AdvantageInputs& in, const AdvantageConfig&) {
     check_rewards_and_mask(in, "rloo_vectorized");
@@ -61,18 +56,16 @@ inline void register_builtin_advantage_estimators(Registry<AdvantageEstimatorFn>
   });
   r.add("reinforce_plus_plus_baseline", [](const AdvantageInputs& in, const AdvantageConfig&) {
     check_rewards_and_mask(in, "reinforce_plus_plus_baseline");
-    return compute_reinforce_plus_plus_baseline_outcome_advantage(
-        in.token_level_rewards, in.response_mask, groups_of(in, "reinforce_plus_plus_baseline"));
+    return compute_reinforce_plus_plus_baseline_outcome_advantage(in.token_level_rewards, in.response_mask,
+                                                                  groups_of(in, "reinforce_plus_plus_baseline"));
   });
   r.add("opo", [](const AdvantageInputs& in, const AdvantageConfig&) {
     check_rewards_and_mask(in, "opo");
-    return compute_opo_outcome_advantage(in.token_level_rewards, in.response_mask,
-                                         groups_of(in, "opo"));
+    return compute_opo_outcome_advantage(in.token_level_rewards, in.response_mask, groups_of(in, "opo"));
   });
   r.add("gpg", [](const AdvantageInputs& in, const AdvantageConfig&) {
     check_rewards_and_mask(in, "gpg");
-    return compute_gpg_outcome_advantage(in.token_level_rewards, in.response_mask,
-                                         groups_of(in, "gpg"));
+    return compute_gpg_outcome_advantage(in.token_level_rewards, in.response_mask, groups_of(in, "gpg"));
   });
 }
 
@@ -80,8 +73,7 @@ inline void register_builtin_advantage_estimators(Registry<AdvantageEstimatorFn>
 
 // The process-wide estimator registry, with the built-ins already in it.
 inline Registry<AdvantageEstimatorFn>& advantage_estimator_registry() {
-  static Registry<AdvantageEstimatorFn> registry("advantage estimator",
-                                                 &detail::register_builtin_advantage_estimators);
+  static Registry<AdvantageEstimatorFn> registry("advantage estimator", &detail::register_builtin_advantage_estimators);
   return registry;
 }
 
@@ -91,9 +83,7 @@ inline void register_advantage_estimator(const std::string& name, AdvantageEstim
 }
 
 // The names compute_advantage accepts (built-in and registered), sorted.
-inline std::vector<std::string> advantage_estimator_names() {
-  return advantage_estimator_registry().names();
-}
+inline std::vector<std::string> advantage_estimator_names() { return advantage_estimator_registry().names(); }
 
 // Runs the estimator called `estimator` (verl's algorithm.adv_estimator); an unknown name
 // throws verlpp::Error listing the valid ones.

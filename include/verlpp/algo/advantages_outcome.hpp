@@ -22,15 +22,13 @@ namespace verlpp::algo {
 
 namespace detail {
 
-inline void check_outcome_inputs(const torch::Tensor& rewards, const torch::Tensor& mask,
-                                 const Groups& groups, const std::string& where) {
+inline void check_outcome_inputs(const torch::Tensor& rewards, const torch::Tensor& mask, const Groups& groups,
+                                 const std::string& where) {
   check_2d(rewards, "token_level_rewards", where);
   check_floating(rewards, "token_level_rewards", where);
   check_same_shape(mask, "response_mask", rewards, "token_level_rewards", where);
-  VERLPP_CHECK(groups.ids.defined() && groups.ids.dim() == 1 &&
-                   groups.ids.size(0) == rewards.size(0),
-               "{}: {} group ids for {} rows", where,
-               groups.ids.defined() ? groups.ids.numel() : 0, rewards.size(0));
+  VERLPP_CHECK(groups.ids.defined() && groups.ids.dim() == 1 && groups.ids.size(0) == rewards.size(0),
+               "{}: {} group ids for {} rows", where, groups.ids.defined() ? groups.ids.numel() : 0, rewards.size(0));
 }
 
 // Per-row group mean with verl's singleton rule (μ = 0 for a group of one): [B].
@@ -44,9 +42,8 @@ inline torch::Tensor row_mean_singleton_zero(const GroupStats& st, const Groups&
 // one uses μ = 0, σ = 1. A_i = (s_i − μ)/(σ + ε), or s_i − μ when !norm_adv_by_std (Dr.GRPO);
 // advantages = returns = A_i·m.
 inline AdvantageOutputs compute_grpo_outcome_advantage(const torch::Tensor& token_level_rewards,
-                                                       const torch::Tensor& response_mask,
-                                                       const Groups& groups, double epsilon = 1e-6,
-                                                       bool norm_adv_by_std_in_grpo = true) {
+                                                       const torch::Tensor& response_mask, const Groups& groups,
+                                                       double epsilon = 1e-6, bool norm_adv_by_std_in_grpo = true) {
   detail::check_outcome_inputs(token_level_rewards, response_mask, groups, "grpo");
   c10::NoGradGuard no_grad;
   const torch::Tensor scores = token_level_rewards.sum(-1);  // [B]
@@ -54,8 +51,7 @@ inline AdvantageOutputs compute_grpo_outcome_advantage(const torch::Tensor& toke
   const torch::Tensor single = st.count == 1;
   const torch::Tensor mean = per_row(at::where(single, 0.0, st.mean), groups);
   torch::Tensor scalars = scores - mean;
-  if (norm_adv_by_std_in_grpo)
-    scalars = scalars / (per_row(at::where(single, 1.0, st.stddev), groups) + epsilon);
+  if (norm_adv_by_std_in_grpo) scalars = scalars / (per_row(at::where(single, 1.0, st.stddev), groups) + epsilon);
   torch::Tensor adv = scalars.unsqueeze(-1) * response_mask;
   return {adv, adv};
 }
@@ -63,9 +59,10 @@ inline AdvantageOutputs compute_grpo_outcome_advantage(const torch::Tensor& toke
 // verl's grpo_vectorized (compute_grpo_vectorized_outcome_advantage): statistics in fp32 with
 // the one-pass variance and a floor, σ = sqrt(max((Σs² − (Σs)²/n)/max(n−1, 1), ε)), μ = Σs/n;
 // a group of one uses μ = 0, σ = 1. A_i = (s_i − μ)/(σ + ε) (or s_i − μ); ×m.
-inline AdvantageOutputs compute_grpo_vectorized_outcome_advantage(
-    const torch::Tensor& token_level_rewards, const torch::Tensor& response_mask,
-    const Groups& groups, double epsilon = 1e-6, bool norm_adv_by_std_in_grpo = true) {
+inline AdvantageOutputs compute_grpo_vectorized_outcome_advantage(const torch::Tensor& token_level_rewards,
+                                                                  const torch::Tensor& response_mask,
+                                                                  const Groups& groups, double epsilon = 1e-6,
+                                                                  bool norm_adv_by_std_in_grpo = true) {
   detail::check_outcome_inputs(token_level_rewards, response_mask, groups, "grpo_vectorized");
   c10::NoGradGuard no_grad;
   const torch::Tensor scores = token_level_rewards.sum(-1);  // [B]
@@ -88,10 +85,10 @@ inline AdvantageOutputs compute_grpo_vectorized_outcome_advantage(
 // the group's best row gets r_max − r_second (0 on a tie for the max), divided by (σ + ε) when
 // normalising (σ = unbiased group std); every other row gets 0. ×m. `index` (optional) names
 // groups in the error message.
-inline AdvantageOutputs compute_grpo_passk_outcome_advantage(
-    const torch::Tensor& token_level_rewards, const torch::Tensor& response_mask,
-    const Groups& groups, double epsilon = 1e-6, bool norm_adv_by_std_in_grpo = true,
-    const std::vector<std::string>* index = nullptr) {
+inline AdvantageOutputs compute_grpo_passk_outcome_advantage(const torch::Tensor& token_level_rewards,
+                                                             const torch::Tensor& response_mask, const Groups& groups,
+                                                             double epsilon = 1e-6, bool norm_adv_by_std_in_grpo = true,
+                                                             const std::vector<std::string>* index = nullptr) {
   detail::check_outcome_inputs(token_level_rewards, response_mask, groups, "grpo_passk");
   c10::NoGradGuard no_grad;
   const torch::Tensor scores = token_level_rewards.sum(-1);  // [B]
@@ -104,14 +101,13 @@ inline AdvantageOutputs compute_grpo_passk_outcome_advantage(
       const int64_t row = (groups.ids == g).nonzero().select(0, 0).item<int64_t>();
       name = "'" + (*index)[static_cast<size_t>(row)] + "'";
     }
-    VERLPP_FAIL_AT("grpo_passk", "group {} has {} sample(s); Pass@k needs at least 2 per group",
-                   name, static_cast<int64_t>(st.count.select(0, g).item<double>()));
+    VERLPP_FAIL_AT("grpo_passk", "group {} has {} sample(s); Pass@k needs at least 2 per group", name,
+                   static_cast<int64_t>(st.count.select(0, g).item<double>()));
   }
   // Rows ordered by (group ascending, score descending): sort by score, then stably by group.
   const torch::Tensor by_score = std::get<1>(at::sort(scores, /*stable=*/true, 0, true));
-  const torch::Tensor by_group = std::get<1>(
-      at::sort(groups.ids.index_select(0, by_score), /*stable=*/true, 0, false));
-  const torch::Tensor order = by_score.index_select(0, by_group);  // [B]
+  const torch::Tensor by_group = std::get<1>(at::sort(groups.ids.index_select(0, by_score), /*stable=*/true, 0, false));
+  const torch::Tensor order = by_score.index_select(0, by_group);        // [B]
   const torch::Tensor present = (st.count > 0).nonzero().reshape({-1});  // used group ids
   const torch::Tensor counts = st.count.to(at::kLong);
   const torch::Tensor start = (at::cumsum(counts, 0) - counts).index_select(0, present);
@@ -127,8 +123,7 @@ inline AdvantageOutputs compute_grpo_passk_outcome_advantage(
 // RLOO (verl: compute_rloo_outcome_advantage). Group of n > 1: A = s·n/(n−1) − μ·n/(n−1)
 // (leave-one-out mean as baseline); a group of one keeps A = s. ×m.
 inline AdvantageOutputs compute_rloo_outcome_advantage(const torch::Tensor& token_level_rewards,
-                                                       const torch::Tensor& response_mask,
-                                                       const Groups& groups) {
+                                                       const torch::Tensor& response_mask, const Groups& groups) {
   detail::check_outcome_inputs(token_level_rewards, response_mask, groups, "rloo");
   c10::NoGradGuard no_grad;
   const torch::Tensor scores = token_level_rewards.sum(-1);  // [B]
@@ -141,16 +136,15 @@ inline AdvantageOutputs compute_rloo_outcome_advantage(const torch::Tensor& toke
 
 // verl's rloo_vectorized: A = (n·s − Σ_group s)/max(n−1, 1) for n > 1, and 0 for a group of one
 // (unlike rloo, which keeps s there). ×m.
-inline AdvantageOutputs compute_rloo_vectorized_outcome_advantage(
-    const torch::Tensor& token_level_rewards, const torch::Tensor& response_mask,
-    const Groups& groups) {
+inline AdvantageOutputs compute_rloo_vectorized_outcome_advantage(const torch::Tensor& token_level_rewards,
+                                                                  const torch::Tensor& response_mask,
+                                                                  const Groups& groups) {
   detail::check_outcome_inputs(token_level_rewards, response_mask, groups, "rloo_vectorized");
   c10::NoGradGuard no_grad;
   const torch::Tensor scores = token_level_rewards.sum(-1);  // [B]
   const GroupStats st = group_stats(scores, groups);
   const torch::Tensor c = per_row(st.count, groups);
-  const torch::Tensor scalars =
-      (c * scores - per_row(st.sum, groups)) / (c - 1).clamp_min(1) * (c > 1);
+  const torch::Tensor scalars = (c * scores - per_row(st.sum, groups)) / (c - 1).clamp_min(1) * (c > 1);
   torch::Tensor adv = scalars.unsqueeze(-1) * response_mask;
   return {adv, adv};
 }
@@ -158,11 +152,10 @@ inline AdvantageOutputs compute_rloo_vectorized_outcome_advantage(
 // REINFORCE++ with baseline (verl: compute_reinforce_plus_plus_baseline_outcome_advantage).
 // (s − group mean, 0 for a group of one) over the response tokens, then masked_whiten over the
 // batch and re-masked: A = whiten((s − μ)·m, m)·m; returns = A.
-inline AdvantageOutputs compute_reinforce_plus_plus_baseline_outcome_advantage(
-    const torch::Tensor& token_level_rewards, const torch::Tensor& response_mask,
-    const Groups& groups) {
-  detail::check_outcome_inputs(token_level_rewards, response_mask, groups,
-                               "reinforce_plus_plus_baseline");
+inline AdvantageOutputs compute_reinforce_plus_plus_baseline_outcome_advantage(const torch::Tensor& token_level_rewards,
+                                                                               const torch::Tensor& response_mask,
+                                                                               const Groups& groups) {
+  detail::check_outcome_inputs(token_level_rewards, response_mask, groups, "reinforce_plus_plus_baseline");
   c10::NoGradGuard no_grad;
   const torch::Tensor scores = token_level_rewards.sum(-1);  // [B]
   const GroupStats st = group_stats(scores, groups);
@@ -175,15 +168,13 @@ inline AdvantageOutputs compute_reinforce_plus_plus_baseline_outcome_advantage(
 // OPO (verl: compute_opo_outcome_advantage). Length-weighted baseline b = Σ_j L_j·s_j / Σ_j L_j
 // over the group with L = Σ_t m (0 for a group of one); A = (s − b)·m.
 inline AdvantageOutputs compute_opo_outcome_advantage(const torch::Tensor& token_level_rewards,
-                                                      const torch::Tensor& response_mask,
-                                                      const Groups& groups) {
+                                                      const torch::Tensor& response_mask, const Groups& groups) {
   detail::check_outcome_inputs(token_level_rewards, response_mask, groups, "opo");
   c10::NoGradGuard no_grad;
   const torch::Tensor lengths = response_mask.sum(-1);       // [B]
   const torch::Tensor scores = token_level_rewards.sum(-1);  // [B]
   const torch::Tensor count = group_sum(at::ones_like(scores), groups);
-  const torch::Tensor baseline =
-      group_sum(lengths * scores, groups) / group_sum(lengths, groups);
+  const torch::Tensor baseline = group_sum(lengths * scores, groups) / group_sum(lengths, groups);
   const torch::Tensor b = per_row(at::where(count == 1, 0.0, baseline), groups);
   torch::Tensor adv = (scores - b).unsqueeze(-1) * response_mask;
   return {adv, adv};
@@ -193,8 +184,7 @@ inline AdvantageOutputs compute_opo_outcome_advantage(const torch::Tensor& token
 // does (reciprocal of the integer count in fp32, times B); A = α·(s − μ)·m, μ the group mean
 // (0 for a group of one).
 inline AdvantageOutputs compute_gpg_outcome_advantage(const torch::Tensor& token_level_rewards,
-                                                      const torch::Tensor& response_mask,
-                                                      const Groups& groups) {
+                                                      const torch::Tensor& response_mask, const Groups& groups) {
   detail::check_outcome_inputs(token_level_rewards, response_mask, groups, "gpg");
   c10::NoGradGuard no_grad;
   const torch::Tensor scores = token_level_rewards.sum(-1);  // [B]

@@ -60,16 +60,15 @@ inline void reverse_linear_scan_(torch::Tensor& a, torch::Tensor& b) {
   const torch::Tensor x_start = x.select(1, 0), p_start = p.select(1, 0);  // [nC, B]
   for (int64_t k = num_chunks - 2; k >= 0; --k) {
     torch::Tensor carry_k = carry.select(0, k);
-    at::addcmul_out(carry_k, x_start.select(0, k + 1), p_start.select(0, k + 1),
-                    carry.select(0, k + 1));
+    at::addcmul_out(carry_k, x_start.select(0, k + 1), p_start.select(0, k + 1), carry.select(0, k + 1));
   }
   x.addcmul_(p, carry.unsqueeze(1));
 }
 
 // lg for every t, one step at a time: 6 in-place ops on contiguous B-vectors per step.
 // r, v, m: time-major [T, B] in the result dtype. Returns [T, B].
-inline torch::Tensor gae_stepwise(const torch::Tensor& r, const torch::Tensor& v,
-                                  const torch::Tensor& m, double gamma, double lam) {
+inline torch::Tensor gae_stepwise(const torch::Tensor& r, const torch::Tensor& v, const torch::Tensor& m, double gamma,
+                                  double lam) {
   const int64_t num_steps = r.size(0), batch = r.size(1);
   const auto opts = r.options();
   torch::Tensor adv = at::empty({num_steps, batch}, opts);
@@ -78,7 +77,7 @@ inline torch::Tensor gae_stepwise(const torch::Tensor& r, const torch::Tensor& v
   for (int64_t t = num_steps - 1; t >= 0; --t) {
     const torch::Tensor r_t = r.select(0, t), v_t = v.select(0, t), m_t = m.select(0, t);
     at::add_out(delta, r_t, next_value, gamma);  // r_t + γ·nv
-    delta.sub_(v_t);                              // δ
+    delta.sub_(v_t);                             // δ
     delta.add_(last_gae, gamma * lam - 1.0);     // g − lg = δ + (γλ − 1)·lg
     torch::Tensor adv_t = adv.select(0, t);
     at::addcmul_out(adv_t, last_gae, m_t, delta);  // lg + m·(g − lg)
@@ -92,15 +91,14 @@ inline torch::Tensor gae_stepwise(const torch::Tensor& r, const torch::Tensor& v
 // lg for every t as two scans: nv_t = (1 − m_t)·nv_{t+1} + m_t·V_t, then
 // lg_t = (1 − m_t(1 − γλ))·lg_{t+1} + m_t·δ_t with δ_t = r_t − V_t + γ·nv_{t+1}.
 // r (overwritten), v, m: time-major [T, B]. Returns [T, B] (r's storage).
-inline torch::Tensor gae_scan(torch::Tensor r, const torch::Tensor& v, const torch::Tensor& m,
-                              double gamma, double lam) {
+inline torch::Tensor gae_scan(torch::Tensor r, const torch::Tensor& v, const torch::Tensor& m, double gamma,
+                              double lam) {
   const int64_t num_steps = r.size(0);
-  torch::Tensor coef = 1 - m;          // a of the nv scan
-  torch::Tensor next_value = m * v;    // b, then nv
+  torch::Tensor coef = 1 - m;        // a of the nv scan
+  torch::Tensor next_value = m * v;  // b, then nv
   reverse_linear_scan_(coef, next_value);
-  torch::Tensor& delta = r.sub_(v);    // r − V, + γ·nv_{t+1}, ·m: b of the lg scan
-  if (num_steps > 1)
-    delta.narrow(0, 0, num_steps - 1).add_(next_value.narrow(0, 1, num_steps - 1), gamma);
+  torch::Tensor& delta = r.sub_(v);  // r − V, + γ·nv_{t+1}, ·m: b of the lg scan
+  if (num_steps > 1) delta.narrow(0, 0, num_steps - 1).add_(next_value.narrow(0, 1, num_steps - 1), gamma);
   delta.mul_(m);
   at::mul_out(coef, m, gamma * lam - 1.0).add_(1.0);  // 1 − m·(1 − γλ)
   reverse_linear_scan_(coef, delta);
@@ -109,8 +107,7 @@ inline torch::Tensor gae_scan(torch::Tensor r, const torch::Tensor& v, const tor
 
 // REINFORCE++ returns G, time-major: one step at a time (2 ops per step) or as the scan
 // G_t = γ·m_{t+1}·G_{t+1} + r_t. r (overwritten by the scan), m: [T, B]. Returns [T, B].
-inline torch::Tensor discounted_returns_stepwise(const torch::Tensor& r, const torch::Tensor& m,
-                                                 double gamma) {
+inline torch::Tensor discounted_returns_stepwise(const torch::Tensor& r, const torch::Tensor& m, double gamma) {
   torch::Tensor ret = at::empty_like(r);
   torch::Tensor running = at::zeros({r.size(1)}, r.options());
   for (int64_t t = r.size(0) - 1; t >= 0; --t) {
@@ -121,8 +118,7 @@ inline torch::Tensor discounted_returns_stepwise(const torch::Tensor& r, const t
   return ret;
 }
 
-inline torch::Tensor discounted_returns_scan(torch::Tensor r, const torch::Tensor& m,
-                                             double gamma) {
+inline torch::Tensor discounted_returns_scan(torch::Tensor r, const torch::Tensor& m, double gamma) {
   const int64_t num_steps = r.size(0);
   torch::Tensor coef = at::zeros_like(r);  // γ·m_{t+1}
   if (num_steps > 1) {
@@ -154,25 +150,21 @@ inline bool use_scan(Recurrence how, const torch::Tensor& t) {
 // re-masked. Masked-out positions are skipped (multi-turn observation tokens carry nv and lg).
 // rewards, values, mask: [B, T]. No autograd (verl runs it under no_grad).
 inline AdvantageOutputs compute_gae_advantage_return(const torch::Tensor& token_level_rewards,
-                                                     const torch::Tensor& values,
-                                                     const torch::Tensor& response_mask,
-                                                     double gamma, double lam,
-                                                     Recurrence how = Recurrence::automatic) {
+                                                     const torch::Tensor& values, const torch::Tensor& response_mask,
+                                                     double gamma, double lam, Recurrence how = Recurrence::automatic) {
   const std::string where = "gae";
   detail::check_2d(token_level_rewards, "token_level_rewards", where);
   detail::check_floating(token_level_rewards, "token_level_rewards", where);
   detail::check_same_shape(values, "values", token_level_rewards, "token_level_rewards", where);
   detail::check_floating(values, "values", where);
-  detail::check_same_shape(response_mask, "response_mask", token_level_rewards,
-                           "token_level_rewards", where);
+  detail::check_same_shape(response_mask, "response_mask", token_level_rewards, "token_level_rewards", where);
   c10::NoGradGuard no_grad;
-  const at::ScalarType dtype =
-      at::promote_types(token_level_rewards.scalar_type(), values.scalar_type());
+  const at::ScalarType dtype = at::promote_types(token_level_rewards.scalar_type(), values.scalar_type());
   torch::Tensor r = detail::to_time_major(token_level_rewards, dtype);  // [T, B]
   const torch::Tensor v = detail::to_time_major(values, dtype);         // [T, B]
   const torch::Tensor m = detail::to_time_major(response_mask, dtype);  // [T, B]
-  const torch::Tensor raw = detail::use_scan(how, r) ? detail::gae_scan(r, v, m, gamma, lam)
-                                                     : detail::gae_stepwise(r, v, m, gamma, lam);
+  const torch::Tensor raw =
+      detail::use_scan(how, r) ? detail::gae_scan(r, v, m, gamma, lam) : detail::gae_stepwise(r, v, m, gamma, lam);
   torch::Tensor advantages = raw.t().contiguous();  // [B, T]
   torch::Tensor returns = advantages + values;
   advantages = masked_whiten(advantages, response_mask);
@@ -182,21 +174,19 @@ inline AdvantageOutputs compute_gae_advantage_return(const torch::Tensor& token_
 // REINFORCE++ (verl: compute_reinforce_plus_plus_outcome_advantage). G_t = r_t + γ·G', with G'
 // reset after each masked-out position (G' ← G_t·m_t after storing G_t); returns = G;
 // A = masked_whiten(G, m)·m.
-inline AdvantageOutputs compute_reinforce_plus_plus_outcome_advantage(
-    const torch::Tensor& token_level_rewards, const torch::Tensor& response_mask, double gamma,
-    Recurrence how = Recurrence::automatic) {
+inline AdvantageOutputs compute_reinforce_plus_plus_outcome_advantage(const torch::Tensor& token_level_rewards,
+                                                                      const torch::Tensor& response_mask, double gamma,
+                                                                      Recurrence how = Recurrence::automatic) {
   const std::string where = "reinforce_plus_plus";
   detail::check_2d(token_level_rewards, "token_level_rewards", where);
   detail::check_floating(token_level_rewards, "token_level_rewards", where);
-  detail::check_same_shape(response_mask, "response_mask", token_level_rewards,
-                           "token_level_rewards", where);
+  detail::check_same_shape(response_mask, "response_mask", token_level_rewards, "token_level_rewards", where);
   c10::NoGradGuard no_grad;
   const at::ScalarType dtype = token_level_rewards.scalar_type();
   torch::Tensor r = detail::to_time_major(token_level_rewards, dtype);  // [T, B]
   const torch::Tensor m = detail::to_time_major(response_mask, dtype);  // [T, B]
-  const torch::Tensor ret = detail::use_scan(how, r)
-                                ? detail::discounted_returns_scan(r, m, gamma)
-                                : detail::discounted_returns_stepwise(r, m, gamma);
+  const torch::Tensor ret = detail::use_scan(how, r) ? detail::discounted_returns_scan(r, m, gamma)
+                                                     : detail::discounted_returns_stepwise(r, m, gamma);
   torch::Tensor returns = ret.t().contiguous();  // [B, T]
   torch::Tensor advantages = masked_whiten(returns, response_mask) * response_mask;
   return {advantages, returns};
@@ -210,15 +200,13 @@ inline AdvantageOutputs compute_remax_outcome_advantage(const torch::Tensor& tok
   const std::string where = "remax";
   detail::check_2d(token_level_rewards, "token_level_rewards", where);
   detail::check_floating(token_level_rewards, "token_level_rewards", where);
-  detail::check_same_shape(response_mask, "response_mask", token_level_rewards,
-                           "token_level_rewards", where);
+  detail::check_same_shape(response_mask, "response_mask", token_level_rewards, "token_level_rewards", where);
   VERLPP_CHECK(reward_baselines.defined() && reward_baselines.dim() == 1 &&
                    reward_baselines.size(0) == token_level_rewards.size(0),
                "{}: reward_baselines has shape {}; expected [{}] (one baseline per row)", where,
                detail::shape_str(reward_baselines), token_level_rewards.size(0));
   c10::NoGradGuard no_grad;
-  torch::Tensor returns =
-      at::flip(at::cumsum(at::flip(token_level_rewards * response_mask, {-1}), -1), {-1});
+  torch::Tensor returns = at::flip(at::cumsum(at::flip(token_level_rewards * response_mask, {-1}), -1), {-1});
   torch::Tensor advantages = returns - reward_baselines.unsqueeze(-1) * response_mask;
   return {advantages, returns};
 }

@@ -22,8 +22,8 @@ struct AggLossOptions {
 
 // The aggregation modes agg_loss accepts.
 inline const std::vector<std::string>& agg_loss_modes() {
-  static const std::vector<std::string> modes = {"token-mean", "seq-mean-token-sum",
-                                                 "seq-mean-token-mean", "seq-mean-token-sum-norm"};
+  static const std::vector<std::string> modes = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                                                 "seq-mean-token-sum-norm"};
   return modes;
 }
 
@@ -34,8 +34,8 @@ inline const std::vector<std::string>& agg_loss_modes() {
 //   seq-mean-token-mean     Σ_rows (Σ_t ℓm / (Σ_t m + 1e-8)) / N_seq · dp
 //   seq-mean-token-sum-norm Σ ℓm / loss_scale_factor         (default T = response_length)
 // As in verl, an all-empty mask gives 0/0 = NaN for the mean modes. Returns a 0-dim tensor.
-inline torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& mask,
-                              const std::string& mode, const AggLossOptions& opts = {}) {
+inline torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& mask, const std::string& mode,
+                              const AggLossOptions& opts = {}) {
   const std::string where = "agg_loss('" + mode + "')";
   detail::check_2d(loss_mat, "loss_mat", where);
   detail::check_same_shape(mask, "mask", loss_mat, "loss_mat", where);
@@ -45,8 +45,8 @@ inline torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor
     return sum / mask.sum() * opts.dp_size;
   }
   if (mode == "seq-mean-token-sum" || mode == "seq-mean-token-mean") {
-    const torch::Tensor row_tokens = mask.sum(-1);                 // [B]
-    torch::Tensor seq_losses = (loss_mat * mask).sum(-1);          // [B]
+    const torch::Tensor row_tokens = mask.sum(-1);         // [B]
+    torch::Tensor seq_losses = (loss_mat * mask).sum(-1);  // [B]
     if (mode == "seq-mean-token-mean") seq_losses = seq_losses / (row_tokens + 1e-8);
     const torch::Tensor seq_mask = (row_tokens > 0).to(at::kFloat);  // non-empty rows
     const torch::Tensor sum = masked_sum(seq_losses, seq_mask);
@@ -55,8 +55,7 @@ inline torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor
   }
   if (mode == "seq-mean-token-sum-norm") {
     const torch::Tensor total = (loss_mat * mask).sum(-1).sum();
-    const double factor = opts.loss_scale_factor ? *opts.loss_scale_factor
-                                                 : static_cast<double>(loss_mat.size(-1));
+    const double factor = opts.loss_scale_factor ? *opts.loss_scale_factor : static_cast<double>(loss_mat.size(-1));
     return total / factor;
   }
   std::string valid;

@@ -40,23 +40,21 @@ inline std::string shape_str(const at::Tensor& t) {
 
 // Throws unless `t` is defined and 2-D: (batch, response_length).
 inline void check_2d(const at::Tensor& t, const char* name, const std::string& where) {
-  VERLPP_CHECK(t.defined(), "{}: {} is undefined; expected a [batch, response_length] tensor",
-               where, name);
-  VERLPP_CHECK(t.dim() == 2, "{}: {} has shape {}; expected [batch, response_length]", where,
-               name, shape_str(t));
+  VERLPP_CHECK(t.defined(), "{}: {} is undefined; expected a [batch, response_length] tensor", where, name);
+  VERLPP_CHECK(t.dim() == 2, "{}: {} has shape {}; expected [batch, response_length]", where, name, shape_str(t));
 }
 
 // Throws unless `t` has the same sizes as `like`.
-inline void check_same_shape(const at::Tensor& t, const char* name, const at::Tensor& like,
-                             const char* like_name, const std::string& where) {
-  VERLPP_CHECK(t.defined() && t.sizes() == like.sizes(), "{}: {} has shape {}; expected {} like {}",
-               where, name, shape_str(t), shape_str(like), like_name);
+inline void check_same_shape(const at::Tensor& t, const char* name, const at::Tensor& like, const char* like_name,
+                             const std::string& where) {
+  VERLPP_CHECK(t.defined() && t.sizes() == like.sizes(), "{}: {} has shape {}; expected {} like {}", where, name,
+               shape_str(t), shape_str(like), like_name);
 }
 
 // Throws unless `t` is a floating-point tensor (int rewards or log-probs are a caller bug).
 inline void check_floating(const at::Tensor& t, const char* name, const std::string& where) {
-  VERLPP_CHECK(at::isFloatingType(t.scalar_type()), "{}: {} has dtype {}; expected a float dtype",
-               where, name, c10::toString(t.scalar_type()));
+  VERLPP_CHECK(at::isFloatingType(t.scalar_type()), "{}: {} has dtype {}; expected a float dtype", where, name,
+               c10::toString(t.scalar_type()));
 }
 
 }  // namespace detail
@@ -69,17 +67,14 @@ class Registry {
  public:
   explicit Registry(std::string kind) : kind_(std::move(kind)) {}
   // Calls add_builtins(*this) once, so a function-local static is complete on first use.
-  Registry(std::string kind, void (*add_builtins)(Registry&)) : kind_(std::move(kind)) {
-    add_builtins(*this);
-  }
+  Registry(std::string kind, void (*add_builtins)(Registry&)) : kind_(std::move(kind)) { add_builtins(*this); }
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
   // Adds `fn` under `name`. Throws verlpp::Error if the name is empty, taken, or `fn` empty.
   void add(const std::string& name, Fn fn) {
     VERLPP_CHECK(!name.empty(), "cannot register a {} with an empty name", kind_);
-    VERLPP_CHECK(static_cast<bool>(fn), "cannot register {} '{}': the function is empty", kind_,
-                 name);
+    VERLPP_CHECK(static_cast<bool>(fn), "cannot register {} '{}': the function is empty", kind_, name);
     std::lock_guard<std::mutex> lock(mutex_);
     VERLPP_CHECK(fns_.count(name) == 0, "{} '{}' is already registered", kind_, name);
     fns_.emplace(name, std::move(fn));

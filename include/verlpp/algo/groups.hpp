@@ -44,8 +44,7 @@ inline Groups make_groups(const torch::Tensor& ids) {
   VERLPP_CHECK(ids.defined() && ids.dim() == 1, "make_groups: ids has shape {}; expected [batch]",
                detail::shape_str(ids));
   VERLPP_CHECK(!at::isFloatingType(ids.scalar_type()) && ids.scalar_type() != at::kBool,
-               "make_groups: ids has dtype {}; expected an integer dtype",
-               c10::toString(ids.scalar_type()));
+               "make_groups: ids has dtype {}; expected an integer dtype", c10::toString(ids.scalar_type()));
   Groups g;
   g.ids = ids.to(at::kLong);
   if (ids.numel() == 0) return g;
@@ -57,10 +56,10 @@ inline Groups make_groups(const torch::Tensor& ids) {
 
 // Per-group reductions of a [B] tensor.
 struct GroupStats {
-  torch::Tensor count;  // [G] rows per group, dtype of the scores
-  torch::Tensor sum;    // [G] Σ scores
-  torch::Tensor mean;   // [G] sum / count (NaN for an empty group)
-  torch::Tensor stddev; // [G] unbiased std (NaN for count < 2); undefined unless requested
+  torch::Tensor count;   // [G] rows per group, dtype of the scores
+  torch::Tensor sum;     // [G] Σ scores
+  torch::Tensor mean;    // [G] sum / count (NaN for an empty group)
+  torch::Tensor stddev;  // [G] unbiased std (NaN for count < 2); undefined unless requested
 };
 
 // Σ over each group of src: [B] -> [G].
@@ -70,11 +69,10 @@ inline torch::Tensor group_sum(const torch::Tensor& src, const Groups& groups) {
 
 // Group count, sum and mean of scores [B] (float); with_std adds the unbiased std, two-pass
 // (Σ(s − μ)² / (n − 1)) as torch.std computes it, not the cancellation-prone Σs² − (Σs)²/n.
-inline GroupStats group_stats(const torch::Tensor& scores, const Groups& groups,
-                              bool with_std = false) {
+inline GroupStats group_stats(const torch::Tensor& scores, const Groups& groups, bool with_std = false) {
   VERLPP_CHECK(scores.dim() == 1 && scores.size(0) == groups.ids.size(0),
-               "group_stats: scores has shape {} but there are {} group ids",
-               detail::shape_str(scores), groups.ids.size(0));
+               "group_stats: scores has shape {} but there are {} group ids", detail::shape_str(scores),
+               groups.ids.size(0));
   GroupStats st;
   st.count = group_sum(at::ones_like(scores), groups);
   st.sum = group_sum(scores, groups);

@@ -19,8 +19,7 @@
 namespace verlpp::algo {
 
 // A per-token KL estimate from (logprob, ref_logprob), both [B, T] float: returns [B, T].
-using KLPenaltyFn = std::function<torch::Tensor(const torch::Tensor& logprob,
-                                                const torch::Tensor& ref_logprob)>;
+using KLPenaltyFn = std::function<torch::Tensor(const torch::Tensor& logprob, const torch::Tensor& ref_logprob)>;
 
 namespace detail {
 
@@ -62,7 +61,8 @@ inline Registry<KLPenaltyFn>& kl_penalty_registry() {
 inline void register_kl_penalty(const std::string& name, KLPenaltyFn fn) {
   VERLPP_CHECK(name.empty() || name.back() != '+',
                "KL penalty type '{}' ends in '+', which is reserved for the straight-through "
-               "form of a registered type", name);
+               "form of a registered type",
+               name);
   kl_penalty_registry().add(name, std::move(fn));
 }
 
@@ -73,8 +73,7 @@ inline void register_kl_penalty(const std::string& name, KLPenaltyFn fn) {
 // value of <type>, gradient of k2, i.e. 0.5x² − sg(0.5x²) + sg(value).
 inline torch::Tensor kl_penalty(const torch::Tensor& logprob, const torch::Tensor& ref_logprob,
                                 const std::string& type) {
-  VERLPP_CHECK(logprob.defined() && ref_logprob.defined() &&
-                   logprob.sizes() == ref_logprob.sizes(),
+  VERLPP_CHECK(logprob.defined() && ref_logprob.defined() && logprob.sizes() == ref_logprob.sizes(),
                "kl_penalty('{}'): logprob {} and ref_logprob {} must be defined, same shape", type,
                detail::shape_str(logprob), detail::shape_str(ref_logprob));
   const bool straight_through = !type.empty() && type.back() == '+';
@@ -128,14 +127,11 @@ class AdaptiveKLController : public KLController {
 };
 
 // verl's get_kl_controller: type "fixed" or "adaptive" (target_kl and horizon used by adaptive).
-inline std::unique_ptr<KLController> make_kl_controller(const std::string& type, double kl_coef,
-                                                        double target_kl = 0.0,
+inline std::unique_ptr<KLController> make_kl_controller(const std::string& type, double kl_coef, double target_kl = 0.0,
                                                         double horizon = 0.0) {
   if (type == "fixed") return std::make_unique<FixedKLController>(kl_coef);
-  if (type == "adaptive")
-    return std::make_unique<AdaptiveKLController>(kl_coef, target_kl, horizon);
-  VERLPP_FAIL_AT("make_kl_controller", "unknown KL controller type '{}'; valid: adaptive, fixed",
-                 type);
+  if (type == "adaptive") return std::make_unique<AdaptiveKLController>(kl_coef, target_kl, horizon);
+  VERLPP_FAIL_AT("make_kl_controller", "unknown KL controller type '{}'; valid: adaptive, fixed", type);
 }
 
 struct KLRewardOutput {
@@ -147,19 +143,14 @@ struct KLRewardOutput {
 // verl's apply_kl_penalty (ray_trainer): kl = kl_penalty(old_log_prob, ref_log_prob, type)·m;
 // rewards = scores − β·kl; current_kl = mean over rows of masked_mean(kl, m, -1) (an empty row
 // counts as 0); then ctrl.update(current_kl, B). All [B, T]; reads current_kl on the host.
-inline KLRewardOutput apply_kl_penalty(const torch::Tensor& token_level_scores,
-                                       const torch::Tensor& old_log_prob,
-                                       const torch::Tensor& ref_log_prob,
-                                       const torch::Tensor& response_mask, KLController& ctrl,
-                                       const std::string& type = "kl") {
+inline KLRewardOutput apply_kl_penalty(const torch::Tensor& token_level_scores, const torch::Tensor& old_log_prob,
+                                       const torch::Tensor& ref_log_prob, const torch::Tensor& response_mask,
+                                       KLController& ctrl, const std::string& type = "kl") {
   const std::string where = "apply_kl_penalty";
   detail::check_2d(token_level_scores, "token_level_scores", where);
-  detail::check_same_shape(old_log_prob, "old_log_prob", token_level_scores,
-                           "token_level_scores", where);
-  detail::check_same_shape(ref_log_prob, "ref_log_prob", token_level_scores,
-                           "token_level_scores", where);
-  detail::check_same_shape(response_mask, "response_mask", token_level_scores,
-                           "token_level_scores", where);
+  detail::check_same_shape(old_log_prob, "old_log_prob", token_level_scores, "token_level_scores", where);
+  detail::check_same_shape(ref_log_prob, "ref_log_prob", token_level_scores, "token_level_scores", where);
+  detail::check_same_shape(response_mask, "response_mask", token_level_scores, "token_level_scores", where);
   const torch::Tensor kld = kl_penalty(old_log_prob, ref_log_prob, type) * response_mask;
   KLRewardOutput out;
   out.kl_coef = ctrl.value();

@@ -44,17 +44,12 @@ inline std::vector<std::string> policy_loss_names() { return policy_loss_registr
 // The policy loss `mode` on [B, T] inputs; rollout_is_weights (optional [B, T]) multiplies the
 // per-token loss (geo_mean: its per-sequence geometric mean). Unknown mode: verlpp::Error
 // listing the valid ones.
-inline PolicyLossOutput compute_policy_loss(const std::string& mode,
-                                            const torch::Tensor& old_log_prob,
-                                            const torch::Tensor& log_prob,
-                                            const torch::Tensor& advantages,
-                                            const torch::Tensor& response_mask,
-                                            const PolicyLossConfig& cfg = {},
+inline PolicyLossOutput compute_policy_loss(const std::string& mode, const torch::Tensor& old_log_prob,
+                                            const torch::Tensor& log_prob, const torch::Tensor& advantages,
+                                            const torch::Tensor& response_mask, const PolicyLossConfig& cfg = {},
                                             const torch::Tensor& rollout_is_weights = {}) {
   const PolicyLossFn fn = policy_loss_registry().get(mode);
-  return fn(PolicyLossInputs{old_log_prob, log_prob, advantages, response_mask,
-                             rollout_is_weights},
-            cfg);
+  return fn(PolicyLossInputs{old_log_prob, log_prob, advantages, response_mask, rollout_is_weights}, cfg);
 }
 
 }  // namespace verlpp::algo

@@ -14,10 +14,10 @@
 namespace verlpp::algo {
 
 struct PolicyLossInputs {
-  torch::Tensor old_log_prob;   // [B, T] float: log π_old (rollout-time policy), no grad
-  torch::Tensor log_prob;       // [B, T] float: log π_θ, requires grad when training
-  torch::Tensor advantages;     // [B, T] float
-  torch::Tensor response_mask;  // [B, T] bool/int/float
+  torch::Tensor old_log_prob;        // [B, T] float: log π_old (rollout-time policy), no grad
+  torch::Tensor log_prob;            // [B, T] float: log π_θ, requires grad when training
+  torch::Tensor advantages;          // [B, T] float
+  torch::Tensor response_mask;       // [B, T] bool/int/float
   torch::Tensor rollout_is_weights;  // optional [B, T] float: per-token IS weights (multiplied in)
 };
 
@@ -45,8 +45,7 @@ struct PolicyLossOutput {
   torch::Tensor clipfrac_lower;  // fraction where the dual-clip lower bound was active
 };
 
-using PolicyLossFn = std::function<PolicyLossOutput(const PolicyLossInputs&,
-                                                    const PolicyLossConfig&)>;
+using PolicyLossFn = std::function<PolicyLossOutput(const PolicyLossInputs&, const PolicyLossConfig&)>;
 
 namespace detail {
 
@@ -66,9 +65,7 @@ inline torch::Tensor apply_is_weights(const torch::Tensor& pg_losses, const Poli
 }
 
 // A 0-dim zero for metrics a loss does not define.
-inline torch::Tensor zero_metric(const torch::Tensor& like) {
-  return at::zeros({}, like.options().dtype(at::kFloat));
-}
+inline torch::Tensor zero_metric(const torch::Tensor& like) { return at::zeros({}, like.options().dtype(at::kFloat)); }
 
 }  // namespace detail
 

@@ -22,19 +22,16 @@ namespace verlpp::algo {
 //   ℓ = clamp(ℓ, ±20); r = e^ℓ; L1 = −A·r; L2 = −A·clip(r, 1−ε_low, 1+ε_high); C = max(L1, L2);
 //   L3 = −A·c; loss_t = min(L3, C) where A < 0 else C; (×w); agg(loss_agg_mode).
 //   clipfrac = mean_m(L2 > L1); clipfrac_lower = mean_m((C > L3)·(A < 0)); ppo_kl = mean_m(−ℓ).
-inline PolicyLossOutput compute_policy_loss_vanilla(const PolicyLossInputs& in,
-                                                    const PolicyLossConfig& cfg) {
+inline PolicyLossOutput compute_policy_loss_vanilla(const PolicyLossInputs& in, const PolicyLossConfig& cfg) {
   detail::check_policy_inputs(in, "policy loss 'vanilla'");
   VERLPP_CHECK(cfg.clip_ratio_c > 1.0,
-               "policy loss 'vanilla': clip_ratio_c (dual-clip lower bound) must be > 1; got {}",
-               cfg.clip_ratio_c);
+               "policy loss 'vanilla': clip_ratio_c (dual-clip lower bound) must be > 1; got {}", cfg.clip_ratio_c);
   const torch::Tensor& adv = in.advantages;
   const torch::Tensor& mask = in.response_mask;
   const torch::Tensor neg_kl = at::clamp(in.log_prob - in.old_log_prob, -20.0, 20.0);
   const torch::Tensor ratio = at::exp(neg_kl);
   const torch::Tensor loss1 = -adv * ratio;
-  const torch::Tensor loss2 =
-      -adv * at::clamp(ratio, 1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high);
+  const torch::Tensor loss2 = -adv * at::clamp(ratio, 1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high);
   const torch::Tensor clipped1 = at::maximum(loss1, loss2);
   const torch::Tensor loss3 = -adv * cfg.clip_ratio_c;
   const torch::Tensor clipped2 = at::minimum(loss3, clipped1);
@@ -44,8 +41,7 @@ inline PolicyLossOutput compute_policy_loss_vanilla(const PolicyLossInputs& in,
   PolicyLossOutput out;
   out.loss = agg_loss(pg_losses, mask, cfg.loss_agg_mode, cfg.agg);
   out.clipfrac = masked_mean((loss2 > loss1).to(at::kFloat), mask).detach();
-  out.clipfrac_lower =
-      masked_mean(((clipped1 > loss3) * is_neg.to(at::kFloat)), mask).detach();
+  out.clipfrac_lower = masked_mean(((clipped1 > loss3) * is_neg.to(at::kFloat)), mask).detach();
   out.ppo_kl = masked_mean(-neg_kl, mask).detach();
   return out;
 }
@@ -55,21 +51,18 @@ inline PolicyLossOutput compute_policy_loss_vanilla(const PolicyLossInputs& in,
 //   s = e^(log s); L1 = −A·s; L2 = −A·clip(s, 1−ε_low, 1+ε_high); loss_t = max(L1, L2) (×w);
 //   always aggregated with seq-mean-token-mean. clipfrac = mean_m(L2 > L1); clipfrac_lower = 0;
 //   ppo_kl = mean_m(−ℓ) (ℓ unclamped).
-inline PolicyLossOutput compute_policy_loss_gspo(const PolicyLossInputs& in,
-                                                 const PolicyLossConfig& cfg) {
+inline PolicyLossOutput compute_policy_loss_gspo(const PolicyLossInputs& in, const PolicyLossConfig& cfg) {
   detail::check_policy_inputs(in, "policy loss 'gspo'");
   const torch::Tensor& adv = in.advantages;
   const torch::Tensor& mask = in.response_mask;
   const torch::Tensor neg_kl = in.log_prob - in.old_log_prob;
   const torch::Tensor seq_lengths = mask.sum(-1).clamp_min(1);
   const torch::Tensor neg_kl_seq = (neg_kl * mask).sum(-1) / seq_lengths;  // [B]
-  torch::Tensor log_ratio =
-      in.log_prob - in.log_prob.detach() + neg_kl_seq.detach().unsqueeze(-1);
+  torch::Tensor log_ratio = in.log_prob - in.log_prob.detach() + neg_kl_seq.detach().unsqueeze(-1);
   log_ratio = log_ratio.clamp_max(10.0);  // for numerical stability, as verl
   const torch::Tensor ratio = at::exp(log_ratio);
   const torch::Tensor loss1 = -adv * ratio;
-  const torch::Tensor loss2 =
-      -adv * at::clamp(ratio, 1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high);
+  const torch::Tensor loss2 = -adv * at::clamp(ratio, 1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high);
   torch::Tensor pg_losses = detail::apply_is_weights(at::maximum(loss1, loss2), in);
   PolicyLossOutput out;
   out.loss = agg_loss(pg_losses, mask, "seq-mean-token-mean", cfg.agg);
@@ -83,16 +76,15 @@ inline PolicyLossOutput compute_policy_loss_gspo(const PolicyLossInputs& in,
 //   ℓ = clamp(ℓ, ±20); r = e^ℓ; τ = τ_pos where A > 0 else τ_neg (in A's dtype);
 //   f = sigmoid(τ·(r − 1))·4/τ; loss_t = −f·A (×w); always seq-mean-token-mean.
 //   clipfrac = clipfrac_lower = 0; ppo_kl = mean_m(−ℓ).
-inline PolicyLossOutput compute_policy_loss_sapo(const PolicyLossInputs& in,
-                                                 const PolicyLossConfig& cfg) {
+inline PolicyLossOutput compute_policy_loss_sapo(const PolicyLossInputs& in, const PolicyLossConfig& cfg) {
   detail::check_policy_inputs(in, "policy loss 'sapo'");
   const torch::Tensor& adv = in.advantages;
   const torch::Tensor& mask = in.response_mask;
   const torch::Tensor neg_kl = at::clamp(in.log_prob - in.old_log_prob, -20.0, 20.0);
   const torch::Tensor ratio = at::exp(neg_kl);
   const auto opts = adv.options();
-  const torch::Tensor taus = at::where(adv > 0, at::scalar_tensor(cfg.tau_pos, opts),
-                                       at::scalar_tensor(cfg.tau_neg, opts));
+  const torch::Tensor taus =
+      at::where(adv > 0, at::scalar_tensor(cfg.tau_pos, opts), at::scalar_tensor(cfg.tau_neg, opts));
   const torch::Tensor gates = at::sigmoid(taus * (ratio - 1.0)) * (4.0 / taus);
   const torch::Tensor pg_losses = detail::apply_is_weights(-gates * adv, in);
   PolicyLossOutput out;
@@ -106,16 +98,13 @@ inline PolicyLossOutput compute_policy_loss_sapo(const PolicyLossInputs& in,
 // cispo (verl: compute_policy_loss_cispo), clipped IS weight as a constant factor:
 //   ℓ = clamp(ℓ, ±20); r = e^ℓ; ρ = clip(r, 1−ε_low, 1+ε_high); loss_t = −sg(ρ)·A·logp (×w);
 //   agg(loss_agg_mode). clipfrac = mean_m(r ≠ ρ); clipfrac_lower = 0; ppo_kl = mean_m(−ℓ).
-inline PolicyLossOutput compute_policy_loss_cispo(const PolicyLossInputs& in,
-                                                  const PolicyLossConfig& cfg) {
+inline PolicyLossOutput compute_policy_loss_cispo(const PolicyLossInputs& in, const PolicyLossConfig& cfg) {
   detail::check_policy_inputs(in, "policy loss 'cispo'");
   const torch::Tensor& mask = in.response_mask;
   const torch::Tensor neg_kl = at::clamp(in.log_prob - in.old_log_prob, -20.0, 20.0);
   const torch::Tensor ratio = at::exp(neg_kl);
-  const torch::Tensor clipped =
-      at::clamp(ratio, 1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high);
-  const torch::Tensor pg_losses =
-      detail::apply_is_weights(-clipped.detach() * in.advantages * in.log_prob, in);
+  const torch::Tensor clipped = at::clamp(ratio, 1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high);
+  const torch::Tensor pg_losses = detail::apply_is_weights(-clipped.detach() * in.advantages * in.log_prob, in);
   PolicyLossOutput out;
   out.loss = agg_loss(pg_losses, mask, cfg.loss_agg_mode, cfg.agg);
   out.clipfrac = masked_mean((ratio != clipped).to(at::kFloat), mask).detach();
@@ -127,8 +116,7 @@ inline PolicyLossOutput compute_policy_loss_cispo(const PolicyLossInputs& in,
 // gpg (verl: compute_policy_loss_gpg): loss_t = −logp·A (×w); agg(loss_agg_mode).
 // verl reports no metric here; clipfrac = clipfrac_lower = 0 (nothing is clipped) and ppo_kl is
 // the usual mean_m(old − logp), given for monitoring.
-inline PolicyLossOutput compute_policy_loss_gpg(const PolicyLossInputs& in,
-                                                const PolicyLossConfig& cfg) {
+inline PolicyLossOutput compute_policy_loss_gpg(const PolicyLossInputs& in, const PolicyLossConfig& cfg) {
   detail::check_policy_inputs(in, "policy loss 'gpg'");
   const torch::Tensor pg_losses = detail::apply_is_weights(-in.log_prob * in.advantages, in);
   PolicyLossOutput out;
@@ -142,8 +130,7 @@ inline PolicyLossOutput compute_policy_loss_gpg(const PolicyLossInputs& in,
 // reinforce (verl: compute_policy_loss_reinforce, reached there through bypass_mode):
 //   loss_t = −A·logp (×w, w treated as given constants); agg(loss_agg_mode; verl's default for
 //   it is seq-mean-token-sum). ppo_kl = mean_m(old − logp); clipfrac = clipfrac_lower = 0.
-inline PolicyLossOutput compute_policy_loss_reinforce(const PolicyLossInputs& in,
-                                                      const PolicyLossConfig& cfg) {
+inline PolicyLossOutput compute_policy_loss_reinforce(const PolicyLossInputs& in, const PolicyLossConfig& cfg) {
   detail::check_policy_inputs(in, "policy loss 'reinforce'");
   const torch::Tensor pg_losses = detail::apply_is_weights(-in.advantages * in.log_prob, in);
   PolicyLossOutput out;

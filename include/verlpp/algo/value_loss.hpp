@@ -22,10 +22,8 @@ struct ValueLossOutput {
 //   v_c = max(min(v̂, V + c), V − c); loss = 0.5·agg(max((v̂ − R)², (v_c − R)²), m, mode);
 //   clipfrac = masked_mean((v_c − R)² > (v̂ − R)², m).
 inline ValueLossOutput compute_value_loss(const torch::Tensor& vpreds, const torch::Tensor& returns,
-                                          const torch::Tensor& values,
-                                          const torch::Tensor& response_mask,
-                                          double cliprange_value,
-                                          const std::string& loss_agg_mode = "token-mean",
+                                          const torch::Tensor& values, const torch::Tensor& response_mask,
+                                          double cliprange_value, const std::string& loss_agg_mode = "token-mean",
                                           const AggLossOptions& agg = {}) {
   const std::string where = "compute_value_loss";
   detail::check_2d(vpreds, "vpreds", where);

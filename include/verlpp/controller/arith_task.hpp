@@ -14,17 +14,17 @@
 namespace verlpp::controller {
 
 struct ArithTaskOptions {
-  int64_t max_operand = 99;    // operands are 0..max_operand
-  std::string operators = "+"; // any of "+-*"; one problem per (a, op, b)
-  uint64_t seed = 1;           // the shuffle that assigns problems to splits
-  int64_t sft_count = 2000;    // rows in each split, taken in this order from the shuffle
+  int64_t max_operand = 99;     // operands are 0..max_operand
+  std::string operators = "+";  // any of "+-*"; one problem per (a, op, b)
+  uint64_t seed = 1;            // the shuffle that assigns problems to splits
+  int64_t sft_count = 2000;     // rows in each split, taken in this order from the shuffle
   int64_t train_count = 2000;
   int64_t val_count = 200;
   // The SFT split's teacher is sloppy: in this fraction of its '+' problems whose ones digits
   // carry, the response forgets the carry (37+58 -> "85"), as distilled data from a weak model
   // would. Ground truths stay exact; RL with the exact reward is what can correct it.
   double sft_carry_error = 0.0;
-  uint64_t teacher_seed = 7;   // which carry problems the teacher gets wrong
+  uint64_t teacher_seed = 7;  // which carry problems the teacher gets wrong
 };
 
 // Rows of the three splits; Error when the range holds fewer problems than asked for.

@@ -35,10 +35,14 @@ class Config {
   // The value at a dotted path; Error if absent.
   const nlohmann::json& at(const std::string& dotted) const;
   template <class T>
-  T get(const std::string& dotted) const { return at(dotted).get<T>(); }
+  T get(const std::string& dotted) const {
+    return at(dotted).get<T>();
+  }
   // The value at `dotted`, or `fallback` when it is null (verl's "unset").
   template <class T>
-  T get_or(const std::string& dotted, T fallback) const { return is_null(dotted) ? fallback : get<T>(dotted); }
+  T get_or(const std::string& dotted, T fallback) const {
+    return is_null(dotted) ? fallback : get<T>(dotted);
+  }
   // True when the value at `dotted` is null (verl's "unset").
   bool is_null(const std::string& dotted) const { return at(dotted).is_null(); }
   void set(const std::string& dotted, nlohmann::json value);

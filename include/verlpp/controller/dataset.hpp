@@ -18,26 +18,26 @@ namespace verlpp::controller {
 
 // One prompt row.
 struct PromptRecord {
-  std::string origin;                       // "file:line", for messages
-  std::string data_source;                  // selects the reward function
-  std::vector<model::ChatMessage> prompt;   // the conversation so far
-  nlohmann::json ground_truth;              // reward_model.ground_truth (null when absent)
-  nlohmann::json extra_info;                // extra_info (null when absent)
-  std::vector<int32_t> prompt_ids;          // chat template + tokenizer, truncated if configured
-  std::optional<std::string> response_text; // SFT target text (options.response_key), if read
-  std::vector<int32_t> response_ids;        // response_text tokenized + suffix ids; else empty
+  std::string origin;                        // "file:line", for messages
+  std::string data_source;                   // selects the reward function
+  std::vector<model::ChatMessage> prompt;    // the conversation so far
+  nlohmann::json ground_truth;               // reward_model.ground_truth (null when absent)
+  nlohmann::json extra_info;                 // extra_info (null when absent)
+  std::vector<int32_t> prompt_ids;           // chat template + tokenizer, truncated if configured
+  std::optional<std::string> response_text;  // SFT target text (options.response_key), if read
+  std::vector<int32_t> response_ids;         // response_text tokenized + suffix ids; else empty
 };
 
 // verl's data.* settings that shape loading.
 struct DatasetOptions {
-  std::string prompt_key = "prompt";        // data.prompt_key
-  std::string reward_fn_key = "data_source"; // data.reward_fn_key
-  int64_t max_prompt_length = 512;          // data.max_prompt_length (tokens)
-  bool filter_overlong_prompts = false;     // data.filter_overlong_prompts: drop longer rows
-  std::string truncation = "error";         // data.truncation: error | left | right | middle
-  model::ChatOptions chat;                  // add_generation_prompt etc.
-  std::string response_key;                 // SFT rows: the key of the target text ("" = not read)
-  std::vector<int32_t> response_suffix_ids; // appended to each SFT target (the end-of-turn/EOS id)
+  std::string prompt_key = "prompt";          // data.prompt_key
+  std::string reward_fn_key = "data_source";  // data.reward_fn_key
+  int64_t max_prompt_length = 512;            // data.max_prompt_length (tokens)
+  bool filter_overlong_prompts = false;       // data.filter_overlong_prompts: drop longer rows
+  std::string truncation = "error";           // data.truncation: error | left | right | middle
+  model::ChatOptions chat;                    // add_generation_prompt etc.
+  std::string response_key;                   // SFT rows: the key of the target text ("" = not read)
+  std::vector<int32_t> response_suffix_ids;   // appended to each SFT target (the end-of-turn/EOS id)
 };
 
 class PromptDataset {

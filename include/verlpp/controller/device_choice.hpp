@@ -38,8 +38,8 @@ const std::vector<std::string>& device_type_names();
 // index `local_rank` (one process per device) unless `wanted` gives one. Error naming `where`
 // (the setting, e.g. "trainer.device") for an unknown request, or when this LibTorch cannot
 // place tensors on the chosen type (hw::torch_placement_problem), naming the plugin.
-DeviceChoice choose_device(const std::string& wanted, const std::vector<DeviceCandidate>& candidates, int32_t local_rank,
-                           const std::string& where);
+DeviceChoice choose_device(const std::string& wanted, const std::vector<DeviceCandidate>& candidates,
+                           int32_t local_rank, const std::string& where);
 
 // choose_device over the process's loaded plugins (hw::plugins()).
 DeviceChoice choose_device(const std::string& wanted, int32_t local_rank, const std::string& where);

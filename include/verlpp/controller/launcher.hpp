@@ -15,9 +15,9 @@ namespace verlpp::controller {
 
 struct LaunchOptions {
   int32_t nproc = 1;
-  std::vector<std::string> argv;     // every rank's command; argv[0] is the executable's path
+  std::vector<std::string> argv;  // every rank's command; argv[0] is the executable's path
   std::string master_addr = "127.0.0.1";
-  uint16_t master_port = 0;          // 0: a free port of this machine
+  uint16_t master_port = 0;  // 0: a free port of this machine
   // After the first failure, how long the other ranks may take to stop before SIGTERM.
   std::chrono::milliseconds grace{60000};
   // Threads per rank (OMP_NUM_THREADS) when the environment does not set it: 0 = cores / nproc.
@@ -29,8 +29,8 @@ struct LaunchOptions {
 struct RankExit {
   int32_t rank = 0;
   int pid = 0;
-  int exit_code = 0;      // valid when signal == 0
-  int signal = 0;         // the signal that killed it, 0 if it exited
+  int exit_code = 0;  // valid when signal == 0
+  int signal = 0;     // the signal that killed it, 0 if it exited
   bool terminated_by_launcher = false;
   std::string describe() const;  // "rank 1 (pid 1234) was killed by signal 9 (Killed)"
 };

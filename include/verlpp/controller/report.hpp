@@ -17,7 +17,7 @@ namespace verlpp::controller {
 struct ReportInfo {
   std::string title = "verlpp run";
   std::vector<std::pair<std::string, std::string>> summary;  // key/value lines shown at the top
-  nlohmann::json config;                                      // the resolved config, shown collapsed (may be null)
+  nlohmann::json config;                                     // the resolved config, shown collapsed (may be null)
 };
 
 // Reads metrics.jsonl at `metrics_path` (a malformed line is an Error naming file and line).

@@ -14,9 +14,9 @@ namespace verlpp::controller {
 // What a reward function sees for one response.
 struct RewardInput {
   std::string data_source;
-  std::string response;        // the decoded response text (no prompt)
-  nlohmann::json ground_truth; // reward_model.ground_truth from the dataset row
-  nlohmann::json extra_info;   // extra_info from the dataset row (may be null)
+  std::string response;         // the decoded response text (no prompt)
+  nlohmann::json ground_truth;  // reward_model.ground_truth from the dataset row
+  nlohmann::json extra_info;    // extra_info from the dataset row (may be null)
 };
 
 // A scoring function: returns the scalar reward of one response.

@@ -19,16 +19,16 @@ namespace verlpp::controller {
 
 // <role>.optim (and sft.optim): AdamW and its learning-rate schedule.
 struct OptimSettings {
-  double lr = 1e-6;                      // lr
-  int64_t lr_warmup_steps = -1;          // lr_warmup_steps (-1: from the ratio)
-  double lr_warmup_steps_ratio = 0.0;    // lr_warmup_steps_ratio
-  double min_lr_ratio = 0.0;             // min_lr_ratio (null: 0)
-  std::string warmup_style = "constant"; // warmup_style: constant | cosine
-  double num_cycles = 0.5;               // num_cycles (cosine)
-  int64_t total_training_steps = -1;     // total_training_steps (<= 0: the run's optimizer steps)
-  double weight_decay = 0.01;            // weight_decay
-  double beta1 = 0.9, beta2 = 0.999;     // betas
-  double grad_clip = 1.0;                // <role>.grad_clip (sft.optim.grad_clip)
+  double lr = 1e-6;                       // lr
+  int64_t lr_warmup_steps = -1;           // lr_warmup_steps (-1: from the ratio)
+  double lr_warmup_steps_ratio = 0.0;     // lr_warmup_steps_ratio
+  double min_lr_ratio = 0.0;              // min_lr_ratio (null: 0)
+  std::string warmup_style = "constant";  // warmup_style: constant | cosine
+  double num_cycles = 0.5;                // num_cycles (cosine)
+  int64_t total_training_steps = -1;      // total_training_steps (<= 0: the run's optimizer steps)
+  double weight_decay = 0.01;             // weight_decay
+  double beta1 = 0.9, beta2 = 0.999;      // betas
+  double grad_clip = 1.0;                 // <role>.grad_clip (sft.optim.grad_clip)
 };
 
 // <fsdp_config>.mixed_precision: the dtype the passes run in (reduce/buffer must be fp32).
@@ -39,19 +39,19 @@ struct PrecisionSettings {
 
 // data.*
 struct DataSettings {
-  std::optional<std::string> tokenizer;        // tokenizer (null: the model folder)
-  std::vector<std::string> train_files;        // train_files (a path or a list)
-  std::vector<std::string> val_files;          // val_files
-  std::string prompt_key = "prompt";           // prompt_key
-  std::string reward_fn_key = "data_source";   // reward_fn_key
-  int64_t max_prompt_length = 512;             // max_prompt_length
-  int64_t max_response_length = 512;           // max_response_length
-  int64_t train_batch_size = 1024;             // train_batch_size (prompts per step)
-  std::optional<int64_t> val_batch_size;       // val_batch_size (null: the whole val set at once)
-  bool shuffle = true;                         // shuffle
-  int64_t seed = 1;                            // seed (data order)
-  bool filter_overlong_prompts = false;        // filter_overlong_prompts
-  std::string truncation = "error";            // truncation: error | left | right | middle
+  std::optional<std::string> tokenizer;       // tokenizer (null: the model folder)
+  std::vector<std::string> train_files;       // train_files (a path or a list)
+  std::vector<std::string> val_files;         // val_files
+  std::string prompt_key = "prompt";          // prompt_key
+  std::string reward_fn_key = "data_source";  // reward_fn_key
+  int64_t max_prompt_length = 512;            // max_prompt_length
+  int64_t max_response_length = 512;          // max_response_length
+  int64_t train_batch_size = 1024;            // train_batch_size (prompts per step)
+  std::optional<int64_t> val_batch_size;      // val_batch_size (null: the whole val set at once)
+  bool shuffle = true;                        // shuffle
+  int64_t seed = 1;                           // seed (data order)
+  bool filter_overlong_prompts = false;       // filter_overlong_prompts
+  std::string truncation = "error";           // truncation: error | left | right | middle
 };
 
 // actor_rollout_ref.model.*
@@ -65,49 +65,49 @@ struct ActorModelSettings {
 // What actor_rollout_ref.actor.* and critic.* both have: the PPO update's batching, the loss
 // aggregation, the optimizer and the precision of the passes.
 struct PpoRoleSettings {
-  int64_t ppo_mini_batch_size = 256;           // ppo_mini_batch_size (prompts)
-  int64_t ppo_micro_batch_size_per_gpu = 1;    // ppo_micro_batch_size_per_gpu (null: 1)
-  bool use_dynamic_bsz = false;                // use_dynamic_bsz
-  int64_t ppo_max_token_len_per_gpu = 16384;   // ppo_max_token_len_per_gpu
-  int64_t ppo_epochs = 1;                      // ppo_epochs
-  std::string loss_agg_mode = "token-mean";    // loss_agg_mode
-  OptimSettings optim;                         // optim, grad_clip
-  PrecisionSettings precision;                 // (model.)fsdp_config.mixed_precision
+  int64_t ppo_mini_batch_size = 256;          // ppo_mini_batch_size (prompts)
+  int64_t ppo_micro_batch_size_per_gpu = 1;   // ppo_micro_batch_size_per_gpu (null: 1)
+  bool use_dynamic_bsz = false;               // use_dynamic_bsz
+  int64_t ppo_max_token_len_per_gpu = 16384;  // ppo_max_token_len_per_gpu
+  int64_t ppo_epochs = 1;                     // ppo_epochs
+  std::string loss_agg_mode = "token-mean";   // loss_agg_mode
+  OptimSettings optim;                        // optim, grad_clip
+  PrecisionSettings precision;                // (model.)fsdp_config.mixed_precision
 };
 
 // actor_rollout_ref.actor.*
 struct ActorSettings : PpoRoleSettings {
-  double entropy_coeff = 0.0;                  // entropy_coeff
-  bool use_kl_loss = false;                    // use_kl_loss
-  double kl_loss_coef = 0.001;                 // kl_loss_coef
-  std::string kl_loss_type = "low_var_kl";     // kl_loss_type
-  std::string loss_mode = "vanilla";           // policy_loss.loss_mode
-  double clip_ratio_low = 0.2;                 // clip_ratio_low (null: clip_ratio)
-  double clip_ratio_high = 0.2;                // clip_ratio_high (null: clip_ratio)
-  double clip_ratio_c = 3.0;                   // clip_ratio_c
-  double clip_cov_ratio = 0.0002;              // policy_loss.clip_cov_ratio
-  double clip_cov_lb = 1.0;                    // policy_loss.clip_cov_lb
-  double clip_cov_ub = 5.0;                    // policy_loss.clip_cov_ub
-  double kl_cov_ratio = 0.0002;                // policy_loss.kl_cov_ratio
-  double ppo_kl_coef = 0.1;                    // policy_loss.ppo_kl_coef
+  double entropy_coeff = 0.0;               // entropy_coeff
+  bool use_kl_loss = false;                 // use_kl_loss
+  double kl_loss_coef = 0.001;              // kl_loss_coef
+  std::string kl_loss_type = "low_var_kl";  // kl_loss_type
+  std::string loss_mode = "vanilla";        // policy_loss.loss_mode
+  double clip_ratio_low = 0.2;              // clip_ratio_low (null: clip_ratio)
+  double clip_ratio_high = 0.2;             // clip_ratio_high (null: clip_ratio)
+  double clip_ratio_c = 3.0;                // clip_ratio_c
+  double clip_cov_ratio = 0.0002;           // policy_loss.clip_cov_ratio
+  double clip_cov_lb = 1.0;                 // policy_loss.clip_cov_lb
+  double clip_cov_ub = 5.0;                 // policy_loss.clip_cov_ub
+  double kl_cov_ratio = 0.0002;             // policy_loss.kl_cov_ratio
+  double ppo_kl_coef = 0.1;                 // policy_loss.ppo_kl_coef
 };
 
 // actor_rollout_ref.rollout.*
 struct RolloutSettings {
-  double temperature = 1.0;                    // temperature (0: greedy)
-  int64_t top_k = -1;                          // top_k (-1: off)
-  double top_p = 1.0;                          // top_p
-  bool do_sample = true;                       // do_sample (false: greedy)
-  bool ignore_eos = false;                     // ignore_eos
-  bool free_cache_engine = true;               // free_cache_engine (release the KV pool after generating)
-  int64_t n = 1;                               // n (samples per prompt)
-  at::ScalarType dtype = at::kBFloat16;        // dtype
-  double gpu_memory_utilization = 0.5;         // gpu_memory_utilization
-  int64_t block_size = 16;                     // block_size (verlpp: KV block tokens)
-  int64_t max_num_seqs = 1024;                 // max_num_seqs
-  int64_t max_num_batched_tokens = 8192;       // max_num_batched_tokens
+  double temperature = 1.0;                       // temperature (0: greedy)
+  int64_t top_k = -1;                             // top_k (-1: off)
+  double top_p = 1.0;                             // top_p
+  bool do_sample = true;                          // do_sample (false: greedy)
+  bool ignore_eos = false;                        // ignore_eos
+  bool free_cache_engine = true;                  // free_cache_engine (release the KV pool after generating)
+  int64_t n = 1;                                  // n (samples per prompt)
+  at::ScalarType dtype = at::kBFloat16;           // dtype
+  double gpu_memory_utilization = 0.5;            // gpu_memory_utilization
+  int64_t block_size = 16;                        // block_size (verlpp: KV block tokens)
+  int64_t max_num_seqs = 1024;                    // max_num_seqs
+  int64_t max_num_batched_tokens = 8192;          // max_num_batched_tokens
   int64_t log_prob_micro_batch_size_per_gpu = 8;  // log_prob_micro_batch_size_per_gpu (null: 8; rows per LM-head chunk)
-  bool val_do_sample = false;                  // val_kwargs.do_sample (verlpp validates greedily)
+  bool val_do_sample = false;                     // val_kwargs.do_sample (verlpp validates greedily)
 };
 
 // critic.* (read only when the run has a critic)
@@ -120,68 +120,68 @@ struct CriticSettings : PpoRoleSettings {
 
 // algorithm.*
 struct AlgorithmSettings {
-  std::string adv_estimator = "gae";           // adv_estimator
-  double gamma = 1.0;                          // gamma
-  double lam = 1.0;                            // lam
-  bool norm_adv_by_std_in_grpo = true;         // norm_adv_by_std_in_grpo
-  bool use_kl_in_reward = false;               // use_kl_in_reward
-  std::string kl_penalty = "kl";               // kl_penalty
-  std::string kl_ctrl_type = "fixed";          // kl_ctrl.type: fixed | adaptive
-  double kl_coef = 0.001;                      // kl_ctrl.kl_coef
-  double target_kl = 0.1;                      // kl_ctrl.target_kl
-  double horizon = 10000;                      // kl_ctrl.horizon
+  std::string adv_estimator = "gae";    // adv_estimator
+  double gamma = 1.0;                   // gamma
+  double lam = 1.0;                     // lam
+  bool norm_adv_by_std_in_grpo = true;  // norm_adv_by_std_in_grpo
+  bool use_kl_in_reward = false;        // use_kl_in_reward
+  std::string kl_penalty = "kl";        // kl_penalty
+  std::string kl_ctrl_type = "fixed";   // kl_ctrl.type: fixed | adaptive
+  double kl_coef = 0.001;               // kl_ctrl.kl_coef
+  double target_kl = 0.1;               // kl_ctrl.target_kl
+  double horizon = 10000;               // kl_ctrl.horizon
 };
 
 // trainer.*
 struct TrainerSettings {
-  std::string device = "auto";                 // device (verlpp: auto | cpu | cuda | privateuseone)
-  int64_t seed = 1;                            // seed
-  std::string experiment_name = "default";     // experiment_name
-  std::string default_local_dir;               // default_local_dir (the run folder)
-  int64_t total_epochs = 30;                   // total_epochs
-  std::optional<int64_t> total_training_steps; // total_training_steps (null: epochs x batches)
-  int64_t zero_stage = 0;                      // zero_stage (verlpp: 1 shards AdamW's state)
-  int64_t max_actor_ckpt_to_keep = 0;          // max_actor_ckpt_to_keep (null: all)
-  std::string resume_mode = "auto";            // resume_mode: auto | disable | resume_path
-  std::string resume_from_path;                // resume_from_path (null: "")
-  bool val_before_train = true;                // val_before_train
-  bool val_only = false;                       // val_only
-  int64_t test_freq = -1;                      // test_freq (-1: never)
-  int64_t save_freq = -1;                      // save_freq (-1: never)
-  int64_t critic_warmup = 0;                   // critic_warmup (steps before the actor updates)
-  double dist_timeout_s = 600;                 // dist_timeout_s (verlpp)
+  std::string device = "auto";                  // device (verlpp: auto | cpu | cuda | privateuseone)
+  int64_t seed = 1;                             // seed
+  std::string experiment_name = "default";      // experiment_name
+  std::string default_local_dir;                // default_local_dir (the run folder)
+  int64_t total_epochs = 30;                    // total_epochs
+  std::optional<int64_t> total_training_steps;  // total_training_steps (null: epochs x batches)
+  int64_t zero_stage = 0;                       // zero_stage (verlpp: 1 shards AdamW's state)
+  int64_t max_actor_ckpt_to_keep = 0;           // max_actor_ckpt_to_keep (null: all)
+  std::string resume_mode = "auto";             // resume_mode: auto | disable | resume_path
+  std::string resume_from_path;                 // resume_from_path (null: "")
+  bool val_before_train = true;                 // val_before_train
+  bool val_only = false;                        // val_only
+  int64_t test_freq = -1;                       // test_freq (-1: never)
+  int64_t save_freq = -1;                       // save_freq (-1: never)
+  int64_t critic_warmup = 0;                    // critic_warmup (steps before the actor updates)
+  double dist_timeout_s = 600;                  // dist_timeout_s (verlpp)
 };
 
 // custom_reward_function.*
 struct CustomRewardSettings {
-  std::optional<std::string> path;             // path (a shared object; null: the built-in rules)
-  std::string name = "compute_score";          // name (its C function)
+  std::optional<std::string> path;     // path (a shared object; null: the built-in rules)
+  std::string name = "compute_score";  // name (its C function)
 };
 
 // sft.* (verlpp: the SFT warm start before RL)
 struct SftSettings {
-  bool enable = false;                         // enable
-  std::vector<std::string> train_files;        // train_files
-  std::string response_key = "response";       // response_key
-  int64_t total_steps = 100;                   // total_steps
-  int64_t batch_size = 64;                     // batch_size
-  int64_t micro_batch_size_per_gpu = 64;       // micro_batch_size_per_gpu
-  int64_t test_freq = -1;                      // test_freq
-  int64_t seed = 1;                            // seed
-  OptimSettings optim;                         // optim.{lr, lr_warmup_steps_ratio, warmup_style, min_lr_ratio, ...}
+  bool enable = false;                    // enable
+  std::vector<std::string> train_files;   // train_files
+  std::string response_key = "response";  // response_key
+  int64_t total_steps = 100;              // total_steps
+  int64_t batch_size = 64;                // batch_size
+  int64_t micro_batch_size_per_gpu = 64;  // micro_batch_size_per_gpu
+  int64_t test_freq = -1;                 // test_freq
+  int64_t seed = 1;                       // seed
+  OptimSettings optim;                    // optim.{lr, lr_warmup_steps_ratio, warmup_style, min_lr_ratio, ...}
 };
 
 // verlpp.* : the paths to compute by, chosen once at start (docs/training.md). Each choice is
 // between paths that agree to rounding; the defaults are the fast ones.
 struct PathSettings {
-  model::ForwardOptions forward;               // verlpp.model.{fused_training_projections, sdpa_gqa}
-  bool device_graphs = true;                   // verlpp.rollout.device_graphs
-  bool decode_overlap = true;                  // verlpp.rollout.decode_overlap
+  model::ForwardOptions forward;  // verlpp.model.{fused_training_projections, sdpa_gqa}
+  bool device_graphs = true;      // verlpp.rollout.device_graphs
+  bool decode_overlap = true;     // verlpp.rollout.decode_overlap
   // Read here for the layers that take them as options (hw::Kernels' streams, the rollout's
   // fused RoPE + attention decode, the trainer's RoPE through rotary_kv_store).
-  bool kernel_streams = true;                  // verlpp.kernels.streams
-  bool rotary_attention = true;                // verlpp.rollout.rotary_attention
-  bool train_rotary_qkv = true;                // verlpp.train.rotary_qkv
+  bool kernel_streams = true;    // verlpp.kernels.streams
+  bool rotary_attention = true;  // verlpp.rollout.rotary_attention
+  bool train_rotary_qkv = true;  // verlpp.train.rotary_qkv
 };
 
 struct RunSettings {

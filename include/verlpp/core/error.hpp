@@ -15,7 +15,8 @@ class Error : public std::runtime_error {
  public:
   Error(std::string where, std::string message)
       : std::runtime_error(where.empty() ? message : where + ": " + message),
-        where_(std::move(where)), message_(std::move(message)) {}
+        where_(std::move(where)),
+        message_(std::move(message)) {}
   // The place or object the error concerns (a file:line, a plugin path, a config key).
   const std::string& where() const noexcept { return where_; }
   // The message without the location.
@@ -29,11 +30,9 @@ class Error : public std::runtime_error {
 }  // namespace verlpp
 
 // Throws verlpp::Error("<file>:<line>", fmt::format(...)) unless `cond` holds.
-#define VERLPP_CHECK(cond, ...)                                                            \
-  do {                                                                                     \
-    if (!(cond))                                                                           \
-      throw ::verlpp::Error(::fmt::format("{}:{}", __FILE__, __LINE__),                    \
-                            ::fmt::format(__VA_ARGS__));                                   \
+#define VERLPP_CHECK(cond, ...)                                                                                 \
+  do {                                                                                                          \
+    if (!(cond)) throw ::verlpp::Error(::fmt::format("{}:{}", __FILE__, __LINE__), ::fmt::format(__VA_ARGS__)); \
   } while (0)
 
 // Throws verlpp::Error(where, fmt::format(...)) unconditionally.

@@ -62,7 +62,7 @@ class Batch {
 
  private:
   void check_rows(int64_t rows, const std::string& what) const;
-  std::map<std::string, at::Tensor> tensors_;                  // each [size_, ...]
+  std::map<std::string, at::Tensor> tensors_;                   // each [size_, ...]
   std::map<std::string, std::vector<nlohmann::json>> columns_;  // each size_ values
   nlohmann::json meta_ = nlohmann::json::object();
   int64_t size_ = 0;

@@ -25,8 +25,7 @@ struct CommunicatorOptions {
 class Communicator {
  public:
   // Collective: every rank calls it with the same world_size and key_prefix.
-  static Communicator create(const Device& device, std::shared_ptr<KvStore> store,
-                             const CommunicatorOptions& options);
+  static Communicator create(const Device& device, std::shared_ptr<KvStore> store, const CommunicatorOptions& options);
   Communicator(Communicator&& other) noexcept;
   Communicator& operator=(Communicator&&) = delete;
   ~Communicator();
@@ -47,8 +46,8 @@ class Communicator {
   void barrier(const Stream* stream = nullptr) const;
 
  private:
-  Communicator(const Plugin& plugin, verlpp_comm handle, std::shared_ptr<KvStore> store,
-               int32_t rank, int32_t world_size);
+  Communicator(const Plugin& plugin, verlpp_comm handle, std::shared_ptr<KvStore> store, int32_t rank,
+               int32_t world_size);
   const Plugin* plugin_;
   verlpp_comm handle_;
   std::shared_ptr<KvStore> store_;  // must outlive the plugin communicator

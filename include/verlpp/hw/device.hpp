@@ -124,12 +124,10 @@ class Device {
   DeviceBuffer allocate(size_t bytes, size_t alignment = 0) const;
   PinnedBuffer allocate_pinned(size_t bytes) const;
   // Raw copy; `stream` null = default stream.
-  void copy(void* dst, const void* src, size_t bytes, verlpp_copy_kind kind,
-            const Stream* stream = nullptr) const;
+  void copy(void* dst, const void* src, size_t bytes, verlpp_copy_kind kind, const Stream* stream = nullptr) const;
   void fill(void* dst, int byte_value, size_t bytes, const Stream* stream = nullptr) const;
   // Copies between equal-shape tensors (plugin's tensor_copy, else a contiguous memcpy).
-  void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_copy_kind kind,
-                   const Stream* stream = nullptr) const;
+  void copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_copy_kind kind, const Stream* stream = nullptr) const;
 
   // A new stream, or the default stream when the plugin has no streams.
   Stream create_stream() const;

@@ -37,9 +37,9 @@ class KvStore {
 // Options for a TCP rendezvous store (c10d TCPStore).
 struct TcpStoreOptions {
   std::string host = "127.0.0.1";
-  uint16_t port = 0;      // 0 on the server: pick a free port (see TcpStore port())
-  bool is_server = false; // exactly one process (rank 0) serves
-  int world_size = 1;     // processes that will connect, the server included
+  uint16_t port = 0;       // 0 on the server: pick a free port (see TcpStore port())
+  bool is_server = false;  // exactly one process (rank 0) serves
+  int world_size = 1;      // processes that will connect, the server included
   std::chrono::milliseconds timeout{300000};
 };
 

@@ -14,8 +14,7 @@ namespace verlpp::hw {
 // Error raised when a plugin call returns an error value; names the plugin and the call.
 class PluginCallError : public Error {
  public:
-  PluginCallError(const std::string& plugin, const std::string& call, int32_t code,
-                  const std::string& message);
+  PluginCallError(const std::string& plugin, const std::string& call, int32_t code, const std::string& message);
   // The verlpp_status the plugin returned.
   int32_t code() const noexcept { return code_; }
 

@@ -33,7 +33,7 @@ struct DiscoveryOptions {
 // A plugin file that was found but not loaded, and why.
 struct RejectedPlugin {
   std::string path;
-  std::string name;    // empty when the file could not be identified
+  std::string name;  // empty when the file could not be identified
   std::string reason;
 };
 

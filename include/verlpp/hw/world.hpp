@@ -13,8 +13,8 @@ namespace verlpp::hw {
 struct WorldInfo {
   int32_t rank = 0;
   int32_t world_size = 1;
-  int32_t local_rank = 0;        // the device index on this machine
-  int32_t local_world_size = 1;  // ranks on this machine (world_size / nodes when uniform)
+  int32_t local_rank = 0;                 // the device index on this machine
+  int32_t local_world_size = 1;           // ranks on this machine (world_size / nodes when uniform)
   std::string master_addr = "127.0.0.1";  // where rank 0 serves the rendezvous store
   uint16_t master_port = 29500;
   std::string launcher = "none";  // "torchrun", "mpirun", "srun" or "none"

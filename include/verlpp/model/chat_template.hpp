@@ -60,8 +60,8 @@ class ChatTemplate {
   std::string name_;
   std::string default_system_;
   std::string bos_token_ = "<|begin_of_text|>";
-  bool group_tool_responses_ = false;     // ChatML: Qwen2.5's <tool_response> user turns
-  bool system_outside_loop_ = false;      // ChatML: default system prompt even with no messages
+  bool group_tool_responses_ = false;      // ChatML: Qwen2.5's <tool_response> user turns
+  bool system_outside_loop_ = false;       // ChatML: default system prompt even with no messages
   bool always_generation_prompt_ = false;  // Llama: a template that ends every prompt so
 };
 

@@ -33,7 +33,7 @@ LoadReport load_weights(DecoderLM& model, const std::string& path, const LoadOpt
 DecoderLM load_pretrained(const std::string& dir, ModelOptions options = {}, const LoadOptions& load = {});
 
 struct SaveOptions {
-  std::optional<at::ScalarType> dtype;        // the dtype written; default: the model's
+  std::optional<at::ScalarType> dtype;           // the dtype written; default: the model's
   uint64_t max_shard_bytes = uint64_t(5) << 30;  // above this, shard (HF's default, 5 GB)
   // A folder to copy tokenizer files and generation_config.json from ("" = none). Without a
   // generation_config.json there, one is written from the config's bos/eos/pad ids.

@@ -81,7 +81,7 @@ class LayerKernels {
 // A parameter's HF name, shape and initialisation.
 struct ParamSpec {
   enum class Init { kNormal, kZeros, kOnes };
-  std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::string name;  // e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> shape;
   Init init = Init::kNormal;
 };
@@ -93,10 +93,10 @@ int64_t parameter_count(const ModelConfig& config);
 
 // Where and how parameters live.
 struct ModelOptions {
-  at::ScalarType dtype = at::kFloat;      // fp32, bf16 or fp16 (fp64 for gradient checks)
+  at::ScalarType dtype = at::kFloat;  // fp32, bf16 or fp16 (fp64 for gradient checks)
   c10::Device device = c10::Device(c10::kCPU);
-  bool requires_grad = false;             // leaves start frozen; a trainer turns them on
-  ForwardOptions forward;                 // path choices of every forward (forward_options.hpp)
+  bool requires_grad = false;  // leaves start frozen; a trainer turns them on
+  ForwardOptions forward;      // path choices of every forward (forward_options.hpp)
 };
 
 // "float32" / "bfloat16" / "float16" (HF's names; "fp32", "bf16", "fp16" accepted) -> dtype.
@@ -169,18 +169,18 @@ class DecoderLM {
 
  private:
   struct Layer {
-    at::Tensor input_layernorm;            // [C]
-    at::Tensor q_proj, q_bias;             // [H*D, C], [H*D] (qkv_bias)
-    at::Tensor k_proj, k_bias;             // [KV*D, C], [KV*D]
-    at::Tensor v_proj, v_bias;             // [KV*D, C], [KV*D]
-    at::Tensor o_proj, o_bias;             // [C, H*D], [C] (o_bias)
-    at::Tensor q_norm, k_norm;             // [D] (Qwen3)
-    at::Tensor post_attention_layernorm;   // [C]
-    at::Tensor gate_proj, gate_bias;       // [F, C], [F] (mlp_bias)
-    at::Tensor up_proj, up_bias;           // [F, C], [F]
-    at::Tensor down_proj, down_bias;       // [C, F], [C]
-    at::Tensor qkv_proj, qkv_bias;         // fuse_projections: [H*D + 2*KV*D, C], [...] (q/k/v are views)
-    at::Tensor gate_up_proj, gate_up_bias; // fuse_projections: [2F, C], [2F]
+    at::Tensor input_layernorm;             // [C]
+    at::Tensor q_proj, q_bias;              // [H*D, C], [H*D] (qkv_bias)
+    at::Tensor k_proj, k_bias;              // [KV*D, C], [KV*D]
+    at::Tensor v_proj, v_bias;              // [KV*D, C], [KV*D]
+    at::Tensor o_proj, o_bias;              // [C, H*D], [C] (o_bias)
+    at::Tensor q_norm, k_norm;              // [D] (Qwen3)
+    at::Tensor post_attention_layernorm;    // [C]
+    at::Tensor gate_proj, gate_bias;        // [F, C], [F] (mlp_bias)
+    at::Tensor up_proj, up_bias;            // [F, C], [F]
+    at::Tensor down_proj, down_bias;        // [C, F], [C]
+    at::Tensor qkv_proj, qkv_bias;          // fuse_projections: [H*D + 2*KV*D, C], [...] (q/k/v are views)
+    at::Tensor gate_up_proj, gate_up_bias;  // fuse_projections: [2F, C], [2F]
   };
   // Attention over q/k/v of one layer; q [..., H, D], k/v [..., KV, D] -> [..., H, D].
   using AttendFn = std::function<at::Tensor(int64_t layer, const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
@@ -188,7 +188,7 @@ class DecoderLM {
   // which it may replace by an equal copy).
   using RotateFn = std::function<void(at::Tensor& q, at::Tensor& k, at::Tensor& v)>;
 
-  void bind();  // points the typed fields at params_
+  void bind();                                                    // points the typed fields at params_
   std::vector<at::Tensor> layer_parameters(int64_t index) const;  // layer `index`'s defined tensors
   // embed -> layers -> final norm, for ids of any shape [...]; positions of the same shape.
   // `rotate` empty: `kernels`' RoPE if given (and it takes the tensors), else the reference
@@ -212,12 +212,12 @@ class DecoderLM {
   ModelOptions options_;
   std::vector<std::pair<std::string, at::Tensor>> params_;
   std::map<std::string, size_t> index_;  // name -> position in params_
-  at::Tensor embed_tokens_;  // [V, C]
+  at::Tensor embed_tokens_;              // [V, C]
   std::vector<Layer> layers_;
-  at::Tensor norm_;          // [C]
-  at::Tensor lm_head_;       // [V, C] (the embedding when tied)
+  at::Tensor norm_;                // [C]
+  at::Tensor lm_head_;             // [V, C] (the embedding when tied)
   at::Tensor score_, score_bias_;  // [num_labels, C], [num_labels]
-  at::Tensor inv_freq_;      // [D/2] float32 on the device
+  at::Tensor inv_freq_;            // [D/2] float32 on the device
   bool gradient_checkpointing_ = false;
   std::set<std::string> fused_names_;  // parameters that are views of a fused buffer
   // fuse_projections' buffers by name ("model.layers.<i>.self_attn.qkv_proj.weight", ".mlp.gate_up_proj.bias", ...).

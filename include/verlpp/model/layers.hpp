@@ -1,8 +1,8 @@
 // The decoder's building blocks as free functions on tensors, computed the way HF transformers
 // computes them (so fp32 logits agree to rounding): RMSNorm in fp32 then cast back before the
-// weight multiply (16-bit inputs: LibTorch's rms_norm op where it has one, which rounds once); RoPE frequencies in fp32, cos/sin cast to the activation dtype, rotate_half
-// layout (pairs (i, i + D/2)); attention scores in the activation dtype, softmax in fp32.
-// Layout is token-major throughout: [..., T, heads, D].
+// weight multiply (16-bit inputs: LibTorch's rms_norm op where it has one, which rounds once); RoPE frequencies in
+// fp32, cos/sin cast to the activation dtype, rotate_half layout (pairs (i, i + D/2)); attention scores in the
+// activation dtype, softmax in fp32. Layout is token-major throughout: [..., T, heads, D].
 #pragma once
 
 #include <verlpp/model/forward_options.hpp>

@@ -28,9 +28,9 @@ enum class RopeType { kDefault, kLinear, kLlama3 };
 
 struct RopeScaling {
   RopeType type = RopeType::kDefault;
-  double factor = 1.0;                            // linear and llama3
-  double low_freq_factor = 1.0;                   // llama3
-  double high_freq_factor = 4.0;                  // llama3
+  double factor = 1.0;                              // linear and llama3
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
@@ -41,10 +41,10 @@ struct ModelConfig {
   ModelFamily family = ModelFamily::kQwen2;
   ModelHead head = ModelHead::kCausalLM;
 
-  int64_t vocab_size = 0;         // V
-  int64_t hidden_size = 0;        // C
-  int64_t intermediate_size = 0;  // F (MLP width)
-  int64_t num_hidden_layers = 0;  // L
+  int64_t vocab_size = 0;           // V
+  int64_t hidden_size = 0;          // C
+  int64_t intermediate_size = 0;    // F (MLP width)
+  int64_t num_hidden_layers = 0;    // L
   int64_t num_attention_heads = 0;  // H
   int64_t num_key_value_heads = 0;  // KV (GQA: H % KV == 0)
   int64_t head_dim = 0;             // D (explicit in Qwen3; C / H otherwise)
@@ -56,13 +56,13 @@ struct ModelConfig {
   double initializer_range = 0.02;
 
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;     // bias on q/k/v projections (always on in Qwen2)
-  bool o_bias = false;       // bias on o_proj (Llama/Qwen3 `attention_bias`; never in Qwen2)
-  bool mlp_bias = false;     // Llama `mlp_bias`
-  bool qk_norm = false;      // per-head RMSNorm on q and k before RoPE (Qwen3)
+  bool qkv_bias = false;  // bias on q/k/v projections (always on in Qwen2)
+  bool o_bias = false;    // bias on o_proj (Llama/Qwen3 `attention_bias`; never in Qwen2)
+  bool mlp_bias = false;  // Llama `mlp_bias`
+  bool qk_norm = false;   // per-head RMSNorm on q and k before RoPE (Qwen3)
 
-  int64_t num_labels = 1;    // score rows, for the classification heads
-  bool score_bias = false;   // token classification: true unless `token_classification_bias` false
+  int64_t num_labels = 1;   // score rows, for the classification heads
+  bool score_bias = false;  // token classification: true unless `token_classification_bias` false
 
   std::string torch_dtype = "float32";  // the checkpoint's dtype name as HF writes it
   std::optional<int64_t> bos_token_id;

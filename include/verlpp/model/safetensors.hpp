@@ -88,8 +88,7 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
 // Writes `model.safetensors` into `folder`, or, when the tensors exceed `max_shard_bytes`,
 // shards `model-0000i-of-0000n.safetensors` plus `model.safetensors.index.json` (HF's names).
 // Returns the files written (names relative to `folder`).
-std::vector<std::string> write_safetensors_sharded(const std::string& folder,
-                                                   const std::vector<NamedTensor>& tensors,
+std::vector<std::string> write_safetensors_sharded(const std::string& folder, const std::vector<NamedTensor>& tensors,
                                                    uint64_t max_shard_bytes);
 
 // The safetensors dtype string ("BF16", ...) for a ScalarType; an error for others.

@@ -32,13 +32,13 @@ class DecodeGraphs;
 // kv_token_budget tokens, memory_fraction of memory_total_bytes (0 = the machine's physical
 // memory on CPU) less the weights; otherwise 16384 tokens.
 struct EngineOptions {
-  int64_t block_size = 16;        // tokens per KV block
-  int64_t num_blocks = 0;         // explicit pool size in blocks (0 = derive)
-  int64_t kv_token_budget = 0;    // pool size in tokens (0 = derive)
-  double memory_fraction = 0.0;   // share of memory for weights + pool (0 = unused)
-  int64_t memory_total_bytes = 0; // the memory that fraction applies to (0 = physical RAM)
-  SchedulerLimits limits;         // max_num_seqs, max_num_batched_tokens
-  uint64_t seed = 0;              // seeds requests that bring none (request i: seed + i)
+  int64_t block_size = 16;               // tokens per KV block
+  int64_t num_blocks = 0;                // explicit pool size in blocks (0 = derive)
+  int64_t kv_token_budget = 0;           // pool size in tokens (0 = derive)
+  double memory_fraction = 0.0;          // share of memory for weights + pool (0 = unused)
+  int64_t memory_total_bytes = 0;        // the memory that fraction applies to (0 = physical RAM)
+  SchedulerLimits limits;                // max_num_seqs, max_num_batched_tokens
+  uint64_t seed = 0;                     // seeds requests that bring none (request i: seed + i)
   const hw::Kernels* kernels = nullptr;  // a plugin's kernels (sample, paged attention decode)
   // Decode steps as captured device graphs (CUDA graphs, one per batch-size bucket) where the
   // device, the LibTorch build and the plugin's kernels allow it (the trainer sets it from
@@ -74,20 +74,20 @@ struct GenerateOutput {
   std::vector<int64_t> token_ids;  // generated ids (EOS/stop id included when it ended the sample)
   std::vector<float> logprobs;     // [token_ids.size()] log-prob of each under softmax(logits / T)
   FinishReason finish_reason = FinishReason::kLength;
-  std::string error;               // why the request was refused ("" = fine)
-  int64_t num_preemptions = 0;     // times this sample was preempted and recomputed
+  std::string error;            // why the request was refused ("" = fine)
+  int64_t num_preemptions = 0;  // times this sample was preempted and recomputed
 };
 
 // Counters of the last generate() call.
 struct GenerateStats {
   int64_t num_prefill_steps = 0, num_decode_steps = 0, num_preemptions = 0;
-  int64_t num_prompt_tokens = 0;     // tokens computed by prefills (recomputation included)
+  int64_t num_prompt_tokens = 0;  // tokens computed by prefills (recomputation included)
   int64_t num_generated_tokens = 0;
-  int64_t num_graph_steps = 0;         // decode steps replayed from a device graph
-  int64_t num_overlapped_steps = 0;    // of those, queued while the step before ran (overlap_decode)
-  int64_t num_discarded_steps = 0;     // steps queued ahead that the scheduler did not choose
-  int64_t num_graph_captures = 0;      // graphs captured during this call (kept for later calls)
-  double graph_capture_seconds = 0;    // time those captures took
+  int64_t num_graph_steps = 0;       // decode steps replayed from a device graph
+  int64_t num_overlapped_steps = 0;  // of those, queued while the step before ran (overlap_decode)
+  int64_t num_discarded_steps = 0;   // steps queued ahead that the scheduler did not choose
+  int64_t num_graph_captures = 0;    // graphs captured during this call (kept for later calls)
+  double graph_capture_seconds = 0;  // time those captures took
   // Edges of those graphs that launch a plugin kernel while the library kernel (a cuBLAS GEMM)
   // before it still runs (hw::DeviceGraphs::early_launch_edges).
   int64_t graph_early_launch_edges = 0;

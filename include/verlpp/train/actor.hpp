@@ -24,20 +24,20 @@ namespace verlpp::train {
 // verl's actor_rollout_ref.actor.* (batch sizes in sequences, i.e. already multiplied by n); the
 // optimizer, param_dtype and kernels are TrainedModelOptions' (kernels also run the log-probs).
 struct ActorConfig : TrainedModelOptions {
-  int64_t ppo_mini_batch_size = 8;         // sequences per optimizer step
-  int64_t ppo_micro_batch_size = 2;        // sequences per forward/backward (fixed mode)
-  bool use_dynamic_bsz = false;            // micro-batches by token budget instead
-  int64_t ppo_max_token_len = 16384;       // the budget per micro-batch (dynamic mode)
+  int64_t ppo_mini_batch_size = 8;    // sequences per optimizer step
+  int64_t ppo_micro_batch_size = 2;   // sequences per forward/backward (fixed mode)
+  bool use_dynamic_bsz = false;       // micro-batches by token budget instead
+  int64_t ppo_max_token_len = 16384;  // the budget per micro-batch (dynamic mode)
   int64_t ppo_epochs = 1;
   double entropy_coeff = 0.0;
   bool use_kl_loss = false;
   double kl_loss_coef = 0.001;
   std::string kl_loss_type = "low_var_kl";
-  std::string loss_mode = "vanilla";       // policy_loss.loss_mode
-  algo::PolicyLossConfig policy;           // clip ratios, agg mode, ...
-  double temperature = 1.0;                // the rollout temperature the log-probs use
+  std::string loss_mode = "vanilla";  // policy_loss.loss_mode
+  algo::PolicyLossConfig policy;      // clip ratios, agg mode, ...
+  double temperature = 1.0;           // the rollout temperature the log-probs use
   int64_t log_prob_chunk_rows = 4;
-  bool remove_padding = false;             // model.use_remove_padding: packed forwards (logprob.hpp)
+  bool remove_padding = false;  // model.use_remove_padding: packed forwards (logprob.hpp)
   // The LM head's logits kept for the backward (bf16: tokens x vocab x 2 bytes a micro-batch) or
   // recomputed there (model.use_fused_kernels: verl's memory-lean fused kernels).
   LogitsInBackward logits_in_backward = LogitsInBackward::kKeep;
@@ -45,8 +45,7 @@ struct ActorConfig : TrainedModelOptions {
 
 // Micro-batches of a mini-batch: `micro_size` rows each, or (dynamic) balanced groups whose
 // attention_mask token counts fit `max_tokens`.
-std::vector<data::Batch> micro_batches(const data::Batch& mini, bool dynamic, int64_t micro_size,
-                                             int64_t max_tokens);
+std::vector<data::Batch> micro_batches(const data::Batch& mini, bool dynamic, int64_t micro_size, int64_t max_tokens);
 
 class Actor : public TrainingRole {
  public:

@@ -20,8 +20,8 @@ namespace verlpp::train {
 enum class LogitsInBackward { kKeep, kRecompute };
 
 struct LinearLogProbs {
-  at::Tensor log_probs;  // [N] fp32 (fp64 for fp64 inputs): log softmax((hidden @ weight^T) / T)[target]
-  at::Tensor entropy;    // [N] likewise, or undefined when not asked for
+  at::Tensor log_probs;       // [N] fp32 (fp64 for fp64 inputs): log softmax((hidden @ weight^T) / T)[target]
+  at::Tensor entropy;         // [N] likewise, or undefined when not asked for
   bool used_kernels = false;  // whether the plugin's kernels ran (else LibTorch's path)
 };
 

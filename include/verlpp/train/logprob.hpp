@@ -31,10 +31,10 @@ struct ResponseLogProbs {
 // recomputed there (linear_log_probs.hpp). `rotate_qkv`: RoPE through ABI 1.3's rotary_kv_store
 // where offered (false: rotary_embedding on contiguous copies, for side-by-side timing).
 ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Tensor& input_ids /*[B, T] int64*/,
-                                    const at::Tensor& attention_mask /*[B, T]*/, const at::Tensor& position_ids /*[B, T]*/,
-                                    int64_t response_length, double temperature, bool with_entropy,
-                                    int64_t chunk_rows = 4, bool remove_padding = false,
-                                    const hw::Kernels* kernels = nullptr,
+                                    const at::Tensor& attention_mask /*[B, T]*/,
+                                    const at::Tensor& position_ids /*[B, T]*/, int64_t response_length,
+                                    double temperature, bool with_entropy, int64_t chunk_rows = 4,
+                                    bool remove_padding = false, const hw::Kernels* kernels = nullptr,
                                     LogitsInBackward logits = LogitsInBackward::kKeep, bool rotate_qkv = true);
 
 }  // namespace verlpp::train

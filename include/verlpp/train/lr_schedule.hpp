@@ -9,12 +9,12 @@
 namespace verlpp::train {
 
 struct LrScheduleOptions {
-  double base_lr = 1e-6;          // optim.lr
-  std::string style = "constant"; // optim.warmup_style: constant | cosine
-  int64_t warmup_steps = 0;       // resolved from lr_warmup_steps / lr_warmup_steps_ratio
-  int64_t total_steps = 1;        // optim.total_training_steps (injected by the trainer)
-  double min_lr_ratio = 0.0;      // cosine floor, as a fraction of base_lr
-  double num_cycles = 0.5;        // cosine: 0.5 = one half-wave from base_lr to the floor
+  double base_lr = 1e-6;           // optim.lr
+  std::string style = "constant";  // optim.warmup_style: constant | cosine
+  int64_t warmup_steps = 0;        // resolved from lr_warmup_steps / lr_warmup_steps_ratio
+  int64_t total_steps = 1;         // optim.total_training_steps (injected by the trainer)
+  double min_lr_ratio = 0.0;       // cosine floor, as a fraction of base_lr
+  double num_cycles = 0.5;         // cosine: 0.5 = one half-wave from base_lr to the floor
 };
 
 // verl's rule: lr_warmup_steps if > 0, else int(lr_warmup_steps_ratio * total_steps).

@@ -63,7 +63,8 @@ class OptimizerStep {
   // Whether the last clip_and_step(MixedPrecision&) went through the plugin's adamw_update.
   bool last_step_through_plugin() const { return last_through_plugin_; }
 
-  // Writes AdamW's per-parameter state (step, exp_avg, exp_avg_sq), the step/skip counters, and the config, to one .safetensors file at `path` (parameters named by `names`, same order as the params given to the constructor).
+  // Writes AdamW's per-parameter state (step, exp_avg, exp_avg_sq), the step/skip counters, and the config, to one
+  // .safetensors file at `path` (parameters named by `names`, same order as the params given to the constructor).
   // Tensors "<name>.step" ([1] int64), "<name>.exp_avg", "<name>.exp_avg_sq" (the param's shape
   // and dtype); a parameter never stepped has none. Counters, LR, config and names: __metadata__.
   void save_state(const std::string& path, const std::vector<std::string>& names) const;

@@ -23,7 +23,7 @@ namespace verlpp::train {
 struct SftConfig : TrainedModelOptions {
   int64_t micro_batch_size = 16;  // rows per forward/backward
   int64_t log_prob_chunk_rows = 8;
-  bool remove_padding = false;    // packed forwards over the real tokens only (logprob.hpp)
+  bool remove_padding = false;  // packed forwards over the real tokens only (logprob.hpp)
   LogitsInBackward logits_in_backward = LogitsInBackward::kKeep;  // model.use_fused_kernels: kRecompute
 };
 

@@ -48,12 +48,12 @@ typedef enum verlpp_status {
   VERLPP_STATUS_OK = 0,
   VERLPP_STATUS_INVALID_ARGUMENT = 1, /* bad pointer, index, shape, dtype, size */
   VERLPP_STATUS_OUT_OF_MEMORY = 2,
-  VERLPP_STATUS_UNSUPPORTED = 3,      /* the plugin does not offer this (on this device) */
-  VERLPP_STATUS_DEVICE_ERROR = 4,     /* the device or its driver failed */
-  VERLPP_STATUS_COMM_ERROR = 5,       /* a collective failed or a peer is gone */
-  VERLPP_STATUS_TIMEOUT = 6,          /* a wait exceeded its limit */
-  VERLPP_STATUS_NOT_INITIALIZED = 7,  /* init was not called or failed */
-  VERLPP_STATUS_INTERNAL = 8          /* a bug or an unexpected exception inside the plugin */
+  VERLPP_STATUS_UNSUPPORTED = 3,     /* the plugin does not offer this (on this device) */
+  VERLPP_STATUS_DEVICE_ERROR = 4,    /* the device or its driver failed */
+  VERLPP_STATUS_COMM_ERROR = 5,      /* a collective failed or a peer is gone */
+  VERLPP_STATUS_TIMEOUT = 6,         /* a wait exceeded its limit */
+  VERLPP_STATUS_NOT_INITIALIZED = 7, /* init was not called or failed */
+  VERLPP_STATUS_INTERNAL = 8         /* a bug or an unexpected exception inside the plugin */
 } verlpp_status;
 
 /* An error value. Allocated by the plugin, read by the host, released with api->error_free. */
@@ -94,8 +94,7 @@ typedef struct verlpp_kv_store {
   void* ctx;
   int32_t (*set)(void* ctx, const char* key, const void* data, size_t size);
   /* Blocks until `key` exists or timeout_ms passes (VERLPP_STATUS_TIMEOUT); then calls sink. */
-  int32_t (*get)(void* ctx, const char* key, int64_t timeout_ms, verlpp_kv_sink sink,
-                 void* sink_ctx);
+  int32_t (*get)(void* ctx, const char* key, int64_t timeout_ms, verlpp_kv_sink sink, void* sink_ctx);
   /* Atomically adds `delta` to the integer stored at `key` (0 if absent); returns the new value. */
   int32_t (*add)(void* ctx, const char* key, int64_t delta, int64_t* out_value);
 } verlpp_kv_store;
@@ -116,14 +115,14 @@ typedef struct verlpp_kv_store {
  * most that many bytes. Strings are NUL-terminated and truncated to fit. */
 typedef struct verlpp_device_properties {
   size_t struct_size;
-  char name[128];              /* e.g. "NVIDIA H200" */
-  char torch_device_type[32];  /* "cpu", "cuda" or "privateuseone" */
-  int32_t torch_device_index;  /* index within that torch device type */
-  int32_t dl_device_type;      /* DLDeviceType of memory this device allocates */
+  char name[128];             /* e.g. "NVIDIA H200" */
+  char torch_device_type[32]; /* "cpu", "cuda" or "privateuseone" */
+  int32_t torch_device_index; /* index within that torch device type */
+  int32_t dl_device_type;     /* DLDeviceType of memory this device allocates */
   uint64_t total_memory_bytes;
-  uint64_t free_memory_bytes;  /* at the time of the query */
-  uint64_t capabilities;       /* VERLPP_DEVICE_CAP_* bits */
-  int32_t compute_major;       /* vendor compute capability, 0 where meaningless */
+  uint64_t free_memory_bytes; /* at the time of the query */
+  uint64_t capabilities;      /* VERLPP_DEVICE_CAP_* bits */
+  int32_t compute_major;      /* vendor compute capability, 0 where meaningless */
   int32_t compute_minor;
   int32_t multiprocessor_count; /* SMs / CUs / cores */
   int32_t reserved0;
@@ -144,11 +143,7 @@ typedef enum verlpp_copy_kind {
 
 /* ---------------------------------------------------------------- communicator */
 
-typedef enum verlpp_reduce_op {
-  VERLPP_REDUCE_SUM = 0,
-  VERLPP_REDUCE_MAX = 1,
-  VERLPP_REDUCE_MIN = 2
-} verlpp_reduce_op;
+typedef enum verlpp_reduce_op { VERLPP_REDUCE_SUM = 0, VERLPP_REDUCE_MAX = 1, VERLPP_REDUCE_MIN = 2 } verlpp_reduce_op;
 
 /* How to build a communicator. Every rank of the group calls comm_create with the same
  * world_size and key_prefix and its own rank; the plugin exchanges what it needs (addresses,
@@ -157,10 +152,10 @@ typedef struct verlpp_comm_config {
   size_t struct_size;
   int32_t rank;
   int32_t world_size;
-  int32_t device;            /* the plugin's device index used by this rank */
+  int32_t device; /* the plugin's device index used by this rank */
   int32_t reserved0;
-  int64_t timeout_ms;        /* any single operation longer than this fails with TIMEOUT */
-  const char* key_prefix;    /* distinguishes several communicators on one store */
+  int64_t timeout_ms;     /* any single operation longer than this fails with TIMEOUT */
+  const char* key_prefix; /* distinguishes several communicators on one store */
   const verlpp_kv_store* store;
 } verlpp_comm_config;
 
@@ -184,24 +179,21 @@ typedef struct verlpp_kernel_table {
   /* Log-probability of `labels` under softmax(logits / temperature), and optionally the entropy
    * of that distribution, per row. logits [N, V] f32/bf16/f16 (rows may be strided);
    * labels [N] int64; out_logprob [N] f32; out_entropy [N] f32 or NULL. */
-  verlpp_error* (*logprob_entropy)(const DLTensor* logits, const DLTensor* labels,
-                                   float temperature, DLTensor* out_logprob,
-                                   DLTensor* out_entropy, verlpp_stream stream);
+  verlpp_error* (*logprob_entropy)(const DLTensor* logits, const DLTensor* labels, float temperature,
+                                   DLTensor* out_logprob, DLTensor* out_entropy, verlpp_stream stream);
   /* RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight. x, out [N, D]; weight [D]; same dtype. */
-  verlpp_error* (*rms_norm)(const DLTensor* x, const DLTensor* weight, float eps, DLTensor* out,
-                            verlpp_stream stream);
+  verlpp_error* (*rms_norm)(const DLTensor* x, const DLTensor* weight, float eps, DLTensor* out, verlpp_stream stream);
   /* Rotary embedding in place, HF "rotate_half" layout. q [N, H, S], k [N, K, S] (either may be
    * NULL; same dtype, f32/bf16/f16); positions [N] int64; inv_freq [S/2] f32 (any rope scaling
    * already applied). angle = (float)position * inv_freq[j] in fp32; pairs (j, j + S/2) rotate
    * by it; cos/sin and the result in q's dtype (docs/plugin-abi.md, "Kernel contracts"). */
-  verlpp_error* (*rotary_embedding)(DLTensor* q, DLTensor* k, const DLTensor* positions,
-                                    const DLTensor* inv_freq, verlpp_stream stream);
+  verlpp_error* (*rotary_embedding)(DLTensor* q, DLTensor* k, const DLTensor* positions, const DLTensor* inv_freq,
+                                    verlpp_stream stream);
   /* Decode attention over a paged KV cache, one query token per sequence.
    * q [B, H, S]; k_cache, v_cache [num_blocks, block_size, K, S]; block_tables [B, max_blocks]
    * int32; context_lens [B] int32; out [B, H, S]. H must be a multiple of K (GQA). */
-  verlpp_error* (*paged_attention_decode)(const DLTensor* q, const DLTensor* k_cache,
-                                          const DLTensor* v_cache, const DLTensor* block_tables,
-                                          const DLTensor* context_lens, float scale,
+  verlpp_error* (*paged_attention_decode)(const DLTensor* q, const DLTensor* k_cache, const DLTensor* v_cache,
+                                          const DLTensor* block_tables, const DLTensor* context_lens, float scale,
                                           DLTensor* out, verlpp_stream stream);
   /* Sample one token per row from softmax(logits / temperature) restricted by top_k (0 = all)
    * and top_p (1 = all); temperature 0 means greedy. logits [B, V] contiguous, f32 or (from
@@ -210,10 +202,9 @@ typedef struct verlpp_kernel_table {
    * otherwise. temperature, top_p [B] f32; top_k [B] int32; seeds [B] uint64 (row r's draw
    * depends only on seeds[r] and step); out_tokens [B] int64; out_logprobs [B] f32 (log-prob
    * after temperature, before filtering). */
-  verlpp_error* (*sample)(const DLTensor* logits, const DLTensor* temperature,
-                          const DLTensor* top_k, const DLTensor* top_p, const DLTensor* seeds,
-                          uint64_t step, DLTensor* out_tokens, DLTensor* out_logprobs,
-                          verlpp_stream stream);
+  verlpp_error* (*sample)(const DLTensor* logits, const DLTensor* temperature, const DLTensor* top_k,
+                          const DLTensor* top_p, const DLTensor* seeds, uint64_t step, DLTensor* out_tokens,
+                          DLTensor* out_logprobs, verlpp_stream stream);
 
   /* ---- added in 1.2 (the host calls it only when abi_minor >= 2 and it is non-NULL) */
   /* The backward of logprob_entropy: the gradient of a loss with respect to the logits, given
@@ -226,9 +217,8 @@ typedef struct verlpp_kernel_table {
    * in logits' dtype, columns dense, any row stride, and it may be logits itself (in place: the
    * training backward recomputes a chunk's logits and overwrites them with their gradient). */
   verlpp_error* (*logprob_backward)(const DLTensor* logits, const DLTensor* labels, const DLTensor* lse,
-                                    const DLTensor* grad_logprob, const DLTensor* mean_z,
-                                    const DLTensor* grad_entropy, float temperature, DLTensor* out_grad,
-                                    verlpp_stream stream);
+                                    const DLTensor* grad_logprob, const DLTensor* mean_z, const DLTensor* grad_entropy,
+                                    float temperature, DLTensor* out_grad, verlpp_stream stream);
   /* SwiGLU's product as HF computes act_fn(gate) * up, rounding where it rounds: with s =
    * round(silu(gate)) (silu = x / (1 + exp(-x)) in fp32), out = round(s * up). gate, up, out
    * [N, F] f32/bf16/f16, one dtype, columns dense, any row stride (gate and up may be the two
@@ -246,8 +236,8 @@ typedef struct verlpp_kernel_table {
    * residual = round(residual + x) in place, then out = rms_norm(residual, weight, eps) exactly
    * as the rms_norm entry computes it from the rounded sum. x, residual, out [N, D] one dtype
    * f32/bf16/f16, contiguous; weight [D] same dtype; out must not overlap x or residual. */
-  verlpp_error* (*add_rms_norm)(const DLTensor* x, DLTensor* residual, const DLTensor* weight, float eps,
-                                DLTensor* out, verlpp_stream stream);
+  verlpp_error* (*add_rms_norm)(const DLTensor* x, DLTensor* residual, const DLTensor* weight, float eps, DLTensor* out,
+                                verlpp_stream stream);
   /* A decode step's attention prologue in one pass: q and k rotated as rotary_embedding rotates
    * them (same angle, roundings and positions rules), rotated q written to q_out, rotated k and
    * v stored into the paged cache: k_cache[slot / bs, slot % bs] = k', v_cache[...] = v for
@@ -255,10 +245,9 @@ typedef struct verlpp_kernel_table {
    * and S dense: they may be views of one fused projection); positions, slot_mapping [N] int64
    * (slots in [0, num_blocks * bs), distinct); inv_freq [S/2] f32; q_out [N, H, S] contiguous;
    * k_cache, v_cache [num_blocks, bs, K, S] contiguous; every float tensor one dtype. */
-  verlpp_error* (*rotary_kv_store)(const DLTensor* q, const DLTensor* k, const DLTensor* v,
-                                   const DLTensor* positions, const DLTensor* inv_freq,
-                                   const DLTensor* slot_mapping, DLTensor* q_out, DLTensor* k_cache,
-                                   DLTensor* v_cache, verlpp_stream stream);
+  verlpp_error* (*rotary_kv_store)(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* positions,
+                                   const DLTensor* inv_freq, const DLTensor* slot_mapping, DLTensor* q_out,
+                                   DLTensor* k_cache, DLTensor* v_cache, verlpp_stream stream);
 
   /* ---- added in 1.4 (the host calls it only when abi_minor >= 4 and it is non-NULL) */
   /* One AdamW update of `count` tensors in one call (a multi-tensor kernel: a model's few hundred
@@ -278,8 +267,7 @@ typedef struct verlpp_kernel_table {
    * fp32 rounding (fused multiply-adds allowed); docs/plugin-abi.md states the tolerance. */
   verlpp_error* (*adamw_update)(int32_t count, DLTensor* const* params, const DLTensor* const* grads,
                                 DLTensor* const* exp_avg, DLTensor* const* exp_avg_sq, DLTensor* const* copies,
-                                const verlpp_adamw_options* options, const DLTensor* grad_scale,
-                                verlpp_stream stream);
+                                const verlpp_adamw_options* options, const DLTensor* grad_scale, verlpp_stream stream);
 
   /* ---- added in 1.5 (the host calls it only when abi_minor >= 5 and it is non-NULL) */
   /* A decode step's attention in one pass: exactly rotary_kv_store followed by
@@ -302,18 +290,18 @@ typedef struct verlpp_kernel_table {
  * conformance suite's registration and `verlpp plugins` all expand it (the SDK checks at compile
  * time that it names every field of verlpp_kernel_table in order). A new kernel is a field
  * appended above and an entry appended here. */
-#define VERLPP_KERNEL_LIST(X)         \
-  X(logprob_entropy, 0)               \
-  X(rms_norm, 0)                      \
-  X(rotary_embedding, 0)              \
-  X(paged_attention_decode, 0)        \
-  X(sample, 0)                        \
-  X(logprob_backward, 2)              \
-  X(silu_mul, 2)                      \
-  X(silu_mul_backward, 2)             \
-  X(add_rms_norm, 3)                  \
-  X(rotary_kv_store, 3)               \
-  X(adamw_update, 4)                  \
+#define VERLPP_KERNEL_LIST(X)  \
+  X(logprob_entropy, 0)        \
+  X(rms_norm, 0)               \
+  X(rotary_embedding, 0)       \
+  X(paged_attention_decode, 0) \
+  X(sample, 0)                 \
+  X(logprob_backward, 2)       \
+  X(silu_mul, 2)               \
+  X(silu_mul_backward, 2)      \
+  X(add_rms_norm, 3)           \
+  X(rotary_kv_store, 3)        \
+  X(adamw_update, 4)           \
   X(rotary_paged_attention_decode, 5)
 
 /* ---------------------------------------------------------------- overrides (reserved) */
@@ -327,12 +315,12 @@ typedef struct verlpp_trainer_override verlpp_trainer_override;
 
 typedef struct verlpp_plugin_api {
   size_t struct_size;
-  uint32_t abi_major;              /* VERLPP_PLUGIN_ABI_MAJOR the plugin was built for */
-  uint32_t abi_minor;              /* VERLPP_PLUGIN_ABI_MINOR the plugin was built for */
-  const char* name;                /* short name, e.g. "cpu_ref"; [a-z0-9_]+ */
-  const char* variant;             /* build variant, e.g. "sm90"; "" when none */
-  const char* version;             /* the plugin's own version string */
-  const char* torch_device_type;   /* "cpu", "cuda" or "privateuseone" */
+  uint32_t abi_major;            /* VERLPP_PLUGIN_ABI_MAJOR the plugin was built for */
+  uint32_t abi_minor;            /* VERLPP_PLUGIN_ABI_MINOR the plugin was built for */
+  const char* name;              /* short name, e.g. "cpu_ref"; [a-z0-9_]+ */
+  const char* variant;           /* build variant, e.g. "sm90"; "" when none */
+  const char* version;           /* the plugin's own version string */
+  const char* torch_device_type; /* "cpu", "cuda" or "privateuseone" */
 
   /* lifecycle: init is called once after loading, shutdown never before process end */
   verlpp_error* (*init)(const verlpp_host_api* host);
@@ -352,8 +340,7 @@ typedef struct verlpp_plugin_api {
   verlpp_error* (*mem_free)(int32_t device, void* ptr);
   verlpp_error* (*host_alloc_pinned)(size_t bytes, void** out_ptr);
   verlpp_error* (*host_free_pinned)(void* ptr);
-  verlpp_error* (*memcpy_async)(void* dst, const void* src, size_t bytes, int32_t kind,
-                                verlpp_stream stream);
+  verlpp_error* (*memcpy_async)(void* dst, const void* src, size_t bytes, int32_t kind, verlpp_stream stream);
   verlpp_error* (*memset_async)(void* dst, int32_t byte_value, size_t bytes, verlpp_stream stream);
 
   /* streams and events; all on one device */
@@ -376,21 +363,17 @@ typedef struct verlpp_plugin_api {
   verlpp_error* (*comm_create)(const verlpp_comm_config* config, verlpp_comm* out_comm);
   verlpp_error* (*comm_destroy)(verlpp_comm comm);
   /* recv = op over ranks of send; send and recv same shape/dtype; may alias (in place) */
-  verlpp_error* (*comm_all_reduce)(verlpp_comm comm, const DLTensor* send, DLTensor* recv,
-                                   int32_t op, verlpp_stream stream);
-  /* recv [world * n] = concat over ranks (rank order) of send [n] (flattened) */
-  verlpp_error* (*comm_all_gather)(verlpp_comm comm, const DLTensor* send, DLTensor* recv,
+  verlpp_error* (*comm_all_reduce)(verlpp_comm comm, const DLTensor* send, DLTensor* recv, int32_t op,
                                    verlpp_stream stream);
+  /* recv [world * n] = concat over ranks (rank order) of send [n] (flattened) */
+  verlpp_error* (*comm_all_gather)(verlpp_comm comm, const DLTensor* send, DLTensor* recv, verlpp_stream stream);
   /* recv [n] = op over ranks of chunk `rank` of send [world * n] (flattened) */
-  verlpp_error* (*comm_reduce_scatter)(verlpp_comm comm, const DLTensor* send, DLTensor* recv,
-                                       int32_t op, verlpp_stream stream);
+  verlpp_error* (*comm_reduce_scatter)(verlpp_comm comm, const DLTensor* send, DLTensor* recv, int32_t op,
+                                       verlpp_stream stream);
   /* buffer on every rank = buffer on root */
-  verlpp_error* (*comm_broadcast)(verlpp_comm comm, DLTensor* buffer, int32_t root,
-                                  verlpp_stream stream);
-  verlpp_error* (*comm_send)(verlpp_comm comm, const DLTensor* buffer, int32_t peer,
-                             verlpp_stream stream);
-  verlpp_error* (*comm_recv)(verlpp_comm comm, DLTensor* buffer, int32_t peer,
-                             verlpp_stream stream);
+  verlpp_error* (*comm_broadcast)(verlpp_comm comm, DLTensor* buffer, int32_t root, verlpp_stream stream);
+  verlpp_error* (*comm_send)(verlpp_comm comm, const DLTensor* buffer, int32_t peer, verlpp_stream stream);
+  verlpp_error* (*comm_recv)(verlpp_comm comm, DLTensor* buffer, int32_t peer, verlpp_stream stream);
   verlpp_error* (*comm_barrier)(verlpp_comm comm, verlpp_stream stream);
 
   /* kernels (NULL or a table whose entries may each be NULL) */
@@ -419,8 +402,7 @@ typedef struct verlpp_plugin_api {
 
 /* The smallest table a host accepts: everything up to and including `version`. Fields past it
  * that an older (smaller) table lacks read as NULL. */
-#define VERLPP_PLUGIN_API_MIN_SIZE \
-  (offsetof(verlpp_plugin_api, version) + sizeof(((verlpp_plugin_api*)0)->version))
+#define VERLPP_PLUGIN_API_MIN_SIZE (offsetof(verlpp_plugin_api, version) + sizeof(((verlpp_plugin_api*)0)->version))
 
 /* ---------------------------------------------------------------- exported entry points */
 

@@ -12,10 +12,17 @@ namespace verlpp::controller {
 nlohmann::json arith_row(int64_t a, char op, int64_t b, const std::string& split, int64_t index) {
   int64_t answer = 0;
   switch (op) {
-    case '+': answer = a + b; break;
-    case '-': answer = a - b; break;
-    case '*': answer = a * b; break;
-    default: throw Error("arith task", fmt::format("unknown operator '{}' (use + - *)", op));
+    case '+':
+      answer = a + b;
+      break;
+    case '-':
+      answer = a - b;
+      break;
+    case '*':
+      answer = a * b;
+      break;
+    default:
+      throw Error("arith task", fmt::format("unknown operator '{}' (use + - *)", op));
   }
   const std::string truth = std::to_string(answer);
   return {{"data_source", "arith"},
@@ -30,17 +37,19 @@ ArithSplits make_arith_splits(const ArithTaskOptions& o) {
   if (o.max_operand < 1) throw Error("arith task", fmt::format("max_operand {} must be >= 1", o.max_operand));
   if (o.operators.empty()) throw Error("arith task", "no operators");
   if (o.sft_count < 0 || o.train_count < 0 || o.val_count < 0)
-    throw Error("arith task", fmt::format("split sizes must be >= 0 (sft {}, train {}, val {})", o.sft_count, o.train_count,
-                                          o.val_count));
+    throw Error("arith task", fmt::format("split sizes must be >= 0 (sft {}, train {}, val {})", o.sft_count,
+                                          o.train_count, o.val_count));
   std::vector<std::tuple<int64_t, char, int64_t>> problems;
   for (char op : o.operators)
     for (int64_t a = 0; a <= o.max_operand; ++a)
       for (int64_t b = 0; b <= o.max_operand; ++b) problems.emplace_back(a, op, b);
   const int64_t wanted = o.sft_count + o.train_count + o.val_count;
   if (wanted > int64_t(problems.size()))
-    throw Error("arith task", fmt::format("{} problems asked for (sft {} + train {} + val {}) but operands 0..{} with '{}' "
-                                          "give only {}", wanted, o.sft_count, o.train_count, o.val_count, o.max_operand,
-                                          o.operators, problems.size()));
+    throw Error(
+        "arith task",
+        fmt::format("{} problems asked for (sft {} + train {} + val {}) but operands 0..{} with '{}' "
+                    "give only {}",
+                    wanted, o.sft_count, o.train_count, o.val_count, o.max_operand, o.operators, problems.size()));
   // Our own Fisher-Yates over mt19937_64: std::shuffle's algorithm is unspecified, and the
   // splits must be the same with every standard library.
   std::mt19937_64 rng(o.seed * 7919ULL + 17ULL);
@@ -72,9 +81,7 @@ ArithSplits make_arith_splits(const ArithTaskOptions& o) {
   return out;
 }
 
-int64_t sum_without_carry(int64_t a, int64_t b) {
-  return (a % 10) + (b % 10) >= 10 ? a + b - 10 : a + b;
-}
+int64_t sum_without_carry(int64_t a, int64_t b) { return (a % 10) + (b % 10) >= 10 ? a + b - 10 : a + b; }
 
 void write_jsonl(const std::string& path, const std::vector<nlohmann::json>& rows) {
   std::string text;

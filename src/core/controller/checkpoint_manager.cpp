@@ -81,8 +81,7 @@ std::optional<int64_t> CheckpointManager::latest() const {
   std::string text = files::read_text(tracker);
   text.erase(text.find_last_not_of(" \n\r\t") + 1);
   int64_t step;
-  if (!parse_step(kPrefix + text, &step))
-    throw Error(tracker, fmt::format("holds '{}', not a step number", text));
+  if (!parse_step(kPrefix + text, &step)) throw Error(tracker, fmt::format("holds '{}', not a step number", text));
   if (!files::is_dir(folder(step)))
     throw Error(tracker, fmt::format("names step {}, but {} does not exist", step, folder(step)));
   return step;

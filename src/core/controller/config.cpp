@@ -49,23 +49,29 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-bool is_reference(const json& v) {
-  return v.is_string() && v.get<std::string>().find("${") != std::string::npos;
-}
+bool is_reference(const json& v) { return v.is_string() && v.get<std::string>().find("${") != std::string::npos; }
 
 bool is_free_form(const json& default_value) { return default_value.is_object() && default_value.empty(); }
 
 std::string type_name(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "a list";
-    case json::value_t::object: return "an object";
-    default: return "a value";
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a number";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "a list";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "a value";
   }
 }
 
@@ -73,14 +79,19 @@ std::string type_name(const json& v) {
 void check_type(const json& current, const json& given, const std::string& path, const std::string& where) {
   if (current.is_null() || given.is_null() || is_reference(current) || is_reference(given)) return;
   bool ok = false;
-  if (current.is_boolean()) ok = given.is_boolean();
+  if (current.is_boolean())
+    ok = given.is_boolean();
   else if (current.is_number_integer() || current.is_number_unsigned())
     ok = given.is_number_integer() || given.is_number_unsigned() ||
          (given.is_number_float() && given.get<double>() == double(int64_t(given.get<double>())));
-  else if (current.is_number_float()) ok = given.is_number();
-  else if (current.is_string()) ok = given.is_string();
-  else if (current.is_array()) ok = given.is_array();
-  else if (current.is_object()) ok = given.is_object();
+  else if (current.is_number_float())
+    ok = given.is_number();
+  else if (current.is_string())
+    ok = given.is_string();
+  else if (current.is_array())
+    ok = given.is_array();
+  else if (current.is_object())
+    ok = given.is_object();
   if (!ok)
     throw Error(where, fmt::format("'{}' must be {} (like its default {}), got {} {}", path, type_name(current),
                                    current.dump(), type_name(given), given.dump()));
@@ -93,7 +104,8 @@ std::string unknown_key_message(const std::string& path) {
 void warn_if_ignored(const std::string& path, const json& value) {
   for (const auto& ignored : ignored_config_keys()) {
     if (path == ignored || path.rfind(ignored + ".", 0) == 0) {
-      log(LogLevel::warning, fmt::format("config: '{}' = {} is a verl setting verlpp accepts but ignores", path, value.dump()));
+      log(LogLevel::warning,
+          fmt::format("config: '{}' = {} is a verl setting verlpp accepts but ignores", path, value.dump()));
       return;
     }
   }
@@ -149,7 +161,9 @@ json resolve_value(const json& root, const json& value, std::vector<std::string>
     if (std::find(stack.begin(), stack.end(), ref) != stack.end())
       throw Error("config", fmt::format("reference cycle: {} -> {}", join(stack, " -> "), ref));
     const json* target = find(root, ref);
-    if (target == nullptr) throw Error("config", fmt::format("'${{{}}}' refers to an unknown key; did you mean '{}'?", ref, nearest_config_key(ref)));
+    if (target == nullptr)
+      throw Error("config",
+                  fmt::format("'${{{}}}' refers to an unknown key; did you mean '{}'?", ref, nearest_config_key(ref)));
     stack.push_back(ref);
     json resolved = resolve_value(root, *target, stack);
     stack.pop_back();
@@ -189,7 +203,10 @@ std::string nearest_config_key(const std::string& key) {
     size_t score = edit_distance(key, p);
     std::string p_leaf = p.substr(p.rfind('.') == std::string::npos ? 0 : p.rfind('.') + 1);
     if (p_leaf == leaf) score = std::min(score, edit_distance(key, p) / 2);
-    if (score < best_score) { best_score = score; best = p; }
+    if (score < best_score) {
+      best_score = score;
+      best = p;
+    }
   }
   return best;
 }

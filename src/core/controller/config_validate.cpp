@@ -44,7 +44,8 @@ void check_batches(const Config& c, int world_size, Problems& p) {
   if (mini < 1) p.add("actor_rollout_ref.actor.ppo_mini_batch_size = {} must be >= 1", mini);
   if (batch < 1 || n < 1 || mini < 1) return;
   if (batch % mini != 0)
-    p.add("data.train_batch_size = {} is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size = {}", batch, mini);
+    p.add("data.train_batch_size = {} is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size = {}", batch,
+          mini);
   if ((batch * n) % world_size != 0)
     p.add("data.train_batch_size x rollout.n = {} x {} is not divisible by the {} rank(s)", batch, n, world_size);
   // As verl: the mini-batch counts prompts; per rank it holds mini * n / world_size sequences.
@@ -63,8 +64,10 @@ void check_batches(const Config& c, int world_size, Problems& p) {
     if (micro < 1) {
       p.add("{}.ppo_micro_batch_size_per_gpu must be set (>= 1) unless {}.use_dynamic_bsz is true", role, role);
     } else if (mini_per_rank >= 1 && mini_per_rank % micro != 0) {
-      p.add("{}.ppo_micro_batch_size_per_gpu = {} does not divide the per-rank mini-batch of {} sequences "
-            "(ppo_mini_batch_size {} x rollout.n {} / {} rank(s))", role, micro, mini_per_rank, mini, n, world_size);
+      p.add(
+          "{}.ppo_micro_batch_size_per_gpu = {} does not divide the per-rank mini-batch of {} sequences "
+          "(ppo_mini_batch_size {} x rollout.n {} / {} rank(s))",
+          role, micro, mini_per_rank, mini, n, world_size);
     }
   }
   if (c.get<int64_t>("data.max_prompt_length") < 1) p.add("data.max_prompt_length must be >= 1");
@@ -103,10 +106,12 @@ void check_ranges(const Config& c, Problems& p) {
     int64_t v = c.get<int64_t>(key);
     if (v == 0 || v < -1) p.add("{} = {} must be -1 (never) or >= 1", key, v);
   }
-  double lo = c.get<double>("actor_rollout_ref.actor.clip_ratio_low"), hi = c.get<double>("actor_rollout_ref.actor.clip_ratio_high");
+  double lo = c.get<double>("actor_rollout_ref.actor.clip_ratio_low"),
+         hi = c.get<double>("actor_rollout_ref.actor.clip_ratio_high");
   if (lo < 0 || hi < 0) p.add("clip_ratio_low/high must be >= 0 (got {}, {})", lo, hi);
   if (c.get<double>("actor_rollout_ref.actor.clip_ratio_c") <= 1.0)
-    p.add("actor_rollout_ref.actor.clip_ratio_c = {} must be > 1 (dual-clip lower bound)", c.get<double>("actor_rollout_ref.actor.clip_ratio_c"));
+    p.add("actor_rollout_ref.actor.clip_ratio_c = {} must be > 1 (dual-clip lower bound)",
+          c.get<double>("actor_rollout_ref.actor.clip_ratio_c"));
   if (c.get<double>("actor_rollout_ref.actor.optim.lr") <= 0) p.add("actor_rollout_ref.actor.optim.lr must be > 0");
   std::string estimator = c.get<std::string>("algorithm.adv_estimator");
   if (estimator == "gae" && c.at("critic.enable").is_boolean() && !c.get<bool>("critic.enable"))
@@ -118,8 +123,10 @@ void check_ranges(const Config& c, Problems& p) {
 // The SFT warm start (verlpp's sft.* section).
 void check_sft(const Config& c, Problems& p) {
   if (!c.get<bool>("sft.enable")) return;
-  if (c.is_null("sft.train_files")) p.add("sft.enable = true needs sft.train_files (JSONL rows with a prompt and a response)");
-  if (c.get<int64_t>("sft.total_steps") < 1) p.add("sft.total_steps = {} must be >= 1", c.get<int64_t>("sft.total_steps"));
+  if (c.is_null("sft.train_files"))
+    p.add("sft.enable = true needs sft.train_files (JSONL rows with a prompt and a response)");
+  if (c.get<int64_t>("sft.total_steps") < 1)
+    p.add("sft.total_steps = {} must be >= 1", c.get<int64_t>("sft.total_steps"));
   const int64_t batch = c.get<int64_t>("sft.batch_size"), micro = c.get<int64_t>("sft.micro_batch_size_per_gpu");
   if (batch < 1) p.add("sft.batch_size = {} must be >= 1", batch);
   if (micro < 1) p.add("sft.micro_batch_size_per_gpu = {} must be >= 1", micro);
@@ -134,19 +141,23 @@ void check_layout(const Config& c, int world_size, int ranks_per_node, Problems&
   const int64_t asked_nodes = c.get_or<int64_t>("trainer.nnodes", nodes);
   const int64_t asked_per_node = c.get_or<int64_t>("trainer.n_gpus_per_node", ranks_per_node);
   if (asked_nodes < 1 || asked_per_node < 1) {
-    p.add("trainer.nnodes = {} and trainer.n_gpus_per_node = {} must be >= 1 (or null: the launched layout)", asked_nodes,
-          asked_per_node);
+    p.add("trainer.nnodes = {} and trainer.n_gpus_per_node = {} must be >= 1 (or null: the launched layout)",
+          asked_nodes, asked_per_node);
   } else if (asked_nodes != nodes || asked_per_node != ranks_per_node) {
-    p.add("trainer.nnodes x trainer.n_gpus_per_node = {} x {} = {} rank(s) asked, but the run was launched as {} node(s) x {} "
-          "rank(s) per node = {} rank(s)",
-          asked_nodes, asked_per_node, asked_nodes * asked_per_node, nodes, ranks_per_node, world_size);
+    p.add(
+        "trainer.nnodes x trainer.n_gpus_per_node = {} x {} = {} rank(s) asked, but the run was launched as {} node(s) "
+        "x {} "
+        "rank(s) per node = {} rank(s)",
+        asked_nodes, asked_per_node, asked_nodes * asked_per_node, nodes, ranks_per_node, world_size);
   }
   if (c.get<bool>("sft.enable") && c.get<int64_t>("sft.batch_size") % world_size != 0)
     p.add("sft.batch_size = {} does not split over {} rank(s)", c.get<int64_t>("sft.batch_size"), world_size);
   const int64_t zero = c.get_or<int64_t>("trainer.zero_stage", 0);
   if (zero != 0 && zero != 1)
-    p.add("trainer.zero_stage = {} is not supported: 0 (replicated optimizer) or 1 (optimizer states sharded over the ranks)",
-          zero);
+    p.add(
+        "trainer.zero_stage = {} is not supported: 0 (replicated optimizer) or 1 (optimizer states sharded over the "
+        "ranks)",
+        zero);
   if (c.get_or<double>("trainer.dist_timeout_s", 1.0) <= 0)
     p.add("trainer.dist_timeout_s = {} must be > 0", c.get<double>("trainer.dist_timeout_s"));
 }

@@ -24,11 +24,14 @@ std::vector<model::ChatMessage> parse_prompt(const json& value, const std::strin
     return messages;
   }
   if (!value.is_array() || value.empty())
-    throw Error(where, fmt::format("'{}' must be a non-empty list of chat messages or a string, got {}", key, value.dump()));
+    throw Error(where,
+                fmt::format("'{}' must be a non-empty list of chat messages or a string, got {}", key, value.dump()));
   for (size_t i = 0; i < value.size(); ++i) {
     const json& m = value[i];
-    if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() || !m["content"].is_string())
-      throw Error(where, fmt::format("'{}[{}]' must be {{\"role\": string, \"content\": string}}, got {}", key, i, m.dump()));
+    if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
+        !m["content"].is_string())
+      throw Error(where,
+                  fmt::format("'{}[{}]' must be {{\"role\": string, \"content\": string}}, got {}", key, i, m.dump()));
     messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   }
   return messages;
@@ -45,7 +48,8 @@ PromptRecord parse_row(const std::string& line, const std::string& where, const 
   if (!row.is_object()) throw Error(where, "a row must be a JSON object");
   PromptRecord r;
   r.origin = where;
-  if (!row.contains(o.prompt_key)) throw Error(where, fmt::format("the row has no '{}' (data.prompt_key)", o.prompt_key));
+  if (!row.contains(o.prompt_key))
+    throw Error(where, fmt::format("the row has no '{}' (data.prompt_key)", o.prompt_key));
   r.prompt = parse_prompt(row[o.prompt_key], where, o.prompt_key);
   if (!row.contains(o.reward_fn_key) || !row[o.reward_fn_key].is_string())
     throw Error(where, fmt::format("the row has no string '{}' (data.reward_fn_key)", o.reward_fn_key));
@@ -62,7 +66,8 @@ PromptRecord parse_row(const std::string& line, const std::string& where, const 
 }
 
 // Renders, tokenizes and applies the length rule; false when the row must be dropped.
-bool prepare(PromptRecord& r, const model::Tokenizer& tokenizer, const model::ChatTemplate& chat, const DatasetOptions& o) {
+bool prepare(PromptRecord& r, const model::Tokenizer& tokenizer, const model::ChatTemplate& chat,
+             const DatasetOptions& o) {
   r.prompt_ids = tokenizer.encode(chat.render(r.prompt, o.chat));
   if (r.response_text) {
     r.response_ids = tokenizer.encode(*r.response_text);
@@ -100,8 +105,10 @@ PromptDataset PromptDataset::from_records(std::vector<PromptRecord> records, con
     throw Error("data.truncation", fmt::format("'{}' is not one of error, left, right, middle", options.truncation));
   PromptDataset d;
   for (auto& r : records) {
-    if (prepare(r, tokenizer, chat_template, options)) d.records_.push_back(std::move(r));
-    else ++d.filtered_;
+    if (prepare(r, tokenizer, chat_template, options))
+      d.records_.push_back(std::move(r));
+    else
+      ++d.filtered_;
   }
   return d;
 }
@@ -121,8 +128,9 @@ PromptDataset PromptDataset::load(const std::vector<std::string>& files, const m
   }
   PromptDataset d = from_records(std::move(records), tokenizer, chat_template, options);
   if (d.size() == 0)
-    throw Error(files.front(), d.filtered_ ? fmt::format("every prompt ({}) is longer than data.max_prompt_length", d.filtered_)
-                                           : std::string("the dataset has no rows"));
+    throw Error(files.front(), d.filtered_
+                                   ? fmt::format("every prompt ({}) is longer than data.max_prompt_length", d.filtered_)
+                                   : std::string("the dataset has no rows"));
   return d;
 }
 
@@ -170,15 +178,16 @@ std::vector<size_t> DataLoader::next() {
 }
 
 nlohmann::json DataLoader::state() const {
-  return {{"epoch", epoch_}, {"batch_in_epoch", position_}, {"dataset_size", size_}, {"batch_size", batch_size_},
-          {"shuffle", shuffle_}, {"seed", seed_}};
+  return {{"epoch", epoch_},           {"batch_in_epoch", position_}, {"dataset_size", size_},
+          {"batch_size", batch_size_}, {"shuffle", shuffle_},         {"seed", seed_}};
 }
 
 void DataLoader::load_state(const nlohmann::json& s) {
   if (s.value("dataset_size", size_t(0)) != size_ || s.value("batch_size", int64_t(0)) != batch_size_ ||
       s.value("shuffle", !shuffle_) != shuffle_ || s.value("seed", seed_ + 1) != seed_)
-    throw Error("dataloader state", fmt::format("saved for {} but this loader is dataset_size={} batch_size={} shuffle={} seed={}",
-                                                s.dump(), size_, batch_size_, shuffle_, seed_));
+    throw Error("dataloader state",
+                fmt::format("saved for {} but this loader is dataset_size={} batch_size={} shuffle={} seed={}",
+                            s.dump(), size_, batch_size_, shuffle_, seed_));
   epoch_ = s.at("epoch").get<int64_t>();
   position_ = s.at("batch_in_epoch").get<int64_t>();
   order_ = order_for(epoch_);
@@ -221,8 +230,8 @@ Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& i
   return out;
 }
 
-Batch append_responses(const Batch& prompts, const std::vector<std::vector<int64_t>>& responses, int64_t response_length,
-                       int64_t pad_token_id) {
+Batch append_responses(const Batch& prompts, const std::vector<std::vector<int64_t>>& responses,
+                       int64_t response_length, int64_t pad_token_id) {
   const int64_t b = prompts.size(), r = response_length;
   if (int64_t(responses.size()) != b)
     throw Error("append_responses", fmt::format("{} responses for {} prompt rows", responses.size(), b));
@@ -232,8 +241,8 @@ Batch append_responses(const Batch& prompts, const std::vector<std::vector<int64
   for (int64_t row = 0; row < b; ++row) {
     const auto& resp = responses[size_t(row)];
     if (int64_t(resp.size()) > r)
-      throw Error("append_responses", fmt::format("row {}: the response has {} tokens, more than response_length {}", row,
-                                                  resp.size(), r));
+      throw Error("append_responses",
+                  fmt::format("row {}: the response has {} tokens, more than response_length {}", row, resp.size(), r));
     for (size_t k = 0; k < resp.size(); ++k) {
       ids[size_t(row * r) + k] = resp[k];
       mask[size_t(row * r) + k] = 1.0f;
@@ -263,7 +272,8 @@ Batch collate_sft(const PromptDataset& dataset, const std::vector<size_t>& indic
   size_t longest = 1;
   for (size_t i : indices) {
     const auto& ids = dataset[i].response_ids;
-    if (ids.empty()) throw Error(dataset[i].origin, "the row has no SFT response (load the dataset with a response_key)");
+    if (ids.empty())
+      throw Error(dataset[i].origin, "the row has no SFT response (load the dataset with a response_key)");
     responses.emplace_back(ids.begin(), ids.end());
     longest = std::max(longest, ids.size());
   }

@@ -43,8 +43,8 @@ const std::vector<std::string>& device_type_names() {
   return names;
 }
 
-DeviceChoice choose_device(const std::string& wanted, const std::vector<DeviceCandidate>& candidates, int32_t local_rank,
-                           const std::string& where) {
+DeviceChoice choose_device(const std::string& wanted, const std::vector<DeviceCandidate>& candidates,
+                           int32_t local_rank, const std::string& where) {
   // "type" or "type:index".
   const size_t colon = wanted.find(':');
   const std::string type = wanted.substr(0, colon);
@@ -55,7 +55,8 @@ DeviceChoice choose_device(const std::string& wanted, const std::vector<DeviceCa
     errno = 0;
     index = std::strtoll(digits.c_str(), &end, 10);
     if (digits.empty() || *end != '\0' || errno != 0 || index < 0 || index > 127 || type == "auto")
-      throw Error(where, fmt::format("'{}': expected a device type, optionally with a device index (e.g. cuda:1)", wanted));
+      throw Error(where,
+                  fmt::format("'{}': expected a device type, optionally with a device index (e.g. cuda:1)", wanted));
   }
   const auto& types = device_type_names();
   if (type != "auto" && std::find(types.begin(), types.end(), type) == types.end())
@@ -64,7 +65,8 @@ DeviceChoice choose_device(const std::string& wanted, const std::vector<DeviceCa
   const DeviceCandidate* chosen = nullptr;
   if (type == "auto") {
     chosen = best_of(candidates, [](const DeviceCandidate& c) { return c.torch_device_type != "cpu"; });
-    if (chosen == nullptr) chosen = best_of(candidates, [](const DeviceCandidate& c) { return c.torch_device_type == "cpu"; });
+    if (chosen == nullptr)
+      chosen = best_of(candidates, [](const DeviceCandidate& c) { return c.torch_device_type == "cpu"; });
   } else {
     chosen = best_of(candidates, [&](const DeviceCandidate& c) { return c.torch_device_type == type; });
   }
@@ -74,9 +76,9 @@ DeviceChoice choose_device(const std::string& wanted, const std::vector<DeviceCa
   const std::string problem = hw::torch_placement_problem(device_type);
   if (!problem.empty()) {
     if (chosen == nullptr) throw Error(where, fmt::format("{} was asked for, but {}", device_type, problem));
-    throw Error(where, fmt::format("{} chose plugin {}, whose devices are {}, but {}; {}=cpu runs on the host without it",
-                                   type == "auto" ? "auto" : "'" + wanted + "'", chosen->plugin, device_type, problem,
-                                   where));
+    throw Error(where,
+                fmt::format("{} chose plugin {}, whose devices are {}, but {}; {}=cpu runs on the host without it",
+                            type == "auto" ? "auto" : "'" + wanted + "'", chosen->plugin, device_type, problem, where));
   }
   if (device_type == "cpu") return out;  // one host device, whatever the rank
   out.device = c10::Device(torch_type_of(device_type), c10::DeviceIndex(index));

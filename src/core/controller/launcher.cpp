@@ -33,9 +33,9 @@ void remember_signal(int sig) { g_forward_signal = sig; }
 // This process's environment with the rank's variables set (replacing any inherited ones).
 std::vector<std::string> rank_environment(const LaunchOptions& o, int32_t rank, uint16_t port) {
   const std::vector<std::pair<std::string, std::string>> ours = {
-      {"RANK", std::to_string(rank)},           {"WORLD_SIZE", std::to_string(o.nproc)},
-      {"LOCAL_RANK", std::to_string(rank)},     {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
-      {"MASTER_ADDR", o.master_addr},           {"MASTER_PORT", std::to_string(port)}};
+      {"RANK", std::to_string(rank)},       {"WORLD_SIZE", std::to_string(o.nproc)},
+      {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
+      {"MASTER_ADDR", o.master_addr},       {"MASTER_PORT", std::to_string(port)}};
   std::vector<std::string> env;
   bool has_threads = false;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -147,7 +147,8 @@ LaunchResult launch_local(const LaunchOptions& o) {
     if (o.on_message) o.on_message(text);
   };
 
-  struct sigaction forward {}, old_int{}, old_term{};
+  struct sigaction forward {
+  }, old_int{}, old_term{};
   forward.sa_handler = remember_signal;
   sigemptyset(&forward.sa_mask);
   g_forward_signal = 0;
@@ -204,8 +205,10 @@ LaunchResult launch_local(const LaunchOptions& o) {
       if (e.pid != pid || !running[size_t(r)]) continue;
       running[size_t(r)] = false;
       --alive;
-      if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
-      else e.exit_code = WEXITSTATUS(status);
+      if (WIFSIGNALED(status))
+        e.signal = WTERMSIG(status);
+      else
+        e.exit_code = WEXITSTATUS(status);
       const bool failed = e.signal != 0 || e.exit_code != 0;
       if (failed && result.first_failed < 0) {
         result.first_failed = r;

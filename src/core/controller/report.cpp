@@ -32,9 +32,12 @@ std::string quote_non_finite(const std::string& line) {
     const char c = line[i];
     if (in_string) {
       out += c, ++i;
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     bool matched = false;
@@ -115,7 +118,8 @@ std::string cell(const json& value) {
   return svg::escape(value.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-constexpr const char* kStyle = R"(body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px;color:#222}
+constexpr const char* kStyle =
+    R"(body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px;color:#222}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
 td.num{text-align:right;font-family:ui-monospace,Menlo,Consolas,monospace}

@@ -75,8 +75,10 @@ std::string fix_sqrt(const std::string& s) {
   for (size_t i = 1; i < splits.size(); ++i) {
     const std::string& piece = splits[i];
     if (piece.empty()) throw StripFailure("fix_sqrt: nothing after \\sqrt");
-    if (piece[0] != '{') out += "\\sqrt{" + piece.substr(0, 1) + "}" + piece.substr(1);
-    else out += "\\sqrt" + piece;
+    if (piece[0] != '{')
+      out += "\\sqrt{" + piece.substr(0, 1) + "}" + piece.substr(1);
+    else
+      out += "\\sqrt" + piece;
   }
   return out;
 }
@@ -94,8 +96,10 @@ std::string fix_fracs(const std::string& s) {
     }
     if (piece.size() < 2) return s;  // the reference's caught assert: give up, unchanged
     std::string a = piece.substr(0, 1), b = piece.substr(1, 1), rest = piece.substr(2);
-    if (b != "{") out += "{" + a + "}{" + b + "}" + rest;
-    else out += "{" + a + "}" + b + rest;
+    if (b != "{")
+      out += "{" + a + "}{" + b + "}" + rest;
+    else
+      out += "{" + a + "}" + b + rest;
   }
   return out;
 }
@@ -103,7 +107,7 @@ std::string fix_fracs(const std::string& s) {
 std::string fix_a_slash_b(const std::string& s) {
   auto parts = split_on(s, "/");
   if (parts.size() != 2) return s;
-  long long a = python_int(parts[0]), b = python_int(parts[1]);  // ValueError propagates
+  long long a = python_int(parts[0]), b = python_int(parts[1]);    // ValueError propagates
   if (s != std::to_string(a) + "/" + std::to_string(b)) return s;  // the caught assert
   return "\\frac{" + std::to_string(a) + "}{" + std::to_string(b) + "}";
 }

@@ -22,11 +22,17 @@ struct Registry {
   Registry() {
     // verl's default_compute_score names the source "openai/gsm8k"; "gsm8k" is the short form.
     for (const char* name : {"gsm8k", "openai/gsm8k"})
-      functions[name] = [](const RewardInput& in) { return rewards::gsm8k(in.response, ground_truth_text(in.ground_truth)); };
+      functions[name] = [](const RewardInput& in) {
+        return rewards::gsm8k(in.response, ground_truth_text(in.ground_truth));
+      };
     // verl routes these MATH-style sources to the same rule.
     for (const char* name : {"math", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500"})
-      functions[name] = [](const RewardInput& in) { return rewards::math(in.response, ground_truth_text(in.ground_truth)); };
-    functions["arith"] = [](const RewardInput& in) { return rewards::arith(in.response, ground_truth_text(in.ground_truth)); };
+      functions[name] = [](const RewardInput& in) {
+        return rewards::math(in.response, ground_truth_text(in.ground_truth));
+      };
+    functions["arith"] = [](const RewardInput& in) {
+      return rewards::arith(in.response, ground_truth_text(in.ground_truth));
+    };
   }
 };
 
@@ -42,7 +48,8 @@ void register_reward_function(const std::string& data_source, RewardFn fn) {
   std::lock_guard<std::mutex> lock(r.mutex);
   if (!fn) throw Error("register_reward_function", fmt::format("empty function for '{}'", data_source));
   if (!r.functions.emplace(data_source, std::move(fn)).second)
-    throw Error("register_reward_function", fmt::format("a reward function for '{}' is already registered", data_source));
+    throw Error("register_reward_function",
+                fmt::format("a reward function for '{}' is already registered", data_source));
 }
 
 std::vector<std::string> reward_function_names() {
@@ -57,12 +64,14 @@ RewardScorer RewardScorer::from_library(const std::string& path, const std::stri
   using CFn = double(const char*, const char*, const char*, const char*);
   std::shared_ptr<boost::dll::shared_library> lib;
   try {
-    lib = std::make_shared<boost::dll::shared_library>(path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
+    lib = std::make_shared<boost::dll::shared_library>(
+        path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
     throw Error("custom_reward_function.path=" + path, fmt::format("cannot be loaded: {}", e.what()));
   }
   if (!lib->has(symbol))
-    throw Error("custom_reward_function.path=" + path, fmt::format("has no symbol '{}' (custom_reward_function.name)", symbol));
+    throw Error("custom_reward_function.path=" + path,
+                fmt::format("has no symbol '{}' (custom_reward_function.name)", symbol));
   CFn* fn = &lib->get<CFn>(symbol);
   RewardScorer s;
   s.custom_where_ = path + ":" + symbol;
@@ -78,8 +87,9 @@ void RewardScorer::check_data_sources(const std::vector<std::string>& data_sourc
   auto names = reward_function_names();
   for (const auto& source : data_sources)
     if (std::find(names.begin(), names.end(), source) == names.end())
-      throw Error("reward", fmt::format("no reward function for data_source '{}'; known: {} (or set custom_reward_function.path)",
-                                        source, join(names, ", ")));
+      throw Error("reward",
+                  fmt::format("no reward function for data_source '{}'; known: {} (or set custom_reward_function.path)",
+                              source, join(names, ", ")));
 }
 
 double RewardScorer::score(const RewardInput& input) const {
@@ -95,7 +105,8 @@ double RewardScorer::score(const RewardInput& input) const {
   try {
     return fn(input);
   } catch (const std::exception& e) {
-    throw Error("reward " + (custom_ ? custom_where_ : input.data_source), fmt::format("the reward function failed: {}", e.what()));
+    throw Error("reward " + (custom_ ? custom_where_ : input.data_source),
+                fmt::format("the reward function failed: {}", e.what()));
   }
 }
 

@@ -30,7 +30,10 @@ std::vector<std::string> find_numbers(const std::string& s, const std::string& p
   while (i < s.size()) {
     size_t start = i;
     if (!prefix.empty()) {
-      if (s.compare(i, prefix.size(), prefix) != 0) { ++i; continue; }
+      if (s.compare(i, prefix.size(), prefix) != 0) {
+        ++i;
+        continue;
+      }
       start = i + prefix.size();
     }
     size_t j = start;

@@ -57,7 +57,8 @@ void add_data_metrics(const Batch& batch, bool with_critic, json& m) {
 void add_rollout_drift_metrics(const Batch& batch, json& m) {
   if (!batch.has_tensor("rollout_log_probs") || !batch.has_tensor("old_log_probs")) return;
   const at::Tensor mask = batch.tensor("response_mask").to(at::kBool);
-  at::Tensor diff = at::masked_select(batch.tensor("rollout_log_probs").exp().sub(batch.tensor("old_log_probs").exp()).abs(), mask);
+  at::Tensor diff =
+      at::masked_select(batch.tensor("rollout_log_probs").exp().sub(batch.tensor("old_log_probs").exp()).abs(), mask);
   if (diff.numel() == 0) return;
   m["training/rollout_probs_diff_max"] = diff.max().item<double>();
   m["training/rollout_probs_diff_mean"] = diff.mean().item<double>();

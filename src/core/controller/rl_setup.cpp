@@ -59,8 +59,10 @@ hw::Device plugin_device(const RlTrainer::State& s) {
 void join_process_group(RlTrainer::State& s) {
   if (!s.world.is_distributed()) return;
   if (s.plugin.empty())
-    throw Error("trainer.device", fmt::format("{} ranks need a plugin communicator, but no hardware plugin is loaded for {} "
-                                              "(VERL_HARDWARE_PLUGIN, `verlpp plugins`)", s.world.world_size, s.device.str()));
+    throw Error("trainer.device",
+                fmt::format("{} ranks need a plugin communicator, but no hardware plugin is loaded for {} "
+                            "(VERL_HARDWARE_PLUGIN, `verlpp plugins`)",
+                            s.world.world_size, s.device.str()));
   hw::ProcessGroupOptions options;
   options.timeout = std::chrono::milliseconds(int64_t(s.settings.trainer.dist_timeout_s * 1000.0));
   s.group = hw::ProcessGroup::create(s.world, plugin_device(s), options);
@@ -80,7 +82,8 @@ void load_kernels(RlTrainer::State& s) {
 void build_actor(RlTrainer::State& s) {
   const ActorSettings& a = s.settings.actor;
   const ActorModelSettings& m = s.settings.model;
-  s.actor_model = std::make_unique<model::DecoderLM>(model::load_pretrained(s.model_path, model_options(s, at::kFloat)));
+  s.actor_model =
+      std::make_unique<model::DecoderLM>(model::load_pretrained(s.model_path, model_options(s, at::kFloat)));
   s.actor_model->set_gradient_checkpointing(m.enable_gradient_checkpointing);
   train::ActorConfig ac;
   set_ppo_update(ac, a, s);
@@ -112,8 +115,10 @@ void build_actor(RlTrainer::State& s) {
 void build_reference(RlTrainer::State& s) {
   // A frozen copy of the starting actor weights (verl's ref worker loads the same model path),
   // in the actor's compute dtype (verl's ref runs under the same FSDP mixed precision).
-  s.ref_model = std::make_unique<model::DecoderLM>(s.actor_model->config(), model_options(s, s.actor->config().param_dtype));
-  for (const auto& [name, p] : s.actor_model->named_parameters()) s.ref_model->parameter(name).detach().copy_(p.detach());
+  s.ref_model =
+      std::make_unique<model::DecoderLM>(s.actor_model->config(), model_options(s, s.actor->config().param_dtype));
+  for (const auto& [name, p] : s.actor_model->named_parameters())
+    s.ref_model->parameter(name).detach().copy_(p.detach());
 }
 
 void build_critic(RlTrainer::State& s) {
@@ -126,7 +131,8 @@ void build_critic(RlTrainer::State& s) {
     mc.num_labels = 1;
     mc.score_bias = true;
     const auto at = mc.architecture.find("ForCausalLM");
-    if (at != std::string::npos) mc.architecture.replace(at, std::string("ForCausalLM").size(), "ForTokenClassification");
+    if (at != std::string::npos)
+      mc.architecture.replace(at, std::string("ForCausalLM").size(), "ForTokenClassification");
     mc.raw["num_labels"] = 1;
   }
   s.critic_model = std::make_unique<model::DecoderLM>(mc, model_options(s, at::kFloat));
@@ -165,8 +171,10 @@ void build_engine(RlTrainer::State& s) {
     o.memory_fraction = r.gpu_memory_utilization;
     if (!s.plugin.empty()) o.memory_total_bytes = int64_t(plugin_device(s).memory_info().second);
     if (o.memory_total_bytes <= 0)
-      throw Error("trainer.device", fmt::format("{}: no plugin reports this device's memory, so the KV pool cannot be sized "
-                                                "from rollout.gpu_memory_utilization", s.device.str()));
+      throw Error("trainer.device",
+                  fmt::format("{}: no plugin reports this device's memory, so the KV pool cannot be sized "
+                              "from rollout.gpu_memory_utilization",
+                              s.device.str()));
   }
   const at::ScalarType dtype = r.dtype;
   // The actor's compute dtype: the engine's model is a second handle on the actor's compute
@@ -175,7 +183,8 @@ void build_engine(RlTrainer::State& s) {
   model::DecoderLM engine_model = s.actor->compute_model();
   if (dtype != engine_model.options().dtype) {
     engine_model = model::DecoderLM(s.actor_model->config(), model_options(s, dtype));
-    for (const auto& [name, p] : s.actor_model->named_parameters()) engine_model.parameter(name).detach().copy_(p.detach());
+    for (const auto& [name, p] : s.actor_model->named_parameters())
+      engine_model.parameter(name).detach().copy_(p.detach());
   }
   o.kernels = s.kernels.get();  // null on the CPU (load_kernels)
   s.engine = std::make_unique<rollout::RolloutEngine>(std::move(engine_model), o);
@@ -238,21 +247,25 @@ void setup_trainer(RlTrainer::State& s) {
   s.pad_id = mc.pad_token_id.value_or(s.eos_ids.empty() ? 0 : s.eos_ids.front());
   const int64_t context = rs.data.max_prompt_length + s.response_length;
   if (context > mc.max_position_embeddings)
-    throw Error("data.max_prompt_length + data.max_response_length",
-                fmt::format("{} tokens exceed the model's max_position_embeddings {}", context, mc.max_position_embeddings));
+    throw Error(
+        "data.max_prompt_length + data.max_response_length",
+        fmt::format("{} tokens exceed the model's max_position_embeddings {}", context, mc.max_position_embeddings));
 
   // Data, and the reward check before any work: an unknown data source fails here.
   const DatasetOptions options = dataset_options(rs.data);
-  if (rs.data.train_files.empty()) throw Error("data.train_files", "no training data given (JSONL files in verl's schema)");
+  if (rs.data.train_files.empty())
+    throw Error("data.train_files", "no training data given (JSONL files in verl's schema)");
   s.train_set = PromptDataset::load(rs.data.train_files, *s.tokenizer, *s.chat, options);
   if (!rs.data.val_files.empty()) s.val_set = PromptDataset::load(rs.data.val_files, *s.tokenizer, *s.chat, options);
   if (rs.custom_reward.path) s.scorer = RewardScorer::from_library(*rs.custom_reward.path, rs.custom_reward.name);
   s.scorer.check_data_sources(s.train_set->data_sources());
   if (s.val_set) s.scorer.check_data_sources(s.val_set->data_sources());
 
-  s.loader = std::make_unique<DataLoader>(s.train_set->size(), s.train_batch_size, rs.data.shuffle, uint64_t(rs.data.seed));
+  s.loader =
+      std::make_unique<DataLoader>(s.train_set->size(), s.train_batch_size, rs.data.shuffle, uint64_t(rs.data.seed));
   s.total_steps = rs.trainer.total_training_steps.value_or(s.loader->batches_per_epoch() * rs.trainer.total_epochs);
-  if (s.total_steps < 1) throw Error("trainer.total_training_steps", fmt::format("{} steps: nothing to train", s.total_steps));
+  if (s.total_steps < 1)
+    throw Error("trainer.total_training_steps", fmt::format("{} steps: nothing to train", s.total_steps));
 
   s.use_kl_in_reward = rs.algorithm.use_kl_in_reward;
   s.use_reference = s.use_kl_in_reward || rs.actor.use_kl_loss;
@@ -275,10 +288,12 @@ void setup_trainer(RlTrainer::State& s) {
   s.checkpoints = std::make_unique<CheckpointManager>(s.run_dir, rs.trainer.max_actor_ckpt_to_keep);
   files::make_dirs(s.run_dir);
   if (s.world.is_distributed()) s.message(fmt::format("{} ranks: {}", s.world.world_size, hw::describe(s.world)));
-  s.message(fmt::format("device {} ({}), model {} ({:.2f}M parameters), {} train / {} val prompts, {} steps of {} x {} "
-                        "sequences, estimator {}", s.device.str(), s.plugin.empty() ? "no plugin" : "plugin " + s.plugin,
-                        s.model_path, double(model::parameter_count(mc)) / 1e6, s.train_set->size(),
-                        s.val_set ? s.val_set->size() : 0, s.total_steps, s.train_batch_size, s.n, s.estimator));
+  s.message(
+      fmt::format("device {} ({}), model {} ({:.2f}M parameters), {} train / {} val prompts, {} steps of {} x {} "
+                  "sequences, estimator {}",
+                  s.device.str(), s.plugin.empty() ? "no plugin" : "plugin " + s.plugin, s.model_path,
+                  double(model::parameter_count(mc)) / 1e6, s.train_set->size(), s.val_set ? s.val_set->size() : 0,
+                  s.total_steps, s.train_batch_size, s.n, s.estimator));
 }
 
 }  // namespace verlpp::controller

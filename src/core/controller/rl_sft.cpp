@@ -62,7 +62,8 @@ void run_sft_warm_start(RlTrainer::State& s) {
       sync_rollout_weights(s, sync);  // the engine may hold a cast copy of the weights
       const nlohmann::json val = validate_model(s);
       for (const auto& [key, value] : val.items()) m["sft/" + key] = value;
-      s.message(fmt::format("SFT step {}/{}: loss {:.3f}, val/acc {:.3f}", step, steps, last_loss, val.value("val/acc", 0.0)));
+      s.message(fmt::format("SFT step {}/{}: loss {:.3f}, val/acc {:.3f}", step, steps, last_loss,
+                            val.value("val/acc", 0.0)));
     }
     if (log.is_open()) log << m.dump() << "\n";
     s.progress("sft", step, steps);
@@ -83,8 +84,8 @@ void run_sft_warm_start(RlTrainer::State& s) {
   nlohmann::json sync;
   sync_rollout_weights(s, sync);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  s.message(fmt::format("SFT warm start: {} steps on {} rows, loss {:.3f} -> {:.3f} ({:.0f} s); saved {}", steps, data.size(),
-                        first_loss, last_loss, seconds, out));
+  s.message(fmt::format("SFT warm start: {} steps on {} rows, loss {:.3f} -> {:.3f} ({:.0f} s); saved {}", steps,
+                        data.size(), first_loss, last_loss, seconds, out));
 }
 
 }  // namespace verlpp::controller

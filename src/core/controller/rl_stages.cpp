@@ -24,7 +24,8 @@ namespace {
 
 // The prompt tokens of each row of a left-padded prompt batch.
 std::vector<std::vector<int64_t>> prompt_tokens(const Batch& prompts) {
-  at::Tensor ids = prompts.tensor("input_ids").cpu().contiguous(), mask = prompts.tensor("attention_mask").cpu().to(at::kLong).contiguous();
+  at::Tensor ids = prompts.tensor("input_ids").cpu().contiguous(),
+             mask = prompts.tensor("attention_mask").cpu().to(at::kLong).contiguous();
   const int64_t b = ids.size(0), t = ids.size(1);
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(b));
   const int64_t* ip = ids.data_ptr<int64_t>();
@@ -112,7 +113,8 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, b
   const int64_t local_total = (last - first) * n;
   std::vector<rollout::GenerateOutput> outputs;
   if (!requests.empty())
-    outputs = s.engine->generate(requests, [&](int64_t done, int64_t) { s.progress("gen", done * world, num_prompts * n); });
+    outputs =
+        s.engine->generate(requests, [&](int64_t done, int64_t) { s.progress("gen", done * world, num_prompts * n); });
   if (r.free_cache_engine) s.engine->sleep();  // the pool's memory goes back for training
 
   Samples local;
@@ -124,7 +126,8 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, b
                               prompts.column("uid")[size_t(first + out.request_index)].dump()),
                   out.error);
     const size_t row = local.responses.size();
-    for (size_t k = 0; k < out.logprobs.size(); ++k) local.logprobs[row * size_t(s.response_length) + k] = out.logprobs[k];
+    for (size_t k = 0; k < out.logprobs.size(); ++k)
+      local.logprobs[row * size_t(s.response_length) + k] = out.logprobs[k];
     local.responses.push_back(out.token_ids);
   }
   if (int64_t(local.responses.size()) != local_total)
@@ -133,8 +136,9 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, b
   Samples all = world > 1 ? gather_samples(s, std::move(local), begins, n) : std::move(local);
   const int64_t total = num_prompts * n;
   Batch batch = append_responses(prompts.repeat(n, /*interleave=*/true), all.responses, s.response_length, s.pad_id);
-  batch.set("rollout_log_probs",
-            at::from_blob(all.logprobs.data(), {total, s.response_length}, at::TensorOptions().dtype(at::kFloat)).clone());
+  batch.set(
+      "rollout_log_probs",
+      at::from_blob(all.logprobs.data(), {total, s.response_length}, at::TensorOptions().dtype(at::kFloat)).clone());
   // Collation happens on the host; the trainer's forwards run on the device.
   move_to(batch, s.device);
   return batch;
@@ -170,11 +174,11 @@ void compute_scores(RlTrainer::State& s, Batch& batch) {
 void compute_reference_log_prob(RlTrainer::State& s, Batch& batch) {
   at::NoGradGuard no_grad;
   batch.set("ref_log_prob", dispatch_rows(s, batch, [&](const Batch& rows) {
-              return train::response_log_probs(*s.ref_model, rows.tensor("input_ids"), rows.tensor("attention_mask"),
-                                               rows.tensor("position_ids"), s.response_length, s.actor->config().temperature,
-                                               false, s.actor->config().log_prob_chunk_rows, s.actor->config().remove_padding,
-                                               s.actor->config().kernels, train::LogitsInBackward::kKeep,
-                                               s.actor->config().rotate_qkv)
+              return train::response_log_probs(
+                         *s.ref_model, rows.tensor("input_ids"), rows.tensor("attention_mask"),
+                         rows.tensor("position_ids"), s.response_length, s.actor->config().temperature, false,
+                         s.actor->config().log_prob_chunk_rows, s.actor->config().remove_padding,
+                         s.actor->config().kernels, train::LogitsInBackward::kKeep, s.actor->config().rotate_qkv)
                   .log_probs;
             }));
 }
@@ -200,8 +204,8 @@ void apply_reward_kl(RlTrainer::State& s, Batch& batch, json& metrics) {
     return;
   }
   algo::KLRewardOutput kl = algo::apply_kl_penalty(batch.tensor("token_level_scores"), batch.tensor("old_log_probs"),
-                                                   batch.tensor("ref_log_prob"), batch.tensor("response_mask"), *s.kl_ctrl,
-                                                   s.settings.algorithm.kl_penalty);
+                                                   batch.tensor("ref_log_prob"), batch.tensor("response_mask"),
+                                                   *s.kl_ctrl, s.settings.algorithm.kl_penalty);
   batch.set("token_level_rewards", kl.token_level_rewards);
   metrics["actor/reward_kl_penalty"] = kl.current_kl;
   metrics["actor/reward_kl_penalty_coeff"] = kl.kl_coef;

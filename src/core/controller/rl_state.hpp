@@ -98,9 +98,8 @@ auto run_stage(RlTrainer::State& s, const std::string& name, nlohmann::json& met
   const std::string where = fmt::format("step {} {}", s.global_step + 1, name);
   if (s.group) s.group->set_stage(where);
   auto finish = [&] {
-    metrics["timing_s/" + name] =
-        metrics.value("timing_s/" + name, 0.0) +
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    metrics["timing_s/" + name] = metrics.value("timing_s/" + name, 0.0) +
+                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     metrics["memory/" + name + "_gib"] = resident_gib();
   };
   try {

@@ -116,9 +116,12 @@ StepOutput step_remax(RlTrainer::State& s) {
 
 StepOutput run_step(RlTrainer::State& s) {
   switch (s.family) {
-    case AlgorithmFamily::kWithCritic: return step_with_critic(s);
-    case AlgorithmFamily::kGreedyBaseline: return step_remax(s);
-    case AlgorithmFamily::kCriticFree: break;
+    case AlgorithmFamily::kWithCritic:
+      return step_with_critic(s);
+    case AlgorithmFamily::kGreedyBaseline:
+      return step_remax(s);
+    case AlgorithmFamily::kCriticFree:
+      break;
   }
   return step_critic_free(s);
 }
@@ -199,7 +202,8 @@ json RlTrainer::fit() {
     if (s.is_writer()) truncate_metrics(metrics_path, s.global_step);
     s.message(fmt::format("resumed from {} (step {} of {})", *resume_from, s.global_step, s.total_steps));
     if (s.global_step >= s.total_steps)
-      s.message(fmt::format("the run in {} is already complete; trainer.resume_mode=disable starts it over", s.run_dir));
+      s.message(
+          fmt::format("the run in {} is already complete; trainer.resume_mode=disable starts it over", s.run_dir));
   } else {
     if (s.is_writer()) files::remove_file(metrics_path);
     try {

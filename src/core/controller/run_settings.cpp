@@ -16,10 +16,14 @@ using json = nlohmann::json;
 
 template <class T>
 const char* kind() {
-  if constexpr (std::is_same_v<T, bool>) return "a boolean";
-  else if constexpr (std::is_integral_v<T>) return "an integer";
-  else if constexpr (std::is_floating_point_v<T>) return "a number";
-  else return "a string";
+  if constexpr (std::is_same_v<T, bool>)
+    return "a boolean";
+  else if constexpr (std::is_integral_v<T>)
+    return "an integer";
+  else if constexpr (std::is_floating_point_v<T>)
+    return "a number";
+  else
+    return "a string";
 }
 
 // The value at `key` as T; Error naming the key and the value when it is not one (e.g. null).
@@ -79,7 +83,8 @@ OptimSettings optim_at(const Config& c, const std::string& optim, const std::str
   o.beta2 = betas[1];
   o.grad_clip = read<double>(c, grad_clip_key);
   const json& section = c.at(optim);
-  if (section.contains("min_lr_ratio")) o.min_lr_ratio = read_optional<double>(c, optim + ".min_lr_ratio").value_or(0.0);
+  if (section.contains("min_lr_ratio"))
+    o.min_lr_ratio = read_optional<double>(c, optim + ".min_lr_ratio").value_or(0.0);
   if (section.contains("lr_warmup_steps")) o.lr_warmup_steps = read<int64_t>(c, optim + ".lr_warmup_steps");
   if (section.contains("num_cycles")) o.num_cycles = read<double>(c, optim + ".num_cycles");
   if (section.contains("total_training_steps"))
@@ -93,8 +98,9 @@ PrecisionSettings precision_at(const Config& c, const std::string& fsdp_config) 
   for (const char* key : {".reduce_dtype", ".buffer_dtype"}) {
     const std::string name = read<std::string>(c, m + key);
     if (dtype_at(c, m + key) != at::kFloat)
-      throw Error(m + key, fmt::format("'{}': verlpp keeps gradients and master weights in fp32 (only fp32 is supported)",
-                                       name));
+      throw Error(
+          m + key,
+          fmt::format("'{}': verlpp keeps gradients and master weights in fp32 (only fp32 is supported)", name));
   }
   PrecisionSettings p;
   if (!c.is_null(m + ".param_dtype")) p.param_dtype = dtype_at(c, m + ".param_dtype");
@@ -260,10 +266,13 @@ PathSettings paths_at(const Config& c) {
   PathSettings s;
   const std::string fused = "verlpp.model.fused_training_projections";
   const json& f = c.at(fused);
-  if (f.is_null()) s.forward.training_projections = model::TrainingProjections::kAuto;
-  else if (f.is_boolean()) s.forward.training_projections = f.get<bool>() ? model::TrainingProjections::kFused
-                                                                          : model::TrainingProjections::kSplit;
-  else throw Error(fused, fmt::format("{} is not true, false or null (null: fused on accelerators only)", f.dump()));
+  if (f.is_null())
+    s.forward.training_projections = model::TrainingProjections::kAuto;
+  else if (f.is_boolean())
+    s.forward.training_projections =
+        f.get<bool>() ? model::TrainingProjections::kFused : model::TrainingProjections::kSplit;
+  else
+    throw Error(fused, fmt::format("{} is not true, false or null (null: fused on accelerators only)", f.dump()));
   s.forward.attention.sdpa_gqa = read<bool>(c, "verlpp.model.sdpa_gqa");
   s.device_graphs = read<bool>(c, "verlpp.rollout.device_graphs");
   s.decode_overlap = read<bool>(c, "verlpp.rollout.decode_overlap");

@@ -40,12 +40,23 @@ std::string escape(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -68,7 +79,10 @@ std::vector<double> nice_ticks(double lo, double hi, int target, double min_step
   const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
   double step = magnitude * 10;
   for (double m : {1.0, 2.0, 5.0, 10.0})
-    if (m * magnitude >= raw) { step = m * magnitude; break; }
+    if (m * magnitude >= raw) {
+      step = m * magnitude;
+      break;
+    }
   step = std::max(step, min_step);
   const double first = std::floor(lo / step), last = std::ceil(hi / step);
   std::vector<double> ticks;
@@ -125,7 +139,8 @@ std::string render(const LineChart& chart) {
       "<line class=\"axis\" stroke=\"#444\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\"/>"
       "<line class=\"axis\" stroke=\"#444\" x1=\"{0}\" y1=\"{3}\" x2=\"{0}\" y2=\"{1}\"/>\n"
       "<text class=\"axis-label\" font-size=\"12\" x=\"{4}\" y=\"{5}\" text-anchor=\"middle\">{6}</text>\n"
-      "<text class=\"axis-label\" font-size=\"12\" transform=\"translate(16 {7}) rotate(-90)\" text-anchor=\"middle\">{8}</text>\n",
+      "<text class=\"axis-label\" font-size=\"12\" transform=\"translate(16 {7}) rotate(-90)\" "
+      "text-anchor=\"middle\">{8}</text>\n",
       px(kLeft), px(bottom), px(kLeft + kPlotW), px(kTop), px(kLeft + kPlotW / 2), px(bottom + 40),
       escape(chart.x_label), px(kTop + kPlotH / 2), escape(chart.y_label));
 
@@ -137,18 +152,23 @@ std::string render(const LineChart& chart) {
     size_t num_finite = 0;
     for (size_t i = 0; i < n; ++i) num_finite += finite_point(s, i);
     for (size_t i = 0; i < n;) {
-      if (!finite_point(s, i)) { ++i; continue; }
+      if (!finite_point(s, i)) {
+        ++i;
+        continue;
+      }
       std::vector<std::string> points;
       size_t j = i;
       for (; j < n && finite_point(s, j); ++j) points.push_back(px(map_x(s.x[j])) + "," + px(map_y(s.y[j])));
       std::string joined;
       for (const auto& p : points) joined += (joined.empty() ? "" : " ") + p;
-      out += fmt::format("<polyline class=\"series\" data-series=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>\n",
-                         escape(s.label), colour, joined);
+      out += fmt::format(
+          "<polyline class=\"series\" data-series=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" "
+          "points=\"{}\"/>\n",
+          escape(s.label), colour, joined);
       if (j - i == 1 || num_finite <= kMaxDotted)
         for (size_t d = i; d < j; ++d)
-          out += fmt::format("<circle class=\"dot\" cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"{}\"/>\n",
-                             px(map_x(s.x[d])), px(map_y(s.y[d])), colour);
+          out += fmt::format("<circle class=\"dot\" cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"{}\"/>\n", px(map_x(s.x[d])),
+                             px(map_y(s.y[d])), colour);
       i = j;
     }
     // Legend entry.
@@ -194,7 +214,8 @@ std::string render(const BarChart& chart) {
   out += fmt::format(
       "<line class=\"axis\" stroke=\"#444\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>"
       "<text class=\"axis-label\" font-size=\"12\" x=\"{3}\" y=\"{4}\" text-anchor=\"middle\">{5}</text>\n",
-      px(kBarLabelW), px(kBarTop), px(bottom), px(kBarLabelW + kBarPlotW / 2), px(bottom + 36), escape(chart.value_label));
+      px(kBarLabelW), px(kBarTop), px(bottom), px(kBarLabelW + kBarPlotW / 2), px(bottom + 36),
+      escape(chart.value_label));
   for (size_t c = 0; c < chart.categories.size(); ++c) {
     const double y0 = kBarTop + group_h * double(c) + kBarGap / 2;
     out += fmt::format("<text class=\"tick\" font-size=\"11\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n",
@@ -216,9 +237,10 @@ std::string render(const BarChart& chart) {
     }
   }
   if (std::isfinite(chart.reference))
-    out += fmt::format("<line class=\"reference\" stroke=\"#444\" stroke-dasharray=\"4 3\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" "
-                       "y2=\"{2}\"/>\n",
-                       px(map_x(chart.reference)), px(kBarTop), px(bottom));
+    out += fmt::format(
+        "<line class=\"reference\" stroke=\"#444\" stroke-dasharray=\"4 3\" x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" "
+        "y2=\"{2}\"/>\n",
+        px(map_x(chart.reference)), px(kBarTop), px(bottom));
   const double legend_x = kBarLabelW + kBarPlotW + 24;
   for (size_t s = 0; s < chart.series.size(); ++s)
     out += fmt::format(

@@ -28,9 +28,9 @@ struct LineChart {
 // A non-finite value draws no bar but a note (`missing_note`, e.g. "skipped").
 struct BarChart {
   std::string title, value_label;
-  std::vector<std::string> series;                       // legend, in colour order
-  std::vector<std::string> categories;                   // one group of bars each, top to bottom
-  std::vector<std::vector<double>> values;               // [category][series]
+  std::vector<std::string> series;          // legend, in colour order
+  std::vector<std::string> categories;      // one group of bars each, top to bottom
+  std::vector<std::vector<double>> values;  // [category][series]
   std::string missing_note = "n/a";
   double reference = std::numeric_limits<double>::quiet_NaN();  // a dashed line at this value, if finite
 };

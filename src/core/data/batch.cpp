@@ -128,7 +128,8 @@ std::vector<Batch> Batch::chunk(int64_t chunks) const {
 std::vector<Batch> Batch::split(int64_t rows_per_part) const {
   if (rows_per_part < 1) throw Error("Batch::split", fmt::format("rows_per_part = {} must be >= 1", rows_per_part));
   std::vector<Batch> parts;
-  for (int64_t begin = 0; begin < size_; begin += rows_per_part) parts.push_back(slice(begin, std::min(size_, begin + rows_per_part)));
+  for (int64_t begin = 0; begin < size_; begin += rows_per_part)
+    parts.push_back(slice(begin, std::min(size_, begin + rows_per_part)));
   return parts;
 }
 

@@ -11,7 +11,8 @@ Communicator Communicator::create(const Device& device, std::shared_ptr<KvStore>
   const Plugin& plugin = device.plugin();
   plugin.require_slot(reinterpret_cast<const void*>(plugin.api().comm_create), "comm_create");
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size)
-    throw Error("Communicator::create", fmt::format("rank {} is outside a world of {}", options.rank, options.world_size));
+    throw Error("Communicator::create",
+                fmt::format("rank {} is outside a world of {}", options.rank, options.world_size));
   if (!store && options.world_size > 1)
     throw Error("Communicator::create", "a key-value store is required for more than one rank");
   if (!store) store = make_memory_store();
@@ -28,8 +29,8 @@ Communicator Communicator::create(const Device& device, std::shared_ptr<KvStore>
   return Communicator(plugin, handle, std::move(store), options.rank, options.world_size);
 }
 
-Communicator::Communicator(const Plugin& plugin, verlpp_comm handle, std::shared_ptr<KvStore> store,
-                           int32_t rank, int32_t world_size)
+Communicator::Communicator(const Plugin& plugin, verlpp_comm handle, std::shared_ptr<KvStore> store, int32_t rank,
+                           int32_t world_size)
     : plugin_(&plugin), handle_(handle), store_(std::move(store)), rank_(rank), world_size_(world_size) {}
 
 Communicator::Communicator(Communicator&& o) noexcept
@@ -47,12 +48,15 @@ Communicator::~Communicator() {
 void Communicator::all_reduce(const DLTensor& send, DLTensor& recv, ReduceOp op, const Stream* s) const {
   plugin_->check(plugin_->api().comm_all_reduce(handle_, &send, &recv, int32_t(op), handle_of(s)), "comm_all_reduce");
 }
-void Communicator::all_reduce(DLTensor& buffer, ReduceOp op, const Stream* s) const { all_reduce(buffer, buffer, op, s); }
+void Communicator::all_reduce(DLTensor& buffer, ReduceOp op, const Stream* s) const {
+  all_reduce(buffer, buffer, op, s);
+}
 void Communicator::all_gather(const DLTensor& send, DLTensor& recv, const Stream* s) const {
   plugin_->check(plugin_->api().comm_all_gather(handle_, &send, &recv, handle_of(s)), "comm_all_gather");
 }
 void Communicator::reduce_scatter(const DLTensor& send, DLTensor& recv, ReduceOp op, const Stream* s) const {
-  plugin_->check(plugin_->api().comm_reduce_scatter(handle_, &send, &recv, int32_t(op), handle_of(s)), "comm_reduce_scatter");
+  plugin_->check(plugin_->api().comm_reduce_scatter(handle_, &send, &recv, int32_t(op), handle_of(s)),
+                 "comm_reduce_scatter");
 }
 void Communicator::broadcast(DLTensor& buffer, int32_t root, const Stream* s) const {
   plugin_->check(plugin_->api().comm_broadcast(handle_, &buffer, root, handle_of(s)), "comm_broadcast");

@@ -10,15 +10,14 @@
 namespace verlpp::hw {
 
 std::string capability_names(uint64_t caps) {
-  static const std::pair<uint64_t, const char*> names[] = {
-      {VERLPP_DEVICE_CAP_PINNED_HOST_MEMORY, "pinned_host_memory"},
-      {VERLPP_DEVICE_CAP_ASYNC_STREAMS, "async_streams"},
-      {VERLPP_DEVICE_CAP_EVENT_TIMING, "event_timing"},
-      {VERLPP_DEVICE_CAP_COMMUNICATOR, "communicator"},
-      {VERLPP_DEVICE_CAP_BF16, "bf16"},
-      {VERLPP_DEVICE_CAP_FP16, "fp16"},
-      {VERLPP_DEVICE_CAP_HOST_ADDRESSABLE, "host_addressable"},
-      {VERLPP_DEVICE_CAP_PEER_ACCESS, "peer_access"}};
+  static const std::pair<uint64_t, const char*> names[] = {{VERLPP_DEVICE_CAP_PINNED_HOST_MEMORY, "pinned_host_memory"},
+                                                           {VERLPP_DEVICE_CAP_ASYNC_STREAMS, "async_streams"},
+                                                           {VERLPP_DEVICE_CAP_EVENT_TIMING, "event_timing"},
+                                                           {VERLPP_DEVICE_CAP_COMMUNICATOR, "communicator"},
+                                                           {VERLPP_DEVICE_CAP_BF16, "bf16"},
+                                                           {VERLPP_DEVICE_CAP_FP16, "fp16"},
+                                                           {VERLPP_DEVICE_CAP_HOST_ADDRESSABLE, "host_addressable"},
+                                                           {VERLPP_DEVICE_CAP_PEER_ACCESS, "peer_access"}};
   std::string out;
   for (const auto& [bit, name] : names)
     if (caps & bit) out += (out.empty() ? "" : ",") + std::string(name);
@@ -29,9 +28,7 @@ std::string capability_names(uint64_t caps) {
 
 Stream::Stream(const Plugin& plugin, verlpp_stream handle, bool owned)
     : plugin_(&plugin), handle_(handle), owned_(owned) {}
-Stream::Stream(Stream&& o) noexcept : plugin_(o.plugin_), handle_(o.handle_), owned_(o.owned_) {
-  o.owned_ = false;
-}
+Stream::Stream(Stream&& o) noexcept : plugin_(o.plugin_), handle_(o.handle_), owned_(o.owned_) { o.owned_ = false; }
 Stream& Stream::operator=(Stream&& o) noexcept {
   std::swap(plugin_, o.plugin_);
   std::swap(handle_, o.handle_);
@@ -71,9 +68,7 @@ Event::~Event() {
 void Event::record(const Stream& stream) const {
   plugin_->check(plugin_->api().event_record(handle_, stream.handle()), "event_record");
 }
-void Event::synchronize() const {
-  plugin_->check(plugin_->api().event_synchronize(handle_), "event_synchronize");
-}
+void Event::synchronize() const { plugin_->check(plugin_->api().event_synchronize(handle_), "event_synchronize"); }
 bool Event::is_complete() const {
   int32_t done = 0;
   plugin_->check(plugin_->api().event_query(handle_, &done), "event_query");
@@ -197,8 +192,7 @@ DeviceBuffer Device::allocate(size_t bytes, size_t alignment) const {
 
 PinnedBuffer Device::allocate_pinned(size_t bytes) const { return PinnedBuffer(*plugin_, bytes); }
 
-void Device::copy(void* dst, const void* src, size_t bytes, verlpp_copy_kind kind,
-                  const Stream* stream) const {
+void Device::copy(void* dst, const void* src, size_t bytes, verlpp_copy_kind kind, const Stream* stream) const {
   plugin_->check(plugin_->api().memcpy_async(dst, src, bytes, kind, stream ? stream->handle() : nullptr),
                  "memcpy_async");
 }
@@ -209,8 +203,7 @@ void Device::fill(void* dst, int byte_value, size_t bytes, const Stream* stream)
                  "memset_async");
 }
 
-void Device::copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_copy_kind kind,
-                         const Stream* stream) const {
+void Device::copy_tensor(const DLTensor& src, DLTensor& dst, verlpp_copy_kind kind, const Stream* stream) const {
   if (plugin_->api().tensor_copy != nullptr) {
     plugin_->check(plugin_->api().tensor_copy(&src, &dst, stream ? stream->handle() : nullptr), "tensor_copy");
     return;

@@ -20,8 +20,9 @@
 #endif
 // Reading a captured graph's edges needs CUDAGraph(keep_graph), raw_cuda_graph() and
 // instantiate() (LibTorch 2.6+) and edge data (CUDA 12.3+: cudaGraphGetEdges_v2, plain from 13).
-#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)) && \
-    defined(CUDART_VERSION) && CUDART_VERSION >= 12030
+#if defined(TORCH_VERSION_MAJOR) &&                                                                                   \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)) && defined(CUDART_VERSION) && \
+    CUDART_VERSION >= 12030
 #define VERLPP_GRAPH_EDGE_DATA 1
 #if CUDART_VERSION >= 13000
 #define VERLPP_GRAPH_GET_EDGES cudaGraphGetEdges
@@ -185,7 +186,9 @@ std::string DeviceGraphs::unavailable_reason(const c10::Device& device) {
   return "this verlpp was built against a LibTorch without CUDA, so nothing can be captured on " + device.str();
 }
 
-DeviceGraphs::DeviceGraphs(const c10::Device& device) { VERLPP_FAIL_AT("DeviceGraphs", "{}", unavailable_reason(device)); }
+DeviceGraphs::DeviceGraphs(const c10::Device& device) {
+  VERLPP_FAIL_AT("DeviceGraphs", "{}", unavailable_reason(device));
+}
 void DeviceGraphs::capture(int64_t key, const std::function<void()>&) {
   VERLPP_FAIL_AT("DeviceGraphs", "cannot capture graph {}: no CUDA LibTorch", key);
 }

@@ -16,16 +16,25 @@ inline DLTensor dl_view(const at::Tensor& t, bool as_unsigned = false) {
   DLTensor d{};
   d.data = t.data_ptr();
   switch (t.device().type()) {
-    case c10::DeviceType::CPU: d.device = {kDLCPU, 0}; break;
-    case c10::DeviceType::CUDA: d.device = {kDLCUDA, t.device().index()}; break;
-    case c10::DeviceType::HIP: d.device = {kDLROCM, t.device().index()}; break;
-    default: VERLPP_FAIL_AT("dl_view", "no DLPack device type for torch device {}", t.device().str());
+    case c10::DeviceType::CPU:
+      d.device = {kDLCPU, 0};
+      break;
+    case c10::DeviceType::CUDA:
+      d.device = {kDLCUDA, t.device().index()};
+      break;
+    case c10::DeviceType::HIP:
+      d.device = {kDLROCM, t.device().index()};
+      break;
+    default:
+      VERLPP_FAIL_AT("dl_view", "no DLPack device type for torch device {}", t.device().str());
   }
   d.ndim = int32_t(t.dim());
   const auto st = t.scalar_type();
   uint8_t code = kDLFloat;
-  if (st == at::kLong || st == at::kInt) code = as_unsigned ? uint8_t(kDLUInt) : uint8_t(kDLInt);
-  else if (st == at::kBFloat16) code = kDLBfloat;
+  if (st == at::kLong || st == at::kInt)
+    code = as_unsigned ? uint8_t(kDLUInt) : uint8_t(kDLInt);
+  else if (st == at::kBFloat16)
+    code = kDLBfloat;
   else if (st != at::kFloat && st != at::kHalf && st != at::kDouble)
     VERLPP_FAIL_AT("dl_view", "unsupported dtype {}", c10::toString(st));
   d.dtype = {code, uint8_t(t.element_size() * 8), 1};

@@ -68,8 +68,7 @@ verlpp_stream Kernels::native_stream(int32_t device, void* native_handle) const 
                                        e->message != nullptr ? e->message : "(no message)"));
     plugin_->api().error_free(e);
     wrapper = nullptr;
-  }
-  else {
+  } else {
     log(LogLevel::debug, fmt::format("plugin {}: kernels on device {} run on the native stream {} (wrapped)",
                                      plugin_->display_name(), device, native_handle));
   }

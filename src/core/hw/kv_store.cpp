@@ -58,7 +58,8 @@ class MemoryStore : public KvStore {
   std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key) != 0; }))
-      throw Error("key-value store", fmt::format("timeout: key '{}' did not appear within {} ms", key, timeout.count()));
+      throw Error("key-value store",
+                  fmt::format("timeout: key '{}' did not appear within {} ms", key, timeout.count()));
     return values_[key];
   }
   int64_t add(const std::string& key, int64_t delta) override {

@@ -5,30 +5,37 @@ namespace verlpp::hw {
 
 const char* status_name(int32_t code) {
   switch (code) {
-    case VERLPP_STATUS_OK: return "OK";
-    case VERLPP_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case VERLPP_STATUS_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
-    case VERLPP_STATUS_UNSUPPORTED: return "UNSUPPORTED";
-    case VERLPP_STATUS_DEVICE_ERROR: return "DEVICE_ERROR";
-    case VERLPP_STATUS_COMM_ERROR: return "COMM_ERROR";
-    case VERLPP_STATUS_TIMEOUT: return "TIMEOUT";
-    case VERLPP_STATUS_NOT_INITIALIZED: return "NOT_INITIALIZED";
-    default: return "INTERNAL";
+    case VERLPP_STATUS_OK:
+      return "OK";
+    case VERLPP_STATUS_INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case VERLPP_STATUS_OUT_OF_MEMORY:
+      return "OUT_OF_MEMORY";
+    case VERLPP_STATUS_UNSUPPORTED:
+      return "UNSUPPORTED";
+    case VERLPP_STATUS_DEVICE_ERROR:
+      return "DEVICE_ERROR";
+    case VERLPP_STATUS_COMM_ERROR:
+      return "COMM_ERROR";
+    case VERLPP_STATUS_TIMEOUT:
+      return "TIMEOUT";
+    case VERLPP_STATUS_NOT_INITIALIZED:
+      return "NOT_INITIALIZED";
+    default:
+      return "INTERNAL";
   }
 }
 
 PluginCallError::PluginCallError(const std::string& plugin, const std::string& call, int32_t code,
                                  const std::string& message)
-    : Error(fmt::format("plugin {}: {}", plugin, call),
-            fmt::format("{} ({})", message, status_name(code))),
+    : Error(fmt::format("plugin {}: {}", plugin, call), fmt::format("{} ({})", message, status_name(code))),
       code_(code) {}
 
 namespace {
 std::string safe(const char* s) { return s == nullptr ? std::string() : std::string(s); }
 }  // namespace
 
-Plugin::Plugin(std::string path, int32_t score, const verlpp_plugin_api& table,
-               size_t plugin_table_size)
+Plugin::Plugin(std::string path, int32_t score, const verlpp_plugin_api& table, size_t plugin_table_size)
     : path_(std::move(path)),
       name_(safe(table.name)),
       variant_(safe(table.variant)),
@@ -40,9 +47,7 @@ Plugin::Plugin(std::string path, int32_t score, const verlpp_plugin_api& table,
   if (torch_device_type_.empty()) torch_device_type_ = "cpu";
 }
 
-std::string Plugin::display_name() const {
-  return variant_.empty() ? name_ : name_ + "-" + variant_;
-}
+std::string Plugin::display_name() const { return variant_.empty() ? name_ : name_ + "-" + variant_; }
 
 void Plugin::check(verlpp_error* error, const char* call) const {
   if (error == nullptr) return;

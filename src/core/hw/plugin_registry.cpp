@@ -43,8 +43,8 @@ struct Candidate {
 };
 
 void host_log(void*, int32_t level, const char* plugin, const char* message) {
-  LogLevel l = level <= VERLPP_LOG_DEBUG ? LogLevel::debug
-               : level == VERLPP_LOG_INFO ? LogLevel::info
+  LogLevel l = level <= VERLPP_LOG_DEBUG     ? LogLevel::debug
+               : level == VERLPP_LOG_INFO    ? LogLevel::info
                : level == VERLPP_LOG_WARNING ? LogLevel::warning
                                              : LogLevel::error;
   log(l, fmt::format("plugin {}: {}", plugin ? plugin : "?", message ? message : ""));
@@ -65,9 +65,8 @@ const verlpp_host_api& host_api() {
 
 bool valid_name(const std::string& name) {
   if (name.empty()) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-  });
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -77,8 +76,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 // "cuda-sm90" from "libverlpp-plugin-cuda-sm90.so"; empty when the file name does not match.
 std::string stem_of(const std::string& file_name) {
   std::string prefix = kPrefix;
-  if (file_name.size() <= prefix.size() + 3 || file_name.rfind(prefix, 0) != 0 ||
-      !ends_with(file_name, kSuffix))
+  if (file_name.size() <= prefix.size() + 3 || file_name.rfind(prefix, 0) != 0 || !ends_with(file_name, kSuffix))
     return {};
   return file_name.substr(prefix.size(), file_name.size() - prefix.size() - 3);
 }
@@ -86,7 +84,9 @@ std::string stem_of(const std::string& file_name) {
 // Names of required slots that are NULL in `t`.
 std::vector<std::string> missing_required(const verlpp_plugin_api& t) {
   std::vector<std::string> missing;
-  auto need = [&](const void* slot, const char* name) { if (slot == nullptr) missing.push_back(name); };
+  auto need = [&](const void* slot, const char* name) {
+    if (slot == nullptr) missing.push_back(name);
+  };
   need(reinterpret_cast<const void*>(t.init), "init");
   need(reinterpret_cast<const void*>(t.error_free), "error_free");
   need(reinterpret_cast<const void*>(t.device_count), "device_count");
@@ -124,11 +124,9 @@ std::string inspect(Candidate& c, const DiscoveryOptions& options) {
   if (!lib.has(VERLPP_PLUGIN_PROBE_SYMBOL) || !lib.has(VERLPP_PLUGIN_GET_API_SYMBOL)) {
     for (int major = 2; major <= 9; ++major)
       if (lib.has(fmt::format("verlpp_plugin_get_api_v{}", major)))
-        return fmt::format("built for plugin ABI major {}; this host speaks major {}", major,
-                           VERLPP_PLUGIN_ABI_MAJOR);
+        return fmt::format("built for plugin ABI major {}; this host speaks major {}", major, VERLPP_PLUGIN_ABI_MAJOR);
     return fmt::format("has no symbol {} (not a verlpp plugin of ABI major {})",
-                       lib.has(VERLPP_PLUGIN_PROBE_SYMBOL) ? VERLPP_PLUGIN_GET_API_SYMBOL
-                                                           : VERLPP_PLUGIN_PROBE_SYMBOL,
+                       lib.has(VERLPP_PLUGIN_PROBE_SYMBOL) ? VERLPP_PLUGIN_GET_API_SYMBOL : VERLPP_PLUGIN_PROBE_SYMBOL,
                        VERLPP_PLUGIN_ABI_MAJOR);
   }
   auto probe = lib.get<int32_t(char*, size_t)>(VERLPP_PLUGIN_PROBE_SYMBOL);
@@ -167,12 +165,10 @@ std::string inspect(Candidate& c, const DiscoveryOptions& options) {
   std::string stem = stem_of(fs::path(c.path).filename().string());
   std::string expected = c.variant.empty() ? c.name : c.name + "-" + c.variant;
   if (!stem.empty() && stem != expected)
-    return fmt::format("declares name '{}' variant '{}', but its file name says '{}'", c.name,
-                       c.variant, stem);
+    return fmt::format("declares name '{}' variant '{}', but its file name says '{}'", c.name, c.variant, stem);
   auto missing = missing_required(c.table);
   if (!missing.empty())
-    return fmt::format("lacks required function(s) {} (table of {} bytes)", join(missing, ", "),
-                       c.table_size);
+    return fmt::format("lacks required function(s) {} (table of {} bytes)", join(missing, ", "), c.table_size);
   return {};
 }
 
@@ -229,13 +225,13 @@ Plugin load_requested(const std::string& label, const std::vector<std::string>& 
     auto c = std::make_unique<Candidate>();
     c->path = canonical(path);
     std::string why = inspect(*c, options);
-    if (why.empty()) ok.push_back(std::move(c));
-    else failures.push_back(fmt::format("{}: {}", c->path, why));
+    if (why.empty())
+      ok.push_back(std::move(c));
+    else
+      failures.push_back(fmt::format("{}: {}", c->path, why));
   }
-  if (ok.empty())
-    throw Error(label, fmt::format("the requested plugin cannot be loaded: {}", join(failures, "; ")));
-  auto best = std::max_element(ok.begin(), ok.end(),
-                               [](const auto& a, const auto& b) { return a->score < b->score; });
+  if (ok.empty()) throw Error(label, fmt::format("the requested plugin cannot be loaded: {}", join(failures, "; ")));
+  auto best = std::max_element(ok.begin(), ok.end(), [](const auto& a, const auto& b) { return a->score < b->score; });
   std::string why = initialise(**best);
   if (!why.empty()) throw Error((*best)->path, "the requested plugin cannot be loaded: " + why);
   return adopt(**best);
@@ -292,20 +288,18 @@ DiscoveryResult discover_plugins(const DiscoveryOptions& options) {
       std::vector<std::string> paths;
       if (is_path) {
         std::error_code ec;
-        if (!fs::exists(item, ec))
-          throw Error("VERL_HARDWARE_PLUGIN=" + item, "no such file: " + item);
+        if (!fs::exists(item, ec)) throw Error("VERL_HARDWARE_PLUGIN=" + item, "no such file: " + item);
         paths.push_back(item);
       } else {
         if (!valid_name(item))
           throw Error("VERL_HARDWARE_PLUGIN=" + item,
                       "'" + item + "' is neither a path nor a plugin name ([a-z0-9_]+)");
-        paths = scan(result.searched_dirs, [&](const std::string& stem) {
-          return stem == item || stem.rfind(item + "-", 0) == 0;
-        });
+        paths = scan(result.searched_dirs,
+                     [&](const std::string& stem) { return stem == item || stem.rfind(item + "-", 0) == 0; });
         if (paths.empty())
           throw Error("VERL_HARDWARE_PLUGIN=" + item,
-                      fmt::format("no plugin named '{}' (looked for {}{}.so and {}{}-*.so in {})", item,
-                                  kPrefix, item, kPrefix, item, describe(result.searched_dirs)));
+                      fmt::format("no plugin named '{}' (looked for {}{}.so and {}{}-*.so in {})", item, kPrefix, item,
+                                  kPrefix, item, describe(result.searched_dirs)));
       }
       Plugin p = load_requested("VERL_HARDWARE_PLUGIN=" + item, paths, options);
       if (!names_loaded.insert(p.name()).second) {
@@ -334,7 +328,8 @@ DiscoveryResult discover_plugins(const DiscoveryOptions& options) {
     auto key = std::make_pair(c->name, c->variant);
     auto [it, fresh] = first_of.emplace(key, c->path);
     if (!fresh) {
-      result.rejected.push_back({c->path, c->name, "duplicate of " + it->second + " (same name and variant; the first found wins)"});
+      result.rejected.push_back(
+          {c->path, c->name, "duplicate of " + it->second + " (same name and variant; the first found wins)"});
       continue;
     }
     ok.push_back(std::move(c));
@@ -349,8 +344,8 @@ DiscoveryResult discover_plugins(const DiscoveryOptions& options) {
     Candidate* winner = best[c->name];
     if (winner != c.get()) {
       result.rejected.push_back({c->path, c->name,
-                                 fmt::format("variant '{}' (score {}) lost to '{}' (score {})", c->variant,
-                                             c->score, winner->variant, winner->score)});
+                                 fmt::format("variant '{}' (score {}) lost to '{}' (score {})", c->variant, c->score,
+                                             winner->variant, winner->score)});
       continue;
     }
     std::string why = initialise(*c);

@@ -182,8 +182,9 @@ std::string probe_peers(const WorldInfo& world_, const ProcessGroupOptions& opti
     for (const auto& s : stopped) list += (list.empty() ? "" : ", ") + s;
     return fmt::format("; stopped responding (no heartbeat for {} ms): {}", (options_.heartbeat * 4).count(), list);
   } catch (const std::exception& e) {
-    return fmt::format("; the rendezvous store at {}:{} failed while checking the other ranks ({}): rank 0 has probably stopped",
-                       world_.master_addr, world_.master_port, e.what());
+    return fmt::format(
+        "; the rendezvous store at {}:{} failed while checking the other ranks ({}): rank 0 has probably stopped",
+        world_.master_addr, world_.master_port, e.what());
   }
 }
 
@@ -215,9 +216,11 @@ std::string ProcessGroup::diagnose_peers() const {
   std::unique_lock<std::mutex> lock(result->mutex);
   if (result->done.wait_for(lock, deadline, [&] { return result->finished; })) return result->text;
   impl_->store_wedged = true;
-  return fmt::format("; the rendezvous store at {}:{} did not answer within {} ms while checking the other ranks "
-                     "(a rank stopped in the middle of a store request holds rank 0's store; which ranks stopped "
-                     "is unknown)", world_.master_addr, world_.master_port, deadline.count());
+  return fmt::format(
+      "; the rendezvous store at {}:{} did not answer within {} ms while checking the other ranks "
+      "(a rank stopped in the middle of a store request holds rank 0's store; which ranks stopped "
+      "is unknown)",
+      world_.master_addr, world_.master_port, deadline.count());
 }
 
 template <class F>

@@ -20,7 +20,8 @@ class TcpStore : public KvStore {
     try {
       store_ = c10::make_intrusive<c10d::TCPStore>(o.host, opts);
     } catch (const std::exception& e) {
-      throw Error(where_, fmt::format("cannot {} the rendezvous store: {}", o.is_server ? "start" : "connect to", e.what()));
+      throw Error(where_,
+                  fmt::format("cannot {} the rendezvous store: {}", o.is_server ? "start" : "connect to", e.what()));
     }
     where_ = fmt::format("TCP store {}:{}", o.host, store_->getPort());
   }
@@ -31,7 +32,8 @@ class TcpStore : public KvStore {
     try {
       store_->wait({key}, timeout);
     } catch (const std::exception& e) {
-      throw Error(where_, fmt::format("timeout: key '{}' did not appear within {} ms ({})", key, timeout.count(), e.what()));
+      throw Error(where_,
+                  fmt::format("timeout: key '{}' did not appear within {} ms ({})", key, timeout.count(), e.what()));
     }
     return store_->get(key);
   }
@@ -47,9 +49,7 @@ class TcpStore : public KvStore {
 
 }  // namespace
 
-std::shared_ptr<KvStore> make_tcp_store(const TcpStoreOptions& options) {
-  return std::make_shared<TcpStore>(options);
-}
+std::shared_ptr<KvStore> make_tcp_store(const TcpStoreOptions& options) { return std::make_shared<TcpStore>(options); }
 
 uint16_t tcp_store_port(const KvStore& store) {
   auto* tcp = dynamic_cast<const TcpStore*>(&store);

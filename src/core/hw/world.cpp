@@ -45,7 +45,8 @@ WorldInfo world_from_environment(const Getenv& getenv_fn) {
   const char* size_var = "WORLD_SIZE";
   if (env("RANK") != nullptr || env("WORLD_SIZE") != nullptr) {
     if (env("RANK") == nullptr || env("WORLD_SIZE") == nullptr)
-      throw Error(env("RANK") ? "WORLD_SIZE" : "RANK", "torchrun-style launch: RANK and WORLD_SIZE must be set together");
+      throw Error(env("RANK") ? "WORLD_SIZE" : "RANK",
+                  "torchrun-style launch: RANK and WORLD_SIZE must be set together");
     w.launcher = "torchrun";
     w.rank = int32_t(int_var(env, "RANK", 0));
     w.world_size = int32_t(int_var(env, "WORLD_SIZE", 1));
@@ -75,10 +76,11 @@ WorldInfo world_from_environment(const Getenv& getenv_fn) {
   if (w.rank >= w.world_size)
     throw Error(rank_var, fmt::format("rank {} is outside a world of {} ranks ({})", w.rank, w.world_size, size_var));
   if (w.local_world_size < 1 || w.local_rank >= w.local_world_size)
-    throw Error("LOCAL_RANK", fmt::format("local rank {} is outside {} ranks on this machine", w.local_rank, w.local_world_size));
+    throw Error("LOCAL_RANK",
+                fmt::format("local rank {} is outside {} ranks on this machine", w.local_rank, w.local_world_size));
   if (w.world_size % w.local_world_size != 0)
-    throw Error("LOCAL_WORLD_SIZE", fmt::format("{} ranks per machine do not divide the world of {}", w.local_world_size,
-                                                w.world_size));
+    throw Error("LOCAL_WORLD_SIZE",
+                fmt::format("{} ranks per machine do not divide the world of {}", w.local_world_size, w.world_size));
   w.master_addr = str_var(env, "MASTER_ADDR", w.master_addr);
   const int64_t port = int_var(env, "MASTER_PORT", w.master_port);
   if (port < 1 || port > 65535) throw Error("MASTER_PORT", fmt::format("{} is not a TCP port", port));

@@ -107,7 +107,8 @@ ChatTemplate ChatTemplate::builtin(const std::string& name) {
   return t;
 }
 
-ChatTemplate ChatTemplate::recognise(const std::string& jinja, const std::string& bos_token, const std::string& origin) {
+ChatTemplate ChatTemplate::recognise(const std::string& jinja, const std::string& bos_token,
+                                     const std::string& origin) {
   ChatTemplate t;
   if (contains(jinja, "<|im_start|>") && contains(jinja, "<|im_end|>")) {
     if (contains(jinja, "reasoning_content") || contains(jinja, "</think>")) {
@@ -123,7 +124,8 @@ ChatTemplate ChatTemplate::recognise(const std::string& jinja, const std::string
              contains(jinja, "<|eot_id|>")) {
     VERLPP_CHECK(!contains(jinja, "strftime_now"),
                  "{}: this Llama template writes today's date (strftime_now), which no built-in reproduces; "
-                 "name a built-in format instead (known: {})", origin, join(kBuiltinNames, ", "));
+                 "name a built-in format instead (known: {})",
+                 origin, join(kBuiltinNames, ", "));
     t = builtin(contains(jinja, "Cutting Knowledge Date") ? "llama3.1" : "llama3");
     t.always_generation_prompt_ = !contains(jinja, "add_generation_prompt");
   } else {
@@ -150,14 +152,18 @@ ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::
     }
     VERLPP_CHECK(config.is_object(), "{}: expected a JSON object at the top level", file);
   } else {
-    VERLPP_CHECK(!override_name.empty(), "tokenizer config \"{}\" does not exist (name a built-in chat format to go "
-                 "without one)", file);
+    VERLPP_CHECK(!override_name.empty(),
+                 "tokenizer config \"{}\" does not exist (name a built-in chat format to go "
+                 "without one)",
+                 file);
   }
   std::string bos;
   if (config.contains("bos_token")) {
     const auto& b = config["bos_token"];
-    if (b.is_string()) bos = b.get<std::string>();
-    else if (b.is_object() && b.contains("content") && b["content"].is_string()) bos = b["content"].get<std::string>();
+    if (b.is_string())
+      bos = b.get<std::string>();
+    else if (b.is_object() && b.contains("content") && b["content"].is_string())
+      bos = b["content"].get<std::string>();
   }
   if (!override_name.empty()) {
     ChatTemplate t = builtin(override_name);
@@ -166,17 +172,18 @@ ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::
   }
   // Newer transformers save the template as chat_template.jinja beside the config.
   const size_t slash = file.find_last_of('/');
-  const std::string jinja_file = (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) +
-                                 "chat_template.jinja";
+  const std::string jinja_file =
+      (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) + "chat_template.jinja";
   if (!config.contains("chat_template") && tok::path_exists(jinja_file)) {
     std::ifstream in(jinja_file, std::ios::binary);
     std::ostringstream text;
     text << in.rdbuf();
     return recognise(text.str(), bos, jinja_file);
   }
-  VERLPP_CHECK(config.contains("chat_template"), "{}: field \"chat_template\" is missing and there is no "
-               "chat_template.jinja beside it (name a built-in chat format instead: {})", file,
-               join(kBuiltinNames, ", "));
+  VERLPP_CHECK(config.contains("chat_template"),
+               "{}: field \"chat_template\" is missing and there is no "
+               "chat_template.jinja beside it (name a built-in chat format instead: {})",
+               file, join(kBuiltinNames, ", "));
   const auto& node = config["chat_template"];
   std::string jinja;
   if (node.is_string()) {
@@ -187,8 +194,10 @@ ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::
           entry["template"].is_string())
         jinja = entry["template"].get<std::string>();
   }
-  VERLPP_CHECK(!jinja.empty(), "{}: field \"chat_template\": expected a string or a list holding a \"default\" "
-               "template, got {}", file, node.dump().substr(0, 120));
+  VERLPP_CHECK(!jinja.empty(),
+               "{}: field \"chat_template\": expected a string or a list holding a \"default\" "
+               "template, got {}",
+               file, node.dump().substr(0, 120));
   return recognise(jinja, bos, file + ": field \"chat_template\"");
 }
 
@@ -214,8 +223,10 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
       if (!default_system_.empty() && !has_system && (n > 0 || system_outside_loop_))
         chatml_turn("system", default_system_);
       for (size_t i = 0; i < n; ++i) {
-        if (group_tool_responses_ && messages[i].role == "tool") tool_turn(i);
-        else chatml_turn(messages[i].role, messages[i].content);
+        if (group_tool_responses_ && messages[i].role == "tool")
+          tool_turn(i);
+        else
+          chatml_turn(messages[i].role, messages[i].content);
       }
       if (options.add_generation_prompt) out += "<|im_start|>assistant\n";
       break;
@@ -226,7 +237,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
       size_t last_query = n == 0 ? 0 : n - 1;
       for (size_t k = n; k-- > 0;) {
         const auto& m = messages[k];
-        if (m.role == "user" && !(starts_with(m.content, "<tool_response>") && ends_with(m.content, "</tool_response>"))) {
+        if (m.role == "user" &&
+            !(starts_with(m.content, "<tool_response>") && ends_with(m.content, "</tool_response>"))) {
           last_query = k;
           break;
         }
@@ -247,7 +259,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
           }
           out += "<|im_start|>" + m.role + "\n";
           if (i > last_query && (i + 1 == n || !reasoning.empty()))
-            out += "<think>\n" + strip_newlines(reasoning, true, true) + "\n</think>\n\n" + strip_newlines(content, true, false);
+            out += "<think>\n" + strip_newlines(reasoning, true, true) + "\n</think>\n\n" +
+                   strip_newlines(content, true, false);
           else
             out += content;
           out += "<|im_end|>\n";

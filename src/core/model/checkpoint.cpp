@@ -27,17 +27,16 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 const std::vector<std::string>& tokenizer_file_names() {
   static const std::vector<std::string> kNames = {
-      "tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-      "merges.txt",       "added_tokens.json",     "chat_template.jinja",     "chat_template.json",
-      "tokenizer.model"};
+      "tokenizer.json",    "tokenizer_config.json", "special_tokens_map.json", "vocab.json",     "merges.txt",
+      "added_tokens.json", "chat_template.jinja",   "chat_template.json",      "tokenizer.model"};
   return kNames;
 }
 
 LoadReport load_weights(DecoderLM& model, const std::string& path, const LoadOptions& options) {
   SafetensorsStore store(path);
   const ModelConfig& config = model.config();
-  const std::string who = config.source.empty() ? config.architecture
-                                                : config.architecture + " (config " + config.source + ")";
+  const std::string who =
+      config.source.empty() ? config.architecture : config.architecture + " (config " + config.source + ")";
   LoadReport report;
   std::set<std::string> used;
   at::NoGradGuard no_grad;
@@ -99,8 +98,10 @@ std::vector<std::string> save_pretrained(const DecoderLM& model, const std::stri
   } else {
     nlohmann::json g = {{"_from_model_config", true}};
     if (config.bos_token_id) g["bos_token_id"] = *config.bos_token_id;
-    if (config.eos_token_ids.size() == 1) g["eos_token_id"] = config.eos_token_ids[0];
-    else if (!config.eos_token_ids.empty()) g["eos_token_id"] = config.eos_token_ids;
+    if (config.eos_token_ids.size() == 1)
+      g["eos_token_id"] = config.eos_token_ids[0];
+    else if (!config.eos_token_ids.empty())
+      g["eos_token_id"] = config.eos_token_ids;
     if (config.pad_token_id) g["pad_token_id"] = *config.pad_token_id;
     files::write_text(files::join(dir, "generation_config.json"), g.dump(2) + "\n");
   }

@@ -85,16 +85,19 @@ at::ScalarType dtype_from_name(const std::string& name) {
 
 std::string dtype_name(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kFloat: return "float32";
-    case at::kBFloat16: return "bfloat16";
-    case at::kHalf: return "float16";
-    default: break;
+    case at::kFloat:
+      return "float32";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kHalf:
+      return "float16";
+    default:
+      break;
   }
   throw Error("dtype", fmt::format("dtype {} is not a model dtype (float32, bfloat16, float16)", c10::toString(dtype)));
 }
 
-DecoderLM::DecoderLM(ModelConfig config, ModelOptions options)
-    : config_(std::move(config)), options_(options) {
+DecoderLM::DecoderLM(ModelConfig config, ModelOptions options) : config_(std::move(config)), options_(options) {
   VERLPP_CHECK(options_.dtype == at::kFloat || options_.dtype == at::kBFloat16 || options_.dtype == at::kHalf ||
                    options_.dtype == at::kDouble,
                "DecoderLM: dtype {} is not float32, bfloat16, float16 (or float64)", c10::toString(options_.dtype));
@@ -153,9 +156,9 @@ const at::Tensor& DecoderLM::parameter(const std::string& name) const {
 std::vector<at::Tensor> DecoderLM::layer_parameters(int64_t index) const {
   const Layer& l = layers_[size_t(index)];
   std::vector<at::Tensor> out;
-  for (const at::Tensor* t : {&l.input_layernorm, &l.q_proj, &l.q_bias, &l.k_proj, &l.k_bias, &l.v_proj, &l.v_bias, &l.o_proj,
-                              &l.o_bias, &l.q_norm, &l.k_norm, &l.post_attention_layernorm, &l.gate_proj, &l.gate_bias,
-                              &l.up_proj, &l.up_bias, &l.down_proj, &l.down_bias})
+  for (const at::Tensor* t : {&l.input_layernorm, &l.q_proj, &l.q_bias, &l.k_proj, &l.k_bias, &l.v_proj, &l.v_bias,
+                              &l.o_proj, &l.o_bias, &l.q_norm, &l.k_norm, &l.post_attention_layernorm, &l.gate_proj,
+                              &l.gate_bias, &l.up_proj, &l.up_bias, &l.down_proj, &l.down_bias})
     if (t->defined()) out.push_back(*t);
   return out;
 }
@@ -222,9 +225,15 @@ void DecoderLM::init_weights(uint64_t seed) {
   for (size_t i = 0; i < specs.size(); ++i) {
     at::Tensor t = at::empty(specs[i].shape, at::TensorOptions().dtype(at::kFloat));
     switch (specs[i].init) {
-      case ParamSpec::Init::kNormal: t.normal_(0.0, config_.initializer_range, gen); break;
-      case ParamSpec::Init::kZeros: t.zero_(); break;
-      case ParamSpec::Init::kOnes: t.fill_(1.0); break;
+      case ParamSpec::Init::kNormal:
+        t.normal_(0.0, config_.initializer_range, gen);
+        break;
+      case ParamSpec::Init::kZeros:
+        t.zero_();
+        break;
+      case ParamSpec::Init::kOnes:
+        t.fill_(1.0);
+        break;
     }
     if (specs[i].name == "model.embed_tokens.weight" && config_.pad_token_id && *config_.pad_token_id >= 0 &&
         *config_.pad_token_id < config_.vocab_size)
@@ -234,7 +243,7 @@ void DecoderLM::init_weights(uint64_t seed) {
 }
 
 std::pair<at::Tensor, at::Tensor> DecoderLM::add_norm(const at::Tensor& residual, const at::Tensor& delta,
-                                                     const at::Tensor& weight, const LayerKernels* fused) const {
+                                                      const at::Tensor& weight, const LayerKernels* fused) const {
   const double eps = config_.rms_norm_eps;
   if (!delta.defined()) return {residual, rms_norm(residual, weight, eps)};
   if (fused != nullptr) {
@@ -256,9 +265,12 @@ namespace {
 bool training_projections_fused(const at::Tensor& w, TrainingProjections choice) {
   if (!w.requires_grad()) return false;
   switch (choice) {
-    case TrainingProjections::kFused: return true;
-    case TrainingProjections::kSplit: return false;
-    case TrainingProjections::kAuto: break;
+    case TrainingProjections::kFused:
+      return true;
+    case TrainingProjections::kSplit:
+      return false;
+    case TrainingProjections::kAuto:
+      break;
   }
   return !w.is_cpu();
 }
@@ -280,7 +292,8 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
     return t.view(shape);
   };
   auto [residual, x] = add_norm(hidden, pending, l.input_layernorm, fused_adds);
-  const int64_t HD = config_.num_attention_heads * config_.head_dim, KVD = config_.num_key_value_heads * config_.head_dim;
+  const int64_t HD = config_.num_attention_heads * config_.head_dim,
+                KVD = config_.num_key_value_heads * config_.head_dim;
   at::Tensor q, k, v;
   if (l.qkv_proj.defined()) {  // fuse_projections: one GEMM, q/k/v are column slices (strided rows)
     const at::Tensor qkv = at::linear(x, l.qkv_proj, l.qkv_bias);
@@ -317,7 +330,8 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   if (l.gate_up_proj.defined()) {
     const at::Tensor gate_up = at::linear(x, l.gate_up_proj, l.gate_up_bias);
     gate = gate_up.narrow(-1, 0, F), up = gate_up.narrow(-1, F, F);
-  } else if (training_projections_fused(l.gate_proj, options_.forward.training_projections) && kernels != nullptr && kernels->offers_silu_mul_halves()) {
+  } else if (training_projections_fused(l.gate_proj, options_.forward.training_projections) && kernels != nullptr &&
+             kernels->offers_silu_mul_halves()) {
     // Training with kernels that take [gate | up] whole (silu_mul_halves): one GEMM each way, as
     // for q/k/v above, and the product's backward writes both gradients into one tensor.
     const at::Tensor w = at::cat({l.gate_proj, l.up_proj}, 0);
@@ -385,7 +399,8 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
 }
 
 at::Tensor DecoderLM::forward_padded(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                                     const at::Tensor& position_ids, std::shared_ptr<const LayerKernels> kernels) const {
+                                     const at::Tensor& position_ids,
+                                     std::shared_ptr<const LayerKernels> kernels) const {
   VERLPP_CHECK(input_ids.dim() == 2, "{}: forward_padded wants input_ids [B, T], got {}", config_.architecture,
                shape_string(input_ids.sizes()));
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
@@ -408,13 +423,18 @@ at::Tensor DecoderLM::forward_padded(const at::Tensor& input_ids, const at::Tens
   // skip the blocks above the diagonal (half the work) instead of reading a mask.
   const AttentionOptions how = options_.forward.attention;
   if (!attention_mask.defined())
-    return run(input_ids, positions, [scale, how](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-      return causal_attention(q, k, v, scale, how);
-    }, {}, std::move(kernels));
-  return run(input_ids, positions, [allowed, scale, how](int64_t, const at::Tensor& q, const at::Tensor& k,
-                                                         const at::Tensor& v) {
-    return attention(q, k, v, allowed, scale, how);
-  }, {}, std::move(kernels));
+    return run(
+        input_ids, positions,
+        [scale, how](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+          return causal_attention(q, k, v, scale, how);
+        },
+        {}, std::move(kernels));
+  return run(
+      input_ids, positions,
+      [allowed, scale, how](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        return attention(q, k, v, allowed, scale, how);
+      },
+      {}, std::move(kernels));
 }
 
 at::Tensor DecoderLM::forward_packed(const at::Tensor& input_ids, const at::Tensor& position_ids,
@@ -429,8 +449,8 @@ at::Tensor DecoderLM::forward_packed(const at::Tensor& input_ids, const at::Tens
                "{}: cu_seqlens must run from 0 to N = {}, got {} .. {}", config_.architecture, input_ids.size(0),
                bounds.front(), bounds.back());
   for (size_t s = 1; s < bounds.size(); ++s)
-    VERLPP_CHECK(bounds[s] >= bounds[s - 1], "{}: cu_seqlens decreases at index {} ({} after {})",
-                 config_.architecture, s, bounds[s], bounds[s - 1]);
+    VERLPP_CHECK(bounds[s] >= bounds[s - 1], "{}: cu_seqlens decreases at index {} ({} after {})", config_.architecture,
+                 s, bounds[s], bounds[s - 1]);
   const double scale = 1.0 / std::sqrt(double(config_.head_dim));
   // Runs of adjacent segments of one length, each attended as one batch [count, len, H, D]: rows
   // of one length (responses cut at max_response_length, prompts of one template) cost one SDPA
@@ -450,18 +470,21 @@ at::Tensor DecoderLM::forward_packed(const at::Tensor& input_ids, const at::Tens
   }
   // Captures by value: with gradient checkpointing this runs again in the backward.
   const AttentionOptions how = options_.forward.attention;
-  return run(input_ids, position_ids, [runs, scale, how](int64_t, const at::Tensor& q, const at::Tensor& k,
-                                                             const at::Tensor& v) {
-    std::vector<at::Tensor> outs;
-    for (const Run& r : runs) {
-      auto batch = [&](const at::Tensor& t) {
-        return t.narrow(0, r.start, r.len * r.count).reshape({r.count, r.len, t.size(1), t.size(2)});
-      };
-      outs.push_back(causal_attention(batch(q), batch(k), batch(v), scale, how).reshape({r.count * r.len, q.size(1), v.size(2)}));
-    }
-    if (outs.empty()) return q.narrow(0, 0, 0);
-    return outs.size() == 1 ? outs.front() : at::cat(outs, 0);
-  }, {}, std::move(kernels));
+  return run(
+      input_ids, position_ids,
+      [runs, scale, how](int64_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        std::vector<at::Tensor> outs;
+        for (const Run& r : runs) {
+          auto batch = [&](const at::Tensor& t) {
+            return t.narrow(0, r.start, r.len * r.count).reshape({r.count, r.len, t.size(1), t.size(2)});
+          };
+          outs.push_back(causal_attention(batch(q), batch(k), batch(v), scale, how)
+                             .reshape({r.count * r.len, q.size(1), v.size(2)}));
+        }
+        if (outs.empty()) return q.narrow(0, 0, 0);
+        return outs.size() == 1 ? outs.front() : at::cat(outs, 0);
+      },
+      {}, std::move(kernels));
 }
 
 at::Tensor DecoderLM::forward_cached(const at::Tensor& input_ids, const at::Tensor& position_ids,
@@ -472,9 +495,12 @@ at::Tensor DecoderLM::forward_cached(const at::Tensor& input_ids, const at::Tens
   RotateFn rotate;  // empty: the reference RoPE
   if (backend.rotates())
     rotate = [&](at::Tensor& q, at::Tensor& k, at::Tensor&) { backend.rotate(q, k, position_ids, inv_freq_); };
-  return run(input_ids, position_ids, [&](int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    return backend.attend(layer, q, k, v, scale);
-  }, rotate, std::move(kernels));
+  return run(
+      input_ids, position_ids,
+      [&](int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        return backend.attend(layer, q, k, v, scale);
+      },
+      rotate, std::move(kernels));
 }
 
 at::Tensor DecoderLM::logits(const at::Tensor& hidden) const {
@@ -492,7 +518,8 @@ at::Tensor DecoderLM::scores(const at::Tensor& hidden) const {
 at::Tensor last_token(const at::Tensor& values, const at::Tensor& attention_mask) {
   VERLPP_CHECK(attention_mask.dim() == 2 && values.dim() >= 2 && values.size(0) == attention_mask.size(0) &&
                    values.size(1) == attention_mask.size(1),
-               "last_token: values {} and attention_mask {} do not share [B, T]", shape_string(values.sizes()), shape_string(attention_mask.sizes()));
+               "last_token: values {} and attention_mask {} do not share [B, T]", shape_string(values.sizes()),
+               shape_string(attention_mask.sizes()));
   const int64_t B = values.size(0), T = values.size(1);
   at::Tensor steps = at::arange(T, at::TensorOptions().dtype(at::kLong).device(values.device()));
   at::Tensor last = (steps.unsqueeze(0) * attention_mask.to(at::kLong)).argmax(-1);  // [B]

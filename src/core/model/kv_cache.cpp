@@ -46,9 +46,11 @@ PagedAttention::PagedAttention(PagedKvCache& cache, PagedStep step, AttentionOpt
                "PagedAttention: cu_seqlens_q has {} entries starting at {}, want S + 1 = {} starting at 0",
                cu_q_.size(), cu_q_.empty() ? -1 : cu_q_.front(), S + 1);
   VERLPP_CHECK(step_.block_tables.dim() == 2 && step_.block_tables.size(0) == S,
-               "PagedAttention: block_tables {} is not [S = {}, max_blocks]", shape_string(step_.block_tables.sizes()), S);
+               "PagedAttention: block_tables {} is not [S = {}, max_blocks]", shape_string(step_.block_tables.sizes()),
+               S);
   VERLPP_CHECK(step_.slot_mapping.dim() == 1 && step_.slot_mapping.size(0) == cu_q_.back(),
-               "PagedAttention: slot_mapping {} is not [N = {}]", shape_string(step_.slot_mapping.sizes()), cu_q_.back());
+               "PagedAttention: slot_mapping {} is not [N = {}]", shape_string(step_.slot_mapping.sizes()),
+               cu_q_.back());
   const int64_t bs = cache_.block_size();
   for (int64_t s = 0; s < S; ++s) {
     const int64_t n = cu_q_[size_t(s) + 1] - cu_q_[size_t(s)], len = context_lens_[size_t(s)];
@@ -90,14 +92,15 @@ at::Tensor PagedAttention::attend(int64_t layer, const at::Tensor& q, const at::
       auto batch = [&](const at::Tensor& t, int64_t heads) {  // via the cache's dtype, as the gather path
         return t.narrow(0, start, g * n).to(kc.scalar_type()).to(q.scalar_type()).reshape({g, n, heads, D});
       };
-      outs.push_back(causal_attention(q.narrow(0, start, g * n).reshape({g, n, H, D}), batch(k, KV), batch(v, KV), scale, options_)
-                         .reshape({g * n, H, D}));
+      outs.push_back(
+          causal_attention(q.narrow(0, start, g * n).reshape({g, n, H, D}), batch(k, KV), batch(v, KV), scale, options_)
+              .reshape({g * n, H, D}));
       s = end - 1;
       continue;
     }
     at::Tensor ks = kflat.index_select(0, context_slots_[size_t(s)]).unsqueeze(0);  // [1, len, KV, D]
     at::Tensor vs = vflat.index_select(0, context_slots_[size_t(s)]).unsqueeze(0);
-    at::Tensor qs = q.narrow(0, start, n).unsqueeze(0);                       // [1, n, H, D]
+    at::Tensor qs = q.narrow(0, start, n).unsqueeze(0);  // [1, n, H, D]
     outs.push_back(attention(qs, ks.to(q.scalar_type()), vs.to(q.scalar_type()),
                              causal_mask(n, len, q.device()).unsqueeze(0), scale, options_)
                        .squeeze(0));

@@ -60,8 +60,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 at::Tensor rope_inv_freq(const ModelConfig& c, c10::Device device) {
   const int64_t dim = c.head_dim;
-  at::Tensor exponents = at::arange(0, dim, 2, at::TensorOptions().dtype(at::kLong).device(device)).to(at::kFloat) /
-                         double(dim);
+  at::Tensor exponents =
+      at::arange(0, dim, 2, at::TensorOptions().dtype(at::kLong).device(device)).to(at::kFloat) / double(dim);
   at::Tensor inv_freq = 1.0 / at::pow(c.rope_theta, exponents);
   const RopeScaling& s = c.rope_scaling;
   if (s.type == RopeType::kLinear) return inv_freq / s.factor;
@@ -102,10 +102,10 @@ at::Tensor heads_first(const at::Tensor& t, int64_t heads) {
 }
 
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  VERLPP_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3) &&
-                   q.size(2) % k.size(2) == 0,
-               "attention: q {} and k/v {} / {} do not fit [B, T, H, D] with H a multiple of KV", shape_string(q.sizes()),
-               shape_string(k.sizes()), shape_string(v.sizes()));
+  VERLPP_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && k.size(0) == q.size(0) &&
+                   k.size(3) == q.size(3) && q.size(2) % k.size(2) == 0,
+               "attention: q {} and k/v {} / {} do not fit [B, T, H, D] with H a multiple of KV",
+               shape_string(q.sizes()), shape_string(k.sizes()), shape_string(v.sizes()));
 }
 
 bool fused_dtype(const at::Tensor& q) {
@@ -171,8 +171,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   at::Tensor scores = at::matmul(qh, kh.transpose(2, 3)) * scale;  // [B, H, Tq, Tk]
   if (allowed.defined())
     scores = scores.masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<double>::infinity());
-  at::Tensor probs = at::softmax(scores, -1, q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat)
-                         .to(q.scalar_type());
+  at::Tensor probs =
+      at::softmax(scores, -1, q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat).to(q.scalar_type());
   return at::matmul(probs, vh).transpose(1, 2);  // [B, Tq, H, D]
 }
 

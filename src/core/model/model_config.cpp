@@ -23,8 +23,7 @@ int64_t get_int(const json& j, const char* key, const std::string& source) {
   if (!has(j, key)) fail(source, fmt::format("required field '{}' is missing", key));
   const json& v = j.at(key);
   if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float() && v.get<double>() == double(int64_t(v.get<double>())))
-    return int64_t(v.get<double>());
+  if (v.is_number_float() && v.get<double>() == double(int64_t(v.get<double>()))) return int64_t(v.get<double>());
   fail(source, fmt::format("field '{}' must be an integer, got {}", key, v.dump()));
 }
 
@@ -68,35 +67,39 @@ void parse_architecture(const std::string& arch, ModelConfig& c, const std::stri
       }
   fail(source, fmt::format("field 'architectures': unsupported architecture '{}'; supported: "
                            "Qwen2, Qwen3 and Llama, each ForCausalLM, ForTokenClassification or "
-                           "ForSequenceClassification", arch));
+                           "ForSequenceClassification",
+                           arch));
 }
 
 RopeType parse_rope_type(const std::string& name, const std::string& field, const std::string& source) {
   if (name == "default") return RopeType::kDefault;
   if (name == "linear") return RopeType::kLinear;
   if (name == "llama3") return RopeType::kLlama3;
-  fail(source, fmt::format("field '{}': rope type '{}' is not supported (default, linear, llama3)",
-                           field, name));
+  fail(source, fmt::format("field '{}': rope type '{}' is not supported (default, linear, llama3)", field, name));
 }
 
 // Reads the rope description: 5.x `rope_parameters` or 4.x `rope_theta` + `rope_scaling`.
 void parse_rope(const json& j, ModelConfig& c, const std::string& source) {
   c.rope_theta = get_double(j, "rope_theta", 10000.0, source);
   const char* field = nullptr;
-  if (has(j, "rope_parameters")) field = "rope_parameters";
-  else if (has(j, "rope_scaling")) field = "rope_scaling";
+  if (has(j, "rope_parameters"))
+    field = "rope_parameters";
+  else if (has(j, "rope_scaling"))
+    field = "rope_scaling";
   if (!field) return;
   const json& r = j.at(field);
   if (!r.is_object()) fail(source, fmt::format("field '{}' must be an object, got {}", field, r.dump()));
   for (const auto& item : r.items())
     if (item.value().is_object())
-      fail(source, fmt::format("field '{}': per-layer-type rope parameters ('{}') are not supported",
-                               field, item.key()));
+      fail(source,
+           fmt::format("field '{}': per-layer-type rope parameters ('{}') are not supported", field, item.key()));
   std::string sub = std::string(field) + ".";
   c.rope_theta = get_double(r, "rope_theta", c.rope_theta, source);
   std::string type = "default";
-  if (has(r, "rope_type")) type = r.at("rope_type").get<std::string>();
-  else if (has(r, "type")) type = r.at("type").get<std::string>();
+  if (has(r, "rope_type"))
+    type = r.at("rope_type").get<std::string>();
+  else if (has(r, "type"))
+    type = r.at("type").get<std::string>();
   c.rope_scaling.type = parse_rope_type(type, sub + "rope_type", source);
   auto need = [&](const char* key) {
     if (!has(r, key)) fail(source, fmt::format("field '{}{}' is missing (rope type '{}')", sub, key, type));
@@ -123,18 +126,24 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& source) {
 
 const char* family_name(ModelFamily family) {
   switch (family) {
-    case ModelFamily::kQwen2: return "qwen2";
-    case ModelFamily::kQwen3: return "qwen3";
-    case ModelFamily::kLlama: return "llama";
+    case ModelFamily::kQwen2:
+      return "qwen2";
+    case ModelFamily::kQwen3:
+      return "qwen3";
+    case ModelFamily::kLlama:
+      return "llama";
   }
   return "?";
 }
 
 const char* rope_type_name(RopeType type) {
   switch (type) {
-    case RopeType::kDefault: return "default";
-    case RopeType::kLinear: return "linear";
-    case RopeType::kLlama3: return "llama3";
+    case RopeType::kDefault:
+      return "default";
+    case RopeType::kLinear:
+      return "linear";
+    case RopeType::kLlama3:
+      return "llama3";
   }
   return "?";
 }
@@ -150,7 +159,7 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   c.architecture = j.at("architectures")[0].get<std::string>();
   parse_architecture(c.architecture, c, source);
   c.model_type = has(j, "model_type") && j.at("model_type").is_string() ? j.at("model_type").get<std::string>()
-                                                                         : family_name(c.family);
+                                                                        : family_name(c.family);
 
   c.vocab_size = get_int(j, "vocab_size", source);
   c.hidden_size = get_int(j, "hidden_size", source);
@@ -159,7 +168,8 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   c.num_attention_heads = get_int(j, "num_attention_heads", source);
   c.num_key_value_heads = get_int(j, "num_key_value_heads", c.num_attention_heads, source);
   for (auto [name, value] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
-                             {"hidden_size", c.hidden_size}, {"intermediate_size", c.intermediate_size},
+                             {"hidden_size", c.hidden_size},
+                             {"intermediate_size", c.intermediate_size},
                              {"num_hidden_layers", c.num_hidden_layers},
                              {"num_attention_heads", c.num_attention_heads},
                              {"num_key_value_heads", c.num_key_value_heads}})
@@ -170,7 +180,8 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   bool explicit_head_dim = has(j, "head_dim");
   if (!explicit_head_dim && c.hidden_size % c.num_attention_heads != 0)
     fail(source, fmt::format("field 'head_dim' is missing and hidden_size {} is not a multiple of "
-                             "num_attention_heads {}", c.hidden_size, c.num_attention_heads));
+                             "num_attention_heads {}",
+                             c.hidden_size, c.num_attention_heads));
   c.head_dim = get_int(j, "head_dim", c.hidden_size / c.num_attention_heads, source);
   if (c.head_dim <= 0 || c.head_dim % 2 != 0)
     fail(source, fmt::format("field 'head_dim' must be positive and even (RoPE pairs), got {}", c.head_dim));
@@ -193,13 +204,18 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   if (get_bool(j, "use_sliding_window", false, source))
     fail(source, "field 'use_sliding_window' is true: sliding-window attention is not supported");
 
-  if (has(j, "num_labels")) c.num_labels = get_int(j, "num_labels", source);
-  else if (has(j, "id2label") && j.at("id2label").is_object()) c.num_labels = int64_t(j.at("id2label").size());
-  else c.num_labels = 2;  // HF's default
+  if (has(j, "num_labels"))
+    c.num_labels = get_int(j, "num_labels", source);
+  else if (has(j, "id2label") && j.at("id2label").is_object())
+    c.num_labels = int64_t(j.at("id2label").size());
+  else
+    c.num_labels = 2;  // HF's default
   c.score_bias = c.head == ModelHead::kTokenClassification && get_bool(j, "token_classification_bias", true, source);
 
-  if (has(j, "dtype") && j.at("dtype").is_string()) c.torch_dtype = j.at("dtype").get<std::string>();
-  else if (has(j, "torch_dtype") && j.at("torch_dtype").is_string()) c.torch_dtype = j.at("torch_dtype").get<std::string>();
+  if (has(j, "dtype") && j.at("dtype").is_string())
+    c.torch_dtype = j.at("dtype").get<std::string>();
+  else if (has(j, "torch_dtype") && j.at("torch_dtype").is_string())
+    c.torch_dtype = j.at("torch_dtype").get<std::string>();
 
   c.bos_token_id = get_optional_id(j, "bos_token_id", source);
   c.pad_token_id = get_optional_id(j, "pad_token_id", source);
@@ -207,7 +223,8 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
     const json& e = j.at("eos_token_id");
     if (e.is_array()) {
       for (const json& id : e) {
-        if (!id.is_number_integer()) fail(source, fmt::format("field 'eos_token_id' must hold integers, got {}", e.dump()));
+        if (!id.is_number_integer())
+          fail(source, fmt::format("field 'eos_token_id' must hold integers, got {}", e.dump()));
         c.eos_token_ids.push_back(id.get<int64_t>());
       }
     } else {
@@ -272,8 +289,10 @@ json to_hf_json(const ModelConfig& c) {
     j["rope_theta"] = c.rope_theta;
     j["rope_scaling"] = scaling;
   }
-  if (j.contains("dtype")) j["dtype"] = c.torch_dtype;
-  else j["torch_dtype"] = c.torch_dtype;
+  if (j.contains("dtype"))
+    j["dtype"] = c.torch_dtype;
+  else
+    j["torch_dtype"] = c.torch_dtype;
 
   if (c.head != ModelHead::kCausalLM && !j.contains("id2label")) {
     json id2label = json::object(), label2id = json::object();
@@ -286,8 +305,10 @@ json to_hf_json(const ModelConfig& c) {
   }
   if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
   if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
-  if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
-  else if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids;
+  if (c.eos_token_ids.size() == 1)
+    j["eos_token_id"] = c.eos_token_ids[0];
+  else if (!c.eos_token_ids.empty())
+    j["eos_token_id"] = c.eos_token_ids;
   return j;
 }
 

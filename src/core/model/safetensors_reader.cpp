@@ -31,9 +31,8 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementat
 
 at::ScalarType parse_dtype(const std::string& name, bool* ok) {
   static const std::pair<const char*, at::ScalarType> kTypes[] = {
-      {"F32", at::kFloat}, {"F16", at::kHalf},  {"BF16", at::kBFloat16}, {"F64", at::kDouble},
-      {"I64", at::kLong},  {"I32", at::kInt},   {"I16", at::kShort},     {"I8", at::kChar},
-      {"U8", at::kByte},   {"BOOL", at::kBool}};
+      {"F32", at::kFloat}, {"F16", at::kHalf},  {"BF16", at::kBFloat16}, {"F64", at::kDouble}, {"I64", at::kLong},
+      {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},       {"U8", at::kByte},    {"BOOL", at::kBool}};
   for (const auto& [n, t] : kTypes)
     if (name == n) {
       *ok = true;
@@ -91,7 +90,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   json header;
   check_json_depth(std::string_view(reinterpret_cast<const char*>(bytes + 8), size_t(header_len)), path);
   try {
-    header = json::parse(reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(bytes + 8 + header_len));
+    header =
+        json::parse(reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(bytes + 8 + header_len));
   } catch (const json::exception& e) {
     throw Error(path, fmt::format("bad safetensors header: not valid JSON ({})", e.what()));
   }
@@ -121,18 +121,21 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     if (!known) throw bad(fmt::format("unsupported dtype '{}'", v["dtype"].get<std::string>()));
     uint64_t numel = 1;
     for (const json& d : v["shape"]) {
-      if (!d.is_number_unsigned()) throw bad(fmt::format("shape {} holds a non-integer or negative size", v["shape"].dump()));
+      if (!d.is_number_unsigned())
+        throw bad(fmt::format("shape {} holds a non-integer or negative size", v["shape"].dump()));
       e.shape.push_back(d.get<int64_t>());
       numel *= d.get<uint64_t>();
     }
     for (const json& o : v["data_offsets"])
-      if (!o.is_number_unsigned()) throw bad(fmt::format("data_offsets {} are not two non-negative integers", v["data_offsets"].dump()));
+      if (!o.is_number_unsigned())
+        throw bad(fmt::format("data_offsets {} are not two non-negative integers", v["data_offsets"].dump()));
     e.begin = v["data_offsets"][0].get<uint64_t>();
     e.end = v["data_offsets"][1].get<uint64_t>();
     if (e.end < e.begin) throw bad(fmt::format("data_offsets [{}, {}] run backwards", e.begin, e.end));
     if (e.end > data_size)
       throw Error(path, fmt::format("truncated safetensors file: tensor '{}' ends at data byte {}, the data "
-                                    "section has {} bytes", name, e.end, data_size));
+                                    "section has {} bytes",
+                                    name, e.end, data_size));
     uint64_t need = numel * uint64_t(c10::elementSize(e.dtype));
     if (e.end - e.begin != need)
       throw bad(fmt::format("data_offsets [{}, {}] hold {} bytes, shape {} of {} needs {}", e.begin, e.end,
@@ -156,7 +159,8 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
   if (e.end == e.begin) return at::empty(e.shape, options);
   char* data = static_cast<char*>(mapping_->base) + data_offset_ + e.begin;
   std::shared_ptr<Mapping> keep = mapping_;
-  at::Tensor view = at::from_blob(data, e.shape, [keep](void*) mutable { keep.reset(); }, options);
+  at::Tensor view = at::from_blob(
+      data, e.shape, [keep](void*) mutable { keep.reset(); }, options);
   if (reinterpret_cast<uintptr_t>(data) % c10::elementSize(e.dtype) != 0) return view.clone();
   return view;
 }

@@ -36,17 +36,28 @@ std::vector<NamedTensor> layout_order(std::vector<NamedTensor> tensors) {
 
 const char* safetensors_dtype_name(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kFloat: return "F32";
-    case at::kHalf: return "F16";
-    case at::kBFloat16: return "BF16";
-    case at::kDouble: return "F64";
-    case at::kLong: return "I64";
-    case at::kInt: return "I32";
-    case at::kShort: return "I16";
-    case at::kChar: return "I8";
-    case at::kByte: return "U8";
-    case at::kBool: return "BOOL";
-    default: break;
+    case at::kFloat:
+      return "F32";
+    case at::kHalf:
+      return "F16";
+    case at::kBFloat16:
+      return "BF16";
+    case at::kDouble:
+      return "F64";
+    case at::kLong:
+      return "I64";
+    case at::kInt:
+      return "I32";
+    case at::kShort:
+      return "I16";
+    case at::kChar:
+      return "I8";
+    case at::kByte:
+      return "U8";
+    case at::kBool:
+      return "BOOL";
+    default:
+      break;
   }
   throw Error("safetensors", fmt::format("dtype {} cannot be written to safetensors", c10::toString(dtype)));
 }
@@ -90,14 +101,13 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     throw Error(path, fmt::format("cannot rename {} into place: {}", tmp, std::strerror(errno)));
 }
 
-std::vector<std::string> write_safetensors_sharded(const std::string& folder,
-                                                   const std::vector<NamedTensor>& tensors,
+std::vector<std::string> write_safetensors_sharded(const std::string& folder, const std::vector<NamedTensor>& tensors,
                                                    uint64_t max_shard_bytes) {
   files::make_dirs(folder);
   // Old weights in the folder would shadow or mix with the new ones.
   for (const std::string& name : files::list_dir(folder)) {
-    bool shard = name.rfind("model-", 0) == 0 && name.find("-of-") != std::string::npos &&
-                 name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
+    bool shard = name.rfind("model-", 0) == 0 && name.find("-of-") != std::string::npos && name.size() > 12 &&
+                 name.compare(name.size() - 12, 12, ".safetensors") == 0;
     if (shard || name == "model.safetensors" || name == "model.safetensors.index.json")
       files::remove_file(files::join(folder, name));
   }

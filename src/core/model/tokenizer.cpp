@@ -130,12 +130,15 @@ struct Tokenizer::Impl {
     size_t emitted = 0, pos = 0;
     while (pos < text.size()) {
       auto [end, index] = trie.longest_at(text, pos);
-      if (index < 0) { ++pos; continue; }
+      if (index < 0) {
+        ++pos;
+        continue;
+      }
       const AddedToken& token = added[size_t(index)];
       size_t start = pos;
       pos = end;
-      if (token.single_word && (tok::is_word_char(code_point_before(text, start)) ||
-                                tok::is_word_char(code_point_at(text, end))))
+      if (token.single_word &&
+          (tok::is_word_char(code_point_before(text, start)) || tok::is_word_char(code_point_at(text, end))))
         continue;
       if (token.lstrip) {
         size_t s = start;
@@ -216,14 +219,15 @@ void Tokenizer::Impl::parse_post_processor(const nlohmann::json& node, const std
   const std::string type = node["type"].get<std::string>();
   if (type == "ByteLevel") return;  // only offsets change; ids do not
   if (type == "Sequence") {
-    VERLPP_CHECK(node.contains("processors") && node["processors"].is_array(), "{}.processors: expected an array", where);
+    VERLPP_CHECK(node.contains("processors") && node["processors"].is_array(), "{}.processors: expected an array",
+                 where);
     for (size_t i = 0; i < node["processors"].size(); ++i)
       parse_post_processor(node["processors"][i], fmt::format("{}.processors[{}]", where, i));
     return;
   }
   VERLPP_CHECK(type == "TemplateProcessing",
-               "{}: unsupported post_processor type \"{}\" (supported: ByteLevel, TemplateProcessing, Sequence)",
-               where, type);
+               "{}: unsupported post_processor type \"{}\" (supported: ByteLevel, TemplateProcessing, Sequence)", where,
+               type);
   VERLPP_CHECK(node.contains("single") && node["single"].is_array(), "{}.single: expected an array", where);
   const auto specials = node.value("special_tokens", nlohmann::json::object());
   std::vector<TemplateItem> items;
@@ -312,20 +316,24 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   auto push_id = [&](int32_t id) { ids.push_back(id); };
   auto on_text = [&](std::string_view segment) {
     if (im.normalizer.is_identity()) {
-      im.split_added(segment, im.normalized_trie, [&](std::string_view s) { im.encode_normalized(s, ids, scratch); }, push_id);
+      im.split_added(
+          segment, im.normalized_trie, [&](std::string_view s) { im.encode_normalized(s, ids, scratch); }, push_id);
       return;
     }
     std::string normalized(segment);
     im.normalizer.apply(normalized);
-    im.split_added(normalized, im.normalized_trie, [&](std::string_view s) { im.encode_normalized(s, ids, scratch); }, push_id);
+    im.split_added(
+        normalized, im.normalized_trie, [&](std::string_view s) { im.encode_normalized(s, ids, scratch); }, push_id);
   };
   im.split_added(text, im.raw_trie, on_text, push_id);
   if (add_special_tokens) {
     for (const auto& items : im.templates) {
       std::vector<int32_t> out;
       for (const TemplateItem& item : items) {
-        if (item.is_sequence) out.insert(out.end(), ids.begin(), ids.end());
-        else out.insert(out.end(), item.ids.begin(), item.ids.end());
+        if (item.is_sequence)
+          out.insert(out.end(), ids.begin(), ids.end());
+        else
+          out.insert(out.end(), item.ids.begin(), item.ids.end());
       }
       ids.swap(out);
     }
@@ -367,9 +375,7 @@ const std::string& Tokenizer::token_bytes(int32_t id) const {
   return id >= 0 && id < impl_->vocab_size ? impl_->id_bytes[size_t(id)] : kEmpty;
 }
 
-bool Tokenizer::is_special(int32_t id) const {
-  return id >= 0 && id < impl_->vocab_size && impl_->special[size_t(id)];
-}
+bool Tokenizer::is_special(int32_t id) const { return id >= 0 && id < impl_->vocab_size && impl_->special[size_t(id)]; }
 
 int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }

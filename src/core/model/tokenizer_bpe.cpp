@@ -17,9 +17,7 @@ constexpr size_t kMaxCachedWordBytes = 256;
 constexpr size_t kMaxCacheEntries = 1 << 18;
 constexpr size_t kScanLimit = 64;  // words of more symbols use the heap
 
-uint64_t pair_key(int32_t left, int32_t right) {
-  return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
-}
+uint64_t pair_key(int32_t left, int32_t right) { return (uint64_t(uint32_t(left)) << 32) | uint32_t(right); }
 
 const std::string& string_field(const nlohmann::json& node, const char* key, const std::string& where) {
   VERLPP_CHECK(node.contains(key) && node[key].is_string(), "{}.{}: expected a string", where, key);
@@ -75,8 +73,8 @@ std::unique_ptr<Bpe> Bpe::from_json(const nlohmann::json& node, const std::strin
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     VERLPP_CHECK(it.value().is_number_integer() && it.value().get<int64_t>() >= 0 &&
                      it.value().get<int64_t>() < (int64_t(1) << 31),
-                 "{}.vocab[{}]: expected a non-negative integer id, got {}", where,
-                 nlohmann::json(it.key()).dump(), it.value().dump());
+                 "{}.vocab[{}]: expected a non-negative integer id, got {}", where, nlohmann::json(it.key()).dump(),
+                 it.value().dump());
     int32_t id = it.value().get<int32_t>();
     bpe->vocab.emplace(it.key(), id);
     if (size_t(id) >= bpe->id_to_token.size()) bpe->id_to_token.resize(size_t(id) + 1);

@@ -32,7 +32,10 @@ std::string path_join(const std::string& folder, const std::string& name);
 // Decodes the valid UTF-8 sequence at text[pos], advancing pos. Precondition: text is valid.
 inline char32_t next_code_point(std::string_view text, size_t& pos) {
   auto b = static_cast<unsigned char>(text[pos]);
-  if (b < 0x80) { ++pos; return b; }
+  if (b < 0x80) {
+    ++pos;
+    return b;
+  }
   int extra = b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : 1;
   char32_t c = b & (0x3F >> extra);
   for (int k = 1; k <= extra; ++k) c = (c << 6) | (static_cast<unsigned char>(text[pos + k]) & 0x3F);
@@ -51,10 +54,10 @@ size_t append_utf8_lossy(std::string_view bytes, std::string& out, bool final);
 // ---- Unicode classes (ICU for non-ASCII) ----
 
 enum CharClass : uint8_t {
-  kLetter = 1,      // \p{L}
-  kNumber = 2,      // \p{N}
-  kSpace = 4,       // \s in Oniguruma and Rust regex: the White_Space property
-  kNewline = 8,     // \r or \n
+  kLetter = 1,   // \p{L}
+  kNumber = 2,   // \p{N}
+  kSpace = 4,    // \s in Oniguruma and Rust regex: the White_Space property
+  kNewline = 8,  // \r or \n
 };
 uint8_t char_class(char32_t c);
 // Rust regex \w (added tokens' single_word test): Alphabetic, M, Nd, Pc, Join_Control.
@@ -104,9 +107,9 @@ using Pieces = std::vector<std::string_view>;
 
 // Reused buffers of one encode call (allocated once per thread, passed down explicitly).
 struct Scratch {
-  std::vector<char32_t> cps;      // code points of the text being split
-  std::vector<uint8_t> classes;   // their CharClass bits
-  std::vector<uint32_t> offsets;  // their byte offsets, plus the end
+  std::vector<char32_t> cps;                               // code points of the text being split
+  std::vector<uint8_t> classes;                            // their CharClass bits
+  std::vector<uint32_t> offsets;                           // their byte offsets, plus the end
   std::vector<std::tuple<size_t, size_t, bool>> segments;  // (begin, end, is_match)
   Pieces pieces, next;
   std::deque<std::string> storage;  // text made by pre-tokenizers (prefix spaces)
@@ -148,8 +151,7 @@ void split_by_pattern(PreTokenizer::Pattern pattern, std::string_view text, Piec
 class Bpe {
  public:
   // Builds from the "model" node; `byte_level` selects the raw-byte alphabet.
-  static std::unique_ptr<Bpe> from_json(const nlohmann::json& node, const std::string& where,
-                                        bool byte_level);
+  static std::unique_ptr<Bpe> from_json(const nlohmann::json& node, const std::string& where, bool byte_level);
   // Empties the word cache.
   void clear_cache() const {
     std::lock_guard<std::mutex> lock(cache_mutex_);
@@ -168,9 +170,12 @@ class Bpe {
   bool byte_level_ = false;
   bool ignore_merges_ = false;
   int32_t unk_id_ = -1;
-  std::array<int32_t, 256> byte_ids_{};                 // raw byte -> id (-1 missing)
+  std::array<int32_t, 256> byte_ids_{};                  // raw byte -> id (-1 missing)
   std::unordered_map<std::string, int32_t> byte_vocab_;  // raw bytes -> id (byte-level)
-  struct Merge { int32_t rank; int32_t id; };
+  struct Merge {
+    int32_t rank;
+    int32_t id;
+  };
   // Merges keyed by (left id << 32 | right id): an open-addressing table (linear probing, at
   // most half full), since a cold encode is dominated by these lookups.
   struct MergeTable {

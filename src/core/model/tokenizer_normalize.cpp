@@ -23,10 +23,18 @@ const icu::Normalizer2* icu_normalizer(Normalizer::Step::Kind kind) {
   UErrorCode status = U_ZERO_ERROR;
   const icu::Normalizer2* n = nullptr;
   switch (kind) {
-    case Normalizer::Step::kNfc: n = icu::Normalizer2::getNFCInstance(status); break;
-    case Normalizer::Step::kNfd: n = icu::Normalizer2::getNFDInstance(status); break;
-    case Normalizer::Step::kNfkc: n = icu::Normalizer2::getNFKCInstance(status); break;
-    default: n = icu::Normalizer2::getNFKDInstance(status); break;
+    case Normalizer::Step::kNfc:
+      n = icu::Normalizer2::getNFCInstance(status);
+      break;
+    case Normalizer::Step::kNfd:
+      n = icu::Normalizer2::getNFDInstance(status);
+      break;
+    case Normalizer::Step::kNfkc:
+      n = icu::Normalizer2::getNFKCInstance(status);
+      break;
+    default:
+      n = icu::Normalizer2::getNFKDInstance(status);
+      break;
   }
   VERLPP_CHECK(U_SUCCESS(status) && n, "ICU normalizer unavailable: {}", u_errorName(status));
   return n;
@@ -36,8 +44,7 @@ void unicode_normalize(Normalizer::Step::Kind kind, std::string& text) {
   if (is_ascii(text)) return;
   const icu::Normalizer2* n = icu_normalizer(kind);
   UErrorCode status = U_ZERO_ERROR;
-  if (n->isNormalizedUTF8(icu::StringPiece(text.data(), int32_t(text.size())), status) && U_SUCCESS(status))
-    return;
+  if (n->isNormalizedUTF8(icu::StringPiece(text.data(), int32_t(text.size())), status) && U_SUCCESS(status)) return;
   status = U_ZERO_ERROR;
   std::string out;
   out.reserve(text.size() + 8);
@@ -102,8 +109,8 @@ void parse_into(const nlohmann::json& node, const std::string& where, std::vecto
   const std::string type = node["type"].get<std::string>();
   using S = Normalizer::Step;
   if (type == "Sequence") {
-    VERLPP_CHECK(node.contains("normalizers") && node["normalizers"].is_array(),
-                 "{}.normalizers: expected an array", where);
+    VERLPP_CHECK(node.contains("normalizers") && node["normalizers"].is_array(), "{}.normalizers: expected an array",
+                 where);
     for (size_t i = 0; i < node["normalizers"].size(); ++i)
       parse_into(node["normalizers"][i], fmt::format("{}.normalizers[{}]", where, i), steps);
   } else if (type == "NFC") {
@@ -137,8 +144,10 @@ void parse_into(const nlohmann::json& node, const std::string& where, std::vecto
     step.to = node["prepend"].get<std::string>();
     steps.push_back(step);
   } else {
-    VERLPP_FAIL_AT(where, "unsupported normalizer type \"{}\" (supported: Sequence, NFC, NFD, NFKC, NFKD, "
-                   "Lowercase, Strip, Replace, Prepend)", type);
+    VERLPP_FAIL_AT(where,
+                   "unsupported normalizer type \"{}\" (supported: Sequence, NFC, NFD, NFKC, NFKD, "
+                   "Lowercase, Strip, Replace, Prepend)",
+                   type);
   }
 }
 
@@ -156,10 +165,18 @@ void Normalizer::apply(std::string& text) const {
       case Step::kNfc:
       case Step::kNfd:
       case Step::kNfkc:
-      case Step::kNfkd: unicode_normalize(step.kind, text); break;
-      case Step::kLowercase: lowercase(text); break;
-      case Step::kStrip: strip(text, step.left, step.right); break;
-      case Step::kReplace: replace_all(text, step.from, step.to); break;
+      case Step::kNfkd:
+        unicode_normalize(step.kind, text);
+        break;
+      case Step::kLowercase:
+        lowercase(text);
+        break;
+      case Step::kStrip:
+        strip(text, step.left, step.right);
+        break;
+      case Step::kReplace:
+        replace_all(text, step.from, step.to);
+        break;
       case Step::kPrepend:
         if (!text.empty()) text.insert(0, step.to);
         break;

@@ -106,8 +106,10 @@ PreTokenizer::Pattern pattern_from_regex(const std::string& regex, const std::st
   if (regex == kQwen2Regex) return PreTokenizer::Pattern::kQwen2;
   if (regex == kLlama3Regex) return PreTokenizer::Pattern::kLlama3;
   if (regex == kGpt2Regex) return PreTokenizer::Pattern::kGpt2;
-  VERLPP_FAIL_AT(where, "unsupported Split regex {} (supported: the Qwen2/Qwen3, Llama 3 and GPT-2 "
-                 "pre-tokenizer patterns, or a literal {{\"String\": ...}})", nlohmann::json(regex).dump());
+  VERLPP_FAIL_AT(where,
+                 "unsupported Split regex {} (supported: the Qwen2/Qwen3, Llama 3 and GPT-2 "
+                 "pre-tokenizer patterns, or a literal {{\"String\": ...}})",
+                 nlohmann::json(regex).dump());
 }
 
 // Appends the pieces of `text` split by `step` (a Split step).
@@ -130,7 +132,10 @@ void apply_split(const PreTokenizer::Step& step, std::string_view text, Pieces& 
     size_t gap = 0, i = 0;
     while (i < n) {
       size_t end = match_at(step.pattern, d, i);
-      if (end == i) { ++i; continue; }
+      if (end == i) {
+        ++i;
+        continue;
+      }
       if (gap < i) segments.emplace_back(d.offsets[gap], d.offsets[i], false);
       segments.emplace_back(d.offsets[i], d.offsets[end], true);
       i = gap = end;

@@ -37,14 +37,26 @@ int sequence_length(std::string_view bytes, size_t pos) {
   if (b < 0x80) return 1;
   int need;
   unsigned char lo = 0x80, hi = 0xBF;  // range of the first continuation byte
-  if (b >= 0xC2 && b <= 0xDF) need = 1;
-  else if (b == 0xE0) { need = 2; lo = 0xA0; }
-  else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) need = 2;
-  else if (b == 0xED) { need = 2; hi = 0x9F; }
-  else if (b == 0xF0) { need = 3; lo = 0x90; }
-  else if (b >= 0xF1 && b <= 0xF3) need = 3;
-  else if (b == 0xF4) { need = 3; hi = 0x8F; }
-  else return -1;
+  if (b >= 0xC2 && b <= 0xDF)
+    need = 1;
+  else if (b == 0xE0) {
+    need = 2;
+    lo = 0xA0;
+  } else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF)
+    need = 2;
+  else if (b == 0xED) {
+    need = 2;
+    hi = 0x9F;
+  } else if (b == 0xF0) {
+    need = 3;
+    lo = 0x90;
+  } else if (b >= 0xF1 && b <= 0xF3)
+    need = 3;
+  else if (b == 0xF4) {
+    need = 3;
+    hi = 0x8F;
+  } else
+    return -1;
   for (int k = 1; k <= need; ++k) {
     if (pos + k >= bytes.size()) return 0;
     unsigned char c = at(k);
@@ -59,7 +71,10 @@ int sequence_length(std::string_view bytes, size_t pos) {
 size_t find_invalid_utf8(std::string_view text) {
   size_t pos = 0;
   while (pos < text.size()) {
-    if (static_cast<unsigned char>(text[pos]) < 0x80) { ++pos; continue; }
+    if (static_cast<unsigned char>(text[pos]) < 0x80) {
+      ++pos;
+      continue;
+    }
     int len = sequence_length(text, pos);
     if (len <= 0) return pos;
     pos += size_t(len);

@@ -45,7 +45,8 @@ void call_kernel(const hw::Kernels& kernels, const AdamwTensors& t, const verlpp
 // plugin_abi.h's update in fp32, its scalars computed in double and rounded once.
 void reference(const AdamwTensors& t, const verlpp_adamw_options& o, const at::Tensor& grad_scale) {
   if (grad_scale.defined() && !std::isfinite(grad_scale.item<float>())) return;  // the step is skipped
-  const c10::NoGradGuard no_grad;  // parameters may be leaves that require grad; the kernel's writes are not recorded either
+  const c10::NoGradGuard
+      no_grad;  // parameters may be leaves that require grad; the kernel's writes are not recorded either
   const double step = double(o.step);
   const float decay = float(1.0 - double(float(o.lr * o.weight_decay)));
   const float step_size = float(o.lr / (1.0 - std::pow(o.beta1, step)));

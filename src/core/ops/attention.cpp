@@ -22,9 +22,9 @@ void paged_attention_decode(const hw::Kernels* kernels, const at::Tensor& q, con
                             const at::Tensor& v_cache, const at::Tensor& block_tables, const at::Tensor& context_lens,
                             double scale, const at::Tensor& out) {
   if (detail::offered(kernels, KernelId::paged_attention_decode)) {
-    kernels->call<KernelId::paged_attention_decode>(Operand(q), Operand(k_cache), Operand(v_cache), Operand(block_tables),
-                                                    Operand(context_lens), float(scale), Operand(out),
-                                                    detail::kernel_stream(*kernels, q));
+    kernels->call<KernelId::paged_attention_decode>(Operand(q), Operand(k_cache), Operand(v_cache),
+                                                    Operand(block_tables), Operand(context_lens), float(scale),
+                                                    Operand(out), detail::kernel_stream(*kernels, q));
     return;
   }
   const int64_t b = q.size(0), bs = k_cache.size(1), kv = k_cache.size(2), s = k_cache.size(3);
@@ -34,26 +34,28 @@ void paged_attention_decode(const hw::Kernels* kernels, const at::Tensor& q, con
     return;
   }
   const auto on = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).device(q.device()); };
-  const at::Tensor t = at::arange(longest, on(at::kLong)).unsqueeze(0);                 // [1, L]
-  const at::Tensor blocks = block_tables.to(at::kLong).gather(1, (t / bs).expand({b, longest}).clamp_max(block_tables.size(1) - 1));
-  const at::Tensor rows = (blocks * bs + t.remainder(bs)).view({-1});                   // [B * L]
+  const at::Tensor t = at::arange(longest, on(at::kLong)).unsqueeze(0);  // [1, L]
+  const at::Tensor blocks =
+      block_tables.to(at::kLong).gather(1, (t / bs).expand({b, longest}).clamp_max(block_tables.size(1) - 1));
+  const at::Tensor rows = (blocks * bs + t.remainder(bs)).view({-1});  // [B * L]
   const at::Tensor keys = k_cache.view({-1, kv, s}).index_select(0, rows).view({b, longest, kv, s});
   const at::Tensor values = v_cache.view({-1, kv, s}).index_select(0, rows).view({b, longest, kv, s});
-  const at::Tensor lens = context_lens.to(at::kLong).unsqueeze(1);                       // [B, 1]
-  const at::Tensor allowed = (t < lens).unsqueeze(1);                                   // [B, 1, L]
+  const at::Tensor lens = context_lens.to(at::kLong).unsqueeze(1);  // [B, 1]
+  const at::Tensor allowed = (t < lens).unsqueeze(1);               // [B, 1, L]
   const at::Tensor attended = model::attention(q.unsqueeze(1), keys, values, allowed, scale).squeeze(1);
   // A sequence without context attends to nothing: zeros, as the kernels write.
   out.copy_(at::where(lens.unsqueeze(2) > 0, attended, at::zeros_like(attended)));
 }
 
-void rotary_paged_attention_decode(const hw::Kernels* kernels, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                   const at::Tensor& positions, const at::Tensor& inv_freq, const at::Tensor& slot_mapping,
-                                   const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& block_tables,
-                                   const at::Tensor& context_lens, double scale, const at::Tensor& out) {
+void rotary_paged_attention_decode(const hw::Kernels* kernels, const at::Tensor& q, const at::Tensor& k,
+                                   const at::Tensor& v, const at::Tensor& positions, const at::Tensor& inv_freq,
+                                   const at::Tensor& slot_mapping, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                   const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
+                                   const at::Tensor& out) {
   if (detail::offered(kernels, KernelId::rotary_paged_attention_decode)) {
     kernels->call<KernelId::rotary_paged_attention_decode>(
-        Operand(q), Operand(k), Operand(v), Operand(positions), Operand(inv_freq), Operand(slot_mapping), Operand(k_cache),
-        Operand(v_cache), Operand(block_tables), Operand(context_lens), float(scale), Operand(out),
+        Operand(q), Operand(k), Operand(v), Operand(positions), Operand(inv_freq), Operand(slot_mapping),
+        Operand(k_cache), Operand(v_cache), Operand(block_tables), Operand(context_lens), float(scale), Operand(out),
         detail::kernel_stream(*kernels, q));
     return;
   }

@@ -25,9 +25,10 @@ void paged_attention_decode(const hw::Kernels* kernels, const at::Tensor& q, con
 // rotary_kv_store of the new token (q, k, v [B, heads, S], positions, slot_mapping [B] int64),
 // then paged_attention_decode with the rotated q, into out [B, H, S]. slot_mapping[b] is the
 // cache row of position context_lens[b] - 1.
-void rotary_paged_attention_decode(const hw::Kernels* kernels, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                   const at::Tensor& positions, const at::Tensor& inv_freq, const at::Tensor& slot_mapping,
-                                   const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& block_tables,
-                                   const at::Tensor& context_lens, double scale, const at::Tensor& out);
+void rotary_paged_attention_decode(const hw::Kernels* kernels, const at::Tensor& q, const at::Tensor& k,
+                                   const at::Tensor& v, const at::Tensor& positions, const at::Tensor& inv_freq,
+                                   const at::Tensor& slot_mapping, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                   const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
+                                   const at::Tensor& out);
 
 }  // namespace verlpp::ops

@@ -24,8 +24,8 @@ at::Tensor flat_copy(const at::Tensor& x) {
 }
 
 struct RotaryFn : torch::autograd::Function<RotaryFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& positions,
-                               const at::Tensor& inv_freq, int64_t kernels_address) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                               const at::Tensor& positions, const at::Tensor& inv_freq, int64_t kernels_address) {
     const auto& kernels = *reinterpret_cast<const hw::Kernels*>(kernels_address);
     at::Tensor qr = flat_copy(q), kr = flat_copy(k);
     rotary_embedding(&kernels, qr, kr, positions, inv_freq);
@@ -77,7 +77,8 @@ struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
     const int64_t n = positions.size(0), heads = q.size(-2), kv = k.size(-2), d = q.size(-1);
     at::Tensor q_out = at::empty({n, heads, d}, q.options()), k_out = at::empty({n, 1, kv, d}, k.options());
     at::Tensor v_out = at::empty({n, 1, kv, d}, v.options());
-    rotary_kv_store(&kernels, token_rows(q), token_rows(k), token_rows(v), positions, inv_freq, slots, q_out, k_out, v_out);
+    rotary_kv_store(&kernels, token_rows(q), token_rows(k), token_rows(v), positions, inv_freq, slots, q_out, k_out,
+                    v_out);
     ctx->save_for_backward({positions, inv_freq, slots});
     ctx->saved_data["kernels"] = kernels_address;
     ctx->saved_data["q_shape"] = q.sizes().vec();
@@ -97,13 +98,19 @@ struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
     auto grad_or_zeros = [&](size_t i, const char* shape) {
       return grads[i].defined() ? grads[i] : at::zeros(ctx->saved_data[shape].toIntVector(), any->options());
     };
-    const at::Tensor gq = grad_or_zeros(0, "q_shape"), gk = grad_or_zeros(1, "kv_shape"), gv = grad_or_zeros(2, "kv_shape");
+    const at::Tensor gq = grad_or_zeros(0, "q_shape"), gk = grad_or_zeros(1, "kv_shape"),
+                     gv = grad_or_zeros(2, "kv_shape");
     const int64_t n = positions.size(0), heads = gq.size(-2), kv = gk.size(-2), d = gq.size(-1);
     at::Tensor q_out = at::empty({n, heads, d}, gq.options()), k_out = at::empty({n, 1, kv, d}, gk.options());
     at::Tensor v_out = at::empty({n, 1, kv, d}, gv.options());
-    rotary_kv_store(&kernels, token_rows(gq), token_rows(gk), token_rows(gv), positions.neg(), inv_freq, slots, q_out, k_out,
-                    v_out);
-    return {q_out.view(gq.sizes()), k_out.view(gk.sizes()), v_out.view(gv.sizes()), at::Tensor(), at::Tensor(), at::Tensor(),
+    rotary_kv_store(&kernels, token_rows(gq), token_rows(gk), token_rows(gv), positions.neg(), inv_freq, slots, q_out,
+                    k_out, v_out);
+    return {q_out.view(gq.sizes()),
+            k_out.view(gk.sizes()),
+            v_out.view(gv.sizes()),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
             at::Tensor()};
   }
 };
@@ -118,7 +125,8 @@ bool silu_mul_offered(const hw::Kernels& kernels) {
 at::Tensor rows_of(const at::Tensor& x) { return x.reshape({-1, x.size(-1)}); }
 
 struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, int64_t kernels_address) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up,
+                            int64_t kernels_address) {
     const auto& kernels = *reinterpret_cast<const hw::Kernels*>(kernels_address);
     at::Tensor out = at::empty(gate.sizes(), gate.options());
     silu_mul(&kernels, rows_of(gate), rows_of(up), out.view({-1, gate.size(-1)}));
@@ -135,7 +143,7 @@ struct SiluMulFn : torch::autograd::Function<SiluMulFn> {
     const at::Tensor grad = grads[0].contiguous();
     at::Tensor grad_gate = at::empty(gate.sizes(), gate.options()), grad_up = at::empty(up.sizes(), up.options());
     silu_mul_backward(&kernels, rows_of(gate), rows_of(up), rows_of(grad), grad_gate.view({-1, gate.size(-1)}),
-                          grad_up.view({-1, up.size(-1)}));
+                      grad_up.view({-1, up.size(-1)}));
     return {grad_gate, grad_up, at::Tensor()};
   }
 };
@@ -165,7 +173,7 @@ struct SiluMulHalvesFn : torch::autograd::Function<SiluMulHalvesFn> {
     at::Tensor grad_gate_up = at::empty(gate_up.sizes(), gate_up.options());
     const at::Tensor rows = rows_of(gate_up), grad_rows = grad_gate_up.view({-1, 2 * f});
     silu_mul_backward(&kernels, rows.narrow(1, 0, f), rows.narrow(1, f, f), rows_of(grad), grad_rows.narrow(1, 0, f),
-                          grad_rows.narrow(1, f, f));
+                      grad_rows.narrow(1, f, f));
     return {grad_gate_up, at::Tensor()};
   }
 };
@@ -183,8 +191,9 @@ at::Tensor PluginLayerKernels::silu_mul_halves(const at::Tensor& gate_up) const 
 bool PluginLayerKernels::offers_silu_mul_halves() const { return silu_mul_offered(kernels_); }
 
 bool PluginLayerKernels::offered(const hw::Kernels* kernels, bool fuse_adds) {
-  return kernels != nullptr && (kernels->offers(hw::KernelId::rotary_embedding) || kernels->offers(hw::KernelId::rotary_kv_store) ||
-                                silu_mul_offered(*kernels) || (fuse_adds && kernels->offers(hw::KernelId::add_rms_norm)));
+  return kernels != nullptr &&
+         (kernels->offers(hw::KernelId::rotary_embedding) || kernels->offers(hw::KernelId::rotary_kv_store) ||
+          silu_mul_offered(*kernels) || (fuse_adds && kernels->offers(hw::KernelId::add_rms_norm)));
 }
 
 std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels, LayerKernelsOptions options) {
@@ -209,13 +218,15 @@ at::Tensor PluginLayerKernels::slots_for(int64_t n, const c10::Device& device) c
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> PluginLayerKernels::rotate(const at::Tensor& q, const at::Tensor& k,
-                                                                          const at::Tensor& v, const at::Tensor& positions,
+                                                                          const at::Tensor& v,
+                                                                          const at::Tensor& positions,
                                                                           const at::Tensor& inv_freq) const {
   const at::ScalarType t = q.scalar_type();
   if (!kernel_dtype(t) || k.scalar_type() != t) return {};
   const at::Tensor flat_positions = positions.reshape({-1}).contiguous();
   const auto address = static_cast<int64_t>(reinterpret_cast<intptr_t>(&kernels_));
-  if (options_.rotate_qkv && kernels_.offers(hw::KernelId::rotary_kv_store) && v.scalar_type() == t && v.sizes() == k.sizes()) {
+  if (options_.rotate_qkv && kernels_.offers(hw::KernelId::rotary_kv_store) && v.scalar_type() == t &&
+      v.sizes() == k.sizes()) {
     ++rotations_;
     ++qkv_rotations_;
     variable_list out = RotaryQkvFn::apply(q, k, v, flat_positions, inv_freq.contiguous(),
@@ -230,11 +241,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> PluginLayerKernels::rotate(const 
 
 std::pair<at::Tensor, at::Tensor> PluginLayerKernels::add_rms_norm(const at::Tensor& x, at::Tensor& residual,
                                                                    const at::Tensor& weight, double eps) const {
-  const bool recorded = at::GradMode::is_enabled() && (x.requires_grad() || residual.requires_grad() || weight.requires_grad());
+  const bool recorded =
+      at::GradMode::is_enabled() && (x.requires_grad() || residual.requires_grad() || weight.requires_grad());
   const at::ScalarType t = residual.scalar_type();
-  if (!options_.fuse_adds || !kernels_.offers(hw::KernelId::add_rms_norm) || recorded || !kernel_dtype(t) || x.scalar_type() != t ||
-      weight.scalar_type() != t || x.sizes() != residual.sizes() || residual.dim() == 0 || weight.dim() != 1 ||
-      weight.size(0) != residual.size(-1) || !x.is_contiguous() || !residual.is_contiguous() || !weight.is_contiguous())
+  if (!options_.fuse_adds || !kernels_.offers(hw::KernelId::add_rms_norm) || recorded || !kernel_dtype(t) ||
+      x.scalar_type() != t || weight.scalar_type() != t || x.sizes() != residual.sizes() || residual.dim() == 0 ||
+      weight.dim() != 1 || weight.size(0) != residual.size(-1) || !x.is_contiguous() || !residual.is_contiguous() ||
+      !weight.is_contiguous())
     return {};
   ++add_rms_norms_;
   at::Tensor out = at::empty(residual.sizes(), residual.options());

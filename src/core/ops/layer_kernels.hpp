@@ -84,6 +84,7 @@ class PluginLayerKernels : public model::LayerKernels {
 
 // A PluginLayerKernels over `kernels`, or null when they offer none of its kernels (or are null).
 // Used by the training forwards (response_log_probs) and, with fuse_adds, the rollout engine's steps.
-std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels, LayerKernelsOptions options = {});
+std::shared_ptr<const model::LayerKernels> layer_kernels_for(const hw::Kernels* kernels,
+                                                             LayerKernelsOptions options = {});
 
 }  // namespace verlpp::ops

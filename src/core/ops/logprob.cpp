@@ -20,8 +20,8 @@ using detail::Operand;
 void logprob_entropy(const hw::Kernels* kernels, const at::Tensor& logits, const at::Tensor& labels, double temperature,
                      const at::Tensor& logprob, const at::Tensor& entropy) {
   VERLPP_CHECK(logits.dim() == 2 && labels.dim() == 1 && logprob.dim() == 1,
-               "ops::logprob_entropy: logits must be [N, V], labels and logprob [N]; got {} / {} / {} dims", logits.dim(),
-               labels.dim(), logprob.dim());
+               "ops::logprob_entropy: logits must be [N, V], labels and logprob [N]; got {} / {} / {} dims",
+               logits.dim(), labels.dim(), logprob.dim());
   if (detail::offered(kernels, KernelId::logprob_entropy)) {
     kernels->call<KernelId::logprob_entropy>(Operand(logits), Operand(labels), float(temperature), Operand(logprob),
                                              Operand(entropy), detail::kernel_stream(*kernels, logits));
@@ -33,14 +33,15 @@ void logprob_entropy(const hw::Kernels* kernels, const at::Tensor& logits, const
   if (entropy.defined()) entropy.copy_(lse.sub(at::softmax(z, -1).mul(z).sum(-1)));
 }
 
-void logprob_backward(const hw::Kernels* kernels, const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& lse,
-                      const at::Tensor& grad_logprob, const at::Tensor& mean_z, const at::Tensor& grad_entropy,
-                      double temperature, const at::Tensor& out_grad) {
-  VERLPP_CHECK(mean_z.defined() == grad_entropy.defined(), "ops::logprob_backward: mean_z and grad_entropy go together");
+void logprob_backward(const hw::Kernels* kernels, const at::Tensor& logits, const at::Tensor& labels,
+                      const at::Tensor& lse, const at::Tensor& grad_logprob, const at::Tensor& mean_z,
+                      const at::Tensor& grad_entropy, double temperature, const at::Tensor& out_grad) {
+  VERLPP_CHECK(mean_z.defined() == grad_entropy.defined(),
+               "ops::logprob_backward: mean_z and grad_entropy go together");
   if (detail::offered(kernels, KernelId::logprob_backward)) {
     kernels->call<KernelId::logprob_backward>(Operand(logits), Operand(labels), Operand(lse), Operand(grad_logprob),
-                                              Operand(mean_z), Operand(grad_entropy), float(temperature), Operand(out_grad),
-                                              detail::kernel_stream(*kernels, logits));
+                                              Operand(mean_z), Operand(grad_entropy), float(temperature),
+                                              Operand(out_grad), detail::kernel_stream(*kernels, logits));
     return;
   }
   const at::Tensor z = logits.to(at::kFloat).div(temperature);  // [N, V]

@@ -22,8 +22,8 @@ void logprob_entropy(const hw::Kernels* kernels, const at::Tensor& logits, const
 // out_grad [N, V] of logits' dtype (it may be logits itself): with z = logits / T and p =
 // exp(z - lse), out = (g_lp ([j = label] - p) - g_ent p (z - mean_z)) / T. lse, mean_z [N] f32;
 // grad_logprob [N] f32 or undefined (zero); mean_z and grad_entropy both or neither.
-void logprob_backward(const hw::Kernels* kernels, const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& lse,
-                      const at::Tensor& grad_logprob, const at::Tensor& mean_z, const at::Tensor& grad_entropy,
-                      double temperature, const at::Tensor& out_grad);
+void logprob_backward(const hw::Kernels* kernels, const at::Tensor& logits, const at::Tensor& labels,
+                      const at::Tensor& lse, const at::Tensor& grad_logprob, const at::Tensor& mean_z,
+                      const at::Tensor& grad_entropy, double temperature, const at::Tensor& out_grad);
 
 }  // namespace verlpp::ops

@@ -9,9 +9,11 @@ namespace verlpp::ops {
 using detail::KernelId;
 using detail::Operand;
 
-void rms_norm(const hw::Kernels* kernels, const at::Tensor& x, const at::Tensor& weight, double eps, const at::Tensor& out) {
+void rms_norm(const hw::Kernels* kernels, const at::Tensor& x, const at::Tensor& weight, double eps,
+              const at::Tensor& out) {
   if (detail::offered(kernels, KernelId::rms_norm)) {
-    kernels->call<KernelId::rms_norm>(Operand(x), Operand(weight), float(eps), Operand(out), detail::kernel_stream(*kernels, x));
+    kernels->call<KernelId::rms_norm>(Operand(x), Operand(weight), float(eps), Operand(out),
+                                      detail::kernel_stream(*kernels, x));
     return;
   }
   out.copy_(model::rms_norm(x, weight, eps));

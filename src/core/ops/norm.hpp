@@ -14,7 +14,8 @@ namespace verlpp::ops {
 
 // out = x / sqrt(mean(x^2) + eps) * weight, rows of x [N, D] (contiguous; out likewise, weight [D],
 // one f32/bf16/f16 dtype).
-void rms_norm(const hw::Kernels* kernels, const at::Tensor& x, const at::Tensor& weight, double eps, const at::Tensor& out);
+void rms_norm(const hw::Kernels* kernels, const at::Tensor& x, const at::Tensor& weight, double eps,
+              const at::Tensor& out);
 
 // residual += x (rounded once to the dtype) in place, then out = rms_norm(residual). x,
 // residual, out [N, D] contiguous, one dtype; out overlaps neither input.

@@ -29,7 +29,8 @@ std::pair<at::Tensor, at::Tensor> sample_reference(const at::Tensor& logits, con
   const int64_t B = logits.size(0), V = logits.size(1);
   VERLPP_CHECK(logits.dim() == 2 && int64_t(rows.temperature.size()) == B && int64_t(rows.top_k.size()) == B &&
                    int64_t(rows.top_p.size()) == B && int64_t(rows.draws.size()) == B,
-               "sample: logits must be [B, V] with B = {} rows of settings, got {} dims", rows.temperature.size(), logits.dim());
+               "sample: logits must be [B, V] with B = {} rows of settings, got {} dims", rows.temperature.size(),
+               logits.dim());
   const auto dev = logits.device();
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
   const auto i64 = at::TensorOptions().dtype(at::kLong);
@@ -51,11 +52,11 @@ std::pair<at::Tensor, at::Tensor> sample_reference(const at::Tensor& logits, con
   at::Tensor tokens;
   if (any_random) {
     auto sorted = at::sort(logp, -1, /*descending=*/true);
-    at::Tensor probs = at::exp(std::get<0>(sorted));                                  // [B, V] descending
+    at::Tensor probs = at::exp(std::get<0>(sorted));  // [B, V] descending
     at::Tensor pos = at::arange(V, i64.device(dev)).unsqueeze(0);
     at::Tensor keep = pos < at::tensor(top_ks, i64).to(dev).unsqueeze(1);
     at::Tensor pk = probs * keep;
-    at::Tensor before = at::cumsum(pk, -1) - pk;                                      // mass ahead of each
+    at::Tensor before = at::cumsum(pk, -1) - pk;  // mass ahead of each
     at::Tensor p = at::tensor(rows.top_p, f32).to(dev).unsqueeze(1);
     keep = keep & (before < p * pk.sum(-1, /*keepdim=*/true));
     at::Tensor kept = probs * keep;
@@ -68,17 +69,18 @@ std::pair<at::Tensor, at::Tensor> sample_reference(const at::Tensor& logits, con
   }
   if (any_greedy) {
     at::Tensor argmax = at::argmax(x, -1);
-    tokens = !any_random ? argmax
-                         : at::where(at::tensor(greedy_rows, at::TensorOptions().dtype(at::kByte)).to(dev).to(at::kBool),
-                                     argmax, tokens);
+    tokens = !any_random
+                 ? argmax
+                 : at::where(at::tensor(greedy_rows, at::TensorOptions().dtype(at::kByte)).to(dev).to(at::kBool),
+                             argmax, tokens);
   }
   tokens = tokens.to(at::kLong);
   return {tokens, logp.gather(1, tokens.unsqueeze(1)).squeeze(1)};
 }
 
-void sample(const hw::Kernels* kernels, const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
-            const at::Tensor& top_p, const at::Tensor& seeds, uint64_t step, const at::Tensor& tokens,
-            const at::Tensor& logprobs) {
+void sample(const hw::Kernels* kernels, const at::Tensor& logits, const at::Tensor& temperature,
+            const at::Tensor& top_k, const at::Tensor& top_p, const at::Tensor& seeds, uint64_t step,
+            const at::Tensor& tokens, const at::Tensor& logprobs) {
   if (detail::offered(kernels, KernelId::sample)) {
     kernels->call<KernelId::sample>(Operand(logits), Operand(temperature), Operand(top_k), Operand(top_p),
                                     Operand(seeds, /*as_unsigned=*/true), step, Operand(tokens), Operand(logprobs),
@@ -86,7 +88,8 @@ void sample(const hw::Kernels* kernels, const at::Tensor& logits, const at::Tens
     return;
   }
   const int64_t b = logits.size(0);
-  const at::Tensor t = temperature.to(at::kCPU).to(at::kFloat).contiguous(), p = top_p.to(at::kCPU).to(at::kFloat).contiguous();
+  const at::Tensor t = temperature.to(at::kCPU).to(at::kFloat).contiguous(),
+                   p = top_p.to(at::kCPU).to(at::kFloat).contiguous();
   const at::Tensor k = top_k.to(at::kCPU).to(at::kLong).contiguous(), s = seeds.to(at::kCPU).to(at::kLong).contiguous();
   RowDraws rows;
   for (int64_t r = 0; r < b; ++r) {

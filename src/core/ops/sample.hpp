@@ -39,8 +39,8 @@ std::pair<at::Tensor, at::Tensor> sample_reference(const at::Tensor& logits, con
 // takes any float dtype), temperature, top_p [B] f32, top_k [B] int32, seeds [B] int64 (the bits
 // of uint64 seeds), `step`; writes tokens [B] int64 and logprobs [B] f32. The reference reads the
 // settings on the host (one wait).
-void sample(const hw::Kernels* kernels, const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
-            const at::Tensor& top_p, const at::Tensor& seeds, uint64_t step, const at::Tensor& tokens,
-            const at::Tensor& logprobs);
+void sample(const hw::Kernels* kernels, const at::Tensor& logits, const at::Tensor& temperature,
+            const at::Tensor& top_k, const at::Tensor& top_p, const at::Tensor& seeds, uint64_t step,
+            const at::Tensor& tokens, const at::Tensor& logprobs);
 
 }  // namespace verlpp::ops

@@ -19,8 +19,8 @@ void silu_mul(const hw::Kernels* kernels, const at::Tensor& gate, const at::Tens
   out.copy_(at::silu(gate) * up);
 }
 
-void silu_mul_backward(const hw::Kernels* kernels, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& grad_out,
-                       const at::Tensor& grad_gate, const at::Tensor& grad_up) {
+void silu_mul_backward(const hw::Kernels* kernels, const at::Tensor& gate, const at::Tensor& up,
+                       const at::Tensor& grad_out, const at::Tensor& grad_gate, const at::Tensor& grad_up) {
   if (detail::offered(kernels, KernelId::silu_mul_backward)) {
     kernels->call<KernelId::silu_mul_backward>(Operand(gate), Operand(up), Operand(grad_out), Operand(grad_gate),
                                                Operand(grad_up), detail::kernel_stream(*kernels, gate));

@@ -17,7 +17,7 @@ void silu_mul(const hw::Kernels* kernels, const at::Tensor& gate, const at::Tens
 
 // grad_up = grad_out * silu(gate); grad_gate = silu'(gate) * (grad_out * up), as autograd
 // computes them. Shapes as silu_mul's; grad_gate and grad_up may be halves of one tensor.
-void silu_mul_backward(const hw::Kernels* kernels, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& grad_out,
-                       const at::Tensor& grad_gate, const at::Tensor& grad_up);
+void silu_mul_backward(const hw::Kernels* kernels, const at::Tensor& gate, const at::Tensor& up,
+                       const at::Tensor& grad_out, const at::Tensor& grad_gate, const at::Tensor& grad_up);
 
 }  // namespace verlpp::ops

@@ -65,19 +65,22 @@ at::Tensor RolloutAttention::attend(int64_t layer, const at::Tensor& q, const at
   return out.to(q.scalar_type());
 }
 
-void RolloutAttention::rotate(at::Tensor& q, at::Tensor& k, const at::Tensor& position_ids, const at::Tensor& inv_freq) {
+void RolloutAttention::rotate(at::Tensor& q, at::Tensor& k, const at::Tensor& position_ids,
+                              const at::Tensor& inv_freq) {
   // The fused kernel reads q/k/v in place (rows may be strided: views of one fused projection)
   // in the cache's dtype, which is the model's.
   const at::ScalarType cache_dtype = cache_.k(0).scalar_type();
-  if (fused_store_ && q.scalar_type() == cache_dtype && k.scalar_type() == cache_dtype && q.dim() == 3 && k.dim() == 3 &&
-      q.stride(2) == 1 && q.stride(1) == q.size(2) && k.stride(2) == 1 && k.stride(1) == k.size(2)) {
+  if (fused_store_ && q.scalar_type() == cache_dtype && k.scalar_type() == cache_dtype && q.dim() == 3 &&
+      k.dim() == 3 && q.stride(2) == 1 && q.stride(1) == q.size(2) && k.stride(2) == 1 && k.stride(1) == k.size(2)) {
     positions_ = position_ids.contiguous();
     inv_freq_ = inv_freq.contiguous();
     rotation_pending_ = true;
     return;
   }
-  VERLPP_CHECK(rotary_ != nullptr, "RolloutAttention: q {} / k {} do not suit rotary_kv_store and the plugin has no "
-               "rotary_embedding", c10::toString(q.scalar_type()), c10::toString(k.scalar_type()));
+  VERLPP_CHECK(rotary_ != nullptr,
+               "RolloutAttention: q {} / k {} do not suit rotary_kv_store and the plugin has no "
+               "rotary_embedding",
+               c10::toString(q.scalar_type()), c10::toString(k.scalar_type()));
   // A copy when q/k are column slices of the fused q/k/v projection (prefill steps; the
   // rotary_embedding contract wants contiguous tensors); none for unfused ones.
   q = q.contiguous();

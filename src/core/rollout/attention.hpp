@@ -36,12 +36,12 @@ class RolloutAttention : public model::AttentionBackend {
  private:
   model::PagedKvCache& cache_;
   model::PagedStep step_;
-  const hw::Kernels* kernels_;              // non-null only when the decode kernel will be used
-  const hw::Kernels* rotary_;               // non-null only when the rotary kernel will be used
-  bool fused_store_ = false;                // decode with rotary_kv_store: rotation deferred to attend()
-  bool fused_attention_ = false;            // ... and attend() runs rotary_paged_attention_decode
-  bool rotation_pending_ = false;           // rotate() deferred this layer's rotation
-  at::Tensor positions_, inv_freq_;         // what the deferred rotation needs
+  const hw::Kernels* kernels_;                      // non-null only when the decode kernel will be used
+  const hw::Kernels* rotary_;                       // non-null only when the rotary kernel will be used
+  bool fused_store_ = false;                        // decode with rotary_kv_store: rotation deferred to attend()
+  bool fused_attention_ = false;                    // ... and attend() runs rotary_paged_attention_decode
+  bool rotation_pending_ = false;                   // rotate() deferred this layer's rotation
+  at::Tensor positions_, inv_freq_;                 // what the deferred rotation needs
   at::Tensor block_tables_i32_, context_lens_i32_;  // [S, max_blocks], [S] int32 for the kernel
   std::optional<model::PagedAttention> reference_;
 };

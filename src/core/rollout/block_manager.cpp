@@ -49,7 +49,8 @@ bool BlockManager::can_append(const std::vector<int64_t>& table, int64_t num_tok
 std::optional<BlockCopy> BlockManager::append(std::vector<int64_t>& table, int64_t num_tokens) {
   VERLPP_CHECK(int64_t(table.size()) == blocks_for(num_tokens) || int64_t(table.size()) == blocks_for(num_tokens + 1),
                "BlockManager::append: a table of {} blocks cannot hold exactly {} tokens (nor them and the next "
-               "position's block, taken ahead)", table.size(), num_tokens);
+               "position's block, taken ahead)",
+               table.size(), num_tokens);
   VERLPP_CHECK(can_append(table, num_tokens), "BlockManager::append: no free block (call can_append first)");
   if (num_tokens % block_size_ == 0) {
     if (int64_t(table.size()) == num_tokens / block_size_) table.push_back(take());

@@ -26,7 +26,7 @@ std::optional<NextDecode> predict_next(const ScheduledStep& step, int64_t block_
     if (step.samplers[i].first != s || step.samplers[i].second != int64_t(i)) return std::nullopt;
     if (s->num_tokens() - s->num_cached_tokens != 1) return std::nullopt;
     if (s->next_token_is_last()) continue;  // nothing to feed after this step's token
-    const int64_t p = s->num_tokens();  // where the token this step samples sits, fed next step
+    const int64_t p = s->num_tokens();      // where the token this step samples sits, fed next step
     if (p / block_size >= int64_t(s->block_table.size())) return std::nullopt;  // no block there yet
     next.seqs.push_back(s);
     next.positions.push_back(p);
@@ -38,8 +38,7 @@ std::optional<NextDecode> predict_next(const ScheduledStep& step, int64_t block_
   return next;
 }
 
-std::optional<std::vector<int64_t>> queued_rows(const NextDecode& next, const ScheduledStep& step,
-                                                int64_t block_size) {
+std::optional<std::vector<int64_t>> queued_rows(const NextDecode& next, const ScheduledStep& step, int64_t block_size) {
   if (step.is_prefill || !step.copies.empty() || step.compute.empty() || step.compute.size() > next.seqs.size() ||
       step.samplers.size() != step.compute.size())
     return std::nullopt;
@@ -64,7 +63,8 @@ std::string DecodeGraphs::unavailable_reason(const model::DecoderLM& model, cons
   const c10::Device device = model.options().device;
   std::string why = hw::DeviceGraphs::unavailable_reason(device);
   if (!why.empty()) return why;
-  if (kernels == nullptr) return "no plugin kernels (a decode graph runs the plugin's paged_attention_decode and sample)";
+  if (kernels == nullptr)
+    return "no plugin kernels (a decode graph runs the plugin's paged_attention_decode and sample)";
   if (!kernels->offers(hw::KernelId::paged_attention_decode) || !kernels->offers(hw::KernelId::sample))
     return "plugin " + kernels->plugin().display_name() + " lacks paged_attention_decode or sample";
   if (!kernels->wraps_native_streams())
@@ -252,7 +252,9 @@ DecodeGraphs::Launch DecodeGraphs::launch(const model::DecoderLM& model, model::
   launched.bucket = B;
   launched.output = next_output_;
   next_output_ ^= 1;
-  outputs_[launched.output].narrow(0, 0, bucket.samples.packed.numel()).copy_(bucket.samples.packed, /*non_blocking=*/true);
+  outputs_[launched.output]
+      .narrow(0, 0, bucket.samples.packed.numel())
+      .copy_(bucket.samples.packed, /*non_blocking=*/true);
   launched.done.record(device_);
   return launched;
 }
@@ -271,7 +273,8 @@ void DecodeGraphs::capture(const model::DecoderLM& model, model::PagedKvCache& c
     DeviceSampling rows{in(In::temperature), in(In::top_k).to(at::kInt), in(In::top_p), in(In::seeds)};
     RolloutAttention attention(cache, std::move(paged), /*is_decode=*/true, &kernels_, rotary_attention_);
     VERLPP_CHECK(attention.uses_kernel(), "DecodeGraphs: the decode step would not use the plugin's attention kernel");
-    const at::Tensor hidden = model.forward_cached(ids, positions, attention, ops::layer_kernels_for(&kernels_, ops::LayerKernelsOptions{/*fuse_adds=*/true}));
+    const at::Tensor hidden = model.forward_cached(
+        ids, positions, attention, ops::layer_kernels_for(&kernels_, ops::LayerKernelsOptions{/*fuse_adds=*/true}));
     bucket.samples = sample_on_device(model.logits(hidden), rows, kernels_);
   };
   graphs_.capture(B, body);

@@ -63,8 +63,7 @@ std::optional<NextDecode> predict_next(const ScheduledStep& step, int64_t block_
 // For each row of the scheduler's `step` (the tokens of the step before recorded), the row of
 // `next` that computed it, when `step` is `next` less some of its sequences (those that stopped)
 // in the same order with nothing else changed; nullopt otherwise.
-std::optional<std::vector<int64_t>> queued_rows(const NextDecode& next, const ScheduledStep& step,
-                                                int64_t block_size);
+std::optional<std::vector<int64_t>> queued_rows(const NextDecode& next, const ScheduledStep& step, int64_t block_size);
 
 class DecodeGraphs {
  public:
@@ -138,11 +137,11 @@ class DecodeGraphs {
   std::map<int64_t, Bucket> buckets_;  // by size
   Staging staging_[2];                 // alternate launches write alternate buffers
   int next_staging_ = 0;
-  at::Tensor outputs_[2];              // pinned host copies of the samples, alternate launches
+  at::Tensor outputs_[2];  // pinned host copies of the samples, alternate launches
   int next_output_ = 0;
-  std::optional<Launch> queued_;       // the step queued ahead of the host, and what it is
+  std::optional<Launch> queued_;  // the step queued ahead of the host, and what it is
   std::optional<NextDecode> queued_step_;
-  std::optional<Launch> discarded_;    // the last queued step not read (its graph may still run)
+  std::optional<Launch> discarded_;  // the last queued step not read (its graph may still run)
   int64_t num_captures_ = 0, num_overlapped_ = 0, num_discarded_ = 0;
   double capture_seconds_ = 0;
 };

@@ -46,7 +46,8 @@ std::string shape_text(const at::Tensor& t) {
 }  // namespace
 
 RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
-    : model_(std::move(model)), options_(std::move(options)),
+    : model_(std::move(model)),
+      options_(std::move(options)),
       layer_kernels_(ops::layer_kernels_for(options_.kernels, ops::LayerKernelsOptions{/*fuse_adds=*/true})) {
   VERLPP_CHECK(options_.block_size > 0, "RolloutEngine: block_size {} must be positive", options_.block_size);
   const int64_t per_block = bytes_per_block();
@@ -71,7 +72,8 @@ RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
     num_blocks_ = pool / per_block;
     VERLPP_CHECK(num_blocks_ > 0,
                  "RolloutEngine: memory_fraction {} of {} bytes leaves {} bytes after {} bytes of weights, less than "
-                 "one KV block ({} bytes)", options_.memory_fraction, total, pool, weights, per_block);
+                 "one KV block ({} bytes)",
+                 options_.memory_fraction, total, pool, weights, per_block);
   } else {
     num_blocks_ = (16384 + options_.block_size - 1) / options_.block_size;
   }
@@ -101,7 +103,7 @@ int64_t RolloutEngine::pool_bytes() const { return num_blocks_ * bytes_per_block
 double RolloutEngine::sleep() {
   const auto start = std::chrono::steady_clock::now();
   graphs_.reset();  // they write into this pool; a new pool lies elsewhere
-  cache_.reset();  // on CUDA the memory goes back to LibTorch's caching allocator (docs/rollout.md)
+  cache_.reset();   // on CUDA the memory goes back to LibTorch's caching allocator (docs/rollout.md)
   return seconds_since(start);
 }
 
@@ -110,7 +112,7 @@ double RolloutEngine::wake() {
   if (!cache_) {
     const int64_t scratch = graphs_off_reason_.empty() ? 1 : 0;  // the decode graphs' padding block
     cache_ = std::make_unique<model::PagedKvCache>(model_.config(), num_blocks_ + scratch, options_.block_size,
-                                                    model_.options().dtype, model_.options().device);
+                                                   model_.options().dtype, model_.options().device);
     wait_for_device(cache_->v(cache_->num_layers() - 1));  // the pool is zero-filled asynchronously on a GPU
   }
   return seconds_since(start);
@@ -130,15 +132,18 @@ std::string RolloutEngine::check_request(const GenerateRequest& request) const {
       return fmt::format("prompt token {} at position {} is outside the vocabulary [0, {})", request.prompt_ids[i], i,
                          c.vocab_size);
   if (c.max_position_embeddings > 0 && len >= c.max_position_embeddings)
-    return fmt::format("the prompt has {} tokens; the model's context is {} (max_position_embeddings), leaving no room "
-                       "to generate", len, c.max_position_embeddings);
+    return fmt::format(
+        "the prompt has {} tokens; the model's context is {} (max_position_embeddings), leaving no room "
+        "to generate",
+        len, c.max_position_embeddings);
   int64_t max_new = request.sampling.max_new_tokens;
   if (c.max_position_embeddings > 0) max_new = std::min(max_new, c.max_position_embeddings - len);
   const int64_t cached = len + max_new - 1;  // the last sampled token is never fed
   if (cached > num_blocks_ * options_.block_size)
-    return fmt::format("prompt ({} tokens) + max_new_tokens ({}) needs {} tokens of KV cache; the whole pool holds {} "
-                       "({} blocks of {})", len, max_new, cached, num_blocks_ * options_.block_size, num_blocks_,
-                       options_.block_size);
+    return fmt::format(
+        "prompt ({} tokens) + max_new_tokens ({}) needs {} tokens of KV cache; the whole pool holds {} "
+        "({} blocks of {})",
+        len, max_new, cached, num_blocks_ * options_.block_size, num_blocks_, options_.block_size);
   return "";
 }
 
@@ -161,7 +166,8 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
     errors[i] = check_request(r);
     if (!errors[i].empty()) continue;
     stop_lists[i] = r.sampling.stop_token_ids;
-    if (!r.sampling.ignore_eos) stop_lists[i].insert(stop_lists[i].end(), c.eos_token_ids.begin(), c.eos_token_ids.end());
+    if (!r.sampling.ignore_eos)
+      stop_lists[i].insert(stop_lists[i].end(), c.eos_token_ids.begin(), c.eos_token_ids.end());
     const uint64_t seed = r.sampling.seed.value_or(options_.seed + uint64_t(i));
     const int64_t len = int64_t(r.prompt_ids.size());
     std::vector<Sequence*> group;
@@ -188,7 +194,8 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
     // of two so that later calls with similar lengths reuse the graphs.
     int64_t need = 1;
     for (const auto& s : seqs)
-      need = std::max(need, (s->num_prompt_tokens + s->max_new_tokens - 1 + options_.block_size - 1) / options_.block_size);
+      need = std::max(need,
+                      (s->num_prompt_tokens + s->max_new_tokens - 1 + options_.block_size - 1) / options_.block_size);
     int64_t width = 16;
     while (width < need) width *= 2;
     if (!graphs_ || graphs_->table_width() < width)
@@ -215,7 +222,8 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
   std::vector<float> logprobs;
   while (scheduler.has_work()) {
     ScheduledStep step = scheduler.schedule();
-    VERLPP_CHECK(!step.empty(), "RolloutEngine: the scheduler made no progress ({} waiting, {} running, {} free blocks)",
+    VERLPP_CHECK(!step.empty(),
+                 "RolloutEngine: the scheduler made no progress ({} waiting, {} running, {} free blocks)",
                  scheduler.num_waiting(), scheduler.num_running(), blocks.num_free_blocks());
     if (step.is_prefill) {
       ++stats_.num_prefill_steps;
@@ -334,7 +342,8 @@ void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& to
     views.push_back(device_inputs.narrow(0, offset, int64_t(part->size())));
     offset += int64_t(part->size());
   }
-  model::PagedStep paged{views[2], views[3], views[4], views[5].view({int64_t(step.compute.size()), int64_t(max_blocks)})};
+  model::PagedStep paged{views[2], views[3], views[4],
+                         views[5].view({int64_t(step.compute.size()), int64_t(max_blocks)})};
   detail::RolloutAttention attention(*cache_, std::move(paged), !step.is_prefill, options_.kernels,
                                      options_.rotary_attention);
   at::Tensor hidden = model_.forward_cached(views[0], views[1], attention, layer_kernels_);

@@ -18,7 +18,8 @@ namespace verlpp::rollout {
 
 void validate(const SamplingParams& p) {
   if (p.n < 1) VERLPP_FAIL_AT("sampling.n", "n = {} must be at least 1", p.n);
-  if (p.max_new_tokens < 1) VERLPP_FAIL_AT("sampling.max_new_tokens", "max_new_tokens = {} must be at least 1", p.max_new_tokens);
+  if (p.max_new_tokens < 1)
+    VERLPP_FAIL_AT("sampling.max_new_tokens", "max_new_tokens = {} must be at least 1", p.max_new_tokens);
   if (!(p.temperature >= 0) || !std::isfinite(p.temperature))
     VERLPP_FAIL_AT("sampling.temperature", "temperature = {} must be finite and >= 0 (0 = greedy)", p.temperature);
   if (p.top_k < -1) VERLPP_FAIL_AT("sampling.top_k", "top_k = {} must be >= 1, or 0 / -1 for all tokens", p.top_k);
@@ -27,9 +28,12 @@ void validate(const SamplingParams& p) {
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAborted: return "aborted";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAborted:
+      return "aborted";
   }
   return "?";
 }
@@ -58,13 +62,14 @@ DeviceSamples sample_on_device(const at::Tensor& logits, const DeviceSampling& r
   // ABI 1.3 plugins read bf16 / f16 logits themselves (as their exact fp32 values, with the
   // same result), which saves the fp32 copy: at decode batch 256 x 151,936 a 156 MB write per
   // step. Older plugins take fp32 only.
-  const bool native = kernels.plugin().abi_minor() >= 3 &&
-                      (logits.scalar_type() == at::kBFloat16 || logits.scalar_type() == at::kHalf);
+  const bool native =
+      kernels.plugin().abi_minor() >= 3 && (logits.scalar_type() == at::kBFloat16 || logits.scalar_type() == at::kHalf);
   at::Tensor x = (native ? logits : logits.to(at::kFloat)).contiguous();
   auto on = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).device(x.device()); };
   const int64_t b = x.size(0);
   const at::Tensor packed = at::empty({b + (b + 1) / 2}, on(at::kLong));
-  const at::Tensor tokens = packed.narrow(0, 0, b), logprobs = packed.narrow(0, b, (b + 1) / 2).view(at::kFloat).narrow(0, 0, b);
+  const at::Tensor tokens = packed.narrow(0, 0, b),
+                   logprobs = packed.narrow(0, b, (b + 1) / 2).view(at::kFloat).narrow(0, 0, b);
   // The ABI takes one step for the batch; each row's own step is folded into its seed instead.
   ops::sample(&kernels, x, rows.temperature, rows.top_k, rows.top_p, rows.seed, 0, tokens, logprobs);
   return {tokens, logprobs, packed};
@@ -72,7 +77,7 @@ DeviceSamples sample_on_device(const at::Tensor& logits, const DeviceSampling& r
 
 SampleResult read_samples(const DeviceSamples& samples, int64_t rows) {
   const at::Tensor host = samples.packed.to(at::kCPU);  // one copy, one wait
-  const int64_t b = samples.tokens.size(0);            // the log-probs start after b int64s
+  const int64_t b = samples.tokens.size(0);             // the log-probs start after b int64s
   return SampleResult{host.narrow(0, 0, rows), host.narrow(0, b, (b + 1) / 2).view(at::kFloat).narrow(0, 0, rows)};
 }
 

@@ -15,8 +15,7 @@
 namespace verlpp::train {
 
 // Micro-batches of `mini`: fixed size, or balanced under a token budget.
-std::vector<data::Batch> micro_batches(const data::Batch& mini, bool dynamic, int64_t micro_size,
-                                             int64_t max_tokens) {
+std::vector<data::Batch> micro_batches(const data::Batch& mini, bool dynamic, int64_t micro_size, int64_t max_tokens) {
   if (!dynamic) return mini.split(micro_size);
   at::Tensor lens = mini.tensor("attention_mask").sum(1).to(at::kLong).cpu().contiguous();
   std::vector<int64_t> seq_lens(lens.data_ptr<int64_t>(), lens.data_ptr<int64_t>() + lens.numel());
@@ -40,14 +39,16 @@ Actor::~Actor() = default;
 ResponseLogProbs Actor::compute_log_prob(const data::Batch& batch, bool with_entropy) const {
   at::NoGradGuard no_grad;
   return response_log_probs(trained_.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"),
-                            batch.tensor("position_ids"), batch.tensor("responses").size(1), config_.temperature, with_entropy,
-                            config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels, config_.logits_in_backward, config_.rotate_qkv);
+                            batch.tensor("position_ids"), batch.tensor("responses").size(1), config_.temperature,
+                            with_entropy, config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels,
+                            config_.logits_in_backward, config_.rotate_qkv);
 }
 
 nlohmann::json Actor::update_policy(const data::Batch& batch) {
   const int64_t rows = batch.size();
-  VERLPP_CHECK(rows % config_.ppo_mini_batch_size == 0, "the batch of {} sequences is not a multiple of ppo_mini_batch_size {}",
-               rows, config_.ppo_mini_batch_size);
+  VERLPP_CHECK(rows % config_.ppo_mini_batch_size == 0,
+               "the batch of {} sequences is not a multiple of ppo_mini_batch_size {}", rows,
+               config_.ppo_mini_batch_size);
   const double lr = trained_.begin_update();
   // Per-micro-batch metrics, summed on the device: pg_loss, pg_clipfrac, ppo_kl, clipfrac_lower,
   // kl_loss, entropy.
@@ -63,19 +64,20 @@ nlohmann::json Actor::update_policy(const data::Batch& batch) {
       agg.batch_num_tokens = mask.sum().item<double>();
       agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
       const data::Batch local = trained_.data_parallel().local_rows(mini);
-      const auto micros = micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len);
+      const auto micros =
+          micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len);
       trained_.zero_grad();
       for (const data::Batch& micro : micros) {
         const bool need_entropy = config_.entropy_coeff != 0.0;
-        ResponseLogProbs out = response_log_probs(trained_.compute(), micro.tensor("input_ids"), micro.tensor("attention_mask"),
-                                                  micro.tensor("position_ids"), response_length, config_.temperature,
-                                                  need_entropy, config_.log_prob_chunk_rows, config_.remove_padding,
-                                                  config_.kernels, config_.logits_in_backward, config_.rotate_qkv);
+        ResponseLogProbs out = response_log_probs(
+            trained_.compute(), micro.tensor("input_ids"), micro.tensor("attention_mask"), micro.tensor("position_ids"),
+            response_length, config_.temperature, need_entropy, config_.log_prob_chunk_rows, config_.remove_padding,
+            config_.kernels, config_.logits_in_backward, config_.rotate_qkv);
         const at::Tensor m = micro.tensor("response_mask");
         algo::PolicyLossConfig policy = config_.policy;
         policy.agg = agg;
-        algo::PolicyLossOutput pg = algo::compute_policy_loss(config_.loss_mode, micro.tensor("old_log_probs"), out.log_probs,
-                                                              micro.tensor("advantages"), m, policy);
+        algo::PolicyLossOutput pg = algo::compute_policy_loss(config_.loss_mode, micro.tensor("old_log_probs"),
+                                                              out.log_probs, micro.tensor("advantages"), m, policy);
         at::Tensor loss = pg.loss;
         if (need_entropy) {
           at::Tensor entropy = algo::agg_loss(out.entropy, m, policy.loss_agg_mode, agg);

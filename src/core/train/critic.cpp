@@ -39,7 +39,8 @@ at::Tensor Critic::compute_values(const data::Batch& batch) const {
 
 nlohmann::json Critic::update_critic(const data::Batch& batch) {
   VERLPP_CHECK(batch.size() % config_.ppo_mini_batch_size == 0,
-               "the batch of {} sequences is not a multiple of ppo_mini_batch_size {}", batch.size(), config_.ppo_mini_batch_size);
+               "the batch of {} sequences is not a multiple of ppo_mini_batch_size {}", batch.size(),
+               config_.ppo_mini_batch_size);
   const double lr = trained_.begin_update();
   enum Metric : size_t { kLoss, kClipfrac, kVpred, kMetrics };  // summed on the device
   detail::DeviceSums device_sums(kMetrics);
@@ -62,7 +63,8 @@ nlohmann::json Critic::update_critic(const data::Batch& batch) {
         device_sums.add(kLoss, out.loss);
         device_sums.add(kClipfrac, out.clipfrac);
         // the mean prediction over the micro-batch's response tokens (fp64, as the host did)
-        device_sums.add(kVpred, vpreds.detach().mul(m).sum().to(at::kDouble).div(m.sum().to(at::kDouble).clamp_min(1.0)));
+        device_sums.add(kVpred,
+                        vpreds.detach().mul(m).sum().to(at::kDouble).div(m.sum().to(at::kDouble).clamp_min(1.0)));
         ++micro_count;
       }
       trained_.step();

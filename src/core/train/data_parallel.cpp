@@ -25,7 +25,8 @@ std::vector<std::vector<int64_t>> DataParallel::partition(const data::Batch& bat
     return {all};
   }
   if (rows % world != 0)
-    throw Error("data-parallel dispatch", fmt::format("a batch of {} rows does not split evenly over {} ranks", rows, world));
+    throw Error("data-parallel dispatch",
+                fmt::format("a batch of {} rows does not split evenly over {} ranks", rows, world));
   at::Tensor lens = batch.tensor("attention_mask").sum(1).to(at::kLong).cpu().contiguous();
   std::vector<int64_t> seq_lens(lens.data_ptr<int64_t>(), lens.data_ptr<int64_t>() + rows);
   return balanced_partitions(seq_lens, world, /*equal_size=*/true);
@@ -87,7 +88,8 @@ void DataParallel::all_reduce_gradients(const std::vector<at::Tensor>& params, i
 
 void DataParallel::all_reduce_sum(std::vector<double>& values) const {
   if (world_size() == 1 || values.empty()) return;
-  at::Tensor t = at::from_blob(values.data(), {int64_t(values.size())}, at::TensorOptions().dtype(at::kDouble)).to(device_);
+  at::Tensor t =
+      at::from_blob(values.data(), {int64_t(values.size())}, at::TensorOptions().dtype(at::kDouble)).to(device_);
   group_->all_reduce_sum(t);
   t = t.cpu();
   for (size_t i = 0; i < values.size(); ++i) values[i] = t.data_ptr<double>()[i];
@@ -100,7 +102,8 @@ void DataParallel::broadcast(at::Tensor& t, int32_t root) const {
 std::vector<int32_t> DataParallel::owners(const std::vector<at::Tensor>& params) const {
   std::vector<size_t> order(params.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
   std::vector<int64_t> load(size_t(world_size()), 0);
   std::vector<int32_t> owner(params.size(), 0);
   for (size_t i : order) {
@@ -111,7 +114,8 @@ std::vector<int32_t> DataParallel::owners(const std::vector<at::Tensor>& params)
   return owner;
 }
 
-void DataParallel::broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<int32_t>& owners) const {
+void DataParallel::broadcast_from_owners(const std::vector<at::Tensor>& params,
+                                         const std::vector<int32_t>& owners) const {
   if (world_size() == 1) return;
   VERLPP_CHECK(owners.size() == params.size(), "{} owners for {} parameters", owners.size(), params.size());
   at::NoGradGuard no_grad;

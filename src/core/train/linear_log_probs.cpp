@@ -73,8 +73,8 @@ at::Tensor kernel_forward_chunk(const hw::Kernels& kernels, const at::Tensor& h,
 at::Tensor kernel_backward_chunk(const hw::Kernels& kernels, at::Tensor logits, const at::Tensor& targets,
                                  double temperature, const at::Tensor& lse, const at::Tensor& g_logp,
                                  const at::Tensor& mean_z, const at::Tensor& g_ent) {
-  ops::logprob_backward(&kernels, logits, targets, lse, g_logp, g_ent.defined() ? mean_z : at::Tensor(), g_ent, temperature,
-                        logits);
+  ops::logprob_backward(&kernels, logits, targets, lse, g_logp, g_ent.defined() ? mean_z : at::Tensor(), g_ent,
+                        temperature, logits);
   return logits;
 }
 
@@ -95,17 +95,17 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t rows = std::min(chunk, n - begin);
       if (kernels != nullptr) {
-        at::Tensor raw = kernel_forward_chunk(*kernels, hidden.narrow(0, begin, rows), weight, targets.narrow(0, begin, rows),
-                                              temperature, logp.narrow(0, begin, rows),
-                                              with_entropy ? entropy.narrow(0, begin, rows) : at::Tensor(),
-                                              lse.narrow(0, begin, rows), with_entropy ? mean_z.narrow(0, begin, rows) : at::Tensor());
+        at::Tensor raw = kernel_forward_chunk(
+            *kernels, hidden.narrow(0, begin, rows), weight, targets.narrow(0, begin, rows), temperature,
+            logp.narrow(0, begin, rows), with_entropy ? entropy.narrow(0, begin, rows) : at::Tensor(),
+            lse.narrow(0, begin, rows), with_entropy ? mean_z.narrow(0, begin, rows) : at::Tensor());
         if (keep_logits) kept.push_back(raw);
         continue;
       }
-      const at::Tensor raw = at::linear(hidden.narrow(0, begin, rows), weight);              // [rows, V], weight's dtype
+      const at::Tensor raw = at::linear(hidden.narrow(0, begin, rows), weight);  // [rows, V], weight's dtype
       if (keep_logits) kept.push_back(raw);
-      at::Tensor z = math_logits(raw, weight, temperature);                                  // [rows, V]
-      at::Tensor lse_c;                                                                      // [rows]
+      at::Tensor z = math_logits(raw, weight, temperature);  // [rows, V]
+      at::Tensor lse_c;                                      // [rows]
       if (!with_entropy) {
         lse_c = at::logsumexp(z, -1);
       } else {
@@ -115,7 +115,7 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
         // logsumexp made about 14 passes over the chunk's logits; this makes 10, and dividing by
         // s once after the sum is also closer to the fp64 value (at 64 x 151,936 on the CPU:
         // 84 ms instead of 157, max entropy error 2.5e-6 instead of 3.6e-4).
-        const at::Tensor m = at::amax(z, {-1}, /*keepdim=*/true);                            // [rows, 1]
+        const at::Tensor m = at::amax(z, {-1}, /*keepdim=*/true);  // [rows, 1]
         at::Tensor e = z.sub(m).exp_();
         const at::Tensor sum_e = e.sum(-1);
         lse_c = sum_e.log().add_(m.squeeze(1));
@@ -179,7 +179,8 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
         raw = at::Tensor();
         at::Tensor p = z.sub(lse.narrow(0, begin, rows).unsqueeze(1)).exp_();  // softmax(z), from the saved lse
         // -p (g_logp + g_ent (z - E_p[z])), then + g_logp at the target.
-        at::Tensor gz = z.sub_(mean_z.narrow(0, begin, rows).unsqueeze(1)).mul_(g_ent.narrow(0, begin, rows).unsqueeze(1));
+        at::Tensor gz =
+            z.sub_(mean_z.narrow(0, begin, rows).unsqueeze(1)).mul_(g_ent.narrow(0, begin, rows).unsqueeze(1));
         if (g_logp.defined()) gz.add_(g_logp.narrow(0, begin, rows).unsqueeze(1));
         gz.mul_(p).neg_();
         if (g_logp.defined())
@@ -204,8 +205,10 @@ struct LinearLogProbsFn : torch::autograd::Function<LinearLogProbsFn> {
         at::mm_out(rows_out, gl, weight);
       }
       if (need_w) {
-        if (begin == 0) at::mm_out(grad_w, gl.t(), h);
-        else grad_w.addmm_(gl.t(), h);
+        if (begin == 0)
+          at::mm_out(grad_w, gl.t(), h);
+        else
+          grad_w.addmm_(gl.t(), h);
       }
     }
     return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
@@ -218,8 +221,9 @@ LinearLogProbs linear_log_probs(const at::Tensor& hidden, const at::Tensor& weig
                                 double temperature, bool with_entropy, int64_t chunk_tokens, const hw::Kernels* kernels,
                                 LogitsInBackward logits) {
   VERLPP_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
-               "linear_log_probs: hidden [N, C] and weight [V, C] expected, got {} and {} dims (C {} vs {})", hidden.dim(),
-               weight.dim(), hidden.dim() == 2 ? hidden.size(1) : -1, weight.dim() == 2 ? weight.size(1) : -1);
+               "linear_log_probs: hidden [N, C] and weight [V, C] expected, got {} and {} dims (C {} vs {})",
+               hidden.dim(), weight.dim(), hidden.dim() == 2 ? hidden.size(1) : -1,
+               weight.dim() == 2 ? weight.size(1) : -1);
   VERLPP_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0) && targets.scalar_type() == at::kLong,
                "linear_log_probs: targets must be int64 [N = {}]", hidden.size(0));
   VERLPP_CHECK(hidden.scalar_type() == weight.scalar_type(), "linear_log_probs: hidden is {} but weight is {}",
@@ -233,8 +237,9 @@ LinearLogProbs linear_log_probs(const at::Tensor& hidden, const at::Tensor& weig
   // whole batch would otherwise hold every chunk's logits until it returns.
   const bool keep = logits == LogitsInBackward::kKeep && at::GradMode::is_enabled() &&
                     (hidden.requires_grad() || weight.requires_grad());
-  variable_list out = LinearLogProbsFn::apply(hidden, weight, targets.contiguous(), temperature, with_entropy, chunk_tokens,
-                                              static_cast<int64_t>(reinterpret_cast<intptr_t>(used)), keep);
+  variable_list out =
+      LinearLogProbsFn::apply(hidden, weight, targets.contiguous(), temperature, with_entropy, chunk_tokens,
+                              static_cast<int64_t>(reinterpret_cast<intptr_t>(used)), keep);
   LinearLogProbs result;
   result.log_probs = out[0];
   result.used_kernels = used != nullptr;

@@ -23,8 +23,9 @@ at::Tensor packed_hidden(const model::DecoderLM& model, const at::Tensor& input_
   at::Tensor keep = attention_mask.reshape({-1}).ne(0).nonzero().squeeze(1);  // [N] flat indices, row-major
   at::Tensor counts = attention_mask.ne(0).sum(1).to(at::kLong);
   at::Tensor cu = at::cat({at::zeros({1}, counts.options()), counts.cumsum(0)});
-  at::Tensor packed = model.forward_packed(input_ids.reshape({-1}).index_select(0, keep),
-                                           position_ids.reshape({-1}).index_select(0, keep), cu, std::move(rope));  // [N, C]
+  at::Tensor packed =
+      model.forward_packed(input_ids.reshape({-1}).index_select(0, keep),
+                           position_ids.reshape({-1}).index_select(0, keep), cu, std::move(rope));  // [N, C]
   at::Tensor full = at::zeros({b * t, packed.size(1)}, packed.options());
   return full.index_copy(0, keep, packed).view({b, t, packed.size(1)});
 }
@@ -45,10 +46,11 @@ ResponseLogProbs response_log_probs(const model::DecoderLM& model, const at::Ten
   ops::LayerKernelsOptions layer_options;
   layer_options.rotate_qkv = rotate_qkv;
   const std::shared_ptr<const model::LayerKernels> rope = ops::layer_kernels_for(kernels, layer_options);
-  at::Tensor hidden = remove_padding ? packed_hidden(model, input_ids, attention_mask, position_ids, rope)
-                                     : model.forward_padded(input_ids, attention_mask, position_ids, rope);  // [B, T, C]
-  at::Tensor scoring = hidden.narrow(1, t - r - 1, r).reshape({b * r, hidden.size(2)});  // [B R, C]
-  at::Tensor targets = input_ids.narrow(1, t - r, r).reshape({b * r});                     // [B R]
+  at::Tensor hidden = remove_padding
+                          ? packed_hidden(model, input_ids, attention_mask, position_ids, rope)
+                          : model.forward_padded(input_ids, attention_mask, position_ids, rope);  // [B, T, C]
+  at::Tensor scoring = hidden.narrow(1, t - r - 1, r).reshape({b * r, hidden.size(2)});           // [B R, C]
+  at::Tensor targets = input_ids.narrow(1, t - r, r).reshape({b * r});                            // [B R]
   LinearLogProbs lp = linear_log_probs(scoring, model.parameter("lm_head.weight"), targets, temperature, with_entropy,
                                        chunk_rows * r, kernels, logits);
   ResponseLogProbs out;

@@ -18,7 +18,8 @@ LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options))
   if (options_.style != "constant" && options_.style != "cosine")
     throw Error("optim.warmup_style", fmt::format("'{}' is not one of constant, cosine", options_.style));
   if (!(options_.base_lr > 0)) throw Error("optim.lr", fmt::format("{} must be > 0", options_.base_lr));
-  if (options_.warmup_steps < 0) throw Error("optim.lr_warmup_steps", fmt::format("{} must be >= 0", options_.warmup_steps));
+  if (options_.warmup_steps < 0)
+    throw Error("optim.lr_warmup_steps", fmt::format("{} must be >= 0", options_.warmup_steps));
   if (options_.min_lr_ratio < 0 || options_.min_lr_ratio > 1)
     throw Error("optim.min_lr_ratio", fmt::format("{} must be in [0, 1]", options_.min_lr_ratio));
 }

@@ -320,7 +320,8 @@ double OptimizerStep::clip_and_step(MixedPrecision& precision) {
     g.tensors.exp_avg_sq.push_back(st.exp_avg_sq());
     if (!computes.empty()) g.tensors.copies.push_back(computes[i]);
   }
-  for (const auto& [key, group] : groups) detail::plugin_adamw_update(*impl_->kernels, group, config_, impl_->lr, clip.scale);
+  for (const auto& [key, group] : groups)
+    detail::plugin_adamw_update(*impl_->kernels, group, config_, impl_->lr, clip.scale);
   const double norm = clip.norm.item<double>();  // the step's one wait, after the update is queued
   last_skipped_ = !std::isfinite(norm);
   if (last_skipped_) {
@@ -352,7 +353,10 @@ void check_names(const std::vector<std::string>& names, size_t num_params, const
 }
 
 json config_json(const AdamWConfig& c) {
-  return {{"weight_decay", c.weight_decay}, {"beta1", c.beta1}, {"beta2", c.beta2}, {"eps", c.eps},
+  return {{"weight_decay", c.weight_decay},
+          {"beta1", c.beta1},
+          {"beta2", c.beta2},
+          {"eps", c.eps},
           {"grad_clip", c.grad_clip}};
 }
 
@@ -438,7 +442,8 @@ void OptimizerStep::load_state(const std::string& path, const std::vector<std::s
   const std::set<std::string> given(names.begin(), names.end());
   for (const auto& name : names)
     if (!saved.count(name))
-      VERLPP_FAIL_AT(path, "parameter '{}' is not in the saved optimizer state (it holds {} parameters)", name, saved.size());
+      VERLPP_FAIL_AT(path, "parameter '{}' is not in the saved optimizer state (it holds {} parameters)", name,
+                     saved.size());
   for (const auto& name : saved)
     if (!given.count(name))
       VERLPP_FAIL_AT(path, "the saved optimizer state has parameter '{}', which is not among the {} given names", name,
@@ -472,8 +477,8 @@ void OptimizerStep::load_state(const std::string& path, const std::vector<std::s
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
     const at::Tensor& param = impl_->params[i];
-    const bool has_any = file.contains(name + ".step") || file.contains(name + ".exp_avg") ||
-                         file.contains(name + ".exp_avg_sq");
+    const bool has_any =
+        file.contains(name + ".step") || file.contains(name + ".exp_avg") || file.contains(name + ".exp_avg_sq");
     if (!has_any) continue;  // never stepped when saved: stays stateless
     for (const char* field : {".step", ".exp_avg", ".exp_avg_sq"})
       if (!file.contains(name + field))

@@ -35,7 +35,8 @@ struct BySpread {
 
 }  // namespace
 
-std::vector<std::vector<int64_t>> balanced_partitions(const std::vector<int64_t>& seq_lens, int64_t k, bool equal_size) {
+std::vector<std::vector<int64_t>> balanced_partitions(const std::vector<int64_t>& seq_lens, int64_t k,
+                                                      bool equal_size) {
   const int64_t n = int64_t(seq_lens.size());
   if (k < 1) throw Error("balanced_partitions", fmt::format("k = {} must be >= 1", k));
   if (n < k) throw Error("balanced_partitions", fmt::format("{} sequences cannot fill {} groups", n, k));
@@ -43,7 +44,8 @@ std::vector<std::vector<int64_t>> balanced_partitions(const std::vector<int64_t>
     throw Error("balanced_partitions", fmt::format("{} sequences do not split into {} equal groups", n, k));
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return seq_lens[size_t(a)] > seq_lens[size_t(b)]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return seq_lens[size_t(a)] > seq_lens[size_t(b)]; });
   std::priority_queue<State, std::vector<State>, BySpread> heap;
   // Initial states: one item each (or, for equal sizes, k consecutive sorted items, one per bin).
   const int64_t per_state = equal_size ? k : 1;
@@ -93,7 +95,8 @@ std::vector<std::vector<int64_t>> dynamic_micro_batches(const std::vector<int64_
   for (size_t i = 0; i < seq_lens.size(); ++i) {
     if (seq_lens[i] > max_tokens)
       throw Error("ppo_max_token_len_per_gpu",
-                  fmt::format("sequence {} has {} tokens, more than the budget of {} per micro-batch", i, seq_lens[i], max_tokens));
+                  fmt::format("sequence {} has {} tokens, more than the budget of {} per micro-batch", i, seq_lens[i],
+                              max_tokens));
     total += seq_lens[i];
   }
   const int64_t n = int64_t(seq_lens.size());

@@ -19,7 +19,8 @@ SftTrainer::~SftTrainer() = default;
 ResponseLogProbs SftTrainer::response_log_probs_of(const data::Batch& batch) const {
   return response_log_probs(trained_.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"),
                             batch.tensor("position_ids"), batch.tensor("responses").size(1), 1.0, false,
-                            config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels, config_.logits_in_backward, config_.rotate_qkv);
+                            config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels,
+                            config_.logits_in_backward, config_.rotate_qkv);
 }
 
 nlohmann::json SftTrainer::train_step(const data::Batch& batch) {
@@ -38,7 +39,10 @@ nlohmann::json SftTrainer::train_step(const data::Batch& batch) {
   const double grad_norm = trained_.step();
   std::vector<double> sums = loss.values();  // the batch's NLL: every rank's share summed
   trained_.data_parallel().all_reduce_sum(sums);
-  return {{"sft/loss", sums[0]}, {"sft/grad_norm", grad_norm}, {"sft/lr", lr}, {"sft/tokens", tokens},
+  return {{"sft/loss", sums[0]},
+          {"sft/grad_norm", grad_norm},
+          {"sft/lr", lr},
+          {"sft/tokens", tokens},
           {"sft/skipped_steps", trained_.skipped_steps()}};
 }
 

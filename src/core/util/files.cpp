@@ -58,9 +58,7 @@ std::vector<std::string> list_dir(const std::string& path) {
   return names;
 }
 
-void copy_file(const std::string& from, const std::string& to) {
-  write_text(to, read_text(from));
-}
+void copy_file(const std::string& from, const std::string& to) { write_text(to, read_text(from)); }
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

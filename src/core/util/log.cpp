@@ -32,10 +32,14 @@ LogState& state() {
 
 const char* level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::debug: return "debug";
-    case LogLevel::info: return "info";
-    case LogLevel::warning: return "warning";
-    default: return "error";
+    case LogLevel::debug:
+      return "debug";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::warning:
+      return "warning";
+    default:
+      return "error";
   }
 }
 

@@ -18,7 +18,8 @@ constexpr unsigned char kCanary = 0xAB;
 void abi_cases(CheckContext& ctx) {
   const auto& api = ctx.api();
   ctx.run("abi", "table size, major and identity", [&] {
-    CHECK_THAT(ctx.plugin().plugin_table_size() >= VERLPP_PLUGIN_API_MIN_SIZE, "table is {} bytes", ctx.plugin().plugin_table_size());
+    CHECK_THAT(ctx.plugin().plugin_table_size() >= VERLPP_PLUGIN_API_MIN_SIZE, "table is {} bytes",
+               ctx.plugin().plugin_table_size());
     CHECK_THAT(api.abi_major == VERLPP_PLUGIN_ABI_MAJOR, "abi_major {}", api.abi_major);
     CHECK_THAT(!ctx.plugin().name().empty(), "empty name");
     CHECK_THAT(!ctx.plugin().version().empty(), "empty version string");
@@ -65,14 +66,18 @@ void abi_cases(CheckContext& ctx) {
       return set == 0 || set == slots.size();
     };
     auto p = [](auto f) { return reinterpret_cast<const void*>(f); };
-    CHECK_THAT(group({p(api.stream_create), p(api.stream_destroy), p(api.stream_synchronize)}), "stream functions partly set");
-    CHECK_THAT(group({p(api.event_create), p(api.event_destroy), p(api.event_record), p(api.event_synchronize), p(api.event_query)}),
+    CHECK_THAT(group({p(api.stream_create), p(api.stream_destroy), p(api.stream_synchronize)}),
+               "stream functions partly set");
+    CHECK_THAT(group({p(api.event_create), p(api.event_destroy), p(api.event_record), p(api.event_synchronize),
+                      p(api.event_query)}),
                "event functions partly set");
     CHECK_THAT(group({p(api.host_alloc_pinned), p(api.host_free_pinned)}), "pinned memory functions partly set");
     CHECK_THAT(group({p(api.comm_create), p(api.comm_destroy), p(api.comm_all_reduce), p(api.comm_all_gather),
-                      p(api.comm_reduce_scatter), p(api.comm_broadcast), p(api.comm_send), p(api.comm_recv), p(api.comm_barrier)}),
+                      p(api.comm_reduce_scatter), p(api.comm_broadcast), p(api.comm_send), p(api.comm_recv),
+                      p(api.comm_barrier)}),
                "communicator functions partly set");
-    CHECK_THAT(group({p(api.stream_from_native), p(api.stream_native_handle)}), "native stream functions (1.1) partly set");
+    CHECK_THAT(group({p(api.stream_from_native), p(api.stream_native_handle)}),
+               "native stream functions (1.1) partly set");
     CHECK_THAT(api.stream_from_native == nullptr || api.stream_create != nullptr,
                "stream_from_native (1.1) is set but the stream functions are not");
     CHECK_THAT(api.rollout_override == nullptr && api.trainer_override == nullptr,
@@ -87,7 +92,8 @@ void abi_cases(CheckContext& ctx) {
     auto* props = reinterpret_cast<verlpp_device_properties*>(raw.data());
     props->struct_size = small;
     ctx.expect_ok(api.device_get_properties(0, props), "device_get_properties(small struct)");
-    CHECK_THAT(props->struct_size <= small, "plugin reported struct_size {} > the caller's {}", props->struct_size, small);
+    CHECK_THAT(props->struct_size <= small, "plugin reported struct_size {} > the caller's {}", props->struct_size,
+               small);
     for (size_t i = small; i < raw.size(); ++i)
       CHECK_THAT(raw[i] == kCanary, "byte {} past the caller's {}-byte struct was written", i, small);
   });
@@ -97,7 +103,8 @@ void abi_cases(CheckContext& ctx) {
     auto* props = reinterpret_cast<verlpp_device_properties*>(raw.data());
     props->struct_size = raw.size();
     ctx.expect_ok(api.device_get_properties(0, props), "device_get_properties(large struct)");
-    CHECK_THAT(props->struct_size <= sizeof(verlpp_device_properties) && props->struct_size > offsetof(verlpp_device_properties, name),
+    CHECK_THAT(props->struct_size <= sizeof(verlpp_device_properties) &&
+                   props->struct_size > offsetof(verlpp_device_properties, name),
                "reported struct_size {}", props->struct_size);
     for (size_t i = sizeof(verlpp_device_properties); i < raw.size(); ++i)
       CHECK_THAT(raw[i] == kCanary, "byte {} past the plugin's struct was written", i);
@@ -151,7 +158,8 @@ void error_cases(CheckContext& ctx) {
     hw::DeviceBuffer b = ctx.device().allocate(64);
     char host[64] = {0};
     ctx.expect_error(api.memcpy_async(b.data(), host, 64, 99, nullptr), bad, "memcpy_async(kind 99)");
-    ctx.expect_error(api.memcpy_async(nullptr, host, 64, VERLPP_COPY_HOST_TO_DEVICE, nullptr), bad, "memcpy_async(dst NULL)");
+    ctx.expect_error(api.memcpy_async(nullptr, host, 64, VERLPP_COPY_HOST_TO_DEVICE, nullptr), bad,
+                     "memcpy_async(dst NULL)");
     ctx.expect_ok(api.memcpy_async(nullptr, nullptr, 0, VERLPP_COPY_HOST_TO_DEVICE, nullptr), "memcpy_async(0 bytes)");
   });
   ctx.run("errors", "communicator misuse", [&] {
@@ -164,7 +172,8 @@ void error_cases(CheckContext& ctx) {
     ctx.expect_error(api.comm_create(&cfg, &comm), bad, "comm_create(rank 2 of 2)");
     ctx.expect_error(api.comm_create(nullptr, &comm), bad, "comm_create(NULL config)");
     ctx.expect_error(api.comm_barrier(nullptr, nullptr), bad, "comm_barrier(NULL comm)");
-    ctx.expect_error(api.comm_all_reduce(nullptr, nullptr, nullptr, VERLPP_REDUCE_SUM, nullptr), bad, "comm_all_reduce(NULLs)");
+    ctx.expect_error(api.comm_all_reduce(nullptr, nullptr, nullptr, VERLPP_REDUCE_SUM, nullptr), bad,
+                     "comm_all_reduce(NULLs)");
   });
 }
 

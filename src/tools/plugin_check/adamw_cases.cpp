@@ -18,7 +18,8 @@ namespace verlpp::conformance {
 namespace {
 
 void need_slot(const CheckContext& ctx) {
-  const auto& table = ctx.appended_kernels("adamw_update", 4, offsetof(verlpp_kernel_table, adamw_update) + sizeof(void*));
+  const auto& table =
+      ctx.appended_kernels("adamw_update", 4, offsetof(verlpp_kernel_table, adamw_update) + sizeof(void*));
   CheckContext::need(reinterpret_cast<const void*>(table.adamw_update), "kernel adamw_update");
 }
 
@@ -38,9 +39,9 @@ struct AdamwCase {
   DLDataType grad_dtype;
   bool with_copies;
   DLDataType copy_dtype;
-  bool offsets;   // every tensor at an odd element offset of one buffer per list
-  float scale;    // NaN: no grad_scale tensor (scale 1)
-  int64_t step;   // > 1: the moments start non-zero
+  bool offsets;  // every tensor at an odd element offset of one buffer per list
+  float scale;   // NaN: no grad_scale tensor (scale 1)
+  int64_t step;  // > 1: the moments start non-zero
 };
 
 // `count` tensors of `sizes` laid out in one buffer per list (at odd element offsets when
@@ -120,10 +121,12 @@ void check_case(CheckContext& ctx, const AdamwCase& c) {
   std::vector<DLTensor*> pp = params.pointers(), mp = m.pointers(), vp = v.pointers(), gp = grads.pointers(),
                          cp = copies.pointers();
   std::vector<const DLTensor*> gc(gp.begin(), gp.end());
-  ctx.expect_ok(table->adamw_update(int32_t(sizes.size()), pp.data(), gc.data(), mp.data(), vp.data(),
-                                    c.with_copies ? cp.data() : nullptr, &o, has_scale ? &scale_t.dl() : nullptr, nullptr),
-                "adamw_update");
-  const std::vector<float> p1 = params.buffer.to_host<float>(), m1 = m.buffer.to_host<float>(), v1 = v.buffer.to_host<float>();
+  ctx.expect_ok(
+      table->adamw_update(int32_t(sizes.size()), pp.data(), gc.data(), mp.data(), vp.data(),
+                          c.with_copies ? cp.data() : nullptr, &o, has_scale ? &scale_t.dl() : nullptr, nullptr),
+      "adamw_update");
+  const std::vector<float> p1 = params.buffer.to_host<float>(), m1 = m.buffer.to_host<float>(),
+                           v1 = v.buffer.to_host<float>();
   const std::vector<uint8_t> c1 = copies.buffer.to_host<uint8_t>();
   const double scale = has_scale ? double(c.scale) : 1.0;
   const double bc1 = 1.0 - std::pow(o.beta1, double(o.step)), bc2s = std::sqrt(1.0 - std::pow(o.beta2, double(o.step)));
@@ -156,7 +159,8 @@ void check_case(CheckContext& ctx, const AdamwCase& c) {
       bool inside = false;
       for (size_t t = 0; t < sizes.size() && !inside; ++t)
         inside = int64_t(i) >= params.starts[t] && int64_t(i) < params.starts[t] + sizes[t];
-      if (!inside) CHECK_THAT(p1[i] == p0[i] && m1[i] == m0[i] && v1[i] == v0[i], "element {} between tensors was written", i);
+      if (!inside)
+        CHECK_THAT(p1[i] == p0[i] && m1[i] == m0[i] && v1[i] == v0[i], "element {} between tensors was written", i);
     }
 }
 
@@ -178,20 +182,24 @@ void check_skip(CheckContext& ctx, float scale) {
   std::vector<DLTensor*> pp = params.pointers(), mp = m.pointers(), vp = v.pointers(), gp = grads.pointers(),
                          cp = copies.pointers();
   std::vector<const DLTensor*> gc(gp.begin(), gp.end());
-  ctx.expect_ok(table->adamw_update(3, pp.data(), gc.data(), mp.data(), vp.data(), cp.data(), &o, &scale_t.dl(), nullptr),
-                "adamw_update (non-finite grad_scale)");
-  for (TensorList* l : {&params, &m, &v}) CHECK_THAT(l->buffer.to_host<float>() == ones, "a skipped step wrote f32 state");
+  ctx.expect_ok(
+      table->adamw_update(3, pp.data(), gc.data(), mp.data(), vp.data(), cp.data(), &o, &scale_t.dl(), nullptr),
+      "adamw_update (non-finite grad_scale)");
+  for (TensorList* l : {&params, &m, &v})
+    CHECK_THAT(l->buffer.to_host<float>() == ones, "a skipped step wrote f32 state");
   CHECK_THAT(copies.buffer.to_host<uint8_t>() == fill, "a skipped step wrote the copies");
 }
 
 void check_rejects(CheckContext& ctx) {
   hw::Device d = ctx.device();
   const auto* table = ctx.api().kernels;
-  DeviceTensor p(d, {8}, dl_f32()), m(d, {8}, dl_f32()), v(d, {8}, dl_f32()), g(d, {8}, dl_bf16()), c(d, {8}, dl_bf16());
+  DeviceTensor p(d, {8}, dl_f32()), m(d, {8}, dl_f32()), v(d, {8}, dl_f32()), g(d, {8}, dl_bf16()),
+      c(d, {8}, dl_bf16());
   DeviceTensor p16(d, {8}, dl_f16()), g7(d, {7}, dl_bf16()), g32(d, {8}, dl_f32()), two(d, {2}, dl_f32());
   DeviceTensor p2(d, {8}, dl_f32()), m2(d, {8}, dl_f32()), v2(d, {8}, dl_f32());
   verlpp_adamw_options o = options_at(1);
-  auto call = [&](DLTensor* pt, const DLTensor* gt, DLTensor* ct, const verlpp_adamw_options* opt, const DLTensor* scale) {
+  auto call = [&](DLTensor* pt, const DLTensor* gt, DLTensor* ct, const verlpp_adamw_options* opt,
+                  const DLTensor* scale) {
     DLTensor* ps[] = {pt};
     const DLTensor* gs[] = {gt};
     DLTensor* ms[] = {&m.dl()};
@@ -199,18 +207,24 @@ void check_rejects(CheckContext& ctx) {
     DLTensor* cs[] = {ct};
     return table->adamw_update(1, ps, gs, ms, vs, ct != nullptr ? cs : nullptr, opt, scale, nullptr);
   };
-  ctx.expect_error(call(&p16.dl(), &g.dl(), nullptr, &o, nullptr), VERLPP_STATUS_INVALID_ARGUMENT, "adamw_update(f16 params)");
-  ctx.expect_error(call(&p.dl(), &g7.dl(), nullptr, &o, nullptr), VERLPP_STATUS_INVALID_ARGUMENT, "adamw_update(grads [7] for [8])");
-  ctx.expect_error(call(&p.dl(), &g.dl(), &p.dl(), &o, nullptr), VERLPP_STATUS_INVALID_ARGUMENT, "adamw_update(copies = params)");
-  ctx.expect_error(call(&p.dl(), &g.dl(), &c.dl(), nullptr, nullptr), VERLPP_STATUS_INVALID_ARGUMENT, "adamw_update(NULL options)");
+  ctx.expect_error(call(&p16.dl(), &g.dl(), nullptr, &o, nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
+                   "adamw_update(f16 params)");
+  ctx.expect_error(call(&p.dl(), &g7.dl(), nullptr, &o, nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
+                   "adamw_update(grads [7] for [8])");
+  ctx.expect_error(call(&p.dl(), &g.dl(), &p.dl(), &o, nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
+                   "adamw_update(copies = params)");
+  ctx.expect_error(call(&p.dl(), &g.dl(), &c.dl(), nullptr, nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
+                   "adamw_update(NULL options)");
   ctx.expect_error(call(&p.dl(), &g.dl(), &c.dl(), &o, &two.dl()), VERLPP_STATUS_INVALID_ARGUMENT,
                    "adamw_update(grad_scale of 2 elements)");
   verlpp_adamw_options bad = o;
   bad.step = 0;
-  ctx.expect_error(call(&p.dl(), &g.dl(), nullptr, &bad, nullptr), VERLPP_STATUS_INVALID_ARGUMENT, "adamw_update(step 0)");
+  ctx.expect_error(call(&p.dl(), &g.dl(), nullptr, &bad, nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
+                   "adamw_update(step 0)");
   bad = o;
   bad.beta1 = 1.0;
-  ctx.expect_error(call(&p.dl(), &g.dl(), nullptr, &bad, nullptr), VERLPP_STATUS_INVALID_ARGUMENT, "adamw_update(beta1 1)");
+  ctx.expect_error(call(&p.dl(), &g.dl(), nullptr, &bad, nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
+                   "adamw_update(beta1 1)");
   bad = o;
   bad.struct_size = offsetof(verlpp_adamw_options, step);
   ctx.expect_error(call(&p.dl(), &g.dl(), nullptr, &bad, nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
@@ -222,11 +236,12 @@ void check_rejects(CheckContext& ctx) {
   const DLTensor* gs_ok[] = {&g.dl(), &g.dl()};
   DLTensor* ms[] = {&m.dl(), &m2.dl()};
   DLTensor* vs[] = {&v.dl(), &v2.dl()};
-  ctx.expect_error(table->adamw_update(2, ps, gs, ms, vs, nullptr, &o, nullptr, nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
-                   "adamw_update(bf16 and f32 grads in one call)");
-  ctx.expect_error(table->adamw_update(2, same, gs_ok, ms, vs, nullptr, &o, nullptr, nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
-                   "adamw_update(params[0] = params[1])");
-  ctx.expect_ok(table->adamw_update(0, nullptr, nullptr, nullptr, nullptr, nullptr, &o, nullptr, nullptr), "adamw_update(count 0)");
+  ctx.expect_error(table->adamw_update(2, ps, gs, ms, vs, nullptr, &o, nullptr, nullptr),
+                   VERLPP_STATUS_INVALID_ARGUMENT, "adamw_update(bf16 and f32 grads in one call)");
+  ctx.expect_error(table->adamw_update(2, same, gs_ok, ms, vs, nullptr, &o, nullptr, nullptr),
+                   VERLPP_STATUS_INVALID_ARGUMENT, "adamw_update(params[0] = params[1])");
+  ctx.expect_ok(table->adamw_update(0, nullptr, nullptr, nullptr, nullptr, nullptr, &o, nullptr, nullptr),
+                "adamw_update(count 0)");
 }
 
 }  // namespace
@@ -234,15 +249,16 @@ void check_rejects(CheckContext& ctx) {
 void run_adamw_update_cases(CheckContext& ctx) {
   const float none = std::numeric_limits<float>::quiet_NaN();
   const AdamwCase cases[] = {
-      {dl_f32(), false, dl_f32(), false, none, 1},  {dl_bf16(), true, dl_bf16(), false, 0.37f, 1},
-      {dl_f16(), true, dl_f16(), false, 1.0f, 5},   {dl_bf16(), true, dl_bf16(), true, 0.5f, 9},
-      {dl_f32(), true, dl_f32(), true, none, 2},    {dl_f32(), true, dl_bf16(), false, 0.9f, 3},
+      {dl_f32(), false, dl_f32(), false, none, 1}, {dl_bf16(), true, dl_bf16(), false, 0.37f, 1},
+      {dl_f16(), true, dl_f16(), false, 1.0f, 5},  {dl_bf16(), true, dl_bf16(), true, 0.5f, 9},
+      {dl_f32(), true, dl_f32(), true, none, 2},   {dl_f32(), true, dl_bf16(), false, 0.9f, 3},
   };
   for (const AdamwCase& c : cases)
     ctx.run("kernels",
             fmt::format("adamw_update 70 tensors, {} grads, {}, step {}{}{}", sdk::dtype_name(c.grad_dtype),
                         c.with_copies ? sdk::dtype_name(c.copy_dtype) + " copies" : "no copies", c.step,
-                        std::isnan(c.scale) ? "" : fmt::format(", grad_scale {}", c.scale), c.offsets ? ", odd offsets" : ""),
+                        std::isnan(c.scale) ? "" : fmt::format(", grad_scale {}", c.scale),
+                        c.offsets ? ", odd offsets" : ""),
             [&] {
               need_slot(ctx);
               check_case(ctx, c);

@@ -29,7 +29,8 @@ constexpr float kEps = 1e-6f;
 
 // Throws NotOffered unless the plugin is 1.3+ and its table holds the slot (a 1.2 table ends before it).
 void need_slot(const CheckContext& ctx) {
-  const auto& table = ctx.appended_kernels("add_rms_norm", 3, offsetof(verlpp_kernel_table, add_rms_norm) + sizeof(void*));
+  const auto& table =
+      ctx.appended_kernels("add_rms_norm", 3, offsetof(verlpp_kernel_table, add_rms_norm) + sizeof(void*));
   CheckContext::need(reinterpret_cast<const void*>(table.add_rms_norm), "kernel add_rms_norm");
 }
 
@@ -53,7 +54,8 @@ void check_shape(CheckContext& ctx, const AddNormShape& s) {
   // The residual stream runs larger than a layer's output, as in a model.
   const std::vector<uint8_t> r_raw = encode_as(draw(rng, s.n * s.d, 0.0f, 3.0f), s.dtype, r_seen);
   const std::vector<uint8_t> w_raw = encode_as(draw(rng, s.d, 1.0f, 0.1f), s.dtype, w_seen);
-  DeviceTensor xt(d, {s.n, s.d}, s.dtype), rt(d, {s.n, s.d}, s.dtype), wt(d, {s.d}, s.dtype), ot(d, {s.n, s.d}, s.dtype);
+  DeviceTensor xt(d, {s.n, s.d}, s.dtype), rt(d, {s.n, s.d}, s.dtype), wt(d, {s.d}, s.dtype),
+      ot(d, {s.n, s.d}, s.dtype);
   xt.upload(x_raw.data());
   rt.upload(r_raw.data());
   wt.upload(w_raw.data());
@@ -72,8 +74,9 @@ void check_shape(CheckContext& ctx, const AddNormShape& s) {
       if (first_residual_off == SIZE_MAX) first_residual_off = i;
     }
   }
-  CHECK_THAT(residual_off == 0, "residual: {} of {} elements are not round(residual + x) (first at {}: got {}, want {})",
-             residual_off, sum.size(), first_residual_off, decode_as(got_r, s.dtype, first_residual_off), sum[first_residual_off]);
+  CHECK_THAT(residual_off == 0,
+             "residual: {} of {} elements are not round(residual + x) (first at {}: got {}, want {})", residual_off,
+             sum.size(), first_residual_off, decode_as(got_r, s.dtype, first_residual_off), sum[first_residual_off]);
 
   const double ulp = relative_ulp(s.dtype);
   Worst worst;
@@ -108,10 +111,11 @@ void check_shape(CheckContext& ctx, const AddNormShape& s) {
   const std::vector<uint8_t> want_bits = again.to_host<uint8_t>();
   const size_t elem = size_t(s.dtype.bits / 8);
   for (size_t i = 0; i < sum.size(); ++i)
-    CHECK_THAT(std::memcmp(got_out.data() + i * elem, want_bits.data() + i * elem, elem) == 0,
-               "out[{}] = {} differs from this plugin's rms_norm of the updated residual ({}): add_rms_norm must compute "
-               "it exactly as rms_norm does",
-               i, decode_as(got_out, s.dtype, i), decode_as(want_bits, s.dtype, i));
+    CHECK_THAT(
+        std::memcmp(got_out.data() + i * elem, want_bits.data() + i * elem, elem) == 0,
+        "out[{}] = {} differs from this plugin's rms_norm of the updated residual ({}): add_rms_norm must compute "
+        "it exactly as rms_norm does",
+        i, decode_as(got_out, s.dtype, i), decode_as(want_bits, s.dtype, i));
 }
 
 void bad_input_case(CheckContext& ctx) {
@@ -123,38 +127,39 @@ void bad_input_case(CheckContext& ctx) {
   std::vector<double> seen;
   const std::vector<uint8_t> res_raw = encode_as(std::vector<float>(32, 1.5f), dl_bf16(), seen);
   res.upload(res_raw.data());
-  ctx.expect_error(table->add_rms_norm(&x.dl(), &res.dl(), &w_f16.dl(), kEps, &out.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
-                   "add_rms_norm(bf16 x, f16 weight)");
+  ctx.expect_error(table->add_rms_norm(&x.dl(), &res.dl(), &w_f16.dl(), kEps, &out.dl(), nullptr),
+                   VERLPP_STATUS_INVALID_ARGUMENT, "add_rms_norm(bf16 x, f16 weight)");
   ctx.expect_error(table->add_rms_norm(&x.dl(), &res_short.dl(), &w.dl(), kEps, &out.dl(), nullptr),
                    VERLPP_STATUS_INVALID_ARGUMENT, "add_rms_norm(residual [3, 8] for x [4, 8])");
-  ctx.expect_error(table->add_rms_norm(&x.dl(), nullptr, &w.dl(), kEps, &out.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
-                   "add_rms_norm(NULL residual)");
-  ctx.expect_error(table->add_rms_norm(&x.dl(), &res.dl(), &w.dl(), kEps, &res.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
-                   "add_rms_norm(out = residual)");
-  ctx.expect_error(table->add_rms_norm(&x.dl(), &res.dl(), &w.dl(), kEps, &x.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
-                   "add_rms_norm(out = x)");
-  ctx.expect_error(table->add_rms_norm(&x.dl(), &res.dl(), &w.dl(), -1.0f, &out.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
-                   "add_rms_norm(eps -1)");
+  ctx.expect_error(table->add_rms_norm(&x.dl(), nullptr, &w.dl(), kEps, &out.dl(), nullptr),
+                   VERLPP_STATUS_INVALID_ARGUMENT, "add_rms_norm(NULL residual)");
+  ctx.expect_error(table->add_rms_norm(&x.dl(), &res.dl(), &w.dl(), kEps, &res.dl(), nullptr),
+                   VERLPP_STATUS_INVALID_ARGUMENT, "add_rms_norm(out = residual)");
+  ctx.expect_error(table->add_rms_norm(&x.dl(), &res.dl(), &w.dl(), kEps, &x.dl(), nullptr),
+                   VERLPP_STATUS_INVALID_ARGUMENT, "add_rms_norm(out = x)");
+  ctx.expect_error(table->add_rms_norm(&x.dl(), &res.dl(), &w.dl(), -1.0f, &out.dl(), nullptr),
+                   VERLPP_STATUS_INVALID_ARGUMENT, "add_rms_norm(eps -1)");
   // The left half of a [4, 16] buffer: dense columns but not the contiguous layout the entry takes.
   std::vector<int64_t> shape = {4, 8}, strides = {16, 1};
   DLTensor strided = wide.dl();
   strided.shape = shape.data();
   strided.strides = strides.data();
-  ctx.expect_error(table->add_rms_norm(&strided, &res.dl(), &w.dl(), kEps, &out.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
-                   "add_rms_norm(x with row stride 16 for D = 8)");
+  ctx.expect_error(table->add_rms_norm(&strided, &res.dl(), &w.dl(), kEps, &out.dl(), nullptr),
+                   VERLPP_STATUS_INVALID_ARGUMENT, "add_rms_norm(x with row stride 16 for D = 8)");
   CHECK_THAT(res.to_host<uint8_t>() == res_raw, "a refused add_rms_norm call changed residual");
 }
 
 }  // namespace
 
 void run_add_rms_norm_cases(CheckContext& ctx) {
-  const AddNormShape shapes[] = {{1, 1, dl_f32(), false},     {5, 64, dl_f32(), false},   {17, 899, dl_f32(), false},
+  const AddNormShape shapes[] = {{1, 1, dl_f32(), false},      {5, 64, dl_f32(), false},   {17, 899, dl_f32(), false},
                                  {256, 896, dl_bf16(), false}, {1, 896, dl_bf16(), false}, {7, 895, dl_bf16(), false},
                                  {13, 896, dl_f16(), false},   {3, 131, dl_f16(), false},  {6, 896, dl_bf16(), true},
                                  {300, 1536, dl_bf16(), false}};
   for (const AddNormShape& s : shapes)
-    ctx.run("kernels", fmt::format("add_rms_norm N={} D={} {}{}", s.n, s.d, sdk::dtype_name(s.dtype),
-                                   s.x_is_residual ? " (x is residual)" : ""),
+    ctx.run("kernels",
+            fmt::format("add_rms_norm N={} D={} {}{}", s.n, s.d, sdk::dtype_name(s.dtype),
+                        s.x_is_residual ? " (x is residual)" : ""),
             [&] {
               need_slot(ctx);
               check_shape(ctx, s);

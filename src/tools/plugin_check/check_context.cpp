@@ -55,7 +55,8 @@ void CheckContext::need(const void* slot, const char* what) {
 }
 
 const verlpp_kernel_table& CheckContext::appended_kernels(const char* what, uint32_t minor, size_t end) const {
-  if (api().abi_minor < minor) throw NotOffered(fmt::format("{} is ABI 1.{} (plugin minor {})", what, minor, api().abi_minor));
+  if (api().abi_minor < minor)
+    throw NotOffered(fmt::format("{} is ABI 1.{} (plugin minor {})", what, minor, api().abi_minor));
   const verlpp_kernel_table* table = api().kernels;
   if (table == nullptr || table->struct_size < end) need(nullptr, fmt::format("kernel {}", what).c_str());
   return *table;
@@ -115,9 +116,12 @@ uint16_t to_f16(float f) {
     return uint16_t(sign | uint16_t(units));
   }
   int e;
-  float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  float m = std::frexp(a, &e);                 // a = m * 2^e, m in [0.5, 1)
   float scaled = std::nearbyint(m * 2048.0f);  // 11 significant bits
-  if (scaled >= 2048.0f) { scaled /= 2.0f; ++e; }
+  if (scaled >= 2048.0f) {
+    scaled /= 2.0f;
+    ++e;
+  }
   uint16_t exp_bits = uint16_t(e - 1 + 15);
   return uint16_t(sign | (exp_bits << 10) | (uint16_t(scaled) & 0x3ff));
 }

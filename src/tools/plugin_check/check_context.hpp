@@ -34,8 +34,8 @@ struct CaseFailure : std::runtime_error {
 };
 
 // Fails the current case unless `cond` holds.
-#define CHECK_THAT(cond, ...)                                                 \
-  do {                                                                        \
+#define CHECK_THAT(cond, ...)                                                        \
+  do {                                                                               \
     if (!(cond)) throw ::verlpp::conformance::CaseFailure(fmt::format(__VA_ARGS__)); \
   } while (0)
 
@@ -117,12 +117,16 @@ struct Worst {
   size_t first_bad = SIZE_MAX;
   void add(size_t i, double got, double want, double tol) {
     double e = std::fabs(got - want);
-    if (!(e <= error)) { error = e; index = i; }
+    if (!(e <= error)) {
+      error = e;
+      index = i;
+    }
     if (!(e <= tol) && first_bad == SIZE_MAX) first_bad = i;
   }
   // Fails the case naming the first bad index and the worst error.
   void require(const std::string& what) const {
-    CHECK_THAT(first_bad == SIZE_MAX, "{}: first bad index {}, worst |diff| {:.3e} at {}", what, first_bad, error, index);
+    CHECK_THAT(first_bad == SIZE_MAX, "{}: first bad index {}, worst |diff| {:.3e} at {}", what, first_bad, error,
+               index);
   }
 };
 
@@ -144,7 +148,8 @@ double round_as(DLDataType d, double x);
 // check of x [n, heads, s] rotated at `pos` against fp64 math from the values the kernel saw.
 std::vector<float> inverse_frequencies(int64_t s, double theta);
 void check_rotated(const std::vector<float>& got, const std::vector<float>& seen, const std::vector<int64_t>& pos,
-                   const std::vector<float>& inv_freq, int64_t heads, int64_t s, DLDataType dtype, const std::string& what);
+                   const std::vector<float>& inv_freq, int64_t heads, int64_t s, DLDataType dtype,
+                   const std::string& what);
 
 // Case groups (each file adds its cases to the context).
 void run_abi_cases(CheckContext& ctx);
@@ -162,8 +167,8 @@ VERLPP_KERNEL_LIST(VERLPP_CONFORMANCE_KERNEL_CASES)
 void run_comm_cases(CheckContext& ctx, const std::string& self, const std::string& plugin_arg,
                     const std::vector<int>& world_sizes, int64_t timeout_ms);
 // The worker side: runs every communicator case as `rank` and prints one JSON line per case.
-int comm_worker_main(const hw::Plugin& plugin, int rank, int world_size, const std::string& host,
-                     int port, int64_t timeout_ms);
+int comm_worker_main(const hw::Plugin& plugin, int rank, int world_size, const std::string& host, int port,
+                     int64_t timeout_ms);
 // The worker of the missing-peer case: rank 0 of a world of two whose rank 1 never starts.
 int missing_peer_worker_main(const hw::Plugin& plugin, const std::string& host, int port);
 

@@ -41,13 +41,27 @@ std::vector<uint8_t> encode(const std::vector<double>& v, DLDataType dtype) {
   std::vector<uint8_t> out(v.size() * es);
   for (size_t i = 0; i < v.size(); ++i) {
     uint8_t* p = out.data() + i * es;
-    if (dtype.code == kDLFloat && dtype.bits == 32) { float f = float(v[i]); std::memcpy(p, &f, 4); }
-    else if (dtype.code == kDLFloat && dtype.bits == 64) std::memcpy(p, &v[i], 8);
-    else if (dtype.code == kDLFloat && dtype.bits == 16) { uint16_t h = to_f16(float(v[i])); std::memcpy(p, &h, 2); }
-    else if (dtype.code == kDLBfloat) { uint16_t h = to_bf16(float(v[i])); std::memcpy(p, &h, 2); }
-    else if (dtype.code == kDLInt && dtype.bits == 32) { int32_t x = int32_t(v[i]); std::memcpy(p, &x, 4); }
-    else if (dtype.code == kDLInt && dtype.bits == 64) { int64_t x = int64_t(v[i]); std::memcpy(p, &x, 8); }
-    else { uint8_t x = uint8_t(v[i]); *p = x; }
+    if (dtype.code == kDLFloat && dtype.bits == 32) {
+      float f = float(v[i]);
+      std::memcpy(p, &f, 4);
+    } else if (dtype.code == kDLFloat && dtype.bits == 64)
+      std::memcpy(p, &v[i], 8);
+    else if (dtype.code == kDLFloat && dtype.bits == 16) {
+      uint16_t h = to_f16(float(v[i]));
+      std::memcpy(p, &h, 2);
+    } else if (dtype.code == kDLBfloat) {
+      uint16_t h = to_bf16(float(v[i]));
+      std::memcpy(p, &h, 2);
+    } else if (dtype.code == kDLInt && dtype.bits == 32) {
+      int32_t x = int32_t(v[i]);
+      std::memcpy(p, &x, 4);
+    } else if (dtype.code == kDLInt && dtype.bits == 64) {
+      int64_t x = int64_t(v[i]);
+      std::memcpy(p, &x, 8);
+    } else {
+      uint8_t x = uint8_t(v[i]);
+      *p = x;
+    }
   }
   return out;
 }
@@ -57,13 +71,30 @@ std::vector<double> decode(const std::vector<uint8_t>& raw, DLDataType dtype) {
   std::vector<double> out(n);
   for (size_t i = 0; i < n; ++i) {
     const uint8_t* p = raw.data() + i * es;
-    if (dtype.code == kDLFloat && dtype.bits == 32) { float f; std::memcpy(&f, p, 4); out[i] = f; }
-    else if (dtype.code == kDLFloat && dtype.bits == 64) std::memcpy(&out[i], p, 8);
-    else if (dtype.code == kDLFloat && dtype.bits == 16) { uint16_t h; std::memcpy(&h, p, 2); out[i] = from_f16(h); }
-    else if (dtype.code == kDLBfloat) { uint16_t h; std::memcpy(&h, p, 2); out[i] = from_bf16(h); }
-    else if (dtype.code == kDLInt && dtype.bits == 32) { int32_t x; std::memcpy(&x, p, 4); out[i] = x; }
-    else if (dtype.code == kDLInt && dtype.bits == 64) { int64_t x; std::memcpy(&x, p, 8); out[i] = double(x); }
-    else out[i] = *p;
+    if (dtype.code == kDLFloat && dtype.bits == 32) {
+      float f;
+      std::memcpy(&f, p, 4);
+      out[i] = f;
+    } else if (dtype.code == kDLFloat && dtype.bits == 64)
+      std::memcpy(&out[i], p, 8);
+    else if (dtype.code == kDLFloat && dtype.bits == 16) {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      out[i] = from_f16(h);
+    } else if (dtype.code == kDLBfloat) {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      out[i] = from_bf16(h);
+    } else if (dtype.code == kDLInt && dtype.bits == 32) {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      out[i] = x;
+    } else if (dtype.code == kDLInt && dtype.bits == 64) {
+      int64_t x;
+      std::memcpy(&x, p, 8);
+      out[i] = double(x);
+    } else
+      out[i] = *p;
   }
   return out;
 }
@@ -99,7 +130,9 @@ double reduce(const std::vector<double>& xs, hw::ReduceOp op) {
   return acc;
 }
 
-const char* op_name(hw::ReduceOp op) { return op == hw::ReduceOp::sum ? "sum" : op == hw::ReduceOp::max ? "max" : "min"; }
+const char* op_name(hw::ReduceOp op) {
+  return op == hw::ReduceOp::sum ? "sum" : op == hw::ReduceOp::max ? "max" : "min";
+}
 
 // How long the timeout cases wait: short, so that they cost seconds, not the suite's timeout.
 constexpr std::chrono::milliseconds kShortTimeout{1000};
@@ -110,7 +143,7 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 void worker_cases(CheckContext& ctx, const hw::Communicator& comm, const std::shared_ptr<hw::KvStore>& store) {
   const int rank = comm.rank(), world = comm.world_size();
   hw::Device d = ctx.device();
-  const std::pair<DLDataType, const char*> dtypes[] = {{dl_f32(), "f32"}, {dl_f64(), "f64"}, {dl_f16(), "f16"},
+  const std::pair<DLDataType, const char*> dtypes[] = {{dl_f32(), "f32"},   {dl_f64(), "f64"}, {dl_f16(), "f16"},
                                                        {dl_bf16(), "bf16"}, {dl_i32(), "i32"}, {dl_i64(), "i64"}};
   for (auto op : {hw::ReduceOp::sum, hw::ReduceOp::max, hw::ReduceOp::min}) {
     for (const auto& [dtype, dname] : dtypes) {
@@ -154,7 +187,8 @@ void worker_cases(CheckContext& ctx, const hw::Communicator& comm, const std::sh
     }
   });
   ctx.run("communicator", "reduce_scatter sum f32, max i32", [&] {
-    for (auto [dtype, op, chunk] : {std::tuple{dl_f32(), hw::ReduceOp::sum, int64_t(13)}, {dl_i32(), hw::ReduceOp::max, int64_t(5)}}) {
+    for (auto [dtype, op, chunk] :
+         {std::tuple{dl_f32(), hw::ReduceOp::sum, int64_t(13)}, {dl_i32(), hw::ReduceOp::max, int64_t(5)}}) {
       DeviceTensor send = device_tensor(d, inputs(rank, chunk * world, dtype), dtype);
       DeviceTensor recv(d, {chunk}, dtype);
       comm.reduce_scatter(send.dl(), recv.dl(), op);
@@ -180,8 +214,13 @@ void worker_cases(CheckContext& ctx, const hw::Communicator& comm, const std::sh
       DeviceTensor out = device_tensor(d, inputs(rank, n, dtype, 17), dtype);
       DeviceTensor in(d, {n}, dtype);
       // Even ranks send first, odd ranks receive first: no cycle of blocked sends.
-      if (rank % 2 == 0) { comm.send(out.dl(), next); comm.recv(in.dl(), prev); }
-      else { comm.recv(in.dl(), prev); comm.send(out.dl(), next); }
+      if (rank % 2 == 0) {
+        comm.send(out.dl(), next);
+        comm.recv(in.dl(), prev);
+      } else {
+        comm.recv(in.dl(), prev);
+        comm.send(out.dl(), next);
+      }
       expect_equal(fetch(in), inputs(prev, n, dtype, 17), fmt::format("{} from rank {}", sdk::dtype_name(dtype), prev));
     }
   });
@@ -195,7 +234,8 @@ void worker_cases(CheckContext& ctx, const hw::Communicator& comm, const std::sh
   });
   ctx.run("communicator", "local misuse is an error, not a hang", [&] {
     DeviceTensor send(d, {8}, dl_f32()), wrong(d, {8 * world + 1}, dl_f32()), other(d, {8}, dl_i32());
-    ctx.expect_error(ctx.api().comm_all_gather(nullptr, &send.dl(), &wrong.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT, "all_gather(NULL comm)");
+    ctx.expect_error(ctx.api().comm_all_gather(nullptr, &send.dl(), &wrong.dl(), nullptr),
+                     VERLPP_STATUS_INVALID_ARGUMENT, "all_gather(NULL comm)");
     try {
       comm.all_gather(send.dl(), wrong.dl());
       throw CaseFailure("all_gather with a recv of the wrong size succeeded");
@@ -234,11 +274,12 @@ void worker_cases(CheckContext& ctx, const hw::Communicator& comm, const std::sh
       } catch (const hw::PluginCallError& e) {
         double waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         std::string m = e.what();
-        CHECK_THAT(e.code() == VERLPP_STATUS_TIMEOUT || e.code() == VERLPP_STATUS_COMM_ERROR, "expected TIMEOUT, got {}: {}",
-                   hw::status_name(e.code()), m);
-        CHECK_THAT(contains(m, "rank 0") && contains(m, "all_reduce"), "the error does not name rank 0 and all_reduce: {}", m);
-        CHECK_THAT(waited < double(kShortTimeout.count()) + 30000.0, "the error came after {:.0f} ms (timeout {} ms)", waited,
-                   kShortTimeout.count());
+        CHECK_THAT(e.code() == VERLPP_STATUS_TIMEOUT || e.code() == VERLPP_STATUS_COMM_ERROR,
+                   "expected TIMEOUT, got {}: {}", hw::status_name(e.code()), m);
+        CHECK_THAT(contains(m, "rank 0") && contains(m, "all_reduce"),
+                   "the error does not name rank 0 and all_reduce: {}", m);
+        CHECK_THAT(waited < double(kShortTimeout.count()) + 30000.0, "the error came after {:.0f} ms (timeout {} ms)",
+                   waited, kShortTimeout.count());
       }
     });
 }
@@ -264,14 +305,16 @@ int comm_worker_main(const hw::Plugin& plugin, int rank, int world_size, const s
     co.key_prefix = fmt::format("check/{}/", world_size);
     std::unique_ptr<hw::Communicator> comm;
     ctx.run("communicator", "create (rendezvous through the host store)", [&] {
-      comm = std::make_unique<hw::Communicator>(hw::Communicator::create(ctx.device(rank % ctx.device_count()), store, co));
+      comm = std::make_unique<hw::Communicator>(
+          hw::Communicator::create(ctx.device(rank % ctx.device_count()), store, co));
     });
     if (comm) worker_cases(ctx, *comm, store);
   } catch (const std::exception& e) {
     ctx.record({"communicator", "worker start", Outcome::fail, e.what()});
   }
   for (const auto& r : ctx.results())
-    std::cout << nlohmann::json{{"case", r.name}, {"outcome", outcome_name(r.outcome)}, {"detail", r.detail}}.dump() << "\n";
+    std::cout << nlohmann::json{{"case", r.name}, {"outcome", outcome_name(r.outcome)}, {"detail", r.detail}}.dump()
+              << "\n";
   std::cout.flush();
   return 0;
 }
@@ -299,12 +342,13 @@ int missing_peer_worker_main(const hw::Plugin& plugin, const std::string& host, 
       std::string m = e.what();
       CHECK_THAT(e.code() == VERLPP_STATUS_TIMEOUT, "expected TIMEOUT, got {}: {}", hw::status_name(e.code()), m);
       CHECK_THAT(contains(m, "rank 0"), "the error does not name rank 0: {}", m);
-      CHECK_THAT(waited < double(kShortTimeout.count()) + 30000.0, "the error came after {:.0f} ms (timeout {} ms)", waited,
-                 kShortTimeout.count());
+      CHECK_THAT(waited < double(kShortTimeout.count()) + 30000.0, "the error came after {:.0f} ms (timeout {} ms)",
+                 waited, kShortTimeout.count());
     }
   });
   for (const auto& r : ctx.results())
-    std::cout << nlohmann::json{{"case", r.name}, {"outcome", outcome_name(r.outcome)}, {"detail", r.detail}}.dump() << "\n";
+    std::cout << nlohmann::json{{"case", r.name}, {"outcome", outcome_name(r.outcome)}, {"detail", r.detail}}.dump()
+              << "\n";
   std::cout.flush();
   return 0;
 }
@@ -320,7 +364,12 @@ struct WorkerOutputs {
 
 WorkerOutputs run_workers(const std::string& self, const std::vector<std::vector<std::string>>& args,
                           std::chrono::milliseconds deadline_after) {
-  struct Child { pid_t pid; int fd; std::string output; std::thread reader; };
+  struct Child {
+    pid_t pid;
+    int fd;
+    std::string output;
+    std::thread reader;
+  };
   std::vector<Child> children(args.size());
   for (size_t r = 0; r < args.size(); ++r) {
     int fds[2];
@@ -364,7 +413,8 @@ WorkerOutputs run_workers(const std::string& self, const std::vector<std::vector
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (WIFSIGNALED(status) && !killed) result.lost.push_back(fmt::format("rank {} died with signal {}", r, WTERMSIG(status)));
+    if (WIFSIGNALED(status) && !killed)
+      result.lost.push_back(fmt::format("rank {} died with signal {}", r, WTERMSIG(status)));
   }
   for (auto& c : children) {
     c.reader.join();
@@ -397,8 +447,13 @@ void record_merged(CheckContext& ctx, const WorkerOutputs& w, size_t expected, c
       res.detail = fmt::format("only {} of {} ranks reported", outs.size(), expected);
     }
     for (const auto& [outcome, detail] : outs) {
-      if (outcome == "fail") { res.outcome = Outcome::fail; res.detail += (res.detail.empty() ? "" : "; ") + detail; }
-      else if (outcome == "n/a" && res.outcome == Outcome::pass) { res.outcome = Outcome::not_offered; res.detail = detail; }
+      if (outcome == "fail") {
+        res.outcome = Outcome::fail;
+        res.detail += (res.detail.empty() ? "" : "; ") + detail;
+      } else if (outcome == "n/a" && res.outcome == Outcome::pass) {
+        res.outcome = Outcome::not_offered;
+        res.detail = detail;
+      }
     }
     ctx.record(res);
   }
@@ -425,8 +480,8 @@ void run_comm_cases(CheckContext& ctx, const std::string& self, const std::strin
     const std::string port = std::to_string(hw::tcp_store_port(*store));
     std::vector<std::vector<std::string>> args;
     for (int r = 0; r < world; ++r)
-      args.push_back({"--comm-worker", "--rank", std::to_string(r), "--world", std::to_string(world), "--store-port", port,
-                      "--timeout-ms", ts, plugin_arg});
+      args.push_back({"--comm-worker", "--rank", std::to_string(r), "--world", std::to_string(world), "--store-port",
+                      port, "--timeout-ms", ts, plugin_arg});
     WorkerOutputs w = run_workers(self, args, std::chrono::milliseconds(timeout_ms + 60000));
     record_merged(ctx, w, size_t(world), fmt::format("[{} ranks]", world));
   }

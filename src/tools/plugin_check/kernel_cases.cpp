@@ -28,15 +28,21 @@ std::vector<uint16_t> round_half(const std::vector<float>& v, DLDataType dtype, 
 void run_logprob_entropy_cases(CheckContext& ctx) {
   hw::Device d = ctx.device();
   const auto* table = ctx.api().kernels;
-  struct Shape { int64_t n, v, row_stride; float temperature; DLDataType dtype; bool entropy; };
-  const Shape shapes[] = {{1, 1, 1, 1.0f, dl_f32(), true},     {7, 5, 5, 1.0f, dl_f32(), true},
+  struct Shape {
+    int64_t n, v, row_stride;
+    float temperature;
+    DLDataType dtype;
+    bool entropy;
+  };
+  const Shape shapes[] = {{1, 1, 1, 1.0f, dl_f32(), true},        {7, 5, 5, 1.0f, dl_f32(), true},
                           {33, 1000, 1000, 0.7f, dl_f32(), true}, {3, 4099, 4111, 1.0f, dl_f32(), false},
                           {17, 513, 513, 1.3f, dl_bf16(), true},  {9, 257, 260, 1.0f, dl_f16(), true}};
   for (const Shape& s : shapes) {
-    std::string name = fmt::format("logprob_entropy N={} V={} stride={} T={} {}{}", s.n, s.v, s.row_stride, s.temperature,
-                                   sdk::dtype_name(s.dtype), s.entropy ? "" : " (no entropy)");
+    std::string name = fmt::format("logprob_entropy N={} V={} stride={} T={} {}{}", s.n, s.v, s.row_stride,
+                                   s.temperature, sdk::dtype_name(s.dtype), s.entropy ? "" : " (no entropy)");
     ctx.run("kernels", name, [&] {
-      CheckContext::need(table ? reinterpret_cast<const void*>(table->logprob_entropy) : nullptr, "kernel logprob_entropy");
+      CheckContext::need(table ? reinterpret_cast<const void*>(table->logprob_entropy) : nullptr,
+                         "kernel logprob_entropy");
       std::mt19937 rng(uint32_t(s.n * 131 + s.v));
       std::normal_distribution<float> normal(0.0f, 3.0f);
       std::vector<float> logits(size_t(s.n * s.row_stride));
@@ -45,8 +51,10 @@ void run_logprob_entropy_cases(CheckContext& ctx) {
       for (auto& y : labels) y = int64_t(rng() % uint32_t(s.v));
       std::vector<float> seen = logits;
       DeviceTensor lt(d, {s.n * s.row_stride}, s.dtype);
-      if (s.dtype.bits == 32) lt.upload(logits.data());
-      else lt.upload(round_half(logits, s.dtype, seen).data());
+      if (s.dtype.bits == 32)
+        lt.upload(logits.data());
+      else
+        lt.upload(round_half(logits, s.dtype, seen).data());
       // A [N, V] view with row stride `row_stride` over the flat buffer.
       std::vector<int64_t> shape = {s.n, s.v}, strides = {s.row_stride, 1};
       DLTensor view = lt.dl();
@@ -55,8 +63,9 @@ void run_logprob_entropy_cases(CheckContext& ctx) {
       view.strides = strides.data();
       DeviceTensor yt(d, {s.n}, dl_i64()), lp(d, {s.n}, dl_f32()), ent(d, {s.n}, dl_f32());
       yt.upload(labels.data());
-      ctx.expect_ok(table->logprob_entropy(&view, &yt.dl(), s.temperature, &lp.dl(), s.entropy ? &ent.dl() : nullptr, nullptr),
-                    "logprob_entropy");
+      ctx.expect_ok(
+          table->logprob_entropy(&view, &yt.dl(), s.temperature, &lp.dl(), s.entropy ? &ent.dl() : nullptr, nullptr),
+          "logprob_entropy");
       auto got_lp = lp.to_host<float>();
       auto got_ent = ent.to_host<float>();
       Worst wl, we;
@@ -81,7 +90,8 @@ void run_logprob_entropy_cases(CheckContext& ctx) {
     });
   }
   ctx.run("kernels", "logprob_entropy rejects bad input", [&] {
-    CheckContext::need(table ? reinterpret_cast<const void*>(table->logprob_entropy) : nullptr, "kernel logprob_entropy");
+    CheckContext::need(table ? reinterpret_cast<const void*>(table->logprob_entropy) : nullptr,
+                       "kernel logprob_entropy");
     DeviceTensor lt(d, {4, 8}, dl_f32()), yt(d, {5}, dl_i64()), lp(d, {4}, dl_f32());
     ctx.expect_error(table->logprob_entropy(&lt.dl(), &yt.dl(), 1.0f, &lp.dl(), nullptr, nullptr),
                      VERLPP_STATUS_INVALID_ARGUMENT, "logprob_entropy(labels [5] for 4 rows)");
@@ -93,8 +103,12 @@ void run_logprob_entropy_cases(CheckContext& ctx) {
 void run_rms_norm_cases(CheckContext& ctx) {
   hw::Device d = ctx.device();
   const auto* table = ctx.api().kernels;
-  struct Shape { int64_t n, dim; DLDataType dtype; };
-  const Shape shapes[] = {{1, 1, dl_f32()}, {5, 64, dl_f32()}, {17, 899, dl_f32()}, {13, 896, dl_bf16()}, {3, 131, dl_f16()}};
+  struct Shape {
+    int64_t n, dim;
+    DLDataType dtype;
+  };
+  const Shape shapes[] = {
+      {1, 1, dl_f32()}, {5, 64, dl_f32()}, {17, 899, dl_f32()}, {13, 896, dl_bf16()}, {3, 131, dl_f16()}};
   for (const Shape& s : shapes) {
     ctx.run("kernels", fmt::format("rms_norm N={} D={} {}", s.n, s.dim, sdk::dtype_name(s.dtype)), [&] {
       CheckContext::need(table ? reinterpret_cast<const void*>(table->rms_norm) : nullptr, "kernel rms_norm");
@@ -118,7 +132,8 @@ void run_rms_norm_cases(CheckContext& ctx) {
       std::vector<float> got(x.size());
       if (half) {
         auto raw = ot.to_host<uint16_t>();
-        for (size_t i = 0; i < raw.size(); ++i) got[i] = s.dtype.code == kDLBfloat ? from_bf16(raw[i]) : from_f16(raw[i]);
+        for (size_t i = 0; i < raw.size(); ++i)
+          got[i] = s.dtype.code == kDLBfloat ? from_bf16(raw[i]) : from_f16(raw[i]);
       } else {
         got = ot.to_host<float>();
       }
@@ -149,7 +164,11 @@ void run_rms_norm_cases(CheckContext& ctx) {
 // head size of 20 in bf16 (not a whole 16-byte vector); head 128 without GQA; head 256.
 void run_paged_attention_decode_cases(CheckContext& ctx) {
   const auto* table = ctx.api().kernels;
-  struct Shape { int64_t b, h, kv, s, block_size, num_blocks, max_blocks; std::vector<int32_t> lens; DLDataType dtype; };
+  struct Shape {
+    int64_t b, h, kv, s, block_size, num_blocks, max_blocks;
+    std::vector<int32_t> lens;
+    DLDataType dtype;
+  };
   std::vector<int32_t> many(320);  // lengths 1..640, ragged
   for (size_t i = 0; i < many.size(); ++i) many[i] = int32_t(1 + (i * 97) % 640);
   const std::vector<int32_t> ragged = {1, 16, 17, 0, 15, 33, 2, 48};
@@ -170,10 +189,11 @@ void run_paged_attention_decode_cases(CheckContext& ctx) {
     if (sh.lens.size() <= 8) {
       for (int32_t len : sh.lens) lens += (lens.empty() ? "" : ",") + std::to_string(len);
     } else {
-      lens = fmt::format("{}..{}", *std::min_element(sh.lens.begin(), sh.lens.end()), *std::max_element(sh.lens.begin(), sh.lens.end()));
+      lens = fmt::format("{}..{}", *std::min_element(sh.lens.begin(), sh.lens.end()),
+                         *std::max_element(sh.lens.begin(), sh.lens.end()));
     }
-    std::string name = fmt::format("paged_attention_decode B={} H={} K={} S={} block={} lens={} {}", sh.b, sh.h, sh.kv, sh.s,
-                                   sh.block_size, lens, sdk::dtype_name(sh.dtype));
+    std::string name = fmt::format("paged_attention_decode B={} H={} K={} S={} block={} lens={} {}", sh.b, sh.h, sh.kv,
+                                   sh.s, sh.block_size, lens, sdk::dtype_name(sh.dtype));
     ctx.run("kernels", name, [&] {
       CheckContext::need(table ? reinterpret_cast<const void*>(table->paged_attention_decode) : nullptr,
                          "kernel paged_attention_decode");
@@ -216,12 +236,14 @@ void run_paged_attention_decode_cases(CheckContext& ctx) {
       bt.upload(tables.data());
       lt.upload(sh.lens.data());
       const float scale = 1.0f / std::sqrt(float(sh.s));
-      ctx.expect_ok(table->paged_attention_decode(&qt.dl(), &kt.dl(), &vt.dl(), &bt.dl(), &lt.dl(), scale, &ot.dl(), nullptr),
-                    "paged_attention_decode");
+      ctx.expect_ok(
+          table->paged_attention_decode(&qt.dl(), &kt.dl(), &vt.dl(), &bt.dl(), &lt.dl(), scale, &ot.dl(), nullptr),
+          "paged_attention_decode");
       std::vector<float> got(q.size());
       if (half) {
         auto raw = ot.to_host<uint16_t>();
-        for (size_t i = 0; i < raw.size(); ++i) got[i] = sh.dtype.code == kDLBfloat ? from_bf16(raw[i]) : from_f16(raw[i]);
+        for (size_t i = 0; i < raw.size(); ++i)
+          got[i] = sh.dtype.code == kDLBfloat ? from_bf16(raw[i]) : from_f16(raw[i]);
       } else {
         got = ot.to_host<float>();
       }
@@ -238,7 +260,8 @@ void run_paged_attention_decode_cases(CheckContext& ctx) {
           double mx = -INFINITY;
           for (int64_t t = 0; t < len; ++t) {
             double dot = 0;
-            for (int64_t j = 0; j < sh.s; ++j) dot += double(q_seen[size_t((b * sh.h + h) * sh.s + j)]) * at(k_seen, t, j);
+            for (int64_t j = 0; j < sh.s; ++j)
+              dot += double(q_seen[size_t((b * sh.h + h) * sh.s + j)]) * at(k_seen, t, j);
             score[size_t(t)] = dot * scale;
             mx = std::max(mx, score[size_t(t)]);
           }
@@ -255,22 +278,26 @@ void run_paged_attention_decode_cases(CheckContext& ctx) {
     });
   }
   ctx.run("kernels", "paged_attention_decode rejects bad input", [&] {
-    CheckContext::need(table ? reinterpret_cast<const void*>(table->paged_attention_decode) : nullptr, "kernel paged_attention_decode");
+    CheckContext::need(table ? reinterpret_cast<const void*>(table->paged_attention_decode) : nullptr,
+                       "kernel paged_attention_decode");
     hw::Device d = ctx.device();
     // H = 3 query heads over K = 2 KV heads: not a multiple.
-    DeviceTensor qt(d, {1, 3, 8}, dl_f32()), kt(d, {2, 4, 2, 8}, dl_f32()), vt(d, {2, 4, 2, 8}, dl_f32()), bt(d, {1, 2}, dl_i32()),
-        lt(d, {1}, dl_i32()), ot(d, {1, 3, 8}, dl_f32());
-    ctx.expect_error(table->paged_attention_decode(&qt.dl(), &kt.dl(), &vt.dl(), &bt.dl(), &lt.dl(), 1.0f, &ot.dl(), nullptr),
-                     VERLPP_STATUS_INVALID_ARGUMENT, "paged_attention_decode(H=3, K=2)");
-    ctx.expect_error(table->paged_attention_decode(nullptr, &kt.dl(), &vt.dl(), &bt.dl(), &lt.dl(), 1.0f, &ot.dl(), nullptr),
-                     VERLPP_STATUS_INVALID_ARGUMENT, "paged_attention_decode(NULL q)");
+    DeviceTensor qt(d, {1, 3, 8}, dl_f32()), kt(d, {2, 4, 2, 8}, dl_f32()), vt(d, {2, 4, 2, 8}, dl_f32()),
+        bt(d, {1, 2}, dl_i32()), lt(d, {1}, dl_i32()), ot(d, {1, 3, 8}, dl_f32());
+    ctx.expect_error(
+        table->paged_attention_decode(&qt.dl(), &kt.dl(), &vt.dl(), &bt.dl(), &lt.dl(), 1.0f, &ot.dl(), nullptr),
+        VERLPP_STATUS_INVALID_ARGUMENT, "paged_attention_decode(H=3, K=2)");
+    ctx.expect_error(
+        table->paged_attention_decode(nullptr, &kt.dl(), &vt.dl(), &bt.dl(), &lt.dl(), 1.0f, &ot.dl(), nullptr),
+        VERLPP_STATUS_INVALID_ARGUMENT, "paged_attention_decode(NULL q)");
   });
 }
 
 void run_kernel_table_cases(CheckContext& ctx) {
   ctx.run("kernels", "table struct_size", [&] {
     CheckContext::need(reinterpret_cast<const void*>(ctx.api().kernels), "kernel table");
-    CHECK_THAT(ctx.api().kernels->struct_size >= sizeof(size_t), "kernel table struct_size {}", ctx.api().kernels->struct_size);
+    CHECK_THAT(ctx.api().kernels->struct_size >= sizeof(size_t), "kernel table struct_size {}",
+               ctx.api().kernels->struct_size);
   });
 }
 

@@ -28,7 +28,9 @@ double relative_rounding(DLDataType dtype) {
   if (dtype.bits == 32) return 1.2e-7;
   return dtype.code == kDLBfloat ? 1.0 / 256.0 : 1.0 / 2048.0;
 }
-double absolute_rounding(DLDataType dtype) { return dtype.bits == 16 && dtype.code == kDLFloat ? std::ldexp(1.0, -24) : 0.0; }
+double absolute_rounding(DLDataType dtype) {
+  return dtype.bits == 16 && dtype.code == kDLFloat ? std::ldexp(1.0, -24) : 0.0;
+}
 
 void check_shape(CheckContext& ctx, const BackwardShape& s) {
   hw::Device d = ctx.device();
@@ -90,7 +92,8 @@ void check_shape(CheckContext& ctx, const BackwardShape& s) {
       // fp32's error in p (its exponent is ~|z| + |lse| large) times the terms p multiplies.
       const double p_error = 4e-7 * p * (std::fabs(z) + std::fabs(lse[size_t(r)]) + 1.0);
       const double scale = (std::fabs(glp) + std::fabs(ge) * (std::fabs(z - mean_z[size_t(r)]) + 1.0)) / s.temperature;
-      w.add(i, decode_as(got, s.dtype, i), want, relative_rounding(s.dtype) * std::fabs(want) + absolute_rounding(s.dtype) + p_error * scale + 1e-12);
+      w.add(i, decode_as(got, s.dtype, i), want,
+            relative_rounding(s.dtype) * std::fabs(want) + absolute_rounding(s.dtype) + p_error * scale + 1e-12);
     }
   }
   w.require("gradient");
@@ -118,9 +121,9 @@ void need_slot(const CheckContext& ctx) {
 void run_logprob_backward_cases(CheckContext& ctx) {
   const auto* table = ctx.api().kernels;
   const BackwardShape shapes[] = {
-      {1, 1, 1, 1.0f, dl_f32(), true, false, false},      {7, 5, 5, 1.0f, dl_f32(), true, true, false},
-      {33, 1000, 1000, 0.7f, dl_f32(), true, true, true}, {3, 4099, 4111, 1.0f, dl_f32(), true, false, true},
-      {5, 777, 777, 1.0f, dl_f32(), false, true, false},  {17, 513, 520, 1.3f, dl_bf16(), true, false, true},
+      {1, 1, 1, 1.0f, dl_f32(), true, false, false},       {7, 5, 5, 1.0f, dl_f32(), true, true, false},
+      {33, 1000, 1000, 0.7f, dl_f32(), true, true, true},  {3, 4099, 4111, 1.0f, dl_f32(), true, false, true},
+      {5, 777, 777, 1.0f, dl_f32(), false, true, false},   {17, 513, 520, 1.3f, dl_bf16(), true, false, true},
       {6, 4101, 4101, 1.0f, dl_bf16(), true, true, false}, {9, 257, 260, 1.0f, dl_f16(), true, true, true},
       {2, 3000, 3003, 0.5f, dl_bf16(), true, true, true}};
   for (const BackwardShape& s : shapes) {
@@ -137,16 +140,21 @@ void run_logprob_backward_cases(CheckContext& ctx) {
     hw::Device d = ctx.device();
     DeviceTensor lt(d, {4, 8}, dl_f32()), half(d, {4, 8}, dl_f16()), yt(d, {4}, dl_i64()), y5(d, {5}, dl_i64()),
         lse(d, {4}, dl_f32()), g(d, {4}, dl_f32());
-    ctx.expect_error(table->logprob_backward(&lt.dl(), &y5.dl(), &lse.dl(), &g.dl(), nullptr, nullptr, 1.0f, &lt.dl(), nullptr),
-                     VERLPP_STATUS_INVALID_ARGUMENT, "logprob_backward(labels [5] for 4 rows)");
-    ctx.expect_error(table->logprob_backward(&lt.dl(), &yt.dl(), &lse.dl(), &g.dl(), nullptr, nullptr, 1.0f, &half.dl(), nullptr),
-                     VERLPP_STATUS_INVALID_ARGUMENT, "logprob_backward(f16 out_grad for f32 logits)");
-    ctx.expect_error(table->logprob_backward(&lt.dl(), &yt.dl(), &lse.dl(), &g.dl(), &g.dl(), nullptr, 1.0f, &lt.dl(), nullptr),
-                     VERLPP_STATUS_INVALID_ARGUMENT, "logprob_backward(mean_z without grad_entropy)");
-    ctx.expect_error(table->logprob_backward(&lt.dl(), &yt.dl(), nullptr, &g.dl(), nullptr, nullptr, 1.0f, &lt.dl(), nullptr),
-                     VERLPP_STATUS_INVALID_ARGUMENT, "logprob_backward(NULL lse)");
-    ctx.expect_error(table->logprob_backward(&lt.dl(), &yt.dl(), &lse.dl(), &g.dl(), nullptr, nullptr, 0.0f, &lt.dl(), nullptr),
-                     VERLPP_STATUS_INVALID_ARGUMENT, "logprob_backward(temperature 0)");
+    ctx.expect_error(
+        table->logprob_backward(&lt.dl(), &y5.dl(), &lse.dl(), &g.dl(), nullptr, nullptr, 1.0f, &lt.dl(), nullptr),
+        VERLPP_STATUS_INVALID_ARGUMENT, "logprob_backward(labels [5] for 4 rows)");
+    ctx.expect_error(
+        table->logprob_backward(&lt.dl(), &yt.dl(), &lse.dl(), &g.dl(), nullptr, nullptr, 1.0f, &half.dl(), nullptr),
+        VERLPP_STATUS_INVALID_ARGUMENT, "logprob_backward(f16 out_grad for f32 logits)");
+    ctx.expect_error(
+        table->logprob_backward(&lt.dl(), &yt.dl(), &lse.dl(), &g.dl(), &g.dl(), nullptr, 1.0f, &lt.dl(), nullptr),
+        VERLPP_STATUS_INVALID_ARGUMENT, "logprob_backward(mean_z without grad_entropy)");
+    ctx.expect_error(
+        table->logprob_backward(&lt.dl(), &yt.dl(), nullptr, &g.dl(), nullptr, nullptr, 1.0f, &lt.dl(), nullptr),
+        VERLPP_STATUS_INVALID_ARGUMENT, "logprob_backward(NULL lse)");
+    ctx.expect_error(
+        table->logprob_backward(&lt.dl(), &yt.dl(), &lse.dl(), &g.dl(), nullptr, nullptr, 0.0f, &lt.dl(), nullptr),
+        VERLPP_STATUS_INVALID_ARGUMENT, "logprob_backward(temperature 0)");
   });
 }
 

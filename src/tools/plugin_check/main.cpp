@@ -2,8 +2,8 @@
 // the way the host does, runs every case (ABI promises, error paths, memory, streams, tensor
 // copies, every collective with 2 and 4 processes, every kernel against reference math) and
 // prints a pass/fail table. The kernel cases come from the ABI's kernel list (one group of cases
-// per kernel; the JSON output names each case's kernel). Exit 0 only when nothing failed; "n/a" marks optional capabilities
-// the plugin does not offer (listed, never counted as passes).
+// per kernel; the JSON output names each case's kernel). Exit 0 only when nothing failed; "n/a" marks optional
+// capabilities the plugin does not offer (listed, never counted as passes).
 #include "check_context.hpp"
 
 #include <verlpp/hw/plugin_registry.hpp>
@@ -31,9 +31,12 @@ hw::Plugin load(const std::string& arg) {
 
 const char* label(conformance::Outcome o) {
   switch (o) {
-    case conformance::Outcome::pass: return "pass";
-    case conformance::Outcome::fail: return "FAIL";
-    default: return "n/a";
+    case conformance::Outcome::pass:
+      return "pass";
+    case conformance::Outcome::fail:
+      return "FAIL";
+    default:
+      return "n/a";
   }
 }
 
@@ -88,13 +91,20 @@ int main(int argc, char** argv) {
       failed += r.outcome == conformance::Outcome::fail;
       absent += r.outcome == conformance::Outcome::not_offered;
     }
-    std::cout << fmt::format("\n{}: {} passed, {} failed, {} not offered\n", plugin.display_name(), passed, failed, absent);
+    std::cout << fmt::format("\n{}: {} passed, {} failed, {} not offered\n", plugin.display_name(), passed, failed,
+                             absent);
     if (!json_path.empty()) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& r : ctx.results())
-        j.push_back({{"group", r.group}, {"case", r.name}, {"kernel", r.kernel}, {"outcome", label(r.outcome)},
+        j.push_back({{"group", r.group},
+                     {"case", r.name},
+                     {"kernel", r.kernel},
+                     {"outcome", label(r.outcome)},
                      {"detail", r.detail}});
-      std::ofstream(json_path) << nlohmann::json{{"plugin", plugin.display_name()}, {"path", plugin.path()}, {"results", j}}.dump(2);
+      std::ofstream(json_path) << nlohmann::json{
+          {"plugin", plugin.display_name()},
+          {"path", plugin.path()},
+          {"results", j}}.dump(2);
     }
     return failed == 0 ? 0 : 1;
   } catch (const std::exception& e) {

@@ -42,7 +42,8 @@ void memory_cases(CheckContext& ctx) {
       for (size_t a : aligns) {
         hw::DeviceBuffer b = ctx.device().allocate(s, a);
         CHECK_THAT(b.data() != nullptr, "allocate({}, {}) returned NULL", s, a);
-        CHECK_THAT(a == 0 || reinterpret_cast<uintptr_t>(b.data()) % a == 0, "allocate({}, {}) gave a misaligned {}", s, a, b.data());
+        CHECK_THAT(a == 0 || reinterpret_cast<uintptr_t>(b.data()) % a == 0, "allocate({}, {}) gave a misaligned {}", s,
+                   a, b.data());
         for (void* p : seen) CHECK_THAT(p != b.data(), "allocate({}, {}) returned a live pointer again", s, a);
         seen.push_back(b.data());
         keep.push_back(std::move(b));
@@ -136,7 +137,8 @@ void stream_cases(CheckContext& ctx) {
     s2.synchronize();
     end.synchronize();
     CHECK_THAT(end.is_complete(), "event not complete after synchronize");
-    CHECK_THAT(std::all_of(back.begin(), back.end(), [](uint8_t x) { return x == 0x11; }), "the wait did not order the streams");
+    CHECK_THAT(std::all_of(back.begin(), back.end(), [](uint8_t x) { return x == 0x11; }),
+               "the wait did not order the streams");
     if (api.event_elapsed_ms != nullptr) {
       float ms = end.elapsed_ms_since(start);
       CHECK_THAT(ms >= 0.0f && ms < 60000.0f, "elapsed {} ms", ms);
@@ -148,7 +150,8 @@ void stream_cases(CheckContext& ctx) {
     ctx.expect_error(api.event_query(nullptr, nullptr), VERLPP_STATUS_INVALID_ARGUMENT, "event_query(NULL, NULL)");
     verlpp_stream s = nullptr;
     if (api.stream_create != nullptr)
-      ctx.expect_error(api.stream_create(ctx.device_count(), &s), VERLPP_STATUS_INVALID_ARGUMENT, "stream_create(device count)");
+      ctx.expect_error(api.stream_create(ctx.device_count(), &s), VERLPP_STATUS_INVALID_ARGUMENT,
+                       "stream_create(device count)");
   });
 }
 
@@ -156,14 +159,16 @@ void stream_cases(CheckContext& ctx) {
 // offers both; "not offered" otherwise (the host then keeps the NULL stream).
 void need_native_streams(const CheckContext& ctx) {
   const auto& api = ctx.api();
-  if (api.abi_minor < 1) throw NotOffered(fmt::format("native streams not offered (plugin ABI minor {} < 1)", api.abi_minor));
+  if (api.abi_minor < 1)
+    throw NotOffered(fmt::format("native streams not offered (plugin ABI minor {} < 1)", api.abi_minor));
   CheckContext::need(reinterpret_cast<const void*>(api.stream_from_native), "native streams (stream_from_native)");
   CheckContext::need(reinterpret_cast<const void*>(api.stream_native_handle), "native streams (stream_native_handle)");
 }
 
 // Work on `stream` through the raw ABI: fill `a` with `value`, copy it to `b`, copy `b` back to
 // the host, synchronise the stream, and check every byte.
-void fill_copy_check(const CheckContext& ctx, verlpp_stream stream, void* a, void* b, size_t n, uint8_t value, const char* what) {
+void fill_copy_check(const CheckContext& ctx, verlpp_stream stream, void* a, void* b, size_t n, uint8_t value,
+                     const char* what) {
   const auto& api = ctx.api();
   CheckContext::need(reinterpret_cast<const void*>(api.memset_async), "memset_async");
   std::vector<uint8_t> back(n, uint8_t(~value));
@@ -198,18 +203,23 @@ void native_stream_cases(CheckContext& ctx) {
     CheckContext::need(reinterpret_cast<const void*>(api.memset_async), "memset_async");
     ctx.expect_ok(api.memset_async(a.data(), 0x3C, n, original.handle()), "memset_async(original)");
     std::vector<uint8_t> back(n, 0);
-    ctx.expect_ok(api.memcpy_async(b.data(), a.data(), n, VERLPP_COPY_DEVICE_TO_DEVICE, wrapper), "memcpy_async(wrapper)");
-    ctx.expect_ok(api.memcpy_async(back.data(), b.data(), n, VERLPP_COPY_DEVICE_TO_HOST, wrapper), "memcpy_async(wrapper)");
+    ctx.expect_ok(api.memcpy_async(b.data(), a.data(), n, VERLPP_COPY_DEVICE_TO_DEVICE, wrapper),
+                  "memcpy_async(wrapper)");
+    ctx.expect_ok(api.memcpy_async(back.data(), b.data(), n, VERLPP_COPY_DEVICE_TO_HOST, wrapper),
+                  "memcpy_async(wrapper)");
     ctx.expect_ok(api.stream_synchronize(wrapper), "stream_synchronize(wrapper)");
     size_t bad = 0;
     while (bad < n && back[bad] == 0x3C) ++bad;
-    CHECK_THAT(bad == n, "work on the wrapper is not ordered after work on its native stream: byte {} is {:#x}", bad, back[bad]);
+    CHECK_THAT(bad == n, "work on the wrapper is not ordered after work on its native stream: byte {} is {:#x}", bad,
+               back[bad]);
     fill_copy_check(ctx, wrapper, a.data(), b.data(), n, 0xA5, "fill and copies on the wrapper");
     ctx.expect_ok(api.stream_destroy(wrapper), "stream_destroy(wrapper)");
     // Destroying the wrapper must leave the native stream alone.
-    fill_copy_check(ctx, original.handle(), a.data(), b.data(), n, 0x5A, "the original stream after the wrapper was destroyed");
+    fill_copy_check(ctx, original.handle(), a.data(), b.data(), n, 0x5A,
+                    "the original stream after the wrapper was destroyed");
     void* still = nullptr;
-    ctx.expect_ok(api.stream_native_handle(original.handle(), &still), "stream_native_handle(original) after the wrapper went");
+    ctx.expect_ok(api.stream_native_handle(original.handle(), &still),
+                  "stream_native_handle(original) after the wrapper went");
     CHECK_THAT(still == native, "the original's native handle changed from {} to {}", native, still);
   });
   ctx.run("streams", "native stream: the native NULL handle (1.1)", [&] {
@@ -223,7 +233,8 @@ void native_stream_cases(CheckContext& ctx) {
       ctx.expect_error(e, VERLPP_STATUS_INVALID_ARGUMENT, "stream_from_native(0, NULL)");
       return;
     }
-    CHECK_THAT(wrapper != nullptr, "stream_from_native(0, NULL) succeeded with a NULL wrapper (NULL is the synchronous stream)");
+    CHECK_THAT(wrapper != nullptr,
+               "stream_from_native(0, NULL) succeeded with a NULL wrapper (NULL is the synchronous stream)");
     const size_t n = size_t(4) << 20;
     hw::DeviceBuffer a = d.allocate(n), b = d.allocate(n);
     fill_copy_check(ctx, wrapper, a.data(), b.data(), n, 0xC3, "fill and copies on the wrapped native default stream");
@@ -235,9 +246,11 @@ void native_stream_cases(CheckContext& ctx) {
     verlpp_stream s = nullptr;
     ctx.expect_error(api.stream_from_native(ctx.device_count(), nullptr, &s), VERLPP_STATUS_INVALID_ARGUMENT,
                      "stream_from_native(device count, NULL)");
-    ctx.expect_error(api.stream_from_native(0, nullptr, nullptr), VERLPP_STATUS_INVALID_ARGUMENT, "stream_from_native(0, NULL, NULL)");
+    ctx.expect_error(api.stream_from_native(0, nullptr, nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
+                     "stream_from_native(0, NULL, NULL)");
     void* native = nullptr;
-    ctx.expect_error(api.stream_native_handle(nullptr, &native), VERLPP_STATUS_INVALID_ARGUMENT, "stream_native_handle(NULL stream)");
+    ctx.expect_error(api.stream_native_handle(nullptr, &native), VERLPP_STATUS_INVALID_ARGUMENT,
+                     "stream_native_handle(NULL stream)");
     hw::Stream original = ctx.device().create_stream();
     ctx.expect_error(api.stream_native_handle(original.handle(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
                      "stream_native_handle(stream, NULL)");
@@ -284,7 +297,9 @@ void tensor_copy_cases(CheckContext& ctx) {
     view.shape = shape.data();
     view.strides = strides.data();
     view.byte_offset = sizeof(int32_t);
-    auto want = [&](int64_t k, int64_t i, int64_t j) { return int32_t(i * b * c + j * c + k); };  // view[k, i, j] = x[i, j, k]
+    auto want = [&](int64_t k, int64_t i, int64_t j) {
+      return int32_t(i * b * c + j * c + k);
+    };  // view[k, i, j] = x[i, j, k]
     // device (strided) -> host (contiguous)
     std::vector<int32_t> host(size_t(a * b * c), 0);
     DLTensor dst{};
@@ -299,7 +314,8 @@ void tensor_copy_cases(CheckContext& ctx) {
       for (int64_t i = 0; i < a; ++i)
         for (int64_t j = 0; j < b; ++j) {
           int32_t got = host[size_t((k * a + i) * b + j)];
-          CHECK_THAT(got == want(k, i, j), "device->host element [{}, {}, {}] = {}, want {}", k, i, j, got, want(k, i, j));
+          CHECK_THAT(got == want(k, i, j), "device->host element [{}, {}, {}] = {}, want {}", k, i, j, got,
+                     want(k, i, j));
         }
     // device (strided) -> device (contiguous), then back to the host contiguously
     DeviceTensor packed(d, {c, a, b}, dl_i32());
@@ -314,15 +330,18 @@ void tensor_copy_cases(CheckContext& ctx) {
     DLTensor again_view = view;
     again_view.data = again.dl().data;
     d.copy_tensor(packed.dl(), again_view, VERLPP_COPY_DEVICE_TO_DEVICE);
-    CHECK_THAT(again.to_host<int32_t>() == values, "device->device strided scatter did not restore the original buffer");
+    CHECK_THAT(again.to_host<int32_t>() == values,
+               "device->device strided scatter did not restore the original buffer");
   });
   ctx.run("tensor_copy", "mismatched shapes are errors", [&] {
     CheckContext::need(reinterpret_cast<const void*>(ctx.api().tensor_copy), "tensor_copy");
     hw::Device d = ctx.device();
     DeviceTensor a(d, {4}, dl_f32()), b(d, {5}, dl_f32());
-    ctx.expect_error(ctx.api().tensor_copy(&a.dl(), &b.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT, "tensor_copy([4] -> [5])");
+    ctx.expect_error(ctx.api().tensor_copy(&a.dl(), &b.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
+                     "tensor_copy([4] -> [5])");
     DeviceTensor c(d, {4}, dl_i32());
-    ctx.expect_error(ctx.api().tensor_copy(&a.dl(), &c.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT, "tensor_copy(f32 -> i32)");
+    ctx.expect_error(ctx.api().tensor_copy(&a.dl(), &c.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
+                     "tensor_copy(f32 -> i32)");
   });
 }
 

@@ -29,15 +29,16 @@ struct AttnShape {
   int64_t h, kv, s, block_size, spare_blocks;  // query heads, KV heads, head size, cache blocks beyond the tables'
   std::vector<int32_t> lens;                   // context lengths (the new token is the last position)
   DLDataType dtype;
-  bool fused;            // q, k, v as views of one [B, (H + 2K) S + pad] buffer
-  int64_t pad;           // extra elements per fused row
-  int64_t position_base; // positions[b] = position_base + lens[b] - 1
+  bool fused;             // q, k, v as views of one [B, (H + 2K) S + pad] buffer
+  int64_t pad;            // extra elements per fused row
+  int64_t position_base;  // positions[b] = position_base + lens[b] - 1
 };
 
 void need_slot(const CheckContext& ctx) {
-  const auto& table = ctx.appended_kernels("rotary_paged_attention_decode", 5,
-                                           offsetof(verlpp_kernel_table, rotary_paged_attention_decode) + sizeof(void*));
-  CheckContext::need(reinterpret_cast<const void*>(table.rotary_paged_attention_decode), "kernel rotary_paged_attention_decode");
+  const auto& table = ctx.appended_kernels(
+      "rotary_paged_attention_decode", 5, offsetof(verlpp_kernel_table, rotary_paged_attention_decode) + sizeof(void*));
+  CheckContext::need(reinterpret_cast<const void*>(table.rotary_paged_attention_decode),
+                     "kernel rotary_paged_attention_decode");
 }
 
 // The modelled RoPE of one pair (a, b) = (x_j, x_{j+S/2}) in dtype d: cos/sin of the fp32 angle
@@ -82,9 +83,11 @@ class AttnFixture {
     size_t next = 0;
     for (int64_t b = 0; b < b_; ++b) {
       const int64_t len = sh.lens[size_t(b)];
-      for (int64_t i = 0; i < (len + sh.block_size - 1) / sh.block_size; ++i) tables_[size_t(b * max_blocks_ + i)] = physical[next++];
+      for (int64_t i = 0; i < (len + sh.block_size - 1) / sh.block_size; ++i)
+        tables_[size_t(b * max_blocks_ + i)] = physical[next++];
       const int64_t last = len - 1;
-      slots_.push_back(int64_t(tables_[size_t(b * max_blocks_ + last / sh.block_size)]) * sh.block_size + last % sh.block_size);
+      slots_.push_back(int64_t(tables_[size_t(b * max_blocks_ + last / sh.block_size)]) * sh.block_size +
+                       last % sh.block_size);
       pos_.push_back(sh.position_base + last);
     }
     inv_freq_ = inverse_frequencies(sh.s, 1e6);
@@ -128,20 +131,21 @@ class AttnFixture {
     }
     const float scale = 1.0f / std::sqrt(float(sh_.s));
     if (fused_entry) {
-      ctx.expect_ok(table.rotary_paged_attention_decode(&view[0], &view[1], &view[2], &pos.dl(), &freq.dl(), &slots.dl(),
-                                                        &k_cache_->dl(), &v_cache_->dl(), &tables.dl(), &lens.dl(), scale,
-                                                        &out.dl(), nullptr),
+      ctx.expect_ok(table.rotary_paged_attention_decode(&view[0], &view[1], &view[2], &pos.dl(), &freq.dl(),
+                                                        &slots.dl(), &k_cache_->dl(), &v_cache_->dl(), &tables.dl(),
+                                                        &lens.dl(), scale, &out.dl(), nullptr),
                     "rotary_paged_attention_decode");
     } else {
       DeviceTensor q_rot(d, {b_, sh_.h, sh_.s}, sh_.dtype);
       ctx.expect_ok(table.rotary_kv_store(&view[0], &view[1], &view[2], &pos.dl(), &freq.dl(), &slots.dl(), &q_rot.dl(),
                                           &k_cache_->dl(), &v_cache_->dl(), nullptr),
                     "rotary_kv_store");
-      ctx.expect_ok(table.paged_attention_decode(&q_rot.dl(), &k_cache_->dl(), &v_cache_->dl(), &tables.dl(), &lens.dl(), scale,
-                                                 &out.dl(), nullptr),
+      ctx.expect_ok(table.paged_attention_decode(&q_rot.dl(), &k_cache_->dl(), &v_cache_->dl(), &tables.dl(),
+                                                 &lens.dl(), scale, &out.dl(), nullptr),
                     "paged_attention_decode");
     }
-    return {out.to_host<uint8_t>(), k_cache_->to_host<uint8_t>(), v_cache_->to_host<uint8_t>(), in_->to_host<uint8_t>()};
+    return {out.to_host<uint8_t>(), k_cache_->to_host<uint8_t>(), v_cache_->to_host<uint8_t>(),
+            in_->to_host<uint8_t>()};
   }
 
   // Every check of the file header but the comparison with the plugin's own pair of entries.
@@ -188,11 +192,12 @@ class AttnFixture {
         const int64_t kv = h / group, len = sh_.lens[size_t(b)];
         const size_t q0 = size_t(offset_[0] + b * stride_[0] + h * s);
         for (int64_t j = 0; j < hs; ++j)
-          modelled_rotation(in_seen_[q0 + size_t(j)], in_seen_[q0 + size_t(j + hs)], float(pos_[size_t(b)]) * inv_freq_[size_t(j)],
-                            sh_.dtype, q[size_t(j)], q[size_t(j + hs)]);
+          modelled_rotation(in_seen_[q0 + size_t(j)], in_seen_[q0 + size_t(j + hs)],
+                            float(pos_[size_t(b)]) * inv_freq_[size_t(j)], sh_.dtype, q[size_t(j)], q[size_t(j + hs)]);
         auto at = [&](const std::vector<uint8_t>& cache, int64_t t, int64_t dim) {
           const int64_t block = tables_[size_t(b * max_blocks_ + t / sh_.block_size)];
-          return decode_as(cache, sh_.dtype, size_t((block * sh_.block_size + t % sh_.block_size) * row_ + kv * s + dim));
+          return decode_as(cache, sh_.dtype,
+                           size_t((block * sh_.block_size + t % sh_.block_size) * row_ + kv * s + dim));
         };
         std::vector<double> score(static_cast<size_t>(len));
         double mx = -INFINITY;
@@ -208,7 +213,8 @@ class AttnFixture {
           double want = 0;
           for (int64_t t = 0; t < len; ++t) want += score[size_t(t)] / sum * at(r.v_cache, t, j);
           const size_t i = size_t((b * sh_.h + h) * s + j);
-          worst.add(i, decode_as(r.out, sh_.dtype, i), want, half ? 3e-3 + std::fabs(want) * 2 * ulp : 1e-5 + 1e-5 * std::fabs(want));
+          worst.add(i, decode_as(r.out, sh_.dtype, i), want,
+                    half ? 3e-3 + std::fabs(want) * 2 * ulp : 1e-5 + 1e-5 * std::fabs(want));
         }
       }
     worst.require("attention output");
@@ -232,8 +238,8 @@ class AttnFixture {
 
 std::string shape_name(const AttnShape& s) {
   const auto [lo, hi] = std::minmax_element(s.lens.begin(), s.lens.end());
-  return fmt::format("rotary_paged_attention_decode B={} H={} K={} S={} block={} lens={}..{} {}{}{}", s.lens.size(), s.h, s.kv,
-                     s.s, s.block_size, *lo, *hi, sdk::dtype_name(s.dtype),
+  return fmt::format("rotary_paged_attention_decode B={} H={} K={} S={} block={} lens={}..{} {}{}{}", s.lens.size(),
+                     s.h, s.kv, s.s, s.block_size, *lo, *hi, sdk::dtype_name(s.dtype),
                      s.fused ? fmt::format(" (fused rows{})", s.pad ? fmt::format(" +{}", s.pad) : "") : "",
                      s.position_base ? fmt::format(" positions +{}", s.position_base) : "");
 }
@@ -243,10 +249,11 @@ void bad_input_case(CheckContext& ctx) {
   const verlpp_kernel_table& table = *ctx.api().kernels;
   hw::Device d = ctx.device();
   // B = 2, H = 4, K = 2, S = 8, blocks of 4: every operand right but the one each call breaks.
-  DeviceTensor q(d, {2, 4, 8}, dl_bf16()), k(d, {2, 2, 8}, dl_bf16()), v(d, {2, 2, 8}, dl_bf16()), pos(d, {2}, dl_i64()),
-      freq(d, {4}, dl_f32()), slots(d, {2}, dl_i64()), kc(d, {4, 4, 2, 8}, dl_bf16()), vc(d, {4, 4, 2, 8}, dl_bf16()),
-      tables(d, {2, 2}, dl_i32()), lens(d, {2}, dl_i32()), out(d, {2, 4, 8}, dl_bf16()), q3(d, {2, 3, 8}, dl_bf16()),
-      out3(d, {2, 3, 8}, dl_bf16()), tables64(d, {2, 2}, dl_i64()), lens3(d, {3}, dl_i32());
+  DeviceTensor q(d, {2, 4, 8}, dl_bf16()), k(d, {2, 2, 8}, dl_bf16()), v(d, {2, 2, 8}, dl_bf16()),
+      pos(d, {2}, dl_i64()), freq(d, {4}, dl_f32()), slots(d, {2}, dl_i64()), kc(d, {4, 4, 2, 8}, dl_bf16()),
+      vc(d, {4, 4, 2, 8}, dl_bf16()), tables(d, {2, 2}, dl_i32()), lens(d, {2}, dl_i32()), out(d, {2, 4, 8}, dl_bf16()),
+      q3(d, {2, 3, 8}, dl_bf16()), out3(d, {2, 3, 8}, dl_bf16()), tables64(d, {2, 2}, dl_i64()),
+      lens3(d, {3}, dl_i32());
   const std::vector<int64_t> p = {3, 5}, sl = {3, 13};  // rows of positions 3 (block 0) and 5 (block 3)
   const std::vector<int32_t> t = {0, 1, 2, 3}, l = {4, 6};
   pos.upload(p.data());
@@ -256,12 +263,13 @@ void bad_input_case(CheckContext& ctx) {
   const std::vector<uint8_t> k_before = kc.to_host<uint8_t>(), v_before = vc.to_host<uint8_t>();
   auto refused = [&](verlpp_error* e, const char* what) { ctx.expect_error(e, VERLPP_STATUS_INVALID_ARGUMENT, what); };
   auto call = [&](DLTensor* q_, DLTensor* tables_, DLTensor* lens_, DLTensor* out_) {
-    return table.rotary_paged_attention_decode(q_, &k.dl(), &v.dl(), &pos.dl(), &freq.dl(), &slots.dl(), &kc.dl(), &vc.dl(),
-                                               tables_, lens_, 1.0f, out_, nullptr);
+    return table.rotary_paged_attention_decode(q_, &k.dl(), &v.dl(), &pos.dl(), &freq.dl(), &slots.dl(), &kc.dl(),
+                                               &vc.dl(), tables_, lens_, 1.0f, out_, nullptr);
   };
   refused(call(&q3.dl(), &tables.dl(), &lens.dl(), &out3.dl()), "rotary_paged_attention_decode(H = 3 over K = 2)");
   refused(call(&q.dl(), &tables64.dl(), &lens.dl(), &out.dl()), "rotary_paged_attention_decode(int64 block_tables)");
-  refused(call(&q.dl(), &tables.dl(), &lens3.dl(), &out.dl()), "rotary_paged_attention_decode(context_lens [3], B = 2)");
+  refused(call(&q.dl(), &tables.dl(), &lens3.dl(), &out.dl()),
+          "rotary_paged_attention_decode(context_lens [3], B = 2)");
   refused(call(nullptr, &tables.dl(), &lens.dl(), &out.dl()), "rotary_paged_attention_decode(NULL q)");
   refused(call(&q.dl(), &tables.dl(), &lens.dl(), &q.dl()), "rotary_paged_attention_decode(out = q)");
   refused(call(&q.dl(), &tables.dl(), &lens.dl(), &kc.dl()), "rotary_paged_attention_decode(out [4, 4, 2, 8])");
@@ -295,13 +303,13 @@ void run_rotary_paged_attention_decode_cases(CheckContext& ctx) {
   const std::vector<int32_t> ragged = {1, 16, 17, 15, 33, 2, 48, 64};
   const AttnShape shapes[] = {
       {4, 2, 8, 4, 2, {1, 4, 9}, dl_f32(), false, 0, 0},
-      {14, 2, 64, 16, 3, ragged, dl_bf16(), true, 0, 0},            // Qwen2.5-0.5B, a few sequences
-      {14, 2, 64, 16, 0, many, dl_bf16(), true, 0, 0},              // ... its batch-256 decode step
-      {14, 2, 64, 16, 5, {1537, 1000}, dl_bf16(), true, 0, 100000}, // long contexts: partitions; large angles
-      {14, 2, 64, 16, 2, ragged, dl_f16(), true, 1, 0},             // rows off the 4-byte grid
-      {32, 1, 64, 16, 1, {100, 17, 1}, dl_bf16(), true, 0, 0},      // a group of 32 query heads
-      {8, 8, 128, 16, 2, {300, 45, 16, 1}, dl_bf16(), false, 0, 0}, // head 128, no GQA
-      {6, 2, 20, 8, 1, {700, 5, 9}, dl_bf16(), true, 0, 0},         // head 20
+      {14, 2, 64, 16, 3, ragged, dl_bf16(), true, 0, 0},             // Qwen2.5-0.5B, a few sequences
+      {14, 2, 64, 16, 0, many, dl_bf16(), true, 0, 0},               // ... its batch-256 decode step
+      {14, 2, 64, 16, 5, {1537, 1000}, dl_bf16(), true, 0, 100000},  // long contexts: partitions; large angles
+      {14, 2, 64, 16, 2, ragged, dl_f16(), true, 1, 0},              // rows off the 4-byte grid
+      {32, 1, 64, 16, 1, {100, 17, 1}, dl_bf16(), true, 0, 0},       // a group of 32 query heads
+      {8, 8, 128, 16, 2, {300, 45, 16, 1}, dl_bf16(), false, 0, 0},  // head 128, no GQA
+      {6, 2, 20, 8, 1, {700, 5, 9}, dl_bf16(), true, 0, 0},          // head 20
       {14, 2, 64, 32, 1, ragged, dl_f32(), true, 0, 7},
   };
   for (const AttnShape& sh : shapes)

@@ -24,7 +24,8 @@ std::vector<float> inverse_frequencies(int64_t s, double theta) {
 
 // x [n, heads, s] after RoPE, against the reference from the values the kernel saw.
 void check_rotated(const std::vector<float>& got, const std::vector<float>& seen, const std::vector<int64_t>& pos,
-                   const std::vector<float>& inv_freq, int64_t heads, int64_t s, DLDataType dtype, const std::string& what) {
+                   const std::vector<float>& inv_freq, int64_t heads, int64_t s, DLDataType dtype,
+                   const std::string& what) {
   const int64_t half = s / 2;
   const double ulp = dtype.code == kDLBfloat ? 1.0 / 128 : dtype.bits == 16 ? 1.0 / 1024 : 0.0;
   Worst worst;
@@ -80,7 +81,8 @@ std::vector<float> decode(const DeviceTensor& t, DLDataType dtype) {
 
 void rotary_case(CheckContext& ctx, const RotaryShape& sh) {
   const auto* table = ctx.api().kernels;
-  CheckContext::need(table ? reinterpret_cast<const void*>(table->rotary_embedding) : nullptr, "kernel rotary_embedding");
+  CheckContext::need(table ? reinterpret_cast<const void*>(table->rotary_embedding) : nullptr,
+                     "kernel rotary_embedding");
   hw::Device d = ctx.device();
   std::mt19937 rng(uint32_t(sh.n * 1009 + sh.h * 31 + sh.s));
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -101,14 +103,18 @@ void rotary_case(CheckContext& ctx, const RotaryShape& sh) {
   kt.upload(encode(values(sh.kv), sh.dtype, k_seen).data());
   pt.upload(pos.data());
   ft.upload(inv_freq.data());
-  ctx.expect_ok(table->rotary_embedding(sh.with_q ? &qt.dl() : nullptr, sh.with_k ? &kt.dl() : nullptr, &pt.dl(), &ft.dl(),
-                                        nullptr),
+  ctx.expect_ok(table->rotary_embedding(sh.with_q ? &qt.dl() : nullptr, sh.with_k ? &kt.dl() : nullptr, &pt.dl(),
+                                        &ft.dl(), nullptr),
                 "rotary_embedding");
   std::vector<float> q_got = decode(qt, sh.dtype), k_got = decode(kt, sh.dtype);
-  if (sh.with_q) check_rotated(q_got, q_seen, pos, inv_freq, sh.h, sh.s, sh.dtype, "q");
-  else CHECK_THAT(q_got == q_seen, "q was not passed (NULL) but its buffer changed");
-  if (sh.with_k) check_rotated(k_got, k_seen, pos, inv_freq, sh.kv, sh.s, sh.dtype, "k");
-  else CHECK_THAT(k_got == k_seen, "k was not passed (NULL) but its buffer changed");
+  if (sh.with_q)
+    check_rotated(q_got, q_seen, pos, inv_freq, sh.h, sh.s, sh.dtype, "q");
+  else
+    CHECK_THAT(q_got == q_seen, "q was not passed (NULL) but its buffer changed");
+  if (sh.with_k)
+    check_rotated(k_got, k_seen, pos, inv_freq, sh.kv, sh.s, sh.dtype, "k");
+  else
+    CHECK_THAT(k_got == k_seen, "k was not passed (NULL) but its buffer changed");
 }
 
 }  // namespace
@@ -123,17 +129,19 @@ void run_rotary_embedding_cases(CheckContext& ctx) {
       {3, 2, 5, 34, dl_bf16(), false, true, 131071},  // more KV heads than query heads, q NULL
   };
   for (const RotaryShape& sh : shapes) {
-    std::string name = fmt::format("rotary_embedding N={} H={} K={} S={} {}{}{} max_position={}", sh.n, sh.h, sh.kv, sh.s,
-                                   sdk::dtype_name(sh.dtype), sh.with_q ? "" : " (q NULL)", sh.with_k ? "" : " (k NULL)",
-                                   sh.max_position);
+    std::string name = fmt::format("rotary_embedding N={} H={} K={} S={} {}{}{} max_position={}", sh.n, sh.h, sh.kv,
+                                   sh.s, sdk::dtype_name(sh.dtype), sh.with_q ? "" : " (q NULL)",
+                                   sh.with_k ? "" : " (k NULL)", sh.max_position);
     ctx.run("kernels", name, [&] { rotary_case(ctx, sh); });
   }
   ctx.run("kernels", "rotary_embedding rejects bad input", [&] {
     const auto* table = ctx.api().kernels;
-    CheckContext::need(table ? reinterpret_cast<const void*>(table->rotary_embedding) : nullptr, "kernel rotary_embedding");
+    CheckContext::need(table ? reinterpret_cast<const void*>(table->rotary_embedding) : nullptr,
+                       "kernel rotary_embedding");
     hw::Device d = ctx.device();
-    DeviceTensor q(d, {2, 3, 8}, dl_f32()), k(d, {2, 1, 8}, dl_f32()), k_bf16(d, {2, 1, 8}, dl_bf16()), pos(d, {2}, dl_i64()),
-        pos_i32(d, {2}, dl_i32()), freq(d, {4}, dl_f32()), freq_short(d, {3}, dl_f32()), q_three(d, {3, 3, 8}, dl_f32());
+    DeviceTensor q(d, {2, 3, 8}, dl_f32()), k(d, {2, 1, 8}, dl_f32()), k_bf16(d, {2, 1, 8}, dl_bf16()),
+        pos(d, {2}, dl_i64()), pos_i32(d, {2}, dl_i32()), freq(d, {4}, dl_f32()), freq_short(d, {3}, dl_f32()),
+        q_three(d, {3, 3, 8}, dl_f32());
     ctx.expect_error(table->rotary_embedding(&q.dl(), &k.dl(), &pos.dl(), &freq_short.dl(), nullptr),
                      VERLPP_STATUS_INVALID_ARGUMENT, "rotary_embedding(S = 8, inv_freq [3])");
     ctx.expect_error(table->rotary_embedding(&q.dl(), &k.dl(), &pos_i32.dl(), &freq.dl(), nullptr),
@@ -142,16 +150,16 @@ void run_rotary_embedding_cases(CheckContext& ctx) {
                      VERLPP_STATUS_INVALID_ARGUMENT, "rotary_embedding(f32 q, bf16 k)");
     ctx.expect_error(table->rotary_embedding(&q_three.dl(), &k.dl(), &pos.dl(), &freq.dl(), nullptr),
                      VERLPP_STATUS_INVALID_ARGUMENT, "rotary_embedding(q of 3 tokens, 2 positions)");
-    ctx.expect_error(table->rotary_embedding(&q.dl(), &k.dl(), nullptr, &freq.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
-                     "rotary_embedding(NULL positions)");
+    ctx.expect_error(table->rotary_embedding(&q.dl(), &k.dl(), nullptr, &freq.dl(), nullptr),
+                     VERLPP_STATUS_INVALID_ARGUMENT, "rotary_embedding(NULL positions)");
     // A strided view (every other head of a [2, 6, 8] buffer) is not the contiguous layout.
     DeviceTensor wide(d, {2, 6, 8}, dl_f32());
     std::vector<int64_t> shape = {2, 3, 8}, strides = {48, 16, 1};
     DLTensor view = wide.dl();
     view.shape = shape.data();
     view.strides = strides.data();
-    ctx.expect_error(table->rotary_embedding(&view, nullptr, &pos.dl(), &freq.dl(), nullptr), VERLPP_STATUS_INVALID_ARGUMENT,
-                     "rotary_embedding(non-contiguous q)");
+    ctx.expect_error(table->rotary_embedding(&view, nullptr, &pos.dl(), &freq.dl(), nullptr),
+                     VERLPP_STATUS_INVALID_ARGUMENT, "rotary_embedding(non-contiguous q)");
   });
 }
 

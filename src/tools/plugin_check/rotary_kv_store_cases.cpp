@@ -25,9 +25,9 @@ struct KvShape {
   int64_t n, h, kv, s;             // tokens, query heads, KV heads, head size
   int64_t block_size, num_blocks;  // the caches: [num_blocks, block_size, K, S]
   DLDataType dtype;
-  bool fused;           // q, k, v as views of one [N, (H + 2K) S + pad] buffer
-  int64_t pad;          // extra elements per fused row (1: rows off the 16-byte grid)
-  int64_t max_position; // positions in [0, max], or [-max, max] when negative
+  bool fused;            // q, k, v as views of one [N, (H + 2K) S + pad] buffer
+  int64_t pad;           // extra elements per fused row (1: rows off the 16-byte grid)
+  int64_t max_position;  // positions in [0, max], or [-max, max] when negative
   bool negative;
 };
 
@@ -44,9 +44,15 @@ void need_slot(const CheckContext& ctx) {
 class KvStoreFixture {
  public:
   KvStoreFixture(const hw::Device& device, const KvShape& sh, std::mt19937& rng)
-      : sh_(sh), elem_(size_t(sh.dtype.bits / 8)), row_(sh.kv * sh.s), block_(sh.block_size * sh.kv * sh.s),
-        in_(device, {input_elements()}, sh.dtype), cache_(device, {3 * block_ + 2 * sh.num_blocks * block_}, sh.dtype),
-        q_out_(device, {sh.n, sh.h, sh.s}, sh.dtype), pos_t_(device, {sh.n}, dl_i64()), freq_t_(device, {sh.s / 2}, dl_f32()),
+      : sh_(sh),
+        elem_(size_t(sh.dtype.bits / 8)),
+        row_(sh.kv * sh.s),
+        block_(sh.block_size * sh.kv * sh.s),
+        in_(device, {input_elements()}, sh.dtype),
+        cache_(device, {3 * block_ + 2 * sh.num_blocks * block_}, sh.dtype),
+        q_out_(device, {sh.n, sh.h, sh.s}, sh.dtype),
+        pos_t_(device, {sh.n}, dl_i64()),
+        freq_t_(device, {sh.s / 2}, dl_f32()),
         slot_t_(device, {sh.n}, dl_i64()) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     auto values = [&](int64_t count) {
@@ -108,8 +114,8 @@ class KvStoreFixture {
   DLTensor& q_out() { return q_out_.dl(); }
 
   verlpp_error* call(const verlpp_kernel_table& table) {
-    return table.rotary_kv_store(&q(), &k(), &v(), &positions(), &inv_freq(), &slot_mapping(), &q_out(), &k_cache(), &v_cache(),
-                                 nullptr);
+    return table.rotary_kv_store(&q(), &k(), &v(), &positions(), &inv_freq(), &slot_mapping(), &q_out(), &k_cache(),
+                                 &v_cache(), nullptr);
   }
 
   // After a successful call: every check of the file header. `stored` marks the tokens whose
@@ -129,7 +135,8 @@ class KvStoreFixture {
         std::memcpy(q_bits.data() + dst * elem_, in_raw_.data() + src * elem_, elem_);
       }
       if (!stored[size_t(t)]) continue;
-      const int64_t k_row = cache_start(0) + slots_[size_t(t)] * row_, v_row = cache_start(1) + slots_[size_t(t)] * row_;
+      const int64_t k_row = cache_start(0) + slots_[size_t(t)] * row_,
+                    v_row = cache_start(1) + slots_[size_t(t)] * row_;
       for (int64_t e = 0; e < row_; ++e) {
         const size_t src = size_t(offset_[1] + t * stride_[1] + e);
         k_seen.push_back(float(in_seen_[src]));
@@ -140,7 +147,8 @@ class KvStoreFixture {
                    "v_cache row {} (token {}) element {} is not v's value", slots_[size_t(t)], t, e);
         written[size_t(k_row + e)] = written[size_t(v_row + e)] = true;
       }
-      k_got_bits.insert(k_got_bits.end(), cache.begin() + k_row * int64_t(elem_), cache.begin() + (k_row + row_) * int64_t(elem_));
+      k_got_bits.insert(k_got_bits.end(), cache.begin() + k_row * int64_t(elem_),
+                        cache.begin() + (k_row + row_) * int64_t(elem_));
     }
     for (size_t i = 0; i < written.size(); ++i)
       CHECK_THAT(written[i] || std::memcmp(cache.data() + i * elem_, cache_raw_.data() + i * elem_, elem_) == 0,
@@ -171,22 +179,23 @@ class KvStoreFixture {
   }
 
   // The plugin's own rotary_embedding of the same q and k (contiguous copies), if it offers it.
-  void same_as_rotary_embedding(const CheckContext& ctx, const std::vector<uint8_t>& q_bits, const std::vector<uint8_t>& q_out,
-                                const std::vector<uint8_t>& k_bits, const std::vector<uint8_t>& k_got_bits,
-                                const std::vector<int64_t>& stored_pos) {
+  void same_as_rotary_embedding(const CheckContext& ctx, const std::vector<uint8_t>& q_bits,
+                                const std::vector<uint8_t>& q_out, const std::vector<uint8_t>& k_bits,
+                                const std::vector<uint8_t>& k_got_bits, const std::vector<int64_t>& stored_pos) {
     const verlpp_kernel_table* table = ctx.api().kernels;
     const int64_t m = int64_t(stored_pos.size());
     if (table->rotary_embedding == nullptr || sh_.n == 0) return;
     hw::Device d = ctx.device();
-    DeviceTensor qt(d, {sh_.n, sh_.h, sh_.s}, sh_.dtype), kt(d, {m, sh_.kv, sh_.s}, sh_.dtype), pt(d, {sh_.n}, dl_i64()),
-        kpt(d, {m}, dl_i64()), ft(d, {sh_.s / 2}, dl_f32());
+    DeviceTensor qt(d, {sh_.n, sh_.h, sh_.s}, sh_.dtype), kt(d, {m, sh_.kv, sh_.s}, sh_.dtype),
+        pt(d, {sh_.n}, dl_i64()), kpt(d, {m}, dl_i64()), ft(d, {sh_.s / 2}, dl_f32());
     qt.upload(q_bits.data());
     kt.upload(k_bits.data());
     pt.upload(pos_.data());
     kpt.upload(stored_pos.data());
     ft.upload(inv_freq_.data());
     ctx.expect_ok(table->rotary_embedding(&qt.dl(), nullptr, &pt.dl(), &ft.dl(), nullptr), "rotary_embedding (q)");
-    if (m > 0) ctx.expect_ok(table->rotary_embedding(nullptr, &kt.dl(), &kpt.dl(), &ft.dl(), nullptr), "rotary_embedding (k)");
+    if (m > 0)
+      ctx.expect_ok(table->rotary_embedding(nullptr, &kt.dl(), &kpt.dl(), &ft.dl(), nullptr), "rotary_embedding (k)");
     const std::vector<uint8_t> q_want = qt.to_host<uint8_t>(), k_want = kt.to_host<uint8_t>();
     for (size_t i = 0; i < q_want.size() / elem_; ++i)
       CHECK_THAT(std::memcmp(q_out.data() + i * elem_, q_want.data() + i * elem_, elem_) == 0,
@@ -194,7 +203,8 @@ class KvStoreFixture {
                  i, decode_as(q_out, sh_.dtype, i), decode_as(q_want, sh_.dtype, i));
     for (size_t i = 0; i < k_want.size() / elem_; ++i)
       CHECK_THAT(std::memcmp(k_got_bits.data() + i * elem_, k_want.data() + i * elem_, elem_) == 0,
-                 "stored k element {} = {} differs from this plugin's rotary_embedding of k ({}): the rotation must be the same",
+                 "stored k element {} = {} differs from this plugin's rotary_embedding of k ({}): the rotation must be "
+                 "the same",
                  i, decode_as(k_got_bits, sh_.dtype, i), decode_as(k_want, sh_.dtype, i));
   }
 
@@ -212,8 +222,9 @@ class KvStoreFixture {
 };
 
 std::string shape_name(const KvShape& s) {
-  return fmt::format("rotary_kv_store N={} H={} K={} S={} block={} {}{} positions {}{}", s.n, s.h, s.kv, s.s, s.block_size,
-                     sdk::dtype_name(s.dtype), s.fused ? fmt::format(" (fused rows{})", s.pad ? fmt::format(" +{}", s.pad) : "") : "",
+  return fmt::format("rotary_kv_store N={} H={} K={} S={} block={} {}{} positions {}{}", s.n, s.h, s.kv, s.s,
+                     s.block_size, sdk::dtype_name(s.dtype),
+                     s.fused ? fmt::format(" (fused rows{})", s.pad ? fmt::format(" +{}", s.pad) : "") : "",
                      s.negative ? "+-" : "0..", s.max_position);
 }
 
@@ -223,12 +234,13 @@ void bad_input_case(CheckContext& ctx) {
   hw::Device d = ctx.device();
   std::mt19937 rng(7);
   KvStoreFixture f(d, {3, 4, 2, 8, 4, 3, dl_bf16(), true, 0, 50, false}, rng);
-  DeviceTensor v_f16(d, {3, 2, 8}, dl_f16()), pos_i32(d, {3}, dl_i32()), slots_i32(d, {3}, dl_i32()), freq3(d, {3}, dl_f32()),
-      q7(d, {3, 4, 7}, dl_bf16()), k7(d, {3, 2, 7}, dl_bf16()), v7(d, {3, 2, 7}, dl_bf16()), out7(d, {3, 4, 7}, dl_bf16()),
-      cache7(d, {3, 4, 2, 7}, dl_bf16()), small_cache(d, {2, 4, 2, 8}, dl_bf16()), wide(d, {3, 8, 8}, dl_bf16());
+  DeviceTensor v_f16(d, {3, 2, 8}, dl_f16()), pos_i32(d, {3}, dl_i32()), slots_i32(d, {3}, dl_i32()),
+      freq3(d, {3}, dl_f32()), q7(d, {3, 4, 7}, dl_bf16()), k7(d, {3, 2, 7}, dl_bf16()), v7(d, {3, 2, 7}, dl_bf16()),
+      out7(d, {3, 4, 7}, dl_bf16()), cache7(d, {3, 4, 2, 7}, dl_bf16()), small_cache(d, {2, 4, 2, 8}, dl_bf16()),
+      wide(d, {3, 8, 8}, dl_bf16());
   auto refused = [&](verlpp_error* e, const char* what) { ctx.expect_error(e, VERLPP_STATUS_INVALID_ARGUMENT, what); };
-  refused(table.rotary_kv_store(&f.q(), &f.k(), &v_f16.dl(), &f.positions(), &f.inv_freq(), &f.slot_mapping(), &f.q_out(),
-                                &f.k_cache(), &f.v_cache(), nullptr),
+  refused(table.rotary_kv_store(&f.q(), &f.k(), &v_f16.dl(), &f.positions(), &f.inv_freq(), &f.slot_mapping(),
+                                &f.q_out(), &f.k_cache(), &f.v_cache(), nullptr),
           "rotary_kv_store(bf16 q, k; f16 v)");
   refused(table.rotary_kv_store(&f.q(), &f.k(), &f.v(), &pos_i32.dl(), &f.inv_freq(), &f.slot_mapping(), &f.q_out(),
                                 &f.k_cache(), &f.v_cache(), nullptr),
@@ -239,8 +251,8 @@ void bad_input_case(CheckContext& ctx) {
   refused(table.rotary_kv_store(&f.q(), &f.k(), &f.v(), &f.positions(), &freq3.dl(), &f.slot_mapping(), &f.q_out(),
                                 &f.k_cache(), &f.v_cache(), nullptr),
           "rotary_kv_store(S = 8, inv_freq [3])");
-  refused(table.rotary_kv_store(&q7.dl(), &k7.dl(), &v7.dl(), &f.positions(), &freq3.dl(), &f.slot_mapping(), &out7.dl(),
-                                &cache7.dl(), &cache7.dl(), nullptr),
+  refused(table.rotary_kv_store(&q7.dl(), &k7.dl(), &v7.dl(), &f.positions(), &freq3.dl(), &f.slot_mapping(),
+                                &out7.dl(), &cache7.dl(), &cache7.dl(), nullptr),
           "rotary_kv_store(odd head size 7)");
   refused(table.rotary_kv_store(&f.q(), &f.k(), &f.v(), &f.positions(), &f.inv_freq(), &f.slot_mapping(), &f.q_out(),
                                 &f.k_cache(), &small_cache.dl(), nullptr),
@@ -254,8 +266,8 @@ void bad_input_case(CheckContext& ctx) {
   refused(table.rotary_kv_store(&f.q(), &f.k(), &f.v(), &f.positions(), &f.inv_freq(), &f.slot_mapping(), &inside_input,
                                 &f.k_cache(), &f.v_cache(), nullptr),
           "rotary_kv_store(q_out inside the fused q, k, v buffer)");
-  refused(table.rotary_kv_store(&f.q(), &f.k(), &f.v(), nullptr, &f.inv_freq(), &f.slot_mapping(), &f.q_out(), &f.k_cache(),
-                                &f.v_cache(), nullptr),
+  refused(table.rotary_kv_store(&f.q(), &f.k(), &f.v(), nullptr, &f.inv_freq(), &f.slot_mapping(), &f.q_out(),
+                                &f.k_cache(), &f.v_cache(), nullptr),
           "rotary_kv_store(NULL positions)");
   // Every other head of a [3, 8, 8] buffer: the heads of q are not dense.
   std::vector<int64_t> shape = {3, 4, 8}, every_other = {64, 16, 1}, spread = {32, 8, 2};
@@ -263,11 +275,11 @@ void bad_input_case(CheckContext& ctx) {
   sparse_heads.shape = sparse_dims.shape = shape.data();
   sparse_heads.strides = every_other.data();
   sparse_dims.strides = spread.data();
-  refused(table.rotary_kv_store(&sparse_heads, &f.k(), &f.v(), &f.positions(), &f.inv_freq(), &f.slot_mapping(), &f.q_out(),
-                                &f.k_cache(), &f.v_cache(), nullptr),
+  refused(table.rotary_kv_store(&sparse_heads, &f.k(), &f.v(), &f.positions(), &f.inv_freq(), &f.slot_mapping(),
+                                &f.q_out(), &f.k_cache(), &f.v_cache(), nullptr),
           "rotary_kv_store(q heads at stride 2S)");
-  refused(table.rotary_kv_store(&sparse_dims, &f.k(), &f.v(), &f.positions(), &f.inv_freq(), &f.slot_mapping(), &f.q_out(),
-                                &f.k_cache(), &f.v_cache(), nullptr),
+  refused(table.rotary_kv_store(&sparse_dims, &f.k(), &f.v(), &f.positions(), &f.inv_freq(), &f.slot_mapping(),
+                                &f.q_out(), &f.k_cache(), &f.v_cache(), nullptr),
           "rotary_kv_store(q head dims at stride 2)");
   CHECK_THAT(f.caches_untouched(), "a refused rotary_kv_store call changed a cache");
 }
@@ -286,7 +298,8 @@ void slot_out_of_range_case(CheckContext& ctx) {
   f.upload_slots();
   verlpp_error* e = f.call(table);
   if (e != nullptr) {
-    ctx.expect_error(e, VERLPP_STATUS_INVALID_ARGUMENT, "rotary_kv_store(slot_mapping with num_blocks * block_size and -1)");
+    ctx.expect_error(e, VERLPP_STATUS_INVALID_ARGUMENT,
+                     "rotary_kv_store(slot_mapping with num_blocks * block_size and -1)");
     CHECK_THAT(f.caches_untouched(), "rotary_kv_store refused an out-of-range slot but changed a cache");
     return;
   }
@@ -304,11 +317,11 @@ void run_rotary_kv_store_cases(CheckContext& ctx) {
       {256, 14, 2, 64, 16, 20, dl_f16(), true, 1, 40000, true},     // rows off the 16-byte grid
       {7, 4, 2, 64, 8, 5, dl_f32(), true, 0, 40000, true},
       {5, 3, 1, 96, 4, 9, dl_f16(), false, 0, 2048, false},
-      {9, 6, 3, 18, 3, 7, dl_f32(), true, 0, 300, true},            // an odd number of pairs
+      {9, 6, 3, 18, 3, 7, dl_f32(), true, 0, 300, true},  // an odd number of pairs
       {13, 8, 8, 128, 16, 2, dl_bf16(), false, 0, 8192, false},
-      {33, 14, 2, 64, 1, 50, dl_f16(), true, 8, 65535, true},       // block size 1
-      {20, 2, 4, 20, 5, 8, dl_bf16(), true, 0, 1000, false},        // more KV heads than query heads; S/2 = 10
-      {64, 12, 4, 128, 128, 1, dl_f32(), false, 0, 100000, true},   // one block of 128
+      {33, 14, 2, 64, 1, 50, dl_f16(), true, 8, 65535, true},      // block size 1
+      {20, 2, 4, 20, 5, 8, dl_bf16(), true, 0, 1000, false},       // more KV heads than query heads; S/2 = 10
+      {64, 12, 4, 128, 128, 1, dl_f32(), false, 0, 100000, true},  // one block of 128
   };
   for (const KvShape& sh : shapes)
     ctx.run("kernels", shape_name(sh), [&] {

@@ -42,8 +42,9 @@ SampleOut run_sample(CheckContext& ctx, const SampleRows& r, uint64_t step) {
   kt.upload(r.top_k.data());
   pt.upload(r.top_p.data());
   st.upload(r.seeds.data());
-  ctx.expect_ok(ctx.api().kernels->sample(&lt.dl(), &tt.dl(), &kt.dl(), &pt.dl(), &st.dl(), step, &tok.dl(), &lp.dl(), nullptr),
-                "sample");
+  ctx.expect_ok(
+      ctx.api().kernels->sample(&lt.dl(), &tt.dl(), &kt.dl(), &pt.dl(), &st.dl(), step, &tok.dl(), &lp.dl(), nullptr),
+      "sample");
   return SampleOut{tok.to_host<int64_t>(), lp.to_host<float>()};
 }
 
@@ -59,7 +60,8 @@ double log_softmax_at(const float* row, int64_t v, double t, int64_t j) {
 // Probabilities of softmax(row / t) restricted as the ABI says (top_k 0 = all, top_p 1 = all):
 // the k largest, then the shortest prefix of them (largest first) whose mass reaches top_p of
 // theirs; renormalised. Ties: a token whose value equals a kept one is allowed too (`allowed`).
-std::vector<double> filtered_probs(const float* row, int64_t v, double t, int32_t k, double p, std::vector<bool>& allowed) {
+std::vector<double> filtered_probs(const float* row, int64_t v, double t, int32_t k, double p,
+                                   std::vector<bool>& allowed) {
   std::vector<double> q(static_cast<size_t>(v));
   double mx = -INFINITY;
   for (int64_t i = 0; i < v; ++i) mx = std::max(mx, double(row[i]) / t);
@@ -116,8 +118,9 @@ SampleOut run_sample_raw(CheckContext& ctx, const SampleRows& r, const SampleLay
   logits.shape = shape;
   logits.strides = nullptr;
   logits.byte_offset += uint64_t(layout.offset) * uint64_t(dtype.bits / 8);
-  ctx.expect_ok(ctx.api().kernels->sample(&logits, &tt.dl(), &kt.dl(), &pt.dl(), &st.dl(), step, &tok.dl(), &lp.dl(), nullptr),
-                "sample");
+  ctx.expect_ok(
+      ctx.api().kernels->sample(&logits, &tt.dl(), &kt.dl(), &pt.dl(), &st.dl(), step, &tok.dl(), &lp.dl(), nullptr),
+      "sample");
   return SampleOut{tok.to_host<int64_t>(), lp.to_host<float>()};
 }
 
@@ -128,7 +131,11 @@ void check_16bit_logits(CheckContext& ctx, DLDataType dtype) {
     throw NotOffered(fmt::format("bf16 / f16 logits are ABI 1.3 (plugin minor {})", ctx.api().abi_minor));
   const SampleLayout layouts[] = {{1, 1000, 0},   {64, 1000, 0},  {64, 1001, 0},  {64, 1001, 1},
                                   {1, 151936, 0}, {1, 151936, 3}, {64, 151936, 0}};
-  struct Kind { float t; int32_t k; float p; };
+  struct Kind {
+    float t;
+    int32_t k;
+    float p;
+  };
   const Kind kinds[] = {{0.0f, 0, 1.0f}, {0.8f, 0, 1.0f}, {1.0f, 50, 1.0f}, {1.1f, 0, 0.9f}, {0.7f, 200, 0.8f}};
   uint64_t step = 0;
   for (const SampleLayout& layout : layouts) {
@@ -157,11 +164,12 @@ void check_16bit_logits(CheckContext& ctx, DLDataType dtype) {
       uint32_t got_bits, want_bits;
       std::memcpy(&got_bits, &got.logprobs[i], 4);
       std::memcpy(&want_bits, &want.logprobs[i], 4);
-      CHECK_THAT(got.tokens[i] == want.tokens[i] && got_bits == want_bits,
-                 "B={} V={} offset {} step {}, row {} (T={}, top_k={}, top_p={}): {} gave token {} log-prob {} ({:#010x}), "
-                 "its fp32 conversion token {} log-prob {} ({:#010x})",
-                 layout.b, layout.v, layout.offset, step, b, r.temperature[i], r.top_k[i], r.top_p[i], sdk::dtype_name(dtype),
-                 got.tokens[i], got.logprobs[i], got_bits, want.tokens[i], want.logprobs[i], want_bits);
+      CHECK_THAT(
+          got.tokens[i] == want.tokens[i] && got_bits == want_bits,
+          "B={} V={} offset {} step {}, row {} (T={}, top_k={}, top_p={}): {} gave token {} log-prob {} ({:#010x}), "
+          "its fp32 conversion token {} log-prob {} ({:#010x})",
+          layout.b, layout.v, layout.offset, step, b, r.temperature[i], r.top_k[i], r.top_p[i], sdk::dtype_name(dtype),
+          got.tokens[i], got.logprobs[i], got_bits, want.tokens[i], want.logprobs[i], want_bits);
     }
   }
 }
@@ -170,7 +178,9 @@ void check_16bit_logits(CheckContext& ctx, DLDataType dtype) {
 
 void run_sample_cases(CheckContext& ctx) {
   const auto* table = ctx.api().kernels;
-  auto need = [&] { CheckContext::need(table ? reinterpret_cast<const void*>(table->sample) : nullptr, "kernel sample"); };
+  auto need = [&] {
+    CheckContext::need(table ? reinterpret_cast<const void*>(table->sample) : nullptr, "kernel sample");
+  };
 
   ctx.run("kernels", "sample: greedy and top_k=1 rows give the argmax and its log-prob", [&] {
     need();
@@ -224,8 +234,8 @@ void run_sample_cases(CheckContext& ctx) {
       CHECK_THAT(tok >= 0 && tok < r.v, "row {}: token {} outside [0, {})", b, tok, r.v);
       std::vector<bool> allowed;
       filtered_probs(row, r.v, r.temperature[size_t(b)], r.top_k[size_t(b)], r.top_p[size_t(b)], allowed);
-      CHECK_THAT(allowed[size_t(tok)], "row {} (T={}, top_k={}, top_p={}): token {} is outside the top-k / top-p set", b,
-                 r.temperature[size_t(b)], r.top_k[size_t(b)], r.top_p[size_t(b)], tok);
+      CHECK_THAT(allowed[size_t(tok)], "row {} (T={}, top_k={}, top_p={}): token {} is outside the top-k / top-p set",
+                 b, r.temperature[size_t(b)], r.top_k[size_t(b)], r.top_p[size_t(b)], tok);
       double want = log_softmax_at(row, r.v, r.temperature[size_t(b)], tok);
       worst.add(size_t(b), a.logprobs[size_t(b)], want, 1e-4 + 1e-5 * std::fabs(want));
       changed += other.tokens[size_t(b)] != tok;
@@ -241,8 +251,13 @@ void run_sample_cases(CheckContext& ctx) {
     // token 2 is .674); T=0.7 top_k=3 top_p=0.9 keeps {0, 1, 2}.
     const std::vector<float> row = {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -1.0f};
     const int64_t n = 4000;
-    struct Setting { float t; int32_t k; float p; };
-    for (Setting set : {Setting{1.0f, 0, 1.0f}, Setting{1.0f, 2, 1.0f}, Setting{1.0f, 0, 0.6f}, Setting{0.7f, 3, 0.9f}}) {
+    struct Setting {
+      float t;
+      int32_t k;
+      float p;
+    };
+    for (Setting set :
+         {Setting{1.0f, 0, 1.0f}, Setting{1.0f, 2, 1.0f}, Setting{1.0f, 0, 0.6f}, Setting{0.7f, 3, 0.9f}}) {
       SampleRows r;
       r.b = n;
       r.v = int64_t(row.size());
@@ -265,76 +280,79 @@ void run_sample_cases(CheckContext& ctx) {
         double freq = count[j] / double(n), p = want[j];
         double limit = 5.0 * std::sqrt(p * (1 - p) / double(n)) + 1e-3;
         if (p == 0.0) limit = 0.0;
-        CHECK_THAT(std::fabs(freq - p) <= limit, "T={} top_k={} top_p={}: token {} drawn {:.4f} of the time, want {:.4f} (+-{:.4f})",
-                   set.t, set.k, set.p, j, freq, p, limit);
+        CHECK_THAT(std::fabs(freq - p) <= limit,
+                   "T={} top_k={} top_p={}: token {} drawn {:.4f} of the time, want {:.4f} (+-{:.4f})", set.t, set.k,
+                   set.p, j, freq, p, limit);
       }
     }
   });
 
   // A real vocabulary: the cuda plugin splits such rows over several blocks and merges their
   // partials (argmax, softmax sum, per-group masses for the draw), a path short rows never take.
-  ctx.run("kernels", "sample at a vocabulary of 151,936: argmax, log-probs, kept sets, and a peaked row's frequencies", [&] {
-    need();
-    const int64_t v = 151936;
-    SampleRows r;
-    r.b = 6;
-    r.v = v;
-    std::mt19937 rng(23);
-    std::normal_distribution<float> normal(0.0f, 2.0f);
-    for (int64_t i = 0; i < r.b * v; ++i) r.logits.push_back(normal(rng));
-    r.temperature = {0.0f, 0.0f, 1.0f, 1.0f, 0.7f, 1.0f};
-    r.top_k = {0, 0, 0, 0, 50, 0};
-    r.top_p = {1.0f, 1.0f, 1.0f, 1.0f, 0.9f, 0.5f};
-    r.seeds = {3, 4, 5, 6, 7, 8};
-    SampleOut out = run_sample(ctx, r, 2);
-    Worst worst;
-    for (int64_t b = 0; b < r.b; ++b) {
-      const float* row = r.logits.data() + b * v;
-      const int64_t tok = out.tokens[size_t(b)];
-      CHECK_THAT(tok >= 0 && tok < v, "row {}: token {} outside [0, {})", b, tok, v);
-      if (r.temperature[size_t(b)] == 0.0f) {
-        const int64_t best = int64_t(std::max_element(row, row + v) - row);
-        CHECK_THAT(tok == best, "greedy row {}: token {}, want the argmax {}", b, tok, best);
-      } else {
-        std::vector<bool> allowed;
-        filtered_probs(row, v, r.temperature[size_t(b)], r.top_k[size_t(b)], r.top_p[size_t(b)], allowed);
-        CHECK_THAT(allowed[size_t(tok)], "row {}: token {} is outside the top-k / top-p set", b, tok);
-      }
-      const double t = r.temperature[size_t(b)] == 0.0f ? 1.0 : double(r.temperature[size_t(b)]);
-      const double want = log_softmax_at(row, v, t, tok);
-      worst.add(size_t(b), out.logprobs[size_t(b)], want, 1e-4 + 1e-5 * std::fabs(want));
-    }
-    worst.require("log-prob");
+  ctx.run("kernels", "sample at a vocabulary of 151,936: argmax, log-probs, kept sets, and a peaked row's frequencies",
+          [&] {
+            need();
+            const int64_t v = 151936;
+            SampleRows r;
+            r.b = 6;
+            r.v = v;
+            std::mt19937 rng(23);
+            std::normal_distribution<float> normal(0.0f, 2.0f);
+            for (int64_t i = 0; i < r.b * v; ++i) r.logits.push_back(normal(rng));
+            r.temperature = {0.0f, 0.0f, 1.0f, 1.0f, 0.7f, 1.0f};
+            r.top_k = {0, 0, 0, 0, 50, 0};
+            r.top_p = {1.0f, 1.0f, 1.0f, 1.0f, 0.9f, 0.5f};
+            r.seeds = {3, 4, 5, 6, 7, 8};
+            SampleOut out = run_sample(ctx, r, 2);
+            Worst worst;
+            for (int64_t b = 0; b < r.b; ++b) {
+              const float* row = r.logits.data() + b * v;
+              const int64_t tok = out.tokens[size_t(b)];
+              CHECK_THAT(tok >= 0 && tok < v, "row {}: token {} outside [0, {})", b, tok, v);
+              if (r.temperature[size_t(b)] == 0.0f) {
+                const int64_t best = int64_t(std::max_element(row, row + v) - row);
+                CHECK_THAT(tok == best, "greedy row {}: token {}, want the argmax {}", b, tok, best);
+              } else {
+                std::vector<bool> allowed;
+                filtered_probs(row, v, r.temperature[size_t(b)], r.top_k[size_t(b)], r.top_p[size_t(b)], allowed);
+                CHECK_THAT(allowed[size_t(tok)], "row {}: token {} is outside the top-k / top-p set", b, tok);
+              }
+              const double t = r.temperature[size_t(b)] == 0.0f ? 1.0 : double(r.temperature[size_t(b)]);
+              const double want = log_softmax_at(row, v, t, tok);
+              worst.add(size_t(b), out.logprobs[size_t(b)], want, 1e-4 + 1e-5 * std::fabs(want));
+            }
+            worst.require("log-prob");
 
-    // Four hot tokens far apart (probabilities .4 .3 .2 .1 up to the cold mass, 151,932 x e^-30
-    // of the hot ones': 1.4e-8), 100 seeds x 5 steps.
-    const int64_t hot[] = {7, 40001, 90003, v - 1};
-    const double p_hot[] = {0.4, 0.3, 0.2, 0.1};
-    SampleRows peaked;
-    peaked.b = 100;
-    peaked.v = v;
-    std::vector<float> row(size_t(v), -30.0f);
-    for (int i = 0; i < 4; ++i) row[size_t(hot[i])] = float(std::log(p_hot[i]));
-    for (int64_t b = 0; b < peaked.b; ++b) {
-      peaked.logits.insert(peaked.logits.end(), row.begin(), row.end());
-      peaked.temperature.push_back(1.0f);
-      peaked.top_k.push_back(0);
-      peaked.top_p.push_back(1.0f);
-      peaked.seeds.push_back(uint64_t(b) * 2654435761u + 99u);
-    }
-    double count[4] = {0, 0, 0, 0}, draws = 0;
-    for (uint64_t step = 0; step < 5; ++step) {
-      for (int64_t tok : run_sample(ctx, peaked, step).tokens) {
-        for (int i = 0; i < 4; ++i) count[i] += tok == hot[i];
-        draws += 1;
-      }
-    }
-    for (int i = 0; i < 4; ++i) {
-      const double freq = count[i] / draws, limit = 5.0 * std::sqrt(p_hot[i] * (1 - p_hot[i]) / draws);
-      CHECK_THAT(std::fabs(freq - p_hot[i]) <= limit, "hot token {} drawn {:.4f} of the time, want {:.4f} (+-{:.4f})", hot[i],
-                 freq, p_hot[i], limit);
-    }
-  });
+            // Four hot tokens far apart (probabilities .4 .3 .2 .1 up to the cold mass, 151,932 x e^-30
+            // of the hot ones': 1.4e-8), 100 seeds x 5 steps.
+            const int64_t hot[] = {7, 40001, 90003, v - 1};
+            const double p_hot[] = {0.4, 0.3, 0.2, 0.1};
+            SampleRows peaked;
+            peaked.b = 100;
+            peaked.v = v;
+            std::vector<float> row(size_t(v), -30.0f);
+            for (int i = 0; i < 4; ++i) row[size_t(hot[i])] = float(std::log(p_hot[i]));
+            for (int64_t b = 0; b < peaked.b; ++b) {
+              peaked.logits.insert(peaked.logits.end(), row.begin(), row.end());
+              peaked.temperature.push_back(1.0f);
+              peaked.top_k.push_back(0);
+              peaked.top_p.push_back(1.0f);
+              peaked.seeds.push_back(uint64_t(b) * 2654435761u + 99u);
+            }
+            double count[4] = {0, 0, 0, 0}, draws = 0;
+            for (uint64_t step = 0; step < 5; ++step) {
+              for (int64_t tok : run_sample(ctx, peaked, step).tokens) {
+                for (int i = 0; i < 4; ++i) count[i] += tok == hot[i];
+                draws += 1;
+              }
+            }
+            for (int i = 0; i < 4; ++i) {
+              const double freq = count[i] / draws, limit = 5.0 * std::sqrt(p_hot[i] * (1 - p_hot[i]) / draws);
+              CHECK_THAT(std::fabs(freq - p_hot[i]) <= limit,
+                         "hot token {} drawn {:.4f} of the time, want {:.4f} (+-{:.4f})", hot[i], freq, p_hot[i],
+                         limit);
+            }
+          });
 
   ctx.run("kernels", "sample: bf16 logits give their fp32 conversion's tokens and log-probs bit for bit (1.3)", [&] {
     need();
@@ -350,11 +368,13 @@ void run_sample_cases(CheckContext& ctx) {
     hw::Device d = ctx.device();
     // f64 logits: no ABI version takes them (f16 and bf16 are valid from 1.3).
     DeviceTensor lt(d, {4, 8}, dl_f32()), wide(d, {4, 8}, dl_f64()), tt(d, {4}, dl_f32()), short_t(d, {3}, dl_f32()),
-        kt(d, {4}, dl_i32()), pt(d, {4}, dl_f32()), st(d, {4}, DLDataType{kDLUInt, 64, 1}), tok(d, {4}, dl_i64()), lp(d, {4}, dl_f32());
+        kt(d, {4}, dl_i32()), pt(d, {4}, dl_f32()), st(d, {4}, DLDataType{kDLUInt, 64, 1}), tok(d, {4}, dl_i64()),
+        lp(d, {4}, dl_f32());
     ctx.expect_error(table->sample(&wide.dl(), &tt.dl(), &kt.dl(), &pt.dl(), &st.dl(), 0, &tok.dl(), &lp.dl(), nullptr),
                      VERLPP_STATUS_INVALID_ARGUMENT, "sample(f64 logits)");
-    ctx.expect_error(table->sample(&lt.dl(), &short_t.dl(), &kt.dl(), &pt.dl(), &st.dl(), 0, &tok.dl(), &lp.dl(), nullptr),
-                     VERLPP_STATUS_INVALID_ARGUMENT, "sample(temperature [3] for 4 rows)");
+    ctx.expect_error(
+        table->sample(&lt.dl(), &short_t.dl(), &kt.dl(), &pt.dl(), &st.dl(), 0, &tok.dl(), &lp.dl(), nullptr),
+        VERLPP_STATUS_INVALID_ARGUMENT, "sample(temperature [3] for 4 rows)");
     ctx.expect_error(table->sample(nullptr, &tt.dl(), &kt.dl(), &pt.dl(), &st.dl(), 0, &tok.dl(), &lp.dl(), nullptr),
                      VERLPP_STATUS_INVALID_ARGUMENT, "sample(NULL logits)");
   });

@@ -85,7 +85,8 @@ void check_shape(CheckContext& ctx, const SwigluShape& s) {
       const double want_du = g * silu;
       const size_t i = size_t(r * s.f + j), iw = size_t(r * stride + j), iu = size_t(r * stride + s.f + j);
       // Roundings passed through: silu then the product (forward, grad_up); grad_s then the product (grad_gate).
-      w_out.add(i, decode_as(got_out, s.dtype, i), want_out, 3 * u * (std::fabs(want_out) + std::fabs(silu * up_v)) + fl);
+      w_out.add(i, decode_as(got_out, s.dtype, i), want_out,
+                3 * u * (std::fabs(want_out) + std::fabs(silu * up_v)) + fl);
       // Plus the fp32 math inside: 1 - sig cancels for large x, so sig's own rounding (~6e-8)
       // reaches the result as |grad_s| sig |x| 6e-8 (the formula autograd uses, cancellation included).
       const double fp32_math = 4 * 6e-8 * std::fabs(grad_s) * sig * (std::fabs(x) + 1.0);
@@ -103,12 +104,13 @@ void check_shape(CheckContext& ctx, const SwigluShape& s) {
 // The shapes check both kernels (the backward's inputs are the forward's); they count as
 // silu_mul's cases, and silu_mul_backward has its refusals of its own.
 void run_silu_mul_cases(CheckContext& ctx) {
-  const SwigluShape shapes[] = {{1, 1, dl_f32(), false},   {7, 13, dl_f32(), false},    {33, 4864, dl_bf16(), false},
-                                {12, 896, dl_bf16(), true}, {5, 257, dl_f16(), true},    {9, 100, dl_f32(), true},
+  const SwigluShape shapes[] = {{1, 1, dl_f32(), false},    {7, 13, dl_f32(), false},   {33, 4864, dl_bf16(), false},
+                                {12, 896, dl_bf16(), true}, {5, 257, dl_f16(), true},   {9, 100, dl_f32(), true},
                                 {3, 4864, dl_f16(), false}, {64, 4864, dl_bf16(), true}};
   for (const SwigluShape& s : shapes) {
-    ctx.run("kernels", fmt::format("silu_mul (+ backward) N={} F={} {}{}", s.n, s.f, sdk::dtype_name(s.dtype),
-                                   s.halves ? " (halves of [N, 2F])" : ""),
+    ctx.run("kernels",
+            fmt::format("silu_mul (+ backward) N={} F={} {}{}", s.n, s.f, sdk::dtype_name(s.dtype),
+                        s.halves ? " (halves of [N, 2F])" : ""),
             [&] {
               need_slots(ctx);
               check_shape(ctx, s);

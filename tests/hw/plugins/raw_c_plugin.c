@@ -33,7 +33,10 @@ static verlpp_error* make_error(int32_t code, const char* message) {
   return e;
 }
 static void error_free(verlpp_error* e) { free(e); }
-static verlpp_error* init(const verlpp_host_api* host) { (void)host; return NULL; }
+static verlpp_error* init(const verlpp_host_api* host) {
+  (void)host;
+  return NULL;
+}
 static void shutdown_plugin(void) {}
 static verlpp_error* device_count(int32_t* n) {
   if (!n) return make_error(VERLPP_STATUS_INVALID_ARGUMENT, "out_count is NULL");

@@ -46,7 +46,8 @@ verlpp_error* wrong_logprob(const DLTensor* logits, const DLTensor* labels, floa
 
 // Deliberately wrong: pairs (2j, 2j + 1) as GPT-J interleaves them, not HF's (j, j + S/2).
 // f32 only (anything else is refused, so no buffer is misread).
-verlpp_error* wrong_rotary(DLTensor* q, DLTensor* k, const DLTensor* positions, const DLTensor* inv_freq, verlpp_stream) {
+verlpp_error* wrong_rotary(DLTensor* q, DLTensor* k, const DLTensor* positions, const DLTensor* inv_freq,
+                           verlpp_stream) {
   return verlpp::sdk::guard("wrong_rotary", [&] {
     const auto* pos = static_cast<const int64_t*>(verlpp::sdk::data_ptr(verlpp::sdk::checked(positions, "positions")));
     const auto* freq = static_cast<const float*>(verlpp::sdk::data_ptr(verlpp::sdk::checked(inv_freq, "inv_freq")));
@@ -97,7 +98,9 @@ class TestPlugin : public verlpp::sdk::Plugin {
     return std::aligned_alloc(a, ((bytes + a - 1) / a + (bytes == 0)) * a);
   }
   void deallocate(int32_t, void* p) override { std::free(p); }
-  void copy(void* dst, const void* src, size_t n, verlpp_copy_kind, verlpp_stream) override { std::memmove(dst, src, n); }
+  void copy(void* dst, const void* src, size_t n, verlpp_copy_kind, verlpp_stream) override {
+    std::memmove(dst, src, n);
+  }
   void fill(void* dst, int32_t v, size_t n, verlpp_stream) override { std::memset(dst, v, n); }
 #ifdef TEST_WRONG_KERNEL
   static const verlpp_kernel_table* kernels() {

@@ -24,8 +24,8 @@ struct AdamwArgs {
   std::vector<int64_t> numels;  // per tensor
   // The fp32 scalars of the update, computed in double and rounded once (plugin_abi.h).
   float lr = 0, weight_decay_factor = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0;
-  float step_size = 0;             // lr / (1 - beta1^step)
-  float bias_correction2_sqrt = 0; // sqrt(1 - beta2^step)
+  float step_size = 0;              // lr / (1 - beta1^step)
+  float bias_correction2_sqrt = 0;  // sqrt(1 - beta2^step)
   float eps = 0;
 };
 
@@ -54,8 +54,8 @@ inline AdamwArgs check_adamw_update_args(int32_t count, DLTensor* const* params,
   require(count >= 0, "count must be >= 0, got " + std::to_string(count));
   require(options != nullptr, "options is NULL");
   require(options->struct_size >= offsetof(verlpp_adamw_options, step) + sizeof(int64_t),
-          "options.struct_size " + std::to_string(options->struct_size) + " is smaller than ABI 1.4's verlpp_adamw_options (" +
-              std::to_string(sizeof(verlpp_adamw_options)) + ")");
+          "options.struct_size " + std::to_string(options->struct_size) +
+              " is smaller than ABI 1.4's verlpp_adamw_options (" + std::to_string(sizeof(verlpp_adamw_options)) + ")");
   const verlpp_adamw_options& o = *options;
   require(std::isfinite(o.lr) && o.lr >= 0.0, "options.lr must be finite and >= 0, got " + std::to_string(o.lr));
   require(o.beta1 >= 0.0 && o.beta1 < 1.0, "options.beta1 must be in [0, 1), got " + std::to_string(o.beta1));
@@ -63,7 +63,8 @@ inline AdamwArgs check_adamw_update_args(int32_t count, DLTensor* const* params,
   require(std::isfinite(o.eps) && o.eps > 0.0, "options.eps must be finite and > 0, got " + std::to_string(o.eps));
   require(std::isfinite(o.weight_decay) && o.weight_decay >= 0.0,
           "options.weight_decay must be finite and >= 0, got " + std::to_string(o.weight_decay));
-  require(o.step >= 1, "options.step must be >= 1 (the number of the update being made), got " + std::to_string(o.step));
+  require(o.step >= 1,
+          "options.step must be >= 1 (the number of the update being made), got " + std::to_string(o.step));
   set_adamw_scalars(o, a);
   a.count = count;
   a.has_copies = copies != nullptr;
@@ -81,7 +82,8 @@ inline AdamwArgs check_adamw_update_args(int32_t count, DLTensor* const* params,
   std::vector<Span> spans;
   auto add_span = [&](const DLTensor& t, const std::string& name, bool written) {
     const ByteSpan b = byte_span(t);
-    if (b.begin < b.end) spans.emplace_back(int32_t(t.device.device_type), t.device.device_id, b.begin, b.end, name, written);
+    if (b.begin < b.end)
+      spans.emplace_back(int32_t(t.device.device_type), t.device.device_id, b.begin, b.end, name, written);
   };
   a.numels.reserve(size_t(count));
   for (int32_t i = 0; i < count; ++i) {
@@ -97,7 +99,8 @@ inline AdamwArgs check_adamw_update_args(int32_t count, DLTensor* const* params,
     const DLTensor& m = checked(exp_avg[i], named("exp_avg", i).c_str());
     const DLTensor& v = checked(exp_avg_sq[i], named("exp_avg_sq", i).c_str());
     const DLTensor& g = checked(grads[i], named("grads", i).c_str());
-    for (const auto& [t, what] : {std::pair<const DLTensor*, std::string>{&m, named("exp_avg", i)}, {&v, named("exp_avg_sq", i)}}) {
+    for (const auto& [t, what] :
+         {std::pair<const DLTensor*, std::string>{&m, named("exp_avg", i)}, {&v, named("exp_avg_sq", i)}}) {
       require(is_f32(t->dtype), what + " dtype " + dtype_name(t->dtype) + " is not f32");
       same_shape(*t, what);
     }
@@ -129,7 +132,8 @@ inline AdamwArgs check_adamw_update_args(int32_t count, DLTensor* const* params,
   for (size_t i = 0; i < spans.size(); ++i)
     for (size_t j = i + 1; j < spans.size(); ++j) {
       const Span &x = spans[i], &y = spans[j];
-      if (std::get<0>(y) != std::get<0>(x) || std::get<1>(y) != std::get<1>(x) || std::get<2>(y) >= std::get<3>(x)) break;
+      if (std::get<0>(y) != std::get<0>(x) || std::get<1>(y) != std::get<1>(x) || std::get<2>(y) >= std::get<3>(x))
+        break;
       require(!std::get<5>(x) && !std::get<5>(y),
               std::get<4>(x) + " and " + std::get<4>(y) + " share memory (a written tensor must overlap nothing)");
     }

@@ -45,8 +45,9 @@ inline PagedAttentionArgs check_paged_attention_decode_args(const DLTensor* q_p,
   require(vc.ndim == 4 && std::equal(kc.shape, kc.shape + 4, vc.shape), "v_cache must have k_cache's shape");
   require(kc.shape[3] == a.head_size,
           "k_cache head size " + std::to_string(kc.shape[3]) + " != q's " + std::to_string(a.head_size));
-  require(a.kv_heads > 0 && a.q_heads % a.kv_heads == 0, "query heads H = " + std::to_string(a.q_heads) +
-                                                             " must be a multiple of KV heads K = " + std::to_string(a.kv_heads));
+  require(a.kv_heads > 0 && a.q_heads % a.kv_heads == 0,
+          "query heads H = " + std::to_string(a.q_heads) +
+              " must be a multiple of KV heads K = " + std::to_string(a.kv_heads));
   require(is_float_dtype(q.dtype) && same_dtype(q.dtype, kc.dtype) && same_dtype(q.dtype, vc.dtype) &&
               same_dtype(q.dtype, out.dtype),
           "q, k_cache, v_cache and out must share one float dtype");
@@ -81,20 +82,26 @@ inline RotaryAttentionArgs check_rotary_paged_attention_args(const DLTensor* q, 
   a.store = check_rotary_kv_store_args(q, k, v, positions, inv_freq, slot_mapping, out, k_cache, v_cache);
   const int64_t b = a.store.rope.tokens;
   require(a.store.kv_heads > 0 && a.store.q_heads % a.store.kv_heads == 0,
-          "query heads H = " + std::to_string(a.store.q_heads) + " must be a multiple of KV heads K = " +
-              std::to_string(a.store.kv_heads));
+          "query heads H = " + std::to_string(a.store.q_heads) +
+              " must be a multiple of KV heads K = " + std::to_string(a.store.kv_heads));
   const DLTensor& tables = checked(block_tables_p, "block_tables");
   const DLTensor& lens = checked(context_lens_p, "context_lens");
-  const auto is_i32 = [](const DLTensor& t) { return t.dtype.code == kDLInt && t.dtype.bits == 32 && t.dtype.lanes == 1; };
+  const auto is_i32 = [](const DLTensor& t) {
+    return t.dtype.code == kDLInt && t.dtype.bits == 32 && t.dtype.lanes == 1;
+  };
   require(tables.ndim == 2 && tables.shape[0] == b && is_i32(tables),
           "block_tables must be [B, max_blocks] int32 with B = " + std::to_string(b));
-  require(lens.ndim == 1 && lens.shape[0] == b && is_i32(lens), "context_lens must be [B] int32 with B = " + std::to_string(b));
+  require(lens.ndim == 1 && lens.shape[0] == b && is_i32(lens),
+          "context_lens must be [B] int32 with B = " + std::to_string(b));
   require_contiguous(tables, "block_tables");
   require_contiguous(lens, "context_lens");
   a.max_blocks = tables.shape[1];
-  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&tables, "block_tables"}, {&lens, "context_lens"}})
-    for (const auto& [w, written] : {std::pair<const DLTensor*, const char*>{k_cache, "k_cache"}, {v_cache, "v_cache"}, {out, "out"}})
-      require(!overlaps(*t, *w), std::string(written) + " overlaps " + what + " (outputs must not overlap any operand)");
+  for (const auto& [t, what] :
+       {std::pair<const DLTensor*, const char*>{&tables, "block_tables"}, {&lens, "context_lens"}})
+    for (const auto& [w, written] :
+         {std::pair<const DLTensor*, const char*>{k_cache, "k_cache"}, {v_cache, "v_cache"}, {out, "out"}})
+      require(!overlaps(*t, *w),
+              std::string(written) + " overlaps " + what + " (outputs must not overlap any operand)");
   return a;
 }
 
@@ -108,13 +115,14 @@ inline void check_last_slot_values(const int64_t* slots, const int32_t* tables, 
   for (int64_t i = 0; i < b; ++i) {
     const int64_t len = lens[i];
     require(len >= 1 && len <= max_blocks * block_size,
-            "context_lens[" + std::to_string(i) + "] = " + std::to_string(len) + " is outside [1, max_blocks * block_size = " +
-                std::to_string(max_blocks * block_size) + "] (the new token is the context's last position)");
+            "context_lens[" + std::to_string(i) + "] = " + std::to_string(len) +
+                " is outside [1, max_blocks * block_size = " + std::to_string(max_blocks * block_size) +
+                "] (the new token is the context's last position)");
     const int64_t last = len - 1;
     const int64_t row = int64_t(tables[i * max_blocks + last / block_size]) * block_size + last % block_size;
     require(slots[i] == row, "slot_mapping[" + std::to_string(i) + "] = " + std::to_string(slots[i]) +
-                                 " is not the cache row of the sequence's last position " + std::to_string(last) + " (" +
-                                 std::to_string(row) + " under its block table)");
+                                 " is not the cache row of the sequence's last position " + std::to_string(last) +
+                                 " (" + std::to_string(row) + " under its block table)");
   }
 }
 

@@ -20,11 +20,21 @@ inline size_t dtype_size(DLDataType dtype) {
 inline std::string dtype_name(DLDataType dtype) {
   std::string base;
   switch (dtype.code) {
-    case kDLInt: base = "int"; break;
-    case kDLUInt: base = "uint"; break;
-    case kDLFloat: base = "float"; break;
-    case kDLBfloat: base = "bfloat"; break;
-    default: base = "dtype" + std::to_string(dtype.code) + "_"; break;
+    case kDLInt:
+      base = "int";
+      break;
+    case kDLUInt:
+      base = "uint";
+      break;
+    case kDLFloat:
+      base = "float";
+      break;
+    case kDLBfloat:
+      base = "bfloat";
+      break;
+    default:
+      base = "dtype" + std::to_string(dtype.code) + "_";
+      break;
   }
   std::string name = base + std::to_string(dtype.bits);
   if (dtype.lanes != 1) name += "x" + std::to_string(dtype.lanes);
@@ -56,9 +66,7 @@ inline bool is_contiguous(const DLTensor& t) {
 }
 
 // Start of the tensor's data, byte_offset applied.
-inline void* data_ptr(const DLTensor& t) {
-  return static_cast<char*>(t.data) + t.byte_offset;
-}
+inline void* data_ptr(const DLTensor& t) { return static_cast<char*>(t.data) + t.byte_offset; }
 
 // Throws INVALID_ARGUMENT naming `what` if the tensor pointer is NULL or its data is NULL while
 // it has elements.
@@ -66,10 +74,8 @@ inline const DLTensor& checked(const DLTensor* t, const char* what) {
   if (t == nullptr) fail(VERLPP_STATUS_INVALID_ARGUMENT, std::string(what) + " is NULL");
   if (t->ndim < 0) fail(VERLPP_STATUS_INVALID_ARGUMENT, std::string(what) + " has negative ndim");
   for (int i = 0; i < t->ndim; ++i)
-    if (t->shape[i] < 0)
-      fail(VERLPP_STATUS_INVALID_ARGUMENT, std::string(what) + " has a negative dimension");
-  if (t->data == nullptr && numel(*t) > 0)
-    fail(VERLPP_STATUS_INVALID_ARGUMENT, std::string(what) + " has NULL data");
+    if (t->shape[i] < 0) fail(VERLPP_STATUS_INVALID_ARGUMENT, std::string(what) + " has a negative dimension");
+  if (t->data == nullptr && numel(*t) > 0) fail(VERLPP_STATUS_INVALID_ARGUMENT, std::string(what) + " has NULL data");
   return *t;
 }
 

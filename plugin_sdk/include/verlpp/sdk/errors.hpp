@@ -15,8 +15,7 @@ namespace verlpp::sdk {
 // An error with an ABI status code; what() is the message the host will show.
 class PluginError : public std::runtime_error {
  public:
-  PluginError(verlpp_status code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  PluginError(verlpp_status code, const std::string& message) : std::runtime_error(message), code_(code) {}
   verlpp_status code() const noexcept { return code_; }
 
  private:
@@ -24,9 +23,7 @@ class PluginError : public std::runtime_error {
 };
 
 // Throws PluginError(code, message).
-[[noreturn]] inline void fail(verlpp_status code, const std::string& message) {
-  throw PluginError(code, message);
-}
+[[noreturn]] inline void fail(verlpp_status code, const std::string& message) { throw PluginError(code, message); }
 
 // Throws INVALID_ARGUMENT with `message` unless `condition` holds.
 inline void require(bool condition, const std::string& message) {
@@ -73,8 +70,7 @@ verlpp_error* guard(const char* where, Body&& body) noexcept {
   } catch (const std::bad_alloc&) {
     return make_error(VERLPP_STATUS_OUT_OF_MEMORY, (std::string(where) + ": out of memory").c_str());
   } catch (const std::exception& e) {
-    return make_error(VERLPP_STATUS_INTERNAL,
-                      (std::string(where) + ": unexpected exception: " + e.what()).c_str());
+    return make_error(VERLPP_STATUS_INTERNAL, (std::string(where) + ": unexpected exception: " + e.what()).c_str());
   } catch (...) {
     return make_error(VERLPP_STATUS_INTERNAL, (std::string(where) + ": unknown exception").c_str());
   }

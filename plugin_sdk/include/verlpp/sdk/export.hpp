@@ -22,8 +22,7 @@
 namespace verlpp::sdk {
 
 // True when T itself declares the member (so the optional group is offered).
-#define VERLPP_SDK_DECLARES(T, member) \
-  (!std::is_same_v<decltype(&T::member), decltype(&::verlpp::sdk::Plugin::member)>)
+#define VERLPP_SDK_DECLARES(T, member) (!std::is_same_v<decltype(&T::member), decltype(&::verlpp::sdk::Plugin::member)>)
 
 template <class T>
 class Exporter {
@@ -76,8 +75,7 @@ class Exporter {
       if (instance_slot()) return;  // idempotent
       verlpp_host_api& h = host_slot();
       h = verlpp_host_api{};
-      if (host != nullptr)
-        std::memcpy(&h, host, std::min(host->struct_size, sizeof(verlpp_host_api)));
+      if (host != nullptr) std::memcpy(&h, host, std::min(host->struct_size, sizeof(verlpp_host_api)));
       h.struct_size = sizeof(verlpp_host_api);
       auto p = std::make_unique<T>();
       p->init(h);
@@ -99,8 +97,8 @@ class Exporter {
     return guard("device_get_properties", [&] {
       auto& o = out(props, "out_properties");
       if (o.struct_size < sizeof(size_t))
-        fail(VERLPP_STATUS_INVALID_ARGUMENT, "out_properties->struct_size is " +
-                                                 std::to_string(o.struct_size) + ", too small");
+        fail(VERLPP_STATUS_INVALID_ARGUMENT,
+             "out_properties->struct_size is " + std::to_string(o.struct_size) + ", too small");
       check_device(device);
       verlpp_device_properties full{};
       full.struct_size = sizeof(full);
@@ -118,10 +116,16 @@ class Exporter {
     });
   }
   static verlpp_error* device_health_check(int32_t device) {
-    return guard("device_health_check", [&] { check_device(device); self().health_check(device); });
+    return guard("device_health_check", [&] {
+      check_device(device);
+      self().health_check(device);
+    });
   }
   static verlpp_error* device_synchronize(int32_t device) {
-    return guard("device_synchronize", [&] { check_device(device); self().synchronize(device); });
+    return guard("device_synchronize", [&] {
+      check_device(device);
+      self().synchronize(device);
+    });
   }
 
   static verlpp_error* mem_alloc(int32_t device, size_t bytes, size_t alignment, void** ptr) {
@@ -145,18 +149,22 @@ class Exporter {
     return guard("host_alloc_pinned", [&] {
       auto& o = out(ptr, "out_ptr");
       o = self().allocate_pinned(bytes);
-      if (o == nullptr) fail(VERLPP_STATUS_OUT_OF_MEMORY, "pinned allocation of " + std::to_string(bytes) + " bytes failed");
+      if (o == nullptr)
+        fail(VERLPP_STATUS_OUT_OF_MEMORY, "pinned allocation of " + std::to_string(bytes) + " bytes failed");
     });
   }
   static verlpp_error* host_free_pinned(void* ptr) {
-    return guard("host_free_pinned", [&] { if (ptr != nullptr) self().deallocate_pinned(ptr); });
+    return guard("host_free_pinned", [&] {
+      if (ptr != nullptr) self().deallocate_pinned(ptr);
+    });
   }
   static verlpp_error* memcpy_async(void* dst, const void* src, size_t bytes, int32_t kind, verlpp_stream s) {
     return guard("memcpy_async", [&] {
       if (kind < VERLPP_COPY_HOST_TO_DEVICE || kind > VERLPP_COPY_HOST_TO_HOST)
         fail(VERLPP_STATUS_INVALID_ARGUMENT, "copy kind " + std::to_string(kind) + " is not a verlpp_copy_kind");
       if (bytes == 0) return;
-      if (dst == nullptr || src == nullptr) fail(VERLPP_STATUS_INVALID_ARGUMENT, "NULL pointer in a copy of " + std::to_string(bytes) + " bytes");
+      if (dst == nullptr || src == nullptr)
+        fail(VERLPP_STATUS_INVALID_ARGUMENT, "NULL pointer in a copy of " + std::to_string(bytes) + " bytes");
       self().copy(dst, src, bytes, static_cast<verlpp_copy_kind>(kind), s);
     });
   }
@@ -169,16 +177,25 @@ class Exporter {
   }
 
   static verlpp_error* stream_create(int32_t device, verlpp_stream* s) {
-    return guard("stream_create", [&] { auto& o = out(s, "out_stream"); check_device(device); o = self().create_stream(device); });
+    return guard("stream_create", [&] {
+      auto& o = out(s, "out_stream");
+      check_device(device);
+      o = self().create_stream(device);
+    });
   }
   static verlpp_error* stream_destroy(verlpp_stream s) {
-    return guard("stream_destroy", [&] { if (s != nullptr) self().destroy_stream(s); });
+    return guard("stream_destroy", [&] {
+      if (s != nullptr) self().destroy_stream(s);
+    });
   }
   static verlpp_error* stream_synchronize(verlpp_stream s) {
     return guard("stream_synchronize", [&] { self().synchronize_stream(s); });
   }
   static verlpp_error* stream_wait_event(verlpp_stream s, verlpp_event e) {
-    return guard("stream_wait_event", [&] { out(e, "event"); self().stream_wait_event(s, e); });
+    return guard("stream_wait_event", [&] {
+      out(e, "event");
+      self().stream_wait_event(s, e);
+    });
   }
   static verlpp_error* stream_from_native(int32_t device, void* native_handle, verlpp_stream* s) {
     return guard("stream_from_native", [&] {
@@ -197,22 +214,43 @@ class Exporter {
     });
   }
   static verlpp_error* event_create(int32_t device, verlpp_event* e) {
-    return guard("event_create", [&] { auto& o = out(e, "out_event"); check_device(device); o = self().create_event(device); });
+    return guard("event_create", [&] {
+      auto& o = out(e, "out_event");
+      check_device(device);
+      o = self().create_event(device);
+    });
   }
   static verlpp_error* event_destroy(verlpp_event e) {
-    return guard("event_destroy", [&] { if (e != nullptr) self().destroy_event(e); });
+    return guard("event_destroy", [&] {
+      if (e != nullptr) self().destroy_event(e);
+    });
   }
   static verlpp_error* event_record(verlpp_event e, verlpp_stream s) {
-    return guard("event_record", [&] { out(e, "event"); self().record_event(e, s); });
+    return guard("event_record", [&] {
+      out(e, "event");
+      self().record_event(e, s);
+    });
   }
   static verlpp_error* event_synchronize(verlpp_event e) {
-    return guard("event_synchronize", [&] { out(e, "event"); self().synchronize_event(e); });
+    return guard("event_synchronize", [&] {
+      out(e, "event");
+      self().synchronize_event(e);
+    });
   }
   static verlpp_error* event_query(verlpp_event e, int32_t* done) {
-    return guard("event_query", [&] { auto& o = out(done, "out_is_complete"); out(e, "event"); o = self().query_event(e) ? 1 : 0; });
+    return guard("event_query", [&] {
+      auto& o = out(done, "out_is_complete");
+      out(e, "event");
+      o = self().query_event(e) ? 1 : 0;
+    });
   }
   static verlpp_error* event_elapsed_ms(verlpp_event a, verlpp_event b, float* ms) {
-    return guard("event_elapsed_ms", [&] { auto& o = out(ms, "out_ms"); out(a, "start"); out(b, "end"); o = self().elapsed_ms(a, b); });
+    return guard("event_elapsed_ms", [&] {
+      auto& o = out(ms, "out_ms");
+      out(a, "start");
+      out(b, "end");
+      o = self().elapsed_ms(a, b);
+    });
   }
 
   static verlpp_error* tensor_copy(const DLTensor* src, DLTensor* dst, verlpp_stream s) {
@@ -253,23 +291,30 @@ class Exporter {
   static verlpp_error* comm_destroy(verlpp_comm c) {
     return guard("comm_destroy", [&] { delete reinterpret_cast<Communicator*>(c); });
   }
-  static verlpp_error* comm_all_reduce(verlpp_comm c, const DLTensor* send, DLTensor* recv, int32_t op, verlpp_stream s) {
+  static verlpp_error* comm_all_reduce(verlpp_comm c, const DLTensor* send, DLTensor* recv, int32_t op,
+                                       verlpp_stream s) {
     return guard("comm_all_reduce", [&] {
       check_op(op);
-      comm_of(c).all_reduce(checked(send, "send"), const_cast<DLTensor&>(checked(recv, "recv")), static_cast<verlpp_reduce_op>(op), s);
+      comm_of(c).all_reduce(checked(send, "send"), const_cast<DLTensor&>(checked(recv, "recv")),
+                            static_cast<verlpp_reduce_op>(op), s);
     });
   }
   static verlpp_error* comm_all_gather(verlpp_comm c, const DLTensor* send, DLTensor* recv, verlpp_stream s) {
-    return guard("comm_all_gather", [&] { comm_of(c).all_gather(checked(send, "send"), const_cast<DLTensor&>(checked(recv, "recv")), s); });
+    return guard("comm_all_gather", [&] {
+      comm_of(c).all_gather(checked(send, "send"), const_cast<DLTensor&>(checked(recv, "recv")), s);
+    });
   }
-  static verlpp_error* comm_reduce_scatter(verlpp_comm c, const DLTensor* send, DLTensor* recv, int32_t op, verlpp_stream s) {
+  static verlpp_error* comm_reduce_scatter(verlpp_comm c, const DLTensor* send, DLTensor* recv, int32_t op,
+                                           verlpp_stream s) {
     return guard("comm_reduce_scatter", [&] {
       check_op(op);
-      comm_of(c).reduce_scatter(checked(send, "send"), const_cast<DLTensor&>(checked(recv, "recv")), static_cast<verlpp_reduce_op>(op), s);
+      comm_of(c).reduce_scatter(checked(send, "send"), const_cast<DLTensor&>(checked(recv, "recv")),
+                                static_cast<verlpp_reduce_op>(op), s);
     });
   }
   static verlpp_error* comm_broadcast(verlpp_comm c, DLTensor* buffer, int32_t root, verlpp_stream s) {
-    return guard("comm_broadcast", [&] { comm_of(c).broadcast(const_cast<DLTensor&>(checked(buffer, "buffer")), root, s); });
+    return guard("comm_broadcast",
+                 [&] { comm_of(c).broadcast(const_cast<DLTensor&>(checked(buffer, "buffer")), root, s); });
   }
   static verlpp_error* comm_send(verlpp_comm c, const DLTensor* buffer, int32_t peer, verlpp_stream s) {
     return guard("comm_send", [&] { comm_of(c).send(checked(buffer, "buffer"), peer, s); });
@@ -350,12 +395,10 @@ class Exporter {
 }  // namespace verlpp::sdk
 
 // Exports `Class` (a verlpp::sdk::Plugin subclass) as this shared object's plugin.
-#define VERLPP_PLUGIN(Class)                                                                  \
-  extern "C" VERLPP_PLUGIN_EXPORT_ATTR int32_t verlpp_plugin_probe_v1(char* reason,         \
-                                                                      size_t capacity) {    \
-    return ::verlpp::sdk::Exporter<Class>::probe(reason, capacity);                          \
-  }                                                                                          \
-  extern "C" VERLPP_PLUGIN_EXPORT_ATTR const verlpp_plugin_api* verlpp_plugin_get_api_v1(   \
-      uint32_t host_minor) {                                                                 \
-    return ::verlpp::sdk::Exporter<Class>::api(host_minor);                                  \
+#define VERLPP_PLUGIN(Class)                                                                                    \
+  extern "C" VERLPP_PLUGIN_EXPORT_ATTR int32_t verlpp_plugin_probe_v1(char* reason, size_t capacity) {          \
+    return ::verlpp::sdk::Exporter<Class>::probe(reason, capacity);                                             \
+  }                                                                                                             \
+  extern "C" VERLPP_PLUGIN_EXPORT_ATTR const verlpp_plugin_api* verlpp_plugin_get_api_v1(uint32_t host_minor) { \
+    return ::verlpp::sdk::Exporter<Class>::api(host_minor);                                                     \
   }

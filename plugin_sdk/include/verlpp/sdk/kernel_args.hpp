@@ -20,13 +20,14 @@ inline bool is_f32(DLDataType d) { return d.code == kDLFloat && d.bits == 32 && 
 
 // f32, f16 or bf16: the floating dtypes the kernel table's entries take.
 inline bool is_float_dtype(DLDataType d) {
-  return d.lanes == 1 && ((d.code == kDLFloat && (d.bits == 32 || d.bits == 16)) || (d.code == kDLBfloat && d.bits == 16));
+  return d.lanes == 1 &&
+         ((d.code == kDLFloat && (d.bits == 32 || d.bits == 16)) || (d.code == kDLBfloat && d.bits == 16));
 }
 
 // `what`'s dtype is `ref_name`'s (one dtype across a call's float operands).
 inline void require_dtype_of(const DLTensor& t, const char* what, const DLTensor& ref, const char* ref_name) {
-  require(same_dtype(t.dtype, ref.dtype), std::string(what) + " dtype " + dtype_name(t.dtype) + " differs from " + ref_name +
-                                              "'s " + dtype_name(ref.dtype));
+  require(same_dtype(t.dtype, ref.dtype), std::string(what) + " dtype " + dtype_name(t.dtype) + " differs from " +
+                                              ref_name + "'s " + dtype_name(ref.dtype));
 }
 
 inline void require_contiguous(const DLTensor& t, const std::string& what) {
@@ -109,8 +110,8 @@ inline LogitsRows check_logits_rows(const DLTensor* logits_p) {
 
 // logprob_entropy's operands once its rules hold.
 struct LogprobEntropyArgs {
-  int64_t n = 0, v = 0;     // rows, vocabulary
-  int64_t row_stride = 0;   // of logits, in elements
+  int64_t n = 0, v = 0;    // rows, vocabulary
+  int64_t row_stride = 0;  // of logits, in elements
   bool with_entropy = false;
 };
 
@@ -130,7 +131,8 @@ inline LogprobEntropyArgs check_logprob_entropy_args(const DLTensor* logits_p, c
   require(labels.dtype.code == kDLInt && labels.dtype.bits == 64 && labels.dtype.lanes == 1, "labels must be int64");
   const DLTensor& out_lp = checked(out_logprob_p, "out_logprob");
   require(out_lp.ndim == 1 && out_lp.shape[0] == a.n && is_f32(out_lp.dtype), "out_logprob must be [N] float32");
-  require(temperature > 0.0f && std::isfinite(temperature), "temperature must be > 0, got " + std::to_string(temperature));
+  require(temperature > 0.0f && std::isfinite(temperature),
+          "temperature must be > 0, got " + std::to_string(temperature));
   if (out_entropy_p != nullptr) {
     const DLTensor& ent = checked(out_entropy_p, "out_entropy");
     require(ent.ndim == 1 && ent.shape[0] == a.n && is_f32(ent.dtype), "out_entropy must be [N] float32");
@@ -158,7 +160,6 @@ struct LogprobBackwardArgs {
   const DLTensor* grad_entropy = nullptr;
 };
 
-
 // logprob_backward's rules: logits [N, V] f32/bf16/f16 with dense columns; labels [N] int64;
 // lse [N] f32; grad_logprob [N] f32 or NULL; mean_z and grad_entropy [N] f32, both or neither;
 // the vectors contiguous; out_grad [N, V] of logits' dtype with dense columns, and, when it is
@@ -182,12 +183,15 @@ inline LogprobBackwardArgs check_logprob_backward_args(const DLTensor* logits_p,
   a.out_row_stride = dense_row_stride(out, "out_grad");
   if (data_ptr(out) == data_ptr(logits))
     require(a.out_row_stride == a.row_stride || a.n <= 1, "out_grad aliases logits with another row stride");
-  require(temperature > 0.0f && temperature < INFINITY, "temperature must be finite and > 0, got " + std::to_string(temperature));
+  require(temperature > 0.0f && temperature < INFINITY,
+          "temperature must be finite and > 0, got " + std::to_string(temperature));
   auto vector_of = [&](const DLTensor* t, const char* what, bool is_label) {
     const DLTensor& x = checked(t, what);
-    const bool dtype_ok = is_label ? x.dtype.code == kDLInt && x.dtype.bits == 64 && x.dtype.lanes == 1 : is_f32(x.dtype);
-    require(x.ndim == 1 && x.shape[0] == a.n && dtype_ok,
-            std::string(what) + " must be [N] " + (is_label ? "int64" : "float32") + " with N = " + std::to_string(a.n));
+    const bool dtype_ok =
+        is_label ? x.dtype.code == kDLInt && x.dtype.bits == 64 && x.dtype.lanes == 1 : is_f32(x.dtype);
+    require(
+        x.ndim == 1 && x.shape[0] == a.n && dtype_ok,
+        std::string(what) + " must be [N] " + (is_label ? "int64" : "float32") + " with N = " + std::to_string(a.n));
     require_contiguous(x, what);
   };
   vector_of(labels_p, "labels", true);
@@ -216,9 +220,10 @@ struct SiluMulArgs {
 inline SiluMulArgs check_silu_mul_args(const std::vector<std::pair<const DLTensor*, const char*>>& operands) {
   SiluMulArgs a;
   const DLTensor& first = checked(operands.front().first, operands.front().second);
-  require(first.ndim == 2, std::string(operands.front().second) + " must be [N, F], got ndim " + std::to_string(first.ndim));
-  require(is_float_dtype(first.dtype), std::string(operands.front().second) + " dtype " + dtype_name(first.dtype) +
-                                           " is not f32/bf16/f16");
+  require(first.ndim == 2,
+          std::string(operands.front().second) + " must be [N, F], got ndim " + std::to_string(first.ndim));
+  require(is_float_dtype(first.dtype),
+          std::string(operands.front().second) + " dtype " + dtype_name(first.dtype) + " is not f32/bf16/f16");
   a.n = first.shape[0];
   a.f = first.shape[1];
   for (const auto& [t, what] : operands) {
@@ -267,7 +272,8 @@ struct RmsNormArgs {
 };
 
 // rms_norm's rules: x and out [N, D], weight [D], one f32/bf16/f16 dtype, all contiguous; eps >= 0.
-inline RmsNormArgs check_rms_norm_args(const DLTensor* x_p, const DLTensor* weight_p, float eps, const DLTensor* out_p) {
+inline RmsNormArgs check_rms_norm_args(const DLTensor* x_p, const DLTensor* weight_p, float eps,
+                                       const DLTensor* out_p) {
   RmsNormArgs a;
   const DLTensor& x = checked(x_p, "x");
   const DLTensor& w = checked(weight_p, "weight");
@@ -308,12 +314,15 @@ inline AddRmsNormArgs check_add_rms_norm_args(const DLTensor* x_p, const DLTenso
   require(residual.ndim == 2 && residual.shape[0] == a.n && residual.shape[1] == a.d, "residual must be " + nd);
   require(out.ndim == 2 && out.shape[0] == a.n && out.shape[1] == a.d, "out must be " + nd);
   require(weight.ndim == 1 && weight.shape[0] == a.d, "weight must be [D] with D = " + std::to_string(a.d));
-  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&residual, "residual"}, {&weight, "weight"}, {&out, "out"}})
+  for (const auto& [t, what] :
+       {std::pair<const DLTensor*, const char*>{&residual, "residual"}, {&weight, "weight"}, {&out, "out"}})
     require_dtype_of(*t, what, x, "x");
-  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&x, "x"}, {&residual, "residual"}, {&weight, "weight"}, {&out, "out"}})
+  for (const auto& [t, what] :
+       {std::pair<const DLTensor*, const char*>{&x, "x"}, {&residual, "residual"}, {&weight, "weight"}, {&out, "out"}})
     require_contiguous(*t, what);
   require(eps >= 0.0f, "eps must be >= 0, got " + std::to_string(eps));
-  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&x, "x"}, {&residual, "residual"}, {&weight, "weight"}})
+  for (const auto& [t, what] :
+       {std::pair<const DLTensor*, const char*>{&x, "x"}, {&residual, "residual"}, {&weight, "weight"}})
     require(!overlaps(out, *t), std::string("out overlaps ") + what + " (out must be a tensor of its own)");
   require(!overlaps(x, residual) || data_ptr(x) == data_ptr(residual), "x partly overlaps residual");
   return a;
@@ -335,9 +344,11 @@ inline int64_t dense_heads_row_stride(const DLTensor& t, const std::string& what
   if (t.strides == nullptr) return heads * s;
   require((t.strides[2] == 1 || s <= 1) && (t.strides[1] == s || heads <= 1),
           what + " heads and head dims must be dense (strides [*, " + std::to_string(s) + ", 1]), got strides [" +
-              std::to_string(t.strides[0]) + ", " + std::to_string(t.strides[1]) + ", " + std::to_string(t.strides[2]) + "]");
+              std::to_string(t.strides[0]) + ", " + std::to_string(t.strides[1]) + ", " + std::to_string(t.strides[2]) +
+              "]");
   const int64_t stride = n <= 1 ? heads * s : t.strides[0];
-  require(stride >= heads * s, what + " row stride " + std::to_string(stride) + " < heads * S = " + std::to_string(heads * s));
+  require(stride >= heads * s,
+          what + " row stride " + std::to_string(stride) + " < heads * S = " + std::to_string(heads * s));
   return stride;
 }
 
@@ -365,9 +376,10 @@ inline RotaryKvStoreArgs check_rotary_kv_store_args(const DLTensor* q_p, const D
   require(is_float_dtype(q.dtype), "q dtype " + dtype_name(q.dtype) + " is not f32/bf16/f16");
   a.q_heads = q.shape[1];
   a.head_size = q.shape[2];
-  require(a.head_size % 2 == 0, "head size S = " + std::to_string(a.head_size) + " is odd (RoPE pairs dims j and j + S/2)");
-  require(a.head_size == 2 * a.rope.half, "head size " + std::to_string(a.head_size) + " is not twice inv_freq's " +
-                                              std::to_string(a.rope.half));
+  require(a.head_size % 2 == 0,
+          "head size S = " + std::to_string(a.head_size) + " is odd (RoPE pairs dims j and j + S/2)");
+  require(a.head_size == 2 * a.rope.half,
+          "head size " + std::to_string(a.head_size) + " is not twice inv_freq's " + std::to_string(a.rope.half));
   require(q.shape[0] == n, "q has " + std::to_string(q.shape[0]) + " tokens, positions " + std::to_string(n));
   require(k.ndim == 3, "k must be [N, K, S], got ndim " + std::to_string(k.ndim));
   a.kv_heads = k.shape[1];
@@ -378,32 +390,45 @@ inline RotaryKvStoreArgs check_rotary_kv_store_args(const DLTensor* q_p, const D
   require(q_out.ndim == 3 && q_out.shape[0] == n && q_out.shape[1] == a.q_heads && q_out.shape[2] == a.head_size,
           "q_out must have q's shape [N, H, S]");
   require(k_cache.ndim == 4 && k_cache.shape[2] == a.kv_heads && k_cache.shape[3] == a.head_size,
-          "k_cache must be [num_blocks, block_size, K, S] with K = " + std::to_string(a.kv_heads) + ", S = " +
-              std::to_string(a.head_size));
-  require(v_cache.ndim == 4 && std::equal(k_cache.shape, k_cache.shape + 4, v_cache.shape), "v_cache must have k_cache's shape");
+          "k_cache must be [num_blocks, block_size, K, S] with K = " + std::to_string(a.kv_heads) +
+              ", S = " + std::to_string(a.head_size));
+  require(v_cache.ndim == 4 && std::equal(k_cache.shape, k_cache.shape + 4, v_cache.shape),
+          "v_cache must have k_cache's shape");
   a.num_blocks = k_cache.shape[0];
   a.block_size = k_cache.shape[1];
-  require(slots.ndim == 1 && slots.shape[0] == n && slots.dtype.code == kDLInt && slots.dtype.bits == 64 && slots.dtype.lanes == 1,
+  require(slots.ndim == 1 && slots.shape[0] == n && slots.dtype.code == kDLInt && slots.dtype.bits == 64 &&
+              slots.dtype.lanes == 1,
           "slot_mapping must be [N] int64 with N = " + std::to_string(n));
   require_contiguous(slots, "slot_mapping");
-  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&k, "k"}, {&v, "v"}, {&q_out, "q_out"},
-                                {&k_cache, "k_cache"}, {&v_cache, "v_cache"}})
+  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&k, "k"},
+                                {&v, "v"},
+                                {&q_out, "q_out"},
+                                {&k_cache, "k_cache"},
+                                {&v_cache, "v_cache"}})
     require_dtype_of(*t, what, q, "q");
   a.q_row_stride = dense_heads_row_stride(q, "q");
   a.k_row_stride = dense_heads_row_stride(k, "k");
   a.v_row_stride = dense_heads_row_stride(v, "v");
-  for (const auto& [t, what] : {std::pair<const DLTensor*, const char*>{&q_out, "q_out"}, {&k_cache, "k_cache"}, {&v_cache, "v_cache"}})
+  for (const auto& [t, what] :
+       {std::pair<const DLTensor*, const char*>{&q_out, "q_out"}, {&k_cache, "k_cache"}, {&v_cache, "v_cache"}})
     require_contiguous(*t, what);
   // Outputs against every other operand: q, k, v are often views of one buffer, which is fine
   // for inputs; an output inside it (or inside the other outputs) would be read after a write.
-  const std::pair<const DLTensor*, const char*> operands[] = {
-      {&q, "q"}, {&k, "k"}, {&v, "v"}, {a.rope.positions, "positions"}, {a.rope.inv_freq, "inv_freq"}, {&slots, "slot_mapping"},
-      {&q_out, "q_out"}, {&k_cache, "k_cache"}, {&v_cache, "v_cache"}};
+  const std::pair<const DLTensor*, const char*> operands[] = {{&q, "q"},
+                                                              {&k, "k"},
+                                                              {&v, "v"},
+                                                              {a.rope.positions, "positions"},
+                                                              {a.rope.inv_freq, "inv_freq"},
+                                                              {&slots, "slot_mapping"},
+                                                              {&q_out, "q_out"},
+                                                              {&k_cache, "k_cache"},
+                                                              {&v_cache, "v_cache"}};
   for (size_t o = 6; o < 9; ++o)
     for (size_t i = 0; i < 9; ++i)
       if (i != o)
-        require(!overlaps(*operands[o].first, *operands[i].first),
-                std::string(operands[o].second) + " overlaps " + operands[i].second + " (outputs must not overlap any operand)");
+        require(!overlaps(*operands[o].first, *operands[i].first), std::string(operands[o].second) + " overlaps " +
+                                                                       operands[i].second +
+                                                                       " (outputs must not overlap any operand)");
   return a;
 }
 
@@ -411,16 +436,17 @@ inline RotaryKvStoreArgs check_rotary_kv_store_args(const DLTensor* q_p, const D
 // no two alike (two tokens stored into one cache row would race). Names the first bad token.
 inline void check_slot_values(const int64_t* slots, int64_t n, int64_t capacity) {
   for (int64_t i = 0; i < n; ++i)
-    require(slots[i] >= 0 && slots[i] < capacity, "slot_mapping[" + std::to_string(i) + "] = " + std::to_string(slots[i]) +
-                                                      " is outside [0, num_blocks * block_size = " + std::to_string(capacity) + ")");
+    require(slots[i] >= 0 && slots[i] < capacity,
+            "slot_mapping[" + std::to_string(i) + "] = " + std::to_string(slots[i]) +
+                " is outside [0, num_blocks * block_size = " + std::to_string(capacity) + ")");
   std::vector<std::pair<int64_t, int64_t>> sorted;  // (slot, token)
   sorted.reserve(size_t(n));
   for (int64_t i = 0; i < n; ++i) sorted.emplace_back(slots[i], i);
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 1; i < sorted.size(); ++i)
-    require(sorted[i].first != sorted[i - 1].first, "slot_mapping[" + std::to_string(sorted[i].second) + "] = " +
-                                                        std::to_string(sorted[i].first) + " repeats slot_mapping[" +
-                                                        std::to_string(sorted[i - 1].second) + "]");
+    require(sorted[i].first != sorted[i - 1].first,
+            "slot_mapping[" + std::to_string(sorted[i].second) + "] = " + std::to_string(sorted[i].first) +
+                " repeats slot_mapping[" + std::to_string(sorted[i - 1].second) + "]");
 }
 
 }  // namespace verlpp::sdk

@@ -38,7 +38,7 @@ inline constexpr size_t kNumKernels = sizeof(kKernels) / sizeof(kKernels[0]);
 inline constexpr const KernelInfo& kernel_info(KernelId id) { return kKernels[static_cast<uint32_t>(id)]; }
 
 // Every list entry is the field at its index, and the list covers the whole table.
-#define VERLPP_SDK_KERNEL_PLACE(name, minor)                                                                 \
+#define VERLPP_SDK_KERNEL_PLACE(name, minor)                                                                    \
   static_assert(offsetof(verlpp_kernel_table, name) == sizeof(size_t) + size_t(KernelId::name) * sizeof(void*), \
                 "VERLPP_KERNEL_LIST: " #name " is not at its place in verlpp_kernel_table");
 VERLPP_KERNEL_LIST(VERLPP_SDK_KERNEL_PLACE)
@@ -49,10 +49,10 @@ static_assert(sizeof(verlpp_kernel_table) == sizeof(size_t) + kNumKernels * size
 // The table field of kernel `id`: KernelSlot<id>::member points at it (typed calls by id).
 template <KernelId id>
 struct KernelSlot;
-#define VERLPP_SDK_KERNEL_SLOT(name, minor)                          \
-  template <>                                                        \
-  struct KernelSlot<KernelId::name> {                                \
-    static constexpr auto member = &verlpp_kernel_table::name;       \
+#define VERLPP_SDK_KERNEL_SLOT(name, minor)                    \
+  template <>                                                  \
+  struct KernelSlot<KernelId::name> {                          \
+    static constexpr auto member = &verlpp_kernel_table::name; \
   };
 VERLPP_KERNEL_LIST(VERLPP_SDK_KERNEL_SLOT)
 #undef VERLPP_SDK_KERNEL_SLOT
@@ -61,7 +61,8 @@ VERLPP_KERNEL_LIST(VERLPP_SDK_KERNEL_SLOT)
 inline const void* kernel_entry(const verlpp_kernel_table& table, KernelId id) {
   switch (id) {
 #define VERLPP_SDK_KERNEL_GET(name, minor) \
-  case KernelId::name: return reinterpret_cast<const void*>(table.name);
+  case KernelId::name:                     \
+    return reinterpret_cast<const void*>(table.name);
     VERLPP_KERNEL_LIST(VERLPP_SDK_KERNEL_GET)
 #undef VERLPP_SDK_KERNEL_GET
   }
@@ -72,7 +73,9 @@ inline const void* kernel_entry(const verlpp_kernel_table& table, KernelId id) {
 inline void clear_kernel_entry(verlpp_kernel_table& table, KernelId id) {
   switch (id) {
 #define VERLPP_SDK_KERNEL_CLEAR(name, minor) \
-  case KernelId::name: table.name = nullptr; return;
+  case KernelId::name:                       \
+    table.name = nullptr;                    \
+    return;
     VERLPP_KERNEL_LIST(VERLPP_SDK_KERNEL_CLEAR)
 #undef VERLPP_SDK_KERNEL_CLEAR
   }
@@ -92,10 +95,10 @@ using kernel_fn_t = std::remove_pointer_t<Pointer>;
 #define VERLPP_SDK_EVERY_KERNEL VERLPP_KERNEL_LIST(VERLPP_SDK_KERNEL_DECLARATION)
 
 namespace detail {
-#define VERLPP_SDK_KERNEL_DECLARED(name, minor)                                          \
-  template <class Impl, class = void>                                                     \
-  struct declares_##name : std::false_type {};                                            \
-  template <class Impl>                                                                   \
+#define VERLPP_SDK_KERNEL_DECLARED(name, minor) \
+  template <class Impl, class = void>           \
+  struct declares_##name : std::false_type {};  \
+  template <class Impl>                         \
   struct declares_##name<Impl, std::void_t<decltype(&Impl::name)>> : std::true_type {};
 VERLPP_KERNEL_LIST(VERLPP_SDK_KERNEL_DECLARED)
 #undef VERLPP_SDK_KERNEL_DECLARED

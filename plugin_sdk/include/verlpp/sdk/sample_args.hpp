@@ -1,7 +1,7 @@
 // Plugin SDK: the argument rules of the kernel table's `sample` entry (plugin_abi.h), checked the
-// same way by every plugin, and the counter-based draw the reference samplers share. The per-row settings may live in device memory, so their values are
-// checked apart (check_sample_row_values) by a plugin that can read them; a plugin that cannot
-// documents what out-of-range values do.
+// same way by every plugin, and the counter-based draw the reference samplers share. The per-row settings may live in
+// device memory, so their values are checked apart (check_sample_row_values) by a plugin that can read them; a plugin
+// that cannot documents what out-of-range values do.
 #pragma once
 
 #include <verlpp/sdk/kernel_args.hpp>
