@@ -175,13 +175,17 @@ TEST_CASE("ops: paged_attention_decode and rotary_paged_attention_decode without
       ops::paged_attention_decode(path == 0 ? &cpu_ref() : nullptr, q, k_cache, v_cache, tables, lens, scale,
                                   out[path]);
     }
-    require_close(out[1], out[0], 1e-5, 2 * rtol_of(dtype), "paged_attention_decode");
+    // Both in wide math, each rounded once: an output an ulp apart at most.
+    require_close(out[1], out[0], rtol_of(dtype), 2 * rtol_of(dtype), "paged_attention_decode");
 
     // The fused entry: the new token is each context's last position.
     const at::Tensor k = at::randn({b, kv, s}).to(dtype), v = at::randn({b, kv, s}).to(dtype);
-    const at::Tensor positions = (lens - 1).to(at::kLong);
-    const at::Tensor last_block = tables.to(at::kLong).gather(1, positions.div(bs, "floor").unsqueeze(1)).squeeze(1);
-    const at::Tensor slots = (last_block * bs + positions.remainder(bs)).contiguous();
+    std::vector<int64_t> last, slot;
+    for (int64_t r = 0; r < b; ++r) {
+      last.push_back(lens[r].item<int64_t>() - 1);
+      slot.push_back(int64_t(tables[r][last.back() / bs].item<int32_t>()) * bs + last.back() % bs);
+    }
+    const at::Tensor positions = at::tensor(last), slots = at::tensor(slot);
     at::Tensor fused[2], kc[2], vc[2];
     for (int path = 0; path < 2; ++path) {
       kc[path] = k_cache.clone();
@@ -190,7 +194,7 @@ TEST_CASE("ops: paged_attention_decode and rotary_paged_attention_decode without
       ops::rotary_paged_attention_decode(path == 0 ? &cpu_ref() : nullptr, q, k, v, positions, inv_freq, slots,
                                          kc[path], vc[path], tables, lens, scale, fused[path]);
     }
-    require_close(fused[1], fused[0], 1e-5, 4 * rtol_of(dtype), "rotary_paged_attention_decode");
+    require_close(fused[1], fused[0], 2 * rtol_of(dtype), 4 * rtol_of(dtype), "rotary_paged_attention_decode");
     require_close(kc[1], kc[0], 1e-5, 2 * rtol_of(dtype), "rotary_paged_attention_decode k_cache");
     CHECK(at::equal(vc[1], vc[0]));
   }

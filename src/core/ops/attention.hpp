@@ -1,7 +1,7 @@
 // ops: decode attention over a paged KV cache through a plugin's paged_attention_decode and ABI
 // 1.5's rotary_paged_attention_decode, or a reference that gathers each sequence's cache rows
-// and runs the model's attention (model::attention: scores in the activation dtype, softmax in
-// fp32) where the plugin (or a null `kernels`) has none. The fused entry's reference is its
+// and runs the model's attention over them in fp32 (model::attention), rounded once to the
+// dtype, where the plugin (or a null `kernels`) has none. The fused entry's reference is its
 // definition: rotary_kv_store, then paged_attention_decode over the rotated q (each through
 // the plugin where it offers them).
 #pragma once

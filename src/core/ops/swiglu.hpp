@@ -1,6 +1,7 @@
 // ops: SwiGLU's product silu(gate) * up and its backward through a plugin's silu_mul and
-// silu_mul_backward (ABI 1.2), or LibTorch's silu and silu_backward where the plugin (or a null
-// `kernels`) has none: both round where HF's forward and autograd's backward round.
+// silu_mul_backward (ABI 1.2), or the contract's formulas in LibTorch ops (silu and its
+// derivative in fp32) where the plugin (or a null `kernels`) has none: both round where HF's
+// forward and autograd's backward round.
 #pragma once
 
 #include <ATen/core/Tensor.h>
