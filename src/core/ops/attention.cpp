@@ -45,16 +45,16 @@ void paged_attention_decode(const hw::Kernels* kernels, const at::Tensor& q, con
     offsets.push_back(t % bs);
   }
   const auto i64 = at::TensorOptions().dtype(at::kLong);
-  const at::Tensor column = at::tensor(columns, i64).to(q.device()).unsqueeze(0);       // [1, L]
-  const at::Tensor offset = at::tensor(offsets, i64).to(q.device()).unsqueeze(0);       // [1, L]
+  const at::Tensor column = at::tensor(columns, i64).to(q.device()).unsqueeze(0);  // [1, L]
+  const at::Tensor offset = at::tensor(offsets, i64).to(q.device()).unsqueeze(0);  // [1, L]
   const at::Tensor blocks = block_tables.to(at::kLong).gather(1, column.expand({b, longest}));
-  const at::Tensor rows = (blocks * bs + offset).view({-1});                            // [B * L]
+  const at::Tensor rows = (blocks * bs + offset).view({-1});  // [B * L]
   // In fp32 (LibTorch's CPU has no 16-bit batched matmul), rounded once at the end, as the kernels round.
   const at::Tensor keys = k_cache.view({-1, kv, s}).index_select(0, rows).view({b, longest, kv, s}).to(at::kFloat);
   const at::Tensor values = v_cache.view({-1, kv, s}).index_select(0, rows).view({b, longest, kv, s}).to(at::kFloat);
-  const at::Tensor lens = context_lens.to(at::kLong).unsqueeze(1);                       // [B, 1]
-  const at::Tensor t = at::arange(longest, i64.device(q.device())).unsqueeze(0);         // [1, L]
-  const at::Tensor allowed = (t < lens).unsqueeze(1);                                   // [B, 1, L]
+  const at::Tensor lens = context_lens.to(at::kLong).unsqueeze(1);                // [B, 1]
+  const at::Tensor t = at::arange(longest, i64.device(q.device())).unsqueeze(0);  // [1, L]
+  const at::Tensor allowed = (t < lens).unsqueeze(1);                             // [B, 1, L]
   const at::Tensor attended = model::attention(q.to(at::kFloat).unsqueeze(1), keys, values, allowed, scale).squeeze(1);
   // A sequence without context attends to nothing: zeros, as the kernels write.
   out.copy_(at::where(lens.unsqueeze(2) > 0, attended, at::zeros_like(attended)));

@@ -1,5 +1,5 @@
 // silu_mul and silu_mul_backward (swiglu.hpp): the kernel calls, or the formulas in fp32 LibTorch ops.
-#include "ops/swiglu.hpp"
+#include "swiglu.hpp"
 
 #include "kernel_call.hpp"
 
