@@ -4,7 +4,7 @@
 // (LibTorch's current one on the tensors' device, hw::Kernels::current_stream).
 #pragma once
 
-#include "hw/dlpack_view.hpp"
+#include "../hw/dlpack_view.hpp"
 
 #include <verlpp/hw/kernels.hpp>
 
