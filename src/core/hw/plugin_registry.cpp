@@ -132,8 +132,11 @@ std::string inspect(Candidate& c, const DiscoveryOptions& options) {
   auto probe = lib.get<int32_t(char*, size_t)>(VERLPP_PLUGIN_PROBE_SYMBOL);
   auto get_api = lib.get<const verlpp_plugin_api*(uint32_t)>(VERLPP_PLUGIN_GET_API_SYMBOL);
 
+  // The child's answer stands when it says yes. A no is asked again here: the child showed that
+  // the probe returns, but a forked child cannot initialise some drivers that its parent already
+  // did (CUDA: cuInit fails in the child of a process that uses CUDA), so it may say no wrongly.
   std::string reason;
-  if (child.probed) {
+  if (child.probed && child.score > 0) {
     c.score = child.score;
     reason = child.reason;
   } else {
