@@ -67,7 +67,10 @@ class CpuRefPlugin : public sdk::Plugin {
     HostMemory m = read_host_memory();
     out.total_memory_bytes = m.total_bytes;
     out.free_memory_bytes = m.available_bytes;
-    out.capabilities = VERLPP_DEVICE_CAP_EVENT_TIMING | VERLPP_DEVICE_CAP_HOST_ADDRESSABLE;
+    // Its kernels define the math the conformance suite holds other plugins to; runs use
+    // LibTorch's faster path on the CPU instead.
+    out.capabilities =
+        VERLPP_DEVICE_CAP_EVENT_TIMING | VERLPP_DEVICE_CAP_HOST_ADDRESSABLE | VERLPP_DEVICE_CAP_REFERENCE_KERNELS;
 #if VERLPP_CPU_REF_HAS_GLOO
     out.capabilities |= VERLPP_DEVICE_CAP_COMMUNICATOR;
 #endif

@@ -2,10 +2,15 @@
 // engine. Prompts in verl's schema ("prompt": chat messages, rendered with DIR's chat
 // template) or plain "text"; one JSON line per sample out. A folder without weights (e.g.
 // examples/tiny) needs --init-seed, which initialises the model from that seed.
+#include "../core/util/input_file.hpp"
 #include "commands.hpp"
 
-#include <verlpp/core/json_limits.hpp>
+#include <verlpp/controller/device_choice.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/json_limits.hpp>
+#include <verlpp/core/strings.hpp>
+#include <verlpp/hw/kernels.hpp>
+#include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/model/chat_template.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/model/tokenizer.hpp>
@@ -22,7 +27,7 @@ namespace verlpp::apps {
 namespace {
 
 struct GenerateArgs {
-  std::string model_dir, prompts, output;
+  std::string model_dir, prompts, output, device = "auto", dtype = "float32";
   int64_t n = 1, max_new_tokens = 64, top_k = 0, init_seed = -1, block_size = 16, kv_tokens = 0;
   double temperature = 1.0, top_p = 1.0;
   uint64_t seed = 0;
@@ -41,15 +46,24 @@ void run_generate(const GenerateArgs& a) {
   model::ModelConfig config = model::load_model_config(a.model_dir);
   const bool has_weights =
       exists(a.model_dir + "/model.safetensors") || exists(a.model_dir + "/model.safetensors.index.json");
+  if (a.init_seed < 0 && !has_weights)
+    throw Error("--model " + a.model_dir, "no model.safetensors (pass --init-seed S to initialise from a seed)");
+  // The device as `train` picks it (VERL_HARDWARE_PLUGIN, the plugin folders), and that plugin's
+  // kernels unless they are a reference implementation.
+  const controller::DeviceChoice choice = controller::choose_device(a.device, /*local_rank=*/0, "--device");
+  std::unique_ptr<hw::Kernels> kernels;
+  if (!choice.plugin.empty() && hw::run_uses_kernels(hw::plugin_named(choice.plugin)))
+    kernels = std::make_unique<hw::Kernels>(hw::plugin_named(choice.plugin));
+  model::ModelOptions model_options;
+  model_options.device = choice.device;
+  model_options.dtype = model::dtype_from_name(a.dtype);
   model::DecoderLM lm = [&] {
     if (a.init_seed >= 0) {
-      model::DecoderLM m(config);
+      model::DecoderLM m(config, model_options);
       m.init_weights(uint64_t(a.init_seed));
       return m;
     }
-    if (!has_weights)
-      throw Error("--model " + a.model_dir, "no model.safetensors (pass --init-seed S to initialise from a seed)");
-    return model::load_pretrained(a.model_dir);
+    return model::load_pretrained(a.model_dir, model_options);
   }();
   model::Tokenizer tokenizer = model::Tokenizer::from_file(a.model_dir);
   std::optional<model::ChatTemplate> chat;
@@ -64,8 +78,7 @@ void run_generate(const GenerateArgs& a) {
   params.ignore_eos = a.ignore_eos;
   rollout::validate(params);  // n, top-p, ... are the whole run's: fail before any work
 
-  std::ifstream in(a.prompts);
-  if (!in) throw Error("--prompts " + a.prompts, "cannot open the file");
+  std::ifstream in = files::open_input(a.prompts, "prompts file (--prompts)");
   std::vector<rollout::GenerateRequest> requests;
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
@@ -104,10 +117,15 @@ void run_generate(const GenerateArgs& a) {
   rollout::EngineOptions options;
   options.block_size = a.block_size;
   options.kv_token_budget = a.kv_tokens;
+  options.kernels = kernels.get();
   rollout::RolloutEngine engine(std::move(lm), options);
   std::cerr << fmt::format("generate: {} prompts x {} samples, {} ({} layers), KV pool {} blocks of {} ({:.1f} MiB)\n",
                            requests.size(), a.n, config.architecture, config.num_hidden_layers, engine.num_blocks(),
                            engine.block_size(), double(engine.pool_bytes()) / (1 << 20));
+  std::cerr << fmt::format("generate: device {} ({}), {}\n", choice.device.str(),
+                           choice.plugin.empty() ? "no plugin" : "plugin " + choice.plugin,
+                           kernels ? "kernels: " + join(kernels->available(), ", ")
+                                   : std::string("no plugin kernels (LibTorch runs every operation)"));
   auto outputs = engine.generate(requests, [](int64_t done, int64_t total) {
     std::cerr << fmt::format("\rgenerate: {}/{} samples done", done, total) << std::flush;
   });
@@ -168,6 +186,10 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--block-size", args->block_size, "KV cache block size (tokens)")->capture_default_str();
   cmd->add_option("--kv-tokens", args->kv_tokens, "KV pool size in tokens (default 16384)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "do not stop at the model's EOS ids");
+  cmd->add_option("--device", args->device, "auto, cpu, cuda, privateuseone (optionally :index), as trainer.device")
+      ->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "the engine's weights and KV cache: float32, bfloat16, float16")
+      ->capture_default_str();
   cmd->callback([args] { run_generate(*args); });
 }
 

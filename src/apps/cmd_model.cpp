@@ -25,6 +25,7 @@
 #include <iostream>
 #include <set>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace verlpp::apps {
 namespace {
@@ -47,19 +48,21 @@ std::string with_commas(int64_t n) {
 
 void run_info(const std::string& dir) {
   ModelConfig c = load_model_config(dir);
-  std::cout << fmt::format("{:<16}{}\n", "architecture", c.architecture);
-  std::cout << fmt::format("{:<16}{}{}\n", "parameters", with_commas(parameter_count(c)),
-                           c.tie_word_embeddings ? " (embeddings tied to lm_head)" : "");
-  std::string weights = "none (config only)";
-  try {
+  // A folder without weight files is a config-only model; weights that are there but unreadable
+  // (truncated, corrupt header) are an error, not "none found".
+  std::string weights = "none found (no model.safetensors or model.safetensors.index.json)";
+  const bool has_weights = !is_dir(dir) || ::access((dir + "/model.safetensors").c_str(), F_OK) == 0 ||
+                           ::access((dir + "/model.safetensors.index.json").c_str(), F_OK) == 0;
+  if (has_weights) {
     SafetensorsStore store(dir);
     std::set<std::string> dtypes;
     for (const auto& name : store.names()) dtypes.insert(safetensors_dtype_name(store.entry(name).dtype));
     weights = fmt::format("{} tensors in {} file(s), {}", store.names().size(), store.files().size(),
                           join(std::vector<std::string>(dtypes.begin(), dtypes.end()), "/"));
-  } catch (const Error&) {
-    if (is_dir(dir)) weights = "none found (no model.safetensors)";
   }
+  std::cout << fmt::format("{:<16}{}\n", "architecture", c.architecture);
+  std::cout << fmt::format("{:<16}{}{}\n", "parameters", with_commas(parameter_count(c)),
+                           c.tie_word_embeddings ? " (embeddings tied to lm_head)" : "");
   std::cout << fmt::format("{:<16}{} (config)\n", "dtype", c.torch_dtype);
   std::cout << fmt::format("{:<16}{}\n", "weights", weights);
   std::cout << fmt::format("{:<16}{}\n", "layers", c.num_hidden_layers);
@@ -139,9 +142,20 @@ void run_logits(const std::string& dir, const std::vector<std::string>& id_lists
   ModelOptions options;
   options.dtype = dtype_from_name(dtype);
   options.device = device;
-  DecoderLM model = load_pretrained(dir, options);
   std::vector<std::vector<int64_t>> seqs;
   for (const std::string& text : id_lists) seqs.push_back(parse_ids(text));
+  const ModelConfig config = load_model_config(dir);
+  const int64_t vocab = config.vocab_size;
+  for (size_t b = 0; b < seqs.size(); ++b)
+    for (size_t t = 0; t < seqs[b].size(); ++t)
+      if (seqs[b][t] < 0 || seqs[b][t] >= vocab)
+        throw Error("--ids", fmt::format("id {} (sequence {}, position {}) is outside the vocabulary of {} (0..{})",
+                                         seqs[b][t], b + 1, t + 1, dir, vocab - 1));
+  for (size_t b = 0; b < seqs.size(); ++b)
+    if (int64_t(seqs[b].size()) > config.max_position_embeddings)
+      throw Error("--ids", fmt::format("sequence {} has {} ids, more than max_position_embeddings = {} of {}", b + 1,
+                                       seqs[b].size(), config.max_position_embeddings, dir));
+  DecoderLM model = load_pretrained(dir, options);
   const int64_t B = int64_t(seqs.size());
   int64_t T = 0;
   for (const auto& s : seqs) T = std::max<int64_t>(T, int64_t(s.size()));

@@ -42,6 +42,13 @@ void run_plugins() {
     loaded.add_row({p.name(), p.variant().empty() ? "-" : p.variant(), p.version(), fmt::format("1.{}", p.abi_minor()),
                     std::to_string(n), p.torch_device_type(), memory, caps, kernels.empty() ? "-" : join(kernels, ","),
                     p.path()});
+    if (!kernels.empty())
+      notes.push_back(
+          hw::run_uses_kernels(p)
+              ? fmt::format("{}: a run on its devices calls all {} of its kernels", p.display_name(), kernels.size())
+              : fmt::format("{}: its kernels are a reference implementation (for verlpp-plugin-check); a "
+                            "run on its devices uses LibTorch's path instead",
+                            p.display_name()));
     std::string problem = hw::torch_placement_problem(p.torch_device_type());
     if (!problem.empty()) notes.push_back(fmt::format("{}: {}", p.display_name(), problem));
   }

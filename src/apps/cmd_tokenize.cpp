@@ -2,6 +2,7 @@
 // array of ids per line out (no special tokens added). --decode reverses it (id arrays in, JSON
 // strings out); --chat reads one JSON array of {role, content} messages per line and tokenizes
 // the prompt of the chat template (--text prints the prompt itself). Errors name the line.
+#include "../core/util/input_file.hpp"
 #include "commands.hpp"
 
 #include <verlpp/core/json_limits.hpp>
@@ -76,10 +77,7 @@ void run_tokenize(const TokenizeOptions& o) {
   chat_options.enable_thinking = !o.no_thinking;
 
   std::ifstream file_stream;
-  if (!o.file.empty()) {
-    file_stream.open(o.file, std::ios::binary);
-    VERLPP_CHECK(file_stream.good(), "cannot open input file \"{}\"", o.file);
-  }
+  if (!o.file.empty()) file_stream = files::open_input(o.file, "input file (--file)");
   std::istream& in = o.file.empty() ? std::cin : file_stream;
   const std::string source = o.file.empty() ? "<stdin>" : o.file;
   std::string line, out;
@@ -89,15 +87,21 @@ void run_tokenize(const TokenizeOptions& o) {
     check_json_depth(line, where);
     try {
       value = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number that overflows
       VERLPP_FAIL_AT(where, "not valid JSON: {}", e.what());
     }
     if (o.decode) {
       VERLPP_CHECK(value.is_array(), "{}: expected a JSON array of ids", where);
       std::vector<int32_t> ids;
-      for (const auto& id : value) {
-        VERLPP_CHECK(id.is_number_integer(), "{}: id {} is not an integer", where, id.dump());
-        ids.push_back(id.get<int32_t>());
+      for (size_t i = 0; i < value.size(); ++i) {
+        const nlohmann::json& id = value[i];
+        if (!id.is_number_integer()) VERLPP_FAIL_AT(where, "id [{}] = {} is not an integer", i, id.dump());
+        // The library skips unknown ids as HF does; a command asked to decode them says so.
+        const int64_t wide = id.get<int64_t>();
+        if (wide < 0 || wide > INT32_MAX || !tokenizer.id_to_token(int32_t(wide)))
+          VERLPP_FAIL_AT(where, "id [{}] = {} is not in the vocabulary of {} (ids 0..{})", i, id.dump(),
+                         o.tokenizer_path, tokenizer.vocab_size() - 1);
+        ids.push_back(int32_t(wide));
       }
       out += nlohmann::json(tokenizer.decode(ids, o.skip_special_tokens)).dump() + "\n";
     } else if (o.chat) {

@@ -42,28 +42,30 @@ std::string embedded(const std::string& name) {
   return std::string(data);
 }
 
-// The embedded default's inputs, written into its run folder: the tiny model (config,
-// tokenizer, weights from `demo.init_seed`) and the arithmetic splits.
-void write_demo_inputs(const std::string& run, const json& demo) {
+// The arithmetic demo's inputs (verlpp.demo, enabled by the embedded default), written into the
+// run folder: the tiny model (config, tokenizer, weights from verlpp.demo.init_seed) and the
+// arithmetic splits its data.* and sft.* keys point at.
+void write_demo_inputs(const controller::Config& config) {
+  const std::string run = config.get<std::string>("trainer.default_local_dir");
   const std::string model_dir = run + "/tiny_init", data_dir = run + "/data";
   files::make_dirs(model_dir);
   files::make_dirs(data_dir);
   for (const char* name : {"config.json", "tokenizer.json", "tokenizer_config.json"})
     files::write_text(model_dir + "/" + name, embedded(std::string("examples/tiny/") + name));
   model::DecoderLM tiny(model::load_model_config(model_dir));
-  tiny.init_weights(demo.value("init_seed", uint64_t(1)));
+  tiny.init_weights(config.get<uint64_t>("verlpp.demo.init_seed"));
   model::SaveOptions save;
   save.source_dir = model_dir;
   model::save_pretrained(tiny, model_dir, save);
 
   controller::ArithTaskOptions task;
-  task.max_operand = demo.value("max_operand", task.max_operand);
-  task.operators = demo.value("operators", task.operators);
-  task.seed = demo.value("seed", task.seed);
-  task.sft_count = demo.value("sft_count", task.sft_count);
-  task.train_count = demo.value("train_count", task.train_count);
-  task.val_count = demo.value("val_count", task.val_count);
-  task.sft_carry_error = demo.value("sft_carry_error", task.sft_carry_error);
+  task.max_operand = config.get<int64_t>("verlpp.demo.max_operand");
+  task.operators = config.get<std::string>("verlpp.demo.operators");
+  task.seed = config.get<uint64_t>("verlpp.demo.seed");
+  task.sft_count = config.get<int64_t>("verlpp.demo.sft_count");
+  task.train_count = config.get<int64_t>("verlpp.demo.train_count");
+  task.val_count = config.get<int64_t>("verlpp.demo.val_count");
+  task.sft_carry_error = config.get<double>("verlpp.demo.sft_carry_error");
   controller::ArithSplits splits = controller::make_arith_splits(task);
   controller::write_jsonl(data_dir + "/arith_sft.jsonl", splits.sft);
   controller::write_jsonl(data_dir + "/arith_train.jsonl", splits.train);
@@ -98,13 +100,10 @@ void run_train(std::vector<std::string> args, int nproc) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<std::string> given_args = args;
   const bool embedded_default = args.empty() || args.front().find('=') != std::string::npos;
-  json demo;
   controller::Config config = controller::Config::defaults();
   if (embedded_default) {
-    json given = json::parse(embedded(kDefaultConfig));
-    demo = given["demo"];
-    given.erase("demo");
-    config = controller::Config::from_json(given, std::string("embedded ") + kDefaultConfig);
+    config =
+        controller::Config::from_json(json::parse(embedded(kDefaultConfig)), std::string("embedded ") + kDefaultConfig);
   } else {
     config = controller::Config::from_file(args.front());
     args.erase(args.begin());
@@ -116,13 +115,13 @@ void run_train(std::vector<std::string> args, int nproc) {
   if (nproc > 1 && world.is_distributed())
     throw Error("--nproc", fmt::format("this process is already rank {} of {} ({} launch); --nproc starts ranks itself",
                                        world.rank, world.world_size, world.launcher));
-  if (embedded_default && std::getenv(kDemoInputsReady) == nullptr) {
+  if (config.get<bool>("verlpp.demo.enabled") && std::getenv(kDemoInputsReady) == nullptr) {
     if (world.is_distributed())
       throw Error("verlpp train",
-                  fmt::format("the embedded demo under {} with {} ranks: start it with `verlpp train --nproc N` "
-                              "(which writes its inputs once), or give a config file",
+                  fmt::format("the arithmetic demo (verlpp.demo.enabled) under {} with {} ranks: start it with "
+                              "`verlpp train --nproc N` (which writes its inputs once), or write them first",
                               world.launcher, world.world_size));
-    write_demo_inputs(config.get<std::string>("trainer.default_local_dir"), demo);
+    write_demo_inputs(config);
   }
   if (nproc > 1) {
     // A layout or batch that cannot work is refused before any rank starts.

@@ -3,6 +3,7 @@
 #include "commands.hpp"
 
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/error_text.hpp>
 
 #include <malloc.h>
 
@@ -29,8 +30,18 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const verlpp::Error& e) {
+    std::cerr << "verlpp: error: " << e.what() << "\n";  // names its own where
+    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "verlpp: error: " << e.what() << "\n";
+    // A library's exception (LibTorch, JSON, the standard library) does not say where it came
+    // from: name the command ("model logits: LibTorch: index out of range in self").
+    std::string command;
+    for (const CLI::App* sub = &app; !sub->get_subcommands().empty();) {
+      sub = sub->get_subcommands().front();
+      command += (command.empty() ? "" : " ") + sub->get_name();
+    }
+    std::cerr << "verlpp: error: " << command << ": " << verlpp::error_text(e) << "\n";
     return 1;
   }
   return 0;

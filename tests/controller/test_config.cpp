@@ -99,7 +99,9 @@ TEST_CASE("a config file merges strictly and names the file", "[config]") {
   std::string quoted = write_temp("quoted", "{\"trainer\": {\"project_name\": \"" + std::string(1000, '[') + "\"}}");
   CHECK(Config::from_file(quoted).get<std::string>("trainer.project_name") == std::string(1000, '['));
   std::remove(quoted.c_str());
-  CHECK_THROWS_WITH(Config::from_file("/nonexistent/config.json"), Contains("cannot open"));
+  CHECK_THROWS_WITH(Config::from_file("/nonexistent/config.json"),
+                    Contains("/nonexistent/config.json") && Contains("No such file or directory"));
+  CHECK_THROWS_WITH(Config::from_file("/tmp"), Contains("/tmp: the config file is a directory, not a file"));
   std::remove(good.c_str());
   std::remove(typo.c_str());
   std::remove(broken.c_str());
@@ -167,4 +169,28 @@ TEST_CASE("validate: inconsistent values are refused before any work, all at onc
   CHECK_NOTHROW(kl.validate(1));
   kl.set("actor_rollout_ref.actor.kl_loss_type", "k9");
   CHECK_THROWS_WITH(kl.validate(1), Contains("'k9' is not one of"));
+}
+
+TEST_CASE("a value of the wrong type read by a check names its key, not the JSON library's code", "[config]") {
+  Config c = small_valid();
+  c.apply_override("data.train_batch_size=null");  // null is accepted as verl's "unset" ...
+  // ... and refused where a number is needed, by key.
+  CHECK_THROWS_WITH(c.validate(1), Contains("'data.train_batch_size' is null (unset); it must be an integer") &&
+                                       !Contains("json.exception"));
+  CHECK_THROWS_WITH(c.get<int64_t>("data.train_batch_size"), Contains("'data.train_batch_size'"));
+  Config d = small_valid();
+  d.set("trainer.project_name", 5);
+  CHECK_THROWS_WITH(d.get<std::string>("trainer.project_name"),
+                    Contains("'trainer.project_name' = 5 is an integer; it must be a string"));
+}
+
+TEST_CASE("validate: a step batch that cannot fit in this machine's memory is refused before any work", "[config]") {
+  Config c = small_valid();
+  c.set("actor_rollout_ref.rollout.n", 1000000000);  // divides everything, so only its size is wrong
+  c.set("data.train_batch_size", 8);
+  c.set("actor_rollout_ref.actor.ppo_mini_batch_size", 8);
+  c.set("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 1000000000);
+  CHECK_THROWS_WITH(c.validate(1),
+                    Contains("8 x 1000000000 x") && Contains("GiB of host memory") && Contains("this machine has"));
+  CHECK_NOTHROW(small_valid().validate(1));  // the usual sizes are far from it
 }

@@ -2,6 +2,7 @@
 // errors (file:line), truncation modes against slicing the full ids, filtering, the resumable
 // loader, and left-padded collation against a plain loop.
 #include <verlpp/controller/dataset.hpp>
+#include <verlpp/core/log.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <cstdio>
@@ -82,7 +83,27 @@ TEST_CASE("dataset: malformed rows name the file and line", "[dataset]") {
   fails({row("1+1", "2"), R"({"data_source": "a", "prompt": [{"role": "user"}]})"}, "'prompt[0]' must be");
   fails({row("1+1", "2"), R"({"data_source": "a", "prompt": []})"}, "non-empty list");
   CHECK_THROWS_WITH(PromptDataset::load({"/nonexistent.jsonl"}, tiny_tokenizer(), tiny_chat(), o),
-                    Contains("cannot open"));
+                    Contains("/nonexistent.jsonl: cannot read the data file: No such file or directory"));
+  CHECK_THROWS_WITH(PromptDataset::load({"/tmp"}, tiny_tokenizer(), tiny_chat(), o),
+                    Contains("/tmp: the data file is a directory, not a file"));
+}
+
+TEST_CASE("dataset: rows without reward_model.ground_truth are loaded with a warning naming the first", "[dataset]") {
+  std::vector<std::string> warnings;
+  verlpp::set_log_sink([&](verlpp::LogLevel level, const std::string& line) {
+    if (level == verlpp::LogLevel::warning) warnings.push_back(line);
+  });
+  const std::string path =
+      write_jsonl("no_truth", {row("1+1", "2"), R"({"data_source": "arith", "prompt": "2+2"})",
+                               R"({"data_source": "arith", "prompt": "3+3", "reward_model": {"style": "rule"}})"});
+  PromptDataset d = PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), DatasetOptions{});
+  PromptDataset complete =
+      PromptDataset::load({write_jsonl("truth", {row("1+1", "2")})}, tiny_tokenizer(), tiny_chat(), DatasetOptions{});
+  verlpp::set_log_sink(nullptr);
+  CHECK(d.size() == 3);
+  REQUIRE(warnings.size() == 1);  // the complete file warned about nothing
+  CHECK_THAT(warnings[0], Contains("2 of 3 rows have no reward_model.ground_truth") && Contains(path + ":2"));
+  std::remove(path.c_str());
 }
 
 TEST_CASE("dataset: overlong prompts are truncated, filtered or refused", "[dataset]") {

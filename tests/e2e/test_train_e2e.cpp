@@ -2,6 +2,13 @@
 // a few steps with an SFT warm start, write finite metrics with verl's names, validation rows,
 // checkpoints and the report; and a run killed with SIGKILL while training, then resumed,
 // produces exactly the metrics (timings aside) and the weights of an uninterrupted run.
+#include <verlpp/controller/run_settings.hpp>
+
+#include <dirent.h>
+
+#include <cstdlib>
+
+// Catch2 (through e2e_util.hpp) last: LibTorch 2.x headers define glog's CHECK.
 #include "e2e_util.hpp"
 
 using namespace verlpp;
@@ -82,20 +89,43 @@ TEST_CASE("verlpp train: SIGKILL mid-run, then resume, repeats the uninterrupted
   }
 }
 
-TEST_CASE("the shipped example configs load and validate", "[e2e]") {
-  for (const char* file : {"examples/gsm8k/grpo_qwen2.5_0.5b.json", "examples/gsm8k/ppo_qwen2.5_0.5b.json"}) {
+TEST_CASE("every example config under examples/ loads and validates, in the library and the CLI", "[e2e]") {
+  // Every *.json under examples/ that is a run config (tokenizer and model files aside).
+  std::vector<std::string> configs;
+  auto entries = [](const std::string& dir) {
+    std::vector<std::string> names;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (const dirent* e = ::readdir(d))
+        if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+      ::closedir(d);
+    }
+    return names;
+  };
+  for (const std::string& folder : entries(std::string(VERLPP_SOURCE_DIR) + "/examples")) {
+    const std::string dir = std::string(VERLPP_SOURCE_DIR) + "/examples/" + folder;
+    for (const std::string& name : entries(dir)) {
+      const bool model_file =
+          name == "config.json" || name.rfind("tokenizer", 0) == 0 || name.rfind("generation", 0) == 0;
+      if (name.size() > 5 && name.substr(name.size() - 5) == ".json" && !model_file)
+        configs.push_back(dir + "/" + name);
+    }
+  }
+  REQUIRE(configs.size() >= 3);
+  for (const std::string& file : configs) {
     INFO(file);
-    controller::Config c = controller::Config::from_file(std::string(VERLPP_SOURCE_DIR) + "/" + file);
+    controller::Config c = controller::Config::from_file(file);
     c.resolve();
     CHECK_NOTHROW(c.validate(1));
+    CHECK_NOTHROW(controller::parse_run_settings(c, 1, 1));
+    // `verlpp config FILE` validates it as a run would.
+    const int status = std::system((std::string(VERLPP_CLI) + " config " + file + " > /dev/null").c_str());
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
   }
-  // The embedded default, as `verlpp train` reads it (its "demo" section is the CLI's).
-  json given = json::parse(read_file(std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json"));
-  REQUIRE(given.contains("demo"));
-  given.erase("demo");
-  controller::Config c = controller::Config::from_json(given, "grpo_tiny.json");
+  // The embedded default is examples/arith/grpo_tiny.json, with the demo inputs switched on.
+  controller::Config c =
+      controller::Config::from_file(std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json");
   c.resolve();
-  CHECK_NOTHROW(c.validate(1));
+  CHECK(c.get<bool>("verlpp.demo.enabled"));
   CHECK(c.get<std::string>("data.train_files").find("/data/arith_train.jsonl") != std::string::npos);
 }
 

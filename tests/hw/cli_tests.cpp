@@ -11,9 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -58,6 +60,32 @@ TEST_CASE("verlpp plugins goes on past a plugin whose probe crashes or hangs", "
   // A bad timeout is named, not taken.
   CHECK(test::run_command(verlpp_cmd("VERLPP_PLUGIN_PROBE_TIMEOUT_MS=soon", "plugins"), out) == 1);
   CHECK_THAT(out, Catch::Contains("VERLPP_PLUGIN_PROBE_TIMEOUT_MS=soon") && Catch::Contains("milliseconds"));
+}
+
+TEST_CASE("verlpp-plugin-check fails a plugin whose probe crashes, aborts or hangs as a case, not a crash",
+          "[cli][probe]") {
+  const std::string json_path = "/tmp/verlpp_check_crashing_probe.json";
+  for (const auto& [folder, stem, reason] :
+       {std::tuple<std::string, std::string, std::string>{"probe_segv", "probesegv", "signal SIGSEGV"},
+        {"probe_abort", "probeabort", "signal SIGABRT"},
+        {"probe_hang", "probehang", "did not return within 2000 ms"}}) {
+    INFO(folder);
+    std::remove(json_path.c_str());
+    std::string out;
+    const int status =
+        test::run_command("VERLPP_PLUGIN_PROBE_TIMEOUT_MS=2000 " + test::bin_dir() + "/verlpp-plugin-check " +
+                              test::plugin_case_file(folder, stem) + " --json " + json_path,
+                          out);
+    CHECK(status == 1);  // a failed suite, not a usage error (2) or a signal
+    CHECK_THAT(out, Catch::Contains("abi / load and probe") && Catch::Contains("FAIL") && Catch::Contains(reason));
+    CHECK_THAT(out, Catch::Contains("0 passed, 1 failed"));
+    std::ifstream in(json_path);
+    REQUIRE(in.good());
+    const nlohmann::json results = nlohmann::json::parse(in);
+    REQUIRE(results["results"].size() == 1);
+    CHECK(results["results"][0]["outcome"] == "FAIL");
+    CHECK_THAT(results["results"][0]["detail"].get<std::string>(), Catch::Contains(reason));
+  }
 }
 
 TEST_CASE("verlpp plugins says when this LibTorch cannot place a plugin's cuda tensors", "[cli]") {

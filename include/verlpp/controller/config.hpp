@@ -7,9 +7,27 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace verlpp::controller {
+
+namespace detail {
+// How a config value of type T is described in errors ("an integer", "a boolean", ...).
+template <class T>
+constexpr const char* json_kind() {
+  if constexpr (std::is_same_v<T, bool>)
+    return "a boolean";
+  else if constexpr (std::is_integral_v<T>)
+    return "an integer";
+  else if constexpr (std::is_floating_point_v<T>)
+    return "a number";
+  else if constexpr (std::is_convertible_v<T, std::string>)
+    return "a string";
+  else
+    return "a value of another type";
+}
+}  // namespace detail
 
 class Config {
  public:
@@ -34,9 +52,15 @@ class Config {
 
   // The value at a dotted path; Error if absent.
   const nlohmann::json& at(const std::string& dotted) const;
+  // The value at a dotted path as T; Error naming the key and the value when it is not one.
   template <class T>
   T get(const std::string& dotted) const {
-    return at(dotted).get<T>();
+    const nlohmann::json& value = at(dotted);
+    try {
+      return value.get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw_wrong_type(dotted, value, detail::json_kind<T>());
+    }
   }
   // The value at `dotted`, or `fallback` when it is null (verl's "unset").
   template <class T>
@@ -53,6 +77,7 @@ class Config {
 
  private:
   explicit Config(nlohmann::json tree) : tree_(std::move(tree)) {}
+  [[noreturn]] static void throw_wrong_type(const std::string& dotted, const nlohmann::json& value, const char* wanted);
   nlohmann::json tree_;
 };
 

@@ -29,10 +29,11 @@ class Error : public std::runtime_error {
 
 }  // namespace verlpp
 
-// Throws verlpp::Error("<file>:<line>", fmt::format(...)) unless `cond` holds.
-#define VERLPP_CHECK(cond, ...)                                                                                 \
-  do {                                                                                                          \
-    if (!(cond)) throw ::verlpp::Error(::fmt::format("{}:{}", __FILE__, __LINE__), ::fmt::format(__VA_ARGS__)); \
+// Throws verlpp::Error with the formatted message unless `cond` holds. The message names its own
+// context (the object, key or file checked): it is what a user reads, so no source location.
+#define VERLPP_CHECK(cond, ...)                                                    \
+  do {                                                                             \
+    if (!(cond)) throw ::verlpp::Error(std::string(), ::fmt::format(__VA_ARGS__)); \
   } while (0)
 
 // Throws verlpp::Error(where, fmt::format(...)) unconditionally.

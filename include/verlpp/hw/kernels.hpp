@@ -32,6 +32,11 @@ struct KernelsOptions {
   bool native_streams = true;
 };
 
+// Whether runs on `plugin`'s devices call its kernels: true unless its first device reports
+// VERLPP_DEVICE_CAP_REFERENCE_KERNELS (cpu_ref: loops that define the math, slower than
+// LibTorch's own path). A plugin without devices or kernels is never called.
+bool run_uses_kernels(const Plugin& plugin);
+
 class Kernels {
  public:
   explicit Kernels(const Plugin& plugin, KernelsOptions options = {});

@@ -110,6 +110,10 @@ typedef struct verlpp_kv_store {
 #define VERLPP_DEVICE_CAP_FP16 (1ull << 5)               /* fp16 arithmetic is native */
 #define VERLPP_DEVICE_CAP_HOST_ADDRESSABLE (1ull << 6)   /* device memory is host-addressable */
 #define VERLPP_DEVICE_CAP_PEER_ACCESS (1ull << 7)        /* direct device-to-device access */
+/* (1.5) The device's kernels are a correctness reference (plain loops, slower than LibTorch's own
+ * path): the conformance suite runs them, a run does not call them. Without it, a run on the
+ * device calls every kernel the plugin offers. */
+#define VERLPP_DEVICE_CAP_REFERENCE_KERNELS (1ull << 8)
 
 /* Properties of one device. The host sets struct_size before the call; the plugin writes at
  * most that many bytes. Strings are NUL-terminated and truncated to fit. */

@@ -1,6 +1,7 @@
 // Config: defaults, merging a user's file, dotted overrides, `${...}` resolution and lookups.
 // Merging is strict: every key must exist in the defaults (except inside free-form objects,
 // whose default is `{}`, e.g. model.override_config) and keep the default's type.
+#include "../util/input_file.hpp"
 #include <verlpp/core/json_limits.hpp>
 #include <verlpp/controller/config.hpp>
 #include <verlpp/core/error.hpp>
@@ -214,14 +215,12 @@ std::string nearest_config_key(const std::string& key) {
 Config Config::defaults() { return Config(default_tree()); }
 
 Config Config::from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path, "cannot open the config file");
   json given;
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = files::read_input(path, "config file");
   check_json_depth(text, path);
   try {
     given = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number that overflows
     throw Error(path, fmt::format("not valid JSON: {}", e.what()));
   }
   return from_json(given, path);
@@ -284,6 +283,11 @@ const nlohmann::json& Config::at(const std::string& dotted) const {
   const json* node = find(tree_, dotted);
   if (node == nullptr) throw Error("config", unknown_key_message(dotted));
   return *node;
+}
+
+void Config::throw_wrong_type(const std::string& dotted, const nlohmann::json& value, const char* wanted) {
+  if (value.is_null()) throw Error("config", fmt::format("'{}' is null (unset); it must be {}", dotted, wanted));
+  throw Error("config", fmt::format("'{}' = {} is {}; it must be {}", dotted, value.dump(), type_name(value), wanted));
 }
 
 void Config::set(const std::string& dotted, nlohmann::json value) {

@@ -265,7 +265,9 @@ const char* default_config_text() {
     "model": {"fused_training_projections": null, "sdpa_gqa": true},
     "rollout": {"device_graphs": true, "decode_overlap": true, "rotary_attention": true},
     "train": {"rotary_qkv": true},
-    "kernels": {"streams": true}
+    "kernels": {"streams": true},
+    "demo": {"enabled": false, "max_operand": 99, "operators": "+", "seed": 1, "init_seed": 1,
+             "sft_count": 2000, "train_count": 2000, "val_count": 200, "sft_carry_error": 0.0}
   }
 })json";
 }

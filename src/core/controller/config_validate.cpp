@@ -9,10 +9,18 @@
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace verlpp::controller {
 namespace {
+
+// Physical memory of this machine (0 if unknown).
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? double(pages) * double(page) : 0.0;
+}
 
 bool contains(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
@@ -70,8 +78,23 @@ void check_batches(const Config& c, int world_size, Problems& p) {
           role, micro, mini_per_rank, mini, n, world_size);
     }
   }
-  if (c.get<int64_t>("data.max_prompt_length") < 1) p.add("data.max_prompt_length must be >= 1");
-  if (c.get<int64_t>("data.max_response_length") < 1) p.add("data.max_response_length must be >= 1");
+  const int64_t prompt_len = c.get<int64_t>("data.max_prompt_length");
+  const int64_t response_len = c.get<int64_t>("data.max_response_length");
+  if (prompt_len < 1) p.add("data.max_prompt_length must be >= 1");
+  if (response_len < 1) p.add("data.max_response_length must be >= 1");
+  if (prompt_len < 1 || response_len < 1) return;
+  // A step's whole rollout batch (ids, masks, positions, log-probs, advantages, values: about
+  // kHostBytesPerToken per token) is gathered on every rank's host. A size that cannot fit in
+  // this machine's memory is refused now, not after minutes of silent allocation.
+  constexpr double kHostBytesPerToken = 48;
+  const double tokens = double(batch) * double(n) * double(prompt_len + response_len);
+  const double need = tokens * kHostBytesPerToken, have = physical_memory_bytes();
+  if (have > 0 && need > have)
+    p.add(
+        "one step's rollout batch is data.train_batch_size x rollout.n x (max_prompt_length + max_response_length) "
+        "= {} x {} x {} = {:.3g} tokens, about {:.1f} GiB of host memory for its tensors; this machine has {:.1f} "
+        "GiB",
+        batch, n, prompt_len + response_len, tokens, need / double(1 << 30), have / double(1 << 30));
 }
 
 void check_names(const Config& c, Problems& p) {

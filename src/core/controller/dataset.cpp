@@ -1,7 +1,9 @@
 // PromptDataset, DataLoader and prompt collation (see dataset.hpp).
+#include "../util/input_file.hpp"
 #include <verlpp/core/json_limits.hpp>
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/log.hpp>
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
@@ -42,7 +44,7 @@ PromptRecord parse_row(const std::string& line, const std::string& where, const 
   check_json_depth(line, where);
   try {
     row = json::parse(line);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number that overflows
     throw Error(where, fmt::format("not valid JSON: {}", e.what()));
   }
   if (!row.is_object()) throw Error(where, "a row must be a JSON object");
@@ -118,13 +120,24 @@ PromptDataset PromptDataset::load(const std::vector<std::string>& files, const m
   if (files.empty()) throw Error("dataset", "no data files given");
   std::vector<PromptRecord> records;
   for (const auto& file : files) {
-    std::ifstream in(file);
-    if (!in) throw Error(file, "cannot open the data file");
+    std::ifstream in = files::open_input(file, "data file");
     std::string line;
     for (size_t number = 1; std::getline(in, line); ++number) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are allowed
       records.push_back(parse_row(line, fmt::format("{}:{}", file, number), options));
     }
+  }
+  // verl's rule rewards read reward_model.ground_truth from every row; a row without one is
+  // scored against nothing, which a user wants to hear about before training on it.
+  if (options.response_key.empty()) {
+    size_t missing = 0;
+    std::string first;
+    for (const PromptRecord& r : records)
+      if (r.ground_truth.is_null() && missing++ == 0) first = r.origin;
+    if (missing > 0)
+      log(LogLevel::warning, fmt::format("{}: {} of {} rows have no reward_model.ground_truth (the first at {}); "
+                                         "rule-based rewards score them against an empty answer",
+                                         files.front(), missing, records.size(), first));
   }
   PromptDataset d = from_records(std::move(records), tokenizer, chat_template, options);
   if (d.size() == 0)

@@ -14,7 +14,11 @@
 namespace verlpp::controller {
 namespace {
 
-std::string ground_truth_text(const nlohmann::json& g) { return g.is_string() ? g.get<std::string>() : g.dump(); }
+// A row without reward_model.ground_truth (null) is scored against an empty answer.
+std::string ground_truth_text(const nlohmann::json& g) {
+  if (g.is_null()) return {};
+  return g.is_string() ? g.get<std::string>() : g.dump();
+}
 
 struct Registry {
   std::mutex mutex;

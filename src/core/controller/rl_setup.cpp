@@ -69,14 +69,25 @@ void join_process_group(RlTrainer::State& s) {
   s.dp = train::DataParallel(s.group.get(), s.device);
 }
 
-// The accelerator plugin's kernels, for the engine (paged attention decode, sampling, RoPE,
-// SwiGLU) and the trainer (LM-head log-probs, RoPE, SwiGLU). On the CPU, cpu_ref's are correctness loops, slower than
-// LibTorch's path, so none are loaded there.
+// The device's plugin's kernels, for the engine (paged attention decode, sampling, RoPE,
+// SwiGLU) and the trainer (LM-head log-probs, RoPE, SwiGLU, AdamW), on any device type, unless
+// the plugin marks them a reference (cpu_ref's loops, slower than LibTorch's path).
 void load_kernels(RlTrainer::State& s) {
   hw::KernelsOptions options;
   options.native_streams = s.settings.paths.kernel_streams;
-  if (!s.device.is_cpu() && !s.plugin.empty())
+  if (!s.plugin.empty() && hw::run_uses_kernels(hw::plugin_named(s.plugin)))
     s.kernels = std::make_unique<hw::Kernels>(hw::plugin_named(s.plugin), options);
+}
+
+// The start-up line naming the kernels the run calls.
+std::string kernels_line(const RlTrainer::State& s) {
+  if (s.kernels) {
+    const std::vector<std::string> names = s.kernels->available();
+    return fmt::format("kernels from plugin {}: {}", s.plugin, names.empty() ? "none offered" : join(names, ", "));
+  }
+  if (s.plugin.empty()) return "kernels: none (no plugin); LibTorch runs every operation";
+  return fmt::format("kernels: none called (plugin {}'s are a reference implementation); LibTorch runs every operation",
+                     s.plugin);
 }
 
 void build_actor(RlTrainer::State& s) {
@@ -186,7 +197,7 @@ void build_engine(RlTrainer::State& s) {
     for (const auto& [name, p] : s.actor_model->named_parameters())
       engine_model.parameter(name).detach().copy_(p.detach());
   }
-  o.kernels = s.kernels.get();  // null on the CPU (load_kernels)
+  o.kernels = s.kernels.get();  // null without a plugin, or with a reference one (load_kernels)
   s.engine = std::make_unique<rollout::RolloutEngine>(std::move(engine_model), o);
 }
 
@@ -294,6 +305,7 @@ void setup_trainer(RlTrainer::State& s) {
                   s.device.str(), s.plugin.empty() ? "no plugin" : "plugin " + s.plugin, s.model_path,
                   double(model::parameter_count(mc)) / 1e6, s.train_set->size(), s.val_set ? s.val_set->size() : 0,
                   s.total_steps, s.train_batch_size, s.n, s.estimator));
+  s.message(kernels_line(s));
 }
 
 }  // namespace verlpp::controller

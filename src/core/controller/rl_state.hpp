@@ -12,6 +12,7 @@
 #include <verlpp/controller/rl_trainer.hpp>
 #include <verlpp/controller/run_settings.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/error_text.hpp>
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/process_group.hpp>
 #include <verlpp/hw/world.hpp>
@@ -112,7 +113,7 @@ auto run_stage(RlTrainer::State& s, const std::string& name, nlohmann::json& met
       return result;
     }
   } catch (const std::exception& e) {
-    throw Error(fmt::format("rank {} of {}, {}", s.world.rank, s.world.world_size, where), e.what());
+    throw Error(fmt::format("rank {} of {}, {}", s.world.rank, s.world.world_size, where), error_text(e));
   }
 }
 

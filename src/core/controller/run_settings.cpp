@@ -14,18 +14,6 @@ namespace {
 
 using json = nlohmann::json;
 
-template <class T>
-const char* kind() {
-  if constexpr (std::is_same_v<T, bool>)
-    return "a boolean";
-  else if constexpr (std::is_integral_v<T>)
-    return "an integer";
-  else if constexpr (std::is_floating_point_v<T>)
-    return "a number";
-  else
-    return "a string";
-}
-
 // The value at `key` as T; Error naming the key and the value when it is not one (e.g. null).
 template <class T>
 T read(const Config& c, const std::string& key) {
@@ -33,7 +21,7 @@ T read(const Config& c, const std::string& key) {
   try {
     return v.get<T>();
   } catch (const json::exception&) {
-    throw Error(key, fmt::format("{} is not {}", v.dump(), kind<T>()));
+    throw Error(key, fmt::format("{} is not {}", v.dump(), detail::json_kind<T>()));
   }
 }
 

@@ -17,7 +17,8 @@ std::string capability_names(uint64_t caps) {
                                                            {VERLPP_DEVICE_CAP_BF16, "bf16"},
                                                            {VERLPP_DEVICE_CAP_FP16, "fp16"},
                                                            {VERLPP_DEVICE_CAP_HOST_ADDRESSABLE, "host_addressable"},
-                                                           {VERLPP_DEVICE_CAP_PEER_ACCESS, "peer_access"}};
+                                                           {VERLPP_DEVICE_CAP_PEER_ACCESS, "peer_access"},
+                                                           {VERLPP_DEVICE_CAP_REFERENCE_KERNELS, "reference_kernels"}};
   std::string out;
   for (const auto& [bit, name] : names)
     if (caps & bit) out += (out.empty() ? "" : ",") + std::string(name);

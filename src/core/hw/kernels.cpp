@@ -2,6 +2,8 @@
 // and the cache of wrappers of LibTorch's streams (ABI 1.1). A wrapper refers to its native stream by
 // handle alone (the ABI's rule), so a cached one stays right even if LibTorch reuses a handle.
 #include <verlpp/hw/kernels.hpp>
+
+#include <verlpp/hw/device.hpp>
 #include <verlpp/hw/torch_device.hpp>
 
 #include <verlpp/core/log.hpp>
@@ -30,6 +32,11 @@ Kernels::~Kernels() {
     verlpp_error* e = plugin_->api().stream_destroy(stream);
     if (e != nullptr) plugin_->api().error_free(e);  // a destructor must not throw
   }
+}
+
+bool run_uses_kernels(const Plugin& plugin) {
+  if (plugin.api().kernels == nullptr || device_count(plugin) < 1) return false;
+  return (Device(plugin, 0).properties().capabilities & VERLPP_DEVICE_CAP_REFERENCE_KERNELS) == 0;
 }
 
 std::vector<std::string> Kernels::available() const {

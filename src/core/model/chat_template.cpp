@@ -2,6 +2,7 @@
 // templates' Jinja logic for conversations of plain text messages (no tool definitions): Qwen3's
 // <think> splitting of assistant turns after the last user query, tool-response grouping, and
 // Jinja's `trim` (Python's str.strip) on Llama message contents.
+#include "../util/input_file.hpp"
 #include <verlpp/core/json_limits.hpp>
 #include <verlpp/model/chat_template.hpp>
 
@@ -141,13 +142,11 @@ ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::
   if (tok::is_directory(path)) file = tok::path_join(path, "tokenizer_config.json");
   nlohmann::json config;
   if (tok::path_exists(file)) {
-    std::ifstream in(file, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    check_json_depth(text.str(), file);
+    const std::string text = files::read_input(file, "tokenizer config");
+    check_json_depth(text, file);
     try {
-      config = nlohmann::json::parse(text.str());
-    } catch (const nlohmann::json::parse_error& e) {
+      config = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number that overflows
       VERLPP_FAIL_AT(file, "not valid JSON: {}", e.what());
     }
     VERLPP_CHECK(config.is_object(), "{}: expected a JSON object at the top level", file);
@@ -175,10 +174,7 @@ ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::
   const std::string jinja_file =
       (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) + "chat_template.jinja";
   if (!config.contains("chat_template") && tok::path_exists(jinja_file)) {
-    std::ifstream in(jinja_file, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    return recognise(text.str(), bos, jinja_file);
+    return recognise(files::read_input(jinja_file, "chat template"), bos, jinja_file);
   }
   VERLPP_CHECK(config.contains("chat_template"),
                "{}: field \"chat_template\" is missing and there is no "

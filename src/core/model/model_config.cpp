@@ -8,6 +8,8 @@
 #include <verlpp/core/error.hpp>
 #include "../util/files.hpp"
 
+#include <tuple>
+
 namespace verlpp::model {
 namespace {
 
@@ -174,6 +176,17 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
                              {"num_attention_heads", c.num_attention_heads},
                              {"num_key_value_heads", c.num_key_value_heads}})
     if (value <= 0) fail(source, fmt::format("field '{}' must be positive, got {}", name, value));
+  // Bounds far above any published decoder (the largest have ~130 layers, hidden 16k-32k, vocab
+  // ~260k), so that a corrupt or hostile config is refused here instead of allocating gigabytes
+  // of per-layer bookkeeping or overflowing a tensor size.
+  for (auto [name, value, limit] : {std::tuple<const char*, int64_t, int64_t>{"vocab_size", c.vocab_size, 1 << 24},
+                                    {"hidden_size", c.hidden_size, 1 << 20},
+                                    {"intermediate_size", c.intermediate_size, 1 << 22},
+                                    {"num_hidden_layers", c.num_hidden_layers, 4096},
+                                    {"num_attention_heads", c.num_attention_heads, 4096},
+                                    {"num_key_value_heads", c.num_key_value_heads, 4096}})
+    if (value > limit)
+      fail(source, fmt::format("field '{}' = {} is beyond what verlpp supports (at most {})", name, value, limit));
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     fail(source, fmt::format("field 'num_attention_heads' ({}) must be a multiple of 'num_key_value_heads' ({})",
                              c.num_attention_heads, c.num_key_value_heads));
@@ -187,6 +200,11 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
     fail(source, fmt::format("field 'head_dim' must be positive and even (RoPE pairs), got {}", c.head_dim));
   c.max_position_embeddings =
       get_int(j, "max_position_embeddings", c.family == ModelFamily::kLlama ? 2048 : 32768, source);
+  if (c.head_dim > (1 << 16))
+    fail(source, fmt::format("field 'head_dim' = {} is beyond what verlpp supports (at most {})", c.head_dim, 1 << 16));
+  if (c.max_position_embeddings <= 0 || c.max_position_embeddings > (int64_t(1) << 26))
+    fail(source, fmt::format("field 'max_position_embeddings' = {} must be in 1..{}", c.max_position_embeddings,
+                             int64_t(1) << 26));
 
   c.rms_norm_eps = get_double(j, "rms_norm_eps", 1e-6, source);
   c.initializer_range = get_double(j, "initializer_range", 0.02, source);

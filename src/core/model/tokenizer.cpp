@@ -3,7 +3,10 @@
 // single_word is skipped without retrying shorter matches inside it (HF does the same). Decode
 // precomputes each id's bytes (ByteLevel decoder: a token whose characters are not all in the
 // byte alphabet keeps its own UTF-8), then repairs UTF-8 once for the whole output.
+#include "../util/input_file.hpp"
 #include "tokenizer_internal.hpp"
+
+#include <verlpp/core/error_text.hpp>
 
 #include <verlpp/core/json_limits.hpp>
 #include <verlpp/core/error.hpp>
@@ -98,13 +101,7 @@ struct TemplateItem {
   std::vector<int32_t> ids;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  VERLPP_CHECK(in.good(), "cannot open tokenizer file \"{}\"", path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+std::string read_file(const std::string& path) { return files::read_input(path, "tokenizer file"); }
 
 }  // namespace
 
@@ -280,24 +277,30 @@ Tokenizer Tokenizer::from_json_string(const std::string& json_text, const std::s
   check_json_depth(json_text, origin);
   try {
     root = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number that overflows
     VERLPP_FAIL_AT(origin, "not valid JSON: {}", e.what());
   }
   VERLPP_CHECK(root.is_object(), "{}: expected a JSON object at the top level", origin);
-  auto impl = std::make_unique<Impl>();
-  impl->origin = origin;
-  auto field = [&](const char* key) { return root.contains(key) ? root[key] : nlohmann::json(); };
-  auto where = [&](const char* key) { return fmt::format("{}: field \"{}\"", origin, key); };
-  impl->normalizer = tok::Normalizer::from_json(field("normalizer"), where("normalizer"));
-  impl->pre_tokenizer = tok::PreTokenizer::from_json(field("pre_tokenizer"), where("pre_tokenizer"));
-  VERLPP_CHECK(root.contains("model"), "{}: missing \"model\"", where("model"));
-  impl->bpe = tok::Bpe::from_json(root["model"], where("model"), impl->pre_tokenizer.is_byte_level());
-  impl->parse_added_tokens(root);
-  impl->parse_post_processor(field("post_processor"), where("post_processor"));
-  impl->vocab_size = int32_t(impl->bpe->id_to_token.size());
-  for (const AddedToken& t : impl->added) impl->vocab_size = std::max(impl->vocab_size, t.id + 1);
-  impl->build_decoder(field("decoder"));
-  return Tokenizer(std::move(impl));
+  // A field of another JSON type than the format has, somewhere the checks do not look first, is
+  // nlohmann-json's type error: it is reported against the file like every other problem.
+  try {
+    auto impl = std::make_unique<Impl>();
+    impl->origin = origin;
+    auto field = [&](const char* key) { return root.contains(key) ? root.at(key) : nlohmann::json(); };
+    auto where = [&](const char* key) { return fmt::format("{}: field \"{}\"", origin, key); };
+    impl->normalizer = tok::Normalizer::from_json(field("normalizer"), where("normalizer"));
+    impl->pre_tokenizer = tok::PreTokenizer::from_json(field("pre_tokenizer"), where("pre_tokenizer"));
+    VERLPP_CHECK(root.contains("model"), "{}: missing \"model\"", where("model"));
+    impl->bpe = tok::Bpe::from_json(root.at("model"), where("model"), impl->pre_tokenizer.is_byte_level());
+    impl->parse_added_tokens(root);
+    impl->parse_post_processor(field("post_processor"), where("post_processor"));
+    impl->vocab_size = int32_t(impl->bpe->id_to_token.size());
+    for (const AddedToken& t : impl->added) impl->vocab_size = std::max(impl->vocab_size, t.id + 1);
+    impl->build_decoder(field("decoder"));
+    return Tokenizer(std::move(impl));
+  } catch (const nlohmann::json::exception& e) {
+    VERLPP_FAIL_AT(origin, "malformed tokenizer: {}", error_text(e));
+  }
 }
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -2,8 +2,10 @@
 // the way the host does, runs every case (ABI promises, error paths, memory, streams, tensor
 // copies, every collective with 2 and 4 processes, every kernel against reference math) and
 // prints a pass/fail table. The kernel cases come from the ABI's kernel list (one group of cases
-// per kernel; the JSON output names each case's kernel). Exit 0 only when nothing failed; "n/a" marks optional
-// capabilities the plugin does not offer (listed, never counted as passes).
+// per kernel; the JSON output names each case's kernel). Exit 0 only when nothing failed, 1 when a
+// case failed (a plugin that cannot be loaded or whose probe crashes fails the first case), 2 for
+// a usage error (no such file or plugin name); "n/a" marks optional capabilities the plugin does
+// not offer (listed, never counted as passes).
 #include "check_context.hpp"
 
 #include <verlpp/hw/plugin_registry.hpp>
@@ -15,6 +17,10 @@
 
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <stdexcept>
+
+#include <unistd.h>
 
 using namespace verlpp;
 
@@ -22,11 +28,13 @@ namespace {
 
 hw::Plugin load(const std::string& arg) {
   bool is_path = arg.find('/') != std::string::npos || (arg.size() > 3 && arg.compare(arg.size() - 3, 3, ".so") == 0);
-  if (is_path) return hw::load_plugin_file(arg);
+  // As the host loads plugins: probed in a child, with VERLPP_PLUGIN_PROBE_TIMEOUT_MS.
   hw::DiscoveryOptions options = hw::DiscoveryOptions::from_environment();
+  if (is_path) return hw::load_plugin_file(arg, options);
   options.requested = arg;
   hw::DiscoveryResult result = hw::discover_plugins(options);
-  return result.loaded.at(0);
+  if (result.loaded.empty()) throw std::out_of_range(fmt::format("{}: no plugin of that name was found", arg));
+  return result.loaded.front();
 }
 
 const char* label(conformance::Outcome o) {
@@ -38,6 +46,39 @@ const char* label(conformance::Outcome o) {
     default:
       return "n/a";
   }
+}
+
+// Prints the pass/fail table and the totals, writes the JSON when asked; returns the exit
+// status (0 only when nothing failed).
+int report(const std::vector<conformance::CaseResult>& results, const std::string& name, const std::string& path,
+           const std::string& json_path) {
+  size_t passed = 0, failed = 0, absent = 0, width = 0;
+  for (const auto& r : results) width = std::max(width, r.group.size() + r.name.size() + 3);
+  for (const auto& r : results) {
+    std::string title = r.group + " / " + r.name;
+    std::cout << fmt::format("{:<{}}  {:<4}  {}\n", title, width, label(r.outcome), r.detail);
+    passed += r.outcome == conformance::Outcome::pass;
+    failed += r.outcome == conformance::Outcome::fail;
+    absent += r.outcome == conformance::Outcome::not_offered;
+  }
+  std::cout << fmt::format("\n{}: {} passed, {} failed, {} not offered\n", name, passed, failed, absent);
+  if (!json_path.empty()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& r : results)
+      j.push_back({{"group", r.group},
+                   {"case", r.name},
+                   {"kernel", r.kernel},
+                   {"outcome", label(r.outcome)},
+                   {"detail", r.detail}});
+    std::ofstream out(json_path);
+    out << nlohmann::json{{"plugin", name}, {"path", path}, {"results", j}}.dump(2);
+    out.close();
+    if (!out) {
+      std::cerr << fmt::format("verlpp-plugin-check: error: {}: cannot write the JSON results\n", json_path);
+      return 2;
+    }
+  }
+  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -62,8 +103,26 @@ int main(int argc, char** argv) {
   app.add_option("--store-host", store_host)->group("");
   CLI11_PARSE(app, argc, argv);
 
+  std::optional<hw::Plugin> loaded;
   try {
-    hw::Plugin plugin = load(plugin_arg);
+    loaded = load(plugin_arg);
+  } catch (const std::exception& e) {
+    // No such file, or no plugin of that name: a usage error, not a plugin that failed.
+    const bool missing = plugin_arg.find('/') != std::string::npos
+                             ? ::access(plugin_arg.c_str(), F_OK) != 0
+                             : dynamic_cast<const std::out_of_range*>(&e) != nullptr;
+    if (worker || missing) {
+      std::cerr << "verlpp-plugin-check: error: " << e.what() << "\n";
+      return 2;
+    }
+    // A plugin that cannot be loaded, or whose probe crashes, aborts or hangs (the host probes
+    // it in a child process), fails the suite's first case; nothing else can run.
+    std::cout << fmt::format("verlpp-plugin-check: {}\n\n", plugin_arg);
+    conformance::CaseResult failed{"abi", "load and probe", conformance::Outcome::fail, e.what(), ""};
+    return report({failed}, plugin_arg, plugin_arg, json_path);
+  }
+  try {
+    hw::Plugin& plugin = *loaded;
     if (worker && missing_peer) return conformance::missing_peer_worker_main(plugin, store_host, port);
     if (worker) return conformance::comm_worker_main(plugin, rank, world, store_host, port, timeout_ms);
 
@@ -81,32 +140,7 @@ int main(int argc, char** argv) {
     for (const std::string& w : split(ranks, ',')) worlds.push_back(std::stoi(w));
     std::string self = boost::dll::program_location().string();
     conformance::run_comm_cases(ctx, self, plugin.path(), worlds, timeout_ms);
-
-    size_t passed = 0, failed = 0, absent = 0, width = 0;
-    for (const auto& r : ctx.results()) width = std::max(width, r.group.size() + r.name.size() + 3);
-    for (const auto& r : ctx.results()) {
-      std::string title = r.group + " / " + r.name;
-      std::cout << fmt::format("{:<{}}  {:<4}  {}\n", title, width, label(r.outcome), r.detail);
-      passed += r.outcome == conformance::Outcome::pass;
-      failed += r.outcome == conformance::Outcome::fail;
-      absent += r.outcome == conformance::Outcome::not_offered;
-    }
-    std::cout << fmt::format("\n{}: {} passed, {} failed, {} not offered\n", plugin.display_name(), passed, failed,
-                             absent);
-    if (!json_path.empty()) {
-      nlohmann::json j = nlohmann::json::array();
-      for (const auto& r : ctx.results())
-        j.push_back({{"group", r.group},
-                     {"case", r.name},
-                     {"kernel", r.kernel},
-                     {"outcome", label(r.outcome)},
-                     {"detail", r.detail}});
-      std::ofstream(json_path) << nlohmann::json{
-          {"plugin", plugin.display_name()},
-          {"path", plugin.path()},
-          {"results", j}}.dump(2);
-    }
-    return failed == 0 ? 0 : 1;
+    return report(ctx.results(), plugin.display_name(), plugin.path(), json_path);
   } catch (const std::exception& e) {
     std::cerr << "verlpp-plugin-check: error: " << e.what() << "\n";
     return 2;

@@ -1,0 +1,131 @@
+// Bad input to the commands, as a careless user gives it: each case is refused with one line
+// naming what, where and which value, a non-zero exit, and no LibTorch backtrace or JSON library
+// code; the work it would have wasted (loading weights, allocating a model) is not started.
+#include <verlpp/core/error_text.hpp>
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+// Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
+#include <catch2/catch.hpp>
+
+using Catch::Contains;
+
+namespace {
+
+struct Run {
+  int status = 0;
+  std::string output;  // stdout + stderr
+};
+
+Run verlpp_run(const std::string& args) {
+  Run run;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen((std::string(VERLPP_CLI) + " " + args + " 2>&1").c_str(), "r"),
+                                             ::pclose);
+  REQUIRE(pipe);
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe.get())) run.output.append(buffer, n);
+  const int status = ::pclose(pipe.release());
+  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return run;
+}
+
+// A model folder with seeded weights (the tiny model), made by the CLI itself.
+std::string tiny_model(const std::string& dir) {
+  REQUIRE(std::system(("rm -rf " + dir).c_str()) == 0);
+  const Run save = verlpp_run("model save " + std::string(VERLPP_SOURCE_DIR) + "/examples/tiny " + dir + " --init-seed 1");
+  INFO(save.output);
+  REQUIRE(save.status == 0);
+  return dir;
+}
+
+void no_backtrace(const Run& run) {
+  CHECK_THAT(run.output, !Contains("frame #") && !Contains("Exception raised from") && !Contains("json.exception"));
+  // One line of error.
+  CHECK(run.output.find("error:") == run.output.rfind("error:"));
+}
+
+}  // namespace
+
+TEST_CASE("LibTorch's errors reach a user without their backtrace", "[cli][errors]") {
+  try {
+    at::index_select(at::zeros({3}), 0, at::tensor({7}, at::kLong));
+    FAIL("index_select accepted an index out of range");
+  } catch (const std::exception& e) {
+    const std::string text = verlpp::error_text(e);
+    CHECK_THAT(text, Contains("LibTorch: ") && Contains("out of range") && !Contains("frame #") &&
+                         !Contains("Exception raised from"));
+    CHECK(text.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("verlpp model: out-of-range ids, corrupt weights and absurd configs are named errors", "[cli][errors]") {
+  const std::string model = tiny_model("/tmp/verlpp-cli-errors-model");
+  Run ids = verlpp_run("model logits " + model + " --ids 1,2,99999 --out /tmp/verlpp-cli-errors.safetensors");
+  CHECK(ids.status == 1);
+  CHECK_THAT(ids.output, Contains("--ids: id 99999 (sequence 1, position 3) is outside the vocabulary of " + model) &&
+                             Contains("(0..383)"));
+  no_backtrace(ids);
+  Run negative = verlpp_run("model logits " + model + " --ids 5,-1 --out /tmp/verlpp-cli-errors.safetensors");
+  CHECK(negative.status == 1);
+  CHECK_THAT(negative.output, Contains("id -1 (sequence 1, position 2)"));
+
+  // A truncated weights file: an error naming it, not "none found" with exit 0.
+  const std::string truncated = tiny_model("/tmp/verlpp-cli-errors-truncated");
+  REQUIRE(::truncate((truncated + "/model.safetensors").c_str(), 100000) == 0);
+  Run info = verlpp_run("model info " + truncated);
+  CHECK(info.status == 1);
+  CHECK_THAT(info.output, Contains(truncated + "/model.safetensors") && !Contains("none found"));
+  // A config-only folder is still fine and says so.
+  Run config_only = verlpp_run("model info " + std::string(VERLPP_SOURCE_DIR) + "/examples/tiny");
+  CHECK(config_only.status == 0);
+  CHECK_THAT(config_only.output, Contains("none found"));
+
+  // 10^8 layers: refused from the field, before any per-layer allocation.
+  const std::string huge = "/tmp/verlpp-cli-errors-huge";
+  REQUIRE(std::system(("rm -rf " + huge + " && mkdir -p " + huge).c_str()) == 0);
+  {
+    std::ifstream in(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const size_t at = text.find("\"num_hidden_layers\": 4");
+    REQUIRE(at != std::string::npos);
+    text.replace(at, 22, "\"num_hidden_layers\": 100000000");
+    std::ofstream(huge + "/config.json") << text;
+  }
+  Run layers = verlpp_run("model info " + huge);
+  CHECK(layers.status == 1);
+  CHECK_THAT(layers.output, Contains("'num_hidden_layers' = 100000000 is beyond what verlpp supports"));
+}
+
+TEST_CASE("verlpp tokenize: a directory as input and unknown ids are named errors", "[cli][errors]") {
+  const std::string tokenizer = std::string(VERLPP_SOURCE_DIR) + "/examples/tiny";
+  Run dir = verlpp_run("tokenize --tokenizer " + tokenizer + " --file /tmp");
+  CHECK(dir.status == 1);
+  CHECK_THAT(dir.output, Contains("/tmp: the input file (--file) is a directory, not a file"));
+  Run missing = verlpp_run("tokenize --tokenizer " + tokenizer + " --file /nonexistent.jsonl");
+  CHECK(missing.status == 1);
+  CHECK_THAT(missing.output, Contains("/nonexistent.jsonl") && Contains("No such file or directory"));
+  std::ofstream("/tmp/verlpp-cli-errors-ids.jsonl") << "[1, 2, 99999]\n";
+  std::ofstream("/tmp/verlpp-cli-errors-good-ids.jsonl") << "[40, 41]\n";
+  Run decode = verlpp_run("tokenize --decode --tokenizer " + tokenizer + " < /tmp/verlpp-cli-errors-ids.jsonl");
+  CHECK(decode.status == 1);
+  CHECK_THAT(decode.output, Contains("<stdin>:1: id [2] = 99999 is not in the vocabulary") && Contains("(ids 0..353)"));
+  Run good = verlpp_run("tokenize --decode --tokenizer " + tokenizer + " < /tmp/verlpp-cli-errors-good-ids.jsonl");
+  CHECK(good.status == 0);
+}
+
+TEST_CASE("verlpp config: a null where a number is needed and a directory as the file are named", "[cli][errors]") {
+  Run null_batch = verlpp_run("config data.train_batch_size=null");
+  CHECK(null_batch.status == 1);
+  CHECK_THAT(null_batch.output, Contains("'data.train_batch_size' is null (unset); it must be an integer"));
+  no_backtrace(null_batch);
+  Run dir = verlpp_run("config /tmp");
+  CHECK(dir.status == 1);
+  CHECK_THAT(dir.output, Contains("/tmp: the config file is a directory, not a file"));
+  Run huge_n = verlpp_run("config actor_rollout_ref.rollout.n=1000000000");
+  CHECK(huge_n.status == 1);
+  CHECK_THAT(huge_n.output, Contains("GiB of host memory") && Contains("this machine has"));
+}

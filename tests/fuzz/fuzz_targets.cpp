@@ -1,0 +1,171 @@
+// The fuzz targets: every parser that reads a file a user gives (fuzz_driver.hpp). Each reads
+// its input through the same entry point a run uses and goes on to use what it parsed (resolve
+// and validate a config, tokenize a dataset, encode with a tokenizer, read every tensor).
+#include "fuzz_driver.hpp"
+
+#include <verlpp/controller/arith_task.hpp>
+#include <verlpp/controller/config.hpp>
+#include <verlpp/controller/dataset.hpp>
+#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/model/chat_template.hpp>
+#include <verlpp/model/decoder.hpp>
+#include <verlpp/model/model_config.hpp>
+#include <verlpp/model/safetensors.hpp>
+#include <verlpp/model/tokenizer.hpp>
+
+#include <ATen/ops/arange.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace verlpp::fuzz {
+namespace {
+
+using json = nlohmann::json;
+
+std::string source_file(const std::string& relative) {
+  std::ifstream in(std::string(VERLPP_SOURCE_DIR) + "/" + relative, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+const std::string kTiny = std::string(VERLPP_SOURCE_DIR) + "/examples/tiny";
+
+const std::vector<std::string> kJsonTokens = {"{", "}", "[", "]", ":", ",", "\"", "\\", "${", "}}", "\"a\":"};
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+Target config_target() {
+  Target t;
+  t.name = "config";
+  t.file_name = "run.json";
+  t.seeds = [] {
+    json small = {{"data", {{"train_batch_size", 8}, {"max_prompt_length", 16}}},
+                  {"actor_rollout_ref", {{"rollout", {{"n", 4}}}, {"actor", {{"ppo_mini_batch_size", 4}, {"ppo_micro_batch_size_per_gpu", 2}}}}},
+                  {"trainer", {{"total_training_steps", "${data.train_batch_size}"}}}};
+    return std::vector<std::string>{source_file("examples/arith/grpo_tiny.json"),
+                                    source_file("examples/gsm8k/grpo_qwen2.5_0.5b.json"),
+                                    source_file("examples/gsm8k/ppo_qwen2.5_0.5b.json"), small.dump()};
+  };
+  t.run_one = [](const std::string& folder) {
+    controller::Config c = controller::Config::from_file(folder + "/run.json");
+    c.resolve();
+    controller::parse_run_settings(c, 1, 1);
+  };
+  t.dictionary = with(kJsonTokens, {"\"data\"", "\"trainer\"", "\"actor_rollout_ref\"", "\"rollout\"", "\"n\"",
+                                    "\"algorithm\"", "\"adv_estimator\"", "\"verlpp\"", "${trainer.default_local_dir}",
+                                    "\"train_batch_size\"", "\"critic\"", "\"enable\""});
+  return t;
+}
+
+Target dataset_target() {
+  Target t;
+  t.name = "dataset";
+  t.file_name = "train.jsonl";
+  t.seeds = [] {
+    controller::ArithTaskOptions task;
+    task.sft_count = task.train_count = task.val_count = 3;
+    std::string rows;
+    for (const json& row : controller::make_arith_splits(task).train) rows += row.dump() + "\n";
+    json plain = {{"data_source", "gsm8k"},
+                  {"prompt", "What is 2+2?"},
+                  {"reward_model", {{"style", "rule"}, {"ground_truth", "4"}}},
+                  {"extra_info", {{"index", 0}}}};
+    return std::vector<std::string>{rows, plain.dump() + "\n\n" + plain.dump() + "\n"};
+  };
+  t.run_one = [](const std::string& folder) {
+    static const model::Tokenizer tokenizer = model::Tokenizer::from_file(kTiny + "/tokenizer.json");
+    static const model::ChatTemplate chat = model::ChatTemplate::from_config_file(kTiny + "/tokenizer_config.json");
+    controller::DatasetOptions options;
+    options.max_prompt_length = 64;
+    controller::PromptDataset::load({folder + "/train.jsonl"}, tokenizer, chat, options);
+  };
+  t.dictionary = with(kJsonTokens, {"\"prompt\"", "\"role\"", "\"content\"", "\"user\"", "\"data_source\"",
+                                    "\"reward_model\"", "\"ground_truth\"", "\n", "<|im_start|>", "<|im_end|>"});
+  return t;
+}
+
+Target tokenizer_target() {
+  Target t;
+  t.name = "tokenizer";
+  t.file_name = "tokenizer.json";
+  t.seeds = [] { return std::vector<std::string>{source_file("examples/tiny/tokenizer.json")}; };
+  t.run_one = [](const std::string& folder) {
+    model::Tokenizer tokenizer = model::Tokenizer::from_file(folder + "/tokenizer.json");
+    const std::vector<int32_t> ids = tokenizer.encode("37+58= <|im_start|>user\n héllo 12345", true);
+    tokenizer.decode(ids, /*skip_special_tokens=*/false);
+    tokenizer.decode(ids, /*skip_special_tokens=*/true);
+  };
+  t.dictionary = with(kJsonTokens, {"\"model\"", "\"vocab\"", "\"merges\"", "\"added_tokens\"", "\"normalizer\"",
+                                    "\"pre_tokenizer\"", "\"post_processor\"", "\"decoder\"", "\"type\"", "\"BPE\"",
+                                    "\"ByteLevel\"", "\"Sequence\"", "\"TemplateProcessing\"", "\"special\"",
+                                    "\"id\"", "\"Split\"", "\"pattern\"", "\"Regex\"", "\"NFC\""});
+  return t;
+}
+
+Target safetensors_target() {
+  Target t;
+  t.name = "safetensors";
+  t.file_name = "model.safetensors";
+  t.seeds = [] {
+    char folder_template[] = "/tmp/verlpp-fuzz-seed-XXXXXX";
+    const std::string path = std::string(::mkdtemp(folder_template)) + "/seed.safetensors";
+    model::write_safetensors(path,
+                             {{"a.weight", at::arange(12, at::kFloat).reshape({3, 4})},
+                              {"b.bias", at::arange(5, at::kFloat).to(at::kBFloat16)},
+                              {"c.ids", at::arange(3, at::kLong)},
+                              {"d.half", at::arange(6, at::kFloat).to(at::kHalf).reshape({2, 3})}},
+                             {{"note", "seed"}});
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    std::remove(path.c_str());
+    return std::vector<std::string>{bytes.str()};
+  };
+  t.run_one = [](const std::string& folder) {
+    model::SafetensorsFile file(folder + "/model.safetensors");
+    for (const model::SafetensorsEntry& e : file.entries()) file.tensor(e.name).sum();
+  };
+  t.dictionary = with(kJsonTokens, {"\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"F32\"", "\"BF16\"", "\"I64\"",
+                                    "\"F16\"", "\"__metadata__\"", std::string("\0\0\0\0\0\0\0\0", 8)});
+  return t;
+}
+
+Target model_config_target() {
+  Target t;
+  t.name = "model_config";
+  t.file_name = "config.json";
+  t.seeds = [] {
+    json qwen2 = json::parse(source_file("examples/tiny/config.json"));
+    json llama = qwen2, qwen3 = qwen2;
+    llama["architectures"] = {"LlamaForCausalLM"};
+    llama["model_type"] = "llama";
+    llama["rope_scaling"] = {{"rope_type", "llama3"},
+                             {"factor", 8.0},
+                             {"low_freq_factor", 1.0},
+                             {"high_freq_factor", 4.0},
+                             {"original_max_position_embeddings", 256}};
+    qwen3["architectures"] = {"Qwen3ForCausalLM"};
+    qwen3["model_type"] = "qwen3";
+    qwen3["head_dim"] = 32;
+    return std::vector<std::string>{qwen2.dump(2), llama.dump(), qwen3.dump()};
+  };
+  t.run_one = [](const std::string& folder) { model::parameter_count(model::load_model_config(folder)); };
+  t.dictionary =
+      with(kJsonTokens, {"\"num_hidden_layers\"", "\"hidden_size\"", "\"vocab_size\"", "\"rope_scaling\"",
+                         "\"head_dim\"", "\"num_key_value_heads\"", "\"architectures\"", "\"eos_token_id\"",
+                         "\"torch_dtype\"", "\"tie_word_embeddings\"", "\"max_position_embeddings\"", "\"id2label\""});
+  return t;
+}
+
+}  // namespace
+
+std::vector<Target> all_targets() {
+  return {config_target(), dataset_target(), tokenizer_target(), safetensors_target(), model_config_target()};
+}
+
+}  // namespace verlpp::fuzz
