@@ -113,8 +113,7 @@ TEST_CASE("checkpoints: without the tracker, auto resumes from the newest comple
   REQUIRE(std::system(("rm -rf '" + root + "'").c_str()) == 0);
 }
 
-TEST_CASE("checkpoints: without the tracker and no complete folder, auto refuses and changes nothing",
-          "[checkpoint]") {
+TEST_CASE("checkpoints: without the tracker and no complete folder, auto refuses and changes nothing", "[checkpoint]") {
   std::string root = fresh_root("only-incomplete");
   CheckpointManager m(root);
   REQUIRE(std::system(("mkdir -p '" + m.folder(2) + "' && echo partial > '" + m.folder(2) + "/weights'").c_str()) == 0);
@@ -127,8 +126,7 @@ TEST_CASE("checkpoints: without the tracker and no complete folder, auto refuses
   REQUIRE(std::system(("rm -rf '" + root + "'").c_str()) == 0);
 }
 
-TEST_CASE("checkpoints: a trainer_state.json that disagrees with its folder or is corrupt is refused",
-          "[checkpoint]") {
+TEST_CASE("checkpoints: a trainer_state.json that disagrees with its folder or is corrupt is refused", "[checkpoint]") {
   std::string root = fresh_root("state");
   CheckpointManager m(root);
   save(m, 3, /*recorded=*/5);  // global_step_3 holding step 5
@@ -153,9 +151,9 @@ TEST_CASE("checkpoints: resume_mode=disable refuses a folder holding an earlier 
   CheckpointManager m(root);
   REQUIRE(std::system(("mkdir -p '" + root + "'").c_str()) == 0);
   std::ofstream(root + "/metrics.jsonl") << "{\"step\": 1}\n";
-  CHECK_THROWS_WITH(m.plan_resume("disable", "", {"metrics.jsonl", "sft_metrics.jsonl"}),
-                    Contains("disable") && Contains(root) && Contains("metrics.jsonl") &&
-                        Contains("trainer.default_local_dir"));
+  CHECK_THROWS_WITH(
+      m.plan_resume("disable", "", {"metrics.jsonl", "sft_metrics.jsonl"}),
+      Contains("disable") && Contains(root) && Contains("metrics.jsonl") && Contains("trainer.default_local_dir"));
   CHECK(m.plan_resume("disable", "").notes.empty());  // metrics.jsonl not named as an output
   // auto, with no checkpoint: a fresh run, which says what it replaces.
   auto plan = m.plan_resume("auto", "", {"metrics.jsonl", "sft_metrics.jsonl"});

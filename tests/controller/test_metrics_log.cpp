@@ -94,8 +94,7 @@ TEST_CASE("trim_metrics: missing and repeated steps are reported", "[metrics]") 
   CHECK_THAT(notes[1], Contains("more than one row for steps 5"));
 }
 
-TEST_CASE("trim_metrics: a malformed complete line is an error naming file:line, and nothing changes",
-          "[metrics]") {
+TEST_CASE("trim_metrics: a malformed complete line is an error naming file:line, and nothing changes", "[metrics]") {
   const std::string path = fresh_file("bad.jsonl");
   const std::string text = rows(1, 2) + "not json\n" + rows(3, 5);
   write(path, text);

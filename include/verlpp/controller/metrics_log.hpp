@@ -17,11 +17,11 @@ void sync_file(const std::string& path);
 
 // What cutting a metrics file back to a checkpoint found.
 struct MetricsTrim {
-  std::vector<int64_t> kept_steps;     // the "step" of each row kept, in file order
-  std::vector<int64_t> dropped_steps;  // rows past the checkpoint, removed (the run writes them again)
-  bool torn_last_line = false;         // an unterminated last line (a kill mid-write) was removed
-  std::vector<int64_t> missing_steps;  // steps 1..step without a row (lost before rows were durable)
-  std::vector<int64_t> repeated_steps; // steps with more than one row kept
+  std::vector<int64_t> kept_steps;      // the "step" of each row kept, in file order
+  std::vector<int64_t> dropped_steps;   // rows past the checkpoint, removed (the run writes them again)
+  bool torn_last_line = false;          // an unterminated last line (a kill mid-write) was removed
+  std::vector<int64_t> missing_steps;   // steps 1..step without a row (lost before rows were durable)
+  std::vector<int64_t> repeated_steps;  // steps with more than one row kept
   // One line per finding above, for the run's log (empty when the file was already exact).
   std::vector<std::string> notes(const std::string& path, int64_t step) const;
 };

@@ -153,10 +153,11 @@ ResumePlan CheckpointManager::plan_resume(const std::string& mode, const std::st
     for (int64_t s : on_disk)
       if (s > plan.step) newer.push_back(s);
     if (!newer.empty())
-      plan.notes.push_back(fmt::format("{} in {} {} newer than step {} ({}); a checkpoint of the same step from "
-                                       "this run replaces {}",
-                                       list_steps(newer), root_, newer.size() == 1 ? "is" : "are", plan.step, why,
-                                       newer.size() == 1 ? "it" : "each"));
+      plan.notes.push_back(
+          fmt::format("{} in {} {} newer than step {} ({}); a checkpoint of the same step from "
+                      "this run replaces {}",
+                      list_steps(newer), root_, newer.size() == 1 ? "is" : "are", plan.step, why,
+                      newer.size() == 1 ? "it" : "each"));
   };
 
   if (mode == "disable") {

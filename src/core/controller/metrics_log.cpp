@@ -63,9 +63,10 @@ std::vector<std::string> MetricsTrim::notes(const std::string& path, int64_t ste
     out.push_back(fmt::format("{}: dropped the rows of steps {} (past the checkpoint of step {}; written again)", path,
                               describe_steps(dropped_steps), step));
   if (!missing_steps.empty())
-    out.push_back(fmt::format("{}: has no rows for steps {}, and resuming after step {} cannot write them; to have "
-                              "them, resume from a checkpoint of step {} or earlier (trainer.resume_mode=resume_path)",
-                              path, describe_steps(missing_steps), step, missing_steps.front() - 1));
+    out.push_back(
+        fmt::format("{}: has no rows for steps {}, and resuming after step {} cannot write them; to have "
+                    "them, resume from a checkpoint of step {} or earlier (trainer.resume_mode=resume_path)",
+                    path, describe_steps(missing_steps), step, missing_steps.front() - 1));
   if (!repeated_steps.empty())
     out.push_back(fmt::format("{}: holds more than one row for steps {}", path, describe_steps(repeated_steps)));
   return out;

@@ -197,9 +197,10 @@ json RlTrainer::fit() {
         s.message(note);
     s.message(fmt::format("resumed from {} (step {} of {})", *resume_from, s.global_step, s.total_steps));
     if (s.global_step >= s.total_steps)
-      s.message(fmt::format("the run in {} is already complete; to train again, choose another "
-                            "trainer.default_local_dir (or move this one's checkpoints and metrics away)",
-                            s.run_dir));
+      s.message(
+          fmt::format("the run in {} is already complete; to train again, choose another "
+                      "trainer.default_local_dir (or move this one's checkpoints and metrics away)",
+                      s.run_dir));
   } else {
     if (s.is_writer()) files::remove_file(metrics_path);
     try {
@@ -249,8 +250,13 @@ json RlTrainer::fit() {
       // finds every row up to it, and one from an earlier checkpoint drops this row and writes it
       // again (trim_metrics), so the file never loses or repeats a step.
       if (s.is_writer()) sync_file(metrics_path);
-      json commit_timing;
-      run_stage(s, "commit_checkpoint", commit_timing, [&] { commit_checkpoint(s); });
+      try {
+        commit_checkpoint(s);
+      } catch (const std::exception& e) {
+        throw Error(
+            fmt::format("rank {} of {}, step {} commit_checkpoint", s.world.rank, s.world.world_size, s.global_step),
+            e.what());
+      }
     }
     s.progress("train", s.global_step, s.total_steps);
     last = m;
