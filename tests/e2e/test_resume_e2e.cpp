@@ -171,7 +171,7 @@ TEST_CASE("verlpp train: the folder at a checkpoint commit, or between a row and
     if (row.at("step") != 4) return;
     CHECK(steps_on_disk() == std::vector<int64_t>{0, 1, 2, 3, 4});
     CHECK(read_file(whole + "/latest_checkpointed_iteration.txt") == "3\n");  // not committed yet
-    CHECK(exists(whole + "/.incomplete_global_step_4/trainer_state.json"));    // but written
+    CHECK(exists(whole + "/.incomplete_global_step_4/trainer_state.json"));   // but written
     shell("cp -a '" + whole + "' '" + before_commit + "'");
   };
   {
@@ -260,7 +260,8 @@ TEST_CASE("verlpp train: folders a run would overwrite, or a checkpoint of anoth
     const std::string run = copy("no-complete");
     shell("rm '" + run + "/latest_checkpointed_iteration.txt' '" + run + "/global_step_1/trainer_state.json' '" + run +
           "/global_step_2/trainer_state.json'");
-    const std::string before = read_file(run + "/metrics.jsonl") + read_file(run + "/global_step_2/actor/model.safetensors");
+    const std::string before =
+        read_file(run + "/metrics.jsonl") + read_file(run + "/global_step_2/actor/model.safetensors");
     const std::string log = refused(run + ".json", run + ".log");
     CHECK(log.find("latest_checkpointed_iteration.txt: missing, and no global_step folder") != std::string::npos);
     CHECK(log.find(run + "/global_step_2 (trainer_state.json is missing)") != std::string::npos);
