@@ -1,6 +1,7 @@
 // CheckpointManager: temporary folder, rename, atomic tracker update, pruning.
 #include <verlpp/controller/checkpoint_manager.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/strings.hpp>
 
 #include "../util/files.hpp"
 
@@ -130,9 +131,9 @@ std::string CheckpointManager::incomplete_reason(int64_t step) const {
 namespace {
 
 std::string list_steps(const std::vector<int64_t>& steps) {
-  std::string out;
-  for (int64_t s : steps) out += (out.empty() ? "" : ", ") + std::string(kPrefix) + std::to_string(s);
-  return out;
+  std::vector<std::string> names;
+  for (int64_t s : steps) names.push_back(kPrefix + std::to_string(s));
+  return join(names, ", ");
 }
 
 }  // namespace
@@ -165,15 +166,12 @@ ResumePlan CheckpointManager::plan_resume(const std::string& mode, const std::st
     if (!on_disk.empty()) found.push_back(list_steps(on_disk));
     if (files::is_file(tracker)) found.push_back(kTracker);
     found.insert(found.end(), outputs.begin(), outputs.end());
-    if (!found.empty()) {
-      std::string what;
-      for (const std::string& f : found) what += (what.empty() ? "" : ", ") + f;
+    if (!found.empty())
       throw Error("trainer.resume_mode=disable",
                   fmt::format("trains from scratch, but {} holds an earlier run ({}) that it would overwrite; "
                               "choose another trainer.default_local_dir, move those away, or resume the run "
                               "(trainer.resume_mode=auto)",
-                              root_, what));
-    }
+                              root_, join(found, ", ")));
     return plan;
   }
 
@@ -200,13 +198,10 @@ ResumePlan CheckpointManager::plan_resume(const std::string& mode, const std::st
     return plan;
   }
   if (on_disk.empty()) {
-    if (!outputs.empty()) {
-      std::string what;
-      for (const std::string& f : outputs) what += (what.empty() ? "" : ", ") + f;
+    if (!outputs.empty())
       plan.notes.push_back(fmt::format(
           "no checkpoint in {}: training from scratch; {} of an earlier attempt that saved no checkpoint {} replaced",
-          root_, what, outputs.size() == 1 ? "is" : "are"));
-    }
+          root_, join(outputs, ", "), outputs.size() == 1 ? "is" : "are"));
     return plan;
   }
   // No tracker, but checkpoint folders: the newest complete one (the tracker may have been
@@ -222,8 +217,7 @@ ResumePlan CheckpointManager::plan_resume(const std::string& mode, const std::st
     plan.folder = folder(*it);
     break;
   }
-  std::string skipped;
-  for (const std::string& f : incomplete) skipped += (skipped.empty() ? "" : ", ") + f;
+  const std::string skipped = join(incomplete, ", ");
   if (!plan.folder)
     throw Error(tracker, fmt::format("missing, and no global_step folder in {} is a complete checkpoint: {}; "
                                      "nothing was changed. Move those folders away (or remove them) to train "

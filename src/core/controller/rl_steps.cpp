@@ -213,6 +213,12 @@ json RlTrainer::fit() {
     s.metrics_out.open(metrics_path, std::ios::app);
     if (!s.metrics_out) throw Error(metrics_path, "cannot open the metrics file for writing");
   }
+  // Closes metrics.jsonl and syncs it: the rows after the last checkpoint are on disk too.
+  auto close_metrics = [&] {
+    if (!s.metrics_out.is_open()) return;
+    s.metrics_out.close();
+    sync_file(metrics_path);
+  };
   auto write_row = [&](const json& row) {
     if (!s.is_writer()) return;
     s.metrics_out << row.dump() << "\n";
@@ -225,7 +231,10 @@ json RlTrainer::fit() {
     last = validate_model(s);
     last["step"] = 0;
     write_row(last);
-    if (t.val_only) return last;
+    if (t.val_only) {
+      close_metrics();
+      return last;
+    }
   }
   const int64_t test_freq = t.test_freq, save_freq = t.save_freq;
   while (s.global_step < s.total_steps) {
@@ -261,10 +270,7 @@ json RlTrainer::fit() {
     s.progress("train", s.global_step, s.total_steps);
     last = m;
   }
-  if (s.metrics_out.is_open()) {
-    s.metrics_out.close();
-    sync_file(metrics_path);  // the rows after the last checkpoint too
-  }
+  close_metrics();
   // No rank leaves (and rank 0 stops serving the store) while another still needs it.
   if (s.group) s.group->barrier();
   return last;
