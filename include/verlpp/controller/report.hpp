@@ -23,6 +23,9 @@ struct ReportInfo {
 // Reads metrics.jsonl at `metrics_path` (a malformed line is an Error naming file and line).
 // Blank lines are skipped; Python's bare NaN / Infinity / -Infinity tokens are read as doubles.
 std::vector<nlohmann::json> read_metrics(const std::string& metrics_path);
+// One line of a metrics file as read_metrics reads it; an Error naming `where` (file:line) if it
+// is not a JSON object.
+nlohmann::json parse_metrics_line(const std::string& line, const std::string& where);
 
 // Writes a self-contained HTML report (inline SVG plots; no scripts or fonts fetched) of `rows` to `html_path`.
 // One chart per panel (reward, validation accuracy, KL, entropy, response length, stage timings,

@@ -44,8 +44,11 @@ class RlTrainer {
   RlTrainer(const RlTrainer&) = delete;
   RlTrainer& operator=(const RlTrainer&) = delete;
 
-  // Resumes from a checkpoint if trainer.resume_mode finds one (else runs the SFT warm start
-  // when sft.enable), validates before training when asked, and trains to the last step.
+  // Resumes from a checkpoint if trainer.resume_mode finds one (CheckpointManager::plan_resume:
+  // an Error, before anything is changed, for a folder it would overwrite or a checkpoint that
+  // does not hold its own step; metrics.jsonl is cut back to the checkpoint's step), else runs the
+  // SFT warm start when sft.enable; validates before training when asked, and trains to the last
+  // step. Each step's metrics row is on disk before its checkpoint is committed.
   // Returns the last metrics row (with the final validation when test_freq > 0).
   nlohmann::json fit();
 

@@ -1,8 +1,11 @@
 // CheckpointManager: temporary folder, rename, atomic tracker update, pruning.
 #include <verlpp/controller/checkpoint_manager.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/strings.hpp>
 
 #include "../util/files.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 
@@ -96,20 +99,134 @@ int64_t CheckpointManager::step_of(const std::string& path) {
   return step;
 }
 
-std::optional<std::string> CheckpointManager::resume_folder(const std::string& mode, const std::string& path) const {
-  if (mode == "disable") return std::nullopt;
-  if (mode == "auto") {
-    auto step = latest();
-    if (!step) return std::nullopt;
-    return folder(*step);
+int64_t CheckpointManager::check_state(const std::string& dir) {
+  const int64_t named = step_of(dir);
+  const std::string path = files::join(dir, kStateFile);
+  if (!files::is_file(path))
+    throw Error(path, "missing: the folder is not a complete checkpoint (the trainer writes this file last)");
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(files::read_text(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path, fmt::format("unreadable, not valid JSON ({}); the checkpoint of step {} cannot be resumed",
+                                  e.what(), named));
   }
+  const auto found = state.is_object() ? state.find("global_step") : state.end();
+  if (found == state.end() || !found->is_number_integer())
+    throw Error(path, fmt::format("has no integer global_step; the checkpoint of step {} cannot be resumed", named));
+  const int64_t recorded = found->get<int64_t>();
+  if (recorded != named)
+    throw Error(path, fmt::format("records global_step {}, but its folder is named for step {}; the folder was "
+                                  "renamed or its contents replaced, so it is not resumed",
+                                  recorded, named));
+  return recorded;
+}
+
+std::string CheckpointManager::incomplete_reason(int64_t step) const {
+  if (!files::is_dir(folder(step))) return fmt::format("{} does not exist", folder(step));
+  if (!files::is_file(files::join(folder(step), kStateFile))) return fmt::format("{} is missing", kStateFile);
+  return "";
+}
+
+namespace {
+
+std::string list_steps(const std::vector<int64_t>& steps) {
+  std::vector<std::string> names;
+  for (int64_t s : steps) names.push_back(kPrefix + std::to_string(s));
+  return join(names, ", ");
+}
+
+}  // namespace
+
+ResumePlan CheckpointManager::plan_resume(const std::string& mode, const std::string& path,
+                                          const std::vector<std::string>& run_outputs) const {
+  if (mode != "auto" && mode != "disable" && mode != "resume_path")
+    throw Error("trainer.resume_mode", fmt::format("'{}' is not one of auto, disable, resume_path", mode));
+  const std::vector<int64_t> on_disk = steps_on_disk();
+  const std::string tracker = files::join(root_, kTracker);
+  std::vector<std::string> outputs;  // the run outputs present
+  for (const std::string& name : run_outputs)
+    if (files::is_file(files::join(root_, name))) outputs.push_back(name);
+  ResumePlan plan;
+  // The checkpoints a run resumed at plan.step saves again: they are replaced, so say so.
+  auto note_newer = [&](const std::string& why) {
+    std::vector<int64_t> newer;
+    for (int64_t s : on_disk)
+      if (s > plan.step) newer.push_back(s);
+    if (!newer.empty())
+      plan.notes.push_back(
+          fmt::format("{} in {} {} newer than step {} ({}); a checkpoint of the same step from "
+                      "this run replaces {}",
+                      list_steps(newer), root_, newer.size() == 1 ? "is" : "are", plan.step, why,
+                      newer.size() == 1 ? "it" : "each"));
+  };
+
+  if (mode == "disable") {
+    std::vector<std::string> found;
+    if (!on_disk.empty()) found.push_back(list_steps(on_disk));
+    if (files::is_file(tracker)) found.push_back(kTracker);
+    found.insert(found.end(), outputs.begin(), outputs.end());
+    if (!found.empty())
+      throw Error("trainer.resume_mode=disable",
+                  fmt::format("trains from scratch, but {} holds an earlier run ({}) that it would overwrite; "
+                              "choose another trainer.default_local_dir, move those away, or resume the run "
+                              "(trainer.resume_mode=auto)",
+                              root_, join(found, ", ")));
+    return plan;
+  }
+
   if (mode == "resume_path") {
     if (path.empty()) throw Error("trainer.resume_from_path", "resume_mode = resume_path needs a folder");
     step_of(path);
     if (!files::is_dir(path)) throw Error("trainer.resume_from_path", fmt::format("'{}' does not exist", path));
-    return path;
+    plan.step = check_state(path);
+    plan.folder = path;
+    note_newer("trainer.resume_from_path names an earlier one");
+    return plan;
   }
-  throw Error("trainer.resume_mode", fmt::format("'{}' is not one of auto, disable, resume_path", mode));
+
+  // auto
+  if (files::is_file(tracker)) {
+    plan.step = *latest();
+    if (!incomplete_reason(plan.step).empty())
+      throw Error(tracker, fmt::format("names step {}, but {} is not a complete checkpoint ({}); move it away to "
+                                       "resume from an earlier one",
+                                       plan.step, folder(plan.step), incomplete_reason(plan.step)));
+    check_state(folder(plan.step));
+    plan.folder = folder(plan.step);
+    note_newer("stopped after their folder was renamed into place, before the tracker named it");
+    return plan;
+  }
+  if (on_disk.empty()) {
+    if (!outputs.empty())
+      plan.notes.push_back(fmt::format(
+          "no checkpoint in {}: training from scratch; {} of an earlier attempt that saved no checkpoint {} replaced",
+          root_, join(outputs, ", "), outputs.size() == 1 ? "is" : "are"));
+    return plan;
+  }
+  // No tracker, but checkpoint folders: the newest complete one (the tracker may have been
+  // deleted, or the folders copied here without it).
+  std::vector<std::string> incomplete;
+  for (auto it = on_disk.rbegin(); it != on_disk.rend(); ++it) {
+    const std::string why = incomplete_reason(*it);
+    if (!why.empty()) {
+      incomplete.push_back(fmt::format("{} ({})", folder(*it), why));
+      continue;
+    }
+    plan.step = check_state(folder(*it));
+    plan.folder = folder(*it);
+    break;
+  }
+  const std::string skipped = join(incomplete, ", ");
+  if (!plan.folder)
+    throw Error(tracker, fmt::format("missing, and no global_step folder in {} is a complete checkpoint: {}; "
+                                     "nothing was changed. Move those folders away (or remove them) to train "
+                                     "from scratch, or choose another trainer.default_local_dir",
+                                     root_, skipped));
+  plan.notes.push_back(
+      fmt::format("{} is missing: resuming from {}, the newest complete checkpoint", tracker, *plan.folder));
+  if (!incomplete.empty()) note_newer("not complete: " + skipped);
+  return plan;
 }
 
 }  // namespace verlpp::controller

@@ -140,18 +140,21 @@ std::vector<nlohmann::json> read_metrics(const std::string& metrics_path) {
   for (size_t line_no = 1; std::getline(in, line); ++line_no) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", metrics_path, line_no);
-    json row;
-    try {
-      row = json::parse(quote_non_finite(line));
-    } catch (const json::exception& e) {
-      VERLPP_FAIL_AT(where, "malformed metrics line ({}): {}", e.what(), line.substr(0, 120));
-    }
-    if (!row.is_object()) VERLPP_FAIL_AT(where, "a metrics line must be a JSON object, got {}", row.type_name());
-    restore_non_finite(row);
-    rows.push_back(std::move(row));
+    rows.push_back(parse_metrics_line(line, fmt::format("{}:{}", metrics_path, line_no)));
   }
   return rows;
+}
+
+nlohmann::json parse_metrics_line(const std::string& line, const std::string& where) {
+  json row;
+  try {
+    row = json::parse(quote_non_finite(line));
+  } catch (const json::exception& e) {
+    VERLPP_FAIL_AT(where, "malformed metrics line ({}): {}", e.what(), line.substr(0, 120));
+  }
+  if (!row.is_object()) VERLPP_FAIL_AT(where, "a metrics line must be a JSON object, got {}", row.type_name());
+  restore_non_finite(row);
+  return row;
 }
 
 void write_report(const std::vector<nlohmann::json>& rows, const std::string& html_path, const ReportInfo& info) {

@@ -2,7 +2,8 @@
 // as is, plus optimizer.safetensors), critic/ (the same, with a value head) and
 // trainer_state.json (step, data loader position, KL coefficient, update counts, seed, config).
 // Written through CheckpointManager's temporary folder + rename, so a crash never leaves a
-// checkpoint that resume would pick up half-written. Everything random in a step is a function
+// checkpoint that resume would pick up half-written; the rename (the commit) waits until the
+// step's metrics row is on disk (fit() in rl_steps.cpp). Everything random in a step is a function
 // of (seed, step), so these files are the whole state: a resumed run repeats the uninterrupted
 // one bit for bit on the CPU.
 #include <ATen/core/grad_mode.h>
@@ -17,11 +18,10 @@ namespace verlpp::controller {
 
 using json = nlohmann::json;
 
-void save_checkpoint(RlTrainer::State& s) {
+void write_checkpoint(RlTrainer::State& s) {
   // Every rank holds the whole model (replicated parameters), so rank 0 writes it alone, and a
   // checkpoint of N ranks resumes on any number of ranks. With sharded optimizer states
   // (trainer.zero_stage=1) saving them is collective: each owner sends its part to rank 0.
-  // The others wait at the end, so no rank runs ahead of a checkpoint that might still fail.
   const int64_t step = s.global_step;
   const bool writer = s.is_writer();
   const std::string tmp = writer ? s.checkpoints->begin(step) : std::string();
@@ -40,21 +40,25 @@ void save_checkpoint(RlTrainer::State& s) {
                     {"estimator", s.estimator},
                     {"world_size", s.world.world_size},
                     {"config", s.config.tree()}};
-      files::write_text(files::join(tmp, "trainer_state.json"), state.dump(2) + "\n");
+      files::write_text(files::join(tmp, CheckpointManager::kStateFile), state.dump(2) + "\n");
     }
   } catch (...) {
     if (writer) s.checkpoints->abort(step);
     throw;
   }
-  if (writer) {
-    const std::string final_dir = s.checkpoints->commit(step);
+}
+
+void commit_checkpoint(RlTrainer::State& s) {
+  // The others wait here, so no rank runs ahead of a checkpoint that might still fail.
+  if (s.is_writer()) {
+    const std::string final_dir = s.checkpoints->commit(s.global_step);
     s.message(fmt::format("checkpoint saved: {}", final_dir));
   }
   if (s.group) s.group->barrier();
 }
 
 int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder) {
-  const std::string state_path = files::join(folder, "trainer_state.json");
+  const std::string state_path = files::join(folder, CheckpointManager::kStateFile);
   if (!files::is_file(state_path)) throw Error(folder, "not a verlpp checkpoint: trainer_state.json is missing");
   json state;
   try {

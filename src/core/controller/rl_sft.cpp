@@ -6,6 +6,7 @@
 
 #include "rl_state.hpp"
 
+#include <verlpp/controller/metrics_log.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/train/sft.hpp>
 
@@ -45,8 +46,11 @@ void run_sft_warm_start(RlTrainer::State& s) {
   trainer.set_data_parallel(s.dp, s.settings.trainer.zero_stage == 1);
 
   DataLoader loader(data.size(), sft.batch_size, /*shuffle=*/true, uint64_t(sft.seed));
-  std::ofstream log;  // rank 0 writes the files
-  if (s.is_writer()) log.open(files::join(s.run_dir, "sft_metrics.jsonl"), std::ios::trunc);
+  // Rank 0 writes the files. The SFT runs only in a run that starts from scratch (a resumed run
+  // restores its result from sft_model), so its rows are rewritten whole, never appended to.
+  std::ofstream log;
+  const std::string log_path = files::join(s.run_dir, "sft_metrics.jsonl");
+  if (s.is_writer()) log.open(log_path, std::ios::trunc);
   double first_loss = 0, last_loss = 0;
   const int64_t test_freq = sft.test_freq;
   for (int64_t step = 1; step <= steps; ++step) {
@@ -67,6 +71,10 @@ void run_sft_warm_start(RlTrainer::State& s) {
     }
     if (log.is_open()) log << m.dump() << "\n";
     s.progress("sft", step, steps);
+  }
+  if (log.is_open()) {
+    log.close();
+    sync_file(log_path);  // on disk before any checkpoint of the RL phase exists
   }
   const std::string out = files::join(s.run_dir, "sft_model");
   model::SaveOptions save;

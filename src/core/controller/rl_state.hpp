@@ -137,7 +137,12 @@ train::AdamWConfig adamw_of(const OptimSettings& optim);
 // data.* as DatasetOptions.
 DatasetOptions dataset_options(const DataSettings& data);
 void setup_trainer(RlTrainer::State& s);
-void save_checkpoint(RlTrainer::State& s);
+// A checkpoint of the current step in two parts, so the step's metrics row can be made durable
+// between them: write_checkpoint fills the temporary folder (collective with sharded optimizer
+// states), commit_checkpoint renames it into place and updates the tracker (rank 0), then
+// every rank waits for the others.
+void write_checkpoint(RlTrainer::State& s);
+void commit_checkpoint(RlTrainer::State& s);
 // Restores the state from `folder`; returns the step it holds.
 int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder);
 // The SFT warm start (sft.*), when enabled; writes sft_metrics.jsonl in the run folder.

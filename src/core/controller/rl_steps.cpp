@@ -4,6 +4,7 @@
 // checkpoints on their frequencies, and one metrics row per step.
 #include "rl_state.hpp"
 
+#include <verlpp/controller/metrics_log.hpp>
 #include <verlpp/rollout/engine.hpp>
 #include <verlpp/rollout/sampling.hpp>
 
@@ -12,7 +13,6 @@
 #include <ATen/ops/from_blob.h>
 
 #include <map>
-#include <sstream>
 
 namespace verlpp::controller {
 namespace {
@@ -126,19 +126,6 @@ StepOutput run_step(RlTrainer::State& s) {
   return step_critic_free(s);
 }
 
-// Keeps the metrics rows of steps <= `step` (a resumed run rewrites what came after).
-void truncate_metrics(const std::string& path, int64_t step) {
-  if (!files::is_file(path)) return;
-  std::string kept, line;
-  std::istringstream in(files::read_text(path));
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    json row = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (row.is_object() && row.value("step", int64_t(-1)) <= step) kept += line + "\n";
-  }
-  files::write_text(path, kept);
-}
-
 bool every(int64_t freq, int64_t step, bool last) { return freq > 0 && (step % freq == 0 || last); }
 
 }  // namespace
@@ -196,14 +183,24 @@ json RlTrainer::fit() {
   State& s = *s_;
   const TrainerSettings& t = s.settings.trainer;
   const std::string metrics_path = files::join(s.run_dir, "metrics.jsonl");
-  std::optional<std::string> resume_from = s.checkpoints->resume_folder(t.resume_mode, t.resume_from_path);
+  const ResumePlan plan =
+      s.checkpoints->plan_resume(t.resume_mode, t.resume_from_path, {"metrics.jsonl", "sft_metrics.jsonl"});
+  // Every rank has looked at the folder before rank 0 changes anything in it.
+  if (s.group) s.group->barrier();
+  for (const std::string& note : plan.notes) s.message(note);
+  const std::optional<std::string>& resume_from = plan.folder;
   if (resume_from) {
     s.global_step = load_checkpoint(s, *resume_from);
-    if (s.is_writer()) truncate_metrics(metrics_path, s.global_step);
+    // The rows past the checkpoint (and a torn last one) go: this run writes them again.
+    if (s.is_writer())
+      for (const std::string& note : trim_metrics(metrics_path, s.global_step).notes(metrics_path, s.global_step))
+        s.message(note);
     s.message(fmt::format("resumed from {} (step {} of {})", *resume_from, s.global_step, s.total_steps));
     if (s.global_step >= s.total_steps)
       s.message(
-          fmt::format("the run in {} is already complete; trainer.resume_mode=disable starts it over", s.run_dir));
+          fmt::format("the run in {} is already complete; to train again, choose another "
+                      "trainer.default_local_dir (or move this one's checkpoints and metrics away)",
+                      s.run_dir));
   } else {
     if (s.is_writer()) files::remove_file(metrics_path);
     try {
@@ -216,6 +213,12 @@ json RlTrainer::fit() {
     s.metrics_out.open(metrics_path, std::ios::app);
     if (!s.metrics_out) throw Error(metrics_path, "cannot open the metrics file for writing");
   }
+  // Closes metrics.jsonl and syncs it: the rows after the last checkpoint are on disk too.
+  auto close_metrics = [&] {
+    if (!s.metrics_out.is_open()) return;
+    s.metrics_out.close();
+    sync_file(metrics_path);
+  };
   auto write_row = [&](const json& row) {
     if (!s.is_writer()) return;
     s.metrics_out << row.dump() << "\n";
@@ -228,7 +231,10 @@ json RlTrainer::fit() {
     last = validate_model(s);
     last["step"] = 0;
     write_row(last);
-    if (t.val_only) return last;
+    if (t.val_only) {
+      close_metrics();
+      return last;
+    }
   }
   const int64_t test_freq = t.test_freq, save_freq = t.save_freq;
   while (s.global_step < s.total_steps) {
@@ -239,7 +245,8 @@ json RlTrainer::fit() {
     json& m = out.metrics;
     if (s.val_set && every(test_freq, s.global_step, is_last))
       run_stage(s, "testing", m, [&] { merge_into(m, validate_model(s)); });
-    if (every(save_freq, s.global_step, is_last)) run_stage(s, "save_checkpoint", m, [&] { save_checkpoint(s); });
+    const bool save = every(save_freq, s.global_step, is_last);
+    if (save) run_stage(s, "save_checkpoint", m, [&] { write_checkpoint(s); });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     m["timing_s/step"] = seconds;
     add_throughput_metrics(out.batch, seconds, m);
@@ -247,10 +254,23 @@ json RlTrainer::fit() {
     m["training/epoch"] = s.loader->epoch();
     m["step"] = s.global_step;
     write_row(m);
+    if (save) {
+      // The row is on disk before the checkpoint names its step: a resume from this checkpoint
+      // finds every row up to it, and one from an earlier checkpoint drops this row and writes it
+      // again (trim_metrics), so the file never loses or repeats a step.
+      if (s.is_writer()) sync_file(metrics_path);
+      try {
+        commit_checkpoint(s);
+      } catch (const std::exception& e) {
+        throw Error(
+            fmt::format("rank {} of {}, step {} commit_checkpoint", s.world.rank, s.world.world_size, s.global_step),
+            e.what());
+      }
+    }
     s.progress("train", s.global_step, s.total_steps);
     last = m;
   }
-  if (s.metrics_out.is_open()) s.metrics_out.close();
+  close_metrics();
   // No rank leaves (and rank 0 stops serving the store) while another still needs it.
   if (s.group) s.group->barrier();
   return last;
