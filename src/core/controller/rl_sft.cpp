@@ -12,7 +12,6 @@
 #include "../util/files.hpp"
 
 #include <chrono>
-#include <fstream>
 
 namespace verlpp::controller {
 
@@ -45,8 +44,12 @@ void run_sft_warm_start(RlTrainer::State& s) {
   trainer.set_data_parallel(s.dp, s.settings.trainer.zero_stage == 1);
 
   DataLoader loader(data.size(), sft.batch_size, /*shuffle=*/true, uint64_t(sft.seed));
-  std::ofstream log;  // rank 0 writes the files
-  if (s.is_writer()) log.open(files::join(s.run_dir, "sft_metrics.jsonl"), std::ios::trunc);
+  files::OutputFile log;  // rank 0 writes the files; a row is on disk when its step ends
+  if (s.is_writer()) {
+    const std::string log_path = files::join(s.run_dir, "sft_metrics.jsonl");
+    files::remove_file(log_path);
+    log = files::OutputFile(log_path, files::OutputFile::Mode::kAppend);
+  }
   double first_loss = 0, last_loss = 0;
   const int64_t test_freq = sft.test_freq;
   for (int64_t step = 1; step <= steps; ++step) {
@@ -65,9 +68,13 @@ void run_sft_warm_start(RlTrainer::State& s) {
       s.message(fmt::format("SFT step {}/{}: loss {:.3f}, val/acc {:.3f}", step, steps, last_loss,
                             val.value("val/acc", 0.0)));
     }
-    if (log.is_open()) log << m.dump() << "\n";
+    if (log.is_open()) {
+      log.write(m.dump() + "\n");
+      log.flush();
+    }
     s.progress("sft", step, steps);
   }
+  log.commit();
   const std::string out = files::join(s.run_dir, "sft_model");
   model::SaveOptions save;
   save.source_dir = s.model_path;

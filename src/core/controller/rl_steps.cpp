@@ -212,14 +212,11 @@ json RlTrainer::fit() {
       throw Error(fmt::format("rank {} of {}, SFT warm start", s.world.rank, s.world.world_size), e.what());
     }
   }
-  if (s.is_writer()) {
-    s.metrics_out.open(metrics_path, std::ios::app);
-    if (!s.metrics_out) throw Error(metrics_path, "cannot open the metrics file for writing");
-  }
+  if (s.is_writer()) s.metrics_out = files::OutputFile(metrics_path, files::OutputFile::Mode::kAppend);
   auto write_row = [&](const json& row) {
     if (!s.is_writer()) return;
-    s.metrics_out << row.dump() << "\n";
-    s.metrics_out.flush();
+    s.metrics_out.write(row.dump() + "\n");
+    s.metrics_out.flush();  // on disk before the next step, or an error naming the file
     if (s.hooks.on_step) s.hooks.on_step(row);
   };
 
@@ -250,7 +247,7 @@ json RlTrainer::fit() {
     s.progress("train", s.global_step, s.total_steps);
     last = m;
   }
-  if (s.metrics_out.is_open()) s.metrics_out.close();
+  s.metrics_out.commit();
   // No rank leaves (and rank 0 stops serving the store) while another still needs it.
   if (s.group) s.group->barrier();
   return last;
