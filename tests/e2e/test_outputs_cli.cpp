@@ -272,7 +272,7 @@ TEST_CASE("verlpp generate: every prompt refused is an error; some refused is no
   const Fixture f;
   // An empty prompt and one longer than the tiny model's context (max_position_embeddings).
   std::string long_text;
-  for (int i = 0; i < 2000; ++i) long_text += "1+";
+  for (int i = 0; i < 6000; ++i) long_text += "1+";
   std::ofstream(f.dir + "/refused.jsonl") << R"({"text": ""})"
                                           << "\n"
                                           << "{\"text\": \"" << long_text << "\"}\n";
@@ -284,7 +284,7 @@ TEST_CASE("verlpp generate: every prompt refused is an error; some refused is no
   const std::vector<json> rows = jsonl(read_file(f.dir + "/refused_rows.jsonl"));
   REQUIRE(rows.size() == 2);  // the refusals are on record
   for (const json& row : rows) {
-    CHECK(row["finish_reason"] == "abort");
+    CHECK(row["finish_reason"] == "aborted");
     CHECK(row.contains("error"));
     CHECK(row["token_ids"].empty());
   }

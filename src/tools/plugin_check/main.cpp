@@ -6,6 +6,10 @@
 // capabilities the plugin does not offer (listed, never counted as passes).
 #include "check_context.hpp"
 
+#include "../../core/util/files.hpp"
+#include "../../core/util/output_file.hpp"
+
+#include <verlpp/core/error.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
 
 #include <CLI/CLI.hpp>
@@ -13,7 +17,9 @@
 #include <verlpp/core/strings.hpp>
 #include <nlohmann/json.hpp>
 
-#include <fstream>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 
 using namespace verlpp;
@@ -63,6 +69,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (!json_path.empty()) files::require_output(json_path, "--json");  // before the suite runs
     hw::Plugin plugin = load(plugin_arg);
     if (worker && missing_peer) return conformance::missing_peer_worker_main(plugin, store_host, port);
     if (worker) return conformance::comm_worker_main(plugin, rank, world, store_host, port, timeout_ms);
@@ -101,11 +108,15 @@ int main(int argc, char** argv) {
                      {"kernel", r.kernel},
                      {"outcome", label(r.outcome)},
                      {"detail", r.detail}});
-      std::ofstream(json_path) << nlohmann::json{
-          {"plugin", plugin.display_name()},
-          {"path", plugin.path()},
-          {"results", j}}.dump(2);
+      files::write_text(
+          json_path,
+          nlohmann::json{{"plugin", plugin.display_name()}, {"path", plugin.path()}, {"results", j}}.dump(2));
     }
+    // The table is the result: a standard output that refused it is an error, not a pass.
+    std::cout.flush();
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout)
+      throw Error("writing standard output", errno != 0 ? std::strerror(errno) : "the C library reports a write error");
     return failed == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "verlpp-plugin-check: error: " << e.what() << "\n";
