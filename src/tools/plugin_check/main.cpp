@@ -6,6 +6,7 @@
 // capabilities the plugin does not offer (listed, never counted as passes).
 #include "check_context.hpp"
 
+#include "../../apps/checked_stdout.hpp"
 #include "../../core/util/files.hpp"
 #include "../../core/util/output_file.hpp"
 
@@ -17,9 +18,6 @@
 #include <verlpp/core/strings.hpp>
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <iostream>
 
 using namespace verlpp;
@@ -68,7 +66,10 @@ int main(int argc, char** argv) {
   app.add_option("--store-host", store_host)->group("");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  // The table (and a worker's JSON lines) through the checked standard output: a refused write
+  // is an error, never a silent pass.
+  apps::CheckedStdout standard_output;
+  auto check = [&]() -> int {
     if (!json_path.empty()) files::require_output(json_path, "--json");  // before the suite runs
     hw::Plugin plugin = load(plugin_arg);
     if (worker && missing_peer) return conformance::missing_peer_worker_main(plugin, store_host, port);
@@ -112,13 +113,18 @@ int main(int argc, char** argv) {
           json_path,
           nlohmann::json{{"plugin", plugin.display_name()}, {"path", plugin.path()}, {"results", j}}.dump(2));
     }
-    // The table is the result: a standard output that refused it is an error, not a pass.
-    std::cout.flush();
-    errno = 0;
-    if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout)
-      throw Error("writing standard output", errno != 0 ? std::strerror(errno) : "the C library reports a write error");
     return failed == 0 ? 0 : 1;
+  };
+  try {
+    const int status = check();
+    standard_output.finish();
+    return status;
   } catch (const std::exception& e) {
+    try {
+      standard_output.finish();  // what was printed before the error
+    } catch (const std::exception&) {
+      // the first error is the one to report
+    }
     std::cerr << "verlpp-plugin-check: error: " << e.what() << "\n";
     return 2;
   }
