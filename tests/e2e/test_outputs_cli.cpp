@@ -223,15 +223,15 @@ TEST_CASE("verlpp generate streams rows as samples finish; a killed run keeps th
   const Fixture f;
   // Many prompts and a KV pool for a few sequences at a time: samples finish in waves.
   std::string prompts;
-  for (int i = 0; i < 120; ++i) prompts += "{\"text\": \"" + std::to_string(i) + "+" + std::to_string(i * 7) + "=\"}\n";
+  for (int i = 0; i < 48; ++i) prompts += "{\"text\": \"" + std::to_string(i) + "+" + std::to_string(i * 7) + "=\"}\n";
   std::ofstream(f.dir + "/many_prompts.jsonl") << prompts;
   const std::string args = "generate --model " + f.model + " --prompts " + f.dir +
-                           "/many_prompts.jsonl --n 2 --max-new-tokens 40 --ignore-eos --kv-tokens 192 --seed 3 ";
+                           "/many_prompts.jsonl --n 2 --max-new-tokens 32 --ignore-eos --kv-tokens 128 --seed 3 ";
   Run whole = cli(args + "--output " + f.dir + "/whole.jsonl");
   INFO(whole.output);
   REQUIRE(whole.status == 0);
   const auto expected = by_sample(jsonl(read_file(f.dir + "/whole.jsonl")));
-  REQUIRE(expected.size() == 240);
+  REQUIRE(expected.size() == 96);
 
   // The same run, killed once some rows are on disk.
   const std::string out = f.dir + "/killed.jsonl";
