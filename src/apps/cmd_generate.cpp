@@ -1,9 +1,14 @@
 // `verlpp generate --model DIR --prompts F.jsonl [...]`: sample completions with the rollout
 // engine. Prompts in verl's schema ("prompt": chat messages, rendered with DIR's chat
-// template) or plain "text"; one JSON line per sample out. A folder without weights (e.g.
-// examples/tiny) needs --init-seed, which initialises the model from that seed.
-#include "../core/util/input_file.hpp"
+// template) or plain "text"; one JSON line per sample out, written and flushed as each sample
+// finishes (a killed run keeps every finished row; no sample is kept in memory). A folder
+// without weights (e.g. examples/tiny) needs --init-seed, which initialises the model from that
+// seed. The output path is checked before the model loads; a run where every prompt is refused
+// fails. The device and plugin are chosen as `train` chooses them.
 #include "commands.hpp"
+
+#include "../core/util/input_file.hpp"
+#include "../core/util/output_file.hpp"
 
 #include <verlpp/controller/device_choice.hpp>
 #include <verlpp/core/error.hpp>
@@ -40,6 +45,8 @@ bool exists(const std::string& path) {
 }
 
 void run_generate(const GenerateArgs& a) {
+  const std::string output = a.output.empty() ? "-" : a.output;
+  files::require_output(output, "--output");  // before any work: a bad path costs nothing
   if (!exists(a.model_dir + "/config.json")) throw Error("--model " + a.model_dir, "no config.json in this folder");
   if (!exists(a.model_dir + "/tokenizer.json"))
     throw Error("--model " + a.model_dir, "no tokenizer.json in this folder");
@@ -113,6 +120,7 @@ void run_generate(const GenerateArgs& a) {
     r.sampling.seed = a.seed + uint64_t(requests.size());  // one seed per prompt, reproducible
     requests.push_back(std::move(r));
   }
+  if (requests.empty()) throw Error("--prompts " + a.prompts, "the file holds no prompt rows");
 
   rollout::EngineOptions options;
   options.block_size = a.block_size;
@@ -126,9 +134,31 @@ void run_generate(const GenerateArgs& a) {
                            choice.plugin.empty() ? "no plugin" : "plugin " + choice.plugin,
                            kernels ? "kernels: " + join(kernels->available(), ", ")
                                    : std::string("no plugin kernels (LibTorch runs every operation)"));
-  auto outputs = engine.generate(requests, [](int64_t done, int64_t total) {
-    std::cerr << fmt::format("\rgenerate: {}/{} samples done", done, total) << std::flush;
-  });
+  files::OutputFile out(output, files::OutputFile::Mode::kStream);
+  int64_t refused = 0;
+  auto write_row = [&](rollout::GenerateOutput&& o) {
+    std::vector<int32_t> ids(o.token_ids.begin(), o.token_ids.end());
+    nlohmann::json j = {{"prompt_index", o.request_index},
+                        {"sample_index", o.sample_index},
+                        {"text", tokenizer.decode(ids, /*skip_special_tokens=*/true)},
+                        {"token_ids", o.token_ids},
+                        {"logprobs", o.logprobs},
+                        {"finish_reason", rollout::finish_reason_name(o.finish_reason)}};
+    if (!o.error.empty()) {
+      j["error"] = o.error;
+      ++refused;
+      std::cerr << fmt::format("generate: prompt {}: {}\n", o.request_index, o.error);
+    }
+    out.write(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    out.flush();  // on disk as it finishes: a killed run keeps every finished row
+  };
+  engine.generate(
+      requests,
+      [](int64_t done, int64_t total) {
+        std::cerr << fmt::format("\rgenerate: {}/{} samples done", done, total) << std::flush;
+      },
+      write_row);
+  out.commit();
   const auto& st = engine.last_stats();
   std::cerr << fmt::format(
       "\ngenerate: {} tokens in {:.2f} s ({:.1f} tokens/s), {} prefill + {} decode steps, {} preemptions\n",
@@ -140,30 +170,11 @@ void run_generate(const GenerateArgs& a) {
         "queued while the step before ran ({} queued steps discarded)\n",
         st.num_graph_steps, st.num_graph_captures, st.graph_capture_seconds, st.num_overlapped_steps,
         st.num_discarded_steps);
-
-  std::ofstream file;
-  if (!a.output.empty()) {
-    file.open(a.output);
-    if (!file) throw Error("--output " + a.output, "cannot write the file");
-  }
-  std::ostream& out = a.output.empty() ? std::cout : file;
-  int64_t errors = 0;
-  for (const auto& o : outputs) {
-    std::vector<int32_t> ids(o.token_ids.begin(), o.token_ids.end());
-    nlohmann::json j = {{"prompt_index", o.request_index},
-                        {"sample_index", o.sample_index},
-                        {"text", tokenizer.decode(ids, /*skip_special_tokens=*/true)},
-                        {"token_ids", o.token_ids},
-                        {"logprobs", o.logprobs},
-                        {"finish_reason", rollout::finish_reason_name(o.finish_reason)}};
-    if (!o.error.empty()) {
-      j["error"] = o.error;
-      ++errors;
-      std::cerr << fmt::format("generate: prompt {}: {}\n", o.request_index, o.error);
-    }
-    out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  }
-  if (errors > 0) std::cerr << fmt::format("generate: {} prompt(s) refused (see \"error\" in their lines)\n", errors);
+  if (refused == int64_t(requests.size()))
+    throw Error("verlpp generate", fmt::format("every prompt was refused ({} of {}; the reasons are above and in "
+                                               "the \"error\" field of each row): nothing was generated",
+                                               refused, requests.size()));
+  if (refused > 0) std::cerr << fmt::format("generate: {} prompt(s) refused (see \"error\" in their lines)\n", refused);
 }
 
 }  // namespace
@@ -175,7 +186,9 @@ void register_generate_command(CLI::App& app) {
       ->required();
   cmd->add_option("--prompts", args->prompts, "JSONL: {\"prompt\": [chat messages]} (verl) or {\"text\": \"...\"}")
       ->required();
-  cmd->add_option("--output", args->output, "output JSONL (default: stdout)");
+  cmd->add_option("--output", args->output,
+                  "output JSONL, one row per sample as it finishes (default or -: stdout; a device or FIFO is "
+                  "written in place)");
   cmd->add_option("--n", args->n, "samples per prompt")->capture_default_str();
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "generated tokens at most")->capture_default_str();
   cmd->add_option("--temperature", args->temperature, "0 = greedy")->capture_default_str();

@@ -6,6 +6,8 @@
 //   save SRC DST                 load (or --init-seed: initialise) and write a complete HF folder
 #include "commands.hpp"
 
+#include "../core/util/output_file.hpp"
+
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 #include <verlpp/controller/device_choice.hpp>
@@ -137,6 +139,7 @@ at::Tensor cached_hidden(const DecoderLM& model, const std::vector<std::vector<i
 
 void run_logits(const std::string& dir, const std::vector<std::string>& id_lists, const std::string& out_path,
                 const std::string& mode, const std::string& device_name, const std::string& dtype) {
+  files::require_output(out_path, "--out");  // before the model loads: a bad path costs nothing
   at::NoGradGuard no_grad;
   const c10::Device device = controller::choose_device(device_name, /*local_rank=*/0, "--device").device;
   ModelOptions options;
@@ -190,12 +193,18 @@ void run_logits(const std::string& dir, const std::vector<std::string>& id_lists
   at::Tensor result = head(model, hidden).to(at::kFloat).to(at::kCPU).contiguous();
   const char* key = model.config().head == ModelHead::kCausalLM ? "logits" : "scores";
   write_safetensors(out_path, {{key, result}, {"attention_mask", mask}});
-  std::cout << fmt::format("{} {} [{}, {}, {}] ({}, {}, {}) -> {}\n", model.config().architecture, key, B, T,
-                           result.size(2), mode, device.str(), dtype, out_path);
+  // With --out - the tensors are standard output; the summary goes beside them, to stderr.
+  std::ostream& summary = out_path == "-" ? std::cerr : std::cout;
+  summary << fmt::format("{} {} [{}, {}, {}] ({}, {}, {}) -> {}\n", model.config().architecture, key, B, T,
+                         result.size(2), mode, device.str(), dtype, files::output_display_name(out_path));
 }
 
 void run_save(const std::string& src, const std::string& dst, const std::string& dtype, double max_shard_mb,
               int64_t init_seed) {
+  // DST is a folder (made with its parents when missing); anything else there is refused up front.
+  struct stat st {};
+  if (::stat(dst.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    throw Error("DST " + dst, "exists and is not a folder (the model is saved as a folder of files)");
   at::NoGradGuard no_grad;
   ModelConfig config = load_model_config(src);
   ModelOptions options;  // fp32 unless the checkpoint is bf16/fp16: loading then copies bit for bit
@@ -238,7 +247,10 @@ void register_model_command(CLI::App& app) {
   CLI::App* logits = cmd->add_subcommand("logits", "Run a model on token ids; write logits to a safetensors file");
   logits->add_option("DIR", la->dir, "HF model folder")->required();
   logits->add_option("--ids", la->ids, "comma-separated token ids; repeat for a batch")->required();
-  logits->add_option("--out", la->out, "output .safetensors (logits or scores [B, T, V] f32, attention_mask)")
+  logits
+      ->add_option("--out", la->out,
+                   "output .safetensors (logits or scores [B, T, V] f32, attention_mask); a device, a FIFO or - "
+                   "(stdout) is written in place")
       ->required();
   logits->add_option("--mode", la->mode, "padded, packed or cached (prefill + decode over a paged KV cache)");
   logits->add_option("--device", la->device, "auto (a loaded plugin's device), cpu, cuda, cuda:1, privateuseone, ...");

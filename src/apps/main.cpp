@@ -1,5 +1,8 @@
 // The `verlpp` command: one binary, one subcommand per job. Errors end the program with a
-// single line naming what failed and a non-zero exit; nothing is allowed to crash it.
+// single line naming what failed and a non-zero exit; nothing is allowed to crash it. Standard
+// output is checked like every file: `verlpp ... > /dev/full` ends with
+// "verlpp: error: writing standard output: No space left on device" and exit 1.
+#include "checked_stdout.hpp"
 #include "commands.hpp"
 
 #include <verlpp/core/error.hpp>
@@ -26,14 +29,25 @@ int main(int argc, char** argv) {
   verlpp::apps::register_config_command(app);
   verlpp::apps::register_generate_command(app);
   verlpp::apps::register_train_command(app);
+  verlpp::apps::CheckedStdout standard_output;
+  int status = 0;
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const verlpp::Error& e) {
-    std::cerr << "verlpp: error: " << e.what() << "\n";  // names its own where
-    return 1;
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      status = app.exit(e);  // --help and --version print here, through the same checks
+    }
+    standard_output.finish();
   } catch (const std::exception& e) {
+    try {
+      standard_output.finish();  // what the command printed before it failed
+    } catch (const std::exception&) {
+      // the first error is the one to report
+    }
+    if (dynamic_cast<const verlpp::Error*>(&e) != nullptr) {
+      std::cerr << "verlpp: error: " << e.what() << "\n";  // names its own where
+      return 1;
+    }
     // A library's exception (LibTorch, JSON, the standard library) does not say where it came
     // from: name the command ("model logits: LibTorch: index out of range in self").
     std::string command;
@@ -44,5 +58,5 @@ int main(int argc, char** argv) {
     std::cerr << "verlpp: error: " << command << ": " << verlpp::error_text(e) << "\n";
     return 1;
   }
-  return 0;
+  return status;
 }

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -36,11 +37,17 @@ Run verlpp_cli(const std::string& args) {
   return run;
 }
 
+// The rows of a JSONL output, ordered by (prompt_index, sample_index): they are written in the
+// order samples finish.
 std::vector<json> read_lines(const std::string& path) {
   std::ifstream in(path);
   std::vector<json> rows;
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) rows.push_back(json::parse(line));
+  std::stable_sort(rows.begin(), rows.end(), [](const json& a, const json& b) {
+    return std::make_pair(a["prompt_index"].get<int64_t>(), a["sample_index"].get<int64_t>()) <
+           std::make_pair(b["prompt_index"].get<int64_t>(), b["sample_index"].get<int64_t>());
+  });
   return rows;
 }
 

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -435,6 +436,52 @@ TEST_CASE("engine: bad requests are errors, the rest of the batch runs", "[rollo
     }
   }
   CHECK_THROWS_AS(model::load_pretrained("/nonexistent/model"), Error);
+}
+
+TEST_CASE("engine: on_output hands over each output as it finishes, the same outputs as returned",
+          "[rollout][engine]") {
+  EngineOptions opts;
+  opts.block_size = 4;
+  opts.num_blocks = 12;                                   // 48 tokens: a few samples at a time, finishing in waves
+  std::vector<GenerateRequest> reqs = {{{}, greedy(4)}};  // refused: empty
+  for (int64_t i = 0; i < 6; ++i) {
+    SamplingParams p;
+    p.n = 2;
+    p.max_new_tokens = 3 + 2 * i;  // different lengths: different finishing steps
+    p.temperature = 0.9;
+    p.seed = uint64_t(10 + i);
+    p.ignore_eos = true;
+    reqs.push_back({prompt_of(5 + i, i), p});
+  }
+  RolloutEngine whole(tiny_model(2), opts), streamed(tiny_model(2), opts);
+  const std::vector<GenerateOutput> expected = whole.generate(reqs);
+  REQUIRE(expected.size() == 13);  // the refusal + 6 prompts x 2 samples
+
+  std::vector<GenerateOutput> got;
+  std::vector<size_t> got_at_progress;  // outputs handed over when each progress call came
+  const std::vector<GenerateOutput> returned = streamed.generate(
+      reqs, [&](int64_t, int64_t) { got_at_progress.push_back(got.size()); },
+      [&](GenerateOutput&& o) { got.push_back(std::move(o)); });
+  CHECK(returned.empty());  // the engine kept none
+  REQUIRE(got.size() == expected.size());
+  CHECK(got.front().request_index == 0);  // refusals come first
+  CHECK_THAT(got.front().error, Catch::Contains("empty"));
+  // Handed over as they finished, not at the end: each progress call saw its samples already.
+  REQUIRE(got_at_progress.size() > 1);
+  CHECK(got_at_progress.front() < got.size());
+  for (size_t k = 1; k < got_at_progress.size(); ++k) CHECK(got_at_progress[k] > got_at_progress[k - 1]);
+  std::sort(got.begin(), got.end(), [](const GenerateOutput& a, const GenerateOutput& b) {
+    return std::make_pair(a.request_index, a.sample_index) < std::make_pair(b.request_index, b.sample_index);
+  });
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("output " << i);
+    CHECK(got[i].request_index == expected[i].request_index);
+    CHECK(got[i].sample_index == expected[i].sample_index);
+    CHECK(got[i].token_ids == expected[i].token_ids);
+    CHECK(got[i].logprobs == expected[i].logprobs);
+    CHECK(got[i].finish_reason == expected[i].finish_reason);
+    CHECK(got[i].error == expected[i].error);
+  }
 }
 
 TEST_CASE("engine: update_weights shares or casts; sleep and wake", "[rollout][engine]") {

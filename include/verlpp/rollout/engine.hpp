@@ -113,8 +113,12 @@ class RolloutEngine {
 
   // Generates every request; outputs ordered by (request, sample). Requests that fail their
   // checks become error outputs. `progress(done, total)` is called as samples finish.
+  // With `on_output`, each output is handed over as soon as it is final instead (refused
+  // requests first, then samples in the order they finish), the engine keeps none of them, and
+  // the returned vector is empty: a caller can stream a long generation to disk.
   std::vector<GenerateOutput> generate(const std::vector<GenerateRequest>& requests,
-                                       const std::function<void(int64_t, int64_t)>& progress = {});
+                                       const std::function<void(int64_t, int64_t)>& progress = {},
+                                       const std::function<void(GenerateOutput&&)>& on_output = {});
 
   // Loads weights from a trainer: (HF name, tensor) pairs, any subset. A tensor already on the
   // engine's device in its dtype is shared (no copy; later in-place trainer updates show

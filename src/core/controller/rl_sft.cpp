@@ -13,7 +13,6 @@
 #include "../util/files.hpp"
 
 #include <chrono>
-#include <fstream>
 
 namespace verlpp::controller {
 
@@ -47,10 +46,14 @@ void run_sft_warm_start(RlTrainer::State& s) {
 
   DataLoader loader(data.size(), sft.batch_size, /*shuffle=*/true, uint64_t(sft.seed));
   // Rank 0 writes the files. The SFT runs only in a run that starts from scratch (a resumed run
-  // restores its result from sft_model), so its rows are rewritten whole, never appended to.
-  std::ofstream log;
+  // restores its result from sft_model), so its rows are rewritten whole, never appended to; a
+  // row is handed to the system when its step ends.
+  files::OutputFile log;
   const std::string log_path = files::join(s.run_dir, "sft_metrics.jsonl");
-  if (s.is_writer()) log.open(log_path, std::ios::trunc);
+  if (s.is_writer()) {
+    files::remove_file(log_path);
+    log = files::OutputFile(log_path, files::OutputFile::Mode::kAppend);
+  }
   double first_loss = 0, last_loss = 0;
   const int64_t test_freq = sft.test_freq;
   for (int64_t step = 1; step <= steps; ++step) {
@@ -69,11 +72,14 @@ void run_sft_warm_start(RlTrainer::State& s) {
       s.message(fmt::format("SFT step {}/{}: loss {:.3f}, val/acc {:.3f}", step, steps, last_loss,
                             val.value("val/acc", 0.0)));
     }
-    if (log.is_open()) log << m.dump() << "\n";
+    if (log.is_open()) {
+      log.write(m.dump() + "\n");
+      log.flush();
+    }
     s.progress("sft", step, steps);
   }
   if (log.is_open()) {
-    log.close();
+    log.commit();
     sync_file(log_path);  // on disk before any checkpoint of the RL phase exists
   }
   const std::string out = files::join(s.run_dir, "sft_model");

@@ -24,10 +24,11 @@
 #include <verlpp/train/critic.hpp>
 #include <verlpp/train/data_parallel.hpp>
 
+#include "../util/output_file.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,7 +77,7 @@ struct RlTrainer::State {
   int64_t global_step = 0, total_steps = 1;
   uint64_t seed = 1;
   std::string run_dir;
-  std::ofstream metrics_out;
+  files::OutputFile metrics_out;  // metrics.jsonl, appended to; a failed write stops the run
 
   void message(const std::string& text) const {
     if (hooks.on_message && is_writer()) hooks.on_message(text);

@@ -209,20 +209,17 @@ json RlTrainer::fit() {
       throw Error(fmt::format("rank {} of {}, SFT warm start", s.world.rank, s.world.world_size), e.what());
     }
   }
-  if (s.is_writer()) {
-    s.metrics_out.open(metrics_path, std::ios::app);
-    if (!s.metrics_out) throw Error(metrics_path, "cannot open the metrics file for writing");
-  }
+  if (s.is_writer()) s.metrics_out = files::OutputFile(metrics_path, files::OutputFile::Mode::kAppend);
   // Closes metrics.jsonl and syncs it: the rows after the last checkpoint are on disk too.
   auto close_metrics = [&] {
     if (!s.metrics_out.is_open()) return;
-    s.metrics_out.close();
+    s.metrics_out.commit();
     sync_file(metrics_path);
   };
   auto write_row = [&](const json& row) {
     if (!s.is_writer()) return;
-    s.metrics_out << row.dump() << "\n";
-    s.metrics_out.flush();
+    s.metrics_out.write(row.dump() + "\n");
+    s.metrics_out.flush();  // on disk before the next step, or an error naming the file
     if (s.hooks.on_step) s.hooks.on_step(row);
   };
 

@@ -1,20 +1,18 @@
 // Writing safetensors: one file, or HF-style shards with an index. Data is laid out by
 // descending element size, then name, so every tensor starts aligned to its element size
-// (the header is padded to 8 bytes). Files are written beside their final name and renamed
-// into place, so a crash never leaves a half-written checkpoint under the real name.
+// (the header is padded to 8 bytes). A regular file is written beside its final name and renamed
+// into place, so a crash never leaves a half-written checkpoint under the real name; a device or
+// a FIFO (/dev/null, a pipe) is written in place (files::OutputFile, every write checked).
 #include <verlpp/model/safetensors.hpp>
 
 #include "../util/files.hpp"
+#include "../util/output_file.hpp"
 
 #include <verlpp/core/error.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 
 namespace verlpp::model {
 namespace {
@@ -85,20 +83,14 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = (uint64_t(text.size()) >> (8 * i)) & 0xff;
 
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(tmp, "cannot open for writing");
-    out.write(reinterpret_cast<const char*>(length), 8);
-    out.write(text.data(), std::streamsize(text.size()));
-    for (const auto& [name, t] : ordered) {
-      at::Tensor host = t.detach().to(at::kCPU).contiguous();
-      out.write(static_cast<const char*>(host.data_ptr()), std::streamsize(byte_size(host)));
-    }
-    if (!out) throw Error(tmp, "write failed (disk full?)");
+  files::OutputFile out(path);
+  out.write(length, 8);
+  out.write(text);
+  for (const auto& [name, t] : ordered) {
+    at::Tensor host = t.detach().to(at::kCPU).contiguous();
+    out.write(host.data_ptr(), size_t(byte_size(host)));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error(path, fmt::format("cannot rename {} into place: {}", tmp, std::strerror(errno)));
+  out.commit();
 }
 
 std::vector<std::string> write_safetensors_sharded(const std::string& folder, const std::vector<NamedTensor>& tensors,

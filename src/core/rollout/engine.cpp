@@ -147,8 +147,33 @@ std::string RolloutEngine::check_request(const GenerateRequest& request) const {
   return "";
 }
 
+namespace {
+
+// The output of a finished sample; its ids and log-probs move out of the sequence.
+GenerateOutput output_of(Sequence& s) {
+  GenerateOutput out;
+  out.request_index = s.request_index;
+  out.sample_index = s.sample_index;
+  out.token_ids.assign(s.token_ids.begin() + s.num_prompt_tokens, s.token_ids.end());
+  out.logprobs = std::move(s.logprobs);
+  out.finish_reason = s.finish_reason;
+  out.num_preemptions = s.num_preemptions;
+  return out;
+}
+
+GenerateOutput refused_output(size_t request_index, const std::string& error) {
+  GenerateOutput out;
+  out.request_index = int64_t(request_index);
+  out.finish_reason = FinishReason::kAborted;
+  out.error = error;
+  return out;
+}
+
+}  // namespace
+
 std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRequest>& requests,
-                                                    const std::function<void(int64_t, int64_t)>& progress) {
+                                                    const std::function<void(int64_t, int64_t)>& progress,
+                                                    const std::function<void(GenerateOutput&&)>& on_output) {
   VERLPP_CHECK(cache_ != nullptr, "RolloutEngine::generate: the engine is asleep (call wake() first)");
   at::NoGradGuard no_grad;
   const auto start = std::chrono::steady_clock::now();
@@ -188,6 +213,9 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
     }
     scheduler.add_group(std::move(group));
   }
+  if (on_output)
+    for (size_t i = 0; i < requests.size(); ++i)
+      if (!errors[i].empty()) on_output(refused_output(i, errors[i]));
 
   if (graphs_off_reason_.empty()) {
     // Block tables of a graph are as wide as the longest sample can need, rounded up to a power
@@ -237,6 +265,11 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
     stats_.num_generated_tokens += int64_t(token_ids.size());
     const auto finished = scheduler.postprocess(step, token_ids, logprobs);
     done += int64_t(finished.size());
+    if (on_output)
+      for (Sequence* s : finished) {
+        on_output(output_of(*s));
+        std::vector<int64_t>().swap(s->token_ids);  // a finished sequence is never read again
+      }
     if (progress && !finished.empty()) progress(done, total);
   }
   VERLPP_CHECK(blocks.num_free_blocks() == blocks.num_blocks(),
@@ -253,26 +286,13 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
 
   std::vector<GenerateOutput> outputs;
   size_t next = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
+  for (size_t i = 0; i < requests.size() && !on_output; ++i) {
     if (!errors[i].empty()) {
-      GenerateOutput out;
-      out.request_index = int64_t(i);
-      out.finish_reason = FinishReason::kAborted;
-      out.error = errors[i];
-      outputs.push_back(std::move(out));
+      outputs.push_back(refused_output(i, errors[i]));
       continue;
     }
-    for (; next < seqs.size() && seqs[next]->request_index == int64_t(i); ++next) {
-      Sequence& s = *seqs[next];
-      GenerateOutput out;
-      out.request_index = s.request_index;
-      out.sample_index = s.sample_index;
-      out.token_ids.assign(s.token_ids.begin() + s.num_prompt_tokens, s.token_ids.end());
-      out.logprobs = std::move(s.logprobs);
-      out.finish_reason = s.finish_reason;
-      out.num_preemptions = s.num_preemptions;
-      outputs.push_back(std::move(out));
-    }
+    for (; next < seqs.size() && seqs[next]->request_index == int64_t(i); ++next)
+      outputs.push_back(output_of(*seqs[next]));
   }
   stats_.seconds = seconds_since(start);
   return outputs;

@@ -2,6 +2,8 @@
 // std::filesystem).
 #include "files.hpp"
 
+#include "output_file.hpp"
+
 #include <verlpp/core/error.hpp>
 
 #include <dirent.h>
@@ -69,15 +71,9 @@ std::string read_text(const std::string& path) {
 }
 
 void write_text(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(tmp, "cannot open for writing");
-    out.write(text.data(), std::streamsize(text.size()));
-    if (!out) throw Error(tmp, "write failed (disk full?)");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error(path, fmt::format("cannot rename {} into place: {}", tmp, std::strerror(errno)));
+  OutputFile out(path);
+  out.write(text);
+  out.commit();
 }
 
 void remove_tree(const std::string& path) {

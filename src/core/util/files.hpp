@@ -18,11 +18,12 @@ void make_dirs(const std::string& path);
 void remove_file(const std::string& path);
 // Names of the entries of a folder (no "." or ".."), sorted.
 std::vector<std::string> list_dir(const std::string& path);
-// Copies a file byte for byte (replacing `to`).
+// Copies a file byte for byte (replacing `to` as write_text does).
 void copy_file(const std::string& from, const std::string& to);
 // The whole file as a string; an error naming it if it cannot be read.
 std::string read_text(const std::string& path);
-// Writes `text` to `path` through a temporary file and a rename.
+// Writes `text` to `path` with OutputFile (output_file.hpp): a regular file or a new path
+// through a temporary file and a rename, a device or a FIFO in place; every write checked.
 void write_text(const std::string& path, const std::string& text);
 // Removes a file or a folder with everything in it (nothing if absent); an error naming what
 // could not be removed.

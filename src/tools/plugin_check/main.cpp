@@ -8,6 +8,11 @@
 // not offer (listed, never counted as passes).
 #include "check_context.hpp"
 
+#include "../../apps/checked_stdout.hpp"
+#include "../../core/util/files.hpp"
+#include "../../core/util/output_file.hpp"
+
+#include <verlpp/core/error.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
 
 #include <CLI/CLI.hpp>
@@ -15,7 +20,6 @@
 #include <verlpp/core/strings.hpp>
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
@@ -48,8 +52,8 @@ const char* label(conformance::Outcome o) {
   }
 }
 
-// Prints the pass/fail table and the totals, writes the JSON when asked; returns the exit
-// status (0 only when nothing failed).
+// Prints the pass/fail table and the totals, writes the JSON when asked (a failed write is an
+// error); returns the exit status (0 only when nothing failed).
 int report(const std::vector<conformance::CaseResult>& results, const std::string& name, const std::string& path,
            const std::string& json_path) {
   size_t passed = 0, failed = 0, absent = 0, width = 0;
@@ -65,18 +69,9 @@ int report(const std::vector<conformance::CaseResult>& results, const std::strin
   if (!json_path.empty()) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& r : results)
-      j.push_back({{"group", r.group},
-                   {"case", r.name},
-                   {"kernel", r.kernel},
-                   {"outcome", label(r.outcome)},
-                   {"detail", r.detail}});
-    std::ofstream out(json_path);
-    out << nlohmann::json{{"plugin", name}, {"path", path}, {"results", j}}.dump(2);
-    out.close();
-    if (!out) {
-      std::cerr << fmt::format("verlpp-plugin-check: error: {}: cannot write the JSON results\n", json_path);
-      return 2;
-    }
+      j.push_back(
+          {{"group", r.group}, {"case", r.name}, {"kernel", r.kernel}, {"outcome", label(r.outcome)}, {"detail", r.detail}});
+    files::write_text(json_path, nlohmann::json{{"plugin", name}, {"path", path}, {"results", j}}.dump(2));
   }
   return failed == 0 ? 0 : 1;
 }
@@ -103,25 +98,26 @@ int main(int argc, char** argv) {
   app.add_option("--store-host", store_host)->group("");
   CLI11_PARSE(app, argc, argv);
 
-  std::optional<hw::Plugin> loaded;
-  try {
-    loaded = load(plugin_arg);
-  } catch (const std::exception& e) {
-    // No such file, or no plugin of that name: a usage error, not a plugin that failed.
-    const bool missing = plugin_arg.find('/') != std::string::npos
-                             ? ::access(plugin_arg.c_str(), F_OK) != 0
-                             : dynamic_cast<const std::out_of_range*>(&e) != nullptr;
-    if (worker || missing) {
-      std::cerr << "verlpp-plugin-check: error: " << e.what() << "\n";
-      return 2;
+  // The table (and a worker's JSON lines) through the checked standard output: a refused write
+  // is an error, never a silent pass.
+  apps::CheckedStdout standard_output;
+  auto check = [&]() -> int {
+    if (!json_path.empty()) files::require_output(json_path, "--json");  // before the suite runs
+    std::optional<hw::Plugin> loaded;
+    try {
+      loaded = load(plugin_arg);
+    } catch (const std::exception& e) {
+      // No such file, or no plugin of that name: a usage error, not a plugin that failed.
+      const bool missing = plugin_arg.find('/') != std::string::npos
+                               ? ::access(plugin_arg.c_str(), F_OK) != 0
+                               : dynamic_cast<const std::out_of_range*>(&e) != nullptr;
+      if (worker || missing) throw;
+      // A plugin that cannot be loaded, or whose probe crashes, aborts or hangs (the host probes
+      // it in a child process), fails the suite's first case; nothing else can run.
+      std::cout << fmt::format("verlpp-plugin-check: {}\n\n", plugin_arg);
+      conformance::CaseResult failed{"abi", "load and probe", conformance::Outcome::fail, e.what(), ""};
+      return report({failed}, plugin_arg, plugin_arg, json_path);
     }
-    // A plugin that cannot be loaded, or whose probe crashes, aborts or hangs (the host probes
-    // it in a child process), fails the suite's first case; nothing else can run.
-    std::cout << fmt::format("verlpp-plugin-check: {}\n\n", plugin_arg);
-    conformance::CaseResult failed{"abi", "load and probe", conformance::Outcome::fail, e.what(), ""};
-    return report({failed}, plugin_arg, plugin_arg, json_path);
-  }
-  try {
     hw::Plugin& plugin = *loaded;
     if (worker && missing_peer) return conformance::missing_peer_worker_main(plugin, store_host, port);
     if (worker) return conformance::comm_worker_main(plugin, rank, world, store_host, port, timeout_ms);
@@ -141,7 +137,17 @@ int main(int argc, char** argv) {
     std::string self = boost::dll::program_location().string();
     conformance::run_comm_cases(ctx, self, plugin.path(), worlds, timeout_ms);
     return report(ctx.results(), plugin.display_name(), plugin.path(), json_path);
+  };
+  try {
+    const int status = check();
+    standard_output.finish();
+    return status;
   } catch (const std::exception& e) {
+    try {
+      standard_output.finish();  // what was printed before the error
+    } catch (const std::exception&) {
+      // the first error is the one to report
+    }
     std::cerr << "verlpp-plugin-check: error: " << e.what() << "\n";
     return 2;
   }
