@@ -4,6 +4,8 @@
 // Reports the worst error and the first index over tolerance.
 #include "check_context.hpp"
 
+#include <verlpp/sdk/kernel_list.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -153,6 +155,59 @@ void run_rms_norm_cases(CheckContext& ctx) {
       worst.require("rms_norm");
     });
   }
+  // The contract wants contiguous tensors: a strided x must be refused (INVALID_ARGUMENT) or
+  // normalised as its strides say, never read as if it were dense.
+  ctx.run("kernels", "rms_norm with row-strided x is refused or honoured", [&] {
+    CheckContext::need(table ? reinterpret_cast<const void*>(table->rms_norm) : nullptr, "kernel rms_norm");
+    const int64_t n = 5, dim = 24, stride = 40;
+    std::vector<float> x(size_t(n * stride)), w(size_t(dim), 1.0f);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int64_t(i % 17) - 8) * 0.25f + (i % size_t(stride) >= size_t(dim) ? 50.0f : 0.0f);
+    DeviceTensor xt(d, {n * stride}, dl_f32()), wt(d, {dim}, dl_f32()), ot(d, {n, dim}, dl_f32());
+    xt.upload(x.data());
+    wt.upload(w.data());
+    std::vector<int64_t> shape = {n, dim}, strides = {stride, 1};
+    DLTensor view = xt.dl();
+    view.ndim = 2;
+    view.shape = shape.data();
+    view.strides = strides.data();
+    verlpp_error* e = table->rms_norm(&view, &wt.dl(), 1e-6f, &ot.dl(), nullptr);
+    if (e != nullptr) {
+      ctx.expect_error(e, VERLPP_STATUS_INVALID_ARGUMENT, "rms_norm(x [5, 24] with row stride 40)");
+      return;
+    }
+    const std::vector<float> got = ot.to_host<float>();
+    Worst worst;
+    for (int64_t r = 0; r < n; ++r) {
+      double ss = 0;
+      for (int64_t j = 0; j < dim; ++j) ss += double(x[size_t(r * stride + j)]) * x[size_t(r * stride + j)];
+      const double inv = 1.0 / std::sqrt(ss / double(dim) + 1e-6);
+      for (int64_t j = 0; j < dim; ++j) {
+        const double want = double(x[size_t(r * stride + j)]) * inv;
+        worst.add(size_t(r * dim + j), got[size_t(r * dim + j)], want, 1e-5 + 1e-5 * std::fabs(want));
+      }
+    }
+    worst.require("rms_norm of x [5, 24] with row stride 40 (accepted, so its strides must be honoured)");
+  });
+  // Every mismatch is its own call, the first ones safe for a plugin that reads without checking
+  // (its reads stay inside the buffers), so a missing check fails here instead of crashing.
+  ctx.run("kernels", "rms_norm rejects bad input", [&] {
+    CheckContext::need(table ? reinterpret_cast<const void*>(table->rms_norm) : nullptr, "kernel rms_norm");
+    const int32_t bad = VERLPP_STATUS_INVALID_ARGUMENT;
+    DeviceTensor x(d, {4, 8}, dl_f32()), w(d, {8}, dl_f32()), out(d, {4, 8}, dl_f32()), w9(d, {9}, dl_f32()),
+        out5(d, {5, 8}, dl_f32()), xh(d, {4, 8}, dl_f16()), x3(d, {4, 2, 4}, dl_f32()), xi(d, {4, 8}, dl_i32());
+    ctx.expect_error(table->rms_norm(&x.dl(), &w9.dl(), 1e-6f, &out.dl(), nullptr), bad,
+                     "rms_norm(weight [9] for D = 8)");
+    ctx.expect_error(table->rms_norm(&x.dl(), &w.dl(), 1e-6f, &out5.dl(), nullptr), bad,
+                     "rms_norm(out [5, 8] for x [4, 8])");
+    ctx.expect_error(table->rms_norm(&xh.dl(), &w.dl(), 1e-6f, &out.dl(), nullptr), bad,
+                     "rms_norm(f16 x, f32 weight and out)");
+    ctx.expect_error(table->rms_norm(&xi.dl(), &w.dl(), 1e-6f, &out.dl(), nullptr), bad, "rms_norm(int32 x)");
+    ctx.expect_error(table->rms_norm(&x3.dl(), &w.dl(), 1e-6f, &out.dl(), nullptr), bad, "rms_norm(x [4, 2, 4])");
+    ctx.expect_error(table->rms_norm(&x.dl(), &w.dl(), -1.0f, &out.dl(), nullptr), bad, "rms_norm(eps -1)");
+    ctx.expect_error(table->rms_norm(nullptr, &w.dl(), 1e-6f, &out.dl(), nullptr), bad, "rms_norm(NULL x)");
+    ctx.expect_error(table->rms_norm(&x.dl(), nullptr, 1e-6f, &out.dl(), nullptr), bad, "rms_norm(NULL weight)");
+    ctx.expect_error(table->rms_norm(&x.dl(), &w.dl(), 1e-6f, nullptr, nullptr), bad, "rms_norm(NULL out)");
+  });
 }
 
 // ---- paged_attention_decode: one query token per sequence over a paged KV cache with GQA,
@@ -293,11 +348,44 @@ void run_paged_attention_decode_cases(CheckContext& ctx) {
   });
 }
 
+// Kernels the host uses only together (plugin-abi.md, "Kernel contracts"): one offered alone is
+// never called, so the plugin's work on it is lost without a word.
+struct KernelPair {
+  sdk::KernelId first, second;
+};
+constexpr KernelPair kPairs[] = {{sdk::KernelId::silu_mul, sdk::KernelId::silu_mul_backward}};
+
 void run_kernel_table_cases(CheckContext& ctx) {
   ctx.run("kernels", "table struct_size", [&] {
     CheckContext::need(reinterpret_cast<const void*>(ctx.api().kernels), "kernel table");
-    CHECK_THAT(ctx.api().kernels->struct_size >= sizeof(size_t), "kernel table struct_size {}",
-               ctx.api().kernels->struct_size);
+    const size_t size = ctx.api().kernels->struct_size;
+    const uint32_t minor = std::min<uint32_t>(ctx.api().abi_minor, VERLPP_PLUGIN_ABI_MINOR);
+    const size_t expected = sdk::kernel_table_size(minor);
+    std::string lost;
+    for (const sdk::KernelInfo& k : sdk::kKernels)
+      if (k.minor <= minor && sizeof(size_t) + (size_t(k.id) + 1) * sizeof(void*) > size)
+        lost += (lost.empty() ? "" : ", ") + std::string(k.name);
+    CHECK_THAT(size >= expected,
+               "kernel table struct_size is {} bytes, expected {} (sizeof(verlpp_kernel_table) of ABI 1.{}, the "
+               "plugin's minor): the host ignores every entry past byte {} ({})",
+               size, expected, minor, size, lost);
+  });
+  ctx.run("kernels", "kernels that come in pairs are offered together", [&] {
+    CheckContext::need(reinterpret_cast<const void*>(ctx.api().kernels), "kernel table");
+    const verlpp_kernel_table& given = *ctx.api().kernels;
+    // Only the entries inside the plugin's struct_size and minor (the rest the host never sees).
+    auto offered = [&](sdk::KernelId id) {
+      const sdk::KernelInfo& k = sdk::kernel_info(id);
+      return k.minor <= ctx.api().abi_minor && sizeof(size_t) + (size_t(id) + 1) * sizeof(void*) <= given.struct_size &&
+             sdk::kernel_entry(given, id) != nullptr;
+    };
+    for (const KernelPair& p : kPairs) {
+      const char *a = sdk::kernel_info(p.first).name, *b = sdk::kernel_info(p.second).name;
+      CHECK_THAT(offered(p.first) == offered(p.second),
+                 "{} is offered without {}: the host calls them only as a pair, so {} is never used (offer both or "
+                 "neither)",
+                 offered(p.first) ? a : b, offered(p.first) ? b : a, offered(p.first) ? a : b);
+    }
   });
 }
 
