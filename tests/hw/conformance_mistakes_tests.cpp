@@ -52,10 +52,11 @@ TEST_CASE("the mistakes' baseline plugin passes every case it offers", "[cli][co
   const CheckRun run = check_mistake("good");
   INFO(run.output);
   CHECK(run.exit_code == 0);
-  for (const char* name : {"kernels that come in pairs are offered together", "table struct_size",
-                           "rms_norm rejects bad input", "rms_norm with row-strided x is refused or honoured",
-                           "silu_mul (+ backward) N=33 F=4864 bfloat16", "silu_mul (+ backward) N=5 F=257 float16 (halves",
-                           "device properties: torch device type, DLPack type and memory"}) {
+  for (const char* name :
+       {"kernels that come in pairs are offered together", "table struct_size", "rms_norm rejects bad input",
+        "rms_norm with row-strided x is refused or honoured", "silu_mul (+ backward) N=33 F=4864 bfloat16",
+        "silu_mul (+ backward) N=5 F=257 float16 (halves",
+        "device properties: torch device type, DLPack type and memory"}) {
     INFO(name);
     CHECK_THAT(run.row(name), Catch::Contains("pass"));
   }
@@ -86,8 +87,7 @@ TEST_CASE("the host warns about a kernel table shorter than its plugin's minor, 
 
 TEST_CASE("verlpp-plugin-check fails a silu_mul that skips the bf16 rounding of silu", "[cli][conformance]") {
   require_failed(check_mistake("unrounded"), "silu_mul (+ backward) N=33 F=4864 bfloat16",
-                 {"silu_mul out: first bad index", "round(round(silu(gate)) * up)", "outputs differ",
-                  "tolerance 0"});
+                 {"silu_mul out: first bad index", "round(round(silu(gate)) * up)", "outputs differ", "tolerance 0"});
 }
 
 TEST_CASE("verlpp-plugin-check fails device properties without torch_device_type", "[cli][conformance]") {

@@ -44,8 +44,8 @@ std::vector<float> inputs() {
       v.push_back(std::nextafter(mid, INFINITY));
     }
   }
-  for (float f : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 1e-45f,
-                  3.4e38f, INFINITY, -INFINITY, NAN, -NAN})
+  for (float f : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 1e-45f, 3.4e38f,
+                  INFINITY, -INFINITY, NAN, -NAN})
     v.push_back(f);
   return v;
 }
@@ -83,8 +83,10 @@ TEST_CASE("sdk half_float rounds fp32 to bf16 and fp16 to nearest even as c10 do
       nan_f += !std::isnan(verlpp::sdk::half_to_float(got_f));
       continue;
     }
-    if (got_b != want_b && bad_b++ == 0) FAIL_CHECK("bf16 of " << x << ": 0x" << std::hex << got_b << " vs 0x" << want_b);
-    if (got_f != want_f && bad_f++ == 0) FAIL_CHECK("fp16 of " << x << ": 0x" << std::hex << got_f << " vs 0x" << want_f);
+    if (got_b != want_b && bad_b++ == 0)
+      FAIL_CHECK("bf16 of " << x << ": 0x" << std::hex << got_b << " vs 0x" << want_b);
+    if (got_f != want_f && bad_f++ == 0)
+      FAIL_CHECK("fp16 of " << x << ": 0x" << std::hex << got_f << " vs 0x" << want_f);
   }
   CHECK(bad_b == 0);
   CHECK(bad_f == 0);

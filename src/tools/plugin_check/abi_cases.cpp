@@ -22,7 +22,8 @@ void abi_cases(CheckContext& ctx) {
                "API table struct_size is {} bytes, expected at least {} (VERLPP_PLUGIN_API_MIN_SIZE)",
                ctx.plugin().plugin_table_size(), VERLPP_PLUGIN_API_MIN_SIZE);
     // 1.1 appended the native stream pair; a table of minor >= 1 shorter than that hides it.
-    const size_t expected = api.abi_minor >= 1 ? sizeof(verlpp_plugin_api) : offsetof(verlpp_plugin_api, stream_from_native);
+    const size_t expected =
+        api.abi_minor >= 1 ? sizeof(verlpp_plugin_api) : offsetof(verlpp_plugin_api, stream_from_native);
     CHECK_THAT(ctx.plugin().plugin_table_size() >= expected,
                "API table struct_size is {} bytes, expected {} (sizeof(verlpp_plugin_api) of ABI 1.{}, the plugin's "
                "minor)",

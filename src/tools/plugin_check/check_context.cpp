@@ -35,7 +35,8 @@ void CheckContext::run_kernel(const char* kernel, void (*cases)(CheckContext&)) 
   bool covered = false;
   for (size_t i = before; i < results_.size(); ++i) covered = covered || results_[i].name == refusal;
   if (!covered)
-    results_.push_back({"kernels", refusal, Outcome::fail, "the conformance suite has no bad-input case for it", kernel});
+    results_.push_back(
+        {"kernels", refusal, Outcome::fail, "the conformance suite has no bad-input case for it", kernel});
   kernel_.clear();
 }
 

@@ -161,7 +161,8 @@ void run_rms_norm_cases(CheckContext& ctx) {
     CheckContext::need(table ? reinterpret_cast<const void*>(table->rms_norm) : nullptr, "kernel rms_norm");
     const int64_t n = 5, dim = 24, stride = 40;
     std::vector<float> x(size_t(n * stride)), w(size_t(dim), 1.0f);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int64_t(i % 17) - 8) * 0.25f + (i % size_t(stride) >= size_t(dim) ? 50.0f : 0.0f);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = float(int64_t(i % 17) - 8) * 0.25f + (i % size_t(stride) >= size_t(dim) ? 50.0f : 0.0f);
     DeviceTensor xt(d, {n * stride}, dl_f32()), wt(d, {dim}, dl_f32()), ot(d, {n, dim}, dl_f32());
     xt.upload(x.data());
     wt.upload(w.data());

@@ -96,7 +96,8 @@ void check_shape(CheckContext& ctx, const SwigluShape& s) {
         const double silu_hi = round_as(s.dtype, x * sig * (1 + fp32_slack));
         e_out.add(i, decode_as(got_out, s.dtype, i), round_as(s.dtype, silu * up_v),
                   round_as(s.dtype, (silu == silu_lo ? silu_hi : silu_lo) * up_v));
-        e_du.add(i, du_value, round_as(s.dtype, silu * g), round_as(s.dtype, (silu == silu_lo ? silu_hi : silu_lo) * g));
+        e_du.add(i, du_value, round_as(s.dtype, silu * g),
+                 round_as(s.dtype, (silu == silu_lo ? silu_hi : silu_lo) * g));
       }
       // Roundings passed through: silu then the product (forward, grad_up); grad_s then the product (grad_gate).
       if (!half)

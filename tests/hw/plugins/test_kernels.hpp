@@ -30,7 +30,7 @@ struct Kernels {
   static verlpp_error* rms_norm(const DLTensor* x, const DLTensor* w, float eps, DLTensor* out, verlpp_stream) {
     return verlpp::sdk::guard("test rms_norm", [&] {
 #if defined(TEST_RMS_NO_CHECKS) || defined(TEST_RMS_IGNORES_STRIDES)
-      // Deliberately wrong: the shape is taken on trust; strides are never looked at.
+    // Deliberately wrong: the shape is taken on trust; strides are never looked at.
 #ifdef TEST_RMS_IGNORES_STRIDES
       verlpp::sdk::require(x && w && out && x->ndim == 2 && w->ndim == 1 && w->shape[0] == x->shape[1] &&
                                out->ndim == 2 && out->shape[0] == x->shape[0] && out->shape[1] == x->shape[1] &&
