@@ -6,7 +6,8 @@
 // stream_from_native/native_stream_handle (ABI 1.1) so the host can hand it LibTorch's stream.
 // Kernels: a struct with one VERLPP_SDK_KERNEL(name) per kernel you offer (each checking its
 // arguments with the SDK's check_<name>_args first), and `static const verlpp_kernel_table*
-// kernels() { return verlpp::sdk::kernel_table<MyKernels>(); }` in the class (sdk/kernel_list.hpp).
+// kernels() { return verlpp::sdk::kernel_table<MyKernels>(); }` in the class (sdk/kernel_list.hpp);
+// the bf16/f16 roundings the kernel contracts ask for are in sdk/half_float.hpp.
 // To start your own: copy this folder, rename the class and kName, replace the bodies with
 // calls into your runtime, then run `verlpp-plugin-check <path to your .so>`.
 #include <verlpp/sdk/export.hpp>

@@ -34,12 +34,7 @@ using sdk::is_float_dtype;
 using sdk::require;
 
 // `v` rounded to dtype `d` and read back as fp32.
-float round_to(DLDataType d, float v) {
-  uint16_t h = 0;
-  if (d.code == kDLFloat && d.bits == 32) return v;
-  store(&h, d, 0, v);
-  return load(&h, d, 0);
-}
+float round_to(DLDataType d, float v) { return sdk::round_to_dtype(d, v); }
 
 }  // namespace
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The vendor's path, end to end: install this build's `sdk` and `runtime` components to a fresh
-# prefix, copy the installed template plugin, build it OUT OF TREE with find_package(verlpp)
-# against that prefix only, and run the installed verlpp-plugin-check on the result. Fails at
+# prefix, copy the installed template plugin (and then the C99 example), build it OUT OF TREE
+# with find_package(verlpp) against that prefix only, and run the installed verlpp-plugin-check
+# on the result. Fails at
 # the first step that fails, naming it. Also fails if the SDK's CMake package mentions torch
 # (consumers must not need LibTorch) or if configure found verlpp anywhere but the prefix.
 # Usage: out_of_tree_plugin.sh <verlpp build dir> [DLPack include dir: given to the consumer as
@@ -26,6 +27,12 @@ for f in verlppConfig.cmake verlppConfigVersion.cmake verlppSdkTargets.cmake Ver
 done
 [ -x "$prefix/bin/verlpp-plugin-check" ] || fail "the install lacks bin/verlpp-plugin-check"
 [ -f "$prefix/include/verlpp/plugin_abi.h" ] || fail "the install lacks include/verlpp/plugin_abi.h"
+[ -f "$prefix/include/verlpp/sdk/half_float.hpp" ] || fail "the install lacks include/verlpp/sdk/half_float.hpp"
+[ -f "$prefix/share/verlpp/examples/c99_plugin/c99_plugin.c" ] || fail "the install lacks share/verlpp/examples/c99_plugin"
+# docs/plugin-guide.md names bin/verlpp-bench: installed whenever the build made it.
+if [ -x "$build_dir/bin/verlpp-bench" ] && [ ! -x "$prefix/bin/verlpp-bench" ]; then
+  fail "the build has bin/verlpp-bench but the install lacks it"
+fi
 if grep -li torch "$config_dir"/verlppSdkTargets*.cmake; then fail "the SDK's exported targets mention torch (files above)"; fi
 if grep -Eil "find_(package|dependency) *\( *Torch" "$config_dir"/*.cmake; then fail "the SDK's package looks for LibTorch (files above)"; fi
 
@@ -57,4 +64,14 @@ done
 library_path=$(IFS=:; echo "${kept[*]}")
 env -u VERL_HARDWARE_PLUGIN -u VERLPP_PLUGIN_PATH LD_LIBRARY_PATH="$library_path" \
   "$prefix/bin/verlpp-plugin-check" "$plugin" || fail "verlpp-plugin-check $plugin"
-echo "out-of-tree plugin: built against $prefix and passed verlpp-plugin-check"
+
+step "build the installed C99 example out of tree and check it"
+cp -r "$prefix/share/verlpp/examples/c99_plugin" "$work/c99_plugin"
+cmake -S "$work/c99_plugin" -B "$work/c99_build" "${generator[@]}" "${dlpack[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$work/c99_configure.log" 2>&1 ||
+  { cat "$work/c99_configure.log"; fail "configure of the C99 example"; }
+cmake --build "$work/c99_build" >"$work/c99_build.log" 2>&1 || { cat "$work/c99_build.log"; fail "build of the C99 example"; }
+c99=$work/c99_build/libverlpp-plugin-c99_example.so
+env -u VERL_HARDWARE_PLUGIN -u VERLPP_PLUGIN_PATH LD_LIBRARY_PATH="$library_path" \
+  "$prefix/bin/verlpp-plugin-check" --ranks '' "$c99" || fail "verlpp-plugin-check $c99"
+echo "out-of-tree plugins: the template and the C99 example built against $prefix and passed verlpp-plugin-check"

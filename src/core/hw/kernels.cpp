@@ -20,6 +20,14 @@ Kernels::Kernels(const Plugin& plugin, KernelsOptions options) : plugin_(&plugin
   const verlpp_kernel_table* given = plugin.api().kernels;
   if (given != nullptr && given->struct_size >= sizeof(size_t))
     std::memcpy(&table_, given, std::min(given->struct_size, sizeof(table_)));
+  // A table shorter than the plugin's own minor defines (e.g. 1.0's 48 bytes from a 1.5 plugin)
+  // is read as the ABI says, up to its struct_size; the entries past it are lost, so say so.
+  const size_t expected = sdk::kernel_table_size(std::min<uint32_t>(plugin.abi_minor(), VERLPP_PLUGIN_ABI_MINOR));
+  if (given != nullptr && given->struct_size < expected)
+    log(LogLevel::warning,
+        fmt::format("plugin {}: kernel table struct_size is {} bytes, but ABI 1.{} (the plugin's minor) defines {}; "
+                    "the kernels past byte {} are ignored (set struct_size = sizeof(verlpp_kernel_table))",
+                    plugin.name(), given->struct_size, plugin.abi_minor(), expected, given->struct_size));
   table_.struct_size = sizeof(table_);
   // An entry added in minor N is the plugin's only if it was built for N or later (the ABI's rule).
   for (const sdk::KernelInfo& k : sdk::kKernels)

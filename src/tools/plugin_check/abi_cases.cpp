@@ -18,8 +18,15 @@ constexpr unsigned char kCanary = 0xAB;
 void abi_cases(CheckContext& ctx) {
   const auto& api = ctx.api();
   ctx.run("abi", "table size, major and identity", [&] {
-    CHECK_THAT(ctx.plugin().plugin_table_size() >= VERLPP_PLUGIN_API_MIN_SIZE, "table is {} bytes",
-               ctx.plugin().plugin_table_size());
+    CHECK_THAT(ctx.plugin().plugin_table_size() >= VERLPP_PLUGIN_API_MIN_SIZE,
+               "API table struct_size is {} bytes, expected at least {} (VERLPP_PLUGIN_API_MIN_SIZE)",
+               ctx.plugin().plugin_table_size(), VERLPP_PLUGIN_API_MIN_SIZE);
+    // 1.1 appended the native stream pair; a table of minor >= 1 shorter than that hides it (a
+    // 1.0 table may end anywhere past VERLPP_PLUGIN_API_MIN_SIZE: the loader reads the rest as NULL).
+    CHECK_THAT(api.abi_minor < 1 || ctx.plugin().plugin_table_size() >= sizeof(verlpp_plugin_api),
+               "API table struct_size is {} bytes, expected {} (sizeof(verlpp_plugin_api) from ABI 1.1; the plugin "
+               "reports minor {})",
+               ctx.plugin().plugin_table_size(), sizeof(verlpp_plugin_api), api.abi_minor);
     CHECK_THAT(api.abi_major == VERLPP_PLUGIN_ABI_MAJOR, "abi_major {}", api.abi_major);
     CHECK_THAT(!ctx.plugin().name().empty(), "empty name");
     CHECK_THAT(!ctx.plugin().version().empty(), "empty version string");
@@ -105,17 +112,42 @@ void abi_cases(CheckContext& ctx) {
     ctx.expect_ok(api.device_get_properties(0, props), "device_get_properties(large struct)");
     CHECK_THAT(props->struct_size <= sizeof(verlpp_device_properties) &&
                    props->struct_size > offsetof(verlpp_device_properties, name),
-               "reported struct_size {}", props->struct_size);
+               "reported struct_size {}, expected {} to {} (past name, at most sizeof(verlpp_device_properties))",
+               props->struct_size, offsetof(verlpp_device_properties, name) + 1, sizeof(verlpp_device_properties));
     for (size_t i = sizeof(verlpp_device_properties); i < raw.size(); ++i)
       CHECK_THAT(raw[i] == kCanary, "byte {} past the plugin's struct was written", i);
     CHECK_THAT(std::memchr(props->name, '\0', sizeof(props->name)) != nullptr, "name is not NUL-terminated");
     CHECK_THAT(props->name[0] != '\0', "device name is empty");
   });
 
+  // What the host builds on: the torch device type (the torch device it makes tensors on), the
+  // DLPack type of the memory (every DLTensor it hands the plugin) and the memory sizes (the
+  // allocator's and the scheduler's budgets). Zeroed fields pass the struct-size cases above.
+  ctx.run("abi", "device properties: torch device type, DLPack type and memory", [&] {
+    for (int32_t i = 0; i < ctx.device_count(); ++i) {
+      verlpp_device_properties p{};
+      p.struct_size = sizeof(p);
+      ctx.expect_ok(api.device_get_properties(i, &p), "device_get_properties");
+      const std::string type(p.torch_device_type, strnlen(p.torch_device_type, sizeof(p.torch_device_type)));
+      const std::string want = api.torch_device_type ? api.torch_device_type : "";
+      CHECK_THAT(type == want, "device {}: torch_device_type is '{}', expected '{}' (the plugin table's)", i, type,
+                 want);
+      CHECK_THAT(p.dl_device_type >= kDLCPU,
+                 "device {}: dl_device_type is {}, expected a DLDeviceType (kDLCPU = 1, kDLCUDA = 2, kDLROCM = 10, "
+                 "...); 0 is none",
+                 i, p.dl_device_type);
+      CHECK_THAT(p.total_memory_bytes > 0, "device {}: total_memory_bytes is 0, expected the device's memory size", i);
+      CHECK_THAT(p.free_memory_bytes <= p.total_memory_bytes,
+                 "device {}: free_memory_bytes {} exceeds total_memory_bytes {}", i, p.free_memory_bytes,
+                 p.total_memory_bytes);
+    }
+  });
+
   ctx.run("abi", "error values: code, message, error_free(NULL)", [&] {
     verlpp_error* e = api.device_count(nullptr);
     CHECK_THAT(e != nullptr, "device_count(NULL) succeeded");
-    CHECK_THAT(e->struct_size >= sizeof(verlpp_error), "struct_size {}", e->struct_size);
+    CHECK_THAT(e->struct_size >= sizeof(verlpp_error), "error struct_size {}, expected at least {}", e->struct_size,
+               sizeof(verlpp_error));
     CHECK_THAT(e->message != nullptr && std::strlen(e->message) > 0, "empty message");
     CHECK_THAT(e->code > VERLPP_STATUS_OK && e->code <= VERLPP_STATUS_INTERNAL, "code {}", e->code);
     api.error_free(e);

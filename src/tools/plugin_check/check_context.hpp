@@ -110,23 +110,58 @@ inline DLDataType dl_i32() { return {kDLInt, 32, 1}; }
 inline DLDataType dl_i64() { return {kDLInt, 64, 1}; }
 inline DLDataType dl_u8() { return {kDLUInt, 8, 1}; }
 
-// The worst element of a comparison and the first one over its tolerance (NaN counts as worst).
+// The worst element of a comparison and the first one over its tolerance (NaN counts as worst),
+// with what it got, what it wanted and the tolerance it broke, for the failure message.
 struct Worst {
   double error = 0;
   size_t index = 0;
   size_t first_bad = SIZE_MAX;
+  double bad_got = 0, bad_want = 0, bad_tol = 0;
   void add(size_t i, double got, double want, double tol) {
     double e = std::fabs(got - want);
     if (!(e <= error)) {
       error = e;
       index = i;
     }
-    if (!(e <= tol) && first_bad == SIZE_MAX) first_bad = i;
+    if (!(e <= tol) && first_bad == SIZE_MAX) {
+      first_bad = i;
+      bad_got = got;
+      bad_want = want;
+      bad_tol = tol;
+    }
   }
-  // Fails the case naming the first bad index and the worst error.
+  // Fails the case naming the first bad index (its value, the reference and the tolerance) and
+  // the worst error.
   void require(const std::string& what) const {
-    CHECK_THAT(first_bad == SIZE_MAX, "{}: first bad index {}, worst |diff| {:.3e} at {}", what, first_bad, error,
-               index);
+    CHECK_THAT(first_bad == SIZE_MAX,
+               "{}: first bad index {}: got {:.9g}, want {:.9g}, |diff| {:.3e} > tolerance {:.3e}; worst |diff| "
+               "{:.3e} at {}",
+               what, first_bad, bad_got, bad_want, std::fabs(bad_got - bad_want), bad_tol, error, index);
+  }
+};
+
+// Outputs a contract fixes bit for bit (a 16-bit value rounded from an exact product): the first
+// element whose stored bits are none of the values the contract allows, and how many are off.
+struct Exact {
+  size_t count = 0, wrong = 0, first_bad = SIZE_MAX;
+  double bad_got = 0, bad_want = 0;
+  // `got` is right when it equals `want` or `alternative` (the other rounding an fp32 math-library
+  // ulp before the final rounding can give; pass `want` again when there is none).
+  void add(size_t i, double got, double want, double alternative) {
+    ++count;
+    if (got == want || got == alternative || (std::isnan(got) && std::isnan(want))) return;
+    ++wrong;
+    if (first_bad == SIZE_MAX) {
+      first_bad = i;
+      bad_got = got;
+      bad_want = want;
+    }
+  }
+  void require(const std::string& what, const char* rule) const {
+    CHECK_THAT(wrong == 0,
+               "{}: first bad index {}: got {:.9g}, the contract's rounding ({}) gives {:.9g}; {} of {} outputs "
+               "differ (16-bit outputs must be exact, tolerance 0)",
+               what, first_bad, bad_got, rule, bad_want, wrong, count);
   }
 };
 

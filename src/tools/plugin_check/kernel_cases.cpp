@@ -1,8 +1,11 @@
 // verlpp-plugin-check, group "kernels": every kernel the plugin offers against reference math
 // written here in fp64 loops, on awkward shapes (1, odd, prime, wider than a cache line) and
-// strided rows (the sampler, rotary, logprob_backward and SwiGLU cases have files of their own).
+// strided rows (the sampler, rms_norm, rotary, logprob_backward and SwiGLU cases have files of
+// their own); and the kernel table itself (its size, the kernels that come in pairs).
 // Reports the worst error and the first index over tolerance.
 #include "check_context.hpp"
+
+#include <verlpp/sdk/kernel_list.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -98,61 +101,6 @@ void run_logprob_entropy_cases(CheckContext& ctx) {
     ctx.expect_error(table->logprob_entropy(nullptr, &yt.dl(), 1.0f, &lp.dl(), nullptr, nullptr),
                      VERLPP_STATUS_INVALID_ARGUMENT, "logprob_entropy(NULL logits)");
   });
-}
-
-void run_rms_norm_cases(CheckContext& ctx) {
-  hw::Device d = ctx.device();
-  const auto* table = ctx.api().kernels;
-  struct Shape {
-    int64_t n, dim;
-    DLDataType dtype;
-  };
-  const Shape shapes[] = {
-      {1, 1, dl_f32()}, {5, 64, dl_f32()}, {17, 899, dl_f32()}, {13, 896, dl_bf16()}, {3, 131, dl_f16()}};
-  for (const Shape& s : shapes) {
-    ctx.run("kernels", fmt::format("rms_norm N={} D={} {}", s.n, s.dim, sdk::dtype_name(s.dtype)), [&] {
-      CheckContext::need(table ? reinterpret_cast<const void*>(table->rms_norm) : nullptr, "kernel rms_norm");
-      std::mt19937 rng(uint32_t(s.n * 7 + s.dim));
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      std::vector<float> x(size_t(s.n * s.dim)), w(size_t(s.dim));
-      for (auto& v : x) v = normal(rng);
-      for (auto& v : w) v = 1.0f + 0.1f * normal(rng);
-      const float eps = 1e-6f;
-      bool half = s.dtype.bits == 16;
-      std::vector<float> xs = x, ws = w;
-      DeviceTensor xt(d, {s.n, s.dim}, s.dtype), wt(d, {s.dim}, s.dtype), ot(d, {s.n, s.dim}, s.dtype);
-      if (half) {
-        xt.upload(round_half(x, s.dtype, xs).data());
-        wt.upload(round_half(w, s.dtype, ws).data());
-      } else {
-        xt.upload(x.data());
-        wt.upload(w.data());
-      }
-      ctx.expect_ok(table->rms_norm(&xt.dl(), &wt.dl(), eps, &ot.dl(), nullptr), "rms_norm");
-      std::vector<float> got(x.size());
-      if (half) {
-        auto raw = ot.to_host<uint16_t>();
-        for (size_t i = 0; i < raw.size(); ++i)
-          got[i] = s.dtype.code == kDLBfloat ? from_bf16(raw[i]) : from_f16(raw[i]);
-      } else {
-        got = ot.to_host<float>();
-      }
-      // Half precision: allow two units in the last place of the output dtype (HF rounds twice).
-      double ulp = s.dtype.code == kDLBfloat ? 1.0 / 128 : s.dtype.bits == 16 ? 1.0 / 1024 : 0.0;
-      Worst worst;
-      for (int64_t r = 0; r < s.n; ++r) {
-        double ss = 0;
-        for (int64_t j = 0; j < s.dim; ++j) ss += double(xs[size_t(r * s.dim + j)]) * xs[size_t(r * s.dim + j)];
-        double inv = 1.0 / std::sqrt(ss / double(s.dim) + eps);
-        for (int64_t j = 0; j < s.dim; ++j) {
-          size_t i = size_t(r * s.dim + j);
-          double want = double(xs[i]) * inv * ws[size_t(j)];
-          worst.add(i, got[i], want, 1e-5 + std::fabs(want) * (half ? 2 * ulp : 1e-5));
-        }
-      }
-      worst.require("rms_norm");
-    });
-  }
 }
 
 // ---- paged_attention_decode: one query token per sequence over a paged KV cache with GQA,
@@ -293,11 +241,44 @@ void run_paged_attention_decode_cases(CheckContext& ctx) {
   });
 }
 
+// Kernels the host uses only together (plugin-abi.md, "Kernel contracts"): one offered alone is
+// never called, so the plugin's work on it is lost without a word.
+struct KernelPair {
+  sdk::KernelId first, second;
+};
+constexpr KernelPair kPairs[] = {{sdk::KernelId::silu_mul, sdk::KernelId::silu_mul_backward}};
+
 void run_kernel_table_cases(CheckContext& ctx) {
   ctx.run("kernels", "table struct_size", [&] {
     CheckContext::need(reinterpret_cast<const void*>(ctx.api().kernels), "kernel table");
-    CHECK_THAT(ctx.api().kernels->struct_size >= sizeof(size_t), "kernel table struct_size {}",
-               ctx.api().kernels->struct_size);
+    const size_t size = ctx.api().kernels->struct_size;
+    const uint32_t minor = std::min<uint32_t>(ctx.api().abi_minor, VERLPP_PLUGIN_ABI_MINOR);
+    const size_t expected = sdk::kernel_table_size(minor);
+    std::string lost;
+    for (const sdk::KernelInfo& k : sdk::kKernels)
+      if (k.minor <= minor && sizeof(size_t) + (size_t(k.id) + 1) * sizeof(void*) > size)
+        lost += (lost.empty() ? "" : ", ") + std::string(k.name);
+    CHECK_THAT(size >= expected,
+               "kernel table struct_size is {} bytes, expected {} (sizeof(verlpp_kernel_table) of ABI 1.{}, the "
+               "plugin's minor): the host ignores every entry past byte {} ({})",
+               size, expected, minor, size, lost);
+  });
+  ctx.run("kernels", "kernels that come in pairs are offered together", [&] {
+    CheckContext::need(reinterpret_cast<const void*>(ctx.api().kernels), "kernel table");
+    const verlpp_kernel_table& given = *ctx.api().kernels;
+    // Only the entries inside the plugin's struct_size and minor (the rest the host never sees).
+    auto offered = [&](sdk::KernelId id) {
+      const sdk::KernelInfo& k = sdk::kernel_info(id);
+      return k.minor <= ctx.api().abi_minor && sizeof(size_t) + (size_t(id) + 1) * sizeof(void*) <= given.struct_size &&
+             sdk::kernel_entry(given, id) != nullptr;
+    };
+    for (const KernelPair& p : kPairs) {
+      const char *a = sdk::kernel_info(p.first).name, *b = sdk::kernel_info(p.second).name;
+      CHECK_THAT(offered(p.first) == offered(p.second),
+                 "{} is offered without {}: the host calls them only as a pair, so {} is never used (offer both or "
+                 "neither)",
+                 offered(p.first) ? a : b, offered(p.first) ? b : a, offered(p.first) ? a : b);
+    }
   });
 }
 

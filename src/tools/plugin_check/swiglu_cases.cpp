@@ -1,9 +1,10 @@
 // verlpp-plugin-check, group "kernels": silu_mul and silu_mul_backward (ABI 1.2), SwiGLU's
 // product and its gradient, against the formulas of plugin_abi.h written here with the same
 // roundings to the dtype (in fp64 between them). Shapes: tiny, odd (scalar paths), Qwen's 4864
-// columns, and gate/up as the two halves of one [N, 2F] tensor (strided rows). The tolerance is
-// an ulp and a half of the dtype per rounding the value passes through (an exp an ulp apart can
-// flip one of them); a wrong formula is far off.
+// columns, and gate/up as the two halves of one [N, 2F] tensor (strided rows). 16-bit out and
+// grad_up are checked bit for bit (a product of two 16-bit values rounded once: a plugin that
+// skips round(silu) is one step off in about a quarter of them); f32 outputs and grad_gate get an
+// ulp and a half of the dtype per rounding the value passes through; a wrong formula is far off.
 #include "check_context.hpp"
 
 #include <cmath>
@@ -71,7 +72,12 @@ void check_shape(CheckContext& ctx, const SwigluShape& s) {
   const std::vector<uint8_t> got_out = out.to_host<uint8_t>(), got_grads = grads.to_host<uint8_t>(),
                              got_du = grad_up_t.to_host<uint8_t>();
   Worst w_out, w_dg, w_du;
-  const double u = half_ulp(s.dtype), fl = floor_of(s.dtype);
+  // 16-bit out and grad_up are products of two 16-bit values (exact in fp32) rounded once, so
+  // the contract fixes their bits: the only freedom is silu's fp32 math (a few fp32 ulps), which
+  // may move round(silu) to its neighbour right at a rounding boundary.
+  Exact e_out, e_du;
+  const bool half = s.dtype.bits == 16;
+  const double u = half_ulp(s.dtype), fl = floor_of(s.dtype), fp32_slack = 6e-7;
   for (int64_t r = 0; r < s.n; ++r)
     for (int64_t j = 0; j < s.f; ++j) {
       const double x = gu_seen[size_t(r * stride + j)];
@@ -84,18 +90,29 @@ void check_shape(CheckContext& ctx, const SwigluShape& s) {
       const double want_dg = grad_s * sig * (1.0 + x * (1.0 - sig));
       const double want_du = g * silu;
       const size_t i = size_t(r * s.f + j), iw = size_t(r * stride + j), iu = size_t(r * stride + s.f + j);
+      const double du_value = s.halves ? decode_as(got_grads, s.dtype, iu) : decode_as(got_du, s.dtype, i);
+      if (half) {
+        const double silu_lo = round_as(s.dtype, x * sig * (1 - fp32_slack));
+        const double silu_hi = round_as(s.dtype, x * sig * (1 + fp32_slack));
+        e_out.add(i, decode_as(got_out, s.dtype, i), round_as(s.dtype, silu * up_v),
+                  round_as(s.dtype, (silu == silu_lo ? silu_hi : silu_lo) * up_v));
+        e_du.add(i, du_value, round_as(s.dtype, silu * g),
+                 round_as(s.dtype, (silu == silu_lo ? silu_hi : silu_lo) * g));
+      }
       // Roundings passed through: silu then the product (forward, grad_up); grad_s then the product (grad_gate).
-      w_out.add(i, decode_as(got_out, s.dtype, i), want_out,
-                3 * u * (std::fabs(want_out) + std::fabs(silu * up_v)) + fl);
+      if (!half)
+        w_out.add(i, decode_as(got_out, s.dtype, i), want_out,
+                  3 * u * (std::fabs(want_out) + std::fabs(silu * up_v)) + fl);
       // Plus the fp32 math inside: 1 - sig cancels for large x, so sig's own rounding (~6e-8)
       // reaches the result as |grad_s| sig |x| 6e-8 (the formula autograd uses, cancellation included).
       const double fp32_math = 4 * 6e-8 * std::fabs(grad_s) * sig * (std::fabs(x) + 1.0);
       w_dg.add(i, decode_as(got_grads, s.dtype, iw), want_dg, 3 * u * 2 * std::fabs(want_dg) + fp32_math + 2 * fl);
-      w_du.add(i, s.halves ? decode_as(got_grads, s.dtype, iu) : decode_as(got_du, s.dtype, i), want_du,
-               3 * u * 2 * std::fabs(want_du) + 2 * fl);
+      if (!half) w_du.add(i, du_value, want_du, 3 * u * 2 * std::fabs(want_du) + 2 * fl);
     }
+  e_out.require("silu_mul out", "round(round(silu(gate)) * up)");
   w_out.require("silu_mul out");
   w_dg.require("silu_mul_backward grad_gate");
+  e_du.require("silu_mul_backward grad_up", "round(grad_out * round(silu(gate)))");
   w_du.require("silu_mul_backward grad_up");
 }
 

@@ -5,7 +5,15 @@
 //   TEST_WRONG_KERNEL                       a logprob_entropy that is off by 1e-3 and a
 //                                           rotary_embedding with GPT-J's interleaved pairs
 //                                           (the conformance suite must catch both)
+//   TEST_KERNELS                            offers test_kernels.hpp's rms_norm, silu_mul and
+//                                           silu_mul_backward (correct unless one of that
+//                                           file's mistakes is defined too)
+//   TEST_NO_DEVICE_TORCH_TYPE               device properties without torch_device_type
+//   TEST_ZERO_DEVICE_PROPS                  device properties with DLPack type 0 and no memory
 #include <verlpp/sdk/export.hpp>
+#ifdef TEST_KERNELS
+#include "test_kernels.hpp"
+#endif
 
 #include <cmath>
 #include <cstdlib>
@@ -88,9 +96,13 @@ class TestPlugin : public verlpp::sdk::Plugin {
   int32_t device_count() override { return 1; }
   void device_properties(int32_t, verlpp_device_properties& out) override {
     verlpp::sdk::copy_string(out.name, sizeof(out.name), "test device");
+#ifndef TEST_NO_DEVICE_TORCH_TYPE
     verlpp::sdk::copy_string(out.torch_device_type, sizeof(out.torch_device_type), TEST_TORCH_TYPE);
+#endif
+#ifndef TEST_ZERO_DEVICE_PROPS
     out.dl_device_type = kDLCPU;
     out.total_memory_bytes = out.free_memory_bytes = 1 << 30;
+#endif
   }
   void memory_info(int32_t, uint64_t& f, uint64_t& t) override { f = t = 1 << 30; }
   void* allocate(int32_t, size_t bytes, size_t alignment) override {
@@ -113,6 +125,9 @@ class TestPlugin : public verlpp::sdk::Plugin {
     }();
     return &t;
   }
+#endif
+#ifdef TEST_KERNELS
+  static const verlpp_kernel_table* kernels() { return test_plugin::kernel_table(); }
 #endif
 };
 

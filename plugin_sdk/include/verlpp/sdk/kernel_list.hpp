@@ -46,6 +46,18 @@ VERLPP_KERNEL_LIST(VERLPP_SDK_KERNEL_PLACE)
 static_assert(sizeof(verlpp_kernel_table) == sizeof(size_t) + kNumKernels * sizeof(void*),
               "VERLPP_KERNEL_LIST does not name every field of verlpp_kernel_table");
 
+// The size of verlpp_kernel_table as ABI 1.`minor` defines it (sizeof(size_t) plus one pointer
+// per entry of that minor or older): the struct_size a plugin built for that minor reports. A
+// table shorter than its plugin's minor hides the entries past its end from the host.
+inline constexpr size_t kernel_table_size(uint32_t minor) {
+  size_t entries = 0;
+  for (const KernelInfo& k : kKernels) entries += k.minor <= minor;
+  return sizeof(size_t) + entries * sizeof(void*);
+}
+static_assert(kernel_table_size(0) == offsetof(verlpp_kernel_table, logprob_backward) &&
+                  kernel_table_size(VERLPP_PLUGIN_ABI_MINOR) == sizeof(verlpp_kernel_table),
+              "kernel_table_size disagrees with verlpp_kernel_table");
+
 // The table field of kernel `id`: KernelSlot<id>::member points at it (typed calls by id).
 template <KernelId id>
 struct KernelSlot;
