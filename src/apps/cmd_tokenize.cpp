@@ -48,7 +48,7 @@ std::vector<model::ChatMessage> parse_messages(const nlohmann::json& line, const
   return messages;
 }
 
-void append_ids(const std::vector<int32_t>& ids, std::string& out) {
+void append_ids(const TokenIds& ids, std::string& out) {
   out += '[';
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i) out += ',';
@@ -94,10 +94,10 @@ void run_tokenize(const TokenizeOptions& o) {
     }
     if (o.decode) {
       VERLPP_CHECK(value.is_array(), "{}: expected a JSON array of ids", where);
-      std::vector<int32_t> ids;
+      TokenIds ids;
       for (const auto& id : value) {
         VERLPP_CHECK(id.is_number_integer(), "{}: id {} is not an integer", where, id.dump());
-        ids.push_back(id.get<int32_t>());
+        ids.push_back(id.get<TokenId>());
       }
       out += nlohmann::json(tokenizer.decode(ids, o.skip_special_tokens)).dump() + "\n";
     } else if (o.chat) {
