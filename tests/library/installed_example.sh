@@ -19,6 +19,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 # Only the given prefix may provide verlpp: no package registry, no other prefix.
+# A log as one line (CMake wraps a package's message over several).
+flat() { tr '\n' ' ' <"$1" | tr -s ' '; }
 configure() {  # configure <source> <build> <prefix> <log>
   cmake -S "$1" -B "$2" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$3" \
         -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$4" 2>&1
@@ -42,9 +44,11 @@ library=$prefix/lib/libverlpp.so
 [ -f "$library" ] || fail "the install lacks $library"
 
 step "libverlpp exports the verlpp namespace, no fmt"
-exported_fmt=$(nm -D --defined-only "$library" | c++filt | grep 'fmt::' || true)
-[ -z "$exported_fmt" ] || { echo "$exported_fmt" | head -20; fail "$library exports fmt symbols (above)"; }
-nm -D --defined-only "$library" | c++filt | grep -q 'verlpp::rollout::RolloutEngine::generate' ||
+# (Outputs are captured whole first: `grep -q` ending a pipe early fails it under pipefail.)
+exported=$(nm -D --defined-only "$library" | c++filt)
+exported_fmt=$(grep 'fmt::' <<<"$exported" || true)
+[ -z "$exported_fmt" ] || { head -20 <<<"$exported_fmt"; fail "$library exports fmt symbols (above)"; }
+grep -q 'verlpp::rollout::RolloutEngine::generate' <<<"$exported" ||
   fail "$library does not export verlpp::rollout::RolloutEngine::generate"
 
 step "build examples/cpp against the install"
@@ -72,8 +76,8 @@ env -u VERL_HARDWARE_PLUGIN -u VERLPP_PLUGIN_PATH LD_LIBRARY_PATH="$library_path
   "$work/example-build/grpo_step" "$source_dir/examples/tiny" >"$work/run.log" 2>&1 ||
   { cat "$work/run.log"; fail "grpo_step exited non-zero"; }
 cat "$work/run.log"
-ldd "$work/example-build/grpo_step" | grep -q "$library" ||
-  { ldd "$work/example-build/grpo_step"; fail "grpo_step does not load $library"; }
+loaded=$(env LD_LIBRARY_PATH="$library_path" ldd "$work/example-build/grpo_step")
+grep -q "$library" <<<"$loaded" || { echo "$loaded"; fail "grpo_step does not load $library"; }
 python3 - "$work/run.log" <<'PY' || fail "grpo_step's output is not two steps of finite losses (above)"
 import math, re, sys
 rows = [re.match(r"step (\d+): score (\S+) pg_loss (\S+) grad_norm (\S+) lr (\S+)$", l.strip())
@@ -119,7 +123,8 @@ configure "$work/algo" "$work/algo-build" "$prefix" "$work/algo-configure.log" |
 cmake --build "$work/algo-build" >"$work/algo-build.log" 2>&1 ||
   { cat "$work/algo-build.log"; fail "build of the verlpp::algo program"; }
 "$work/algo-build/algo_only" || fail "the verlpp::algo program"
-if ldd "$work/algo-build/algo_only" | grep -q libverlpp; then fail "the verlpp::algo program links libverlpp"; fi
+loaded=$(ldd "$work/algo-build/algo_only")
+if grep -q libverlpp <<<"$loaded"; then fail "the verlpp::algo program links libverlpp"; fi
 
 step "the package's components"
 probe() {  # probe <name> <prefix> <find_package arguments>: configures a project that only finds verlpp
@@ -135,12 +140,12 @@ for t in verlpp::verlpp verlpp::algo verlpp::plugin_sdk verlpp::plugin_check ver
   grep -q "probe: target $t\$" "$work/probe-all.log" || { cat "$work/probe-all.log"; fail "no target $t"; }
 done
 if probe unknown "$prefix" "REQUIRED COMPONENTS host gpu"; then fail "an unknown component was accepted"; fi
-grep -q "verlpp has no component 'gpu' (its components: sdk" "$work/probe-unknown.log" ||
+flat "$work/probe-unknown.log" | grep -q "verlpp has no component 'gpu' (its components: sdk" ||
   { cat "$work/probe-unknown.log"; fail "the unknown component is not named with the list"; }
 sdk_only=$work/sdk-only
 install_components "$sdk_only" sdk
 if probe missing "$sdk_only" "REQUIRED COMPONENTS host"; then fail "host was found in an SDK-only install"; fi
-grep -q "component host: .*install verlpp's \`devel\`" "$work/probe-missing.log" ||
+flat "$work/probe-missing.log" | grep -q "component host: .*install verlpp's \`devel\`" ||
   { cat "$work/probe-missing.log"; fail "the missing host component does not say what to install"; }
 probe optional "$sdk_only" "REQUIRED COMPONENTS sdk OPTIONAL_COMPONENTS host" ||
   { cat "$work/probe-optional.log"; fail "an optional missing component failed the package"; }
