@@ -10,10 +10,11 @@ target_compile_options(verlpp_warnings INTERFACE
 # disagreeing at link time.
 add_library(verlpp_fmt INTERFACE)
 if(TARGET fmt::fmt-header-only)
-  target_link_libraries(verlpp_fmt INTERFACE fmt::fmt-header-only)
+  set(VERLPP_FMT_TARGET fmt::fmt-header-only)
 else()
-  target_link_libraries(verlpp_fmt INTERFACE fmt::fmt)
+  set(VERLPP_FMT_TARGET fmt::fmt)
 endif()
+target_link_libraries(verlpp_fmt INTERFACE ${VERLPP_FMT_TARGET})
 
 # LibTorch with lean-include enforcement: library code includes ATen/core/Tensor.h and the
 # ATen/ops/<op>.h headers it calls, never torch/torch.h (DESIGN.md §7).

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     auto tokenizer = verlpp::model::Tokenizer::from_file(argv[1]);
     const double load_s = seconds_since(start);
 
-    std::vector<std::vector<int32_t>> ids(corpus.size());
+    std::vector<verlpp::TokenIds> ids(corpus.size());
     auto encode_pass = [&](bool cold) {
       if (cold) tokenizer.clear_cache();
       auto t0 = std::chrono::steady_clock::now();

@@ -115,7 +115,7 @@ void run_generate(const GenerateArgs& a) {
       throw Error(where, "a row needs \"prompt\" (chat messages) or \"text\" (a string)");
     }
     rollout::GenerateRequest r;
-    for (int32_t id : tokenizer.encode(text)) r.prompt_ids.push_back(id);
+    r.prompt_ids = tokenizer.encode(text);
     r.sampling = params;
     r.sampling.seed = a.seed + uint64_t(requests.size());  // one seed per prompt, reproducible
     requests.push_back(std::move(r));
@@ -137,10 +137,9 @@ void run_generate(const GenerateArgs& a) {
   files::OutputFile out(output, files::OutputFile::Mode::kStream);
   int64_t refused = 0;
   auto write_row = [&](rollout::GenerateOutput&& o) {
-    std::vector<int32_t> ids(o.token_ids.begin(), o.token_ids.end());
     nlohmann::json j = {{"prompt_index", o.request_index},
                         {"sample_index", o.sample_index},
-                        {"text", tokenizer.decode(ids, /*skip_special_tokens=*/true)},
+                        {"text", tokenizer.decode(o.token_ids, /*skip_special_tokens=*/true)},
                         {"token_ids", o.token_ids},
                         {"logprobs", o.logprobs},
                         {"finish_reason", rollout::finish_reason_name(o.finish_reason)}};

@@ -48,7 +48,7 @@ std::vector<model::ChatMessage> parse_messages(const nlohmann::json& line, const
   return messages;
 }
 
-void append_ids(const std::vector<int32_t>& ids, std::string& out) {
+void append_ids(const TokenIds& ids, std::string& out) {
   out += '[';
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i) out += ',';
@@ -91,7 +91,7 @@ void run_tokenize(const TokenizeOptions& o) {
     }
     if (o.decode) {
       VERLPP_CHECK(value.is_array(), "{}: expected a JSON array of ids", where);
-      std::vector<int32_t> ids;
+      TokenIds ids;
       for (size_t i = 0; i < value.size(); ++i) {
         const nlohmann::json& id = value[i];
         if (!id.is_number_integer()) VERLPP_FAIL_AT(where, "id [{}] = {} is not an integer", i, id.dump());
@@ -100,7 +100,7 @@ void run_tokenize(const TokenizeOptions& o) {
         if (wide < 0 || wide > INT32_MAX || !tokenizer.id_to_token(int32_t(wide)))
           VERLPP_FAIL_AT(where, "id [{}] = {} is not in the vocabulary of {} (ids 0..{})", i, id.dump(),
                          o.tokenizer_path, tokenizer.vocab_size() - 1);
-        ids.push_back(int32_t(wide));
+        ids.push_back(TokenId(wide));
       }
       out += nlohmann::json(tokenizer.decode(ids, o.skip_special_tokens)).dump() + "\n";
     } else if (o.chat) {

@@ -41,7 +41,7 @@ std::string row(const std::string& question, const std::string& answer) {
          R"("}, "extra_info": {"split": "train"}})";
 }
 
-std::vector<int32_t> full_ids(const std::string& question) {
+verlpp::TokenIds full_ids(const std::string& question) {
   return tiny_tokenizer().encode(tiny_chat().render({{"user", question}}, {}));
 }
 
@@ -117,12 +117,12 @@ TEST_CASE("dataset: overlong prompts are truncated, filtered or refused", "[data
                     Contains(path + ":1") && Contains(std::to_string(full.size()) + " tokens"));
   o.truncation = "left";
   CHECK(PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o)[0].prompt_ids ==
-        std::vector<int32_t>(full.end() - max_len, full.end()));
+        verlpp::TokenIds(full.end() - max_len, full.end()));
   o.truncation = "right";
   CHECK(PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o)[0].prompt_ids ==
-        std::vector<int32_t>(full.begin(), full.begin() + max_len));
+        verlpp::TokenIds(full.begin(), full.begin() + max_len));
   o.truncation = "middle";
-  std::vector<int32_t> middle(full.begin(), full.begin() + max_len / 2);
+  verlpp::TokenIds middle(full.begin(), full.begin() + max_len / 2);
   middle.insert(middle.end(), full.end() - (max_len - max_len / 2), full.end());
   CHECK(PromptDataset::load({path}, tiny_tokenizer(), tiny_chat(), o)[0].prompt_ids == middle);
   o.filter_overlong_prompts = true;

@@ -114,7 +114,7 @@ TEST_CASE("SFT rows: the response key, tokenized with the EOS suffix, collated",
   REQUIRE(data.size() == 6);
   size_t longest = 0;
   for (size_t i = 0; i < data.size(); ++i) {
-    std::vector<int32_t> expected = tokenizer().encode(*data[i].response_text);
+    verlpp::TokenIds expected = tokenizer().encode(*data[i].response_text);
     expected.push_back(351);
     CHECK(data[i].response_ids == expected);
     longest = std::max(longest, expected.size());

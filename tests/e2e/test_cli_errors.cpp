@@ -36,7 +36,8 @@ Run verlpp_run(const std::string& args) {
 // A model folder with seeded weights (the tiny model), made by the CLI itself.
 std::string tiny_model(const std::string& dir) {
   REQUIRE(std::system(("rm -rf " + dir).c_str()) == 0);
-  const Run save = verlpp_run("model save " + std::string(VERLPP_SOURCE_DIR) + "/examples/tiny " + dir + " --init-seed 1");
+  const Run save =
+      verlpp_run("model save " + std::string(VERLPP_SOURCE_DIR) + "/examples/tiny " + dir + " --init-seed 1");
   INFO(save.output);
   REQUIRE(save.status == 0);
   return dir;

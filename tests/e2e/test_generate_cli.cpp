@@ -86,7 +86,7 @@ TEST_CASE("verlpp generate: one line per sample, reproducible, greedy equal to t
     const json& r = rows[i];
     CHECK(r["prompt_index"] == int64_t(i / 3));
     CHECK(r["sample_index"] == int64_t(i % 3));
-    const auto ids = r["token_ids"].get<std::vector<int32_t>>();
+    const auto ids = r["token_ids"].get<verlpp::TokenIds>();
     CHECK(!ids.empty());
     CHECK(ids.size() <= 6);
     CHECK(r["logprobs"].size() == ids.size());
@@ -107,7 +107,7 @@ TEST_CASE("verlpp generate: one line per sample, reproducible, greedy equal to t
   REQUIRE(greedy.size() == 3);
   rollout::RolloutEngine engine(model::load_pretrained(dir + "/model"));
   rollout::GenerateRequest req;
-  for (int32_t id : tokenizer.encode("hello world")) req.prompt_ids.push_back(id);
+  req.prompt_ids = tokenizer.encode("hello world");
   req.sampling.temperature = 0;
   req.sampling.max_new_tokens = 6;
   req.sampling.ignore_eos = true;

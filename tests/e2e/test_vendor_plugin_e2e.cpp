@@ -50,10 +50,9 @@ TEST_CASE("verlpp train: a step on a vendor plugin's cpu device calls the plugin
   c["trainer"]["total_training_steps"] = 1;
   c["trainer"]["val_before_train"] = false;
   std::ofstream(path) << c.dump(2);
-  const int status =
-      wait_for(start_train(path, run + ".log", {"trainer.device=cpu"},
-                           {std::string("VERL_HARDWARE_PLUGIN=") + VERLPP_COUNTING_PLUGIN,
-                            "VERLPP_COUNTING_PLUGIN_OUT=" + dir + "/calls"}));
+  const int status = wait_for(start_train(
+      path, run + ".log", {"trainer.device=cpu"},
+      {std::string("VERL_HARDWARE_PLUGIN=") + VERLPP_COUNTING_PLUGIN, "VERLPP_COUNTING_PLUGIN_OUT=" + dir + "/calls"}));
   const std::string log = read_file(run + ".log");
   INFO(log);
   REQUIRE(WIFEXITED(status));
@@ -91,11 +90,15 @@ TEST_CASE("verlpp train: a step on a vendor plugin's cpu device calls the plugin
 
 TEST_CASE("verlpp generate honours VERL_HARDWARE_PLUGIN and calls the plugin's kernels", "[e2e][vendor]") {
   const std::string dir = make_fixture("vendor-generate");
-  std::ofstream(dir + "/prompts.jsonl") << R"({"text": "12+34="})" << "\n" << R"({"text": "5+6="})" << "\n";
+  std::ofstream(dir + "/prompts.jsonl") << R"({"text": "12+34="})"
+                                        << "\n"
+                                        << R"({"text": "5+6="})"
+                                        << "\n";
   const std::string generate = std::string(VERLPP_CLI) + " generate --model " + std::string(VERLPP_SOURCE_DIR) +
-                               "/examples/tiny --init-seed 3 --prompts " + dir + "/prompts.jsonl --max-new-tokens 4 --n 2";
-  const std::string env = std::string("VERL_HARDWARE_PLUGIN=") + VERLPP_COUNTING_PLUGIN +
-                          " VERLPP_COUNTING_PLUGIN_OUT=" + dir + "/calls ";
+                               "/examples/tiny --init-seed 3 --prompts " + dir +
+                               "/prompts.jsonl --max-new-tokens 4 --n 2";
+  const std::string env =
+      std::string("VERL_HARDWARE_PLUGIN=") + VERLPP_COUNTING_PLUGIN + " VERLPP_COUNTING_PLUGIN_OUT=" + dir + "/calls ";
   const int status = std::system((env + generate + " --output " + dir + "/out.jsonl 2> " + dir + "/log").c_str());
   const std::string log = read_file(dir + "/log");
   INFO(log);
@@ -110,10 +113,9 @@ TEST_CASE("verlpp generate honours VERL_HARDWARE_PLUGIN and calls the plugin's k
     CHECK((calls.count(kernel) == 1 && calls.at(kernel) > 0));
   }
   // A plugin path that does not exist is an error, not a silent CPU run.
-  const int missing =
-      std::system(("VERL_HARDWARE_PLUGIN=/nonexistent/libverlpp-plugin-x.so " + generate + " > /dev/null 2> " + dir +
-                   "/missing.log")
-                      .c_str());
+  const int missing = std::system(("VERL_HARDWARE_PLUGIN=/nonexistent/libverlpp-plugin-x.so " + generate +
+                                   " > /dev/null 2> " + dir + "/missing.log")
+                                      .c_str());
   CHECK((WIFEXITED(missing) && WEXITSTATUS(missing) == 1));
   CHECK(read_file(dir + "/missing.log").find("/nonexistent/libverlpp-plugin-x.so") != std::string::npos);
 }

@@ -16,11 +16,11 @@ namespace verlpp::fuzz {
 // One parser under test. The driver writes each input to `folder`/`file_name` and calls
 // run_one(folder), which reads it through the parser's real entry point (as a user's file).
 struct Target {
-  std::string name;                                       // the ctest name's suffix (fuzz_<name>)
-  std::string file_name;                                  // what the input is called on disk
-  std::function<std::vector<std::string>()> seeds;        // valid inputs to start from
+  std::string name;                                        // the ctest name's suffix (fuzz_<name>)
+  std::string file_name;                                   // what the input is called on disk
+  std::function<std::vector<std::string>()> seeds;         // valid inputs to start from
   std::function<void(const std::string& folder)> run_one;  // throws verlpp::Error to refuse
-  std::vector<std::string> dictionary;                    // tokens worth splicing in (format keywords)
+  std::vector<std::string> dictionary;                     // tokens worth splicing in (format keywords)
 };
 
 // Every target (fuzz_targets.cpp).

@@ -113,9 +113,10 @@ int main(int argc, char** argv) {
     // Accepted mutants become parents too (a few, so the pool stays near the seeds' shapes).
     if (accepted > before && pool.size() < seed_count + 64) pool.push_back(std::move(input));
   }
-  std::cout << fmt::format("verlpp_fuzz {}: {} inputs in {:.1f} s ({} accepted, {} refused with an error, {} distinct "
-                           "messages), no crash; run seed {}\n",
-                           target.name, inputs, seconds, accepted, refused, messages.size(), seed);
+  std::cout << fmt::format(
+      "verlpp_fuzz {}: {} inputs in {:.1f} s ({} accepted, {} refused with an error, {} distinct "
+      "messages), no crash; run seed {}\n",
+      target.name, inputs, seconds, accepted, refused, messages.size(), seed);
   std::system(("rm -rf " + folder).c_str());
   return 0;
 }

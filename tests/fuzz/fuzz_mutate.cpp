@@ -18,10 +18,27 @@ size_t below(uint64_t& rng, size_t n) { return n == 0 ? 0 : size_t(next(rng) % n
 
 // Values that sit on parsers' edges, whatever the format.
 const std::vector<std::string>& edge_values() {
-  static const std::vector<std::string> values = {
-      "0",    "-1",  "1e309", "-1e309", "99999999999999999999", "9223372036854775807", "18446744073709551616",
-      "null", "true", "[]",   "{}",     "\"\"",                 "\"\\u0000\"",          "\"\\ud800\"",
-      "NaN",  "1.5", "\xff",  "\xc3",   "\n",                   "\"\\\\\"",             "4294967296"};
+  static const std::vector<std::string> values = {"0",
+                                                  "-1",
+                                                  "1e309",
+                                                  "-1e309",
+                                                  "99999999999999999999",
+                                                  "9223372036854775807",
+                                                  "18446744073709551616",
+                                                  "null",
+                                                  "true",
+                                                  "[]",
+                                                  "{}",
+                                                  "\"\"",
+                                                  "\"\\u0000\"",
+                                                  "\"\\ud800\"",
+                                                  "NaN",
+                                                  "1.5",
+                                                  "\xff",
+                                                  "\xc3",
+                                                  "\n",
+                                                  "\"\\\\\"",
+                                                  "4294967296"};
   return values;
 }
 

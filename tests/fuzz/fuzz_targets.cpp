@@ -44,9 +44,11 @@ Target config_target() {
   t.name = "config";
   t.file_name = "run.json";
   t.seeds = [] {
-    json small = {{"data", {{"train_batch_size", 8}, {"max_prompt_length", 16}}},
-                  {"actor_rollout_ref", {{"rollout", {{"n", 4}}}, {"actor", {{"ppo_mini_batch_size", 4}, {"ppo_micro_batch_size_per_gpu", 2}}}}},
-                  {"trainer", {{"total_training_steps", "${data.train_batch_size}"}}}};
+    json small = {
+        {"data", {{"train_batch_size", 8}, {"max_prompt_length", 16}}},
+        {"actor_rollout_ref",
+         {{"rollout", {{"n", 4}}}, {"actor", {{"ppo_mini_batch_size", 4}, {"ppo_micro_batch_size_per_gpu", 2}}}}},
+        {"trainer", {{"total_training_steps", "${data.train_batch_size}"}}}};
     return std::vector<std::string>{source_file("examples/arith/grpo_tiny.json"),
                                     source_file("examples/gsm8k/grpo_qwen2.5_0.5b.json"),
                                     source_file("examples/gsm8k/ppo_qwen2.5_0.5b.json"), small.dump()};
@@ -96,14 +98,14 @@ Target tokenizer_target() {
   t.seeds = [] { return std::vector<std::string>{source_file("examples/tiny/tokenizer.json")}; };
   t.run_one = [](const std::string& folder) {
     model::Tokenizer tokenizer = model::Tokenizer::from_file(folder + "/tokenizer.json");
-    const std::vector<int32_t> ids = tokenizer.encode("37+58= <|im_start|>user\n héllo 12345", true);
+    const auto ids = tokenizer.encode("37+58= <|im_start|>user\n héllo 12345", true);
     tokenizer.decode(ids, /*skip_special_tokens=*/false);
     tokenizer.decode(ids, /*skip_special_tokens=*/true);
   };
   t.dictionary = with(kJsonTokens, {"\"model\"", "\"vocab\"", "\"merges\"", "\"added_tokens\"", "\"normalizer\"",
                                     "\"pre_tokenizer\"", "\"post_processor\"", "\"decoder\"", "\"type\"", "\"BPE\"",
-                                    "\"ByteLevel\"", "\"Sequence\"", "\"TemplateProcessing\"", "\"special\"",
-                                    "\"id\"", "\"Split\"", "\"pattern\"", "\"Regex\"", "\"NFC\""});
+                                    "\"ByteLevel\"", "\"Sequence\"", "\"TemplateProcessing\"", "\"special\"", "\"id\"",
+                                    "\"Split\"", "\"pattern\"", "\"Regex\"", "\"NFC\""});
   return t;
 }
 

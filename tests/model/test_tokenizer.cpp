@@ -29,7 +29,7 @@ const Tokenizer& tiny() {
 
 std::vector<std::string> tokens_of(const Tokenizer& t, const std::string& text) {
   std::vector<std::string> out;
-  for (int32_t id : t.encode(text)) out.push_back(t.id_to_token(id).value_or("?"));
+  for (verlpp::TokenId id : t.encode(text)) out.push_back(t.id_to_token(id).value_or("?"));
   return out;
 }
 
@@ -98,7 +98,7 @@ TEST_CASE("tiny tokenizer: vocabulary and hand-checked tokens", "[tokenizer]") {
   CHECK(t.is_special(350));
   CHECK_FALSE(t.is_special(*t.token_to_id("<think>")));
   // Bytes have the id of their value: 'A' = 65, ' ' = 32 (stored as "Ġ").
-  CHECK(t.encode("A") == std::vector<int32_t>{65});
+  CHECK(t.encode("A") == verlpp::TokenIds{65});
   CHECK(t.id_to_token(32) == "\xC4\xA0");
   CHECK(tokens_of(t, "What is 12 + 7?") ==
         std::vector<std::string>{"What", "\xC4\xA0is", "\xC4\xA0", "1", "2", "\xC4\xA0+", "\xC4\xA0", "7", "?"});
@@ -120,7 +120,7 @@ TEST_CASE("tiny tokenizer: special tokens inside text, decode and round trips", 
   CHECK(t.decode(ids) == "<|im_start|>user\nhi<|im_end|>");
   CHECK(t.decode(ids, /*skip_special_tokens=*/true) == "user\nhi");
   // A partial special token is ordinary text.
-  for (int32_t id : t.encode("<|im_start")) CHECK(id < 349);
+  for (verlpp::TokenId id : t.encode("<|im_start")) CHECK(id < 349);
   for (std::string s : {"", " ", "e\xCC\x81 caf\xC3\xA9", "\xF0\x9F\x98\x80\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD",
                         "\xE4\xBD\xA0\xE5\xA5\xBD\n\n\t x", "<think>a</think><|endoftext|>"})
     CHECK(t.decode(t.encode(s)) == s);
@@ -165,7 +165,7 @@ TEST_CASE("streaming decode holds split multi-byte characters", "[tokenizer]") {
   auto ids = t.encode(text);
   StreamDecoder all(t);
   std::string joined;
-  for (int32_t id : ids) joined += all.push(id);
+  for (verlpp::TokenId id : ids) joined += all.push(id);
   joined += all.finish();
   CHECK(joined == t.decode(ids));
 }
@@ -179,14 +179,14 @@ TEST_CASE("added token flags: lstrip, rstrip, single_word, normalized", "[tokeni
     j["normalizer"] = {{"type", "Lowercase"}};
   });
   // lstrip swallows the spaces on the left, rstrip those on the right.
-  CHECK(t.encode("a  <L>") == std::vector<int32_t>{'a', 400});
-  CHECK(t.encode("<R>  b") == std::vector<int32_t>{401, 'b'});
+  CHECK(t.encode("a  <L>") == verlpp::TokenIds{'a', 400});
+  CHECK(t.encode("<R>  b") == verlpp::TokenIds{401, 'b'});
   // single_word: only where no word character touches it.
-  CHECK(t.encode("cat") == std::vector<int32_t>{402});
-  CHECK(t.encode("a cat.") == std::vector<int32_t>{'a', 32, 402, '.'});
-  for (int32_t id : t.encode("concat")) CHECK(id != 402);
+  CHECK(t.encode("cat") == verlpp::TokenIds{402});
+  CHECK(t.encode("a cat.") == verlpp::TokenIds{'a', 32, 402, '.'});
+  for (verlpp::TokenId id : t.encode("concat")) CHECK(id != 402);
   // normalized: matched after the normalizer (Lowercase) ran.
-  CHECK(t.encode("HeLLo") == std::vector<int32_t>{403});
+  CHECK(t.encode("HeLLo") == verlpp::TokenIds{403});
   CHECK(t.vocab_size() == 404);
 }
 
@@ -196,8 +196,8 @@ TEST_CASE("post-processor adds special tokens only when asked", "[tokenizer]") {
         "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
         "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [349], "tokens": ["<|endoftext|>"]}}})");
   });
-  CHECK(t.encode("a") == std::vector<int32_t>{'a'});
-  CHECK(t.encode("a", /*add_special_tokens=*/true) == std::vector<int32_t>{349, 'a'});
+  CHECK(t.encode("a") == verlpp::TokenIds{'a'});
+  CHECK(t.encode("a", /*add_special_tokens=*/true) == verlpp::TokenIds{349, 'a'});
 }
 
 TEST_CASE("load errors name the file, the field and the value", "[tokenizer]") {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <verlpp/controller/batch.hpp>
+#include <verlpp/core/token_id.hpp>
+#include <verlpp/data/rl_batch.hpp>
 #include <verlpp/model/chat_template.hpp>
 #include <verlpp/model/tokenizer.hpp>
 
@@ -23,9 +25,9 @@ struct PromptRecord {
   std::vector<model::ChatMessage> prompt;    // the conversation so far
   nlohmann::json ground_truth;               // reward_model.ground_truth (null when absent)
   nlohmann::json extra_info;                 // extra_info (null when absent)
-  std::vector<int32_t> prompt_ids;           // chat template + tokenizer, truncated if configured
+  TokenIds prompt_ids;                       // chat template + tokenizer, truncated if configured
   std::optional<std::string> response_text;  // SFT target text (options.response_key), if read
-  std::vector<int32_t> response_ids;         // response_text tokenized + suffix ids; else empty
+  TokenIds response_ids;                     // response_text tokenized + suffix ids; else empty
 };
 
 // verl's data.* settings that shape loading.
@@ -37,7 +39,7 @@ struct DatasetOptions {
   std::string truncation = "error";           // data.truncation: error | left | right | middle
   model::ChatOptions chat;                    // add_generation_prompt etc.
   std::string response_key;                   // SFT rows: the key of the target text ("" = not read)
-  std::vector<int32_t> response_suffix_ids;   // appended to each SFT target (the end-of-turn/EOS id)
+  TokenIds response_suffix_ids;               // appended to each SFT target (the end-of-turn/EOS id)
 };
 
 class PromptDataset {
@@ -92,13 +94,8 @@ class DataLoader {
 Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& indices, int64_t pad_token_id,
                       const std::string& uid_prefix = "");
 
-// The RL layout of prompts plus responses, as verl's rollout returns it: `prompts` (a
-// collate_prompts batch, kept as tensor "prompts") with tensors responses [B, R] (right-padded
-// with pad_token_id), response_mask [B, R] float, and input_ids / attention_mask / position_ids
-// replaced by [prompt | response] ([B, P + R]; positions continue after the prompt's last).
-// Error naming the row when a response is longer than `response_length`.
-Batch append_responses(const Batch& prompts, const std::vector<std::vector<int64_t>>& responses,
-                       int64_t response_length, int64_t pad_token_id);
+// The RL layout of prompts plus responses (data/rl_batch.hpp), under its earlier name here.
+using data::append_responses;
 
 // An SFT batch for `indices` of a dataset loaded with a response_key: append_responses of the
 // prompts and each record's response_ids, R = the longest response (or `response_length` if > 0,

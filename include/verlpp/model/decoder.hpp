@@ -12,6 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -122,6 +123,22 @@ class DecoderLM {
   // One parameter by HF name ("lm_head.weight" resolves to the embedding when tied).
   const at::Tensor& parameter(const std::string& name) const;
   void set_requires_grad(bool requires_grad);
+
+  // The weights' version: a counter that whoever writes the weights in place bumps (a trainer's
+  // optimizer step, init_weights, load_weights, a mixed-precision refresh), so that a holder of
+  // the same tensors (a rollout engine) can tell that what it holds changed. Copies of a model
+  // share its tensors and therefore this counter (the lineage's version); a model constructed
+  // anew starts its own at 0. Code that writes parameters itself calls note_weights_changed().
+  int64_t weights_version() const { return weights_version_ ? weights_version_->load() : 0; }
+  void note_weights_changed() const {
+    if (weights_version_) weights_version_->fetch_add(1);
+  }
+  // The counter itself, for a holder that tracks this model's version beyond its lifetime.
+  std::shared_ptr<const std::atomic<int64_t>> weights_version_counter() const { return weights_version_; }
+  // Makes this model count versions with `source`'s counter: for a model whose weights are
+  // always a function of source's (a mixed-precision compute copy of its fp32 masters), so that
+  // a change of the masters shows as a change of this copy too.
+  void share_weights_version(const DecoderLM& source) { weights_version_ = source.weights_version_; }
   // Activation checkpointing for training forwards (HF's gradient_checkpointing): with grad
   // enabled, each layer keeps only its input and is recomputed in the backward (less memory,
   // one more layer forward per layer).
@@ -219,6 +236,8 @@ class DecoderLM {
   at::Tensor score_, score_bias_;  // [num_labels, C], [num_labels]
   at::Tensor inv_freq_;            // [D/2] float32 on the device
   bool gradient_checkpointing_ = false;
+  // Shared by copies (they share the tensors); see weights_version().
+  std::shared_ptr<std::atomic<int64_t>> weights_version_ = std::make_shared<std::atomic<int64_t>>(0);
   std::set<std::string> fused_names_;  // parameters that are views of a fused buffer
   // fuse_projections' buffers by name ("model.layers.<i>.self_attn.qkv_proj.weight", ".mlp.gate_up_proj.bias", ...).
   std::map<std::string, at::Tensor> fused_buffers_;

@@ -4,6 +4,8 @@
 // `raw`, so saving a loaded model writes back every field verlpp does not interpret.
 #pragma once
 
+#include <verlpp/core/token_id.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -65,9 +67,9 @@ struct ModelConfig {
   bool score_bias = false;  // token classification: true unless `token_classification_bias` false
 
   std::string torch_dtype = "float32";  // the checkpoint's dtype name as HF writes it
-  std::optional<int64_t> bos_token_id;
-  std::optional<int64_t> pad_token_id;
-  std::vector<int64_t> eos_token_ids;  // `eos_token_id` may be one id or a list
+  std::optional<TokenId> bos_token_id;
+  std::optional<TokenId> pad_token_id;
+  TokenIds eos_token_ids;  // `eos_token_id` may be one id or a list
 
   nlohmann::json raw;  // the JSON as read (an object); what save writes back, updated
   std::string source;  // the file it came from ("" when built in code)

@@ -5,6 +5,8 @@
 // UTF-8 the way Rust's from_utf8_lossy does. No LibTorch here: the tokenizer is plain C++ + ICU.
 #pragma once
 
+#include <verlpp/core/token_id.hpp>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -16,7 +18,7 @@ namespace verlpp::model {
 
 // One entry of tokenizer.json's "added_tokens" (HF's AddedToken), with its id.
 struct AddedToken {
-  int32_t id = -1;
+  TokenId id = -1;
   std::string content;
   bool single_word = false;  // match only when not inside a word (\w on neither side)
   bool lstrip = false;       // also swallow the whitespace on its left
@@ -42,22 +44,22 @@ class Tokenizer {
   // Token ids of `text` (UTF-8; invalid UTF-8 is an Error naming the byte offset). Added and
   // special tokens in the text are always recognised; `add_special_tokens` only adds what the
   // post-processor adds (e.g. Llama 3's <|begin_of_text|>).
-  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = false) const;
+  TokenIds encode(std::string_view text, bool add_special_tokens = false) const;
   // Text of `ids`. Ids unknown to the vocabulary are skipped (as HF does); with
   // `skip_special_tokens`, added tokens marked special are left out.
-  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+  std::string decode(const TokenIds& ids, bool skip_special_tokens = false) const;
 
   // Id of a token string (added token content, or a vocabulary entry in its stored form).
-  std::optional<int32_t> token_to_id(std::string_view token) const;
+  std::optional<TokenId> token_to_id(std::string_view token) const;
   // Stored form of a token (e.g. "Ġworld"), or nullopt for an unknown id.
-  std::optional<std::string> id_to_token(int32_t id) const;
+  std::optional<std::string> id_to_token(TokenId id) const;
   // Raw bytes the decoder produces for one id (empty for unknown ids); may be partial UTF-8.
-  const std::string& token_bytes(int32_t id) const;
+  const std::string& token_bytes(TokenId id) const;
   // Whether `id` is an added token marked special.
-  bool is_special(int32_t id) const;
+  bool is_special(TokenId id) const;
 
   // Largest id + 1 over the model vocabulary and the added tokens.
-  int32_t vocab_size() const;
+  TokenId vocab_size() const;
   // The added tokens, in file order.
   const std::vector<AddedToken>& added_tokens() const;
   // Where this tokenizer was loaded from (a path or "<memory>").
@@ -81,7 +83,7 @@ class StreamDecoder {
   // `tokenizer` must outlive the decoder.
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
   // Text made complete by `id` (often empty while a character is incomplete).
-  std::string push(int32_t id);
+  std::string push(TokenId id);
   // Ends the stream: any incomplete tail comes out as U+FFFD. The decoder can then be reused.
   std::string finish();
   // Number of bytes held back waiting for the rest of a character (0..3).

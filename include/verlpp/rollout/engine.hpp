@@ -4,8 +4,20 @@
 // paged-attention kernel, then one sampler call. Hybrid-engine hooks: update_weights() (share
 // storage when device and dtype match, else cast into the engine's buffers), sleep()/wake()
 // (free and re-create the KV pool), each timed. See docs/rollout.md.
+//
+// The engine and a trainer's model. The engine holds a copy of the model it is given: a second
+// handle on the same tensors, except the weights it fuses (EngineOptions::fuse_projections), which
+// become its own buffers. After a trainer writes the weights in place (an optimizer step), the
+// shared tensors show the new values and the fused ones still hold the old: the engine would
+// run a mix. So the engine tracks the weights version (model::DecoderLM::weights_version) of
+// the model it was built from, or of the last model given to update_weights(const DecoderLM&),
+// and generate() checks it first: when it moved, the engine syncs from that model
+// (StaleWeights::kSync) or refuses with an Error that says so (StaleWeights::kRefuse, the
+// default). Running on stale weights therefore takes asking for it: update_weights(named) marks
+// the engine current without tracking a new model.
 #pragma once
 
+#include <verlpp/core/token_id.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/rollout/sampling.hpp>
 #include <verlpp/rollout/scheduler.hpp>
@@ -27,6 +39,13 @@ namespace verlpp::rollout {
 namespace detail {
 class DecodeGraphs;
 }
+
+// What generate() does when the weights of the model the engine tracks changed since the engine
+// took them (see the top of this file).
+enum class StaleWeights {
+  kRefuse,  // an Error naming both versions and the call that syncs (update_weights(model))
+  kSync,    // update_weights from the tracked model first (keeps a handle on its parameters)
+};
 
 // How the engine sizes its pool and batches. The pool is the first of: num_blocks,
 // kv_token_budget tokens, memory_fraction of memory_total_bytes (0 = the machine's physical
@@ -58,11 +77,13 @@ struct EngineOptions {
   // stores and the attention in one kernel) where it offers it; false keeps ABI 1.3's pair
   // rotary_kv_store + paged_attention_decode (the same bits; for side-by-side timing and tests).
   bool rotary_attention = true;
+  // generate() after the tracked model's weights changed: refuse (default) or sync first.
+  StaleWeights stale_weights = StaleWeights::kRefuse;
 };
 
 // One prompt and how to sample it.
 struct GenerateRequest {
-  std::vector<int64_t> prompt_ids;  // token ids, non-empty, shorter than the model's context
+  TokenIds prompt_ids;  // token ids, non-empty, shorter than the model's context
   SamplingParams sampling;
 };
 
@@ -71,8 +92,8 @@ struct GenerateRequest {
 struct GenerateOutput {
   int64_t request_index = 0;
   int64_t sample_index = 0;
-  std::vector<int64_t> token_ids;  // generated ids (EOS/stop id included when it ended the sample)
-  std::vector<float> logprobs;     // [token_ids.size()] log-prob of each under softmax(logits / T)
+  TokenIds token_ids;           // generated ids (EOS/stop id included when it ended the sample)
+  std::vector<float> logprobs;  // [token_ids.size()] log-prob of each under softmax(logits / T)
   FinishReason finish_reason = FinishReason::kLength;
   std::string error;            // why the request was refused ("" = fine)
   int64_t num_preemptions = 0;  // times this sample was preempted and recomputed
@@ -106,13 +127,15 @@ struct WeightUpdateReport {
 
 class RolloutEngine {
  public:
-  // Takes the model (its dtype and device are the engine's) and allocates the KV pool.
+  // Takes the model (its dtype and device are the engine's; a copy shares its tensors, see the
+  // top of this file), allocates the KV pool and tracks the model's weights version.
   RolloutEngine(model::DecoderLM model, EngineOptions options = {});
   ~RolloutEngine();
   RolloutEngine(RolloutEngine&&) noexcept;
 
   // Generates every request; outputs ordered by (request, sample). Requests that fail their
-  // checks become error outputs. `progress(done, total)` is called as samples finish.
+  // checks become error outputs. `progress(done, total)` is called as samples finish. Stale
+  // weights (weights_stale()) are synced or refused first, as options().stale_weights says.
   // With `on_output`, each output is handed over as soon as it is final instead (refused
   // requests first, then samples in the order they finish), the engine keeps none of them, and
   // the returned vector is empty: a caller can stream a long generation to disk.
@@ -124,8 +147,17 @@ class RolloutEngine {
   // engine's device in its dtype is shared (no copy; later in-place trainer updates show
   // through), unless the engine fused it (EngineOptions::fuse_projections); otherwise it is
   // cast into the engine's buffer. Unknown names and shape
-  // mismatches are Errors naming the tensor.
+  // mismatches are Errors naming the tensor. The engine counts as current afterwards: the
+  // caller vouches for the weights (the tracked model stays the same).
   WeightUpdateReport update_weights(const std::vector<std::pair<std::string, at::Tensor>>& named);
+  // Loads every parameter of `source` (as above) and tracks its weights version from now on:
+  // the call a trainer makes after its optimizer steps (its compute model, or its fp32 masters
+  // for an engine of another dtype).
+  WeightUpdateReport update_weights(const model::DecoderLM& source);
+  // Whether the tracked model's weights changed since the engine took them.
+  bool weights_stale() const;
+  // The tracked model's weights version when the engine last took its weights.
+  int64_t synced_weights_version() const { return synced_version_; }
   // Frees the KV pool (the weights stay); returns the seconds it took. generate() then fails.
   double sleep();
   // Re-creates the KV pool; returns the seconds it took.
@@ -155,6 +187,11 @@ class RolloutEngine {
   std::unique_ptr<model::PagedKvCache> cache_;
   GenerateStats stats_;
   std::vector<std::string> shared_params_;  // names whose storage is a trainer's
+  // The tracked model's version counter and its value when the weights were taken; with
+  // StaleWeights::kSync also that model's parameters (handles), to sync from.
+  std::shared_ptr<const std::atomic<int64_t>> source_version_;
+  int64_t synced_version_ = 0;
+  std::vector<std::pair<std::string, at::Tensor>> source_params_;
   // Decode graphs (null until a generate() needs them; dropped when the weights' or the pool's
   // storage moves). With graphs on, the pool has one block more than num_blocks_: the scratch
   // block that padding rows of a graph's batch write to.

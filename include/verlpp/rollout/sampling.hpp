@@ -6,6 +6,8 @@
 // rollout log-probs); greedy (temperature 0) reports them under softmax(logits).
 #pragma once
 
+#include <verlpp/core/token_id.hpp>
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -23,14 +25,14 @@ namespace verlpp::rollout {
 // How one request is sampled. Checked by validate(); the engine reports a failing request as
 // an error output and runs the rest of the batch.
 struct SamplingParams {
-  int64_t n = 1;                        // samples per prompt (share the prompt's KV blocks)
-  int64_t max_new_tokens = 16;          // generated tokens at most (also capped by the context)
-  double temperature = 1.0;             // 0 = greedy
-  int64_t top_k = 0;                    // 0 (or -1) = all tokens
-  double top_p = 1.0;                   // in (0, 1]; 1 = all tokens
-  std::optional<uint64_t> seed;         // none: derived from the engine's seed and request order
-  std::vector<int64_t> stop_token_ids;  // finish ("stop") after emitting one of these
-  bool ignore_eos = false;              // true: the model's EOS ids do not stop generation
+  int64_t n = 1;                 // samples per prompt (share the prompt's KV blocks)
+  int64_t max_new_tokens = 16;   // generated tokens at most (also capped by the context)
+  double temperature = 1.0;      // 0 = greedy
+  int64_t top_k = 0;             // 0 (or -1) = all tokens
+  double top_p = 1.0;            // in (0, 1]; 1 = all tokens
+  std::optional<uint64_t> seed;  // none: derived from the engine's seed and request order
+  TokenIds stop_token_ids;       // finish ("stop") after emitting one of these
+  bool ignore_eos = false;       // true: the model's EOS ids do not stop generation
 };
 
 // Throws verlpp::Error naming the offending field when `params` is unusable.

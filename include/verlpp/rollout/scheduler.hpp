@@ -6,6 +6,7 @@
 // The n samples of a prompt are admitted together: the prompt is computed once, then forked.
 #pragma once
 
+#include <verlpp/core/token_id.hpp>
 #include <verlpp/rollout/block_manager.hpp>
 #include <verlpp/rollout/sampling.hpp>
 
@@ -19,17 +20,17 @@ namespace verlpp::rollout {
 
 // One sample being generated.
 struct Sequence {
-  int64_t id = 0;                  // unique, in submission order
-  int64_t request_index = 0;       // which request
-  int64_t sample_index = 0;        // which of its n samples
-  std::vector<int64_t> token_ids;  // prompt + generated
+  int64_t id = 0;             // unique, in submission order
+  int64_t request_index = 0;  // which request
+  int64_t sample_index = 0;   // which of its n samples
+  TokenIds token_ids;         // prompt + generated
   int64_t num_prompt_tokens = 0;
-  int64_t num_cached_tokens = 0;                   // leading tokens whose K/V sit in the cache
-  int64_t max_new_tokens = 0;                      // after capping by the context
-  std::vector<int64_t> block_table;                // block ids, in order
-  std::vector<float> logprobs;                     // one per generated token
-  RowSampling sampling;                            // temperature, top-k/p, seed (step = generated count)
-  const std::vector<int64_t>* stop_ids = nullptr;  // EOS + stop ids (owned by the engine)
+  int64_t num_cached_tokens = 0;       // leading tokens whose K/V sit in the cache
+  int64_t max_new_tokens = 0;          // after capping by the context
+  std::vector<int64_t> block_table;    // block ids, in order
+  std::vector<float> logprobs;         // one per generated token
+  RowSampling sampling;                // temperature, top-k/p, seed (step = generated count)
+  const TokenIds* stop_ids = nullptr;  // EOS + stop ids (owned by the engine)
   bool finished = false;
   FinishReason finish_reason = FinishReason::kLength;
   int64_t num_preemptions = 0;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace verlpp::train {
@@ -52,6 +53,9 @@ class Actor : public TrainingRole {
   // Trains `model`'s parameters (fp32) in place; the schedule gives the LR per update. With a
   // 16-bit config.param_dtype the passes run on a compute copy (compute_model()).
   Actor(model::DecoderLM& model, ActorConfig config, LrSchedule schedule);
+  // The same with a constant learning rate (LrSchedule::constant; Error unless > 0).
+  Actor(model::DecoderLM& model, ActorConfig config, double learning_rate)
+      : Actor(model, std::move(config), LrSchedule::constant(learning_rate)) {}
   ~Actor();
 
   // Log-probs (and entropy) of batch's responses without building a graph. Needs tensors

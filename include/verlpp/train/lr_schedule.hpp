@@ -23,6 +23,8 @@ int64_t resolve_warmup_steps(int64_t lr_warmup_steps, double lr_warmup_steps_rat
 class LrSchedule {
  public:
   explicit LrSchedule(LrScheduleOptions options);
+  // `lr` at every step (no warmup, no decay); Error unless lr > 0.
+  static LrSchedule constant(double lr);
   // The multiplier of base_lr at optimizer step `step` (0-based, as LambdaLR counts).
   double factor(int64_t step) const;
   // The learning rate at `step`.

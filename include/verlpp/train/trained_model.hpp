@@ -84,7 +84,9 @@ class TrainedModel {
   // (or, for a single backward stepped by the plugin, kept in 16 bits for the kernel).
   void backward(const at::Tensor& loss);
   // Sums the gradients over the ranks, clips, steps (skipped when the norm is not finite) and
-  // refreshes the compute copy. Returns the norm before clipping.
+  // refreshes the compute copy; a step taken bumps the weights version (DecoderLM::
+  // weights_version), so a rollout engine holding these weights refuses or syncs before it
+  // generates again. Returns the norm before clipping.
   double step();
   bool last_step_skipped() const { return optimizer_.last_step_skipped(); }
   // The mean norm of the steps taken (not skipped) since begin_update(); 0 when none was.

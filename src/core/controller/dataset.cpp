@@ -85,7 +85,7 @@ bool prepare(PromptRecord& r, const model::Tokenizer& tokenizer, const model::Ch
     ids.resize(max_len);
   } else if (o.truncation == "middle") {
     size_t left = max_len / 2, right = max_len - left;
-    std::vector<int32_t> kept(ids.begin(), ids.begin() + std::ptrdiff_t(left));
+    TokenIds kept(ids.begin(), ids.begin() + std::ptrdiff_t(left));
     kept.insert(kept.end(), ids.end() - std::ptrdiff_t(right), ids.end());
     ids = std::move(kept);
   } else {
@@ -209,72 +209,23 @@ void DataLoader::load_state(const nlohmann::json& s) {
 Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& indices, int64_t pad_token_id,
                       const std::string& uid_prefix) {
   if (indices.empty()) throw Error("collate_prompts", "no rows");
-  size_t max_len = 0;
-  for (size_t i : indices) max_len = std::max(max_len, dataset[i].prompt_ids.size());
-  const int64_t b = int64_t(indices.size()), t = int64_t(max_len);
-  std::vector<int64_t> ids(size_t(b * t), pad_token_id), mask(size_t(b * t), 0), pos(size_t(b * t), 0);
+  std::vector<TokenIds> prompts;
   std::vector<json> source, truth, extra, index, uid;
-  for (int64_t row = 0; row < b; ++row) {
-    const PromptRecord& r = dataset[indices[size_t(row)]];
-    const int64_t len = int64_t(r.prompt_ids.size()), offset = t - len;  // left padding
-    for (int64_t k = 0; k < len; ++k) {
-      ids[size_t(row * t + offset + k)] = r.prompt_ids[size_t(k)];
-      mask[size_t(row * t + offset + k)] = 1;
-      pos[size_t(row * t + offset + k)] = k;
-    }
+  for (size_t row = 0; row < indices.size(); ++row) {
+    const PromptRecord& r = dataset[indices[row]];
+    prompts.push_back(r.prompt_ids);
     source.push_back(r.data_source);
     truth.push_back(r.ground_truth);
     extra.push_back(r.extra_info);
-    index.push_back(indices[size_t(row)]);
-    uid.push_back(uid_prefix + std::to_string(indices[size_t(row)]) + "#" + std::to_string(row));
+    index.push_back(indices[row]);
+    uid.push_back(uid_prefix + std::to_string(indices[row]) + "#" + std::to_string(row));
   }
-  auto as_tensor = [&](std::vector<int64_t>& v) {
-    return at::from_blob(v.data(), {b, t}, at::TensorOptions().dtype(at::kLong)).clone();
-  };
-  Batch out;
-  out.set("input_ids", as_tensor(ids));
-  out.set("attention_mask", as_tensor(mask));
-  out.set("position_ids", as_tensor(pos));
+  Batch out = data::collate_prompt_ids(prompts, pad_token_id);
   out.set_column("data_source", source);
   out.set_column("ground_truth", truth);
   out.set_column("extra_info", extra);
   out.set_column("index", index);
-  out.set_column("uid", uid);
-  return out;
-}
-
-Batch append_responses(const Batch& prompts, const std::vector<std::vector<int64_t>>& responses,
-                       int64_t response_length, int64_t pad_token_id) {
-  const int64_t b = prompts.size(), r = response_length;
-  if (int64_t(responses.size()) != b)
-    throw Error("append_responses", fmt::format("{} responses for {} prompt rows", responses.size(), b));
-  if (r < 1) throw Error("append_responses", fmt::format("response_length {} must be >= 1", r));
-  std::vector<int64_t> ids(size_t(b * r), pad_token_id);
-  std::vector<float> mask(size_t(b * r), 0.0f);
-  for (int64_t row = 0; row < b; ++row) {
-    const auto& resp = responses[size_t(row)];
-    if (int64_t(resp.size()) > r)
-      throw Error("append_responses",
-                  fmt::format("row {}: the response has {} tokens, more than response_length {}", row, resp.size(), r));
-    for (size_t k = 0; k < resp.size(); ++k) {
-      ids[size_t(row * r) + k] = resp[k];
-      mask[size_t(row * r) + k] = 1.0f;
-    }
-  }
-  at::Tensor response_ids = at::from_blob(ids.data(), {b, r}, at::TensorOptions().dtype(at::kLong)).clone();
-  at::Tensor response_mask = at::from_blob(mask.data(), {b, r}, at::TensorOptions().dtype(at::kFloat)).clone();
-  const at::Tensor& prompt_ids = prompts.tensor("input_ids");
-  const at::Tensor& prompt_mask = prompts.tensor("attention_mask");
-  // Positions continue from each row's last prompt position (verl: position_ids[:, -1:] + delta).
-  at::Tensor last = prompts.tensor("position_ids").select(1, prompt_ids.size(1) - 1).unsqueeze(1);
-  at::Tensor delta = at::arange(1, r + 1, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
-  Batch out = prompts;
-  out.set("prompts", prompt_ids);
-  out.set("responses", response_ids);
-  out.set("response_mask", response_mask);
-  out.set("input_ids", at::cat({prompt_ids, response_ids}, 1));
-  out.set("attention_mask", at::cat({prompt_mask, response_mask.to(prompt_mask.scalar_type())}, 1));
-  out.set("position_ids", at::cat({prompts.tensor("position_ids"), last.add(delta)}, 1));
+  out.set_column(data::fields::kUid, uid);
   return out;
 }
 

@@ -189,16 +189,15 @@ void build_engine(RlTrainer::State& s) {
   }
   const at::ScalarType dtype = r.dtype;
   // The actor's compute dtype: the engine's model is a second handle on the actor's compute
-  // tensors (the hybrid engine shares weights; optimizer steps show through). Another dtype: the
-  // engine owns a cast copy.
-  model::DecoderLM engine_model = s.actor->compute_model();
-  if (dtype != engine_model.options().dtype) {
-    engine_model = model::DecoderLM(s.actor_model->config(), model_options(s, dtype));
-    for (const auto& [name, p] : s.actor_model->named_parameters())
-      engine_model.parameter(name).detach().copy_(p.detach());
-  }
+  // tensors (the hybrid engine shares weights; optimizer steps show through) and tracks their
+  // version. Another dtype: the engine owns a cast copy, filled from the fp32 masters, whose
+  // version it tracks from then on (sync_rollout_weights keeps it current after each update).
+  const bool cast = dtype != s.actor->compute_model().options().dtype;
+  model::DecoderLM engine_model =
+      cast ? model::DecoderLM(s.actor_model->config(), model_options(s, dtype)) : s.actor->compute_model();
   o.kernels = s.kernels.get();  // null without a plugin, or with a reference one (load_kernels)
   s.engine = std::make_unique<rollout::RolloutEngine>(std::move(engine_model), o);
+  if (cast) s.engine->update_weights(*s.actor_model);
 }
 
 }  // namespace

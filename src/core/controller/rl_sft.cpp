@@ -23,7 +23,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   DatasetOptions options = dataset_options(s.settings.data);
   options.response_key = sft.response_key;
   // The response ends the assistant turn: the first EOS id (ChatML's <|im_end|>) closes it.
-  if (!s.eos_ids.empty()) options.response_suffix_ids = {int32_t(s.eos_ids.front())};
+  if (!s.eos_ids.empty()) options.response_suffix_ids = {s.eos_ids.front()};
   PromptDataset data = PromptDataset::load(sft.train_files, *s.tokenizer, *s.chat, options);
 
   const int64_t steps = sft.total_steps;

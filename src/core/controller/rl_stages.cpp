@@ -5,6 +5,7 @@
 
 #include <verlpp/algo/advantages.hpp>
 #include <verlpp/algo/agg_loss.hpp>
+#include <verlpp/data/rl_batch.hpp>
 #include <verlpp/train/logprob.hpp>
 
 #include <ATen/ops/cat.h>
@@ -36,10 +37,10 @@ std::vector<std::vector<int64_t>> prompt_tokens(const Batch& prompts) {
   return out;
 }
 
-// Generated samples of some prompts: token ids per sample and their log-probs [samples, R].
+// Generated samples of some prompts: token ids per sample and a log-prob per token.
 struct Samples {
-  std::vector<std::vector<int64_t>> responses;
-  std::vector<float> logprobs;
+  std::vector<TokenIds> responses;
+  std::vector<std::vector<float>> logprobs;
 };
 
 // With several ranks, each generated the samples of its own prompt range [begin_r, end_r);
@@ -55,8 +56,8 @@ Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vect
     const auto& tokens = local.responses[row];
     lens[row] = int64_t(tokens.size());
     std::copy(tokens.begin(), tokens.end(), ids.begin() + int64_t(row) * r_len);
+    std::copy(local.logprobs[row].begin(), local.logprobs[row].end(), lps.begin() + int64_t(row) * r_len);
   }
-  std::copy(local.logprobs.begin(), local.logprobs.end(), lps.begin());
   auto gather = [&](void* data, std::vector<int64_t> shape, at::ScalarType type) {
     at::Tensor t = at::from_blob(data, shape, at::TensorOptions().dtype(type)).to(s.device);
     return s.group->all_gather(t).cpu().contiguous();
@@ -72,7 +73,7 @@ Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vect
       const int64_t* row_ids = all_ids.data_ptr<int64_t>() + g * r_len;
       out.responses.emplace_back(row_ids, row_ids + len);
       const float* row_lps = all_lps.data_ptr<float>() + g * r_len;
-      out.logprobs.insert(out.logprobs.end(), row_lps, row_lps + r_len);
+      out.logprobs.emplace_back(row_lps, row_lps + len);
     }
   }
   return out;
@@ -118,27 +119,22 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, b
   if (r.free_cache_engine) s.engine->sleep();  // the pool's memory goes back for training
 
   Samples local;
-  local.logprobs.assign(size_t(local_total * s.response_length), 0.0f);
   local.responses.reserve(size_t(local_total));
+  local.logprobs.reserve(size_t(local_total));
   for (const auto& out : outputs) {
     if (!out.error.empty())
       throw Error(fmt::format("prompt row {} ({})", first + out.request_index,
                               prompts.column("uid")[size_t(first + out.request_index)].dump()),
                   out.error);
-    const size_t row = local.responses.size();
-    for (size_t k = 0; k < out.logprobs.size(); ++k)
-      local.logprobs[row * size_t(s.response_length) + k] = out.logprobs[k];
     local.responses.push_back(out.token_ids);
+    local.logprobs.push_back(out.logprobs);
   }
   if (int64_t(local.responses.size()) != local_total)
     throw Error("rollout", fmt::format("the engine returned {} samples for {} x {} requested", local.responses.size(),
                                        last - first, n));
   Samples all = world > 1 ? gather_samples(s, std::move(local), begins, n) : std::move(local);
-  const int64_t total = num_prompts * n;
-  Batch batch = append_responses(prompts.repeat(n, /*interleave=*/true), all.responses, s.response_length, s.pad_id);
-  batch.set(
-      "rollout_log_probs",
-      at::from_blob(all.logprobs.data(), {total, s.response_length}, at::TensorOptions().dtype(at::kFloat)).clone());
+  Batch batch = data::append_samples(prompts.repeat(n, /*interleave=*/true), all.responses, all.logprobs,
+                                     s.response_length, s.pad_id);
   // Collation happens on the host; the trainer's forwards run on the device.
   move_to(batch, s.device);
   return batch;
@@ -148,25 +144,23 @@ void compute_scores(RlTrainer::State& s, Batch& batch) {
   at::Tensor responses = batch.tensor("responses").cpu().contiguous();
   at::Tensor lengths = batch.tensor("response_mask").sum(1).to(at::kLong).cpu().contiguous();
   const int64_t b = batch.size(), r = responses.size(1);
-  std::vector<float> token_scores(size_t(b * r), 0.0f);
+  std::vector<double> values;
   std::vector<json> scores, texts;
   const auto& sources = batch.column("data_source");
   const auto& truths = batch.column("ground_truth");
   const auto& extras = batch.column("extra_info");
   for (int64_t row = 0; row < b; ++row) {
     const int64_t len = lengths.data_ptr<int64_t>()[row];
-    std::vector<int32_t> ids;
-    for (int64_t k = 0; k < len; ++k) ids.push_back(int32_t(responses.data_ptr<int64_t>()[row * r + k]));
+    const TokenId* row_ids = responses.data_ptr<int64_t>() + row * r;
+    const TokenIds ids(row_ids, row_ids + len);
     RewardInput in{sources[size_t(row)].get<std::string>(), s.tokenizer->decode(ids, /*skip_special_tokens=*/true),
                    truths[size_t(row)], extras[size_t(row)]};
     const double score = s.scorer.score(in);
-    if (len > 0) token_scores[size_t(row * r + len - 1)] = float(score);  // verl: the last valid token
+    values.push_back(score);
     scores.push_back(score);
     texts.push_back(std::move(in.response));
   }
-  batch.set("token_level_scores", at::from_blob(token_scores.data(), {b, r}, at::TensorOptions().dtype(at::kFloat))
-                                      .clone()
-                                      .to(batch.tensor("response_mask").device()));
+  batch.set(data::fields::kTokenLevelScores, data::outcome_token_scores(batch.tensor("response_mask"), values));
   batch.set_column("score", std::move(scores));
   batch.set_column("response_text", std::move(texts));
 }
@@ -236,7 +230,7 @@ void sync_rollout_weights(RlTrainer::State& s, json& metrics) {
   // An engine in another dtype casts from the fp32 masters (not from a 16-bit copy of them).
   const model::DecoderLM& source =
       s.engine->model().options().dtype == compute.options().dtype ? compute : *s.actor_model;
-  rollout::WeightUpdateReport report = s.engine->update_weights(source.named_parameters());
+  rollout::WeightUpdateReport report = s.engine->update_weights(source);
   metrics["perf/weight_sync_shared"] = report.num_shared;
   metrics["perf/weight_sync_copied"] = report.num_copied;
 }

@@ -68,6 +68,7 @@ LoadReport load_weights(DecoderLM& model, const std::string& path, const LoadOpt
     if (tied_head || ends_with(name, "rotary_emb.inv_freq")) continue;
     report.unexpected.push_back(name);
   }
+  model.note_weights_changed();
   return report;
 }
 

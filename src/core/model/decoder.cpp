@@ -240,6 +240,7 @@ void DecoderLM::init_weights(uint64_t seed) {
       t[*config_.pad_token_id].zero_();  // as HF's init does for the padding row
     params_[i].second.copy_(t);
   }
+  note_weights_changed();
 }
 
 std::pair<at::Tensor, at::Tensor> DecoderLM::add_norm(const at::Tensor& residual, const at::Tensor& delta,

@@ -295,7 +295,7 @@ Tokenizer Tokenizer::from_json_string(const std::string& json_text, const std::s
     impl->parse_added_tokens(root);
     impl->parse_post_processor(field("post_processor"), where("post_processor"));
     impl->vocab_size = int32_t(impl->bpe->id_to_token.size());
-    for (const AddedToken& t : impl->added) impl->vocab_size = std::max(impl->vocab_size, t.id + 1);
+    for (const AddedToken& t : impl->added) impl->vocab_size = std::max(impl->vocab_size, int32_t(t.id + 1));
     impl->build_decoder(field("decoder"));
     return Tokenizer(std::move(impl));
   } catch (const nlohmann::json::exception& e) {
@@ -308,7 +308,7 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+TokenIds Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   size_t bad = tok::find_invalid_utf8(text);
   VERLPP_CHECK(bad == std::string_view::npos, "encode: input is not valid UTF-8 at byte {} (0x{:02x})", bad,
                bad == std::string_view::npos ? 0 : static_cast<unsigned char>(text[bad]));
@@ -341,12 +341,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       ids.swap(out);
     }
   }
-  return ids;
+  // BPE works in 32-bit ids (its tables' type); the public id type is TokenId.
+  return TokenIds(ids.begin(), ids.end());
 }
 
-std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+std::string Tokenizer::decode(const TokenIds& ids, bool skip_special_tokens) const {
   std::string bytes;
-  for (int32_t id : ids) {
+  for (TokenId id : ids) {
     if (id < 0 || id >= impl_->vocab_size) continue;
     if (skip_special_tokens && impl_->special[size_t(id)]) continue;
     bytes += impl_->id_bytes[size_t(id)];
@@ -357,7 +358,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   return out;
 }
 
-std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
+std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
   std::string key(token);
   if (auto it = impl_->added_by_content.find(key); it != impl_->added_by_content.end())
     return impl_->added[size_t(it->second)].id;
@@ -365,7 +366,8 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   return std::nullopt;
 }
 
-std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
+std::optional<std::string> Tokenizer::id_to_token(TokenId id) const {
+  if (id < 0 || id >= impl_->vocab_size) return std::nullopt;
   if (auto it = impl_->added_by_id.find(id); it != impl_->added_by_id.end())
     return impl_->added[size_t(it->second)].content;
   if (id >= 0 && size_t(id) < impl_->bpe->id_to_token.size() && !impl_->bpe->id_to_token[size_t(id)].empty())
@@ -373,14 +375,14 @@ std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   return std::nullopt;
 }
 
-const std::string& Tokenizer::token_bytes(int32_t id) const {
+const std::string& Tokenizer::token_bytes(TokenId id) const {
   static const std::string kEmpty;
   return id >= 0 && id < impl_->vocab_size ? impl_->id_bytes[size_t(id)] : kEmpty;
 }
 
-bool Tokenizer::is_special(int32_t id) const { return id >= 0 && id < impl_->vocab_size && impl_->special[size_t(id)]; }
+bool Tokenizer::is_special(TokenId id) const { return id >= 0 && id < impl_->vocab_size && impl_->special[size_t(id)]; }
 
-int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+TokenId Tokenizer::vocab_size() const { return impl_->vocab_size; }
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
 const std::string& Tokenizer::origin() const { return impl_->origin; }
 void Tokenizer::clear_cache() const { impl_->bpe->clear_cache(); }
@@ -388,7 +390,7 @@ void Tokenizer::clear_cache() const { impl_->bpe->clear_cache(); }
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
-std::string StreamDecoder::push(int32_t id) {
+std::string StreamDecoder::push(TokenId id) {
   if (skip_special_tokens_ && tokenizer_->is_special(id)) return {};
   pending_ += tokenizer_->token_bytes(id);
   std::string out;

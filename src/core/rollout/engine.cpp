@@ -48,7 +48,11 @@ std::string shape_text(const at::Tensor& t) {
 RolloutEngine::RolloutEngine(model::DecoderLM model, EngineOptions options)
     : model_(std::move(model)),
       options_(std::move(options)),
+      source_version_(model_.weights_version_counter()),
+      synced_version_(model_.weights_version()),
       layer_kernels_(ops::layer_kernels_for(options_.kernels, ops::LayerKernelsOptions{/*fuse_adds=*/true})) {
+  // Before fusing: the tensors of the model given, which a trainer updates in place.
+  if (options_.stale_weights == StaleWeights::kSync) source_params_ = model_.named_parameters();
   VERLPP_CHECK(options_.block_size > 0, "RolloutEngine: block_size {} must be positive", options_.block_size);
   const int64_t per_block = bytes_per_block();
   if (options_.num_blocks > 0) {
@@ -175,6 +179,17 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
                                                     const std::function<void(int64_t, int64_t)>& progress,
                                                     const std::function<void(GenerateOutput&&)>& on_output) {
   VERLPP_CHECK(cache_ != nullptr, "RolloutEngine::generate: the engine is asleep (call wake() first)");
+  if (weights_stale()) {
+    const int64_t now = source_version_ ? source_version_->load() : 0;
+    if (options_.stale_weights == StaleWeights::kRefuse || source_params_.empty())
+      VERLPP_FAIL_AT("RolloutEngine::generate",
+                     "the weights of the model this engine tracks changed (version {}, the engine took version {}): "
+                     "it would generate with a mix of new shared and stale fused weights. Call "
+                     "update_weights(model) after the optimizer step, or build the engine with "
+                     "EngineOptions::stale_weights = StaleWeights::kSync",
+                     now, synced_version_);
+    update_weights(source_params_);
+  }
   at::NoGradGuard no_grad;
   const auto start = std::chrono::steady_clock::now();
   stats_ = GenerateStats{};
@@ -417,8 +432,22 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
     }
   }
   if (last_copied != nullptr) wait_for_device(*last_copied);  // copies on one stream finish in order
+  synced_version_ = source_version_ ? source_version_->load() : 0;
   report.seconds = seconds_since(start);
   return report;
 }
+
+WeightUpdateReport RolloutEngine::update_weights(const model::DecoderLM& source) {
+  // Read the version first: a change while copying then shows as stale, never the reverse.
+  std::shared_ptr<const std::atomic<int64_t>> counter = source.weights_version_counter();
+  const int64_t version = counter ? counter->load() : 0;
+  WeightUpdateReport report = update_weights(source.named_parameters());
+  source_version_ = std::move(counter);
+  synced_version_ = version;
+  if (options_.stale_weights == StaleWeights::kSync) source_params_ = source.named_parameters();
+  return report;
+}
+
+bool RolloutEngine::weights_stale() const { return source_version_ && source_version_->load() != synced_version_; }
 
 }  // namespace verlpp::rollout

@@ -17,11 +17,19 @@ int64_t resolve_warmup_steps(int64_t lr_warmup_steps, double lr_warmup_steps_rat
 LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options)) {
   if (options_.style != "constant" && options_.style != "cosine")
     throw Error("optim.warmup_style", fmt::format("'{}' is not one of constant, cosine", options_.style));
-  if (!(options_.base_lr > 0)) throw Error("optim.lr", fmt::format("{} must be > 0", options_.base_lr));
+  if (!(options_.base_lr > 0) || !std::isfinite(options_.base_lr))
+    throw Error("optim.lr", fmt::format("{} must be a positive finite number", options_.base_lr));
   if (options_.warmup_steps < 0)
     throw Error("optim.lr_warmup_steps", fmt::format("{} must be >= 0", options_.warmup_steps));
   if (options_.min_lr_ratio < 0 || options_.min_lr_ratio > 1)
     throw Error("optim.min_lr_ratio", fmt::format("{} must be in [0, 1]", options_.min_lr_ratio));
+}
+
+LrSchedule LrSchedule::constant(double lr) {
+  LrScheduleOptions options;
+  options.base_lr = lr;
+  options.style = "constant";
+  return LrSchedule(options);
 }
 
 double LrSchedule::factor(int64_t step) const {

@@ -27,6 +27,9 @@ MixedPrecision::MixedPrecision(model::DecoderLM& master, at::ScalarType compute_
   options.requires_grad = true;
   compute_.emplace(master_.config(), options);
   compute_->set_gradient_checkpointing(master_.gradient_checkpointing());
+  // The copy's weights follow the masters': one version counts both (an engine sharing the
+  // copy sees a write to the masters as a change).
+  compute_->share_weights_version(master_);
   refresh_compute();
 }
 
@@ -115,6 +118,7 @@ void MixedPrecision::refresh_compute() {
     src.push_back(masters[i].second.detach());
   }
   copy_all(dst, src);
+  compute_->note_weights_changed();  // an engine sharing the compute copy sees the change
 }
 
 }  // namespace verlpp::train

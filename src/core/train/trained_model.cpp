@@ -58,6 +58,9 @@ double TrainedModel::step() {
   if (!optimizer_.last_step_skipped()) {
     norm_sum_ += norm;
     ++steps_in_update_;
+    // Holders of these weights (a rollout engine) see that they changed (weights_version()).
+    master_.note_weights_changed();
+    if (&precision_.compute() != &master_) precision_.compute().note_weights_changed();
   }
   return norm;
 }

@@ -69,8 +69,11 @@ int report(const std::vector<conformance::CaseResult>& results, const std::strin
   if (!json_path.empty()) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& r : results)
-      j.push_back(
-          {{"group", r.group}, {"case", r.name}, {"kernel", r.kernel}, {"outcome", label(r.outcome)}, {"detail", r.detail}});
+      j.push_back({{"group", r.group},
+                   {"case", r.name},
+                   {"kernel", r.kernel},
+                   {"outcome", label(r.outcome)},
+                   {"detail", r.detail}});
     files::write_text(json_path, nlohmann::json{{"plugin", name}, {"path", path}, {"results", j}}.dump(2));
   }
   return failed == 0 ? 0 : 1;
