@@ -3,6 +3,8 @@
 // code; the work it would have wasted (loading weights, allocating a model) is not started.
 #include <verlpp/core/error_text.hpp>
 
+#include "cli_run.hpp"
+
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -16,22 +18,8 @@ using Catch::Contains;
 
 namespace {
 
-struct Run {
-  int status = 0;
-  std::string output;  // stdout + stderr
-};
-
-Run verlpp_run(const std::string& args) {
-  Run run;
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen((std::string(VERLPP_CLI) + " " + args + " 2>&1").c_str(), "r"),
-                                             ::pclose);
-  REQUIRE(pipe);
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe.get())) run.output.append(buffer, n);
-  const int status = ::pclose(pipe.release());
-  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return run;
-}
+using Run = verlpp::e2e::CliRun;
+Run verlpp_run(const std::string& args) { return verlpp::e2e::run_cli(args); }
 
 // A model folder with seeded weights (the tiny model), made by the CLI itself.
 std::string tiny_model(const std::string& dir) {

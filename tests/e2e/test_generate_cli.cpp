@@ -6,6 +6,8 @@
 #include <verlpp/model/tokenizer.hpp>
 #include <verlpp/rollout/engine.hpp>
 
+#include "cli_run.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -20,22 +22,8 @@ using json = nlohmann::json;
 
 namespace {
 
-struct Run {
-  int status = 0;
-  std::string output;  // stdout + stderr
-};
-
-// Runs `verlpp <args>` through the shell, capturing both streams.
-Run verlpp_cli(const std::string& args) {
-  Run run;
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen((std::string(VERLPP_CLI) + " " + args + " 2>&1").c_str(), "r"),
-                                             ::pclose);
-  REQUIRE(pipe);
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe.get())) run.output.append(buffer, n);
-  run.status = ::pclose(pipe.release());
-  return run;
-}
+using Run = e2e::CliRun;
+Run verlpp_cli(const std::string& args) { return e2e::run_cli(args); }
 
 // The rows of a JSONL output, ordered by (prompt_index, sample_index): they are written in the
 // order samples finish.
