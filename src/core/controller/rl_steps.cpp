@@ -250,12 +250,18 @@ json RlTrainer::fit() {
     m["training/global_step"] = s.global_step;
     m["training/epoch"] = s.loader->epoch();
     m["step"] = s.global_step;
-    write_row(m);
-    if (save) {
+    try {
+      write_row(m);
       // The row is on disk before the checkpoint names its step: a resume from this checkpoint
       // finds every row up to it, and one from an earlier checkpoint drops this row and writes it
       // again (trim_metrics), so the file never loses or repeats a step.
-      if (s.is_writer()) sync_file(metrics_path);
+      if (save && s.is_writer()) sync_file(metrics_path);
+    } catch (...) {
+      // The step ends uncommitted: its written checkpoint goes too, the last committed one stays.
+      if (save && s.is_writer()) s.checkpoints->abort(s.global_step);
+      throw;
+    }
+    if (save) {
       try {
         commit_checkpoint(s);
       } catch (const std::exception& e) {
