@@ -1,6 +1,7 @@
 // POSIX implementations of the shared file helpers (see files.hpp for why not
 // std::filesystem).
 #include "files.hpp"
+#include "input_file.hpp"
 
 #include "output_file.hpp"
 
@@ -62,13 +63,7 @@ std::vector<std::string> list_dir(const std::string& path) {
 
 void copy_file(const std::string& from, const std::string& to) { write_text(to, read_text(from)); }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path, "cannot open for reading");
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
+std::string read_text(const std::string& path) { return read_input(path, "file"); }
 
 void write_text(const std::string& path, const std::string& text) {
   OutputFile out(path);

@@ -20,7 +20,7 @@ void remove_file(const std::string& path);
 std::vector<std::string> list_dir(const std::string& path);
 // Copies a file byte for byte (replacing `to` as write_text does).
 void copy_file(const std::string& from, const std::string& to);
-// The whole file as a string; an error naming it if it cannot be read.
+// The whole file as a string (read_input: missing, a directory or unreadable is an error naming it).
 std::string read_text(const std::string& path);
 // Writes `text` to `path` with OutputFile (output_file.hpp): a regular file or a new path
 // through a temporary file and a rename, a device or a FIFO in place; every write checked.
