@@ -2,6 +2,7 @@
 // a typo in a GPU script fails in the first second rather than after a model has been built.
 #include "bench_options.hpp"
 
+#include <verlpp/controller/device_choice.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/hw/torch_device.hpp>
@@ -41,7 +42,7 @@ bool parse_switch(const std::string& option, const std::string& value) {
 }  // namespace
 
 const char* rollout_bench_usage() {
-  return "verlpp-bench-rollout [--model DIR | --shape qwen2.5-0.5b] [--device cpu|cuda]\n"
+  return "verlpp-bench-rollout [--model DIR | --shape qwen2.5-0.5b] [--device cpu|cuda|privateuseone]\n"
          "                     [--dtype float32|bfloat16|float16] [--plugin NAME [--kernel-streams 0|1]]\n"
          "                     [--shapes B:P:R,...]\n"
          "                     [--temperature T] [--repeat R] [--kv-tokens N] [--init-seed S]\n"
@@ -137,7 +138,8 @@ RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help) 
   }
   if (!o.model_dir.empty() && !o.shape_name.empty())
     VERLPP_FAIL_AT("--model/--shape", "give one of --model DIR and --shape NAME, not both");
-  if (o.device != "cpu" && o.device != "cuda") VERLPP_FAIL_AT("--device", "'{}' is not cpu or cuda", o.device);
+  if (o.device != "cpu" && o.device != "cuda" && o.device != "privateuseone")
+    VERLPP_FAIL_AT("--device", "'{}' is not cpu, cuda or privateuseone", o.device);
   if (o.dtype != "float32" && o.dtype != "bfloat16" && o.dtype != "float16")
     VERLPP_FAIL_AT("--dtype", "'{}' is not float32, bfloat16 or float16", o.dtype);
   if (!(o.temperature >= 0)) VERLPP_FAIL_AT("--temperature", "{} must be >= 0 (0 = greedy)", o.temperature);
@@ -181,11 +183,9 @@ model::ModelConfig bench_model_config(const std::string& shape_name, const std::
 }
 
 c10::Device bench_device(const std::string& device) {
-  if (device != "cpu") {
-    const std::string problem = hw::torch_placement_problem(device);
-    if (!problem.empty()) VERLPP_FAIL_AT("--device", "{}: {}", device, problem);
-  }
-  return device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  // The run's own device choice: a privateuseone plugin's LibTorch backend is loaded and checked
+  // there, and a type this LibTorch cannot use is refused naming --device.
+  return controller::choose_device(device, 0, "--device").device;
 }
 
 const hw::Plugin& bench_plugin(const std::string& name, const std::string& device) {

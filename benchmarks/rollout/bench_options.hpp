@@ -21,7 +21,7 @@ struct RolloutShape {
 struct RolloutBenchOptions {
   std::string model_dir;             // --model DIR (config.json; random weights)
   std::string shape_name;            // --shape NAME (a built-in config); one of the two, else examples/tiny
-  std::string device = "cpu";        // --device cpu|cuda
+  std::string device = "cpu";        // --device cpu|cuda|privateuseone
   std::string dtype = "float32";     // --dtype float32|bfloat16|float16
   std::string plugin;                // --plugin NAME: that plugin's kernels ("" = LibTorch reference)
   bool kernel_streams = true;        // --kernel-streams 0|1: kernels on LibTorch's stream (1) or the NULL stream (0)
@@ -54,8 +54,9 @@ model::ModelConfig builtin_model_config(const std::string& name);
 // The benches' model: the built-in shape when named, else the folder's config.json, else the
 // embedded tiny model (examples/tiny).
 model::ModelConfig bench_model_config(const std::string& shape_name, const std::string& model_dir);
-// "cpu" or "cuda" as a torch device (cuda:0); Error naming --device when this LibTorch cannot
-// place tensors there.
+// "cpu", "cuda" or "privateuseone" as the torch device a run would choose for it (device 0 of the
+// best loaded plugin of that type, controller::choose_device); Error naming --device when this
+// LibTorch cannot place tensors there.
 c10::Device bench_device(const std::string& device);
 // The loaded plugin named by --plugin; Error when it is not loaded (listing the loaded ones) or
 // places tensors on another torch device than --device.

@@ -341,7 +341,8 @@ int main(int argc, char** argv) {
       "log-prob loss)"};
   app.add_option("--shape", o.shape, "a built-in model shape (qwen2.5-0.5b)");
   app.add_option("--model", o.model_dir, "a model folder (config.json; random weights); default examples/tiny");
-  app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--device", o.device, "cpu, cuda or privateuseone")
+      ->check(CLI::IsMember({"cpu", "cuda", "privateuseone"}));
   app.add_option("--param-dtype", o.param_dtype, "compute dtype of the passes (float32, bfloat16); masters stay fp32");
   app.add_option("--batch", o.batch, "sequences per step");
   app.add_option("--seq", o.seq, "tokens per sequence");

@@ -1,18 +1,17 @@
-// `verlpp demo`: the main job until training lands. For each loaded plugin: device facts, a
-// host -> device -> device -> host round trip checked byte for byte, one kernel checked against
-// LibTorch, and a one-rank all-reduce. Exit 1 if any check fails.
+// `verlpp demo`: for each loaded plugin: device facts, a host -> device -> device -> host round
+// trip checked byte for byte, every kernel it offers run once on its device against the host's
+// own path (ops::demo_kernels), and a one-rank all-reduce. Exit 1 if any check fails.
 #include "commands.hpp"
+
+#include "../core/ops/kernel_demo.hpp"
 
 #include <verlpp/hw/communicator.hpp>
 #include <verlpp/hw/device.hpp>
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
+#include <verlpp/hw/torch_device.hpp>
 
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/log_softmax.h>
-#include <ATen/ops/randn.h>
-#include <ATen/ops/randint.h>
-#include <ATen/ops/empty.h>
+#include <c10/core/Device.h>
 #include <fmt/format.h>
 
 #include <chrono>
@@ -24,21 +23,6 @@
 
 namespace verlpp::apps {
 namespace {
-
-// A borrowed DLTensor view of a contiguous CPU tensor.
-struct HostView {
-  explicit HostView(const at::Tensor& t) : shape(t.sizes().begin(), t.sizes().end()) {
-    view.data = t.data_ptr();
-    view.device = {kDLCPU, 0};
-    view.ndim = int(t.dim());
-    view.dtype = t.scalar_type() == at::kLong ? DLDataType{kDLInt, 64, 1} : DLDataType{kDLFloat, 32, 1};
-    view.shape = shape.data();
-    view.strides = nullptr;
-    view.byte_offset = 0;
-  }
-  std::vector<int64_t> shape;
-  DLTensor view{};
-};
 
 bool round_trip(const hw::Device& device) {
   constexpr size_t kBytes = size_t(8) << 20;
@@ -58,28 +42,53 @@ bool round_trip(const hw::Device& device) {
   return ok;
 }
 
+// The torch device of `plugin`'s device 0, or "" and `why` when this LibTorch cannot compute there.
+bool torch_device_of(const hw::Plugin& plugin, c10::Device& device, std::string& why) {
+  const std::string& type = plugin.torch_device_type();
+  why = hw::prepare_torch_backend(plugin.name(), type, plugin.torch_backend_library());
+  if (!why.empty()) return false;
+  if (type == "cpu") {
+    device = c10::Device(c10::kCPU);
+    return true;
+  }
+  device = c10::Device(type == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::PrivateUse1, 0);
+  if (device.type() == c10::DeviceType::PrivateUse1)
+    hw::set_privateuse1_dl_device_type(hw::Device(plugin, 0).properties().dl_device_type);
+  why = hw::torch_device_smoke_problem(device);
+  return why.empty();
+}
+
+// Every kernel the plugin offers, once, against the host's own path on the same device.
 bool kernel_check(const hw::Plugin& plugin) {
   hw::Kernels kernels(plugin);
-  if (!kernels.offers(hw::KernelId::logprob_entropy)) {
-    std::cout << "  kernel      logprob_entropy: not offered (the host's LibTorch path runs instead)\n";
+  const std::vector<std::string> offered = kernels.available();
+  if (offered.empty()) {
+    std::cout << "  kernels     none offered (the host's LibTorch path runs instead)\n";
     return true;
   }
-  if (plugin.torch_device_type() != "cpu") {
-    std::cout << "  kernel      logprob_entropy: offered (checked by verlpp-plugin-check)\n";
+  c10::Device device(c10::kCPU);
+  std::string why;
+  if (hw::device_count(plugin) < 1 || !torch_device_of(plugin, device, why)) {
+    std::cout << fmt::format("  kernels     {} offered, not run here: {}\n", offered.size(),
+                             why.empty() ? std::string("the plugin has no device") : why);
     return true;
   }
-  const int64_t n = 37, v = 1009;
-  at::Tensor logits = at::randn({n, v});
-  at::Tensor labels = at::randint(v, {n}, at::TensorOptions().dtype(at::kLong));
-  at::Tensor out = at::empty({n});
-  HostView lv(logits), yv(labels), ov(out);
-  kernels.call<hw::KernelId::logprob_entropy>(&lv.view, &yv.view, 1.0f, &ov.view, nullptr, nullptr);
-  at::Tensor expected = at::log_softmax(logits, 1).gather(1, labels.unsqueeze(1)).squeeze(1);
-  double worst = out.sub(expected).abs().max().item<double>();
-  bool ok = worst <= 1e-5;
-  std::cout << fmt::format("  kernel      logprob_entropy [{} x {}] vs LibTorch: max |diff| {:.2e} {}\n", n, v, worst,
-                           ok ? "(ok)" : "(TOO LARGE)");
-  return ok;
+  bool all_ok = true;
+  for (const ops::KernelDemoResult& r : ops::demo_kernels(kernels, device)) {
+    if (!r.offered) {
+      std::cout << fmt::format("  kernel      {}: not offered (the host's path runs instead)\n", r.kernel);
+      continue;
+    }
+    all_ok &= r.ok;
+    if (!r.error.empty()) {
+      std::cout << fmt::format("  kernel      {} {} on {}: FAILED: {}\n", r.kernel, r.shape, device.str(), r.error);
+      continue;
+    }
+    std::cout << fmt::format(
+        "  kernel      {} {} on {} vs the host's path: max |diff| {:.2e} {}\n", r.kernel, r.shape, device.str(),
+        r.worst, r.ok ? "(ok)" : fmt::format("(TOO LARGE: bound {:g} + {:g} |host|)", r.tolerance, r.tolerance));
+  }
+  return all_ok;
 }
 
 bool comm_check(const hw::Device& device) {

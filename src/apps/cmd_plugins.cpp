@@ -9,6 +9,7 @@
 #include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/hw/torch_device.hpp>
 
+#include <c10/core/Device.h>
 #include <fmt/format.h>
 #include <verlpp/core/strings.hpp>
 
@@ -49,7 +50,19 @@ void run_plugins() {
               : fmt::format("{}: its kernels are a reference implementation (for verlpp-plugin-check); a "
                             "run on its devices uses LibTorch's path instead",
                             p.display_name()));
-    std::string problem = hw::torch_placement_problem(p.torch_device_type());
+    // A privateuseone plugin's own LibTorch backend (ABI 1.6) is loaded and tried here, as a run
+    // would, so the listing says whether a run on its devices can start.
+    std::string problem = hw::prepare_torch_backend(p.name(), p.torch_device_type(), p.torch_backend_library());
+    if (problem.empty() && p.torch_device_type() == "privateuseone" && n > 0) {
+      hw::set_privateuse1_dl_device_type(hw::Device(p, 0).properties().dl_device_type);
+      const std::string through = p.torch_backend_library().empty()
+                                      ? std::string("the PrivateUse1 backend this process has")
+                                      : "its torch backend " + p.torch_backend_library();
+      const std::string smoke = hw::torch_device_smoke_problem(c10::Device(c10::DeviceType::PrivateUse1, 0));
+      notes.push_back(fmt::format("{}: {}", p.display_name(),
+                                  smoke.empty() ? "LibTorch computes on privateuseone:0 through " + through
+                                                : through + " is registered, but " + smoke));
+    }
     if (!problem.empty()) notes.push_back(fmt::format("{}: {}", p.display_name(), problem));
   }
   std::cout << "Loaded plugins:\n";

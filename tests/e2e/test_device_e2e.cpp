@@ -1,8 +1,8 @@
 // `verlpp train` with a plugin whose devices are torch privateuseone (tests/hw/plugins' acme):
-// trainer.device=auto and =privateuseone either refuse, naming the plugin and why this LibTorch
-// cannot use its devices, or (with a PrivateUse1 backend registered in the process) place the
-// run's tensors on that device. Neither ever trains on the CPU in its place, although cpu_ref is
-// loaded too.
+// trainer.device=auto and =privateuseone refuse, naming the plugin and why this LibTorch cannot use
+// its devices: no PrivateUse1 backend, or one that cannot compute (a device guard alone). The
+// run on a plugin's own working backend is in test_vendor_plugin_e2e.cpp. Neither ever trains on
+// the CPU in its place, although cpu_ref is loaded too.
 #include "e2e_util.hpp"
 
 using namespace verlpp;
@@ -58,10 +58,11 @@ TEST_CASE("verlpp train: a plugin's privateuseone devices without a PrivateUse1 
   }
 }
 
-TEST_CASE("verlpp train: with a PrivateUse1 backend registered, the run's tensors go to the plugin's device",
+TEST_CASE("verlpp train: a registered PrivateUse1 backend that cannot compute is refused before any work",
           "[e2e][device]") {
-  // The stand-in backend registers only a device guard, so the first tensor placed on
-  // privateuseone:0 fails inside LibTorch: the run targeted that device, not the CPU.
+  // The stand-in backend preloaded here registers only a device guard: LibTorch counts the
+  // backend as registered, so the run chooses the plugin's privateuseone:0, and the check that
+  // LibTorch can compute there refuses it before anything is loaded or trained.
   const std::string dir = make_fixture("device-privateuse1");
   for (const std::string device : {"auto", "privateuseone"}) {
     INFO("trainer.device=" << device);
@@ -70,8 +71,9 @@ TEST_CASE("verlpp train: with a PrivateUse1 backend registered, the run's tensor
                                         {std::string("LD_PRELOAD=") + VERLPP_FAKE_PRIVATEUSE1});
     INFO(out.log);
     CHECK(out.exit_code == 1);
-    CHECK(out.log.find("verlpp: error: ") != std::string::npos);
-    CHECK(out.log.find("PrivateUse1") != std::string::npos);
+    CHECK(out.log.find("verlpp: error: trainer.device: plugin acme's device privateuseone:0 cannot be used: LibTorch "
+                       "cannot compute on privateuseone:0: ") != std::string::npos);
+    CHECK(out.log.find("trainer.device=cpu runs on the host without it") != std::string::npos);
     CHECK(out.log.find("no PrivateUse1 backend registered") == std::string::npos);
     CHECK(out.log.find("device cpu") == std::string::npos);
     CHECK_FALSE(exists(run + "/metrics.jsonl"));

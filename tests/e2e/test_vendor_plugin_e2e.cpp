@@ -6,6 +6,7 @@
 #include <dirent.h>
 
 #include <map>
+#include <set>
 #include <sstream>
 
 // Catch2 (through e2e_util.hpp) last: LibTorch 2.x headers define glog's CHECK.
@@ -118,4 +119,158 @@ TEST_CASE("verlpp generate honours VERL_HARDWARE_PLUGIN and calls the plugin's k
                                       .c_str());
   CHECK((WIFEXITED(missing) && WEXITSTATUS(missing) == 1));
   CHECK(read_file(dir + "/missing.log").find("/nonexistent/libverlpp-plugin-x.so") != std::string::npos);
+}
+
+namespace {
+
+// A one-step GRPO run without the SFT warm start or validation, its config written under `dir`.
+std::string one_step_run_config(const std::string& dir, const std::string& run) {
+  const std::string path = write_config(dir, run, "grpo");
+  json c = json::parse(read_file(path));
+  c["sft"]["enable"] = false;
+  c["trainer"]["total_training_steps"] = 1;
+  c["trainer"]["val_before_train"] = false;
+  std::ofstream(path) << c.dump(2);
+  return path;
+}
+
+// The environment of a run on counting_pu1 (privateuseone devices) whose torch backend library is
+// `backend` ("" = it names none), with cpu_ref loaded beside it.
+std::vector<std::string> pu1_env(const std::string& dir, const std::string& backend) {
+  std::vector<std::string> env = {std::string("VERL_HARDWARE_PLUGIN=") + VERLPP_COUNTING_PU1_PLUGIN + ",cpu_ref",
+                                  "VERLPP_COUNTING_PLUGIN_OUT=" + dir + "/calls"};
+  if (!backend.empty()) env.push_back("COUNTING_TORCH_BACKEND=" + backend);
+  return env;
+}
+
+// What makes a run on an accelerator-typed device compute what a run on the host computes: fp32
+// everywhere (an accelerator's default is bf16) and the host's split projections; a small KV pool
+// (a device's is sized from its memory).
+const std::vector<std::string> kHostMath = {
+    "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+    "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp32", "actor_rollout_ref.rollout.dtype=float32",
+    "verlpp.model.fused_training_projections=false", "actor_rollout_ref.rollout.gpu_memory_utilization=0.02"};
+
+std::vector<std::string> with_host_math(std::vector<std::string> overrides) {
+  overrides.insert(overrides.end(), kHostMath.begin(), kHostMath.end());
+  return overrides;
+}
+
+// The metrics of a run's only step, without its timings (which differ between any two runs).
+json step_metrics(const std::string& run) {
+  const auto rows = controller::read_metrics(run + "/metrics.jsonl");
+  REQUIRE(rows.size() == 1);
+  json out = json::object();
+  for (const auto& [key, value] : rows.front().items())
+    if (key.rfind("timing", 0) != 0 && key.rfind("perf/", 0) != 0) out[key] = value;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("verlpp train on a plugin's privateuseone device through the LibTorch backend the plugin names (ABI 1.6)",
+          "[e2e][vendor][device]") {
+  // counting_pu1 names libhost_privateuse1.so (a file beside it) as its torch backend library:
+  // the host loads it, the run lands on privateuseone:0 and calls the plugin's kernels there.
+  const std::string dir = make_fixture("vendor-privateuse1");
+  const std::string run = dir + "/run";
+  const int status = wait_for(start_train(one_step_run_config(dir, run), run + ".log",
+                                          with_host_math({"trainer.device=auto"}), pu1_env(dir, "libhost_privateuse1.so")));
+  const std::string log = read_file(run + ".log");
+  INFO(log);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK(log.find("device privateuseone:0 (plugin counting_pu1)") != std::string::npos);
+  const auto calls = kernel_calls(dir, "calls");
+  INFO(described(calls));
+  for (const char* kernel : {"logprob_entropy", "logprob_backward", "sample", "silu_mul", "adamw_update"}) {
+    INFO(kernel);
+    CHECK((calls.count(kernel) == 1 && calls.at(kernel) > 0));
+  }
+
+  // The backend computes on host memory with LibTorch's CPU kernels, so the same step on the
+  // counting plugin's cpu device (the same kernels) gives the same numbers.
+  const std::string cpu_dir = make_fixture("vendor-privateuse1-cpu");
+  const std::string cpu_run = cpu_dir + "/run";
+  const int cpu_status =
+      wait_for(start_train(one_step_run_config(cpu_dir, cpu_run), cpu_run + ".log", with_host_math({"trainer.device=cpu"}),
+                           {std::string("VERL_HARDWARE_PLUGIN=") + VERLPP_COUNTING_PLUGIN}));
+  INFO(read_file(cpu_run + ".log"));
+  REQUIRE((WIFEXITED(cpu_status) && WEXITSTATUS(cpu_status) == 0));
+  CHECK(step_metrics(run) == step_metrics(cpu_run));
+}
+
+TEST_CASE("verlpp generate on a plugin's privateuseone device gives the samples of the same plugin on the host",
+          "[e2e][vendor][device]") {
+  const std::string dir = make_fixture("vendor-privateuse1-generate");
+  std::ofstream(dir + "/prompts.jsonl") << R"({"text": "12+34="})"
+                                        << "\n"
+                                        << R"({"text": "5+6="})"
+                                        << "\n";
+  const std::string generate = std::string(VERLPP_CLI) + " generate --model " + std::string(VERLPP_SOURCE_DIR) +
+                               "/examples/tiny --init-seed 3 --prompts " + dir +
+                               "/prompts.jsonl --max-new-tokens 4 --n 2 --temperature 1";
+  std::string env;
+  for (const std::string& e : pu1_env(dir, "libhost_privateuse1.so")) env += e + " ";
+  const int status = std::system((env + generate + " --output " + dir + "/pu1.jsonl 2> " + dir + "/log").c_str());
+  const std::string log = read_file(dir + "/log");
+  INFO(log);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CHECK(log.find("device privateuseone:0 (plugin counting_pu1)") != std::string::npos);
+  const auto calls = kernel_calls(dir, "calls");
+  INFO(described(calls));
+  CHECK((calls.count("sample") == 1 && calls.at("sample") > 0));
+  const int cpu = std::system((std::string("VERL_HARDWARE_PLUGIN=") + VERLPP_COUNTING_PLUGIN + " " + generate +
+                               " --output " + dir + "/cpu.jsonl 2> " + dir + "/cpu.log")
+                                  .c_str());
+  REQUIRE((WIFEXITED(cpu) && WEXITSTATUS(cpu) == 0));
+  // Rows come in completion order; compare them as sets of lines.
+  auto lines_of = [](const std::string& text) {
+    std::multiset<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.insert(line);
+    return lines;
+  };
+  const auto pu1 = lines_of(read_file(dir + "/pu1.jsonl"));
+  CHECK(pu1.size() == 4);
+  CHECK(pu1 == lines_of(read_file(dir + "/cpu.jsonl")));
+}
+
+TEST_CASE("a privateuseone plugin whose LibTorch backend is missing, fails to load or cannot compute is refused",
+          "[e2e][vendor][device]") {
+  struct Case {
+    std::string backend, message;
+  };
+  const std::vector<Case> cases = {
+      {"",
+       "this LibTorch has no PrivateUse1 backend registered (the vendor's torch extension registers it when the "
+       "program loads it); plugin counting_pu1 names no torch backend library (ABI 1.6's torch_backend_library)"},
+      {"/nonexistent/libvendor_torch.so",
+       "plugin counting_pu1's torch backend library /nonexistent/libvendor_torch.so could not be loaded: "},
+      {VERLPP_FAKE_PRIVATEUSE1,
+       "plugin counting_pu1's device privateuseone:0 cannot be used: LibTorch cannot compute on privateuseone:0: "},
+  };
+  const std::string dir = make_fixture("vendor-privateuse1-refused");
+  int n = 0;
+  for (const Case& c : cases) {
+    INFO("COUNTING_TORCH_BACKEND=" << c.backend);
+    const std::string run = dir + "/run" + std::to_string(n++);
+    const int status = wait_for(
+        start_train(one_step_run_config(dir, run), run + ".log", {"trainer.device=auto"}, pu1_env(dir, c.backend)));
+    const std::string log = read_file(run + ".log");
+    INFO(log);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 1));
+    CHECK(log.find("verlpp: error: trainer.device: ") != std::string::npos);
+    CHECK(log.find(c.message) != std::string::npos);
+    CHECK_FALSE(exists(run + "/metrics.jsonl"));
+    // `verlpp plugins` says the same about the plugin.
+    std::string env;
+    for (const std::string& e : pu1_env(dir, c.backend)) env += e + " ";
+    const int listed = std::system((env + VERLPP_CLI + " plugins > " + run + ".plugins").c_str());
+    CHECK((WIFEXITED(listed) && WEXITSTATUS(listed) == 0));
+    const std::string listing = read_file(run + ".plugins");
+    INFO(listing);
+    CHECK(listing.find("note: counting_pu1: ") != std::string::npos);
+    CHECK(listing.find(c.backend.empty() ? "names no torch backend library" : c.backend) != std::string::npos);
+  }
 }

@@ -1,5 +1,5 @@
 /* Compiled with -std=c99 -Wall -Wextra -pedantic -Werror and no C++ or torch: the plugin ABI
- * header must stay plain C. The size checks pin the v1.0 layout and what 1.1 to 1.4 appended after it. */
+ * header must stay plain C. The size checks pin the v1.0 layout and what 1.1 to 1.6 appended after it. */
 #include <verlpp/plugin_abi.h>
 
 #include <stddef.h>
@@ -12,7 +12,9 @@ typedef char check_api_min_size[VERLPP_PLUGIN_API_MIN_SIZE == 40 ? 1 : -1];
 typedef char check_api_10_end[offsetof(verlpp_plugin_api, trainer_override) + sizeof(void*) == 344 ? 1 : -1];
 /* 1.1 appended stream_from_native and stream_native_handle. */
 typedef char check_api_11_first[offsetof(verlpp_plugin_api, stream_from_native) == 344 ? 1 : -1];
-typedef char check_api_size[sizeof(verlpp_plugin_api) == 360 ? 1 : -1];
+/* 1.6 appended torch_backend_library. */
+typedef char check_api_16_first[offsetof(verlpp_plugin_api, torch_backend_library) == 360 ? 1 : -1];
+typedef char check_api_size[sizeof(verlpp_plugin_api) == 368 ? 1 : -1];
 typedef char check_props_size[sizeof(verlpp_device_properties) == 216 ? 1 : -1];
 /* The kernel table of 1.0 ended at byte 48; 1.2 appended logprob_backward, silu_mul and
  * silu_mul_backward (to byte 72); 1.3 add_rms_norm and rotary_kv_store (to 88); 1.4 adamw_update (to

@@ -121,6 +121,27 @@ TEST_CASE("VERL_HARDWARE_PLUGIN=none and the demo", "[cli]") {
              Catch::Contains("round trip") && Catch::Contains("identical") && Catch::Contains("all checks passed"));
 }
 
+TEST_CASE("verlpp demo runs every kernel a plugin offers against the host's path", "[cli]") {
+  std::string out;
+  CHECK(test::run_command(verlpp_cmd("VERL_HARDWARE_PLUGIN=cpu_ref", "demo"), out) == 0);
+  INFO(out);
+  // cpu_ref offers the whole list: one line per kernel, each within the bound.
+  for (const auto& k : verlpp::sdk::kKernels) {
+    INFO(k.name);
+    const size_t at = out.find(std::string("  kernel      ") + k.name + " ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = out.substr(at, out.find('\n', at) - at);
+    CHECK_THAT(line, Catch::Contains("on cpu vs the host's path: max |diff|") && Catch::EndsWith("(ok)"));
+  }
+  // A plugin whose logprob_entropy computes something else fails the demo on that kernel.
+  const std::string wrong = test::plugin_case_file("wrong_kernel", "wrongkernel");
+  CHECK(test::run_command(verlpp_cmd("VERL_HARDWARE_PLUGIN=" + wrong, "demo"), out) == 1);
+  const size_t at = out.find("  kernel      logprob_entropy ");
+  REQUIRE(at != std::string::npos);
+  CHECK_THAT(out.substr(at, out.find('\n', at) - at), Catch::Contains("TOO LARGE"));
+  CHECK_THAT(out, Catch::Contains("demo: SOME CHECKS FAILED"));
+}
+
 TEST_CASE("verlpp-plugin-check catches a wrong kernel", "[cli][conformance]") {
   std::string out;
   std::string path = test::plugin_case_file("wrong_kernel", "wrongkernel");

@@ -35,6 +35,10 @@ class Plugin {
   const std::string& version() const { return version_; }
   const std::string& torch_device_type() const { return torch_device_type_; }
   const std::string& path() const { return path_; }
+  // The LibTorch extension that registers this plugin's PrivateUse1 backend (ABI 1.6), as a path:
+  // a bare file name is resolved in the plugin file's folder. "" when the plugin names none, is
+  // older than 1.6 or its devices are not privateuseone.
+  const std::string& torch_backend_library() const { return torch_backend_library_; }
   int32_t score() const { return score_; }
   uint32_t abi_minor() const { return api_.abi_minor; }
   // Size of the table the plugin itself returned (may be smaller than sizeof(verlpp_plugin_api)).
@@ -51,7 +55,7 @@ class Plugin {
 
  private:
   std::string path_;
-  std::string name_, variant_, version_, torch_device_type_;
+  std::string name_, variant_, version_, torch_device_type_, torch_backend_library_;
   int32_t score_;
   verlpp_plugin_api api_;
   size_t plugin_table_size_;

@@ -3,6 +3,7 @@
 // layer needs no torch headers; the LibTorch version differences of the layer live here.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace c10 {
@@ -15,6 +16,25 @@ namespace verlpp::hw {
 // registered in this process), else a plain sentence saying why not (e.g. "this LibTorch build
 // has no CUDA").
 std::string torch_placement_problem(const std::string& torch_device_type);
+
+// Makes LibTorch able to place tensors on the devices of plugin `plugin` (its name, for messages),
+// whose torch device type is `torch_device_type` and whose LibTorch extension (ABI 1.6's
+// torch_backend_library, "" = none) is `backend_library`: for privateuseone without a registered
+// PrivateUse1 backend it loads that library into the process (once, symbols global). Returns ""
+// when the type is usable afterwards (torch_placement_problem), else a sentence saying why not:
+// the loader's message, a library that registered no backend, or no library named.
+std::string prepare_torch_backend(const std::string& plugin, const std::string& torch_device_type,
+                                  const std::string& backend_library);
+
+// "" when LibTorch can create a small tensor on `device`, write it and copy it back to the host
+// with the values intact; else what failed, in one line (LibTorch's message without backtrace).
+// Run before a command's first real work on a device whose backend LibTorch does not ship.
+std::string torch_device_smoke_problem(const c10::Device& device);
+
+// The DLPack device type that tensors of the process's PrivateUse1 backend carry in plugin calls
+// (the chosen plugin's verlpp_device_properties.dl_device_type); 0 = not set yet.
+void set_privateuse1_dl_device_type(int32_t dl_device_type);
+int32_t privateuse1_dl_device_type();
 
 // The LibTorch version this library was built against, e.g. "1.13.0".
 std::string torch_version();

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define VERLPP_PLUGIN_ABI_MAJOR 1
-#define VERLPP_PLUGIN_ABI_MINOR 5
+#define VERLPP_PLUGIN_ABI_MINOR 6
 
 /* Symbol names, for dlsym and for the SDK's export macro. */
 #define VERLPP_PLUGIN_PROBE_SYMBOL "verlpp_plugin_probe_v1"
@@ -402,6 +402,17 @@ typedef struct verlpp_plugin_api {
   /* The native handle behind `stream` (one from stream_create or stream_from_native; NULL is
    * INVALID_ARGUMENT), for interop with other libraries on the same stream. */
   verlpp_error* (*stream_native_handle)(verlpp_stream stream, void** out_native_handle);
+
+  /* ---- added in 1.6: the LibTorch backend of an out-of-tree device (optional). The host reads
+   * it only when abi_minor >= 6 and torch_device_type is "privateuseone". It names the vendor's
+   * LibTorch extension: a shared library, built against the same LibTorch as the host, whose
+   * static initialisers register the PrivateUse1 backend (device guard, allocator, operator
+   * kernels). An absolute path, or a file name resolved in the plugin file's own folder. Before
+   * placing any tensor on the plugin's devices the host loads it (RTLD_GLOBAL) unless a
+   * PrivateUse1 backend is registered already, then checks that LibTorch can create a tensor on
+   * the device and copy it back; when any step fails the run is refused with the reason. NULL or
+   * "" = none: the program itself must load the extension. */
+  const char* torch_backend_library;
 } verlpp_plugin_api;
 
 /* The smallest table a host accepts: everything up to and including `version`. Fields past it

@@ -5,6 +5,7 @@
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
+#include <verlpp/hw/device.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/hw/torch_device.hpp>
 
@@ -34,7 +35,7 @@ const DeviceCandidate* best_of(const std::vector<DeviceCandidate>& candidates, F
 
 std::vector<DeviceCandidate> device_candidates(const std::vector<hw::Plugin>& loaded) {
   std::vector<DeviceCandidate> out;
-  for (const auto& p : loaded) out.push_back({p.name(), p.torch_device_type(), p.score()});
+  for (const auto& p : loaded) out.push_back({p.name(), p.torch_device_type(), p.score(), p.torch_backend_library()});
   return out;
 }
 
@@ -73,7 +74,10 @@ DeviceChoice choose_device(const std::string& wanted, const std::vector<DeviceCa
   DeviceChoice out;
   if (chosen != nullptr) out.plugin = chosen->plugin;
   const std::string device_type = chosen != nullptr ? chosen->torch_device_type : type == "auto" ? "cpu" : type;
-  const std::string problem = hw::torch_placement_problem(device_type);
+  // A plugin may bring its own LibTorch backend (ABI 1.6); it is loaded here, on first use.
+  const std::string problem =
+      chosen != nullptr ? hw::prepare_torch_backend(chosen->plugin, device_type, chosen->torch_backend_library)
+                        : hw::torch_placement_problem(device_type);
   if (!problem.empty()) {
     if (chosen == nullptr) throw Error(where, fmt::format("{} was asked for, but {}", device_type, problem));
     throw Error(where,
@@ -86,7 +90,19 @@ DeviceChoice choose_device(const std::string& wanted, const std::vector<DeviceCa
 }
 
 DeviceChoice choose_device(const std::string& wanted, int32_t local_rank, const std::string& where) {
-  return choose_device(wanted, device_candidates(hw::plugins().loaded), local_rank, where);
+  const std::vector<hw::Plugin>& loaded = hw::plugins().loaded;
+  DeviceChoice out = choose_device(wanted, device_candidates(loaded), local_rank, where);
+  if (out.device.type() != c10::DeviceType::PrivateUse1) return out;
+  // An out-of-tree backend: its tensors carry the plugin's DLPack device type in kernel calls,
+  // and LibTorch must really compute on it before any work is started there.
+  for (const hw::Plugin& p : loaded)
+    if (p.name() == out.plugin && hw::device_count(p) > 0)
+      hw::set_privateuse1_dl_device_type(hw::Device(p, 0).properties().dl_device_type);
+  const std::string problem = hw::torch_device_smoke_problem(out.device);
+  if (!problem.empty())
+    throw Error(where, fmt::format("plugin {}'s device {} cannot be used: {}; {}=cpu runs on the host without it",
+                                   out.plugin, out.device.str(), problem, where));
+  return out;
 }
 
 }  // namespace verlpp::controller

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <verlpp/core/error.hpp>
+#include <verlpp/hw/torch_device.hpp>
 
 #include <dlpack/dlpack.h>
 
@@ -24,6 +25,13 @@ inline DLTensor dl_view(const at::Tensor& t, bool as_unsigned = false) {
       break;
     case c10::DeviceType::HIP:
       d.device = {kDLROCM, t.device().index()};
+      break;
+    case c10::DeviceType::PrivateUse1:
+      // An out-of-tree backend's tensors carry the DLPack type its plugin declares.
+      VERLPP_CHECK(privateuse1_dl_device_type() != 0,
+                   "dl_view: no DLPack device type is known for {} (no plugin's privateuseone device was chosen)",
+                   t.device().str());
+      d.device = {DLDeviceType(privateuse1_dl_device_type()), t.device().index()};
       break;
     default:
       VERLPP_FAIL_AT("dl_view", "no DLPack device type for torch device {}", t.device().str());

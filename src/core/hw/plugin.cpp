@@ -45,6 +45,14 @@ Plugin::Plugin(std::string path, int32_t score, const verlpp_plugin_api& table, 
       api_(table),
       plugin_table_size_(plugin_table_size) {
   if (torch_device_type_.empty()) torch_device_type_ = "cpu";
+  // Read only by the ABI's rules: a pre-1.6 plugin's table has no such field (the host's copy is
+  // zero there, but a plugin may have said minor 5 with a larger struct).
+  const std::string library = table.abi_minor >= 6 ? safe(table.torch_backend_library) : std::string();
+  if (torch_device_type_ == "privateuseone" && !library.empty()) {
+    const bool bare = library.find('/') == std::string::npos;
+    const size_t slash = path_.rfind('/');
+    torch_backend_library_ = bare && slash != std::string::npos ? path_.substr(0, slash + 1) + library : library;
+  }
 }
 
 std::string Plugin::display_name() const { return variant_.empty() ? name_ : name_ + "-" + variant_; }

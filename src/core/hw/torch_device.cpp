@@ -1,13 +1,25 @@
 // torch_placement_problem: asks LibTorch which device types it was built with (or, for
 // privateuseone, has had registered);
-// torch_current_stream_handle: LibTorch's current stream, where this LibTorch can name it.
+// torch_current_stream_handle: LibTorch's current stream, where this LibTorch can name it;
+// prepare_torch_backend / torch_device_smoke_problem: a plugin's own LibTorch backend (ABI 1.6).
 #include <verlpp/hw/torch_device.hpp>
+
+#include <verlpp/core/error_text.hpp>
 
 #include <ATen/Context.h>
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/equal.h>
 #include <torch/version.h>
+
+#include <boost/dll/shared_library.hpp>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
 
 // c10::Stream::native_handle (through the device guard's getStreamNativeHandle) is absent from
 // LibTorch 1.13 and present in the 2.x releases the GPU hosts use; 2.4 is a conservative floor.
@@ -39,6 +51,68 @@ std::string torch_placement_problem(const std::string& type) {
   }
   return "unknown torch device type '" + type + "' (expected cpu, cuda or privateuseone)";
 }
+
+namespace {
+
+// Loads a vendor's LibTorch extension once per path, for the life of the process (its static
+// initialisers have registered kernels that must never be unloaded). RTLD_GLOBAL: the extension
+// may export symbols other vendor libraries resolve against. "" on success, else the loader's
+// message (remembered, so a second ask gets the same answer).
+std::string load_extension_once(const std::string& path) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> outcome;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = outcome.find(path);
+  if (found != outcome.end()) return found->second;
+  std::string problem;
+  try {
+    auto* library =
+        new boost::dll::shared_library(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_global);
+    (void)library;  // kept loaded on purpose
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  outcome.emplace(path, problem);
+  return problem;
+}
+
+std::atomic<int32_t> g_privateuse1_dl_type{0};
+
+}  // namespace
+
+std::string prepare_torch_backend(const std::string& plugin, const std::string& type, const std::string& library) {
+  if (type != "privateuseone" || c10::impl::hasDeviceGuardImpl(c10::DeviceType::PrivateUse1))
+    return torch_placement_problem(type);
+  if (library.empty())
+    return torch_placement_problem(type) + "; plugin " + plugin +
+           " names no torch backend library (ABI 1.6's torch_backend_library) for the host to load";
+  const std::string load_problem = load_extension_once(library);
+  if (!load_problem.empty())
+    return "plugin " + plugin + "'s torch backend library " + library + " could not be loaded: " + load_problem;
+  if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::PrivateUse1))
+    return "plugin " + plugin + "'s torch backend library " + library +
+           " loaded, but it registered no PrivateUse1 backend (no device guard for privateuseone)";
+  return {};
+}
+
+std::string torch_device_smoke_problem(const c10::Device& device) {
+  if (device.is_cpu()) return {};
+  try {
+    const at::Tensor host = at::arange(16, at::TensorOptions().dtype(at::kFloat));
+    const at::Tensor there = host.to(device);
+    if (there.device() != device)
+      return "LibTorch put a tensor asked for on " + device.str() + " on " + there.device().str();
+    const at::Tensor back = there.mul(2).to(c10::kCPU);
+    if (!at::equal(back, host.mul(2)))
+      return "a tensor copied to " + device.str() + ", doubled there and copied back came back with other values";
+    return {};
+  } catch (const std::exception& e) {
+    return "LibTorch cannot compute on " + device.str() + ": " + error_text(e);
+  }
+}
+
+void set_privateuse1_dl_device_type(int32_t dl_device_type) { g_privateuse1_dl_type.store(dl_device_type); }
+int32_t privateuse1_dl_device_type() { return g_privateuse1_dl_type.load(); }
 
 std::string torch_version() { return TORCH_VERSION; }
 

@@ -365,12 +365,13 @@ void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& to
   int64_t total = 0;
   for (const auto* part : parts) total += int64_t(part->size());
   if (!staging_.defined() || staging_.numel() < total) {
-    auto opts = i64.pinned_memory(!dev.is_cpu());
+    // Pinned staging is a CUDA/HIP facility; other device types copy from pageable memory.
+    auto opts = i64.pinned_memory(dev.is_cuda());
     staging_ = at::empty({std::max<int64_t>(total, 4096)}, opts);
   }
   int64_t* out = staging_.data_ptr<int64_t>();
   for (const auto* part : parts) out = std::copy(part->begin(), part->end(), out);
-  const at::Tensor device_inputs = staging_.narrow(0, 0, total).to(dev, /*non_blocking=*/!dev.is_cpu());
+  const at::Tensor device_inputs = staging_.narrow(0, 0, total).to(dev, /*non_blocking=*/dev.is_cuda());
   std::vector<at::Tensor> views;
   int64_t offset = 0;
   for (const auto* part : parts) {

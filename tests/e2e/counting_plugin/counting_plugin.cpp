@@ -1,5 +1,7 @@
 // "counting": a vendor's plugin as the SDK template grows into one, for the end-to-end tests: host
-// memory as one device of torch type cpu (or TEST_TORCH_TYPE), every kernel of the ABI's list
+// memory as one device of torch type cpu (or TEST_TORCH_TYPE, named TEST_PLUGIN_NAME; for
+// privateuseone its torch backend library is $COUNTING_TORCH_BACKEND, a test's choice, so one
+// build serves the loading cases), every kernel of the ABI's list
 // (cpu_ref's reference math, compiled in), and a call counter per kernel. It does not mark itself a
 // reference implementation, so a run on its device must call its kernels; at exit the counts go
 // to $VERLPP_COUNTING_PLUGIN_OUT.<pid> ("<kernel> <calls>" lines) when any kernel was called.
@@ -18,6 +20,9 @@
 
 #ifndef TEST_TORCH_TYPE
 #define TEST_TORCH_TYPE "cpu"
+#endif
+#ifndef TEST_PLUGIN_NAME
+#define TEST_PLUGIN_NAME "counting"
 #endif
 
 namespace {
@@ -66,10 +71,11 @@ const verlpp_kernel_table* counted_kernels() {
 
 class CountingPlugin : public verlpp::sdk::Plugin {
  public:
-  static constexpr const char* kName = "counting";
+  static constexpr const char* kName = TEST_PLUGIN_NAME;
   static constexpr const char* kVariant = "";
   static constexpr const char* kVersion = "1.0.0";
   static constexpr const char* kTorchDeviceType = TEST_TORCH_TYPE;
+  static inline const char* const kTorchBackendLibrary = std::getenv("COUNTING_TORCH_BACKEND");
 
   static int32_t probe(std::string&) { return 1; }
   static const verlpp_kernel_table* kernels() { return counted_kernels(); }

@@ -5,7 +5,7 @@
 //   TEST_RMS_IGNORES_STRIDES  rms_norm reads x as dense whatever its strides say
 //   TEST_RMS_NO_CHECKS        rms_norm checks none of its arguments
 //   TEST_SILU_ALONE           silu_mul without silu_mul_backward
-//   TEST_OLD_TABLE_SIZE       the table's struct_size is 1.0's (the plugin still says minor 5)
+//   TEST_OLD_TABLE_SIZE       the table's struct_size is 1.0's (the plugin still says the current minor)
 #pragma once
 
 #include <verlpp/sdk/dlpack_util.hpp>
@@ -106,7 +106,7 @@ inline const verlpp_kernel_table* kernel_table() {
   static const verlpp_kernel_table table = [] {
     verlpp_kernel_table t = verlpp::sdk::make_kernel_table<Kernels>();
 #ifdef TEST_OLD_TABLE_SIZE
-    t.struct_size = verlpp::sdk::kernel_table_size(0);  // deliberately wrong: 48 bytes from a 1.5 plugin
+    t.struct_size = verlpp::sdk::kernel_table_size(0);  // deliberately wrong: 48 bytes from a current-minor plugin
 #endif
     return t;
   }();

@@ -5,6 +5,7 @@
 //
 // The class provides, as static members:
 //   static constexpr const char* kName, kVariant, kVersion, kTorchDeviceType;
+//   static constexpr const char* kTorchBackendLibrary;   // optional (privateuseone plugins)
 //   static int32_t probe(std::string& reason);   // score, 0 = unusable (then set reason)
 #pragma once
 
@@ -388,6 +389,7 @@ class Exporter {
     t.kernels = T::kernels();
     t.rollout_override = nullptr;
     t.trainer_override = nullptr;
+    t.torch_backend_library = T::kTorchBackendLibrary;
     return t;
   }
 };

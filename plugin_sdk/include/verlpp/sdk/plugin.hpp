@@ -147,6 +147,11 @@ class Plugin {
   // table before init.
   static const verlpp_kernel_table* kernels() { return nullptr; }
 
+  // ---- LibTorch backend (optional, ABI 1.6): a plugin whose kTorchDeviceType is "privateuseone"
+  // hides this with the file name (resolved beside the plugin) or absolute path of its LibTorch
+  // extension, which the host loads before it places tensors on the plugin's devices.
+  static constexpr const char* kTorchBackendLibrary = nullptr;
+
  protected:
   template <class R>
   static R unsupported(const char* what) {
