@@ -25,16 +25,16 @@ TEST_CASE("rule rewards equal verl's default_compute_score on the corpus", "[rew
     const json c = json::parse(line);
     const std::string family = c.at("family").get<std::string>();
     ++cases[family];
-    RewardInput input{c.at("data_source").get<std::string>(), c.at("response").get<std::string>(),
-                      c.at("ground_truth"), nullptr};
+    RewardInput input{c.at("data_source").get<std::string>(), c.at("response").get<std::string>(), c.at("ground_truth"),
+                      nullptr};
     const RewardResult got = scorer.evaluate(input);
     const bool equal = got.score == c.at("score").get<double>() && got.extra == c.at("extra");
     if (!equal) {
       ++failures[family];
-      INFO(path << ":" << line_number << " " << c.at("data_source").get<std::string>() << "\nresponse: "
-                << json(input.response).dump() << "\nground_truth: " << c.at("ground_truth").dump()
-                << "\nverl: " << c.at("score").get<double>() << " " << c.at("extra").dump() << "\nverlpp: "
-                << got.score << " " << got.extra.dump());
+      INFO(path << ":" << line_number << " " << c.at("data_source").get<std::string>()
+                << "\nresponse: " << json(input.response).dump() << "\nground_truth: " << c.at("ground_truth").dump()
+                << "\nverl: " << c.at("score").get<double>() << " " << c.at("extra").dump() << "\nverlpp: " << got.score
+                << " " << got.extra.dump());
       CHECK(equal);
     }
   }

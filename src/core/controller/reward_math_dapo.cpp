@@ -16,16 +16,17 @@ using text::U32;
 
 // (before, after) in the reference's order, then the expressions it removes, in order.
 const std::pair<const char32_t*, const char32_t*> kSubstitutions[] = {
-    {U"an ", U""},   {U"a ", U""},           {U".$", U"$"},         {U"\\$", U""},
-    {U"\\ ", U""},   {U" ", U""},            {U"mbox", U"text"},    {U",\\text{and}", U","},
-    {U"\\text{and}", U","}, {U"\\text{m}", U"\\text{}"}};
-const char32_t* const kRemoved[] = {
-    U"square", U"ways",     U"integers",  U"dollars",        U"mph",        U"inches",     U"hours",
-    U"km",     U"units",    U"\\ldots",   U"sue",            U"points",     U"feet",       U"minutes",
-    U"digits", U"cents",    U"degrees",   U"cm",             U"gm",         U"pounds",     U"meters",
-    U"meals",  U"edges",    U"students",  U"childrentickets", U"multiples", U"\\text{s}",  U"\\text{.}",
-    U"\\text{\ns}", U"\\text{}^2", U"\\text{}^3", U"\\text{\n}", U"\\text{}", U"\\mathrm{th}", U"^\\circ",
-    U"^{\\circ}", U"\\;", U",\\!", U"{,}", U"\"", U"\\dots"};
+    {U"an ", U""}, {U"a ", U""},       {U".$", U"$"},           {U"\\$", U""},          {U"\\ ", U""},
+    {U" ", U""},   {U"mbox", U"text"}, {U",\\text{and}", U","}, {U"\\text{and}", U","}, {U"\\text{m}", U"\\text{}"}};
+const char32_t* const kRemoved[] = {U"square",     U"ways",       U"integers",  U"dollars",      U"mph",
+                                    U"inches",     U"hours",      U"km",        U"units",        U"\\ldots",
+                                    U"sue",        U"points",     U"feet",      U"minutes",      U"digits",
+                                    U"cents",      U"degrees",    U"cm",        U"gm",           U"pounds",
+                                    U"meters",     U"meals",      U"edges",     U"students",     U"childrentickets",
+                                    U"multiples",  U"\\text{s}",  U"\\text{.}", U"\\text{\ns}",  U"\\text{}^2",
+                                    U"\\text{}^3", U"\\text{\n}", U"\\text{}",  U"\\mathrm{th}", U"^\\circ",
+                                    U"^{\\circ}",  U"\\;",        U",\\!",      U"{,}",          U"\"",
+                                    U"\\dots"};
 
 // The end of the line holding position i (the next '\n' or the end).
 size_t line_end(const U32& s, size_t i) {
@@ -177,9 +178,7 @@ U32 last_answer(const U32& s) {
 
 }  // namespace
 
-std::string math_dapo_normalize(const std::string& answer) {
-  return text::to_utf8(normalize(text::from_utf8(answer)));
-}
+std::string math_dapo_normalize(const std::string& answer) { return text::to_utf8(normalize(text::from_utf8(answer))); }
 
 RewardResult math_dapo(const std::string& response, const std::string& ground_truth) {
   const U32 tail = text::last(text::from_utf8(response), 300);

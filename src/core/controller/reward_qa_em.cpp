@@ -55,9 +55,7 @@ U32 normalize_answer(const U32& s) {
 
 }  // namespace
 
-std::string qa_normalize(const std::string& answer) {
-  return text::to_utf8(normalize_answer(text::from_utf8(answer)));
-}
+std::string qa_normalize(const std::string& answer) { return text::to_utf8(normalize_answer(text::from_utf8(answer))); }
 
 double qa_em(const std::string& response, const nlohmann::json& ground_truth) {
   if (!ground_truth.is_object() || !ground_truth.contains("target"))
@@ -75,8 +73,8 @@ double qa_em(const std::string& response, const nlohmann::json& ground_truth) {
       golden.push_back(g.get<std::string>());
     }
   } else {
-    throw Error("qa_em", fmt::format("ground_truth.target must be a string or a list of strings, got {}",
-                                     target.dump()));
+    throw Error("qa_em",
+                fmt::format("ground_truth.target must be a string or a list of strings, got {}", target.dump()));
   }
   const U32 s = text::from_utf8(response);
   // The last <answer>(.*?)</answer> match, newlines included.

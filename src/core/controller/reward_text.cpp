@@ -102,14 +102,12 @@ U32 lower(const U32& s) {
   if (U_FAILURE(status)) return s;
   std::vector<UChar> lowered(size_t(len16) * 3 + 1);
   status = U_ZERO_ERROR;
-  const int32_t len_lower =
-      u_strToLower(lowered.data(), int32_t(lowered.size()), utf16.data(), len16, "", &status);
+  const int32_t len_lower = u_strToLower(lowered.data(), int32_t(lowered.size()), utf16.data(), len16, "", &status);
   if (U_FAILURE(status)) return s;
   U32 out(size_t(len_lower), U'\0');
   int32_t len32 = 0;
   status = U_ZERO_ERROR;
-  u_strToUTF32(reinterpret_cast<UChar32*>(out.data()), int32_t(out.size()), &len32, lowered.data(), len_lower,
-               &status);
+  u_strToUTF32(reinterpret_cast<UChar32*>(out.data()), int32_t(out.size()), &len32, lowered.data(), len_lower, &status);
   if (U_FAILURE(status)) return s;
   out.resize(size_t(len32));
   return out;
