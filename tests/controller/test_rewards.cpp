@@ -1,6 +1,8 @@
 // Rewards: verl's gsm8k and math rules on hand-worked cases (including the reference's odd
 // corners: clipping, commas kept in flexible mode, \fbox scoring 0, the plain-equality fallback),
-// the demo task, the registry, and a custom function loaded from a shared object.
+// math_dapo and Search-R1 exact match, the demo task, the registry's dispatch (verl's source
+// names, the aime prefix, refused sources, extras), and a custom function from a shared object.
+// test_reward_corpus.cpp checks the same rules against verl's own scores on thousands of cases.
 #include <verlpp/controller/reward.hpp>
 #include <verlpp/core/error.hpp>
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
@@ -53,14 +55,58 @@ TEST_CASE("math: last boxed answer under the Hendrycks normalisation", "[reward]
   CHECK(found);
 }
 
-TEST_CASE("math equivalence falls back to plain equality where the reference raises", "[reward]") {
-  CHECK(rewards::math_equivalent("x/2", "x/2"));  // int('x') raises: compared as written
-  CHECK_FALSE(rewards::math_equivalent("x/2", "x/ 2"));
+TEST_CASE("math equivalence: the reference's failure paths", "[reward]") {
+  // int('x') raises inside fix_a_slash_b, which then keeps the cleaned string (spaces gone).
+  CHECK(rewards::math_equivalent("x/2", "x/ 2"));
+  CHECK_FALSE(rewards::math_equivalent("x/2", "x/3"));
   CHECK(rewards::math_equivalent("3/4", " 3/4"));  // integers: normalised to \frac{3}{4}
   CHECK(rewards::math_equivalent("\\sqrt", "\\sqrt"));
   CHECK_FALSE(rewards::math_equivalent("\\sqrt", " \\sqrt"));
   CHECK(rewards::math_equivalent(".5", "0.5"));
   CHECK(rewards::math_equivalent("1\\text{ a}\\text{ b}", "1\\text{ a}\\text{ b}"));
+}
+
+TEST_CASE("math: code points, any-size integers and verl's percent removal", "[reward]") {
+  CHECK(rewards::math("\\boxed{\\pi / 2}", "\\pi/2") == 1.0);        // not two integers: the cleaned string stays
+  CHECK(rewards::math("\\boxed{\\fracπ2}", "\\frac{π}{2}") == 1.0);  // π is one character
+  CHECK(rewards::math("\\boxed{x²=4}", "4") == 1.0);                 // "x²" is two characters
+  CHECK(rewards::math("\\boxed{50\\\\\\%}", "50") ==
+        1.0);  // two backslashes fold to one, then backslash-backslash-% goes
+  CHECK(rewards::math_equivalent("123456789012345678901234567890/3", "\\frac{123456789012345678901234567890}{3}"));
+  CHECK_FALSE(rewards::math_equivalent("01/2", "\\frac{1}{2}"));  // str(int("01")) is "1": kept as written
+}
+
+TEST_CASE("math_dapo: the last Answer line, +1/-1 with acc and pred", "[reward]") {
+  RewardResult r = rewards::math_dapo("work...\nAnswer: 1,000 dollars", "1000");
+  CHECK(r.score == 1.0);
+  CHECK(r.extra == nlohmann::json({{"acc", true}, {"pred", "1000"}}));
+  r = rewards::math_dapo("Answer: 5\nanswer : \\frac12", "\\frac{1}{2}");
+  CHECK(r.score == 1.0);
+  CHECK(r.extra["pred"] == "\\frac{1}{2}");
+  r = rewards::math_dapo("no answer line", "5");
+  CHECK(r.score == -1.0);
+  CHECK(r.extra == nlohmann::json({{"acc", false}, {"pred", "[INVALID]"}}));
+  // Only the last 300 characters count, and they are characters, not bytes.
+  CHECK(rewards::math_dapo("Answer: 5\n" + std::string(290, 'x'), "5").score == 1.0);
+  CHECK(rewards::math_dapo("Answer: 5\n" + std::string(291, 'x'), "5").score == -1.0);
+  std::string pis;
+  for (int i = 0; i < 290; ++i) pis += "π";
+  CHECK(rewards::math_dapo("Answer: 5\n" + pis, "5").score == 1.0);
+  CHECK(rewards::math_dapo_normalize("x = \\text{5} units") == "5");
+}
+
+TEST_CASE("qa_em: Search-R1 exact match", "[reward]") {
+  const nlohmann::json beatles = {{"target", {"The Beatles", "Beatles"}}};
+  CHECK(rewards::qa_em("<answer> the beatles! </answer>", beatles) == 1.0);
+  CHECK(rewards::qa_em("<answer>Beatles</answer><answer>Stones</answer>", beatles) == 0.0);  // the last counts
+  CHECK(rewards::qa_em("Beatles", beatles) == 0.0);
+  std::string flood = "<answer>Beatles</answer>";
+  for (int i = 0; i < 10; ++i) flood += "</answer>";
+  CHECK(rewards::qa_em(flood, beatles) == 0.25);  // more than ten closing tags: a quarter
+  CHECK(rewards::qa_em("<answer>İSTANBUL</answer>", {{"target", "i\u0307stanbul"}}) == 1.0);  // Unicode lowercase
+  CHECK(rewards::qa_normalize("An  Apple,\u00a0the Pie") == "apple pie");
+  CHECK_THROWS_WITH(rewards::qa_em("<answer>x</answer>", "Paris"), Contains("\"target\""));
+  CHECK_THROWS_WITH(rewards::qa_em("<answer>x</answer>", {{"target", {1}}}), Contains("not a string"));
 }
 
 TEST_CASE("arith: the last integer must equal the ground truth", "[reward]") {
@@ -83,6 +129,24 @@ TEST_CASE("registry and scorer", "[reward]") {
                     Contains("already registered"));
   CHECK(scorer.score({"test_echo_length", "abcd", "x", nullptr}) == 4.0);
   CHECK(scorer.score({"gsm8k", "#### 8", "8", nullptr}) == 1.0);
+  // verl's dispatch: "math" and every "aime..." source go to math_dapo, with its extras.
+  CHECK_NOTHROW(scorer.check_data_sources({"math", "math_dapo", "aime2024", "searchR1_nq", "HuggingFaceH4/MATH-500"}));
+  RewardResult dapo = scorer.evaluate({"aime_2025", "Answer: 7", "7", nullptr});
+  CHECK(dapo.score == 1.0);
+  CHECK(dapo.extra == nlohmann::json({{"acc", true}, {"pred", "7"}}));
+  CHECK(scorer.evaluate({"math", "\\boxed{7}", "7", nullptr}).score == -1.0);  // no Answer: line
+  CHECK(scorer.evaluate({"lighteval/MATH", "\\boxed{7}", "7", nullptr}).score == 1.0);
+  CHECK(scorer.evaluate({"openai/gsm8k", "#### 7", "7", nullptr}).extra.empty());
+  // Sources verl scores with sympy or by running code are refused, saying why.
+  CHECK_THROWS_WITH(scorer.check_data_sources({"numina_olympiads"}), Contains("prime_math") && Contains("sympy"));
+  CHECK_THROWS_WITH(scorer.check_data_sources({"codecontests"}), Contains("running the code"));
+  CHECK_THROWS_WITH(scorer.check_data_sources({"hiyouga/geometry3k"}), Contains("geo3k"));
+  // ... unless the user registers a scorer for them.
+  register_reward_function_with_extras("apps", [](const RewardInput& in) {
+    return RewardResult{double(in.response.size()), {{"length", in.response.size()}}};
+  });
+  CHECK_NOTHROW(scorer.check_data_sources({"apps"}));
+  CHECK(scorer.evaluate({"apps", "abc", "", nullptr}).extra == nlohmann::json({{"length", 3}}));
   register_reward_function("test_throws", [](const RewardInput&) -> double { throw std::runtime_error("boom"); });
   CHECK_THROWS_WITH(scorer.score({"test_throws", "", "", nullptr}), Contains("test_throws") && Contains("boom"));
 }

@@ -1,6 +1,8 @@
-// Rule-based rewards keyed by data_source (verl's default_compute_score dispatch): gsm8k,
-// math (the last \boxed{} with Hendrycks normalisation), arith (the demo task), plus functions
-// a linking program registers and a custom function loaded from a user's shared object.
+// Rule-based rewards keyed by data_source, following verl's default_compute_score dispatch
+// (docs/training.md lists the table and the verl commit): gsm8k, the Hendrycks MATH rule,
+// math_dapo (with acc and pred extras), Search-R1 exact match, plus verlpp's arith (the demo
+// task), functions a linking program registers and a custom function from a shared object. The
+// sources verl scores with sympy or a code sandbox are refused unless a function is registered.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -19,12 +21,23 @@ struct RewardInput {
   nlohmann::json extra_info;    // extra_info from the dataset row (may be null)
 };
 
+// A score with verl's reward extra info: the other keys of the dict a verl scorer returns
+// (math_dapo: acc, pred), one JSON value each; an empty object for a plain score.
+struct RewardResult {
+  double score = 0.0;
+  nlohmann::json extra = nlohmann::json::object();
+};
+
 // A scoring function: returns the scalar reward of one response.
 using RewardFn = std::function<double(const RewardInput&)>;
+// A scoring function that also reports extras.
+using RewardFnWithExtras = std::function<RewardResult(const RewardInput&)>;
 
-// Registers `fn` for `data_source`; a name already registered is an Error.
+// Registers `fn` for `data_source`; a name already registered is an Error. A registered name
+// takes precedence over the prefix rule (aime*) and over a refused verl source.
 void register_reward_function(const std::string& data_source, RewardFn fn);
-// Names with a registered function (built-ins included), sorted.
+void register_reward_function_with_extras(const std::string& data_source, RewardFnWithExtras fn);
+// Names with a registered function (built-ins included), sorted; "aime*" stands for the prefix.
 std::vector<std::string> reward_function_names();
 
 // Scores responses: a custom function (when configured) for every data source, else the
@@ -39,13 +52,17 @@ class RewardScorer {
   // (verl's custom_reward_function.path / .name). Errors name the file and the symbol.
   static RewardScorer from_library(const std::string& path, const std::string& symbol);
 
-  // Errors at start-up (naming the source and the known ones) if any data source has no function.
+  // Errors at start-up if any data source has no function: for a source verl scores with sympy or a
+  // code sandbox, saying so; otherwise naming the source and the known ones.
   void check_data_sources(const std::vector<std::string>& data_sources) const;
-  // The reward of one response; an exception from the function is an Error naming the source.
-  double score(const RewardInput& input) const;
+  // The reward of one response with its extras; an exception from the function is an Error
+  // naming the source.
+  RewardResult evaluate(const RewardInput& input) const;
+  // evaluate(input).score.
+  double score(const RewardInput& input) const { return evaluate(input).score; }
 
  private:
-  RewardFn custom_;
+  RewardFnWithExtras custom_;
   std::string custom_where_;
 };
 
@@ -64,6 +81,16 @@ double math(const std::string& response, const std::string& ground_truth);
 std::string last_boxed(const std::string& text, bool* found);
 // Hendrycks MATH equivalence: strip_string on both, or plain equality when stripping fails.
 bool math_equivalent(const std::string& a, const std::string& b);
+// verl's math_dapo: the last "Answer: ..." in the final 300 characters, normalised, against the
+// normalised ground truth: score +1 or -1, extras {"acc": bool, "pred": normalised answer}.
+RewardResult math_dapo(const std::string& response, const std::string& ground_truth);
+// math_dapo's normalize_final_answer.
+std::string math_dapo_normalize(const std::string& answer);
+// verl's Search-R1 exact match: ground_truth {"target": string or list of strings}; 1 when the
+// last <answer>...</answer> normalises to a target (0.25 with more than ten tags), else 0.
+double qa_em(const std::string& response, const nlohmann::json& ground_truth);
+// The SQuAD normalisation qa_em compares under.
+std::string qa_normalize(const std::string& answer);
 // The demo task: 1 if the last integer in the response equals the ground truth, else 0.
 double arith(const std::string& response, const std::string& ground_truth);
 }  // namespace rewards

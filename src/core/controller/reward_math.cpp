@@ -1,146 +1,116 @@
-// verl's `math` reward: the last \boxed{} answer compared with the ground truth after the
-// Hendrycks MATH normalisation (strip_string). Written to match the Python reference step for
-// step, including its failure paths: where Python's strip_string raises (an assert in
-// remove_right_units, an empty piece after \sqrt or \frac, a non-integer in a/b), is_equiv
-// falls back to plain string equality; where remove_boxed's assert fails (\fbox), the score is 0.
+// verl's Hendrycks MATH reward (reward_score/math_reward.py): the last \boxed{} answer compared
+// with the ground truth after strip_string. Written to follow the Python step for step, on code
+// points, including its failure paths: where Python's strip_string raises (an assert in
+// remove_right_units, an empty piece after \sqrt or \frac), is_equiv falls back to plain string
+// equality; where remove_boxed's assert fails (\fbox), the score is 0. fix_a_slash_b keeps the
+// cleaned string unless both sides are integers written as Python's str(int) writes them.
 #include <verlpp/controller/reward.hpp>
 
-#include <climits>
+#include "reward_text.hpp"
+
 #include <stdexcept>
 
 namespace verlpp::controller::rewards {
 namespace {
+
+using text::U32;
 
 // Raised where the Python reference raises; caught by math_equivalent.
 struct StripFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  size_t pos = 0;
-  while ((pos = s.find(from, pos)) != std::string::npos) {
-    s.replace(pos, from.size(), to);
-    pos += to.size();
-  }
-  return s;
-}
-
-// Python's str.split(sep): keeps empty pieces.
-std::vector<std::string> split_on(const std::string& s, const std::string& sep) {
-  std::vector<std::string> parts;
-  size_t start = 0, pos;
-  while ((pos = s.find(sep, start)) != std::string::npos) {
-    parts.push_back(s.substr(start, pos - start));
-    start = pos + sep.size();
-  }
-  parts.push_back(s.substr(start));
-  return parts;
-}
-
-// Python's int(text) for what can reach it here (no spaces): [+-]digits with single '_'
-// between digits. Throws StripFailure where Python raises ValueError.
-long long python_int(const std::string& text) {
-  size_t i = 0;
-  bool negative = false;
-  if (i < text.size() && (text[i] == '+' || text[i] == '-')) negative = text[i++] == '-';
-  if (i == text.size()) throw StripFailure("int(): no digits");
-  long long value = 0;
-  bool last_digit = false;
-  for (; i < text.size(); ++i) {
-    char c = text[i];
-    if (c >= '0' && c <= '9') {
-      if (value > (LLONG_MAX - (c - '0')) / 10) throw StripFailure("int(): out of range");
-      value = value * 10 + (c - '0');
-      last_digit = true;
-    } else if (c == '_' && last_digit && i + 1 < text.size() && text[i + 1] >= '0' && text[i + 1] <= '9') {
-      last_digit = false;
-    } else {
-      throw StripFailure("int(): not an integer");
-    }
-  }
-  return negative ? -value : value;
-}
-
-std::string remove_right_units(const std::string& s) {
-  if (s.find("\\text{ ") == std::string::npos) return s;
-  auto splits = split_on(s, "\\text{ ");
+U32 remove_right_units(const U32& s) {
+  if (!text::contains(s, U"\\text{ ")) return s;
+  auto splits = text::split_on(s, U"\\text{ ");
   if (splits.size() != 2) throw StripFailure("remove_right_units: more than one \\text{ ");
   return splits[0];
 }
 
-std::string fix_sqrt(const std::string& s) {
-  if (s.find("\\sqrt") == std::string::npos) return s;
-  auto splits = split_on(s, "\\sqrt");
-  std::string out = splits[0];
+U32 fix_sqrt(const U32& s) {
+  if (!text::contains(s, U"\\sqrt")) return s;
+  auto splits = text::split_on(s, U"\\sqrt");
+  U32 out = splits[0];
   for (size_t i = 1; i < splits.size(); ++i) {
-    const std::string& piece = splits[i];
+    const U32& piece = splits[i];
     if (piece.empty()) throw StripFailure("fix_sqrt: nothing after \\sqrt");
-    if (piece[0] != '{')
-      out += "\\sqrt{" + piece.substr(0, 1) + "}" + piece.substr(1);
+    if (piece[0] != U'{')
+      out += U"\\sqrt{" + piece.substr(0, 1) + U"}" + piece.substr(1);
     else
-      out += "\\sqrt" + piece;
+      out += U"\\sqrt" + piece;
   }
   return out;
 }
 
-std::string fix_fracs(const std::string& s) {
-  auto pieces = split_on(s, "\\frac");
-  std::string out = pieces[0];
+U32 fix_fracs(const U32& s) {
+  auto pieces = text::split_on(s, U"\\frac");
+  U32 out = pieces[0];
   for (size_t i = 1; i < pieces.size(); ++i) {
-    const std::string& piece = pieces[i];
-    out += "\\frac";
+    const U32& piece = pieces[i];
+    out += U"\\frac";
     if (piece.empty()) throw StripFailure("fix_fracs: nothing after \\frac");
-    if (piece[0] == '{') {
+    if (piece[0] == U'{') {
       out += piece;
       continue;
     }
     if (piece.size() < 2) return s;  // the reference's caught assert: give up, unchanged
-    std::string a = piece.substr(0, 1), b = piece.substr(1, 1), rest = piece.substr(2);
-    if (b != "{")
-      out += "{" + a + "}{" + b + "}" + rest;
+    U32 a = piece.substr(0, 1), b = piece.substr(1, 1), rest = piece.substr(2);
+    if (b != U"{")
+      out += U"{" + a + U"}{" + b + U"}" + rest;
     else
-      out += "{" + a + "}" + b + rest;
+      out += U"{" + a + U"}" + b + rest;
   }
   return out;
 }
 
-std::string fix_a_slash_b(const std::string& s) {
-  auto parts = split_on(s, "/");
-  if (parts.size() != 2) return s;
-  long long a = python_int(parts[0]), b = python_int(parts[1]);    // ValueError propagates
-  if (s != std::to_string(a) + "/" + std::to_string(b)) return s;  // the caught assert
-  return "\\frac{" + std::to_string(a) + "}{" + std::to_string(b) + "}";
+// True when str(int(t)) == t in Python: "0", or an optional '-' then ASCII digits without a
+// leading zero. Any size: Python's integers have no range.
+bool is_canonical_int(const U32& t) {
+  size_t i = !t.empty() && t[0] == U'-' ? 1 : 0;
+  if (i == t.size()) return false;
+  if (t[i] == U'0') return i == 0 && t.size() == 1;
+  for (; i < t.size(); ++i)
+    if (t[i] < U'0' || t[i] > U'9') return false;
+  return true;
 }
 
-std::string strip_string(std::string s) {
-  s = replace_all(s, "\n", "");
-  s = replace_all(s, "\\!", "");
-  s = replace_all(s, "\\\\", "\\");
-  s = replace_all(s, "tfrac", "frac");
-  s = replace_all(s, "dfrac", "frac");
-  s = replace_all(s, "\\left", "");
-  s = replace_all(s, "\\right", "");
-  s = replace_all(s, "^{\\circ}", "");
-  s = replace_all(s, "^\\circ", "");
-  s = replace_all(s, "\\$", "");
+// Python's fix_a_slash_b: int() of each side and the check that "{a}/{b}" gives the string
+// back; any failure there returns the string as it stands.
+U32 fix_a_slash_b(const U32& s) {
+  auto parts = text::split_on(s, U"/");
+  if (parts.size() != 2 || !is_canonical_int(parts[0]) || !is_canonical_int(parts[1])) return s;
+  return U"\\frac{" + parts[0] + U"}{" + parts[1] + U"}";
+}
+
+U32 strip_string(U32 s) {
+  using text::replace_all;
+  s = replace_all(s, U"\n", U"");
+  s = replace_all(s, U"\\!", U"");
+  s = replace_all(s, U"\\\\", U"\\");
+  s = replace_all(s, U"tfrac", U"frac");
+  s = replace_all(s, U"dfrac", U"frac");
+  s = replace_all(s, U"\\left", U"");
+  s = replace_all(s, U"\\right", U"");
+  s = replace_all(s, U"^{\\circ}", U"");
+  s = replace_all(s, U"^\\circ", U"");
+  s = replace_all(s, U"\\$", U"");
   s = remove_right_units(s);
-  s = replace_all(s, "\\%", "");
-  s = replace_all(s, " .", " 0.");
-  s = replace_all(s, "{.", "{0.");
+  s = replace_all(s, U"\\\\%", U"");
+  s = replace_all(s, U"\\%", U"");
+  s = replace_all(s, U" .", U" 0.");
+  s = replace_all(s, U"{.", U"{0.");
   if (s.empty()) return s;
-  if (s[0] == '.') s = "0" + s;
-  auto eq = split_on(s, "=");
+  if (s[0] == U'.') s = U"0" + s;
+  auto eq = text::split_on(s, U"=");
   if (eq.size() == 2 && eq[0].size() <= 2) s = eq[1];
   s = fix_sqrt(s);
-  s = replace_all(s, " ", "");
+  s = replace_all(s, U" ", U"");
   s = fix_fracs(s);
-  if (s == "0.5") s = "\\frac{1}{2}";
+  if (s == U"0.5") s = U"\\frac{1}{2}";
   return fix_a_slash_b(s);
 }
 
-}  // namespace
-
-bool math_equivalent(const std::string& a, const std::string& b) {
+bool equivalent(const U32& a, const U32& b) {
   try {
     return strip_string(a) == strip_string(b);
   } catch (const StripFailure&) {
@@ -148,42 +118,53 @@ bool math_equivalent(const std::string& a, const std::string& b) {
   }
 }
 
-std::string last_boxed(const std::string& text, bool* found) {
-  *found = false;
-  if (text.find("\\boxed ") != std::string::npos) {
-    auto after = split_on(text, "\\boxed ").back();
-    *found = true;
-    return "\\boxed " + after.substr(0, after.find('$'));
+// Python's last_boxed_only_string; false when there is none.
+bool last_boxed_u32(const U32& s, U32* out) {
+  if (text::contains(s, U"\\boxed ")) {
+    const U32 after = text::split_on(s, U"\\boxed ").back();
+    *out = U"\\boxed " + after.substr(0, after.find(U'$'));
+    return true;
   }
-  size_t idx = text.rfind("\\boxed");
-  if (idx == std::string::npos) idx = text.rfind("\\fbox");
-  if (idx == std::string::npos) return {};
+  size_t idx = s.rfind(U"\\boxed");
+  if (idx == U32::npos) idx = s.rfind(U"\\fbox");
+  if (idx == U32::npos) return false;
   int open = 0;
-  for (size_t i = idx; i < text.size(); ++i) {
-    if (text[i] == '{') ++open;
-    if (text[i] == '}' && --open == 0) {
-      *found = true;
-      return text.substr(idx, i - idx + 1);
+  for (size_t i = idx; i < s.size(); ++i) {
+    if (s[i] == U'{') ++open;
+    if (s[i] == U'}' && --open == 0) {
+      *out = s.substr(idx, i - idx + 1);
+      return true;
     }
   }
-  return {};
+  return false;
+}
+
+}  // namespace
+
+bool math_equivalent(const std::string& a, const std::string& b) {
+  return equivalent(text::from_utf8(a), text::from_utf8(b));
+}
+
+std::string last_boxed(const std::string& response, bool* found) {
+  U32 boxed;
+  *found = last_boxed_u32(text::from_utf8(response), &boxed);
+  return *found ? text::to_utf8(boxed) : std::string();
 }
 
 double math(const std::string& response, const std::string& ground_truth) {
-  bool found = false;
-  std::string boxed = last_boxed(response, &found);
-  if (!found) return 0.0;
-  std::string answer;
-  const std::string spaced = "\\boxed ", braced = "\\boxed{";
-  if (boxed.find(spaced) != std::string::npos) {
-    if (boxed.rfind(spaced, 0) != 0) return 0.0;
+  U32 boxed;
+  if (!last_boxed_u32(text::from_utf8(response), &boxed)) return 0.0;
+  U32 answer;
+  const U32 spaced = U"\\boxed ", braced = U"\\boxed{";
+  if (text::contains(boxed, spaced)) {
+    if (boxed.compare(0, spaced.size(), spaced) != 0) return 0.0;
     answer = boxed.substr(spaced.size());
   } else {
     // remove_boxed asserts "\boxed{...}"; \fbox{...} fails it and scores 0, as in verl.
-    if (boxed.rfind(braced, 0) != 0 || boxed.back() != '}') return 0.0;
+    if (boxed.compare(0, braced.size(), braced) != 0 || boxed.back() != U'}') return 0.0;
     answer = boxed.substr(braced.size(), boxed.size() - braced.size() - 1);
   }
-  return math_equivalent(answer, ground_truth) ? 1.0 : 0.0;
+  return equivalent(answer, text::from_utf8(ground_truth)) ? 1.0 : 0.0;
 }
 
 }  // namespace verlpp::controller::rewards

@@ -20,23 +20,56 @@ std::string ground_truth_text(const nlohmann::json& g) {
   return g.is_string() ? g.get<std::string>() : g.dump();
 }
 
+// ground_truth as the string the string-based rules compare with.
+RewardFnWithExtras plain(double (*rule)(const std::string&, const std::string&)) {
+  return [rule](const RewardInput& in) { return RewardResult{rule(in.response, ground_truth_text(in.ground_truth))}; };
+}
+
+// Sources verl's default_compute_score scores with a sympy-based grader or by running code;
+// verlpp carries neither, so they need a registered function or custom_reward_function.
+const std::map<std::string, std::string>& refused_sources() {
+  static const std::map<std::string, std::string> refused = [] {
+    std::map<std::string, std::string> r;
+    for (const char* name : {"numina_aops_forum", "numina_synthetic_math", "numina_amc_aime", "numina_synthetic_amc",
+                             "numina_cn_k12", "numina_olympiads"})
+      r[name] = "verl scores it with prime_math, a sympy-based grader";
+    for (const char* name : {"codecontests", "apps", "codeforces", "taco"})
+      r[name] = "verl scores it by running the code against test cases (sandbox_fusion or prime_code)";
+    r["hiyouga/geometry3k"] = "verl scores it with geo3k, which grades through mathruler (sympy)";
+    return r;
+  }();
+  return refused;
+}
+
 struct Registry {
   std::mutex mutex;
-  std::map<std::string, RewardFn> functions;
+  std::map<std::string, RewardFnWithExtras> functions;
   Registry() {
-    // verl's default_compute_score names the source "openai/gsm8k"; "gsm8k" is the short form.
+    // verl's default_compute_score names the source "openai/gsm8k"; "gsm8k" is verlpp's short form.
     for (const char* name : {"gsm8k", "openai/gsm8k"})
       functions[name] = [](const RewardInput& in) {
-        return rewards::gsm8k(in.response, ground_truth_text(in.ground_truth));
+        return RewardResult{rewards::gsm8k(in.response, ground_truth_text(in.ground_truth))};
       };
-    // verl routes these MATH-style sources to the same rule.
-    for (const char* name : {"math", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500"})
+    for (const char* name : {"lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500"})
+      functions[name] = plain(&rewards::math);
+    // verl sends these, and every source starting with "aime" (see find), to math_dapo.
+    for (const char* name : {"math", "math_dapo", "math_dapo_reasoning"})
       functions[name] = [](const RewardInput& in) {
-        return rewards::math(in.response, ground_truth_text(in.ground_truth));
+        return rewards::math_dapo(in.response, ground_truth_text(in.ground_truth));
       };
-    functions["arith"] = [](const RewardInput& in) {
-      return rewards::arith(in.response, ground_truth_text(in.ground_truth));
-    };
+    for (const char* name : {"searchR1_nq", "searchR1_triviaqa", "searchR1_popqa", "searchR1_hotpotqa",
+                             "searchR1_2wikimultihopqa", "searchR1_musique", "searchR1_bamboogle"})
+      functions[name] = [](const RewardInput& in) {
+        return RewardResult{rewards::qa_em(in.response, in.ground_truth)};
+      };
+    functions["arith"] = plain(&rewards::arith);
+  }
+  // The function for `source` (the lock held): a registered name, else verl's "aime" prefix rule.
+  RewardFnWithExtras find(const std::string& source) const {
+    auto it = functions.find(source);
+    if (it != functions.end()) return it->second;
+    if (source.rfind("aime", 0) == 0) return functions.at("math_dapo");
+    return {};
   }
 };
 
@@ -45,9 +78,27 @@ Registry& registry() {
   return r;
 }
 
+// The error for a source without a function: why verl's scorer is not carried, or the known names.
+Error missing_source(const std::string& source, bool at_start) {
+  auto refused = refused_sources().find(source);
+  if (refused != refused_sources().end())
+    return Error("reward", fmt::format("data_source '{}' is not scored by verlpp: {}; register a reward function "
+                                       "for it (register_reward_function) or set custom_reward_function.path",
+                                       source, refused->second));
+  return Error("reward", fmt::format("no reward function for data_source '{}'{}; known: {} (or set "
+                                     "custom_reward_function.path)",
+                                     source, at_start ? "" : " at scoring time", join(reward_function_names(), ", ")));
+}
+
 }  // namespace
 
 void register_reward_function(const std::string& data_source, RewardFn fn) {
+  if (!fn) throw Error("register_reward_function", fmt::format("empty function for '{}'", data_source));
+  register_reward_function_with_extras(data_source,
+                                       [fn = std::move(fn)](const RewardInput& in) { return RewardResult{fn(in)}; });
+}
+
+void register_reward_function_with_extras(const std::string& data_source, RewardFnWithExtras fn) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   if (!fn) throw Error("register_reward_function", fmt::format("empty function for '{}'", data_source));
@@ -61,6 +112,8 @@ std::vector<std::string> reward_function_names() {
   std::lock_guard<std::mutex> lock(r.mutex);
   std::vector<std::string> names;
   for (const auto& [name, fn] : r.functions) names.push_back(name);
+  names.push_back("aime*");
+  std::sort(names.begin(), names.end());
   return names;
 }
 
@@ -81,31 +134,32 @@ RewardScorer RewardScorer::from_library(const std::string& path, const std::stri
   s.custom_where_ = path + ":" + symbol;
   s.custom_ = [lib, fn](const RewardInput& in) {
     std::string truth = in.ground_truth.dump(), extra = in.extra_info.dump();
-    return fn(in.data_source.c_str(), in.response.c_str(), truth.c_str(), extra.c_str());
+    return RewardResult{fn(in.data_source.c_str(), in.response.c_str(), truth.c_str(), extra.c_str())};
   };
   return s;
 }
 
 void RewardScorer::check_data_sources(const std::vector<std::string>& data_sources) const {
   if (custom_) return;
-  auto names = reward_function_names();
-  for (const auto& source : data_sources)
-    if (std::find(names.begin(), names.end(), source) == names.end())
-      throw Error("reward",
-                  fmt::format("no reward function for data_source '{}'; known: {} (or set custom_reward_function.path)",
-                              source, join(names, ", ")));
+  for (const auto& source : data_sources) {
+    bool known = false;
+    {
+      auto& r = registry();
+      std::lock_guard<std::mutex> lock(r.mutex);
+      known = static_cast<bool>(r.find(source));
+    }
+    if (!known) throw missing_source(source, true);
+  }
 }
 
-double RewardScorer::score(const RewardInput& input) const {
-  RewardFn fn = custom_;
+RewardResult RewardScorer::evaluate(const RewardInput& input) const {
+  RewardFnWithExtras fn = custom_;
   if (!fn) {
     auto& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    auto it = r.functions.find(input.data_source);
-    if (it == r.functions.end())
-      throw Error("reward", fmt::format("no reward function for data_source '{}'", input.data_source));
-    fn = it->second;
+    fn = r.find(input.data_source);
   }
+  if (!fn) throw missing_source(input.data_source, false);
   try {
     return fn(input);
   } catch (const std::exception& e) {

@@ -12,6 +12,8 @@
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
 
+#include <map>
+
 namespace verlpp::controller {
 
 using json = nlohmann::json;
@@ -146,6 +148,9 @@ void compute_scores(RlTrainer::State& s, Batch& batch) {
   const int64_t b = batch.size(), r = responses.size(1);
   std::vector<double> values;
   std::vector<json> scores, texts;
+  // verl's reward extra info (e.g. math_dapo's acc and pred): one column per key, null in rows
+  // whose scorer did not report it.
+  std::map<std::string, std::vector<json>> extras_by_key;
   const auto& sources = batch.column("data_source");
   const auto& truths = batch.column("ground_truth");
   const auto& extras = batch.column("extra_info");
@@ -155,7 +160,13 @@ void compute_scores(RlTrainer::State& s, Batch& batch) {
     const TokenIds ids(row_ids, row_ids + len);
     RewardInput in{sources[size_t(row)].get<std::string>(), s.tokenizer->decode(ids, /*skip_special_tokens=*/true),
                    truths[size_t(row)], extras[size_t(row)]};
-    const double score = s.scorer.score(in);
+    RewardResult result = s.scorer.evaluate(in);
+    const double score = result.score;
+    for (auto& [key, value] : result.extra.items()) {
+      auto& column = extras_by_key[key];
+      column.resize(size_t(row), nullptr);
+      column.push_back(std::move(value));
+    }
     values.push_back(score);
     scores.push_back(score);
     texts.push_back(std::move(in.response));
@@ -163,6 +174,14 @@ void compute_scores(RlTrainer::State& s, Batch& batch) {
   batch.set(data::fields::kTokenLevelScores, data::outcome_token_scores(batch.tensor("response_mask"), values));
   batch.set_column("score", std::move(scores));
   batch.set_column("response_text", std::move(texts));
+  for (auto& [key, column] : extras_by_key) {
+    if (key == "score") continue;  // the column above
+    if (batch.has_column(key))
+      throw Error("reward",
+                  fmt::format("a reward function reports the extra '{}', which is already a batch column", key));
+    column.resize(size_t(b), nullptr);
+    batch.set_column(key, std::move(column));
+  }
 }
 
 void compute_reference_log_prob(RlTrainer::State& s, Batch& batch) {
