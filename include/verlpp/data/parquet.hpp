@@ -30,6 +30,17 @@ struct ParquetColumn {
   int max_repetition_level = 0;
 };
 
+// Where one column chunk lies (row group g, leaf column c), as the footer says.
+struct ParquetChunk {
+  size_t row_group = 0;
+  std::string column;           // the leaf's path, as in ParquetColumn
+  std::string codec;            // "SNAPPY", ...
+  int64_t num_values = 0;       // level entries (values and nulls)
+  int64_t offset = 0;           // the chunk's first byte (its dictionary page, if it has one)
+  int64_t data_page_offset = 0; // the first data page
+  int64_t compressed_size = 0;  // bytes from `offset`
+};
+
 // What the footer says about a file.
 struct ParquetInfo {
   int64_t num_rows = 0;
@@ -37,6 +48,7 @@ struct ParquetInfo {
   std::string created_by;              // the writer ("parquet-cpp-arrow version 25.0.0")
   std::vector<ParquetColumn> columns;  // the leaves, in file order
   std::vector<std::string> fields;     // the top-level fields (the keys of every row)
+  std::vector<ParquetChunk> chunks;    // every row group's column chunks, in file order
 };
 
 // True when the file at `path` begins with parquet's magic bytes "PAR1" (false for a shorter or

@@ -199,9 +199,7 @@ ColumnData read_column_chunk(const uint8_t* file, size_t data_end, const ColumnC
                              const SchemaNode& node, int max_def, int max_rep) {
   check_leaf_supported(node.type);
   if (!codec_supported(meta.codec)) decompress(meta.codec, nullptr, 0, 0);  // the codec's own message
-  int64_t begin = meta.data_page_offset;
-  if (meta.dictionary_page_offset && *meta.dictionary_page_offset > 0 && *meta.dictionary_page_offset < begin)
-    begin = *meta.dictionary_page_offset;
+  const int64_t begin = chunk_offset(meta);
   const int64_t size = meta.total_compressed_size;
   if (begin < 4 || size <= 0 || uint64_t(begin) >= data_end || uint64_t(size) > data_end - uint64_t(begin))
     format_error(fmt::format("the column chunk declares {} bytes at offset {}, outside the file's data (bytes 4 to "

@@ -126,6 +126,16 @@ ParquetInfo read_parquet_info(const std::string& path) {
                             node.def_level, node.rep_level});
   }
   for (size_t child : f.schema.nodes[0].children) info.fields.push_back(f.schema.nodes[child].name);
+  for (size_t g = 0; g < f.meta.row_groups.size(); ++g) {
+    const RowGroupMeta& group = f.meta.row_groups[g];
+    for (size_t c = 0; c < group.columns.size(); ++c) {
+      const ColumnChunkMeta& meta = group.columns[c];
+      std::string column;
+      for (const std::string& part : meta.path) column += (column.empty() ? "" : ".") + part;
+      info.chunks.push_back({g, column, codec_name(meta.codec), meta.num_values, chunk_offset(meta), meta.data_page_offset,
+                             meta.total_compressed_size});
+    }
+  }
   return info;
 }
 

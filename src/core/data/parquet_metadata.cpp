@@ -251,6 +251,13 @@ std::string encoding_name(Encoding encoding) {
   return i >= 0 && i < int32_t(std::size(names)) ? names[i] : fmt::format("encoding {}", i);
 }
 
+int64_t chunk_offset(const ColumnChunkMeta& chunk) {
+  int64_t offset = chunk.data_page_offset;
+  if (chunk.dictionary_page_offset && *chunk.dictionary_page_offset > 0 && *chunk.dictionary_page_offset < offset)
+    offset = *chunk.dictionary_page_offset;
+  return offset;
+}
+
 FileMeta parse_file_meta(const uint8_t* data, size_t size) {
   ThriftReader in(data, size, "the footer (FileMetaData)");
   FileMeta m;

@@ -77,6 +77,10 @@ struct ColumnChunkMeta {
   std::string file_path;  // set when the chunk lives in another file (not supported)
 };
 
+// Where a chunk begins: its dictionary page when it has one, else its first data page. (Some
+// writers put 0 in dictionary_page_offset for "none".)
+int64_t chunk_offset(const ColumnChunkMeta& chunk);
+
 struct RowGroupMeta {
   std::vector<ColumnChunkMeta> columns;
   int64_t num_rows = 0;

@@ -53,7 +53,7 @@ std::pair<ThriftType, size_t> ThriftReader::list_header() {
   uint64_t count = header >> 4;
   if (count == 15) count = varint();
   // Every element takes at least one byte, so a count past the bytes left is a lie.
-  if (count > size_ - pos_) fail(fmt::format("a list claims {} elements but {} bytes are left", count, size_ - pos_));
+  if (count > size_ - pos_) fail(fmt::format("a list claims {} elements but {} bytes are left (cut short)", count, size_ - pos_));
   return {type, size_t(count)};
 }
 
@@ -84,7 +84,7 @@ double ThriftReader::dbl() {
 std::string ThriftReader::binary() {
   const uint64_t length = varint();
   if (length > size_ - pos_)
-    fail(fmt::format("a string of {} bytes is declared but {} bytes are left", length, size_ - pos_));
+    fail(fmt::format("a string of {} bytes is declared but {} bytes are left (cut short)", length, size_ - pos_));
   std::string s(reinterpret_cast<const char*>(data_ + pos_), size_t(length));
   pos_ += size_t(length);
   return s;
@@ -130,7 +130,8 @@ void ThriftReader::skip(ThriftType type) {
         const auto key = ThriftType(kinds >> 4), value = ThriftType(kinds & 0x0f);
         check_type(key);
         check_type(value);
-        if (count > size_ - pos_) fail(fmt::format("a map claims {} entries but {} bytes are left", count, size_ - pos_));
+        if (count > size_ - pos_)
+          fail(fmt::format("a map claims {} entries but {} bytes are left (cut short)", count, size_ - pos_));
         for (uint64_t i = 0; i < count; ++i) {
           for (ThriftType t : {key, value}) {
             if (t == ThriftType::bool_true || t == ThriftType::bool_false)

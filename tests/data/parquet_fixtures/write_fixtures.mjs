@@ -185,6 +185,20 @@ for (const [tableName, [types, rows]] of Object.entries(tables)) {
   const name = `${tableName}_default.parquet`;
   manifest.push({ file: name, table: tableName, bytes: write(table, name, settings), ...settings });
 }
+// The base of the dictionary-index corruption test: one required text column of two values, one
+// uncompressed page of dictionary indices at the end of the only column chunk.
+{
+  const rows = Array.from({ length: 8 }, (_, i) => ({ letter: i % 2 ? 'b' : 'a' }));
+  const letters = arrow.vectorFromArray(rows.map((r) => r.letter), utf8());
+  const schema = new arrow.Schema([field('letter', utf8(), false)]);
+  const batch = new arrow.RecordBatch(schema, arrow.makeData({ type: new arrow.Struct(schema.fields), length: rows.length,
+                                                               nullCount: 0, children: [letters.data[0]] }));
+  const requiredTable = new arrow.Table([batch]);
+  fs.writeFileSync(path.join(out, 'letters.expected.json'), jsonText(rows));
+  const settings = { codec: 'UNCOMPRESSED', dictionary: true, page_version: 1, small_pages: false, row_group_rows: 0 };
+  manifest.push({ file: 'letters.parquet', table: 'letters', bytes: write(requiredTable, 'letters.parquet', settings),
+                  ...settings });
+}
 // Codecs verlpp does not read, for the refusal tests.
 for (const codec of ['LZ4_RAW', 'BROTLI']) {
   const settings = { codec, dictionary: true, page_version: 1, small_pages: false, row_group_rows: 0 };
