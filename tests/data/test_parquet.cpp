@@ -1,9 +1,10 @@
-// The parquet reader against files written by an independent writer: arrow-rs (the npm package
-// parquet-wasm) wrote tests/data/parquet_fixtures/files/ from tables built with apache-arrow,
-// under every combination of codec (UNCOMPRESSED, SNAPPY, GZIP, ZSTD), dictionary encoding on
-// and off and data page v1 and v2, with small pages and row groups of 7 rows, and the JSON of the
-// records it wrote (write_fixtures.mjs). Each file must read back as those records, field for
-// field. Corrupt copies made here (truncated footer, bad magic, a page header cut short, a
+// The parquet reader against files written by two independent writers: arrow-rs (the npm
+// package parquet-wasm, tables built with apache-arrow; write_fixtures.mjs) wrote
+// tests/data/parquet_fixtures/files/, and pyarrow 25 with pandas 3 (what verl's preprocessing
+// writes with; write_pyarrow_fixtures.py, run on the GPU host) wrote files/pyarrow/, each under
+// every combination of codec (UNCOMPRESSED, SNAPPY, GZIP, ZSTD), dictionary encoding on and off
+// and data page v1 and v2, with small pages and row groups of 7 rows, beside the JSON of the
+// records written. Each file must read back as those records, field for field. Corrupt copies made here (truncated footer, bad magic, a page header cut short, a
 // dictionary index out of range, a chunk past the end) and codecs verlpp lacks must each give
 // their specific error, naming the file, row group and column.
 #include <verlpp/core/error.hpp>
@@ -40,11 +41,6 @@ std::string read_bytes(const std::string& path) {
 
 json read_json(const std::string& path) { return json::parse(read_bytes(path)); }
 
-const json& manifest() {
-  static const json m = read_json(kFixtures + "manifest.json");
-  return m;
-}
-
 // The message of the Error that parsing `bytes` raises ("" when it reads).
 std::string parse_error(const std::string& bytes, const std::string& name = "corrupt.parquet") {
   try {
@@ -64,27 +60,29 @@ void store_u32(std::string& bytes, size_t at, uint32_t v) { std::memcpy(&bytes[a
 
 }  // namespace
 
-TEST_CASE("parquet: every writer setting reads back the records written, field for field", "[parquet]") {
+// Checks every file of the manifest in `folder` against its table's records; returns the
+// codec/dictionary/page-version combinations written with small pages.
+static std::set<std::string> check_manifest(const std::string& folder) {
+  const json manifest = read_json(folder + "manifest.json");
   std::map<std::string, json> expected;
   std::set<std::string> combinations;
-  size_t files = 0;
-  for (const json& entry : manifest()) {
+  for (const json& entry : manifest) {
     const std::string table = entry["table"], file = entry["file"], codec = entry["codec"];
     if (codec == "LZ4_RAW" || codec == "BROTLI") continue;  // the refusal test's
     if (!expected.count(table)) {
-      std::ifstream probe(kFixtures + table + ".expected.json");
+      std::ifstream probe(folder + table + ".expected.json");
       if (!probe) continue;  // arith_*: checked against the demo's generator in tests/controller
-      expected[table] = read_json(kFixtures + table + ".expected.json");
+      expected[table] = read_json(folder + table + ".expected.json");
     }
-    INFO(file << " " << entry.dump());
+    INFO(folder << file << " " << entry.dump());
     const json& want = expected[table];
-    const std::vector<json> rows = data::read_parquet(kFixtures + file);
+    const std::vector<json> rows = data::read_parquet(folder + file);
     REQUIRE(rows.size() == want.size());
     for (size_t i = 0; i < rows.size(); ++i) {
       INFO("row " << i << "\n read:    " << rows[i].dump() << "\n written: " << want[i].dump());
       CHECK(rows[i] == want[i]);
     }
-    const data::ParquetInfo info = data::read_parquet_info(kFixtures + file);
+    const data::ParquetInfo info = data::read_parquet_info(folder + file);
     CHECK(info.num_rows == int64_t(want.size()));
     const int64_t group_rows = entry["row_group_rows"];
     if (group_rows > 0)
@@ -96,11 +94,22 @@ TEST_CASE("parquet: every writer setting reads back the records written, field f
     CHECK(fields == keys);
     if (entry["small_pages"].get<bool>())
       combinations.insert(table + "/" + codec + "/" + entry["dictionary"].dump() + "/" + entry["page_version"].dump());
-    ++files;
   }
+  return combinations;
+}
+
+TEST_CASE("parquet: every arrow-rs writer setting reads back the records written, field for field", "[parquet]") {
   // The manifest really holds every combination for both tables (a lost file fails here).
-  CHECK(combinations.size() == 2 * 4 * 2 * 2);
-  CHECK(files >= 2 * 4 * 2 * 2 + 2);
+  CHECK(check_manifest(kFixtures).size() == 2 * 4 * 2 * 2);
+}
+
+TEST_CASE("parquet: every pyarrow and pandas writer setting reads back the records written", "[parquet]") {
+  CHECK(check_manifest(kFixtures + "pyarrow/").size() == 2 * 4 * 2 * 2);
+  // pandas' to_parquet with its defaults, and pyarrow's DELTA and BYTE_STREAM_SPLIT encodings.
+  const json verl = read_json(kFixtures + "pyarrow/pyarrow_verl.expected.json");
+  CHECK(data::read_parquet(kFixtures + "pyarrow/pyarrow_verl_pandas.parquet") == verl.get<std::vector<json>>());
+  CHECK(data::read_parquet_info(kFixtures + "pyarrow/pyarrow_types_encodings.parquet").created_by ==
+        "parquet-cpp-arrow version 25.0.1");
 }
 
 TEST_CASE("parquet: the first N rows stop early across row groups, and JSONL of the same data reads the same",

@@ -38,6 +38,11 @@ class Builder {
   }
 
   void add_node(size_t parent, int depth) {
+    // The children counts above this node were checked one level at a time; together they may
+    // still claim more elements than the list has.
+    if (next_ >= elements_.size())
+      format_error(fmt::format("schema element '{}' claims more children than the schema lists ({} elements)",
+                               schema_.nodes[parent].name, elements_.size()));
     const SchemaElement& e = elements_[next_++];
     const size_t index = schema_.nodes.size();
     schema_.nodes.push_back(SchemaNode{});
