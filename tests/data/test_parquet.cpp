@@ -4,9 +4,9 @@
 // writes with; write_pyarrow_fixtures.py, run on the GPU host) wrote files/pyarrow/, each under
 // every combination of codec (UNCOMPRESSED, SNAPPY, GZIP, ZSTD), dictionary encoding on and off
 // and data page v1 and v2, with small pages and row groups of 7 rows, beside the JSON of the
-// records written. Each file must read back as those records, field for field. Corrupt copies made here (truncated footer, bad magic, a page header cut short, a
-// dictionary index out of range, a chunk past the end) and codecs verlpp lacks must each give
-// their specific error, naming the file, row group and column.
+// records written. Each file must read back as those records, field for field. Corrupt copies made here (truncated
+// footer, bad magic, a page header cut short, a dictionary index out of range, a chunk past the end) and codecs verlpp
+// lacks must each give their specific error, naming the file, row group and column.
 #include <verlpp/core/error.hpp>
 #include <verlpp/data/parquet.hpp>
 #include <verlpp/data/records.hpp>
@@ -85,8 +85,7 @@ static std::set<std::string> check_manifest(const std::string& folder) {
     const data::ParquetInfo info = data::read_parquet_info(folder + file);
     CHECK(info.num_rows == int64_t(want.size()));
     const int64_t group_rows = entry["row_group_rows"];
-    if (group_rows > 0)
-      CHECK(info.num_row_groups == (want.size() + size_t(group_rows) - 1) / size_t(group_rows));
+    if (group_rows > 0) CHECK(info.num_row_groups == (want.size() + size_t(group_rows) - 1) / size_t(group_rows));
     std::vector<std::string> keys;
     for (auto it = want[0].begin(); it != want[0].end(); ++it) keys.push_back(it.key());
     std::vector<std::string> fields = info.fields;
@@ -230,7 +229,8 @@ TEST_CASE("parquet: a page header cut short and a dictionary index out of range"
     // From the data page on, the chunk is refilled with unknown i32 fields (field 40 = 1) that
     // never reach the header's stop byte: the header runs past the end of its chunk.
     std::string bad = good;
-    for (size_t i = size_t(chunk.data_page_offset); i < end; ++i) bad[i] = "\x05\x50\x02"[(i - chunk.data_page_offset) % 3];
+    for (size_t i = size_t(chunk.data_page_offset); i < end; ++i)
+      bad[i] = "\x05\x50\x02"[(i - chunk.data_page_offset) % 3];
     const size_t length = end - size_t(chunk.data_page_offset);
     CHECK(parse_error(bad, "letters.parquet") ==
           fmt::format("letters.parquet: row group 0, column letter: page 1 (at byte {}): a page header is malformed "
@@ -246,9 +246,10 @@ TEST_CASE("parquet: a page header cut short and a dictionary index out of range"
     REQUIRE(good[at + 4] == '\x15');
     std::string bad = good;
     bad[at + 5] = '\x7e';
-    CHECK_THAT(parse_error(bad, "letters.parquet"),
-               Contains("letters.parquet: row group 0, column letter: page 0 (at byte 4): the page declares 63 bytes, ") &&
-                   Contains(" are left in the column chunk"));
+    CHECK_THAT(
+        parse_error(bad, "letters.parquet"),
+        Contains("letters.parquet: row group 0, column letter: page 0 (at byte 4): the page declares 63 bytes, ") &&
+            Contains(" are left in the column chunk"));
   }
 }
 

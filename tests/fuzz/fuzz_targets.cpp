@@ -184,8 +184,22 @@ Target parquet_target() {
     for (const json& row : data::read_parquet(folder + "/data.parquet")) row.dump();
   };
   // Thrift compact field headers (i32, i64, binary, list, struct; stop), RLE run headers, magic.
-  t.dictionary = {"PAR1", std::string("\0", 1), "\x15", "\x16", "\x18", "\x19", "\x1c", "\x26", "\x2c",
-                  std::string("\x15\x00", 2), "\x15\x04", "\x15\x06", "\x03", "\x7f", "\xff\xff\xff\x7f", "\x80\x80\x80\x80\x10"};
+  t.dictionary = {"PAR1",
+                  std::string("\0", 1),
+                  "\x15",
+                  "\x16",
+                  "\x18",
+                  "\x19",
+                  "\x1c",
+                  "\x26",
+                  "\x2c",
+                  std::string("\x15\x00", 2),
+                  "\x15\x04",
+                  "\x15\x06",
+                  "\x03",
+                  "\x7f",
+                  "\xff\xff\xff\x7f",
+                  "\x80\x80\x80\x80\x10"};
   return t;
 }
 

@@ -33,12 +33,12 @@ struct ParquetColumn {
 // Where one column chunk lies (row group g, leaf column c), as the footer says.
 struct ParquetChunk {
   size_t row_group = 0;
-  std::string column;           // the leaf's path, as in ParquetColumn
-  std::string codec;            // "SNAPPY", ...
-  int64_t num_values = 0;       // level entries (values and nulls)
-  int64_t offset = 0;           // the chunk's first byte (its dictionary page, if it has one)
-  int64_t data_page_offset = 0; // the first data page
-  int64_t compressed_size = 0;  // bytes from `offset`
+  std::string column;            // the leaf's path, as in ParquetColumn
+  std::string codec;             // "SNAPPY", ...
+  int64_t num_values = 0;        // level entries (values and nulls)
+  int64_t offset = 0;            // the chunk's first byte (its dictionary page, if it has one)
+  int64_t data_page_offset = 0;  // the first data page
+  int64_t compressed_size = 0;   // bytes from `offset`
 };
 
 // What the footer says about a file.

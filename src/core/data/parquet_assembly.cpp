@@ -16,9 +16,10 @@ namespace {
 using json = nlohmann::json;
 
 [[noreturn]] void contradiction(const std::string& column, size_t row) {
-  format_error(fmt::format("column {} contradicts an earlier column about row {} (one says a value is absent "
-                           "where the other has it)",
-                           column, row));
+  format_error(
+      fmt::format("column {} contradicts an earlier column about row {} (one says a value is absent "
+                  "where the other has it)",
+                  column, row));
 }
 
 void write_column(const Schema& schema, size_t leaf, const ColumnData& column, size_t num_rows, json* rows) {
@@ -125,7 +126,8 @@ void assemble_rows(const Schema& schema, const std::vector<ColumnData>& columns,
                    std::vector<json>& rows) {
   const size_t first = rows.size();
   rows.resize(first + num_rows, json::object());
-  for (size_t leaf = 0; leaf < columns.size(); ++leaf) write_column(schema, leaf, columns[leaf], num_rows, &rows[first]);
+  for (size_t leaf = 0; leaf < columns.size(); ++leaf)
+    write_column(schema, leaf, columns[leaf], num_rows, &rows[first]);
   if (schema.has_map)
     for (size_t r = first; r < rows.size(); ++r) convert_value(schema, schema.nodes[0], rows[r]);
 }

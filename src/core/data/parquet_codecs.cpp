@@ -34,7 +34,8 @@ std::string zstd_decompress(const uint8_t* data, size_t size, size_t expected) {
   // A frame without its size: decompress into the declared size, which the result must fill. One
   // byte of a zstd frame expands to at most about 43,700 (an RLE block of 128 KiB in 3 bytes).
   if (length == ZSTD_CONTENTSIZE_UNKNOWN && expected / 43700 > size + 64)
-    format_error(fmt::format("a ZSTD stream of {} bytes cannot hold the {} bytes the page header says", size, expected));
+    format_error(
+        fmt::format("a ZSTD stream of {} bytes cannot hold the {} bytes the page header says", size, expected));
   std::string out(expected, '\0');
   const size_t got = ZSTD_decompress(out.data(), out.size(), data, size);
   if (ZSTD_isError(got)) format_error(fmt::format("the ZSTD stream is corrupt: {}", ZSTD_getErrorName(got)));
@@ -47,7 +48,8 @@ std::string gzip_decompress(const uint8_t* data, size_t size, size_t expected) {
   // Deflate expands at most 1032:1, so a declared size past that is a corrupt header, refused
   // before allocating it.
   if (expected / 1032 > size + 64)
-    format_error(fmt::format("a GZIP stream of {} bytes cannot hold the {} bytes the page header says", size, expected));
+    format_error(
+        fmt::format("a GZIP stream of {} bytes cannot hold the {} bytes the page header says", size, expected));
   std::string out(expected, '\0');
   z_stream s;
   std::memset(&s, 0, sizeof s);
@@ -68,7 +70,8 @@ std::string gzip_decompress(const uint8_t* data, size_t size, size_t expected) {
   const std::string reason = s.msg ? s.msg : "";
   inflateEnd(&s);
   if (!ended) {
-    if (s.avail_out == 0) format_error(fmt::format("the GZIP stream holds more than the {} bytes the page header says", expected));
+    if (s.avail_out == 0)
+      format_error(fmt::format("the GZIP stream holds more than the {} bytes the page header says", expected));
     format_error(fmt::format("the GZIP stream is corrupt or cut short{}", reason.empty() ? "" : ": " + reason));
   }
   if (got != expected)
@@ -86,8 +89,8 @@ std::string decompress(Codec codec, const uint8_t* data, size_t size, size_t unc
   switch (codec) {
     case Codec::uncompressed:
       if (size != uncompressed_size)
-        format_error(fmt::format("an UNCOMPRESSED page of {} bytes declares {} uncompressed bytes", size,
-                                 uncompressed_size));
+        format_error(
+            fmt::format("an UNCOMPRESSED page of {} bytes declares {} uncompressed bytes", size, uncompressed_size));
       return std::string(reinterpret_cast<const char*>(data), size);
     case Codec::snappy:
       return snappy_decompress(data, size, uncompressed_size);
@@ -96,9 +99,10 @@ std::string decompress(Codec codec, const uint8_t* data, size_t size, size_t unc
     case Codec::gzip:
       return gzip_decompress(data, size, uncompressed_size);
     default:
-      format_error(fmt::format("compression codec {} is not supported (verlpp reads UNCOMPRESSED, SNAPPY, GZIP "
-                               "and ZSTD; rewrite the file with one of those)",
-                               codec_name(codec)));
+      format_error(
+          fmt::format("compression codec {} is not supported (verlpp reads UNCOMPRESSED, SNAPPY, GZIP "
+                      "and ZSTD; rewrite the file with one of those)",
+                      codec_name(codec)));
   }
 }
 

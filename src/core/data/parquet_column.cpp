@@ -114,8 +114,8 @@ class ChunkReader {
       std::memcpy(&length, data + pos, 4);
       pos += 4;
       if (length > bytes.size() - pos)
-        format_error(fmt::format("the {} levels declare {} bytes, {} are left in the page", what, length,
-                                 bytes.size() - pos));
+        format_error(
+            fmt::format("the {} levels declare {} bytes, {} are left in the page", what, length, bytes.size() - pos));
       std::vector<uint32_t> out = decode_hybrid(data + pos, length, level_bit_width(max), count);
       pos += length;
       check_levels(out, max, what);
@@ -159,8 +159,8 @@ class ChunkReader {
   void add_page(const Levels& levels, size_t count, Encoding encoding, const uint8_t* data, size_t size) {
     seen_data_ = true;
     if (max_rep_ > 0 && count > 0 && out_.rep.empty() && levels.rep[0] != 0)
-      format_error(fmt::format("the column chunk's first value has repetition level {} (a row must start at 0)",
-                               levels.rep[0]));
+      format_error(
+          fmt::format("the column chunk's first value has repetition level {} (a row must start at 0)", levels.rep[0]));
     size_t present = 0;
     for (size_t i = 0; i < count; ++i) {
       const uint32_t d = max_def_ > 0 ? levels.def[i] : 0;
@@ -171,15 +171,15 @@ class ChunkReader {
     const size_t before = out_.values.size();
     if (encoding == Encoding::plain_dictionary || encoding == Encoding::rle_dictionary) {
       if (!has_dictionary_)
-        format_error(fmt::format("values are encoded {} but the column chunk has no dictionary page",
-                                 encoding_name(encoding)));
+        format_error(
+            fmt::format("values are encoded {} but the column chunk has no dictionary page", encoding_name(encoding)));
       decode_dictionary_indices(dictionary_, data, size, present, out_.values);
     } else {
       decode_values(encoding, type_, data, size, present, out_.values);
     }
     if (out_.values.size() - before != present)
-      format_error(fmt::format("the page decoded {} values where its levels need {}", out_.values.size() - before,
-                               present));
+      format_error(
+          fmt::format("the page decoded {} values where its levels need {}", out_.values.size() - before, present));
   }
 
   const uint8_t* file_;
@@ -195,16 +195,17 @@ class ChunkReader {
 
 }  // namespace
 
-ColumnData read_column_chunk(const uint8_t* file, size_t data_end, const ColumnChunkMeta& meta,
-                             const SchemaNode& node, int max_def, int max_rep) {
+ColumnData read_column_chunk(const uint8_t* file, size_t data_end, const ColumnChunkMeta& meta, const SchemaNode& node,
+                             int max_def, int max_rep) {
   check_leaf_supported(node.type);
   if (!codec_supported(meta.codec)) decompress(meta.codec, nullptr, 0, 0);  // the codec's own message
   const int64_t begin = chunk_offset(meta);
   const int64_t size = meta.total_compressed_size;
   if (begin < 4 || size <= 0 || uint64_t(begin) >= data_end || uint64_t(size) > data_end - uint64_t(begin))
-    format_error(fmt::format("the column chunk declares {} bytes at offset {}, outside the file's data (bytes 4 to "
-                             "{})",
-                             size, begin, data_end));
+    format_error(
+        fmt::format("the column chunk declares {} bytes at offset {}, outside the file's data (bytes 4 to "
+                    "{})",
+                    size, begin, data_end));
   if (meta.num_values < 0 || uint64_t(meta.num_values) > kFreeValues + kValuesPerByte * uint64_t(size))
     format_error(fmt::format("the column chunk claims {} values in {} bytes", meta.num_values, size));
   ChunkReader reader(file, meta, node, max_def, max_rep);

@@ -23,7 +23,7 @@ struct ColumnData {
 
 // Decodes the chunk `meta` of leaf column `node` from file[0, data_end) (data_end: where the
 // footer begins). ParquetFormatError names the page and what is wrong.
-ColumnData read_column_chunk(const uint8_t* file, size_t data_end, const ColumnChunkMeta& meta,
-                             const SchemaNode& node, int max_def, int max_rep);
+ColumnData read_column_chunk(const uint8_t* file, size_t data_end, const ColumnChunkMeta& meta, const SchemaNode& node,
+                             int max_def, int max_rep);
 
 }  // namespace verlpp::data::parquet

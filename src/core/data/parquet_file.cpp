@@ -71,9 +71,8 @@ std::vector<ColumnData> read_row_group(const std::string& bytes, const OpenedFil
   const RowGroupMeta& group = f.meta.row_groups[g];
   const Schema& schema = f.schema;
   if (group.columns.size() != schema.leaves.size())
-    throw Error(fmt::format("{}: row group {}", name, g),
-                fmt::format("it has {} column chunks, the schema {} columns", group.columns.size(),
-                            schema.leaves.size()));
+    throw Error(fmt::format("{}: row group {}", name, g), fmt::format("it has {} column chunks, the schema {} columns",
+                                                                      group.columns.size(), schema.leaves.size()));
   std::vector<ColumnData> columns;
   for (size_t c = 0; c < schema.leaves.size(); ++c) {
     const std::string where = fmt::format("{}: row group {}, column {}", name, g, schema.leaf_name(c));
@@ -132,8 +131,8 @@ ParquetInfo read_parquet_info(const std::string& path) {
       const ColumnChunkMeta& meta = group.columns[c];
       std::string column;
       for (const std::string& part : meta.path) column += (column.empty() ? "" : ".") + part;
-      info.chunks.push_back({g, column, codec_name(meta.codec), meta.num_values, chunk_offset(meta), meta.data_page_offset,
-                             meta.total_compressed_size});
+      info.chunks.push_back({g, column, codec_name(meta.codec), meta.num_values, chunk_offset(meta),
+                             meta.data_page_offset, meta.total_compressed_size});
     }
   }
   return info;

@@ -52,8 +52,7 @@ std::vector<uint32_t> decode_hybrid(const uint8_t* data, size_t size, int bit_wi
   size_t pos = 0;
   std::vector<uint64_t> group;
   while (out.size() < count) {
-    if (pos >= size)
-      format_error(fmt::format("the RLE/bit-packed runs end after {} of {} values", out.size(), count));
+    if (pos >= size) format_error(fmt::format("the RLE/bit-packed runs end after {} of {} values", out.size(), count));
     const uint64_t header = read_uleb128(data, size, pos, "an RLE/bit-packed run header");
     if (header & 1) {  // bit-packed: (header >> 1) groups of 8 values
       // Clamped so the products below cannot overflow; no page holds 2^40 groups.

@@ -36,9 +36,9 @@ void expect_struct(ThriftReader& in, ThriftType t, const char* field) {
 // LogicalType is a union: the id of its one field says which type it is.
 void read_logical_type(ThriftReader& in, SchemaElement& e) {
   in.read_struct([&](int16_t id, ThriftType t) {
-    static const char* const names[] = {"",          "STRING", "MAP",     "LIST",  "ENUM", "DECIMAL", "DATE",
-                                        "TIME",      "TIMESTAMP", "",     "INTEGER", "UNKNOWN", "JSON", "BSON",
-                                        "UUID",      "FLOAT16",   "VARIANT", "GEOMETRY", "GEOGRAPHY"};
+    static const char* const names[] = {"",     "STRING",    "MAP",     "LIST",     "ENUM",     "DECIMAL", "DATE",
+                                        "TIME", "TIMESTAMP", "",        "INTEGER",  "UNKNOWN",  "JSON",    "BSON",
+                                        "UUID", "FLOAT16",   "VARIANT", "GEOMETRY", "GEOGRAPHY"};
     e.logical_name = id > 0 && id < int16_t(std::size(names)) ? names[id] : fmt::format("logical type {}", id);
     if (id == 5 && t == ThriftType::structure) {  // DecimalType {1: scale, 2: precision}
       e.kind = ValueKind::decimal;
@@ -88,12 +88,31 @@ void read_logical_type(ThriftReader& in, SchemaElement& e) {
 
 // ConvertedType, the older annotation; used only when no LogicalType was written.
 void apply_converted_type(SchemaElement& e, int32_t converted) {
-  static const char* const names[] = {"UTF8",  "MAP",   "MAP_KEY_VALUE", "LIST",    "ENUM",    "DECIMAL",
-                                      "DATE",  "TIME_MILLIS", "TIME_MICROS", "TIMESTAMP_MILLIS", "TIMESTAMP_MICROS",
-                                      "UINT_8", "UINT_16", "UINT_32", "UINT_64", "INT_8", "INT_16", "INT_32",
-                                      "INT_64", "JSON",  "BSON",  "INTERVAL"};
-  e.logical_name = converted >= 0 && converted < int32_t(std::size(names)) ? names[converted]
-                                                                            : fmt::format("converted type {}", converted);
+  static const char* const names[] = {"UTF8",
+                                      "MAP",
+                                      "MAP_KEY_VALUE",
+                                      "LIST",
+                                      "ENUM",
+                                      "DECIMAL",
+                                      "DATE",
+                                      "TIME_MILLIS",
+                                      "TIME_MICROS",
+                                      "TIMESTAMP_MILLIS",
+                                      "TIMESTAMP_MICROS",
+                                      "UINT_8",
+                                      "UINT_16",
+                                      "UINT_32",
+                                      "UINT_64",
+                                      "INT_8",
+                                      "INT_16",
+                                      "INT_32",
+                                      "INT_64",
+                                      "JSON",
+                                      "BSON",
+                                      "INTERVAL"};
+  e.logical_name = converted >= 0 && converted < int32_t(std::size(names))
+                       ? names[converted]
+                       : fmt::format("converted type {}", converted);
   if (converted == 0 || converted == 4 || converted == 19)
     e.kind = ValueKind::text;
   else if (converted == 1 || converted == 2)
@@ -224,8 +243,8 @@ RowGroupMeta read_row_group(ThriftReader& in) {
 }  // namespace
 
 std::string physical_type_name(PhysicalType type) {
-  static const char* const names[] = {"BOOLEAN", "INT32",      "INT64",      "INT96",
-                                      "FLOAT",   "DOUBLE",     "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
+  static const char* const names[] = {"BOOLEAN", "INT32",  "INT64",      "INT96",
+                                      "FLOAT",   "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
   const auto i = size_t(type);
   return i < std::size(names) ? names[i] : fmt::format("type {}", i);
 }
@@ -237,16 +256,10 @@ std::string codec_name(Codec codec) {
 }
 
 std::string encoding_name(Encoding encoding) {
-  static const char* const names[] = {"PLAIN",
-                                      "GROUP_VAR_INT",
-                                      "PLAIN_DICTIONARY",
-                                      "RLE",
-                                      "BIT_PACKED",
-                                      "DELTA_BINARY_PACKED",
-                                      "DELTA_LENGTH_BYTE_ARRAY",
-                                      "DELTA_BYTE_ARRAY",
-                                      "RLE_DICTIONARY",
-                                      "BYTE_STREAM_SPLIT"};
+  static const char* const names[] = {
+      "PLAIN",          "GROUP_VAR_INT",       "PLAIN_DICTIONARY",        "RLE",
+      "BIT_PACKED",     "DELTA_BINARY_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY",
+      "RLE_DICTIONARY", "BYTE_STREAM_SPLIT"};
   const auto i = int32_t(encoding);
   return i >= 0 && i < int32_t(std::size(names)) ? names[i] : fmt::format("encoding {}", i);
 }
@@ -313,7 +326,8 @@ PageHeader parse_page_header(const uint8_t* data, size_t size, size_t& consumed)
       case 5:  // DataPageHeader
       case 7:  // DictionaryPageHeader
         expect_struct(in, t, id == 5 ? "PageHeader.data_page_header" : "PageHeader.dictionary_page_header");
-        h.has_type_header = h.has_type_header || (id == 5 ? h.type == PageType::data_page : h.type == PageType::dictionary_page);
+        h.has_type_header =
+            h.has_type_header || (id == 5 ? h.type == PageType::data_page : h.type == PageType::dictionary_page);
         in.read_struct([&](int16_t f, ThriftType ft) {
           if (f == 1)
             h.num_values = read_i32(in, ft, "num_values");

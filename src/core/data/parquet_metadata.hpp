@@ -23,7 +23,16 @@ enum class PhysicalType : int32_t {
   fixed_len_byte_array = 7
 };
 enum class Repetition : int32_t { required = 0, optional = 1, repeated = 2 };
-enum class Codec : int32_t { uncompressed = 0, snappy = 1, gzip = 2, lzo = 3, brotli = 4, lz4 = 5, zstd = 6, lz4_raw = 7 };
+enum class Codec : int32_t {
+  uncompressed = 0,
+  snappy = 1,
+  gzip = 2,
+  lzo = 3,
+  brotli = 4,
+  lz4 = 5,
+  zstd = 6,
+  lz4_raw = 7
+};
 enum class Encoding : int32_t {
   plain = 0,
   plain_dictionary = 2,
@@ -40,13 +49,13 @@ enum class PageType : int32_t { data_page = 0, index_page = 1, dictionary_page =
 // How a column's values are to be read beyond their physical type (LogicalType, or the older
 // ConvertedType when a writer gave only that).
 enum class ValueKind {
-  plain,           // the physical type as it is
-  text,            // STRING / UTF8 / ENUM / JSON: UTF-8 text
-  list,            // LIST group
-  map,             // MAP / MAP_KEY_VALUE group
-  unsigned_int,    // INTEGER(unsigned) / UINT_*: the bits as an unsigned number
-  decimal,         // DECIMAL(scale) on INT32/INT64
-  unsupported,     // a logical type verlpp cannot render faithfully (FLOAT16, INTERVAL, ...)
+  plain,         // the physical type as it is
+  text,          // STRING / UTF8 / ENUM / JSON: UTF-8 text
+  list,          // LIST group
+  map,           // MAP / MAP_KEY_VALUE group
+  unsigned_int,  // INTEGER(unsigned) / UINT_*: the bits as an unsigned number
+  decimal,       // DECIMAL(scale) on INT32/INT64
+  unsupported,   // a logical type verlpp cannot render faithfully (FLOAT16, INTERVAL, ...)
 };
 
 std::string physical_type_name(PhysicalType type);
@@ -61,8 +70,8 @@ struct SchemaElement {
   Repetition repetition = Repetition::required;
   int32_t num_children = 0;
   ValueKind kind = ValueKind::plain;
-  int32_t scale = 0;               // DECIMAL
-  std::string logical_name;        // for messages ("FLOAT16")
+  int32_t scale = 0;         // DECIMAL
+  std::string logical_name;  // for messages ("FLOAT16")
 };
 
 struct ColumnChunkMeta {
@@ -103,11 +112,11 @@ struct PageHeader {
   Encoding encoding = Encoding::plain;
   Encoding definition_level_encoding = Encoding::rle;
   Encoding repetition_level_encoding = Encoding::rle;
-  int32_t num_rows = -1;                         // v2
-  int32_t definition_levels_byte_length = 0;     // v2
-  int32_t repetition_levels_byte_length = 0;     // v2
-  bool is_compressed = true;                     // v2
-  bool has_type_header = false;                  // the header matching `type` was present
+  int32_t num_rows = -1;                      // v2
+  int32_t definition_levels_byte_length = 0;  // v2
+  int32_t repetition_levels_byte_length = 0;  // v2
+  bool is_compressed = true;                  // v2
+  bool has_type_header = false;               // the header matching `type` was present
 };
 
 // Decodes the footer (the Thrift bytes between the last row group and the length word).

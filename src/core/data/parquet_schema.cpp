@@ -61,7 +61,8 @@ class Builder {
     }
     schema_.nodes[parent].children.push_back(index);
     if (e.type) {
-      if (e.num_children > 0) format_error(fmt::format("column '{}' has a type and {} children", e.name, e.num_children));
+      if (e.num_children > 0)
+        format_error(fmt::format("column '{}' has a type and {} children", e.name, e.num_children));
       SchemaNode& n = schema_.nodes[index];
       n.leaf = int(schema_.leaves.size());
       n.type = LeafType{*e.type, e.type_length, e.kind, e.scale, e.logical_name};
@@ -84,8 +85,8 @@ class Builder {
     SchemaNode& list = schema_.nodes[index];
     if (list.repetition == Repetition::repeated || list.children.size() != 1 ||
         schema_.nodes[list.children[0]].repetition != Repetition::repeated)
-      format_error(fmt::format("LIST group '{}' must be optional or required with exactly one repeated child",
-                               list.name));
+      format_error(
+          fmt::format("LIST group '{}' must be optional or required with exactly one repeated child", list.name));
     SchemaNode& repeated = schema_.nodes[list.children[0]];
     const bool self = !repeated.is_group() || repeated.children.size() > 1 || repeated.name == "array" ||
                       repeated.name == list.name + "_tuple";

@@ -17,13 +17,13 @@ namespace verlpp::data::parquet {
 // What a node is in the JSON record.
 enum class NodeRole {
   root,
-  field,             // a key of the enclosing object (a struct field or a top-level column)
-  list,              // a LIST group: a key whose value is an array
-  list_repeated,     // the repeated level of a LIST whose single child is the element (3-level)
-  list_element_self, // the repeated level of a LIST that is itself the element (2-level)
-  map,               // a MAP group: a key whose value is an object (or [{key, value}] for non-text keys)
-  map_entry,         // the repeated key_value group of a MAP
-  repeated_field,    // a repeated field outside LIST/MAP: a key whose value is an array of it
+  field,              // a key of the enclosing object (a struct field or a top-level column)
+  list,               // a LIST group: a key whose value is an array
+  list_repeated,      // the repeated level of a LIST whose single child is the element (3-level)
+  list_element_self,  // the repeated level of a LIST that is itself the element (2-level)
+  map,                // a MAP group: a key whose value is an object (or [{key, value}] for non-text keys)
+  map_entry,          // the repeated key_value group of a MAP
+  repeated_field,     // a repeated field outside LIST/MAP: a key whose value is an array of it
 };
 
 struct SchemaNode {
@@ -35,8 +35,8 @@ struct SchemaNode {
   size_t parent = 0;
   std::vector<size_t> children;
   bool in_slot = false;  // a 3-level LIST's element: it fills the array slot, it is no key of an object
-  int leaf = -1;      // leaf column index, for primitives
-  LeafType type;      // for leaves
+  int leaf = -1;         // leaf column index, for primitives
+  LeafType type;         // for leaves
   ValueKind kind = ValueKind::plain;
   bool is_group() const { return leaf < 0; }
 };

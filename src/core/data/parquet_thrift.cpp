@@ -53,7 +53,8 @@ std::pair<ThriftType, size_t> ThriftReader::list_header() {
   uint64_t count = header >> 4;
   if (count == 15) count = varint();
   // Every element takes at least one byte, so a count past the bytes left is a lie.
-  if (count > size_ - pos_) fail(fmt::format("a list claims {} elements but {} bytes are left (cut short)", count, size_ - pos_));
+  if (count > size_ - pos_)
+    fail(fmt::format("a list claims {} elements but {} bytes are left (cut short)", count, size_ - pos_));
   return {type, size_t(count)};
 }
 

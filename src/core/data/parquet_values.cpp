@@ -108,8 +108,8 @@ void decode_plain(const LeafType& type, const uint8_t* data, size_t size, size_t
         const uint32_t length = load_le<uint32_t>(data + pos);
         pos += 4;
         if (length > size - pos)
-          format_error(fmt::format("BYTE_ARRAY value {} declares {} bytes, {} are left in the page", i, length,
-                                   size - pos));
+          format_error(
+              fmt::format("BYTE_ARRAY value {} declares {} bytes, {} are left in the page", i, length, size - pos));
         out.push_back(text_value(type, data + pos, length));
         pos += length;
       }
@@ -139,9 +139,10 @@ std::vector<int64_t> decode_delta_integers(const uint8_t* data, size_t size, siz
     format_error(fmt::format("a DELTA_BINARY_PACKED run holds {} values where the page needs {}", total, count));
   if (block_size == 0 || block_size > (1u << 20) || miniblocks == 0 || block_size % miniblocks != 0 ||
       (block_size / miniblocks) % 8 != 0)
-    format_error(fmt::format("a DELTA_BINARY_PACKED header has block size {} with {} miniblocks (the block must "
-                             "split into miniblocks of a multiple of 8 values)",
-                             block_size, miniblocks));
+    format_error(
+        fmt::format("a DELTA_BINARY_PACKED header has block size {} with {} miniblocks (the block must "
+                    "split into miniblocks of a multiple of 8 values)",
+                    block_size, miniblocks));
   const size_t per_miniblock = size_t(block_size / miniblocks);
   std::vector<int64_t> out;
   if (count == 0) return out;
@@ -195,8 +196,8 @@ void decode_delta_bytes(const LeafType& type, const uint8_t* data, size_t size, 
   std::string previous;
   for (size_t i = 0; i < count; ++i) {
     if (size_t(prefixes[i]) > previous.size())
-      format_error(fmt::format("DELTA_BYTE_ARRAY value {} shares a {}-byte prefix with a {}-byte value", i,
-                               prefixes[i], previous.size()));
+      format_error(fmt::format("DELTA_BYTE_ARRAY value {} shares a {}-byte prefix with a {}-byte value", i, prefixes[i],
+                               previous.size()));
     if (size_t(suffixes[i]) > size - pos) format_error("DELTA_BYTE_ARRAY data is cut short");
     previous.resize(size_t(prefixes[i]));
     previous.append(reinterpret_cast<const char*>(data + pos), size_t(suffixes[i]));
@@ -211,7 +212,8 @@ void decode_byte_stream_split(const LeafType& type, const uint8_t* data, size_t 
   if (type.physical == PhysicalType::float32 || type.physical == PhysicalType::int32) width = 4;
   if (type.physical == PhysicalType::float64 || type.physical == PhysicalType::int64) width = 8;
   if (type.physical == PhysicalType::fixed_len_byte_array) width = size_t(type.type_length);
-  if (width == 0) format_error(fmt::format("BYTE_STREAM_SPLIT does not apply to {}", physical_type_name(type.physical)));
+  if (width == 0)
+    format_error(fmt::format("BYTE_STREAM_SPLIT does not apply to {}", physical_type_name(type.physical)));
   need(size, count, width, "BYTE_STREAM_SPLIT");
   std::string joined(width * count, '\0');
   for (size_t i = 0; i < count; ++i)
@@ -245,7 +247,8 @@ void decode_values(Encoding encoding, const LeafType& type, const uint8_t* data,
       if (type.physical == PhysicalType::boolean) {
         if (size < 4) format_error("RLE booleans are cut short (no length)");
         const uint32_t length = load_le<uint32_t>(data);
-        if (length > size - 4) format_error(fmt::format("RLE booleans declare {} bytes, {} are left", length, size - 4));
+        if (length > size - 4)
+          format_error(fmt::format("RLE booleans declare {} bytes, {} are left", length, size - 4));
         for (uint32_t v : decode_hybrid(data + 4, length, 1, count)) out.emplace_back(v != 0);
         return;
       }
@@ -289,9 +292,10 @@ void decode_dictionary_indices(const std::vector<json>& dictionary, const uint8_
   const std::vector<uint32_t> indices = decode_hybrid(data + 1, size - 1, width, count);
   for (size_t i = 0; i < indices.size(); ++i) {
     if (indices[i] >= dictionary.size())
-      format_error(fmt::format("dictionary index {} (value {} of the page) is out of range: the dictionary has {} "
-                               "entries",
-                               indices[i], i, dictionary.size()));
+      format_error(
+          fmt::format("dictionary index {} (value {} of the page) is out of range: the dictionary has {} "
+                      "entries",
+                      indices[i], i, dictionary.size()));
     out.push_back(dictionary[indices[i]]);
   }
 }

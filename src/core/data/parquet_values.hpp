@@ -19,7 +19,7 @@ struct LeafType {
   PhysicalType physical = PhysicalType::int32;
   int32_t type_length = 0;  // FIXED_LEN_BYTE_ARRAY
   ValueKind kind = ValueKind::plain;
-  int32_t scale = 0;        // DECIMAL
+  int32_t scale = 0;  // DECIMAL
   std::string logical_name;
 };
 
