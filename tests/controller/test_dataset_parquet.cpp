@@ -40,7 +40,7 @@ json read_json(const std::string& path) {
   return json::parse(s.str());
 }
 
-std::string write_jsonl(const std::string& name, const std::vector<json>& rows) {
+std::string write_rows(const std::string& name, const std::vector<json>& rows) {
   const std::string path = "/tmp/verlpp-dataset-parquet-" + name + ".jsonl";
   std::ofstream out(path);
   for (const json& row : rows) out << row.dump() << "\n";
@@ -68,7 +68,7 @@ void check_same_records(const PromptDataset& a, const PromptDataset& b) {
 
 TEST_CASE("dataset: parquet files load the same records as the JSONL of the same data", "[dataset][parquet]") {
   const json rows = read_json(kFixtures + "verl.expected.json");
-  const std::string jsonl = write_jsonl("verl", rows.get<std::vector<json>>());
+  const std::string jsonl = write_rows("verl", rows.get<std::vector<json>>());
   DatasetOptions o;
   o.max_prompt_length = 128;
   const PromptDataset from_jsonl = PromptDataset::load({jsonl}, tokenizer(), chat(), o);
