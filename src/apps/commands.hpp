@@ -13,6 +13,8 @@ void register_demo_command(CLI::App& app);
 void register_model_command(CLI::App& app);
 // `verlpp tokenize --tokenizer PATH [--file F]`: token ids of JSON strings, one array per line.
 void register_tokenize_command(CLI::App& app);
+// `verlpp data head FILE [--n N]`: the first rows of a JSONL or parquet dataset as JSON lines.
+void register_data_command(CLI::App& app);
 // `verlpp config --print [CONFIG.json] [key=value ...]`: the fully resolved configuration.
 void register_config_command(CLI::App& app);
 

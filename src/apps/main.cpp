@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   verlpp::apps::register_model_command(app);
   verlpp::apps::register_tokenize_command(app);
   verlpp::apps::register_config_command(app);
+  verlpp::apps::register_data_command(app);
   verlpp::apps::register_generate_command(app);
   verlpp::apps::register_train_command(app);
   verlpp::apps::CheckedStdout standard_output;

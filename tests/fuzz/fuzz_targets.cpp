@@ -7,6 +7,7 @@
 #include <verlpp/controller/config.hpp>
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/controller/run_settings.hpp>
+#include <verlpp/data/parquet.hpp>
 #include <verlpp/model/chat_template.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/model/model_config.hpp>
@@ -164,10 +165,49 @@ Target model_config_target() {
   return t;
 }
 
+// Parquet files as arrow-rs writes them (tests/data/parquet_fixtures): the footer's Thrift, page
+// headers, levels, dictionary indices, the DELTA encodings and three codecs, then each row written
+// out as JSON (which fails on text that is not UTF-8).
+Target parquet_target() {
+  Target t;
+  t.name = "parquet";
+  t.file_name = "data.parquet";
+  t.seeds = [] {
+    std::vector<std::string> seeds;
+    for (const char* name : {"letters.parquet", "verl_default.parquet", "verl_zstd_plain_v2.parquet",
+                             "verl_uncompressed_dict_v1.parquet", "verl_gzip_plain_v1.parquet"})
+      seeds.push_back(source_file(std::string("tests/data/parquet_fixtures/files/") + name));
+    return seeds;
+  };
+  t.run_one = [](const std::string& folder) {
+    data::read_parquet_info(folder + "/data.parquet");
+    for (const json& row : data::read_parquet(folder + "/data.parquet")) row.dump();
+  };
+  // Thrift compact field headers (i32, i64, binary, list, struct; stop), RLE run headers, magic.
+  t.dictionary = {"PAR1",
+                  std::string("\0", 1),
+                  "\x15",
+                  "\x16",
+                  "\x18",
+                  "\x19",
+                  "\x1c",
+                  "\x26",
+                  "\x2c",
+                  std::string("\x15\x00", 2),
+                  "\x15\x04",
+                  "\x15\x06",
+                  "\x03",
+                  "\x7f",
+                  "\xff\xff\xff\x7f",
+                  "\x80\x80\x80\x80\x10"};
+  return t;
+}
+
 }  // namespace
 
 std::vector<Target> all_targets() {
-  return {config_target(), dataset_target(), tokenizer_target(), safetensors_target(), model_config_target()};
+  return {config_target(),      dataset_target(),      tokenizer_target(),
+          safetensors_target(), model_config_target(), parquet_target()};
 }
 
 }  // namespace verlpp::fuzz

@@ -1,16 +1,14 @@
 // PromptDataset, DataLoader and prompt collation (see dataset.hpp).
-#include "../util/input_file.hpp"
-#include <verlpp/core/json_limits.hpp>
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/log.hpp>
+#include <verlpp/data/records.hpp>
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/from_blob.h>
 
 #include <algorithm>
-#include <fstream>
 #include <random>
 #include <set>
 
@@ -39,15 +37,7 @@ std::vector<model::ChatMessage> parse_prompt(const json& value, const std::strin
   return messages;
 }
 
-PromptRecord parse_row(const std::string& line, const std::string& where, const DatasetOptions& o) {
-  json row;
-  check_json_depth(line, where);
-  try {
-    row = json::parse(line);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number that overflows
-    throw Error(where, fmt::format("not valid JSON: {}", e.what()));
-  }
-  if (!row.is_object()) throw Error(where, "a row must be a JSON object");
+PromptRecord parse_row(const json& row, const std::string& where, const DatasetOptions& o) {
   PromptRecord r;
   r.origin = where;
   if (!row.contains(o.prompt_key))
@@ -56,7 +46,7 @@ PromptRecord parse_row(const std::string& line, const std::string& where, const 
   if (!row.contains(o.reward_fn_key) || !row[o.reward_fn_key].is_string())
     throw Error(where, fmt::format("the row has no string '{}' (data.reward_fn_key)", o.reward_fn_key));
   r.data_source = row[o.reward_fn_key].get<std::string>();
-  if (row.contains("reward_model")) {
+  if (row.contains("reward_model") && !row["reward_model"].is_null()) {  // a null struct in parquet
     if (!row["reward_model"].is_object()) throw Error(where, "'reward_model' must be an object");
     if (row["reward_model"].contains("ground_truth")) r.ground_truth = row["reward_model"]["ground_truth"];
   }
@@ -119,14 +109,9 @@ PromptDataset PromptDataset::load(const std::vector<std::string>& files, const m
                                   const model::ChatTemplate& chat_template, const DatasetOptions& options) {
   if (files.empty()) throw Error("dataset", "no data files given");
   std::vector<PromptRecord> records;
-  for (const auto& file : files) {
-    std::ifstream in = files::open_input(file, "data file");
-    std::string line;
-    for (size_t number = 1; std::getline(in, line); ++number) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are allowed
-      records.push_back(parse_row(line, fmt::format("{}:{}", file, number), options));
-    }
-  }
+  for (const auto& file : files)
+    for (const data::DataRecord& record : data::read_data_records(file))
+      records.push_back(parse_row(record.row, record.origin, options));
   // verl's rule rewards read reward_model.ground_truth from every row; a row without one is
   // scored against nothing, which a user wants to hear about before training on it.
   if (options.response_key.empty()) {
