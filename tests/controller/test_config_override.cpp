@@ -197,6 +197,8 @@ TEST_CASE("override errors name the override, the column and what was expected",
   CHECK(same(value_of("   "), json("")));  // '=' takes the blanks after it: the empty string
   CHECK_THAT(error_of([] { parse_override("db/mysql=x"); }), Contains("column 3") && Contains("config-group"));
   CHECK_THAT(error_of([] { parse_override("db@pkg=x"); }), Contains("config-group"));
+  CHECK_THAT(error_of([] { parse_override("k=a\xff" "b"); }), Contains("at column 4: the byte 0xff is not UTF-8"));
+  CHECK_THAT(error_of([] { parse_override("k=\xc3"); }), Contains("at column 3: the byte 0xc3 is not UTF-8"));
   CHECK_THAT(error_of([] { parse_override("k=" + std::string(100000, '[')); }),
              Contains("nested at most 512 levels"));
 }

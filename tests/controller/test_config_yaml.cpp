@@ -156,7 +156,11 @@ TEST_CASE("YAML errors name the file, the line and the key", "[config][yaml]") {
   CHECK_THAT(error_of([] { yaml_to_json("a: &x [1, *x]\n", "f.yaml"); }), Contains("recursive alias"));
   CHECK_THAT(error_of([] { yaml_to_json("a: !python/name:os.system x\n", "f.yaml"); }),
              Contains("'a' at line 1") && Contains("the tag") && Contains("not supported"));
-  CHECK_THAT(error_of([] { yaml_to_json("a: 1\n---\nb: 2\n", "f.yaml"); }), Contains("2 YAML documents"));
+  CHECK_THAT(error_of([] { yaml_to_json("a: 1\n---\nb: 2\n", "f.yaml"); }),
+             Contains("a second YAML document starts at line 2"));
+  // A ',' outside brackets (yaml-cpp alone would read empty documents from it forever).
+  CHECK_THAT(error_of([] { yaml_to_json(",a: 1\n", "f.yaml"); }), Contains("a second YAML document starts"));
+  CHECK_THAT(error_of([] { yaml_to_json("\"x\",\n", "f.yaml"); }), Contains("a second YAML document starts"));
   CHECK_THAT(error_of([] { yaml_to_json("a: [1, 2\n", "f.yaml"); }), Contains("f.yaml: not valid YAML at line"));
   CHECK_THAT(error_of([] { yaml_to_json("a: =\n", "f.yaml"); }), Contains("'a' at line 1") && Contains("quote it"));
   CHECK_THAT(error_of([] { yaml_to_json("a: 0x_\n", "f.yaml"); }), Contains("'0x_' is not a valid integer"));
@@ -170,6 +174,8 @@ TEST_CASE("YAML errors name the file, the line and the key", "[config][yaml]") {
                           char(c - 1), char(c - 1), char(c - 1), char(c - 1), char(c - 1), char(c - 1), char(c - 1),
                           char(c - 1), char(c - 1));
   CHECK_THAT(error_of([&] { yaml_to_json(laughs, "f.yaml"); }), Contains("more than 100000 nodes"));
+  CHECK_THAT(error_of([] { yaml_to_json("a: 1\nb: x\xff\n", "f.yaml"); }),
+             Contains("f.yaml: line 2, column 5: the byte 0xff is not UTF-8"));
   CHECK(yaml_to_json("", "f.yaml") == json::object());
   CHECK(yaml_to_json("# only a comment\n", "f.yaml") == json::object());
   CHECK_THAT(error_of([] { Config::from_json(yaml_to_json("- a\n", "f.yaml"), "f.yaml"); }),

@@ -2,6 +2,8 @@
 // Hydra's value-mode tokens (longest match, ties to the earlier token kind, as ANTLR decides),
 // and a recursive-descent parser for elements (primitive, list, dict). Typing follows Hydra's
 // visitor: one token is typed by its kind, several tokens are the string of their text.
+#include "config_parts.hpp"
+
 #include <verlpp/controller/config_override.hpp>
 #include <verlpp/core/error.hpp>
 
@@ -540,8 +542,16 @@ void check_key(const std::string& key, size_t column_base, const std::string& wh
 
 }  // namespace
 
+void check_utf8(const std::string& text, size_t column_base, const std::string& where) {
+  const size_t bad = detail::first_invalid_utf8(text);
+  if (bad != std::string::npos)
+    throw Error(where, fmt::format("at column {}: the byte 0x{:02x} is not UTF-8 text", column_base + bad,
+                                   int(static_cast<unsigned char>(text[bad]))));
+}
+
 Override parse_override(const std::string& text) {
   const std::string where = "override '" + text + "'";
+  check_utf8(text, 1, where);
   Override o;
   size_t p = 0;
   if (text.rfind("~", 0) == 0) {
@@ -577,6 +587,7 @@ Override parse_override(const std::string& text) {
 }
 
 nlohmann::json parse_override_value(const std::string& text, const std::string& where) {
+  check_utf8(text, 1, where);
   size_t v = 0;
   while (v < text.size() && is_blank(text[v])) ++v;
   const std::string value = text.substr(v);

@@ -2,17 +2,22 @@
 // quoted scalars apart: tag "?" and "!"); the implicit typing of plain scalars is written here
 // from PyYAML's resolver patterns and OmegaConf's extra float pattern, as matchers rather than
 // std::regex (which recurses per character and can exhaust the stack on long scalars).
+#include "config_parts.hpp"
+
 #include <verlpp/controller/config_yaml.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <set>
+#include <sstream>
 
 namespace verlpp::controller {
 namespace {
@@ -290,6 +295,20 @@ json construct_bool(const std::string& text) {
   throw Error("yaml", fmt::format("'{}' is not a boolean (true/false, yes/no, on/off)", text));
 }
 
+// Where each document of a stream starts (the events themselves are not kept).
+struct DocumentCounter : YAML::EventHandler {
+  std::vector<YAML::Mark> starts;
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 class Converter {
  public:
   explicit Converter(std::string origin) : origin_(std::move(origin)) {}
@@ -426,19 +445,37 @@ nlohmann::json yaml_plain_scalar(const std::string& text) {
 }
 
 nlohmann::json yaml_to_json(const std::string& text, const std::string& origin) {
-  std::vector<YAML::Node> documents;
+  const size_t bad = detail::first_invalid_utf8(text);
+  if (bad != std::string::npos) {
+    const size_t line_start = text.rfind('\n', bad == 0 ? 0 : bad - 1);
+    const size_t line = size_t(std::count(text.begin(), text.begin() + long(bad), '\n')) + 1;
+    const size_t column = bad - (line_start == std::string::npos || bad == 0 ? 0 : line_start + 1) + 1;
+    throw Error(origin, fmt::format("line {}, column {}: the byte 0x{:02x} is not UTF-8 text (YAML configs are "
+                                    "UTF-8)",
+                                    line, column, int(static_cast<unsigned char>(text[bad]))));
+  }
+  YAML::Node document;
   try {
-    documents = YAML::LoadAll(text);
+    // Count at most two documents: yaml-cpp 0.7 reads a ',' outside brackets as the end of an
+    // empty document without consuming it, so YAML::LoadAll never ends on such input.
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentCounter counter;
+    while (counter.starts.size() < 2 && parser.HandleNextDocument(counter)) {
+    }
+    if (counter.starts.empty()) return json::object();
+    if (counter.starts.size() > 1)
+      throw Error(origin, fmt::format("a second YAML document starts at line {}, column {} (after '---', or at a ',' "
+                                      "outside [] and {{}}); a config is one document",
+                                      counter.starts[1].line + 1, counter.starts[1].column + 1));
+    document = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw Error(origin, fmt::format("not valid YAML at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1,
                                     e.msg));
   }
-  if (documents.empty()) return json::object();
-  if (documents.size() > 1)
-    throw Error(origin, fmt::format("{} YAML documents (separated by ---); a config is one", documents.size()));
-  if (documents[0].IsNull()) return json::object();
+  if (document.IsNull()) return json::object();
   try {
-    return Converter(origin).convert(documents[0], "", 0);
+    return Converter(origin).convert(document, "", 0);
   } catch (const YAML::Exception& e) {
     throw Error(origin, fmt::format("not valid YAML at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1,
                                     e.msg));
