@@ -188,7 +188,9 @@ void register_train_command(CLI::App& app) {
                                  "SFT then GRPO of the tiny model on arithmetic");
   auto args = std::make_shared<std::vector<std::string>>();
   auto nproc = std::make_shared<int>(1);
-  cmd->add_option("args", *args, "an optional CONFIG.json or CONFIG.yaml (verl's keys), then overrides in Hydra's grammar (key=value, +key=value, ++key=value, ~key)");
+  cmd->add_option("args", *args,
+                  "an optional CONFIG.json or CONFIG.yaml (verl's keys), then overrides in Hydra's grammar (key=value, "
+                  "+key=value, ++key=value, ~key)");
   cmd->add_option("--nproc", *nproc,
                   "ranks to start on this machine (data parallel; one process per device). Under "
                   "mpirun, srun or torchrun leave it out: the launcher's environment gives the ranks");

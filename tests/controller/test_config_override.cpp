@@ -103,7 +103,7 @@ TEST_CASE("override values: unquoted strings", "[config][override]") {
   CHECK(same(value_of("/data/gsm8k/train.parquet"), json("/data/gsm8k/train.parquet")));
   CHECK(same(value_of("Qwen/Qwen2.5-0.5B-Instruct"), json("Qwen/Qwen2.5-0.5B-Instruct")));
   CHECK(same(value_of("2024-01-01"), json("2024-01-01")));
-  CHECK(same(value_of("a b"), json("a b")));             // inner blanks are kept
+  CHECK(same(value_of("a b"), json("a b")));                      // inner blanks are kept
   CHECK(same(value_of("  hello world  "), json("hello world")));  // outer blanks are not
   CHECK(same(value_of("x:y"), json("x:y")));
   CHECK(same(value_of("C:\\path"), json("C:\\path")));
@@ -111,8 +111,8 @@ TEST_CASE("override values: unquoted strings", "[config][override]") {
   CHECK(same(value_of("a\\,b\\[c\\]"), json("a,b[c]")));  // escapes for grammar characters
   CHECK(same(value_of("job\\{a\\=1\\}"), json("job{a=1}")));
   CHECK(same(value_of("a\\ b"), json("a b")));
-  CHECK(same(value_of(""), json("")));                    // key= is the empty string
-  CHECK(same(value_of("实验"), json("实验")));            // UTF-8 text (a verlpp extension)
+  CHECK(same(value_of(""), json("")));          // key= is the empty string
+  CHECK(same(value_of("实验"), json("实验")));  // UTF-8 text (a verlpp extension)
 }
 
 TEST_CASE("override values: quoted strings with escapes", "[config][override]") {
@@ -179,9 +179,8 @@ TEST_CASE("override errors name the override, the column and what was expected",
   CHECK_THAT(error_of([] { parse_override("=3"); }), Contains("column 1") && Contains("expected a key"));
   CHECK_THAT(error_of([] { parse_override("a b=3"); }), Contains("column 2") && Contains("a key character"));
   CHECK_THAT(error_of([] { parse_override("a..b=3"); }), Contains("column 3") && Contains("empty one"));
-  CHECK_THAT(error_of([] { parse_override("k=[1,2"); }),
-             Contains("override 'k=[1,2'") && Contains("column 7") && Contains("',' or ']'") &&
-                 Contains("end of the value"));
+  CHECK_THAT(error_of([] { parse_override("k=[1,2"); }), Contains("override 'k=[1,2'") && Contains("column 7") &&
+                                                             Contains("',' or ']'") && Contains("end of the value"));
   CHECK(same(value_of("[1 2]"), json::array({"1 2"})));  // blanks join tokens into one string
   CHECK_THAT(error_of([] { parse_override("k={a 1}"); }), Contains("column 7") && Contains("':' after the dict key"));
   CHECK_THAT(error_of([] { parse_override("k='abc"); }), Contains("column 3") && Contains("closing '"));
@@ -190,17 +189,20 @@ TEST_CASE("override errors name the override, the column and what was expected",
   CHECK_THAT(error_of([] { parse_override("k=~/data/x"); }),
              Contains("column 3") && Contains("'~' is not allowed") && Contains("quote the value"));
   CHECK_THAT(error_of([] { parse_override("k=a=b"); }), Contains("column 4"));
-  CHECK_THAT(error_of([] { parse_override("k=a,b"); }), Contains("column 4") && Contains("sweep") &&
-                                                            Contains("[a,b]"));
+  CHECK_THAT(error_of([] { parse_override("k=a,b"); }), Contains("column 4") && Contains("sweep") && Contains("[a,b]"));
   CHECK_THAT(error_of([] { parse_override("k=choice(a,b)"); }), Contains("choice(...)"));
   CHECK_THAT(error_of([] { parse_override("k=a\"b\""); }), Contains("column 4"));
   CHECK(same(value_of("   "), json("")));  // '=' takes the blanks after it: the empty string
   CHECK_THAT(error_of([] { parse_override("db/mysql=x"); }), Contains("column 3") && Contains("config-group"));
   CHECK_THAT(error_of([] { parse_override("db@pkg=x"); }), Contains("config-group"));
-  CHECK_THAT(error_of([] { parse_override("k=a\xff" "b"); }), Contains("at column 4: the byte 0xff is not UTF-8"));
+  CHECK_THAT(error_of([] {
+               parse_override(
+                   "k=a\xff"
+                   "b");
+             }),
+             Contains("at column 4: the byte 0xff is not UTF-8"));
   CHECK_THAT(error_of([] { parse_override("k=\xc3"); }), Contains("at column 3: the byte 0xc3 is not UTF-8"));
-  CHECK_THAT(error_of([] { parse_override("k=" + std::string(100000, '[')); }),
-             Contains("nested at most 512 levels"));
+  CHECK_THAT(error_of([] { parse_override("k=" + std::string(100000, '[')); }), Contains("nested at most 512 levels"));
 }
 
 TEST_CASE("config overrides: Hydra's booleans, numbers and strings fit verl's keys", "[config][override]") {

@@ -49,8 +49,7 @@ std::string difference(const json& got, const json& want, const std::string& pat
     return ok ? "" : path + ": not " + kind;
   }
   const bool got_int = got.is_number_integer(), want_int = want.is_number_integer();
-  if (got_int != want_int || got.is_number_float() != want.is_number_float() ||
-      (!got_int && got.type() != want.type()))
+  if (got_int != want_int || got.is_number_float() != want.is_number_float() || (!got_int && got.type() != want.type()))
     return path + ": " + got.dump() + " (got) vs " + want.dump() + " (PyYAML)";
   if (want.is_object()) {
     if (got.size() != want.size()) return path + ": keys differ: " + got.dump() + " vs " + want.dump();
@@ -312,8 +311,7 @@ TEST_CASE("interpolations: relative keys, oc.select, oc.env, escapes; others ref
                                                     Contains("actor_rollout_ref.model.override_config.v"));
   CHECK_THAT(resolve_error("${oc.create:{a: 1}}"), Contains("'oc.create' is not supported"));
   CHECK_THAT(resolve_error("${my_resolver:1}"), Contains("'my_resolver' is not supported"));
-  CHECK_THAT(resolve_error("${oc.env:VERLPP_TEST_CONFIG_UNSET}"),
-             Contains("VERLPP_TEST_CONFIG_UNSET is not set"));
+  CHECK_THAT(resolve_error("${oc.env:VERLPP_TEST_CONFIG_UNSET}"), Contains("VERLPP_TEST_CONFIG_UNSET is not set"));
   CHECK_THAT(resolve_error("${.....too.far}"), Contains("above the top of the config"));
   CHECK_THAT(resolve_error("${trainer.nope}"), Contains("${trainer.nope}") && Contains("unknown key"));
   CHECK_THAT(resolve_error("${oc.select:}"), Contains("expected ${oc.select:key}"));

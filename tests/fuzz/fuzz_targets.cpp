@@ -194,9 +194,11 @@ Target config_yaml_target() {
     c.resolve();
     controller::parse_run_settings(c, 1, 1);
   };
-  t.dictionary = {":", ": ", "- ", "\n  ", "[", "]", "{", "}", ",", "&a ", "*a", "<<: ", "!!str ", "!!int ", "'",
-                  "\"", "|\n", ">\n", "~", "null", "yes", "1e-6", ".inf", "0x1F", "1:30", "---\n", "? ",
-                  "${oc.select:", "${.", "defaults:", "_self_", "ppo_trainer", "_target_: "};
+  t.dictionary = {":",    ": ",        "- ",     "\n  ",        "[",         "]",      "{",
+                  "}",    ",",         "&a ",    "*a",          "<<: ",      "!!str ", "!!int ",
+                  "'",    "\"",        "|\n",    ">\n",         "~",         "null",   "yes",
+                  "1e-6", ".inf",      "0x1F",   "1:30",        "---\n",     "? ",     "${oc.select:",
+                  "${.",  "defaults:", "_self_", "ppo_trainer", "_target_: "};
   return t;
 }
 
@@ -222,13 +224,14 @@ Target override_target() {
     c.resolve();
     controller::parse_run_settings(c, 1, 1);
   };
-  t.dictionary = {"=", "+", "++", "~", "[", "]", "{", "}", ",", ":", "'", "\"", "\\", "${", "}", "null", "True",
-                  "1e-6", ".5", "inf", "1_000", "choice(", "a/b", "@", ".0", "${oc.select:", "${.", "\\,"};
+  t.dictionary = {
+      "=", "+",    "++",   "~",    "[",  "]",   "{",     "}",       ",",   ":", "'",  "\"",           "\\",  "${",
+      "}", "null", "True", "1e-6", ".5", "inf", "1_000", "choice(", "a/b", "@", ".0", "${oc.select:", "${.", "\\,"};
   return t;
 }
 
 std::vector<Target> all_targets() {
-  return {config_target(),      dataset_target(),     tokenizer_target(),  safetensors_target(),
+  return {config_target(),       dataset_target(),     tokenizer_target(), safetensors_target(),
           model_config_target(), config_yaml_target(), override_target()};
 };
 }

@@ -41,11 +41,11 @@ enum class OverrideAction { change, add, add_or_change, remove };
 // One parsed override.
 struct Override {
   OverrideAction action = OverrideAction::change;
-  std::string key;           // the dotted path, e.g. actor_rollout_ref.actor.optim.lr
-  bool has_value = true;     // false only for `~key`
-  nlohmann::json value;      // the typed value (null for `~key`)
-  std::string value_text;    // the value's text with outer blanks dropped, as typed
-  bool value_quoted = false; // the whole value is one quoted string
+  std::string key;            // the dotted path, e.g. actor_rollout_ref.actor.optim.lr
+  bool has_value = true;      // false only for `~key`
+  nlohmann::json value;       // the typed value (null for `~key`)
+  std::string value_text;     // the value's text with outer blanks dropped, as typed
+  bool value_quoted = false;  // the whole value is one quoted string
 };
 
 // Parses one override. Errors name the override, the 1-based column and what was expected.

@@ -82,8 +82,7 @@ std::string type_name(const json& v) {
 // verl keys that take one string where the default is a list (verl wraps it: trainer.logger)
 // or take a path or a list of paths (the data files).
 bool string_or_list_key(const std::string& path) {
-  static const std::set<std::string> keys = {"trainer.logger", "data.train_files", "data.val_files",
-                                             "sft.train_files"};
+  static const std::set<std::string> keys = {"trainer.logger", "data.train_files", "data.val_files", "sft.train_files"};
   return keys.count(path) != 0;
 }
 
@@ -261,8 +260,8 @@ Config Config::from_file(const std::string& path) {
     try {
       given = json::parse(text);
     } catch (const json::exception& e) {  // parse_error, or out_of_range for a number that overflows
-      throw Error(path, fmt::format("not valid JSON ({} is read as YAML only when named .yaml or .yml): {}", path,
-                                    e.what()));
+      throw Error(path,
+                  fmt::format("not valid JSON ({} is read as YAML only when named .yaml or .yml): {}", path, e.what()));
     }
   }
   return from_json(given, path);
@@ -300,8 +299,7 @@ void Config::apply(const Override& o, const std::string& text) {
     }
     json* next = child(*node, part);
     if (next == nullptr || !(next->is_object() || next->is_array())) {
-      if (node->is_array())
-        throw Error(where, fmt::format("'{}': the list has {} entries", walked, node->size()));
+      if (node->is_array()) throw Error(where, fmt::format("'{}': the list has {} entries", walked, node->size()));
       if (o.action == OverrideAction::remove)
         throw Error(where, fmt::format("cannot delete '{}': '{}' is not in the config", o.key, walked));
       if (next != nullptr && !next->is_null() && !adding)
@@ -332,11 +330,11 @@ void Config::apply(const Override& o, const std::string& text) {
   if (o.action == OverrideAction::remove) {
     if (current == nullptr) throw Error(where, fmt::format("cannot delete '{}': it is not in the config", o.key));
     if (leaf_shape != nullptr)
-      throw Error(where, fmt::format("cannot delete '{}': verlpp reads it; set it instead (e.g. {}=null)", o.key,
-                                     o.key));
+      throw Error(where,
+                  fmt::format("cannot delete '{}': verlpp reads it; set it instead (e.g. {}=null)", o.key, o.key));
     if (o.has_value && *current != o.value)
-      throw Error(where, fmt::format("cannot delete '{}': its value is {}, not {}", o.key, current->dump(),
-                                     o.value.dump()));
+      throw Error(where,
+                  fmt::format("cannot delete '{}': its value is {}, not {}", o.key, current->dump(), o.value.dump()));
     if (node->is_array())
       node->erase(size_t(std::stoull(leaf)));
     else
@@ -356,8 +354,7 @@ void Config::apply(const Override& o, const std::string& text) {
   json value = o.value;
   // An unquoted number or boolean for a string key is its text (OmegaConf's str typing): 1e-6
   // stays "1e-6", True stays "True".
-  if (current->is_string() && !is_reference(*current) && !o.value_quoted &&
-      (value.is_boolean() || value.is_number()))
+  if (current->is_string() && !is_reference(*current) && !o.value_quoted && (value.is_boolean() || value.is_number()))
     value = o.value_text;
   if (leaf_shape != nullptr) value = fit_type(*current, std::move(value), o.key, where);
   if (current->is_object() && value.is_object()) {

@@ -278,8 +278,8 @@ class ValueParser {
     consider(Tok::uchar, uchars.find(c) != std::string::npos ? 1 : 0);
     consider(Tok::id, id_len(p));
     if (best.len == 0) {
-      std::string shown = (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? fmt::format("\\x{:02x}", int(c))
-                                                                                : std::string(1, c);
+      std::string shown =
+          (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? fmt::format("\\x{:02x}", int(c)) : std::string(1, c);
       throw Error(where_, fmt::format("at column {}: the character '{}' is not allowed in an unquoted value; "
                                       "quote the value ('...' or \"...\")",
                                       column(p), shown));
@@ -341,8 +341,8 @@ class ValueParser {
       uint64_t u = 0;
       auto ru = std::from_chars(digits.data(), digits.data() + digits.size(), u);
       if (ru.ec == std::errc() && ru.ptr == digits.data() + digits.size()) return u;
-      throw Error(where_, fmt::format("at column {}: the integer {} is out of range (64 bits)", column(t.pos),
-                                      text_of(t)));
+      throw Error(where_,
+                  fmt::format("at column {}: the integer {} is out of range (64 bits)", column(t.pos), text_of(t)));
     }
     return v;
   }
@@ -401,8 +401,9 @@ class ValueParser {
     while (true) {
       const Token t = peek();
       if (t.kind == Tok::quoted)
-        fail(t.pos, "no quote inside an unquoted value; quote the whole value or escape nothing but \\( \\) \\[ "
-                    "\\] \\{ \\} \\: \\= \\, and blanks");
+        fail(t.pos,
+             "no quote inside an unquoted value; quote the whole value or escape nothing but \\( \\) \\[ "
+             "\\] \\{ \\} \\: \\= \\, and blanks");
       if (!is_primitive_token(t.kind, dict_key)) break;
       tokens.push_back(advance());
     }
@@ -458,8 +459,8 @@ class ValueParser {
         const Token sep = advance();
         if (sep.kind == Tok::rbracket) return list;
         if (sep.kind != Tok::comma)
-          fail(sep.pos, fmt::format("',' or ']' in the list opened at column {}, got {}", column(t.pos),
-                                    describe(sep)));
+          fail(sep.pos,
+               fmt::format("',' or ']' in the list opened at column {}, got {}", column(t.pos), describe(sep)));
       }
     }
     if (t.kind == Tok::lbrace) {
@@ -485,8 +486,8 @@ class ValueParser {
         const Token sep = advance();
         if (sep.kind == Tok::rbrace) return dict;
         if (sep.kind != Tok::comma)
-          fail(sep.pos, fmt::format("',' or '}}' in the dict opened at column {}, got {}", column(t.pos),
-                                    describe(sep)));
+          fail(sep.pos,
+               fmt::format("',' or '}}' in the dict opened at column {}, got {}", column(t.pos), describe(sep)));
       }
     }
     json v = parse_primitive(false, depth == 0);

@@ -160,8 +160,8 @@ class Resolver {
       throw Error("config", fmt::format("reference cycle: {} -> {}", join(stack_, " -> "), name));
     const json* value = find(target);
     if (value == nullptr)
-      throw Error("config", fmt::format("'{}' (in '{}') refers to an unknown key; did you mean '{}'?", expr,
-                                        dotted(at), nearest_config_key(name)));
+      throw Error("config", fmt::format("'{}' (in '{}') refers to an unknown key; did you mean '{}'?", expr, dotted(at),
+                                        nearest_config_key(name)));
     stack_.push_back(name);
     json resolved = node(*value, target);
     stack_.pop_back();
@@ -220,7 +220,8 @@ class Resolver {
   // A string value with interpolations in it.
   json text(const std::string& s, const Path& at) {
     // One interpolation and nothing else: the resolved value, with its type.
-    if (s.rfind("${", 0) == 0 && interpolation_end(s, 1) == s.size()) return interpolation(s.substr(2, s.size() - 3), at);
+    if (s.rfind("${", 0) == 0 && interpolation_end(s, 1) == s.size())
+      return interpolation(s.substr(2, s.size() - 3), at);
     std::string out;
     size_t pos = 0;
     while (pos < s.size()) {

@@ -175,8 +175,10 @@ bool is_float(const std::string& s) {
          whole([](Cursor& c) {  // [-+]?\.(inf|Inf|INF)
            c.sign();
            return c.s.compare(c.p, std::string::npos, ".inf") == 0 ||
-                  c.s.compare(c.p, std::string::npos, ".Inf") == 0 ||
-                  c.s.compare(c.p, std::string::npos, ".INF") == 0 ? (c.p = c.s.size(), true) : false;
+                          c.s.compare(c.p, std::string::npos, ".Inf") == 0 ||
+                          c.s.compare(c.p, std::string::npos, ".INF") == 0
+                      ? (c.p = c.s.size(), true)
+                      : false;
          }) ||
          s == ".nan" || s == ".NaN" || s == ".NAN" ||
          whole([](Cursor& c) {  // OmegaConf: [-+]?[0-9]+(_[0-9]+)*\.[0-9_]*([eE][-+]?[0-9]+)?
@@ -353,14 +355,14 @@ class Converter {
 
   [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& what) const {
     const YAML::Mark mark = node.Mark();
-    const std::string at = mark.is_null() ? std::string()
-                                          : fmt::format(" at line {}, column {}", mark.line + 1, mark.column + 1);
-    throw Error(origin_, fmt::format("{}{}: {}", path.empty() ? std::string("the document") : "'" + path + "'", at,
-                                     what));
+    const std::string at =
+        mark.is_null() ? std::string() : fmt::format(" at line {}, column {}", mark.line + 1, mark.column + 1);
+    throw Error(origin_,
+                fmt::format("{}{}: {}", path.empty() ? std::string("the document") : "'" + path + "'", at, what));
   }
   [[noreturn]] void unsupported_tag(const YAML::Node& node, const std::string& path) const {
-    fail(node, path, fmt::format("the tag {} is not supported (only !!str !!int !!float !!bool !!null !!map !!seq)",
-                                 node.Tag()));
+    fail(node, path,
+         fmt::format("the tag {} is not supported (only !!str !!int !!float !!bool !!null !!map !!seq)", node.Tag()));
   }
 
   json scalar(const YAML::Node& node, const std::string& path) const {
@@ -470,15 +472,15 @@ nlohmann::json yaml_to_json(const std::string& text, const std::string& origin) 
                                       counter.starts[1].line + 1, counter.starts[1].column + 1));
     document = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw Error(origin, fmt::format("not valid YAML at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1,
-                                    e.msg));
+    throw Error(origin,
+                fmt::format("not valid YAML at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
   }
   if (document.IsNull()) return json::object();
   try {
     return Converter(origin).convert(document, "", 0);
   } catch (const YAML::Exception& e) {
-    throw Error(origin, fmt::format("not valid YAML at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1,
-                                    e.msg));
+    throw Error(origin,
+                fmt::format("not valid YAML at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
   }
 }
 
