@@ -175,6 +175,14 @@ TEST_CASE("YAML errors name the file, the line and the key", "[config][yaml]") {
   CHECK_THAT(error_of([&] { yaml_to_json(laughs, "f.yaml"); }), Contains("more than 100000 nodes"));
   CHECK_THAT(error_of([] { yaml_to_json("a: 1\nb: x\xff\n", "f.yaml"); }),
              Contains("f.yaml: line 2, column 5: the byte 0xff is not UTF-8"));
+  // Deep nesting: yaml-cpp stops at its own depth limit; aliases nesting deeper stop at 512.
+  CHECK_THAT(error_of([] { yaml_to_json("a: " + std::string(100000, '['), "f.yaml"); }),
+             Contains("f.yaml: not valid YAML at line 1"));
+  const std::string chain = "a0: &a0 " + std::string(300, '[') + "x" + std::string(300, ']') + "\na1: " +
+                            std::string(300, '[') + "*a0" + std::string(300, ']') + "\n";
+  const std::string deep = error_of([&] { yaml_to_json(chain, "f.yaml"); });
+  CHECK_THAT(deep, Contains("nested deeper than 512 levels"));
+  CHECK(deep.size() < 300);  // the key path is shortened in the message
   CHECK(yaml_to_json("", "f.yaml") == json::object());
   CHECK(yaml_to_json("# only a comment\n", "f.yaml") == json::object());
   CHECK_THAT(error_of([] { Config::from_json(yaml_to_json("- a\n", "f.yaml"), "f.yaml"); }),

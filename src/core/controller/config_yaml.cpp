@@ -357,8 +357,10 @@ class Converter {
     const YAML::Mark mark = node.Mark();
     const std::string at =
         mark.is_null() ? std::string() : fmt::format(" at line {}, column {}", mark.line + 1, mark.column + 1);
+    // A path through deep nesting is shortened: its start and its end say where it is.
+    const std::string shown = path.size() <= 120 ? path : path.substr(0, 60) + "..." + path.substr(path.size() - 50);
     throw Error(origin_,
-                fmt::format("{}{}: {}", path.empty() ? std::string("the document") : "'" + path + "'", at, what));
+                fmt::format("{}{}: {}", path.empty() ? std::string("the document") : "'" + shown + "'", at, what));
   }
   [[noreturn]] void unsupported_tag(const YAML::Node& node, const std::string& path) const {
     fail(node, path,
