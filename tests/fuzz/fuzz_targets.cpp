@@ -173,20 +173,21 @@ Target model_config_target() {
   return t;
 }
 
-}  // namespace
-
 Target config_yaml_target() {
   Target t;
   t.name = "config_yaml";
   t.file_name = "run.yaml";
   t.seeds = [] {
-    return std::vector<std::string>{
-        source_file("tests/controller/config_files/yaml_scalars.yaml"),
-        source_file("tests/controller/config_files/verl_generated_ppo_trainer.yaml"),
-        "hydra:\n  searchpath: [file://verl/trainer/config]\ndefaults:\n  - ppo_trainer\n  - _self_\n"
+    const std::string valid_run =
         "data:\n  train_batch_size: 8\n  max_prompt_length: 16\nactor_rollout_ref:\n  rollout: {n: 4}\n"
-        "  actor:\n    ppo_mini_batch_size: 4\n    ppo_micro_batch_size_per_gpu: 2\n    optim: {lr: 1e-6}\n"
-        "  model:\n    override_config: {a: ${oc.select:data.max_prompt_length,1}, b: &x [1, 2], c: *x}\n"};
+        "  actor:\n    ppo_mini_batch_size: 4\n    ppo_micro_batch_size_per_gpu: 2\n    optim: {lr: 1e-6}\n";
+    return std::vector<std::string>{
+        "hydra:\n  searchpath: [file://verl/trainer/config]\ndefaults:\n  - ppo_trainer\n  - _self_\n" + valid_run,
+        valid_run +
+            "  model:\n    use_remove_padding: True\n    override_config:\n      base: &b {x: 1, y: 0x1F}\n"
+            "      merged: {<<: *b, y: 1:30}\n      list: &l [yes, ~, .inf, 0755, 1_000, 'q', \"d\"]\n"
+            "      copy: *l\n      ref: ${oc.select:data.max_prompt_length,1}\n      rel: ${.merged.x}\n"
+            "      text: |\n        block\n      folded: >\n        a\n        b\n"};
   };
   t.run_one = [](const std::string& folder) {
     controller::yaml_to_json(source_text(folder + "/run.yaml"), "run.yaml");
@@ -213,6 +214,8 @@ Target override_target() {
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2\nactor_rollout_ref.rollout.n=2\n"
         "algorithm.adv_estimator=grpo\nactor_rollout_ref.model.use_remove_padding=True\n"
         "actor_rollout_ref.actor.optim.lr=1e-6\ntrainer.logger=console\n",
+        "data.train_batch_size=8\nactor_rollout_ref.actor.ppo_mini_batch_size=4\n"
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2\nactor_rollout_ref.rollout.n=2\n"
         "data.train_files=['/d/a.parquet','/d/b.parquet']\n+actor_rollout_ref.model.override_config.x={a: [1, 2.5, "
         "null], b: \"s,t\"}\n++trainer.project_name=p\n~actor_rollout_ref.model.override_config.x\n"
         "trainer.experiment_name=${trainer.project_name}_${oc.select:data.seed,0}\n"};
@@ -230,10 +233,11 @@ Target override_target() {
   return t;
 }
 
+}  // namespace
+
 std::vector<Target> all_targets() {
   return {config_target(),       dataset_target(),     tokenizer_target(), safetensors_target(),
           model_config_target(), config_yaml_target(), override_target()};
-};
 }
 
 }  // namespace verlpp::fuzz
