@@ -178,8 +178,8 @@ TEST_CASE("YAML errors name the file, the line and the key", "[config][yaml]") {
   // Deep nesting: yaml-cpp stops at its own depth limit; aliases nesting deeper stop at 512.
   CHECK_THAT(error_of([] { yaml_to_json("a: " + std::string(100000, '['), "f.yaml"); }),
              Contains("f.yaml: not valid YAML at line 1"));
-  const std::string chain = "a0: &a0 " + std::string(300, '[') + "x" + std::string(300, ']') + "\na1: " +
-                            std::string(300, '[') + "*a0" + std::string(300, ']') + "\n";
+  const std::string chain = "a0: &a0 " + std::string(300, '[') + "x" + std::string(300, ']') +
+                            "\na1: " + std::string(300, '[') + "*a0" + std::string(300, ']') + "\n";
   const std::string deep = error_of([&] { yaml_to_json(chain, "f.yaml"); });
   CHECK_THAT(deep, Contains("nested deeper than 512 levels"));
   CHECK(deep.size() < 300);  // the key path is shortened in the message
