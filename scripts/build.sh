@@ -9,6 +9,8 @@ PACKAGES=(build-essential cmake ninja-build ccache pkg-config
           libgloo-dev libcli11-dev libicu-dev
           # the parquet reader's codecs (SNAPPY, ZSTD, GZIP)
           libsnappy-dev libzstd-dev zlib1g-dev
+          # yaml-cpp: YAML config files (verlpp train CONFIG.yaml).
+          libyaml-cpp-dev
           # clang-format 14: the format check (tests/format/format_check.sh) runs in the test suite.
           clang-format
           # Debian's LibTorch calls whichever libblas.so.3 is selected; without OpenBLAS that is the

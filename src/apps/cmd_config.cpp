@@ -1,6 +1,6 @@
-// `verlpp config --print [CONFIG.json] [key=value ...]`: loads the defaults (or a config file),
-// applies the overrides, resolves references, validates (the checks a run makes as it reads its
-// settings), and prints the full tree as JSON.
+// `verlpp config --print [CONFIG.json|CONFIG.yaml] [overrides ...]`: loads the defaults (or a
+// config file), applies the overrides (Hydra's grammar), resolves references, validates (the checks a run makes as it
+// reads its settings), and prints the full tree as JSON.
 #include "commands.hpp"
 
 #include <verlpp/controller/config.hpp>
@@ -17,11 +17,12 @@ void register_config_command(CLI::App& app) {
   auto args = std::make_shared<std::vector<std::string>>();
   cmd->add_flag("--print", *print, "print the resolved configuration as JSON (the default action)");
   cmd->add_flag("--no-validate", *no_validate, "skip the cross-field checks");
-  cmd->add_option("args", *args, "an optional CONFIG.json, then key=value overrides");
+  cmd->add_option("args", *args,
+                  "an optional CONFIG.json or CONFIG.yaml, then overrides (key=value, +key=value, ++key=value, ~key)");
   cmd->callback([=] {
     std::vector<std::string> overrides = *args;
     controller::Config config = controller::Config::defaults();
-    if (!overrides.empty() && overrides.front().find('=') == std::string::npos) {
+    if (!overrides.empty() && controller::is_config_file_argument(overrides.front())) {
       config = controller::Config::from_file(overrides.front());
       overrides.erase(overrides.begin());
     }

@@ -1,4 +1,4 @@
-// `verlpp train [CONFIG.json] [key=value ...]`: RL post-training (RlTrainer). Without a config
+// `verlpp train [CONFIG.json|CONFIG.yaml] [overrides ...]`: RL post-training (RlTrainer). Without a config
 // it runs the embedded default, the main job: the tiny model (examples/tiny, initialised from a
 // seed) is warm-started by SFT on generated arithmetic problems, then trained by GRPO on a
 // held-apart set with the `arith` reward (examples/arith/grpo_tiny.json). The run folder gets
@@ -99,7 +99,7 @@ void launch_ranks(int nproc, const std::vector<std::string>& args, const control
 void run_train(std::vector<std::string> args, int nproc) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<std::string> given_args = args;
-  const bool embedded_default = args.empty() || args.front().find('=') != std::string::npos;
+  const bool embedded_default = args.empty() || !controller::is_config_file_argument(args.front());
   controller::Config config = controller::Config::defaults();
   if (embedded_default) {
     config =
@@ -188,7 +188,9 @@ void register_train_command(CLI::App& app) {
                                  "SFT then GRPO of the tiny model on arithmetic");
   auto args = std::make_shared<std::vector<std::string>>();
   auto nproc = std::make_shared<int>(1);
-  cmd->add_option("args", *args, "an optional CONFIG.json (verl's keys), then key=value overrides");
+  cmd->add_option("args", *args,
+                  "an optional CONFIG.json or CONFIG.yaml (verl's keys), then overrides in Hydra's grammar (key=value, "
+                  "+key=value, ++key=value, ~key)");
   cmd->add_option("--nproc", *nproc,
                   "ranks to start on this machine (data parallel; one process per device). Under "
                   "mpirun, srun or torchrun leave it out: the launcher's environment gives the ranks");

@@ -5,6 +5,7 @@
 
 #include <verlpp/controller/arith_task.hpp>
 #include <verlpp/controller/config.hpp>
+#include <verlpp/controller/config_yaml.hpp>
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/controller/run_settings.hpp>
 #include <verlpp/data/parquet.hpp>
@@ -26,6 +27,14 @@ using json = nlohmann::json;
 
 std::string source_file(const std::string& relative) {
   std::ifstream in(std::string(VERLPP_SOURCE_DIR) + "/" + relative, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The bytes of a file the driver wrote (reading it as the parsers do is not what is tested here).
+std::string source_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
@@ -203,11 +212,71 @@ Target parquet_target() {
   return t;
 }
 
+Target config_yaml_target() {
+  Target t;
+  t.name = "config_yaml";
+  t.file_name = "run.yaml";
+  t.seeds = [] {
+    const std::string valid_run =
+        "data:\n  train_batch_size: 8\n  max_prompt_length: 16\nactor_rollout_ref:\n  rollout: {n: 4}\n"
+        "  actor:\n    ppo_mini_batch_size: 4\n    ppo_micro_batch_size_per_gpu: 2\n    optim: {lr: 1e-6}\n";
+    return std::vector<std::string>{
+        "hydra:\n  searchpath: [file://verl/trainer/config]\ndefaults:\n  - ppo_trainer\n  - _self_\n" + valid_run,
+        valid_run +
+            "  model:\n    use_remove_padding: True\n    override_config:\n      base: &b {x: 1, y: 0x1F}\n"
+            "      merged: {<<: *b, y: 1:30}\n      list: &l [yes, ~, .inf, 0755, 1_000, 'q', \"d\"]\n"
+            "      copy: *l\n      ref: ${oc.select:data.max_prompt_length,1}\n      rel: ${.merged.x}\n"
+            "      text: |\n        block\n      folded: >\n        a\n        b\n"};
+  };
+  t.run_one = [](const std::string& folder) {
+    controller::yaml_to_json(source_text(folder + "/run.yaml"), "run.yaml");
+    controller::Config c = controller::Config::from_file(folder + "/run.yaml");
+    c.resolve();
+    controller::parse_run_settings(c, 1, 1);
+  };
+  t.dictionary = {":",    ": ",        "- ",     "\n  ",        "[",         "]",      "{",
+                  "}",    ",",         "&a ",    "*a",          "<<: ",      "!!str ", "!!int ",
+                  "'",    "\"",        "|\n",    ">\n",         "~",         "null",   "yes",
+                  "1e-6", ".inf",      "0x1F",   "1:30",        "---\n",     "? ",     "${oc.select:",
+                  "${.",  "defaults:", "_self_", "ppo_trainer", "_target_: "};
+  return t;
+}
+
+// One override per line, applied to the defaults in order, then resolved and validated.
+Target override_target() {
+  Target t;
+  t.name = "override";
+  t.file_name = "overrides.txt";
+  t.seeds = [] {
+    return std::vector<std::string>{
+        "data.train_batch_size=8\nactor_rollout_ref.actor.ppo_mini_batch_size=4\n"
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2\nactor_rollout_ref.rollout.n=2\n"
+        "algorithm.adv_estimator=grpo\nactor_rollout_ref.model.use_remove_padding=True\n"
+        "actor_rollout_ref.actor.optim.lr=1e-6\ntrainer.logger=console\n",
+        "data.train_batch_size=8\nactor_rollout_ref.actor.ppo_mini_batch_size=4\n"
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2\nactor_rollout_ref.rollout.n=2\n"
+        "data.train_files=['/d/a.parquet','/d/b.parquet']\n+actor_rollout_ref.model.override_config.x={a: [1, 2.5, "
+        "null], b: \"s,t\"}\n++trainer.project_name=p\n~actor_rollout_ref.model.override_config.x\n"
+        "trainer.experiment_name=${trainer.project_name}_${oc.select:data.seed,0}\n"};
+  };
+  t.run_one = [](const std::string& folder) {
+    controller::Config c = controller::Config::defaults();
+    std::istringstream lines(source_text(folder + "/overrides.txt"));
+    for (std::string line; std::getline(lines, line);) c.apply_override(line);
+    c.resolve();
+    controller::parse_run_settings(c, 1, 1);
+  };
+  t.dictionary = {
+      "=", "+",    "++",   "~",    "[",  "]",   "{",     "}",       ",",   ":", "'",  "\"",           "\\",  "${",
+      "}", "null", "True", "1e-6", ".5", "inf", "1_000", "choice(", "a/b", "@", ".0", "${oc.select:", "${.", "\\,"};
+  return t;
+}
+
 }  // namespace
 
 std::vector<Target> all_targets() {
-  return {config_target(),      dataset_target(),      tokenizer_target(),
-          safetensors_target(), model_config_target(), parquet_target()};
+  return {config_target(),       dataset_target(),      tokenizer_target(), safetensors_target(),
+          model_config_target(), config_yaml_target(), override_target(),  parquet_target()};
 }
 
 }  // namespace verlpp::fuzz

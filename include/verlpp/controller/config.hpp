@@ -1,8 +1,12 @@
 // The run configuration: verl's key names and defaults (ppo_trainer.yaml) as one JSON tree,
-// merged with a user's JSON file and dotted command-line overrides. Unknown keys are errors
-// that suggest the nearest valid key; `${a.b}` references are resolved after all overrides,
-// as OmegaConf does for verl; inconsistent values are refused by validate() before any work.
+// merged with a user's JSON or YAML file and command-line overrides in Hydra's grammar
+// (config_override.hpp). Unknown keys are errors that suggest the nearest valid key;
+// interpolations (`${a.b}`, `${.sibling}`, `${oc.select:a.b,default}`, `${oc.env:VAR}`) are
+// resolved after all overrides, as OmegaConf does for verl; inconsistent values are refused by
+// validate() before any work.
 #pragma once
+
+#include <verlpp/controller/config_override.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -33,17 +37,30 @@ class Config {
  public:
   // The full default tree (every key verlpp accepts, with verl's default values).
   static Config defaults();
-  // Defaults merged with the JSON file at `path`; errors name the file and the key.
+  // Defaults merged with the config file at `path`: YAML when it is named .yaml or .yml (typed
+  // as OmegaConf types YAML, config_yaml.hpp), JSON otherwise. Errors name the file and the key.
   static Config from_file(const std::string& path);
-  // Defaults merged with an already-parsed JSON object; `origin` names it in errors.
+  // Defaults merged with an already-parsed object; `origin` names it in errors. Its Hydra
+  // `defaults:` list may name verl's base config (ppo_trainer) and `_self_` only (either order:
+  // the later wins); `hydra.searchpath` is accepted (the base is built in), other hydra.* keys
+  // and other defaults entries are refused by name. `_target_` keys naming verl's classes
+  // (verl.*) are dropped; others are refused.
   static Config from_json(const nlohmann::json& given, const std::string& origin);
 
-  // Applies "a.b.c=value" (value parsed as JSON when it parses, else taken as a string; the
-  // result must fit the default's type). Errors name the key and suggest the nearest one.
+  // Applies one override in Hydra's grammar (config_override.hpp): key=value, +key=value,
+  // ++key=value, ~key[=value]. A value must fit the type of the value it replaces (an integral
+  // float fits an integer; an unquoted number or boolean for a string key is its text; one string
+  // for trainer.logger is a one-entry list). Dict values merge into sections; lists replace.
+  // Errors name the override and suggest the nearest key.
   void apply_override(const std::string& assignment);
   void apply_overrides(const std::vector<std::string>& assignments);
+  // The same for an already-parsed override; `text` names it in errors.
+  void apply(const Override& o, const std::string& text);
 
-  // Resolves `${a.b}` references (call once, after all overrides); cycles are errors.
+  // Resolves interpolations (call once, after all overrides): `${a.b}` (absolute), `${.b}` /
+  // `${..b}` (relative to the key's section), `${oc.select:key,default}`, `${oc.env:VAR,default}`;
+  // a whole-value interpolation keeps the value's type. Other resolvers are refused by name;
+  // cycles and unknown keys are errors.
   void resolve();
   // Cross-field checks for a run of `world_size` ranks, `ranks_per_node` per machine (0 = all
   // on one); throws one Error listing every problem found. trainer.nnodes and
@@ -80,6 +97,12 @@ class Config {
   [[noreturn]] static void throw_wrong_type(const std::string& dotted, const nlohmann::json& value, const char* wanted);
   nlohmann::json tree_;
 };
+
+// True for a path named .yaml or .yml (read as YAML by Config::from_file).
+bool is_yaml_file_name(const std::string& path);
+// True when a command's first argument is a config file rather than an override (no '=', and
+// not ~key or +key).
+bool is_config_file_argument(const std::string& arg);
 
 // The valid key closest to `key` (edit distance over dotted paths), for "did you mean" hints.
 std::string nearest_config_key(const std::string& key);
