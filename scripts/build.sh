@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config
           libtorch-dev libfmt-dev nlohmann-json3-dev catch2 libboost-dev libdlpack-dev
           libgloo-dev libcli11-dev libicu-dev
+          # yaml-cpp: MLflow's meta.yaml (the mlflow logger); protobuf: the tests read TensorBoard
+          # event files with the protobuf library (a minimal event.proto compiled by protoc).
+          libyaml-cpp-dev libprotobuf-dev protobuf-compiler
           # clang-format 14: the format check (tests/format/format_check.sh) runs in the test suite.
           clang-format
           # Debian's LibTorch calls whichever libblas.so.3 is selected; without OpenBLAS that is the
