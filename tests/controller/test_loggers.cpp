@@ -10,6 +10,7 @@
 #include "mlflow_reader.hpp"
 #include "tb_reader.hpp"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -89,8 +90,9 @@ std::map<std::pair<int64_t, std::string>, std::vector<float>> by_step_and_tag(
 void check_tensorboard(const std::string& dir, int64_t last) {
   const auto got = by_step_and_tag(verlpp_test::read_event_dir(dir));
   size_t expected = 0;
-  for (int64_t step = 0; step <= last; ++step)
-    for (const auto& [tag, value] : metrics_of(step).items()) {
+  for (int64_t step = 0; step <= last; ++step) {
+    const json metrics = metrics_of(step);  // items() refers into it
+    for (const auto& [tag, value] : metrics.items()) {
       if (tag == "step") continue;
       ++expected;
       INFO("step " << step << " " << tag);
@@ -99,6 +101,7 @@ void check_tensorboard(const std::string& dir, int64_t last) {
       REQUIRE(it->second.size() == 1);
       CHECK(it->second[0] == float(value.get<double>()));
     }
+  }
   CHECK(got.size() == expected);
 }
 
@@ -209,8 +212,9 @@ TEST_CASE("mlflow logger: MLflow's file store layout with params, tags and metri
     CHECK(run.params.at("actor/path") == "None");
     CHECK(run.params.count("actor/empty") == 0);
     size_t expected = 0;
-    for (int64_t step = 0; step <= last; ++step)
-      for (const auto& [name, value] : metrics_of(step).items()) {
+    for (int64_t step = 0; step <= last; ++step) {
+      const json metrics = metrics_of(step);  // items() refers into it
+      for (const auto& [name, value] : metrics.items()) {
         if (name == "step") continue;
         ++expected;
         INFO("step " << step << " " << name);
@@ -224,6 +228,7 @@ TEST_CASE("mlflow logger: MLflow's file store layout with params, tags and metri
           }
         CHECK(found == 1);
       }
+    }
     size_t points = 0;
     for (const auto& [name, list] : run.metrics) points += list.size();
     CHECK(points == expected);
@@ -332,4 +337,30 @@ TEST_CASE("generation dumps: verl's keys in verl's order, one file per step", "[
   CHECK(rows[1]["input"] == "ünïcode");
   CHECK(rows[1]["gts"].is_null());
   CHECK(rows[1].size() == 5);
+}
+
+TEST_CASE("log_val_generations picks verl's samples: sorted by input, numpy's RandomState(42) shuffle, the first N",
+          "[loggers]") {
+  // numpy 2.5.2's np.random.RandomState(42).shuffle(list(range(n))), run on the GPU host: the
+  // peer this choice must equal (verl's _maybe_log_val_generations shuffles with it).
+  const std::map<int, std::vector<int>> numpy = {
+      {2, {1, 0}},
+      {3, {0, 1, 2}},
+      {5, {1, 4, 2, 0, 3}},
+      {12, {10, 9, 0, 8, 5, 2, 1, 11, 4, 7, 3, 6}},
+      {20, {0, 17, 15, 1, 8, 5, 11, 3, 18, 16, 13, 2, 9, 19, 4, 12, 7, 10, 14, 6}}};
+  for (const auto& [n, order] : numpy) {
+    INFO("n = " << n);
+    // Inputs given in reverse: the sort by input comes first, so sample k (input "in<kk>") is the
+    // k-th after sorting, and the shuffle is numpy's permutation of those.
+    std::vector<ValGeneration> samples;
+    for (int k = n - 1; k >= 0; --k) samples.push_back({fmt::format("in{:02d}", k), "out", double(k)});
+    const std::vector<ValGeneration> all = pick_val_generations(samples, n);
+    REQUIRE(all.size() == size_t(n));
+    for (int i = 0; i < n; ++i) CHECK(all[size_t(i)].score == double(order[size_t(i)]));
+    const std::vector<ValGeneration> first = pick_val_generations(samples, 2);
+    REQUIRE(first.size() == 2);
+    CHECK(first[1].input == all[1].input);
+  }
+  CHECK(pick_val_generations({{"a", "b", 1.0}}, 0).empty());
 }
