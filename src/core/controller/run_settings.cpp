@@ -221,6 +221,8 @@ TrainerSettings trainer_at(const Config& c) {
   s.project_name = read<std::string>(c, t + "project_name");
   s.experiment_name = read<std::string>(c, t + "experiment_name");
   s.logger = logger_backends(c.at(t + "logger"), t + "logger");
+  // MLFLOW_TRACKING_URI naming a server is refused here, before any work, not when fit() opens it.
+  if (std::find(s.logger.begin(), s.logger.end(), "mlflow") != s.logger.end()) mlflow_root();
   s.log_val_generations = read<int64_t>(c, t + "log_val_generations");
   if (s.log_val_generations < 0)
     throw Error(t + "log_val_generations", fmt::format("{} samples: must be 0 (none) or more", s.log_val_generations));
