@@ -86,6 +86,7 @@ void check_backends(const std::string& out, const std::vector<json>& rows) {
 // The training dumps: 4 prompts x 4 samples per step, each score the reward of its output, each
 // group of 4 the same prompt with GRPO's advantages of its scores.
 void check_rollout_dumps(const std::string& data_dir, const std::string& dump_dir, int64_t steps) {
+  size_t rewarded = 0;  // samples with a non-zero score: the advantage check is not all zeros
   std::multimap<std::string, std::string> truth_of_content;  // train.jsonl: prompt text -> ground truth
   for (const auto& row : read_lines(data_dir + "/train.jsonl"))
     truth_of_content.emplace(row["prompt"][0]["content"].get<std::string>(),
@@ -108,6 +109,7 @@ void check_rollout_dumps(const std::string& data_dir, const std::string& dump_di
         CHECK(r["gts"] == rows[4 * g]["gts"]);
         CHECK(r["score"].get<double>() ==
               controller::rewards::arith(r["output"].get<std::string>(), text_of(r["gts"])));
+        rewarded += r["score"].get<double>() != 0.0;
         CHECK(r["advantage"].get<double>() ==
               Approx((r["score"].get<double>() - mean) / (std::sqrt(var) + 1e-6)).margin(1e-5));
         // The input is one of the training prompts, paired with its ground truth.
@@ -119,6 +121,7 @@ void check_rollout_dumps(const std::string& data_dir, const std::string& dump_di
       }
     }
   }
+  CHECK(rewarded > 0);
 }
 
 // The validation dumps at the evaluations: every val row, scores recomputed, their mean val/acc;
