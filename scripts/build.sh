@@ -11,6 +11,9 @@ PACKAGES=(build-essential cmake ninja-build ccache pkg-config
           libsnappy-dev libzstd-dev zlib1g-dev
           # yaml-cpp: YAML config files (verlpp train CONFIG.yaml).
           libyaml-cpp-dev
+          # protobuf: the tests read TensorBoard event files with the protobuf library (a minimal
+          # event.proto compiled by protoc).
+          libprotobuf-dev protobuf-compiler
           # clang-format 14: the format check (tests/format/format_check.sh) runs in the test suite.
           clang-format
           # Debian's LibTorch calls whichever libblas.so.3 is selected; without OpenBLAS that is the

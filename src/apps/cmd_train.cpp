@@ -72,11 +72,6 @@ void write_demo_inputs(const controller::Config& config) {
   controller::write_jsonl(data_dir + "/arith_val.jsonl", splits.val);
 }
 
-std::string fixed(const json& row, const char* key, int precision = 3) {
-  if (!row.contains(key) || !row[key].is_number()) return "-";
-  return fmt::format("{:.{}f}", row[key].get<double>(), precision);
-}
-
 // Set by `--nproc` for its ranks: the launcher already wrote the embedded demo's inputs.
 constexpr const char* kDemoInputsReady = "VERLPP_DEMO_INPUTS_READY";
 
@@ -131,23 +126,10 @@ void run_train(std::vector<std::string> args, int nproc) {
 
   Progress progress;
   controller::TrainerHooks hooks;
-  int64_t total = 0;
+  // The per-step line comes from the console logger (trainer.logger) through on_message.
   hooks.on_message = [&](const std::string& text) { progress.line(text); };
   hooks.on_progress = [&](const std::string& phase, int64_t done, int64_t all) { progress.update(phase, done, all); };
-  hooks.on_step = [&](const json& row) {
-    const int64_t step = row.value("step", int64_t(0));
-    std::string line = step == 0 ? "before RL" : fmt::format("step {:>3}/{}", step, total);
-    if (row.contains("critic/score/mean")) line += " | score " + fixed(row, "critic/score/mean");
-    if (row.contains("val/acc")) line += " | val/acc " + fixed(row, "val/acc");
-    if (row.contains("actor/pg_loss")) line += " | pg_loss " + fixed(row, "actor/pg_loss", 4);
-    if (row.contains("actor/kl_loss")) line += " | kl " + fixed(row, "actor/kl_loss", 4);
-    if (row.contains("actor/entropy")) line += " | entropy " + fixed(row, "actor/entropy");
-    if (row.contains("response_length/mean")) line += " | len " + fixed(row, "response_length/mean", 1);
-    if (row.contains("timing_s/step")) line += " | " + fixed(row, "timing_s/step", 1) + " s";
-    progress.line(line);
-  };
   controller::RlTrainer trainer(std::move(config), hooks);
-  total = trainer.total_steps();
   json last = trainer.fit();
   if (trainer.rank() != 0) return;  // rank 0 reports for the run
 
@@ -169,6 +151,9 @@ void run_train(std::vector<std::string> args, int nproc) {
   if (before) info.summary.push_back({"validation accuracy before RL", fmt::format("{:.1f}%", *before * 100)});
   if (after) info.summary.push_back({"validation accuracy after RL", fmt::format("{:.1f}%", *after * 100)});
   info.config = trainer.config().tree();
+  // The validation samples of trainer.log_val_generations, one row per evaluation.
+  const std::string samples_path = trainer.run_dir() + "/val_generations.jsonl";
+  if (files::is_file(samples_path)) info.val_generations = controller::read_metrics(samples_path);
   const std::string report = trainer.run_dir() + "/report.html";
   controller::write_report(rows, report, info);
 

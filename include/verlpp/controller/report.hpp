@@ -18,6 +18,9 @@ struct ReportInfo {
   std::string title = "verlpp run";
   std::vector<std::pair<std::string, std::string>> summary;  // key/value lines shown at the top
   nlohmann::json config;                                     // the resolved config, shown collapsed (may be null)
+  // trainer.log_val_generations: rows {"step": N, "samples": [{input, output, score}, ...]}
+  // (val_generations.jsonl), shown as one table per evaluation.
+  std::vector<nlohmann::json> val_generations;
 };
 
 // Reads metrics.jsonl at `metrics_path` (a malformed line is an Error naming file and line).

@@ -134,22 +134,27 @@ struct AlgorithmSettings {
 
 // trainer.*
 struct TrainerSettings {
-  std::string device = "auto";                  // device (verlpp: auto | cpu | cuda | privateuseone)
-  int64_t seed = 1;                             // seed
-  std::string experiment_name = "default";      // experiment_name
-  std::string default_local_dir;                // default_local_dir (the run folder)
-  int64_t total_epochs = 30;                    // total_epochs
-  std::optional<int64_t> total_training_steps;  // total_training_steps (null: epochs x batches)
-  int64_t zero_stage = 0;                       // zero_stage (verlpp: 1 shards AdamW's state)
-  int64_t max_actor_ckpt_to_keep = 0;           // max_actor_ckpt_to_keep (null: all)
-  std::string resume_mode = "auto";             // resume_mode: auto | disable | resume_path
-  std::string resume_from_path;                 // resume_from_path (null: "")
-  bool val_before_train = true;                 // val_before_train
-  bool val_only = false;                        // val_only
-  int64_t test_freq = -1;                       // test_freq (-1: never)
-  int64_t save_freq = -1;                       // save_freq (-1: never)
-  int64_t critic_warmup = 0;                    // critic_warmup (steps before the actor updates)
-  double dist_timeout_s = 600;                  // dist_timeout_s (verlpp)
+  std::string device = "auto";                     // device (verlpp: auto | cpu | cuda | privateuseone)
+  int64_t seed = 1;                                // seed
+  std::string project_name = "verlpp_examples";    // project_name
+  std::string experiment_name = "default";         // experiment_name
+  std::vector<std::string> logger = {"console"};   // logger (a name or a list; loggers.hpp)
+  int64_t log_val_generations = 0;                 // log_val_generations (samples per evaluation)
+  std::optional<std::string> rollout_data_dir;     // rollout_data_dir (null: no dump)
+  std::optional<std::string> validation_data_dir;  // validation_data_dir (null: no dump)
+  std::string default_local_dir;                   // default_local_dir (the run folder)
+  int64_t total_epochs = 30;                       // total_epochs
+  std::optional<int64_t> total_training_steps;     // total_training_steps (null: epochs x batches)
+  int64_t zero_stage = 0;                          // zero_stage (verlpp: 1 shards AdamW's state)
+  int64_t max_actor_ckpt_to_keep = 0;              // max_actor_ckpt_to_keep (null: all)
+  std::string resume_mode = "auto";                // resume_mode: auto | disable | resume_path
+  std::string resume_from_path;                    // resume_from_path (null: "")
+  bool val_before_train = true;                    // val_before_train
+  bool val_only = false;                           // val_only
+  int64_t test_freq = -1;                          // test_freq (-1: never)
+  int64_t save_freq = -1;                          // save_freq (-1: never)
+  int64_t critic_warmup = 0;                       // critic_warmup (steps before the actor updates)
+  double dist_timeout_s = 600;                     // dist_timeout_s (verlpp)
 };
 
 // custom_reward_function.*

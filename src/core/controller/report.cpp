@@ -129,6 +129,28 @@ svg .chart-title{font-size:14px;font-weight:600}svg .tick,svg .legend{font-size:
 svg .axis-label{font-size:12px;fill:#333}svg .axis{stroke:#444}svg .grid{stroke:#e6e6e6}
 svg .legend-line{stroke-width:3})";
 
+// trainer.log_val_generations: one table of samples (input, output, score) per evaluation.
+std::string val_generations_html(const std::vector<json>& evaluations) {
+  if (evaluations.empty()) return "";
+  std::string html = "<h2>Validation generations</h2>\n";
+  for (const json& e : evaluations) {
+    if (!e.is_object() || !e.contains("samples") || !e["samples"].is_array()) continue;
+    html += fmt::format(
+        "<h3>Step {}</h3>\n<table class=\"metrics\">\n<tr><th>input</th><th>output</th><th>score</th></tr>\n",
+        svg::escape(e.contains("step") ? e["step"].dump() : "?"));
+    for (const json& g : e["samples"]) {
+      auto text = [&](const char* key) {
+        return g.contains(key) && g[key].is_string() ? g[key].get<std::string>() : std::string();
+      };
+      html += fmt::format("<tr><td><pre>{}</pre></td><td><pre>{}</pre></td><td class=\"num\">{}</td></tr>\n",
+                          svg::escape(text("input")), svg::escape(text("output")),
+                          g.contains("score") ? cell(g["score"]) : std::string());
+    }
+    html += "</table>\n";
+  }
+  return html;
+}
+
 }  // namespace
 
 std::vector<nlohmann::json> read_metrics(const std::string& metrics_path) {
@@ -224,6 +246,7 @@ void write_report(const std::vector<nlohmann::json>& rows, const std::string& ht
         html += fmt::format("<tr><td>{}</td><td class=\"num\">{}</td></tr>\n", svg::escape(it.key()), cell(it.value()));
     html += "</table>\n";
   }
+  html += val_generations_html(info.val_generations);
   html += "</body>\n</html>\n";
   files::write_text(html_path, html);
 }

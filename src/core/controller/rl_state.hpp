@@ -8,6 +8,8 @@
 #include <verlpp/controller/checkpoint_manager.hpp>
 #include <verlpp/controller/config.hpp>
 #include <verlpp/controller/dataset.hpp>
+#include <verlpp/controller/generation_dump.hpp>
+#include <verlpp/controller/loggers.hpp>
 #include <verlpp/controller/reward.hpp>
 #include <verlpp/controller/rl_trainer.hpp>
 #include <verlpp/controller/run_settings.hpp>
@@ -78,6 +80,9 @@ struct RlTrainer::State {
   uint64_t seed = 1;
   std::string run_dir;
   files::OutputFile metrics_out;  // metrics.jsonl, appended to; a failed write stops the run
+  // trainer.logger's backends (rank 0), opened by fit() once it knows whether the run resumes.
+  std::vector<std::unique_ptr<MetricsLogger>> loggers;
+  files::OutputFile val_generations_out;  // val_generations.jsonl (with trainer.log_val_generations)
 
   void message(const std::string& text) const {
     if (hooks.on_message && is_writer()) hooks.on_message(text);
@@ -172,8 +177,20 @@ void compute_advantages(RlTrainer::State& s, Batch& batch);
 void sync_rollout_weights(RlTrainer::State& s, nlohmann::json& metrics);
 
 // Greedy validation over the val set (rl_steps.cpp): val/<data_source>/acc, val/acc,
-// val/response_length/mean; empty without data.val_files.
+// val/response_length/mean; empty without data.val_files. Writes the samples to
+// trainer.validation_data_dir and hands trainer.log_val_generations of them to the loggers.
 nlohmann::json validate_model(RlTrainer::State& s);
+
+// --- generated samples (rl_generations.cpp) ---
+// The rows of `batch` (scored: "score", "response_text") as verl's dump records: the prompt
+// decoded without padding and special tokens, the response, ground truth, score; with
+// `with_advantage`, "advantage" (the mean over the row's response tokens).
+std::vector<GenerationRecord> generation_records(const RlTrainer::State& s, const Batch& batch, bool with_advantage);
+// trainer.rollout_data_dir: the training step's samples as <dir>/<step>.jsonl (rank 0).
+void dump_rollout_generations(RlTrainer::State& s, const Batch& batch);
+// trainer.validation_data_dir and trainer.log_val_generations for one evaluation's samples
+// (rank 0): the dump, the loggers' sample table and a row of val_generations.jsonl.
+void record_val_generations(RlTrainer::State& s, const std::vector<GenerationRecord>& records);
 
 // --- metrics (rl_metrics.cpp) ---
 // verl's compute_data_metrics: critic/score, critic/rewards, critic/advantages, critic/returns,

@@ -140,6 +140,9 @@ json validate_model(RlTrainer::State& s) {
   const int64_t chunk = s.settings.data.val_batch_size.value_or(size);
   std::map<std::string, std::pair<double, int64_t>> by_source;
   double total = 0, length = 0;
+  const TrainerSettings& t = s.settings.trainer;
+  const bool keep_samples = s.is_writer() && (t.validation_data_dir || t.log_val_generations > 0);
+  std::vector<GenerationRecord> samples;
   for (int64_t begin = 0; begin < size; begin += chunk) {
     std::vector<size_t> indices;
     for (int64_t i = begin; i < std::min(size, begin + chunk); ++i) indices.push_back(size_t(i));
@@ -154,8 +157,12 @@ json validate_model(RlTrainer::State& s) {
       total += scores[i].get<double>();
     }
     length += batch.tensor("response_mask").sum().item<double>();
+    if (keep_samples)
+      for (GenerationRecord& r : generation_records(s, batch, /*with_advantage=*/false))
+        samples.push_back(std::move(r));
     s.progress("val", std::min(size, begin + chunk), size);
   }
+  if (keep_samples) record_val_generations(s, samples);
   for (const auto& [source, sc] : by_source) m["val/" + source + "/acc"] = sc.first / double(sc.second);
   m["val/acc"] = total / double(size);
   m["val/response_length/mean"] = length / double(size);
@@ -183,8 +190,9 @@ json RlTrainer::fit() {
   State& s = *s_;
   const TrainerSettings& t = s.settings.trainer;
   const std::string metrics_path = files::join(s.run_dir, "metrics.jsonl");
-  const ResumePlan plan =
-      s.checkpoints->plan_resume(t.resume_mode, t.resume_from_path, {"metrics.jsonl", "sft_metrics.jsonl"});
+  const std::string samples_path = files::join(s.run_dir, "val_generations.jsonl");
+  const ResumePlan plan = s.checkpoints->plan_resume(t.resume_mode, t.resume_from_path,
+                                                     {"metrics.jsonl", "sft_metrics.jsonl", "val_generations.jsonl"});
   // Every rank has looked at the folder before rank 0 changes anything in it.
   if (s.group) s.group->barrier();
   for (const std::string& note : plan.notes) s.message(note);
@@ -192,9 +200,12 @@ json RlTrainer::fit() {
   if (resume_from) {
     s.global_step = load_checkpoint(s, *resume_from);
     // The rows past the checkpoint (and a torn last one) go: this run writes them again.
-    if (s.is_writer())
+    if (s.is_writer()) {
       for (const std::string& note : trim_metrics(metrics_path, s.global_step).notes(metrics_path, s.global_step))
         s.message(note);
+      // val_generations.jsonl has rows at evaluations only, so only the cut applies to it.
+      trim_metrics(samples_path, s.global_step);
+    }
     s.message(fmt::format("resumed from {} (step {} of {})", *resume_from, s.global_step, s.total_steps));
     if (s.global_step >= s.total_steps)
       s.message(
@@ -202,24 +213,55 @@ json RlTrainer::fit() {
                       "trainer.default_local_dir (or move this one's checkpoints and metrics away)",
                       s.run_dir));
   } else {
-    if (s.is_writer()) files::remove_file(metrics_path);
+    if (s.is_writer()) {
+      files::remove_file(metrics_path);
+      files::remove_file(samples_path);
+    }
     try {
       run_sft_warm_start(s);
     } catch (const std::exception& e) {
       throw Error(fmt::format("rank {} of {}, SFT warm start", s.world.rank, s.world.world_size), e.what());
     }
   }
-  if (s.is_writer()) s.metrics_out = files::OutputFile(metrics_path, files::OutputFile::Mode::kAppend);
-  // Closes metrics.jsonl and syncs it: the rows after the last checkpoint are on disk too.
+  if (s.is_writer()) {
+    s.metrics_out = files::OutputFile(metrics_path, files::OutputFile::Mode::kAppend);
+    // The backends of trainer.logger follow metrics.jsonl: cut back to the checkpoint on resume.
+    LoggerRun run;
+    run.project = t.project_name;
+    run.experiment = t.experiment_name;
+    run.run_dir = s.run_dir;
+    run.config = s.config.tree();
+    run.total_steps = s.total_steps;
+    if (resume_from) run.resumed_step = s.global_step;
+    run.message = [&s](const std::string& text) { s.message(text); };
+    s.loggers = make_loggers(t.logger, run);
+    if (t.log_val_generations > 0)
+      s.val_generations_out = files::OutputFile(samples_path, files::OutputFile::Mode::kAppend);
+  }
+  // Syncs what every output holds (before a checkpoint names the step).
+  auto sync_outputs = [&] {
+    sync_file(metrics_path);
+    for (const auto& logger : s.loggers) logger->sync();
+    if (s.val_generations_out.is_open()) sync_file(samples_path);
+  };
+  // Closes metrics.jsonl and the backends and syncs them: the rows after the last checkpoint
+  // are on disk too.
   auto close_metrics = [&] {
     if (!s.metrics_out.is_open()) return;
     s.metrics_out.commit();
     sync_file(metrics_path);
+    for (const auto& logger : s.loggers) logger->finish();
+    if (s.val_generations_out.is_open()) {
+      s.val_generations_out.commit();
+      sync_file(samples_path);
+    }
   };
   auto write_row = [&](const json& row) {
     if (!s.is_writer()) return;
     s.metrics_out.write(row.dump() + "\n");
     s.metrics_out.flush();  // on disk before the next step, or an error naming the file
+    const int64_t step = row.value("step", int64_t(0));
+    for (const auto& logger : s.loggers) logger->log(row, step);
     if (s.hooks.on_step) s.hooks.on_step(row);
   };
 
@@ -238,6 +280,7 @@ json RlTrainer::fit() {
     const auto start = std::chrono::steady_clock::now();
     StepOutput out = run_step(s);
     ++s.global_step;
+    dump_rollout_generations(s, out.batch);
     const bool is_last = s.global_step == s.total_steps;
     json& m = out.metrics;
     if (s.val_set && every(test_freq, s.global_step, is_last))
@@ -252,10 +295,11 @@ json RlTrainer::fit() {
     m["step"] = s.global_step;
     try {
       write_row(m);
-      // The row is on disk before the checkpoint names its step: a resume from this checkpoint
-      // finds every row up to it, and one from an earlier checkpoint drops this row and writes it
-      // again (trim_metrics), so the file never loses or repeats a step.
-      if (save && s.is_writer()) sync_file(metrics_path);
+      // The row is on disk (in metrics.jsonl and every backend) before the checkpoint names its
+      // step: a resume from this checkpoint finds every row up to it, and one from an earlier
+      // checkpoint drops this row and writes it again (trim_metrics and each backend's cut), so
+      // no output loses or repeats a step.
+      if (save && s.is_writer()) sync_outputs();
     } catch (...) {
       // The step ends uncommitted: its written checkpoint goes too, the last committed one stays.
       if (save && s.is_writer()) s.checkpoints->abort(s.global_step);

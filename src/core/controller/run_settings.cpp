@@ -3,6 +3,7 @@
 // is not refused for a value it never uses; every read names its key when the value does not fit.
 #include <verlpp/controller/run_settings.hpp>
 
+#include <verlpp/controller/loggers.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/model/decoder.hpp>
 
@@ -217,7 +218,16 @@ TrainerSettings trainer_at(const Config& c) {
   TrainerSettings s;
   s.device = read<std::string>(c, t + "device");
   s.seed = read<int64_t>(c, t + "seed");
+  s.project_name = read<std::string>(c, t + "project_name");
   s.experiment_name = read<std::string>(c, t + "experiment_name");
+  s.logger = logger_backends(c.at(t + "logger"), t + "logger");
+  // MLFLOW_TRACKING_URI naming a server is refused here, before any work, not when fit() opens it.
+  if (std::find(s.logger.begin(), s.logger.end(), "mlflow") != s.logger.end()) mlflow_root();
+  s.log_val_generations = read<int64_t>(c, t + "log_val_generations");
+  if (s.log_val_generations < 0)
+    throw Error(t + "log_val_generations", fmt::format("{} samples: must be 0 (none) or more", s.log_val_generations));
+  s.rollout_data_dir = read_optional<std::string>(c, t + "rollout_data_dir");
+  s.validation_data_dir = read_optional<std::string>(c, t + "validation_data_dir");
   s.default_local_dir = read<std::string>(c, t + "default_local_dir");
   s.total_training_steps = read_optional<int64_t>(c, t + "total_training_steps");
   if (!s.total_training_steps) s.total_epochs = read<int64_t>(c, t + "total_epochs");

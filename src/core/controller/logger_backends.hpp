@@ -1,0 +1,26 @@
+// The backends behind make_loggers (internal), one file each: logger_console.cpp,
+// logger_file.cpp, logger_tensorboard.cpp, logger_mlflow.cpp.
+#pragma once
+
+#include <verlpp/controller/loggers.hpp>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace verlpp::controller {
+
+std::unique_ptr<MetricsLogger> make_console_logger(const LoggerRun& run);
+std::unique_ptr<MetricsLogger> make_file_logger(const LoggerRun& run);
+std::unique_ptr<MetricsLogger> make_tensorboard_logger(const LoggerRun& run);
+std::unique_ptr<MetricsLogger> make_mlflow_logger(const LoggerRun& run);
+
+// The numbers of a metrics object in its order, "step" and non-numbers left out (what verl's
+// scalar backends can take).
+std::vector<std::pair<std::string, double>> numeric_metrics(const nlohmann::json& metrics);
+
+// The environment variable `name`, or `fallback` when it is unset or empty.
+std::string env_or(const char* name, const std::string& fallback);
+
+}  // namespace verlpp::controller
