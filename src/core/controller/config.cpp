@@ -5,7 +5,6 @@
 #include <verlpp/core/json_limits.hpp>
 #include <verlpp/controller/config.hpp>
 #include <verlpp/core/error.hpp>
-#include <verlpp/core/log.hpp>
 #include <verlpp/core/strings.hpp>
 
 #include <algorithm>
@@ -102,16 +101,6 @@ std::string unknown_key_message(const std::string& path) {
   return fmt::format("unknown key '{}'; did you mean '{}'?", path, nearest_config_key(path));
 }
 
-void warn_if_ignored(const std::string& path, const json& value) {
-  for (const auto& ignored : ignored_config_keys()) {
-    if (path == ignored || path.rfind(ignored + ".", 0) == 0) {
-      log(LogLevel::warning,
-          fmt::format("config: '{}' = {} is a verl setting verlpp accepts but ignores", path, value.dump()));
-      return;
-    }
-  }
-}
-
 // Merges `given` into `target` (whose shape comes from the defaults).
 void merge(json& target, const json& given, const std::string& prefix, const std::string& where) {
   for (auto it = given.begin(); it != given.end(); ++it) {
@@ -122,7 +111,6 @@ void merge(json& target, const json& given, const std::string& prefix, const std
     if (current.is_object() && it.value().is_object() && !is_free_form(current)) {
       merge(current, it.value(), path, where);
     } else {
-      if (current != it.value()) warn_if_ignored(path, it.value());
       current = it.value();
     }
   }
@@ -266,7 +254,6 @@ void Config::apply_override(const std::string& assignment) {
     if (default_leaf.is_object() && !is_free_form(default_leaf))
       throw Error(where, fmt::format("'{}' is a section; set one of its keys", key));
   }
-  if ((*node)[leaf] != value) warn_if_ignored(key, value);
   (*node)[leaf] = value;
 }
 
@@ -280,9 +267,18 @@ void Config::resolve() {
 }
 
 const nlohmann::json& Config::at(const std::string& dotted) const {
+  {
+    std::lock_guard<std::mutex> lock(reads_->mutex);
+    reads_->keys.insert(dotted);
+  }
   const json* node = find(tree_, dotted);
   if (node == nullptr) throw Error("config", unknown_key_message(dotted));
   return *node;
+}
+
+std::set<std::string> Config::read_keys() const {
+  std::lock_guard<std::mutex> lock(reads_->mutex);
+  return reads_->keys;
 }
 
 void Config::throw_wrong_type(const std::string& dotted, const nlohmann::json& value, const char* wanted) {
