@@ -41,10 +41,10 @@ Config resolved(const std::vector<std::string>& overrides) {
 }
 
 // PPO with a critic (gae), on one rank: every role's section is read.
-const std::vector<std::string> kWithCritic = {
-    "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "critic.ppo_micro_batch_size_per_gpu=2",
-    "actor_rollout_ref.rollout.n=2"};
+const std::vector<std::string> kWithCritic = {"data.train_batch_size=8",
+                                              "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                                              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                                              "critic.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2"};
 
 // GRPO with the branches the first config does not take: clip_ratio as the fallback of unset
 // low/high, a step count instead of epochs, a custom reward's name, the SFT warm start.
@@ -138,8 +138,8 @@ TEST_CASE("every key with an effect is read by a reader; no reader reads a no-ef
   }
   INFO("keys nothing reads that config_key_states.cpp does not list: " << json(unread_effect).dump());
   CHECK(unread_effect.empty());
-  INFO("keys a reader reads that config_key_states.cpp lists as no-effect or refused: "
-       << json(read_but_listed).dump());
+  INFO(
+      "keys a reader reads that config_key_states.cpp lists as no-effect or refused: " << json(read_but_listed).dump());
   CHECK(read_but_listed.empty());
   CHECK(read.count("trainer.total_epochs"));  // both branches of the step count were taken
   CHECK(read.count("actor_rollout_ref.actor.clip_ratio"));
@@ -197,9 +197,10 @@ TEST_CASE("no-effect keys changed are listed once at start with why; keys that f
           "[config][keys]") {
   CHECK(no_effect_notice(resolved(kWithCritic)).empty());
   std::vector<std::string> overrides = kWithCritic;
-  for (const char* o : {"actor_rollout_ref.rollout.name=\"vllm\"", "actor_rollout_ref.actor.fsdp_config.param_offload=true",
-                        "trainer.balance_batch=false", "actor_rollout_ref.actor.optim.lr=3e-6",
-                        "actor_rollout_ref.actor.use_dynamic_bsz=true", "data.max_prompt_length=64"})
+  for (const char* o :
+       {"actor_rollout_ref.rollout.name=\"vllm\"", "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+        "trainer.balance_batch=false", "actor_rollout_ref.actor.optim.lr=3e-6",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true", "data.max_prompt_length=64"})
     overrides.push_back(o);
   const Config c = resolved(overrides);
   CHECK_NOTHROW(c.validate(1));  // rollout.prompt_length (refused when changed) follows data.max_prompt_length
@@ -240,7 +241,8 @@ TEST_CASE("docs/training.md lists the key-state table's rows", "[config][keys][d
     if (line.find("<!-- key-states:begin -->") != std::string::npos) inside = true;
     if (line.find("<!-- key-states:end -->") != std::string::npos) inside = false;
     std::smatch m;
-    if (inside && std::regex_match(line, m, row)) documented.push_back(m[1].str() + " | " + m[2].str() + " | " + m[3].str());
+    if (inside && std::regex_match(line, m, row))
+      documented.push_back(m[1].str() + " | " + m[2].str() + " | " + m[3].str());
   }
   for (const KeyRule& rule : config_key_rules()) {
     if (rule.state == KeyState::effect) continue;

@@ -19,16 +19,16 @@ namespace verlpp::controller {
 
 // <role>.optim (and sft.optim): AdamW and its learning-rate schedule.
 struct OptimSettings {
-  double lr = 1e-6;                       // lr
-  int64_t lr_warmup_steps = -1;           // lr_warmup_steps (-1: from the ratio)
-  double lr_warmup_steps_ratio = 0.0;     // lr_warmup_steps_ratio
-  double min_lr_ratio = 0.0;              // min_lr_ratio (null: 0)
+  double lr = 1e-6;                            // lr
+  int64_t lr_warmup_steps = -1;                // lr_warmup_steps (-1: from the ratio)
+  double lr_warmup_steps_ratio = 0.0;          // lr_warmup_steps_ratio
+  double min_lr_ratio = 0.0;                   // min_lr_ratio (null: 0)
   std::string lr_scheduler_type = "constant";  // lr_scheduler_type: constant | cosine (warmup_style, set, wins)
-  double num_cycles = 0.5;                // num_cycles (cosine)
-  int64_t total_training_steps = -1;      // total_training_steps (<= 0: the run's optimizer steps)
-  double weight_decay = 0.01;             // weight_decay
-  double beta1 = 0.9, beta2 = 0.999;      // betas
-  double grad_clip = 1.0;                 // <role>.grad_clip (sft.optim.grad_clip)
+  double num_cycles = 0.5;                     // num_cycles (cosine)
+  int64_t total_training_steps = -1;           // total_training_steps (<= 0: the run's optimizer steps)
+  double weight_decay = 0.01;                  // weight_decay
+  double beta1 = 0.9, beta2 = 0.999;           // betas
+  double grad_clip = 1.0;                      // <role>.grad_clip (sft.optim.grad_clip)
 };
 
 // <fsdp_config>.mixed_precision: the dtype the passes run in (reduce/buffer must be fp32).

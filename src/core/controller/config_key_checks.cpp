@@ -58,7 +58,9 @@ void collect_leaves(const json& node, const std::string& prefix, std::vector<std
 bool is_reference(const json& v) { return v.is_string() && v.get<std::string>().find("${") != std::string::npos; }
 
 const char* state_word(KeyState s) {
-  return s == KeyState::no_effect ? "no effect" : s == KeyState::refused ? "refused unless left at its default" : "effect";
+  return s == KeyState::no_effect ? "no effect"
+         : s == KeyState::refused ? "refused unless left at its default"
+                                  : "effect";
 }
 
 }  // namespace
@@ -116,8 +118,8 @@ std::vector<std::string> refused_key_problems(const Config& config) {
   for (const ChangedKey& k : changed_config_keys(config)) {
     if (k.state != KeyState::refused) continue;
     const json* raw = find_in(defaults.tree(), split_dots(k.key));
-    out.push_back(
-        fmt::format("{} = {} is refused: {}; only its default {} is accepted", k.key, k.value.dump(), k.reason, raw->dump()));
+    out.push_back(fmt::format("{} = {} is refused: {}; only its default {} is accepted", k.key, k.value.dump(),
+                              k.reason, raw->dump()));
   }
   return out;
 }

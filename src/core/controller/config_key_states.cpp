@@ -107,7 +107,8 @@ const std::vector<KeyRule>& config_key_rules() {
       none("actor_rollout_ref.actor.data_loader_seed", kDataSeedOnly),
       refused("actor_rollout_ref.actor.checkpoint.async_save", kAsyncSave),
       refused("actor_rollout_ref.actor.checkpoint", kCheckpointContents),
-      refused("actor_rollout_ref.actor.use_fused_kernels", "follows actor_rollout_ref.model.use_fused_kernels; set that"),
+      refused("actor_rollout_ref.actor.use_fused_kernels",
+              "follows actor_rollout_ref.model.use_fused_kernels; set that"),
       refused("actor_rollout_ref.actor.router_replay.mode", kRouterReplay),
       none("actor_rollout_ref.actor.router_replay", kRouterFile),
       none("actor_rollout_ref.actor.entropy_from_logits_with_chunking", kEntropyMemory),
@@ -131,7 +132,8 @@ const std::vector<KeyRule>& config_key_rules() {
       none("actor_rollout_ref.ref.entropy_checkpointing", kEntropyMemory),
 
       // actor_rollout_ref.rollout
-      none("actor_rollout_ref.rollout.name", "verlpp generates with its own engine (paged KV cache, continuous batching)"),
+      none("actor_rollout_ref.rollout.name",
+           "verlpp generates with its own engine (paged KV cache, continuous batching)"),
       none("actor_rollout_ref.rollout.mode", "verlpp's engine serves a step's requests together, sync or async alike"),
       refused("actor_rollout_ref.rollout.prompt_length", "verlpp's prompt budget is data.max_prompt_length; set that"),
       refused("actor_rollout_ref.rollout.response_length",
@@ -142,7 +144,8 @@ const std::vector<KeyRule>& config_key_rules() {
       none("actor_rollout_ref.rollout.data_parallel_size", "verlpp's engine runs one replica per rank"),
       none("actor_rollout_ref.rollout.expert_parallel_size", "verlpp's engine runs one replica per rank"),
       none("actor_rollout_ref.rollout.pipeline_model_parallel_size", "verlpp's engine runs one replica per rank"),
-      none("actor_rollout_ref.rollout.max_model_len", "verlpp sizes sequences by max_prompt_length + max_response_length"),
+      none("actor_rollout_ref.rollout.max_model_len",
+           "verlpp sizes sequences by max_prompt_length + max_response_length"),
       none("actor_rollout_ref.rollout.enable_chunked_prefill", kVllm),
       none("actor_rollout_ref.rollout.enable_prefix_caching", kVllm),
       none("actor_rollout_ref.rollout.logprobs_mode", "verlpp recomputes the old log-probs with the actor"),
@@ -180,7 +183,8 @@ const std::vector<KeyRule>& config_key_rules() {
       refused("actor_rollout_ref.model.hf_config_path", "the config is read from model.path"),
       none("actor_rollout_ref.model.use_shm", kShm),
       none("actor_rollout_ref.model.trust_remote_code", kRemoteCode),
-      refused("actor_rollout_ref.model.custom_chat_template", "not implemented: the tokenizer folder's template is used"),
+      refused("actor_rollout_ref.model.custom_chat_template",
+              "not implemented: the tokenizer folder's template is used"),
       refused("actor_rollout_ref.model.external_lib", kPython),
       refused("actor_rollout_ref.model.override_config", kOverrideConfig),
       none("actor_rollout_ref.model.enable_activation_offload", kActivationOffload),
@@ -221,7 +225,8 @@ const std::vector<KeyRule>& config_key_rules() {
       none("data.datagen.name", "used only with datagen.path, which verlpp refuses"),
       refused("data.apply_chat_template_kwargs", "not implemented: the chat template is applied without arguments"),
 
-      refused("reward_manager", "verlpp scores with custom_reward_function or its built-in rules (verl's naive manager)"),
+      refused("reward_manager",
+              "verlpp scores with custom_reward_function or its built-in rules (verl's naive manager)"),
 
       // critic
       refused("critic.model.tokenizer_path", "the critic reads the actor's tokens"),
@@ -255,7 +260,8 @@ const std::vector<KeyRule>& config_key_rules() {
       none("reward_model", kRewardModel),
 
       // algorithm
-      refused("algorithm.rollout_correction", "rollout correction (importance sampling / rejection) is not implemented"),
+      refused("algorithm.rollout_correction",
+              "rollout correction (importance sampling / rejection) is not implemented"),
       refused("algorithm.use_pf_ppo", "PF-PPO reweighting is not implemented"),
       none("algorithm.pf_ppo", "used only with use_pf_ppo, which verlpp refuses"),
 
