@@ -261,6 +261,7 @@ SftSettings sft_at(const Config& c) {
   s.test_freq = read<int64_t>(c, "sft.test_freq");
   s.seed = read<int64_t>(c, "sft.seed");
   s.optim = optim_at(c, "sft.optim", "sft.optim.grad_clip");
+  s.optim.min_lr_ratio = read<double>(c, "sft.optim.min_lr_ratio");  // verlpp's own section: no null fallback
   return s;
 }
 
