@@ -105,7 +105,7 @@ const std::vector<KeyRule>& config_key_rules() {
       none("actor_rollout_ref.actor.use_torch_compile", kCompile),
       refused("actor_rollout_ref.actor.shuffle", "verlpp's PPO update walks the mini-batches in rollout order"),
       none("actor_rollout_ref.actor.data_loader_seed", kDataSeedOnly),
-      refused("actor_rollout_ref.actor.checkpoint.async_save", kAsyncSave),
+      none("actor_rollout_ref.actor.checkpoint.async_save", kAsyncSave),
       refused("actor_rollout_ref.actor.checkpoint", kCheckpointContents),
       refused("actor_rollout_ref.actor.use_fused_kernels",
               "follows actor_rollout_ref.model.use_fused_kernels; set that"),
@@ -248,7 +248,7 @@ const std::vector<KeyRule>& config_key_rules() {
       none("critic.forward_max_token_len_per_gpu", kLogProbBatch),
       refused("critic.shuffle", "verlpp's PPO update walks the mini-batches in rollout order"),
       none("critic.data_loader_seed", kDataSeedOnly),
-      refused("critic.checkpoint.async_save", kAsyncSave),
+      none("critic.checkpoint.async_save", kAsyncSave),
       refused("critic.checkpoint", kCheckpointContents),
 
       // reward_model
