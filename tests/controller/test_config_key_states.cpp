@@ -69,7 +69,8 @@ std::set<std::string> keys_read_by_readers(const Config& c) {
 
 // The keys `${...}` references in the defaults of `keys` name, followed transitively.
 std::set<std::string> referenced_by(const std::set<std::string>& keys) {
-  const json& defaults = Config::defaults().tree();
+  const Config config = Config::defaults();
+  const json& defaults = config.tree();
   const std::regex ref(R"(\$\{([^}]*)\})");
   std::set<std::string> out;
   std::vector<std::string> todo(keys.begin(), keys.end());
@@ -105,7 +106,8 @@ json other_value(const json& v) {
 TEST_CASE("every leaf key of verl's generated trainer config is a key of verlpp's tree", "[config][keys]") {
   std::ifstream in(std::string(VERLPP_SOURCE_DIR) + "/tests/controller/verl_ppo_trainer_keys.txt");
   REQUIRE(in.good());
-  const json& tree = Config::defaults().tree();
+  const Config defaults = Config::defaults();
+  const json& tree = defaults.tree();
   std::vector<std::string> missing;
   int count = 0;
   for (std::string line; std::getline(in, line);) {
@@ -179,7 +181,8 @@ TEST_CASE("the table's patterns: wildcards, sections, first match", "[config][ke
 TEST_CASE("a refused key changed from its default is refused by validate, naming it and why", "[config][keys]") {
   const Config base = resolved(kWithCritic);
   CHECK_NOTHROW(base.validate(1));
-  const json& defaults = Config::defaults().tree();
+  const Config default_config = Config::defaults();
+  const json& defaults = default_config.tree();
   int refused = 0;
   for (const std::string& key : default_leaf_keys()) {
     const KeyRule* rule = config_key_rule(key);

@@ -138,8 +138,10 @@ void check_ranges(const Config& c, Problems& p) {
     int64_t v = c.get<int64_t>(key);
     if (v == 0 || v < -1) p.add("{} = {} must be -1 (never) or >= 1", key, v);
   }
-  double lo = c.get<double>("actor_rollout_ref.actor.clip_ratio_low"),
-         hi = c.get<double>("actor_rollout_ref.actor.clip_ratio_high");
+  // As verl: unset clip_ratio_low/high fall back to clip_ratio.
+  const double ratio = c.get<double>("actor_rollout_ref.actor.clip_ratio");
+  double lo = c.get_or<double>("actor_rollout_ref.actor.clip_ratio_low", ratio),
+         hi = c.get_or<double>("actor_rollout_ref.actor.clip_ratio_high", ratio);
   if (lo < 0 || hi < 0) p.add("clip_ratio_low/high must be >= 0 (got {}, {})", lo, hi);
   if (c.get<double>("actor_rollout_ref.actor.clip_ratio_c") <= 1.0)
     p.add("actor_rollout_ref.actor.clip_ratio_c = {} must be > 1 (dual-clip lower bound)",
