@@ -56,7 +56,7 @@ std::vector<Measurement> run_e2e(const Options& o, const Target& t) {
                                   {"max_response_length", response},
                                   {"train_batch_size", prompts}}},
                                 {"actor_rollout_ref",
-                                 {{"model", {{"path", dir + "/model"}}},
+                                 {{"model", {{"path", dir + "/model"}, {"enable_gradient_checkpointing", false}}},
                                   {"actor",
                                    {{"ppo_mini_batch_size", prompts},
                                     {"ppo_micro_batch_size_per_gpu", prompts * n},

@@ -1,9 +1,12 @@
-// `verlpp config --print [CONFIG.json|CONFIG.yaml] [overrides ...]`: loads the defaults (or a
-// config file), applies the overrides (Hydra's grammar), resolves references, validates (the checks a run makes as it
-// reads its settings), and prints the full tree as JSON.
+// `verlpp config [--print | --keys] [CONFIG.json|CONFIG.yaml] [overrides ...]`: loads the
+// defaults (or a config file), applies the overrides (Hydra's grammar), resolves references,
+// validates (the checks a run makes as it reads its settings, refused keys included), and prints
+// the full tree as JSON with the no-effect keys it changes listed on stderr, or (--keys) one line
+// per key marked with what it does in verlpp (config_key_states.hpp).
 #include "commands.hpp"
 
 #include <verlpp/controller/config.hpp>
+#include <verlpp/controller/config_key_states.hpp>
 #include <verlpp/controller/run_settings.hpp>
 
 #include <iostream>
@@ -14,8 +17,12 @@ void register_config_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("config", "Print the fully resolved run configuration (verl's keys and defaults)");
   auto print = std::make_shared<bool>(false);
   auto no_validate = std::make_shared<bool>(false);
+  auto keys = std::make_shared<bool>(false);
   auto args = std::make_shared<std::vector<std::string>>();
   cmd->add_flag("--print", *print, "print the resolved configuration as JSON (the default action)");
+  cmd->add_flag("--keys", *keys,
+                "print one line per key, `key = value`, marked [no effect: why] or [refused unless left at its "
+                "default: why]");
   cmd->add_flag("--no-validate", *no_validate, "skip the cross-field checks");
   cmd->add_option("args", *args,
                   "an optional CONFIG.json or CONFIG.yaml, then overrides (key=value, +key=value, ++key=value, ~key)");
@@ -33,6 +40,11 @@ void register_config_command(CLI::App& app) {
       const int per_node = int(config.get_or<int64_t>("trainer.n_gpus_per_node", 1));
       controller::parse_run_settings(config, int(config.get_or<int64_t>("trainer.nnodes", 1)) * per_node, per_node);
     }
+    if (*keys) {
+      std::cout << controller::describe_config_keys(config);
+      return;
+    }
+    std::cerr << controller::no_effect_notice(config);
     std::cout << config.dump() << "\n";
   });
 }

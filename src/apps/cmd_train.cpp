@@ -10,6 +10,7 @@
 
 #include <verlpp/controller/arith_task.hpp>
 #include <verlpp/controller/config.hpp>
+#include <verlpp/controller/config_key_states.hpp>
 #include <verlpp/controller/launcher.hpp>
 #include <verlpp/controller/report.hpp>
 #include <verlpp/controller/rl_trainer.hpp>
@@ -46,6 +47,7 @@ std::string embedded(const std::string& name) {
 // run folder: the tiny model (config, tokenizer, weights from verlpp.demo.init_seed) and the
 // arithmetic splits its data.* and sft.* keys point at.
 void write_demo_inputs(const controller::Config& config) {
+  const controller::ArithDemoSettings demo = controller::arith_demo_settings(config);
   const std::string run = config.get<std::string>("trainer.default_local_dir");
   const std::string model_dir = run + "/tiny_init", data_dir = run + "/data";
   files::make_dirs(model_dir);
@@ -53,20 +55,12 @@ void write_demo_inputs(const controller::Config& config) {
   for (const char* name : {"config.json", "tokenizer.json", "tokenizer_config.json"})
     files::write_text(model_dir + "/" + name, embedded(std::string("examples/tiny/") + name));
   model::DecoderLM tiny(model::load_model_config(model_dir));
-  tiny.init_weights(config.get<uint64_t>("verlpp.demo.init_seed"));
+  tiny.init_weights(demo.init_seed);
   model::SaveOptions save;
   save.source_dir = model_dir;
   model::save_pretrained(tiny, model_dir, save);
 
-  controller::ArithTaskOptions task;
-  task.max_operand = config.get<int64_t>("verlpp.demo.max_operand");
-  task.operators = config.get<std::string>("verlpp.demo.operators");
-  task.seed = config.get<uint64_t>("verlpp.demo.seed");
-  task.sft_count = config.get<int64_t>("verlpp.demo.sft_count");
-  task.train_count = config.get<int64_t>("verlpp.demo.train_count");
-  task.val_count = config.get<int64_t>("verlpp.demo.val_count");
-  task.sft_carry_error = config.get<double>("verlpp.demo.sft_carry_error");
-  controller::ArithSplits splits = controller::make_arith_splits(task);
+  controller::ArithSplits splits = controller::make_arith_splits(demo.task);
   controller::write_jsonl(data_dir + "/arith_sft.jsonl", splits.sft);
   controller::write_jsonl(data_dir + "/arith_train.jsonl", splits.train);
   controller::write_jsonl(data_dir + "/arith_val.jsonl", splits.val);
@@ -110,7 +104,9 @@ void run_train(std::vector<std::string> args, int nproc) {
   if (nproc > 1 && world.is_distributed())
     throw Error("--nproc", fmt::format("this process is already rank {} of {} ({} launch); --nproc starts ranks itself",
                                        world.rank, world.world_size, world.launcher));
-  if (config.get<bool>("verlpp.demo.enabled") && std::getenv(kDemoInputsReady) == nullptr) {
+  // The no-effect keys this run changes, once: by this process, not again by the ranks it starts.
+  if (world.rank == 0 && std::getenv(kDemoInputsReady) == nullptr) std::cerr << controller::no_effect_notice(config);
+  if (controller::arith_demo_settings(config).enabled && std::getenv(kDemoInputsReady) == nullptr) {
     if (world.is_distributed())
       throw Error("verlpp train",
                   fmt::format("the arithmetic demo (verlpp.demo.enabled) under {} with {} ranks: start it with "

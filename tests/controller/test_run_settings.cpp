@@ -141,3 +141,23 @@ TEST_CASE("run settings: a role's section is read only when the role runs", "[co
   CHECK(sft.sft.optim.grad_clip == 1.0);
   CHECK(sft.sft.optim.min_lr_ratio == 0.1);
 }
+
+TEST_CASE("run settings: verl's renamed keys and their deprecated aliases", "[config][settings]") {
+  // The schedule is lr_scheduler_type; verl's deprecated warmup_style, when set, wins.
+  CHECK(parse_run_settings(small({}), 1).actor.optim.lr_scheduler_type == "constant");
+  CHECK(parse_run_settings(small({"actor_rollout_ref.actor.optim.lr_scheduler_type=cosine"}), 1)
+            .actor.optim.lr_scheduler_type == "cosine");
+  CHECK(parse_run_settings(small({"actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+                                  "actor_rollout_ref.actor.optim.warmup_style=constant"}),
+                           1)
+            .actor.optim.lr_scheduler_type == "constant");
+  CHECK_THAT(error_of(small({"actor_rollout_ref.actor.optim.warmup_style=linear"})),
+             Contains("actor_rollout_ref.actor.optim.warmup_style = 'linear' is not one of: constant, cosine"));
+  // data.seed: verl's default is null; verlpp takes 1 so runs repeat.
+  CHECK(parse_run_settings(small({}), 1).data.seed == 1);
+  CHECK(parse_run_settings(small({"data.seed=9"}), 1).data.seed == 9);
+  // The tokenizer: data.tokenizer, else the model's tokenizer_path, else (unset) the model folder.
+  CHECK(parse_run_settings(small({"actor_rollout_ref.model.tokenizer_path=/tok"}), 1).data.tokenizer == "/tok");
+  CHECK(parse_run_settings(small({"actor_rollout_ref.model.tokenizer_path=/tok", "data.tokenizer=/data_tok"}), 1)
+            .data.tokenizer == "/data_tok");
+}

@@ -63,7 +63,8 @@ inline std::string make_fixture(const std::string& name) {
   return dir;
 }
 
-// A small run: 6 steps of 4 prompts x 4 samples, a checkpoint every step, validation every 3.
+// A small run: 6 steps of 4 prompts x 4 samples, a checkpoint every step, validation every 3
+// (without verl's default gradient checkpointing, which only trades time for memory).
 inline std::string write_config(const std::string& dir, const std::string& run, const std::string& estimator) {
   json c = {
       {"data",
@@ -73,7 +74,7 @@ inline std::string write_config(const std::string& dir, const std::string& run, 
         {"max_response_length", 6},
         {"train_batch_size", 4}}},
       {"actor_rollout_ref",
-       {{"model", {{"path", dir + "/model"}}},
+       {{"model", {{"path", dir + "/model"}, {"enable_gradient_checkpointing", false}}},
         {"actor",
          {{"ppo_mini_batch_size", 2},
           {"ppo_micro_batch_size_per_gpu", 4},
@@ -81,7 +82,10 @@ inline std::string write_config(const std::string& dir, const std::string& run, 
           {"entropy_coeff", 0.001},
           {"optim", {{"lr", 1e-3}}}}},
         {"rollout", {{"n", 4}, {"dtype", "float32"}}}}},
-      {"critic", {{"ppo_micro_batch_size_per_gpu", 4}, {"optim", {{"lr", 1e-3}}}}},
+      {"critic",
+       {{"ppo_micro_batch_size_per_gpu", 4},
+        {"model", {{"enable_gradient_checkpointing", false}}},
+        {"optim", {{"lr", 1e-3}}}}},
       {"algorithm", {{"adv_estimator", estimator}}},
       {"trainer",
        {{"default_local_dir", run}, {"total_training_steps", kSteps}, {"save_freq", 1}, {"test_freq", 3}, {"seed", 5}}},

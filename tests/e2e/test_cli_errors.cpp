@@ -118,3 +118,35 @@ TEST_CASE("verlpp config: a null where a number is needed and a directory as the
   CHECK(huge_n.status == 1);
   CHECK_THAT(huge_n.output, Contains("GiB of host memory") && Contains("this machine has"));
 }
+
+TEST_CASE("verlpp config and train: no-effect keys are listed with why; a refused key stops the run naming it",
+          "[cli][errors]") {
+  const std::string valid =
+      "data.train_batch_size=8 actor_rollout_ref.actor.ppo_mini_batch_size=4 "
+      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 critic.ppo_micro_batch_size_per_gpu=2";
+  Run noted = verlpp_run("config " + valid + " actor_rollout_ref.rollout.name=vllm");
+  CHECK(noted.status == 0);
+  CHECK_THAT(noted.output, Contains("config: 1 key(s) set here have no effect in verlpp:") &&
+                               Contains("actor_rollout_ref.rollout.name = \"vllm\": verlpp generates with its own"));
+  Run quiet = verlpp_run("config " + valid);
+  CHECK(quiet.status == 0);
+  CHECK_THAT(quiet.output, !Contains("no effect"));
+  Run refused = verlpp_run("config " + valid + " reward_model.enable=true");
+  CHECK(refused.status == 1);
+  CHECK_THAT(refused.output, Contains("reward_model.enable = true is refused: a reward model is not implemented"));
+  no_backtrace(refused);
+  Run keys = verlpp_run("config --keys " + valid);
+  CHECK(keys.status == 0);
+  CHECK_THAT(keys.output, Contains("actor_rollout_ref.actor.fsdp_config.param_offload = false  [no effect: FSDP") &&
+                              Contains("trainer.logger = [\"console\"]  [refused unless left at its default: ") &&
+                              Contains("\nalgorithm.adv_estimator = \"gae\"\n"));
+  // `verlpp train` prints the same block once at start, then refuses before any work.
+  Run train =
+      verlpp_run("train " + valid +
+                 " verlpp.demo.enabled=false sft.enable=false trainer.default_local_dir=/tmp/verlpp-cli-refused "
+                 "actor_rollout_ref.rollout.name=vllm trainer.logger='[\"console\",\"wandb\"]'");
+  CHECK(train.status == 1);
+  CHECK_THAT(train.output, Contains("actor_rollout_ref.rollout.name = \"vllm\": verlpp generates with its own") &&
+                               Contains("trainer.logger = [\"console\",\"wandb\"] is refused: "));
+  CHECK(train.output.find("have no effect") == train.output.rfind("have no effect"));
+}

@@ -27,6 +27,17 @@ struct ArithTaskOptions {
   uint64_t teacher_seed = 7;  // which carry problems the teacher gets wrong
 };
 
+class Config;
+
+// verlpp.demo.*: whether `verlpp train` writes the demo's inputs, the tiny model's init seed and
+// the task's options.
+struct ArithDemoSettings {
+  bool enabled = false;    // verlpp.demo.enabled
+  uint64_t init_seed = 1;  // verlpp.demo.init_seed
+  ArithTaskOptions task;   // verlpp.demo.{max_operand, operators, seed, sft_count, train_count, val_count, ...}
+};
+ArithDemoSettings arith_demo_settings(const Config& config);
+
 // Rows of the three splits; Error when the range holds fewer problems than asked for.
 struct ArithSplits {
   std::vector<nlohmann::json> sft, train, val;

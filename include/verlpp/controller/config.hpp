@@ -1,15 +1,18 @@
-// The run configuration: verl's key names and defaults (ppo_trainer.yaml) as one JSON tree,
-// merged with a user's JSON or YAML file and command-line overrides in Hydra's grammar
-// (config_override.hpp). Unknown keys are errors that suggest the nearest valid key;
+// The run configuration: verl's key names and defaults (its generated ppo_trainer config) as
+// one JSON tree, merged with a user's JSON or YAML file and command-line overrides in Hydra's
+// grammar (config_override.hpp). Unknown keys are errors that suggest the nearest valid key;
 // interpolations (`${a.b}`, `${.sibling}`, `${oc.select:a.b,default}`, `${oc.env:VAR}`) are
-// resolved after all overrides, as OmegaConf does for verl; inconsistent values are refused by
-// validate() before any work.
+// resolved after all overrides, as OmegaConf does for verl; inconsistent values, and keys verlpp
+// refuses (config_key_states.hpp), are refused by validate() before any work.
 #pragma once
 
 #include <verlpp/controller/config_override.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -67,7 +70,7 @@ class Config {
   // trainer.n_gpus_per_node, when set, must equal the launched layout.
   void validate(int world_size = 1, int ranks_per_node = 0) const;
 
-  // The value at a dotted path; Error if absent.
+  // The value at a dotted path; Error if absent. Records the path as read (read_keys()).
   const nlohmann::json& at(const std::string& dotted) const;
   // The value at a dotted path as T; Error naming the key and the value when it is not one.
   template <class T>
@@ -89,13 +92,21 @@ class Config {
   void set(const std::string& dotted, nlohmann::json value);
 
   const nlohmann::json& tree() const { return tree_; }
+  // Every dotted path at() (so get, get_or, is_null) has looked up, by this Config and the copies
+  // made from it: what the tests use to check that every key with an effect has a reader.
+  std::set<std::string> read_keys() const;
   // Pretty JSON of the whole tree.
   std::string dump() const { return tree_.dump(2); }
 
  private:
-  explicit Config(nlohmann::json tree) : tree_(std::move(tree)) {}
+  struct ReadLog {
+    std::mutex mutex;
+    std::set<std::string> keys;
+  };
+  explicit Config(nlohmann::json tree) : tree_(std::move(tree)), reads_(std::make_shared<ReadLog>()) {}
   [[noreturn]] static void throw_wrong_type(const std::string& dotted, const nlohmann::json& value, const char* wanted);
   nlohmann::json tree_;
+  std::shared_ptr<ReadLog> reads_;
 };
 
 // True for a path named .yaml or .yml (read as YAML by Config::from_file).
@@ -106,8 +117,5 @@ bool is_config_file_argument(const std::string& arg);
 
 // The valid key closest to `key` (edit distance over dotted paths), for "did you mean" hints.
 std::string nearest_config_key(const std::string& key);
-
-// Keys verl has that verlpp accepts for compatibility but does not act on (FSDP, vLLM, Ray).
-const std::vector<std::string>& ignored_config_keys();
 
 }  // namespace verlpp::controller

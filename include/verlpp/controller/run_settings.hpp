@@ -19,16 +19,16 @@ namespace verlpp::controller {
 
 // <role>.optim (and sft.optim): AdamW and its learning-rate schedule.
 struct OptimSettings {
-  double lr = 1e-6;                       // lr
-  int64_t lr_warmup_steps = -1;           // lr_warmup_steps (-1: from the ratio)
-  double lr_warmup_steps_ratio = 0.0;     // lr_warmup_steps_ratio
-  double min_lr_ratio = 0.0;              // min_lr_ratio (null: 0)
-  std::string warmup_style = "constant";  // warmup_style: constant | cosine
-  double num_cycles = 0.5;                // num_cycles (cosine)
-  int64_t total_training_steps = -1;      // total_training_steps (<= 0: the run's optimizer steps)
-  double weight_decay = 0.01;             // weight_decay
-  double beta1 = 0.9, beta2 = 0.999;      // betas
-  double grad_clip = 1.0;                 // <role>.grad_clip (sft.optim.grad_clip)
+  double lr = 1e-6;                            // lr
+  int64_t lr_warmup_steps = -1;                // lr_warmup_steps (-1: from the ratio)
+  double lr_warmup_steps_ratio = 0.0;          // lr_warmup_steps_ratio
+  double min_lr_ratio = 0.0;                   // min_lr_ratio (null: 0)
+  std::string lr_scheduler_type = "constant";  // lr_scheduler_type: constant | cosine (warmup_style, set, wins)
+  double num_cycles = 0.5;                     // num_cycles (cosine)
+  int64_t total_training_steps = -1;           // total_training_steps (<= 0: the run's optimizer steps)
+  double weight_decay = 0.01;                  // weight_decay
+  double beta1 = 0.9, beta2 = 0.999;           // betas
+  double grad_clip = 1.0;                      // <role>.grad_clip (sft.optim.grad_clip)
 };
 
 // <fsdp_config>.mixed_precision: the dtype the passes run in (reduce/buffer must be fp32).
@@ -39,7 +39,7 @@ struct PrecisionSettings {
 
 // data.*
 struct DataSettings {
-  std::optional<std::string> tokenizer;       // tokenizer (null: the model folder)
+  std::optional<std::string> tokenizer;       // tokenizer (null: model.tokenizer_path, then the model folder)
   std::vector<std::string> train_files;       // train_files (a path or a list)
   std::vector<std::string> val_files;         // val_files
   std::string prompt_key = "prompt";          // prompt_key
@@ -49,7 +49,7 @@ struct DataSettings {
   int64_t train_batch_size = 1024;            // train_batch_size (prompts per step)
   std::optional<int64_t> val_batch_size;      // val_batch_size (null: the whole val set at once)
   bool shuffle = true;                        // shuffle
-  int64_t seed = 1;                           // seed (data order)
+  int64_t seed = 1;                           // seed (data order; null: 1)
   bool filter_overlong_prompts = false;       // filter_overlong_prompts
   std::string truncation = "error";           // truncation: error | left | right | middle
 };
@@ -107,7 +107,6 @@ struct RolloutSettings {
   int64_t max_num_seqs = 1024;                    // max_num_seqs
   int64_t max_num_batched_tokens = 8192;          // max_num_batched_tokens
   int64_t log_prob_micro_batch_size_per_gpu = 8;  // log_prob_micro_batch_size_per_gpu (null: 8; rows per LM-head chunk)
-  bool val_do_sample = false;                     // val_kwargs.do_sample (verlpp validates greedily)
 };
 
 // critic.* (read only when the run has a critic)
@@ -173,7 +172,7 @@ struct SftSettings {
   int64_t micro_batch_size_per_gpu = 64;  // micro_batch_size_per_gpu
   int64_t test_freq = -1;                 // test_freq
   int64_t seed = 1;                       // seed
-  OptimSettings optim;                    // optim.{lr, lr_warmup_steps_ratio, warmup_style, min_lr_ratio, ...}
+  OptimSettings optim;                    // optim.{lr, lr_warmup_steps_ratio, lr_scheduler_type, min_lr_ratio, ...}
 };
 
 // verlpp.* : the paths to compute by, chosen once at start (docs/training.md). Each choice is

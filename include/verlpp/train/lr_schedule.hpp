@@ -1,4 +1,4 @@
-// Learning-rate schedules as verl builds them (optim.warmup_style): linear warmup, then constant
+// Learning-rate schedules as verl builds them (optim.lr_scheduler_type): linear warmup, then constant
 // or cosine decay to min_lr_ratio. A schedule is a pure function of the step, so resuming a run
 // needs only the step count.
 #pragma once
@@ -10,7 +10,7 @@ namespace verlpp::train {
 
 struct LrScheduleOptions {
   double base_lr = 1e-6;           // optim.lr
-  std::string style = "constant";  // optim.warmup_style: constant | cosine
+  std::string style = "constant";  // optim.lr_scheduler_type: constant | cosine
   int64_t warmup_steps = 0;        // resolved from lr_warmup_steps / lr_warmup_steps_ratio
   int64_t total_steps = 1;         // optim.total_training_steps (injected by the trainer)
   double min_lr_ratio = 0.0;       // cosine floor, as a fraction of base_lr

@@ -1,5 +1,6 @@
 // The arithmetic demo task (see arith_task.hpp).
 #include <verlpp/controller/arith_task.hpp>
+#include <verlpp/controller/config.hpp>
 #include <verlpp/core/error.hpp>
 
 #include "../util/files.hpp"
@@ -8,6 +9,20 @@
 #include <tuple>
 
 namespace verlpp::controller {
+
+ArithDemoSettings arith_demo_settings(const Config& config) {
+  ArithDemoSettings s;
+  s.enabled = config.get<bool>("verlpp.demo.enabled");
+  s.init_seed = config.get<uint64_t>("verlpp.demo.init_seed");
+  s.task.max_operand = config.get<int64_t>("verlpp.demo.max_operand");
+  s.task.operators = config.get<std::string>("verlpp.demo.operators");
+  s.task.seed = config.get<uint64_t>("verlpp.demo.seed");
+  s.task.sft_count = config.get<int64_t>("verlpp.demo.sft_count");
+  s.task.train_count = config.get<int64_t>("verlpp.demo.train_count");
+  s.task.val_count = config.get<int64_t>("verlpp.demo.val_count");
+  s.task.sft_carry_error = config.get<double>("verlpp.demo.sft_carry_error");
+  return s;
+}
 
 nlohmann::json arith_row(int64_t a, char op, int64_t b, const std::string& split, int64_t index) {
   int64_t answer = 0;

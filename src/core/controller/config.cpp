@@ -7,7 +7,6 @@
 #include <verlpp/controller/config.hpp>
 #include <verlpp/controller/config_yaml.hpp>
 #include <verlpp/core/error.hpp>
-#include <verlpp/core/log.hpp>
 #include <verlpp/core/strings.hpp>
 
 #include <algorithm>
@@ -137,16 +136,6 @@ std::string unknown_key_message(const std::string& path) {
   return fmt::format("unknown key '{}'; did you mean '{}'?", path, nearest_config_key(path));
 }
 
-void warn_if_ignored(const std::string& path, const json& value) {
-  for (const auto& ignored : ignored_config_keys()) {
-    if (path == ignored || path.rfind(ignored + ".", 0) == 0) {
-      log(LogLevel::warning,
-          fmt::format("config: '{}' = {} is a verl setting verlpp accepts but ignores", path, value.dump()));
-      return;
-    }
-  }
-}
-
 // OmegaConf's merge without a schema: objects key by key, anything else replaces.
 void merge_free(json& target, const json& given) {
   for (auto it = given.begin(); it != given.end(); ++it) {
@@ -172,7 +161,6 @@ void merge(json& target, const json& given, const std::string& prefix, const std
     } else if (current.is_object() && value.is_object()) {  // free-form: merged without checks
       merge_free(current, value);
     } else {
-      if (current != value) warn_if_ignored(path, value);
       current = std::move(value);
     }
   }
@@ -324,48 +312,7 @@ void Config::apply(const Override& o, const std::string& text) {
     }
     leaf_shape = &(*shape)[leaf];
   }
-  json* current = child(*node, leaf);
-  if (node->is_array() && current == nullptr)
-    throw Error(where, fmt::format("'{}': the list has {} entries", o.key, node->size()));
-  if (o.action == OverrideAction::remove) {
-    if (current == nullptr) throw Error(where, fmt::format("cannot delete '{}': it is not in the config", o.key));
-    if (leaf_shape != nullptr)
-      throw Error(where,
-                  fmt::format("cannot delete '{}': verlpp reads it; set it instead (e.g. {}=null)", o.key, o.key));
-    if (o.has_value && *current != o.value)
-      throw Error(where,
-                  fmt::format("cannot delete '{}': its value is {}, not {}", o.key, current->dump(), o.value.dump()));
-    if (node->is_array())
-      node->erase(size_t(std::stoull(leaf)));
-    else
-      node->erase(leaf);
-    return;
-  }
-  if (o.action == OverrideAction::add && current != nullptr && !current->is_null() && !o.value.is_object() &&
-      !o.value.is_array())
-    throw Error(where, fmt::format("cannot add '{}': it is already set (to {}); drop the + to change it, or use "
-                                   "++{} to add or change",
-                                   o.key, current->dump(), text.substr(1)));
-  if (current == nullptr) {
-    (*node)[leaf] = o.value;
-    if (leaf_shape != nullptr) warn_if_ignored(o.key, o.value);
-    return;
-  }
-  json value = o.value;
-  // An unquoted number or boolean for a string key is its text (OmegaConf's str typing): 1e-6
-  // stays "1e-6", True stays "True".
-  if (current->is_string() && !is_reference(*current) && !o.value_quoted && (value.is_boolean() || value.is_number()))
-    value = o.value_text;
-  if (leaf_shape != nullptr) value = fit_type(*current, std::move(value), o.key, where);
-  if (current->is_object() && value.is_object()) {
-    if (leaf_shape != nullptr && !is_free_form(*leaf_shape))
-      merge(*current, value, o.key, where);
-    else
-      merge_free(*current, value);
-    return;
-  }
-  if (leaf_shape != nullptr && *current != value) warn_if_ignored(o.key, value);
-  *current = std::move(value);
+      current = std::move(value);
 }
 
 void Config::apply_overrides(const std::vector<std::string>& assignments) {
@@ -375,9 +322,18 @@ void Config::apply_overrides(const std::vector<std::string>& assignments) {
 void Config::resolve() { tree_ = detail::resolve_config_tree(tree_); }
 
 const nlohmann::json& Config::at(const std::string& dotted) const {
+  {
+    std::lock_guard<std::mutex> lock(reads_->mutex);
+    reads_->keys.insert(dotted);
+  }
   const json* node = find(tree_, dotted);
   if (node == nullptr) throw Error("config", unknown_key_message(dotted));
   return *node;
+}
+
+std::set<std::string> Config::read_keys() const {
+  std::lock_guard<std::mutex> lock(reads_->mutex);
+  return reads_->keys;
 }
 
 void Config::throw_wrong_type(const std::string& dotted, const nlohmann::json& value, const char* wanted) {

@@ -1,11 +1,13 @@
-// Config::validate: the cross-field checks verl makes before a run (batch sizes that must
-// divide, micro-batch settings, names that must exist in the algorithm registries), done
+// Config::validate: the keys verlpp refuses when changed (config_key_states.hpp), then the
+// cross-field checks verl makes before a run (batch sizes that must divide, micro-batch
+// settings, names that must exist in the algorithm registries), done
 // before any work so a bad run fails in a second, not after an hour. Every problem is listed.
 #include <verlpp/algo/advantages.hpp>
 #include <verlpp/algo/agg_loss.hpp>
 #include <verlpp/algo/kl.hpp>
 #include <verlpp/algo/policy_loss.hpp>
 #include <verlpp/controller/config.hpp>
+#include <verlpp/controller/config_key_states.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 
@@ -36,6 +38,12 @@ class Problems {
   void one_of(const Config& c, const std::string& key, const std::vector<std::string>& valid) {
     std::string v = c.get<std::string>(key);
     if (!contains(valid, v)) add("{} = '{}' is not one of: {}", key, v, join(valid, ", "));
+  }
+  // An optimizer section's schedule: lr_scheduler_type, or the deprecated warmup_style when set.
+  void scheduler(const Config& c, const std::string& optim) {
+    const std::vector<std::string> valid = {"constant", "cosine"};
+    one_of(c, optim + ".lr_scheduler_type", valid);
+    if (!c.is_null(optim + ".warmup_style")) one_of(c, optim + ".warmup_style", valid);
   }
   const std::vector<std::string>& list() const { return list_; }
 
@@ -110,7 +118,8 @@ void check_names(const Config& c, Problems& p) {
   p.one_of(c, "algorithm.kl_ctrl.type", {"fixed", "adaptive"});
   p.one_of(c, "data.truncation", {"error", "left", "right", "middle"});
   p.one_of(c, "trainer.resume_mode", {"auto", "disable", "resume_path"});
-  p.one_of(c, "actor_rollout_ref.actor.optim.warmup_style", {"constant", "cosine"});
+  p.scheduler(c, "actor_rollout_ref.actor.optim");
+  p.scheduler(c, "critic.optim");
   p.one_of(c, "actor_rollout_ref.rollout.dtype", {"float32", "bfloat16", "float16"});
   if (c.get<std::string>("trainer.resume_mode") == "resume_path" && c.is_null("trainer.resume_from_path"))
     p.add("trainer.resume_mode = resume_path needs trainer.resume_from_path");
@@ -129,8 +138,10 @@ void check_ranges(const Config& c, Problems& p) {
     int64_t v = c.get<int64_t>(key);
     if (v == 0 || v < -1) p.add("{} = {} must be -1 (never) or >= 1", key, v);
   }
-  double lo = c.get<double>("actor_rollout_ref.actor.clip_ratio_low"),
-         hi = c.get<double>("actor_rollout_ref.actor.clip_ratio_high");
+  // As verl: unset clip_ratio_low/high fall back to clip_ratio.
+  const double ratio = c.get<double>("actor_rollout_ref.actor.clip_ratio");
+  double lo = c.get_or<double>("actor_rollout_ref.actor.clip_ratio_low", ratio),
+         hi = c.get_or<double>("actor_rollout_ref.actor.clip_ratio_high", ratio);
   if (lo < 0 || hi < 0) p.add("clip_ratio_low/high must be >= 0 (got {}, {})", lo, hi);
   if (c.get<double>("actor_rollout_ref.actor.clip_ratio_c") <= 1.0)
     p.add("actor_rollout_ref.actor.clip_ratio_c = {} must be > 1 (dual-clip lower bound)",
@@ -154,7 +165,7 @@ void check_sft(const Config& c, Problems& p) {
   if (batch < 1) p.add("sft.batch_size = {} must be >= 1", batch);
   if (micro < 1) p.add("sft.micro_batch_size_per_gpu = {} must be >= 1", micro);
   if (c.get<double>("sft.optim.lr") <= 0) p.add("sft.optim.lr must be > 0");
-  p.one_of(c, "sft.optim.warmup_style", {"constant", "cosine"});
+  p.scheduler(c, "sft.optim");
 }
 
 // The layout asked for (trainer.nnodes x trainer.n_gpus_per_node; null = what was launched)
@@ -193,6 +204,7 @@ void Config::validate(int world_size, int ranks_per_node) const {
   if (world_size % ranks_per_node != 0)
     throw Error("config", fmt::format("{} ranks per node do not divide the world of {}", ranks_per_node, world_size));
   Problems p;
+  for (const std::string& refused : refused_key_problems(*this)) p.add("{}", refused);
   check_names(*this, p);
   check_batches(*this, world_size, p);
   check_ranges(*this, p);

@@ -19,7 +19,7 @@ namespace {
 train::LrSchedule schedule_of(const OptimSettings& optim, int64_t total_steps) {
   train::LrScheduleOptions o;
   o.base_lr = optim.lr;
-  o.style = optim.warmup_style;
+  o.style = optim.lr_scheduler_type;
   o.total_steps = optim.total_training_steps > 0 ? optim.total_training_steps : total_steps;
   o.warmup_steps = train::resolve_warmup_steps(optim.lr_warmup_steps, optim.lr_warmup_steps_ratio, o.total_steps);
   o.min_lr_ratio = optim.min_lr_ratio;

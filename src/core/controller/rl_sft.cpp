@@ -29,7 +29,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   const int64_t steps = sft.total_steps;
   train::LrScheduleOptions lr;
   lr.base_lr = sft.optim.lr;
-  lr.style = sft.optim.warmup_style;
+  lr.style = sft.optim.lr_scheduler_type;
   lr.total_steps = steps;
   lr.warmup_steps = train::resolve_warmup_steps(-1, sft.optim.lr_warmup_steps_ratio, steps);
   lr.min_lr_ratio = sft.optim.min_lr_ratio;

@@ -133,9 +133,6 @@ bool every(int64_t freq, int64_t step, bool last) { return freq > 0 && (step % f
 json validate_model(RlTrainer::State& s) {
   json m = json::object();
   if (!s.val_set) return m;
-  if (s.settings.rollout.val_do_sample)
-    throw Error("actor_rollout_ref.rollout.val_kwargs.do_sample",
-                "verlpp validates greedily (do_sample = false); sampled validation is not supported");
   const int64_t size = int64_t(s.val_set->size());
   const int64_t chunk = s.settings.data.val_batch_size.value_or(size);
   std::map<std::string, std::pair<double, int64_t>> by_source;

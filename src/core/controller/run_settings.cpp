@@ -33,6 +33,20 @@ std::optional<T> read_optional(const Config& c, const std::string& key) {
   return read<T>(c, key);
 }
 
+// Whether the tree has `dotted` (looked up in the tree, so not counted as a read of the key).
+bool has_key(const Config& c, const std::string& dotted) {
+  const json* node = &c.tree();
+  size_t start = 0;
+  while (true) {
+    const size_t dot = dotted.find('.', start);
+    const std::string part = dotted.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!node->is_object() || !node->contains(part)) return false;
+    node = &(*node)[part];
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
+}
+
 std::vector<std::string> file_list(const Config& c, const std::string& key) {
   const json& v = c.at(key);
   if (v.is_null()) return {};
@@ -58,12 +72,14 @@ at::ScalarType dtype_at(const Config& c, const std::string& key) {
 }
 
 // AdamW's settings at `optim` and the clipping norm at `grad_clip_key`; the schedule's keys only
-// where the section has them (sft.optim has neither lr_warmup_steps nor num_cycles); an unset
+// where the section has them (sft.optim has neither lr_warmup_steps nor num_cycles). As verl:
+// the schedule is lr_scheduler_type, unless the deprecated warmup_style is set; an unset
 // min_lr_ratio is 0.
 OptimSettings optim_at(const Config& c, const std::string& optim, const std::string& grad_clip_key) {
   OptimSettings o;
   o.lr = read<double>(c, optim + ".lr");
-  o.warmup_style = read<std::string>(c, optim + ".warmup_style");
+  o.lr_scheduler_type = read_optional<std::string>(c, optim + ".warmup_style")
+                            .value_or(read<std::string>(c, optim + ".lr_scheduler_type"));
   o.lr_warmup_steps_ratio = read<double>(c, optim + ".lr_warmup_steps_ratio");
   o.weight_decay = read<double>(c, optim + ".weight_decay");
   const auto betas = read<std::vector<double>>(c, optim + ".betas");
@@ -71,12 +87,10 @@ OptimSettings optim_at(const Config& c, const std::string& optim, const std::str
   o.beta1 = betas[0];
   o.beta2 = betas[1];
   o.grad_clip = read<double>(c, grad_clip_key);
-  const json& section = c.at(optim);
-  if (section.contains("min_lr_ratio"))
-    o.min_lr_ratio = read_optional<double>(c, optim + ".min_lr_ratio").value_or(0.0);
-  if (section.contains("lr_warmup_steps")) o.lr_warmup_steps = read<int64_t>(c, optim + ".lr_warmup_steps");
-  if (section.contains("num_cycles")) o.num_cycles = read<double>(c, optim + ".num_cycles");
-  if (section.contains("total_training_steps"))
+  o.min_lr_ratio = read_optional<double>(c, optim + ".min_lr_ratio").value_or(0.0);
+  if (has_key(c, optim + ".lr_warmup_steps")) o.lr_warmup_steps = read<int64_t>(c, optim + ".lr_warmup_steps");
+  if (has_key(c, optim + ".num_cycles")) o.num_cycles = read<double>(c, optim + ".num_cycles");
+  if (has_key(c, optim + ".total_training_steps"))
     o.total_training_steps = read<int64_t>(c, optim + ".total_training_steps");
   return o;
 }
@@ -98,7 +112,9 @@ PrecisionSettings precision_at(const Config& c, const std::string& fsdp_config) 
 
 DataSettings data_at(const Config& c) {
   DataSettings d;
+  // verl: data.tokenizer, else the model's tokenizer_path, else the model folder.
   d.tokenizer = read_optional<std::string>(c, "data.tokenizer");
+  if (!d.tokenizer) d.tokenizer = read_optional<std::string>(c, "actor_rollout_ref.model.tokenizer_path");
   d.train_files = file_list(c, "data.train_files");
   d.val_files = file_list(c, "data.val_files");
   d.prompt_key = read<std::string>(c, "data.prompt_key");
@@ -108,7 +124,7 @@ DataSettings data_at(const Config& c) {
   d.train_batch_size = read<int64_t>(c, "data.train_batch_size");
   d.val_batch_size = read_optional<int64_t>(c, "data.val_batch_size");
   d.shuffle = read<bool>(c, "data.shuffle");
-  d.seed = read<int64_t>(c, "data.seed");
+  d.seed = read_optional<int64_t>(c, "data.seed").value_or(1);
   d.filter_overlong_prompts = read<bool>(c, "data.filter_overlong_prompts");
   d.truncation = read<std::string>(c, "data.truncation");
   return d;
@@ -182,7 +198,6 @@ RolloutSettings rollout_at(const Config& c) {
   s.max_num_batched_tokens = read<int64_t>(c, r + "max_num_batched_tokens");
   s.log_prob_micro_batch_size_per_gpu =
       std::max<int64_t>(1, read_optional<int64_t>(c, r + "log_prob_micro_batch_size_per_gpu").value_or(8));
-  s.val_do_sample = read<bool>(c, r + "val_kwargs.do_sample");
   return s;
 }
 
@@ -256,7 +271,7 @@ SftSettings sft_at(const Config& c) {
   s.test_freq = read<int64_t>(c, "sft.test_freq");
   s.seed = read<int64_t>(c, "sft.seed");
   s.optim = optim_at(c, "sft.optim", "sft.optim.grad_clip");
-  s.optim.min_lr_ratio = read<double>(c, "sft.optim.min_lr_ratio");
+  s.optim.min_lr_ratio = read<double>(c, "sft.optim.min_lr_ratio");  // verlpp's own section: no null fallback
   return s;
 }
 

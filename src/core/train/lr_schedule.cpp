@@ -16,7 +16,7 @@ int64_t resolve_warmup_steps(int64_t lr_warmup_steps, double lr_warmup_steps_rat
 
 LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options)) {
   if (options_.style != "constant" && options_.style != "cosine")
-    throw Error("optim.warmup_style", fmt::format("'{}' is not one of constant, cosine", options_.style));
+    throw Error("optim.lr_scheduler_type", fmt::format("'{}' is not one of constant, cosine", options_.style));
   if (!(options_.base_lr > 0) || !std::isfinite(options_.base_lr))
     throw Error("optim.lr", fmt::format("{} must be a positive finite number", options_.base_lr));
   if (options_.warmup_steps < 0)
