@@ -138,15 +138,15 @@ TEST_CASE("verlpp config and train: no-effect keys are listed with why; a refuse
   Run keys = verlpp_run("config --keys " + valid);
   CHECK(keys.status == 0);
   CHECK_THAT(keys.output, Contains("actor_rollout_ref.actor.fsdp_config.param_offload = false  [no effect: FSDP") &&
-                              Contains("trainer.logger = [\"console\"]  [refused unless left at its default: ") &&
+                              Contains("reward_model.enable = false  [refused unless left at its default: ") &&
                               Contains("\nalgorithm.adv_estimator = \"gae\"\n"));
   // `verlpp train` prints the same block once at start, then refuses before any work.
   Run train =
       verlpp_run("train " + valid +
                  " verlpp.demo.enabled=false sft.enable=false trainer.default_local_dir=/tmp/verlpp-cli-refused "
-                 "actor_rollout_ref.rollout.name=vllm trainer.logger='[\"console\",\"wandb\"]'");
+                 "actor_rollout_ref.rollout.name=vllm reward_model.enable=true");
   CHECK(train.status == 1);
   CHECK_THAT(train.output, Contains("actor_rollout_ref.rollout.name = \"vllm\": verlpp generates with its own") &&
-                               Contains("trainer.logger = [\"console\",\"wandb\"] is refused: "));
+                               Contains("reward_model.enable = true is refused: "));
   CHECK(train.output.find("have no effect") == train.output.rfind("have no effect"));
 }

@@ -267,10 +267,6 @@ const std::vector<KeyRule>& config_key_rules() {
 
       // trainer
       none("trainer.balance_batch", "verlpp splits a step's sequences evenly over the ranks"),
-      refused("trainer.logger", "verlpp logs to the console and metrics.jsonl; other loggers are not implemented"),
-      refused("trainer.log_val_generations", "not implemented"),
-      refused("trainer.rollout_data_dir", "generation dumps are not implemented"),
-      refused("trainer.validation_data_dir", "generation dumps are not implemented"),
       none("trainer.esi_redundant_time", "for verl's elastic-server save timing; verlpp saves at save_freq"),
       refused("trainer.default_hdfs_dir", "copying checkpoints to HDFS is not implemented"),
       none("trainer.del_local_ckpt_after_load", "verlpp leaves checkpoints in place"),
