@@ -156,6 +156,12 @@ std::vector<std::string> with_host_math(std::vector<std::string> overrides) {
   return overrides;
 }
 
+// The test backend's file name: a bare name, which the host resolves in the plugin's folder.
+std::string host_backend_name() {
+  const std::string path = VERLPP_HOST_PRIVATEUSE1;
+  return path.substr(path.rfind('/') + 1);
+}
+
 // The metrics of a run's only step, without its timings (which differ between any two runs).
 json step_metrics(const std::string& run) {
   const auto rows = controller::read_metrics(run + "/metrics.jsonl");
@@ -170,12 +176,12 @@ json step_metrics(const std::string& run) {
 
 TEST_CASE("verlpp train on a plugin's privateuseone device through the LibTorch backend the plugin names (ABI 1.6)",
           "[e2e][vendor][device]") {
-  // counting_pu1 names libhost_privateuse1.so (a file beside it) as its torch backend library:
+  // counting_pu1 names the test backend (a file beside it, by bare name) as its torch backend library:
   // the host loads it, the run lands on privateuseone:0 and calls the plugin's kernels there.
   const std::string dir = make_fixture("vendor-privateuse1");
   const std::string run = dir + "/run";
   const int status = wait_for(start_train(one_step_run_config(dir, run), run + ".log",
-                                          with_host_math({"trainer.device=auto"}), pu1_env(dir, "libhost_privateuse1.so")));
+                                          with_host_math({"trainer.device=auto"}), pu1_env(dir, host_backend_name())));
   const std::string log = read_file(run + ".log");
   INFO(log);
   REQUIRE(WIFEXITED(status));
@@ -211,7 +217,7 @@ TEST_CASE("verlpp generate on a plugin's privateuseone device gives the samples 
                                "/examples/tiny --init-seed 3 --prompts " + dir +
                                "/prompts.jsonl --max-new-tokens 4 --n 2 --temperature 1";
   std::string env;
-  for (const std::string& e : pu1_env(dir, "libhost_privateuse1.so")) env += e + " ";
+  for (const std::string& e : pu1_env(dir, host_backend_name())) env += e + " ";
   const int status = std::system((env + generate + " --output " + dir + "/pu1.jsonl 2> " + dir + "/log").c_str());
   const std::string log = read_file(dir + "/log");
   INFO(log);
