@@ -147,8 +147,7 @@ std::vector<std::string> pu1_env(const std::string& dir, const std::string& back
 // everywhere (an accelerator's default is bf16) and the host's split projections; a small KV pool
 // (a device's is sized from its memory).
 const std::vector<std::string> kHostMath = {
-    "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
-    "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp32", "actor_rollout_ref.rollout.dtype=float32",
+    "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32", "actor_rollout_ref.rollout.dtype=float32",
     "verlpp.model.fused_training_projections=false", "actor_rollout_ref.rollout.gpu_memory_utilization=0.02"};
 
 std::vector<std::string> with_host_math(std::vector<std::string> overrides) {
