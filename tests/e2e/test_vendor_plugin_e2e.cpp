@@ -161,13 +161,14 @@ std::string host_backend_name() {
   return path.substr(path.rfind('/') + 1);
 }
 
-// The metrics of a run's only step, without its timings (which differ between any two runs).
+// The metrics of a run's only step, without its timings and process memory (which differ between
+// any two runs).
 json step_metrics(const std::string& run) {
   const auto rows = controller::read_metrics(run + "/metrics.jsonl");
   REQUIRE(rows.size() == 1);
   json out = json::object();
   for (const auto& [key, value] : rows.front().items())
-    if (key.rfind("timing", 0) != 0 && key.rfind("perf/", 0) != 0) out[key] = value;
+    if (key.rfind("timing", 0) != 0 && key.rfind("perf/", 0) != 0 && key.rfind("memory/", 0) != 0) out[key] = value;
   return out;
 }
 
