@@ -312,7 +312,46 @@ void Config::apply(const Override& o, const std::string& text) {
     }
     leaf_shape = &(*shape)[leaf];
   }
-      current = std::move(value);
+  json* current = child(*node, leaf);
+  if (node->is_array() && current == nullptr)
+    throw Error(where, fmt::format("'{}': the list has {} entries", o.key, node->size()));
+  if (o.action == OverrideAction::remove) {
+    if (current == nullptr) throw Error(where, fmt::format("cannot delete '{}': it is not in the config", o.key));
+    if (leaf_shape != nullptr)
+      throw Error(where,
+                  fmt::format("cannot delete '{}': verlpp reads it; set it instead (e.g. {}=null)", o.key, o.key));
+    if (o.has_value && *current != o.value)
+      throw Error(where,
+                  fmt::format("cannot delete '{}': its value is {}, not {}", o.key, current->dump(), o.value.dump()));
+    if (node->is_array())
+      node->erase(size_t(std::stoull(leaf)));
+    else
+      node->erase(leaf);
+    return;
+  }
+  if (o.action == OverrideAction::add && current != nullptr && !current->is_null() && !o.value.is_object() &&
+      !o.value.is_array())
+    throw Error(where, fmt::format("cannot add '{}': it is already set (to {}); drop the + to change it, or use "
+                                   "++{} to add or change",
+                                   o.key, current->dump(), text.substr(1)));
+  if (current == nullptr) {
+    (*node)[leaf] = o.value;
+    return;
+  }
+  json value = o.value;
+  // An unquoted number or boolean for a string key is its text (OmegaConf's str typing): 1e-6
+  // stays "1e-6", True stays "True".
+  if (current->is_string() && !is_reference(*current) && !o.value_quoted && (value.is_boolean() || value.is_number()))
+    value = o.value_text;
+  if (leaf_shape != nullptr) value = fit_type(*current, std::move(value), o.key, where);
+  if (current->is_object() && value.is_object()) {
+    if (leaf_shape != nullptr && !is_free_form(*leaf_shape))
+      merge(*current, value, o.key, where);
+    else
+      merge_free(*current, value);
+    return;
+  }
+  *current = std::move(value);
 }
 
 void Config::apply_overrides(const std::vector<std::string>& assignments) {
