@@ -198,9 +198,9 @@ TEST_CASE("verlpp train on a plugin's privateuseone device through the LibTorch 
   // counting plugin's cpu device (the same kernels) gives the same numbers.
   const std::string cpu_dir = make_fixture("vendor-privateuse1-cpu");
   const std::string cpu_run = cpu_dir + "/run";
-  const int cpu_status =
-      wait_for(start_train(one_step_run_config(cpu_dir, cpu_run), cpu_run + ".log", with_host_math({"trainer.device=cpu"}),
-                           {std::string("VERL_HARDWARE_PLUGIN=") + VERLPP_COUNTING_PLUGIN}));
+  const int cpu_status = wait_for(start_train(one_step_run_config(cpu_dir, cpu_run), cpu_run + ".log",
+                                              with_host_math({"trainer.device=cpu"}),
+                                              {std::string("VERL_HARDWARE_PLUGIN=") + VERLPP_COUNTING_PLUGIN}));
   INFO(read_file(cpu_run + ".log"));
   REQUIRE((WIFEXITED(cpu_status) && WEXITSTATUS(cpu_status) == 0));
   CHECK(step_metrics(run) == step_metrics(cpu_run));

@@ -222,11 +222,14 @@ Target config_yaml_target() {
         "  actor:\n    ppo_mini_batch_size: 4\n    ppo_micro_batch_size_per_gpu: 2\n    optim: {lr: 1e-6}\n";
     return std::vector<std::string>{
         "hydra:\n  searchpath: [file://verl/trainer/config]\ndefaults:\n  - ppo_trainer\n  - _self_\n" + valid_run,
-        valid_run +
-            "  model:\n    use_remove_padding: True\n    override_config:\n      base: &b {x: 1, y: 0x1F}\n"
-            "      merged: {<<: *b, y: 1:30}\n      list: &l [yes, ~, .inf, 0755, 1_000, 'q', \"d\"]\n"
-            "      copy: *l\n      ref: ${oc.select:data.max_prompt_length,1}\n      rel: ${.merged.x}\n"
-            "      text: |\n        block\n      folded: >\n        a\n        b\n"};
+        // Free-form YAML under a section verlpp accepts with no effect (vLLM's engine arguments).
+        "data:\n  train_batch_size: 8\n  max_prompt_length: 16\nactor_rollout_ref:\n  rollout:\n    n: 4\n"
+        "    engine_kwargs:\n      vllm:\n        base: &b {x: 1, y: 0x1F}\n"
+        "        merged: {<<: *b, y: 1:30}\n        list: &l [yes, ~, .inf, 0755, 1_000, 'q', \"d\"]\n"
+        "        copy: *l\n        ref: ${oc.select:data.max_prompt_length,1}\n        rel: ${.merged.x}\n"
+        "        text: |\n          block\n        folded: >\n          a\n          b\n"
+        "  actor:\n    ppo_mini_batch_size: 4\n    ppo_micro_batch_size_per_gpu: 2\n    optim: {lr: 1e-6}\n"
+        "  model:\n    use_remove_padding: True\n"};
   };
   t.run_one = [](const std::string& folder) {
     controller::yaml_to_json(source_text(folder + "/run.yaml"), "run.yaml");
@@ -275,7 +278,7 @@ Target override_target() {
 }  // namespace
 
 std::vector<Target> all_targets() {
-  return {config_target(),       dataset_target(),      tokenizer_target(), safetensors_target(),
+  return {config_target(),       dataset_target(),     tokenizer_target(), safetensors_target(),
           model_config_target(), config_yaml_target(), override_target(),  parquet_target()};
 }
 

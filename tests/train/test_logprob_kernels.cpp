@@ -245,8 +245,10 @@ TEST_CASE(
           // bf16 the same roundings happen at the same places, but an exp or cos an fp32 ulp apart
           // flips a bf16 rounding now and then (0.4-0.8% of that element), and the backward carries
           // such flips through every layer below: up to ~2.5% of a gradient's largest element was
-          // seen on this 4-layer model. A wrong term, sign or scale is O(1) off.
-          const double tol = dtype == at::kFloat ? 1e-5 : 4e-2;
+          // seen on this 4-layer model on one CPU, 4.8% (a norm weight's gradient, a sum over every
+          // row) on another, whose LibTorch bf16 ops round elsewhere. A wrong term, sign or scale is
+          // O(1) off, so 8% still tells them apart by more than ten times.
+          const double tol = dtype == at::kFloat ? 1e-5 : 8e-2;
           CHECK(max_abs(hidden[1].sub(hidden[0])) <= tol * max_abs(hidden[0]));
           for (size_t i = 0; i < grads[0].size(); ++i) {
             INFO("parameter " << m.named_parameters()[i].first);

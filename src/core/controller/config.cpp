@@ -152,7 +152,9 @@ void merge_free(json& target, const json& given) {
 void merge(json& target, const json& given, const std::string& prefix, const std::string& where) {
   for (auto it = given.begin(); it != given.end(); ++it) {
     std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
-    if (!target.contains(it.key()) && is_dropped_target(it.key(), it.value(), path, where)) continue;
+    // A _target_ names a Python class: verl's own are accepted (and kept where the tree has the
+    // key), any other is refused, known key or not.
+    if (is_dropped_target(it.key(), it.value(), path, where) && !target.contains(it.key())) continue;
     if (!target.contains(it.key())) throw Error(where, unknown_key_message(path));
     json& current = target[it.key()];
     json value = fit_type(current, it.value(), path, where);
@@ -304,7 +306,8 @@ void Config::apply(const Override& o, const std::string& text) {
     shape = next_shape;
   }
   const std::string& leaf = parts.back();
-  const json* leaf_shape = nullptr;  // the default of a key verlpp knows
+  const json* leaf_shape = nullptr;                                 // the default of a key verlpp knows
+  if (o.has_value) is_dropped_target(leaf, o.value, o.key, where);  // refuses a non-verl _target_
   if (shape != nullptr) {
     if (!shape->is_object() || !shape->contains(leaf)) {
       if (o.has_value && is_dropped_target(leaf, o.value, o.key, where)) return;

@@ -147,11 +147,11 @@ const std::vector<std::pair<hw::KernelId, Case>>& cases() {
          Inputs in(d, 15);
          const at::Tensor logits = in.normal({6, 503});
          // Greedy, plain, top-k, top-p, both, a high temperature.
-         const at::Tensor temperature =
-             at::tensor({0.0f, 1.0f, 0.8f, 1.0f, 0.7f, 2.0f}, Inputs::f32()).to(d);
+         const at::Tensor temperature = at::tensor({0.0f, 1.0f, 0.8f, 1.0f, 0.7f, 2.0f}, Inputs::f32()).to(d);
          const at::Tensor top_k = at::tensor({0, 0, 20, 0, 50, 0}, at::TensorOptions().dtype(at::kInt)).to(d);
          const at::Tensor top_p = at::tensor({1.0f, 1.0f, 1.0f, 0.9f, 0.8f, 1.0f}, Inputs::f32()).to(d);
-         const at::Tensor seeds = at::tensor(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, at::TensorOptions().dtype(at::kLong)).to(d);
+         const at::Tensor seeds =
+             at::tensor(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, at::TensorOptions().dtype(at::kLong)).to(d);
          r.shape = "6 rows x 503 (greedy, top-k, top-p, temperatures)";
          at::Tensor tokens[2] = {in.zeros({6}, at::kLong), in.zeros({6}, at::kLong)};
          at::Tensor lps[2] = {in.zeros({6}), in.zeros({6})};
@@ -190,7 +190,8 @@ const std::vector<std::pair<hw::KernelId, Case>>& cases() {
          Inputs in(d, 18);
          const at::Tensor gate = in.normal({21, 320}), up = in.normal({21, 320}), grad = in.normal({21, 320});
          r.shape = "[21 x 320]";
-         at::Tensor gg[2] = {in.zeros({21, 320}), in.zeros({21, 320})}, gu[2] = {in.zeros({21, 320}), in.zeros({21, 320})};
+         at::Tensor gg[2] = {in.zeros({21, 320}), in.zeros({21, 320})},
+                    gu[2] = {in.zeros({21, 320}), in.zeros({21, 320})};
          silu_mul_backward(&k, gate, up, grad, gg[0], gu[0]);
          silu_mul_backward(host, gate, up, grad, gg[1], gu[1]);
          compare(r, gg[0], gg[1]);
@@ -213,7 +214,8 @@ const std::vector<std::pair<hw::KernelId, Case>>& cases() {
          const at::Tensor qkv = in.normal({5, 8, 64});  // 4 q heads, 2 k, 2 v of one projection
          const at::Tensor q = qkv.narrow(1, 0, 4), kk = qkv.narrow(1, 4, 2), v = qkv.narrow(1, 6, 2);
          const at::Tensor pos = in.ints(2048, {5}), inv = inverse_frequencies(64, d);
-         const at::Tensor slots = at::tensor(std::vector<int64_t>{3, 17, 0, 42, 9}, at::TensorOptions().dtype(at::kLong)).to(d);
+         const at::Tensor slots =
+             at::tensor(std::vector<int64_t>{3, 17, 0, 42, 9}, at::TensorOptions().dtype(at::kLong)).to(d);
          r.shape = "5 tokens, q [5 x 4 x 64], k, v [5 x 2 x 64] of one projection, cache of 12 x 4 rows";
          at::Tensor q_out[2] = {in.zeros({5, 4, 64}), in.zeros({5, 4, 64})};
          at::Tensor kc[2] = {in.zeros({12, 4, 2, 64}), in.zeros({12, 4, 2, 64})};
@@ -291,7 +293,8 @@ std::vector<KernelDemoResult> demo_kernels(const hw::Kernels& kernels, const c10
     r.offered = kernels.offers(info.id);
     r.tolerance = kTolerance;
     if (r.offered) {
-      const auto found = std::find_if(cases().begin(), cases().end(), [&](const auto& c) { return c.first == info.id; });
+      const auto found =
+          std::find_if(cases().begin(), cases().end(), [&](const auto& c) { return c.first == info.id; });
       try {
         // A kernel appended to the list without a case here is reported, never passed unseen.
         if (found == cases().end()) throw std::runtime_error("the demo has no case for this kernel");

@@ -18,13 +18,13 @@ namespace verlpp::ops {
 
 // The outcome for one kernel of the ABI's list.
 struct KernelDemoResult {
-  std::string kernel;      // its name in the list
-  bool offered = false;    // false: the plugin leaves it NULL (the host's path runs instead)
-  bool ok = false;         // offered and within `tolerance` of the host's path
-  std::string shape;       // the case, e.g. "[37 x 1009]"
-  double worst = 0;        // the largest |kernel - host| over the compared outputs
-  double tolerance = 0;    // the bound it was held to (0 = bit for bit)
-  std::string error;       // what a failing call said (empty when it returned)
+  std::string kernel;    // its name in the list
+  bool offered = false;  // false: the plugin leaves it NULL (the host's path runs instead)
+  bool ok = false;       // offered and within `tolerance` of the host's path
+  std::string shape;     // the case, e.g. "[37 x 1009]"
+  double worst = 0;      // the largest |kernel - host| over the compared outputs
+  double tolerance = 0;  // the bound it was held to (0 = bit for bit)
+  std::string error;     // what a failing call said (empty when it returned)
 };
 
 // Runs each kernel the plugin offers on `device` (a device of the plugin's torch type), in the

@@ -52,8 +52,8 @@ HostMemoryAllocator g_allocator;
 
 const c10::DispatchKeySet kKeys{c10::DispatchKey::PrivateUse1};
 
-at::Tensor empty_memory_format(c10::IntArrayRef size, c10::optional<at::ScalarType> dtype,
-                               c10::optional<at::Layout>, c10::optional<at::Device> device, c10::optional<bool>,
+at::Tensor empty_memory_format(c10::IntArrayRef size, c10::optional<at::ScalarType> dtype, c10::optional<at::Layout>,
+                               c10::optional<at::Device> device, c10::optional<bool>,
                                c10::optional<at::MemoryFormat> memory_format) {
   c10::OptionalDeviceGuard guard(device);
   return at::detail::empty_generic(size, &g_allocator, kKeys, c10::dtype_or_default(dtype), memory_format);
@@ -83,8 +83,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
-const at::Tensor& resize(const at::Tensor& self, c10::IntArrayRef size,
-                         c10::optional<at::MemoryFormat> memory_format) {
+const at::Tensor& resize(const at::Tensor& self, c10::IntArrayRef size, c10::optional<at::MemoryFormat> memory_format) {
   return at::native::resize_(self, size, memory_format);
 }
 
