@@ -208,7 +208,7 @@ TEST_CASE("verlpp train: val_kwargs.n=2 with sampling writes verl's val-core met
   c["trainer"]["save_freq"] = -1;
   c["trainer"]["test_freq"] = 1;
   c["trainer"]["validation_data_dir"] = run + "/val_dump";
-  c["sft"]["enable"] = false;
+  c["sft"]["total_steps"] = 80;  // a policy that answers some prompts right (25% before RL)
   c["actor_rollout_ref"]["rollout"]["val_kwargs"] = {{"n", 2}, {"do_sample", true}, {"temperature", 1.0}};
   std::ofstream(config) << c.dump(2);
   run_to_end(config, run + ".log");
@@ -234,6 +234,9 @@ TEST_CASE("verlpp train: val_kwargs.n=2 with sampling writes verl's val-core met
       sampled = sampled || samples[i]["output"] != samples[i + 1]["output"];
     }
     CHECK(sampled);  // do_sample: a prompt's two responses are drawn, not both greedy
+    // Before RL some prompt has a right and a wrong response, so the checks below have a gap to
+    // measure (after the one RL step at this learning rate the policy may answer none).
+    if (step == 0) CHECK(best > worst);
     CHECK(row.at("val-core/arith/reward/mean@2").get<double>() == Approx(sum / 24).margin(1e-12));
     CHECK(row.at("val-aux/arith/reward/std@2").get<double>() == Approx(spread / 12).margin(1e-12));
     // best@2 and worst@2 of a pair: each bootstrap draw of two indices that differ yields the
