@@ -132,6 +132,14 @@ void check_ranges(const Config& c, Problems& p) {
   if (temperature < 0) p.add("{}temperature = {} must be >= 0 (0 = greedy)", r, temperature);
   if (!(top_p > 0 && top_p <= 1)) p.add("{}top_p = {} must be in (0, 1]", r, top_p);
   if (top_k < -1 || top_k == 0) p.add("{}top_k = {} must be -1 (off) or >= 1", r, top_k);
+  // Validation's sampling, checked as the training rollout's.
+  const std::string v = r + "val_kwargs.";
+  const double val_temperature = c.get<double>(v + "temperature"), val_top_p = c.get<double>(v + "top_p");
+  const int64_t val_top_k = c.get<int64_t>(v + "top_k"), val_n = c.get<int64_t>(v + "n");
+  if (val_temperature < 0) p.add("{}temperature = {} must be >= 0 (0 = greedy)", v, val_temperature);
+  if (!(val_top_p > 0 && val_top_p <= 1)) p.add("{}top_p = {} must be in (0, 1]", v, val_top_p);
+  if (val_top_k < -1 || val_top_k == 0) p.add("{}top_k = {} must be -1 (off) or >= 1", v, val_top_k);
+  if (val_n < 1) p.add("{}n = {} must be >= 1", v, val_n);
   double util = c.get<double>(r + "gpu_memory_utilization");
   if (!(util > 0 && util <= 1)) p.add("{}gpu_memory_utilization = {} must be in (0, 1]", r, util);
   for (const std::string key : {"trainer.save_freq", "trainer.test_freq"}) {
