@@ -70,10 +70,11 @@ void write_demo_inputs(const controller::Config& config) {
 constexpr const char* kDemoInputsReady = "VERLPP_DEMO_INPUTS_READY";
 
 // `--nproc N`: this process becomes the launcher of N ranks running the same command.
-void launch_ranks(int nproc, const std::vector<std::string>& args, const controller::RunSettings& settings) {
+void launch_ranks(int nproc, bool demo, const std::vector<std::string>& args, const controller::RunSettings& settings) {
   controller::LaunchOptions o;
   o.nproc = nproc;
   o.argv = {"/proc/self/exe", "train"};
+  if (demo) o.argv.push_back("--demo");
   o.argv.insert(o.argv.end(), args.begin(), args.end());
   // The ranks find a dead or hung peer within trainer.dist_timeout_s and then take a few seconds
   // to name it; the grace period is that and a little more.
@@ -85,20 +86,37 @@ void launch_ranks(int nproc, const std::vector<std::string>& args, const control
   std::cerr << "verlpp launcher: " << result.summary() << "\n";
 }
 
-void run_train(std::vector<std::string> args, int nproc) {
+// Overrides without a config file start from verl's defaults, as verl's own entry point does, so
+// a verl run script's lines mean what they mean there; those defaults name no model and no data.
+void require_run_inputs(const controller::Config& config) {
+  for (const char* key : {"actor_rollout_ref.model.path", "data.train_files"})
+    if (config.is_null(key))
+      throw Error("verlpp train",
+                  fmt::format("{} is not set: without a config file the overrides apply to verl's defaults, which "
+                              "name no model and no data. Set it, give a config file first, or run the embedded "
+                              "demo with `verlpp train --demo [overrides ...]`",
+                              key));
+}
+
+void run_train(std::vector<std::string> args, int nproc, bool demo) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<std::string> given_args = args;
-  const bool embedded_default = args.empty() || !controller::is_config_file_argument(args.front());
+  const bool config_file = !args.empty() && controller::is_config_file_argument(args.front());
+  if (demo && config_file)
+    throw Error("--demo", fmt::format("runs the embedded demo's config; {} is another config: give one of the two",
+                                      args.front()));
+  const bool embedded_default = demo || args.empty();
   controller::Config config = controller::Config::defaults();
   if (embedded_default) {
     config =
         controller::Config::from_json(json::parse(embedded(kDefaultConfig)), std::string("embedded ") + kDefaultConfig);
-  } else {
+  } else if (config_file) {
     config = controller::Config::from_file(args.front());
     args.erase(args.begin());
   }
   config.apply_overrides(args);
   config.resolve();
+  if (!embedded_default && !config_file) require_run_inputs(config);
   const hw::WorldInfo world = hw::world_from_environment();
   if (nproc < 1) throw Error("--nproc", fmt::format("{} ranks: at least one is needed", nproc));
   if (nproc > 1 && world.is_distributed())
@@ -116,7 +134,7 @@ void run_train(std::vector<std::string> args, int nproc) {
   }
   if (nproc > 1) {
     // A layout or batch that cannot work is refused before any rank starts.
-    launch_ranks(nproc, given_args, controller::parse_run_settings(config, nproc, nproc));
+    launch_ranks(nproc, demo, given_args, controller::parse_run_settings(config, nproc, nproc));
     return;
   }
 
@@ -169,13 +187,18 @@ void register_train_command(CLI::App& app) {
                                  "SFT then GRPO of the tiny model on arithmetic");
   auto args = std::make_shared<std::vector<std::string>>();
   auto nproc = std::make_shared<int>(1);
+  auto demo = std::make_shared<bool>(false);
   cmd->add_option("args", *args,
                   "an optional CONFIG.json or CONFIG.yaml (verl's keys), then overrides in Hydra's grammar (key=value, "
-                  "+key=value, ++key=value, ~key)");
+                  "+key=value, ++key=value, ~key); overrides without a config apply to verl's defaults, as "
+                  "verl's main_ppo takes them");
+  cmd->add_flag("--demo", *demo,
+                "the overrides apply to the embedded demo's config (what `verlpp train` alone runs) instead of "
+                "verl's defaults");
   cmd->add_option("--nproc", *nproc,
                   "ranks to start on this machine (data parallel; one process per device). Under "
                   "mpirun, srun or torchrun leave it out: the launcher's environment gives the ranks");
-  cmd->callback([=] { run_train(*args, *nproc); });
+  cmd->callback([=] { run_train(*args, *nproc, *demo); });
 }
 
 }  // namespace verlpp::apps

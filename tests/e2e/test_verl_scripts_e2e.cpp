@@ -19,6 +19,7 @@
 #include <sstream>
 
 // Catch2 (through e2e_util.hpp) last: LibTorch 2.x headers define glog's CHECK.
+#include "cli_run.hpp"
 #include "e2e_util.hpp"
 
 using namespace verlpp;
@@ -53,29 +54,16 @@ const std::string kCpuScale =
     "trainer.logger=console trainer.n_gpus_per_node=1 trainer.total_training_steps=2 "
     "data.train_batch_size=32 actor_rollout_ref.actor.ppo_mini_batch_size=32 data.max_response_length=8";
 
-struct Shell {
-  int status = 0;
-  std::string out;  // standard output
-  std::string err;  // standard error
-};
-
 // `bash SCRIPT ARGS` run in `dir` with HOME set to the fixture home.
-Shell run_script(const std::string& dir, const std::string& script, const std::string& args = "") {
-  const std::string err = dir + "/stderr.txt";
-  const std::string line = "cd '" + dir + "' && HOME='" + kRoot + "/home' bash '" + script + "' " + args + " 2>'" + err + "'";
-  Shell run;
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(line.c_str(), "r"), ::pclose);
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe.get())) run.out.append(buffer, n);
-  const int status = ::pclose(pipe.release());
-  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  run.err = read_file(err);
-  return run;
+ShellRun run_script(const std::string& dir, const std::string& script, const std::string& args = "") {
+  return run_shell_apart("cd '" + dir + "' && HOME='" + kRoot + "/home' bash '" + script + "' " + args,
+                         dir + "/stderr.txt");
 }
 
 // The last `n` characters of `text`, for failure messages.
-std::string tail(const std::string& text, size_t n = 6000) { return text.size() > n ? text.substr(text.size() - n) : text; }
+std::string tail(const std::string& text, size_t n = 6000) {
+  return text.size() > n ? text.substr(text.size() - n) : text;
+}
 
 // The script with verl's program replaced by `program` (the only change), written into `dir`.
 std::string with_program(const std::string& name, const std::string& dir, const std::string& program) {
@@ -160,7 +148,7 @@ TEST_CASE("verl's example scripts run unchanged but for the program name", "[ver
     REQUIRE(std::system(("mkdir -p '" + dir + "'").c_str()) == 0);
 
     // The arguments as bash hands them to the program (the script's own quoting and variables).
-    const Shell listed = run_script(dir, with_program(name, dir, "printf \"%s\\n\""));
+    const ShellRun listed = run_script(dir, with_program(name, dir, "printf \"%s\\n\""));
     REQUIRE(listed.status == 0);
     std::vector<std::string> args;
     {
@@ -180,9 +168,8 @@ TEST_CASE("verl's example scripts run unchanged but for the program name", "[ver
     }
 
     // Which settings the table refuses, and which have no effect, among the script's changes.
-    const Shell resolved =
-        run_script(dir, with_program(name, dir, std::string(VERLPP_CLI) + " config --no-validate"),
-                   "trainer.logger=console");
+    const ShellRun resolved = run_script(
+        dir, with_program(name, dir, std::string(VERLPP_CLI) + " config --no-validate"), "trainer.logger=console");
     INFO(tail(resolved.err));
     REQUIRE(resolved.status == 0);
     const nlohmann::json tree = nlohmann::json::parse(resolved.out);
@@ -202,7 +189,7 @@ TEST_CASE("verl's example scripts run unchanged but for the program name", "[ver
 
     // `verlpp config` on the script as it is: refused exactly for those, else valid.
     const std::string config_script = with_program(name, dir, std::string(VERLPP_CLI) + " config");
-    const Shell config = run_script(dir, config_script);
+    const ShellRun config = run_script(dir, config_script);
     INFO(tail(config.err));
     CHECK((config.status != 0) == (wandb || !refused.empty()));
     if (wandb) CHECK(config.err.find("'wandb' reports to a network service") != std::string::npos);
@@ -211,13 +198,13 @@ TEST_CASE("verl's example scripts run unchanged but for the program name", "[ver
     if (!refused.empty()) continue;  // the script cannot run as verl wrote it; nothing more to run
 
     // With console logging instead of wandb: valid, and the block names exactly the no-effect keys.
-    const Shell valid = run_script(dir, config_script, "trainer.logger=console");
+    const ShellRun valid = run_script(dir, config_script, "trainer.logger=console");
     INFO(tail(valid.err));
     REQUIRE(valid.status == 0);
     CHECK(block_keys(valid.err) == no_effect);
 
     // Two training steps, scaled to this machine.
-    const Shell train = run_script(dir, with_program(name, dir, std::string(VERLPP_CLI) + " train"), kCpuScale);
+    const ShellRun train = run_script(dir, with_program(name, dir, std::string(VERLPP_CLI) + " train"), kCpuScale);
     INFO(tail(train.out + train.err));
     REQUIRE(train.status == 0);
     CHECK(block_keys(train.out + train.err) == no_effect);
