@@ -6,6 +6,7 @@
 #pragma once
 
 #include <verlpp/controller/config.hpp>
+#include <verlpp/controller/reward_manager.hpp>
 #include <verlpp/model/forward_options.hpp>
 
 #include <c10/core/ScalarType.h>
@@ -197,6 +198,9 @@ struct RunSettings {
   AlgorithmSettings algorithm;
   TrainerSettings trainer;
   CustomRewardSettings custom_reward;
+  // reward_manager.name, reward_model.reward_kwargs, custom_reward_function.reward_kwargs and
+  // verlpp.reward.* (reward_manager.hpp).
+  RewardManagerSettings reward_manager;
   SftSettings sft;
   PathSettings paths;
 };
