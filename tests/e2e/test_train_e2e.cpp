@@ -185,6 +185,10 @@ TEST_CASE("verlpp train: the dapo manager's overlong penalty and its metrics", "
     CHECK(row["reward/overlong_reward/mean"].get<double>() ==
           Approx(-row["response_length/mean"].get<double>() / 6 * 0.5).margin(1e-9));
     CHECK(row["reward/overlong_ratio"] == 1.0);  // every response has at least one token
+    // The penalty is in the sequence scores: what remains is the arith rule's mean, in [0, 1].
+    const double rule_mean = row["critic/score/mean"].get<double>() - row["reward/overlong_reward/mean"].get<double>();
+    CHECK(rule_mean >= -1e-6);
+    CHECK(rule_mean <= 1 + 1e-6);
     CHECK(row["reward/timeout_count"] == 0);
   }
 }
