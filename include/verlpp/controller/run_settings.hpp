@@ -160,7 +160,8 @@ struct TrainerSettings {
 // custom_reward_function.*
 struct CustomRewardSettings {
   std::optional<std::string> path;     // path (a shared object; null: the built-in rules)
-  std::string name = "compute_score";  // name (its C function)
+  std::string name = "compute_score";  // name (its C function; with the batch manager and no path,
+                                       // the registered batch function)
 };
 
 // sft.* (verlpp: the SFT warm start before RL)
