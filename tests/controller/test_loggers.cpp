@@ -299,6 +299,18 @@ TEST_CASE("file logger: verl's {step, data} lines at verl's path; a resume cuts 
   CHECK(file_logger_path("proj", "exp") == "./proj/exp.jsonl");
 }
 
+TEST_CASE("console step line: verl's val-core figures but their spreads", "[loggers]") {
+  const json row = {{"val/acc", 0.5},
+                    {"val-core/math/acc/mean@4", 0.25},
+                    {"val-core/math/acc/maj@4/mean", 0.75},
+                    {"val-core/math/acc/maj@4/std", 0.125},
+                    {"val-aux/math/acc/std@4", 0.5}};
+  const std::string line = console_step_line(row, 2, 6);
+  CHECK_THAT(line, Contains("step   2/6") && Contains("val/acc 0.500"));
+  CHECK_THAT(line, Contains("val-core/math/acc/mean@4 0.250") && Contains("val-core/math/acc/maj@4/mean 0.750"));
+  CHECK_THAT(line, !Contains("maj@4/std") && !Contains("val-aux"));
+}
+
 TEST_CASE("console logger: the step line and the validation samples through the message hook", "[loggers]") {
   std::vector<std::string> lines;
   LoggerRun run = run_named(fresh_dir("console"));
@@ -309,6 +321,7 @@ TEST_CASE("console logger: the step line and the validation samples through the 
   loggers[0]->log_val_generations({{"1+2=", "3", 1.0}, {"line\nbreak", "x", 0.0}}, 3);
   REQUIRE(lines.size() == 7);
   CHECK_THAT(lines[0], Contains("before RL") && Contains("val/acc 0.333"));
+  CHECK_THAT(lines[0], !Contains("val-core"));
   CHECK_THAT(lines[1], Contains("step   3/6") && Contains("score 0.375") && Contains("pg_loss -0.0625"));
   CHECK_THAT(lines[2], Contains("validation generations at step 3 (2 samples)"));
   CHECK_THAT(lines[3], Contains("[1] score 1") && Contains("input: 1+2="));

@@ -113,6 +113,26 @@ TEST_CASE("report: one chart per panel that has a finite value", "[report]") {
   CHECK(count(html, "<svg") == 6);
 }
 
+TEST_CASE("report: validation plots verl's val-core figures but their spreads", "[report]") {
+  std::vector<json> rows;
+  for (int step = 0; step <= 4; step += 2)
+    rows.push_back({{"step", step},
+                    {"critic/score/mean", 0.1 * step},
+                    {"val-core/arith/reward/mean@4", 0.1 * step},
+                    {"val-core/arith/reward/best@4/mean", 0.2 * step},
+                    {"val-core/arith/reward/best@4/std", 0.01},
+                    {"val-aux/arith/reward/worst@4/mean", 0.05 * step},
+                    {"val/arith/acc", 0.1 * step}});
+  const std::string html = render(rows);
+  CHECK(count(html, "<svg") == 2);  // reward, validation
+  CHECK(count(html, "data-series=\"val-core/arith/reward/mean@4\"") == 1);
+  CHECK(count(html, "data-series=\"val-core/arith/reward/best@4/mean\"") == 1);
+  CHECK(count(html, "data-series=\"val-core/arith/reward/best@4/std\"") == 0);
+  CHECK(count(html, "data-series=\"val-aux/arith/reward/worst@4/mean\"") == 0);
+  CHECK(count(html, "data-series=\"val/arith/acc\"") == 0);  // the older name: table only
+  CHECK_THAT(html, Contains("val-aux/arith/reward/worst@4/mean"));
+}
+
 TEST_CASE("report: a series' polylines hold exactly its finite points, split at gaps", "[report]") {
   // step:  1    2     3    4   5   6    7   8 (key absent)  9
   const std::vector<double> score = {1.0, kNaN, kNaN, 2.0, 3.0, kInf, 4.0, kNaN, 2.5};

@@ -66,6 +66,20 @@ TEST_CASE("run settings: fields hold their keys' values", "[config][settings]") 
   CHECK_FALSE(s.critic.enable);
   CHECK_FALSE(s.sft.enable);
   CHECK_FALSE(s.custom_reward.path);
+  // rollout.val_kwargs: verl's defaults (one greedy response), then every key taken.
+  CHECK(s.rollout.val_kwargs.n == 1);
+  CHECK_FALSE(s.rollout.val_kwargs.do_sample);
+  CHECK(s.rollout.val_kwargs.temperature == 0.0);
+  const RunSettings v = parse_run_settings(
+      small({"actor_rollout_ref.rollout.val_kwargs.n=4", "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+             "actor_rollout_ref.rollout.val_kwargs.temperature=0.6", "actor_rollout_ref.rollout.val_kwargs.top_k=20",
+             "actor_rollout_ref.rollout.val_kwargs.top_p=0.9"}));
+  CHECK(v.rollout.val_kwargs.n == 4);
+  CHECK(v.rollout.val_kwargs.do_sample);
+  CHECK(v.rollout.val_kwargs.temperature == 0.6);
+  CHECK(v.rollout.val_kwargs.top_k == 20);
+  CHECK(v.rollout.val_kwargs.top_p == 0.9);
+  CHECK(v.rollout.temperature == 1.0);  // the training rollout keeps its own
 }
 
 TEST_CASE("run settings: verl's fallbacks for unset keys", "[config][settings]") {
@@ -123,6 +137,13 @@ TEST_CASE("run settings: unusable values are refused naming the key and the valu
              Contains("actor_rollout_ref.actor.entropy_coeff: null is not a number"));
   CHECK_THAT(error_of(small({"data.train_files=[1]"})),
              Contains("data.train_files: every entry must be a file path, got 1"));
+  const std::string val =
+      error_of(small({"actor_rollout_ref.rollout.val_kwargs.n=0", "actor_rollout_ref.rollout.val_kwargs.temperature=-1",
+                      "actor_rollout_ref.rollout.val_kwargs.top_p=0", "actor_rollout_ref.rollout.val_kwargs.top_k=0"}));
+  CHECK_THAT(val, Contains("actor_rollout_ref.rollout.val_kwargs.n = 0 must be >= 1"));
+  CHECK_THAT(val, Contains("actor_rollout_ref.rollout.val_kwargs.temperature = -1 must be >= 0"));
+  CHECK_THAT(val, Contains("actor_rollout_ref.rollout.val_kwargs.top_p = 0 must be in (0, 1]"));
+  CHECK_THAT(val, Contains("actor_rollout_ref.rollout.val_kwargs.top_k = 0 must be -1 (off) or >= 1"));
 }
 
 TEST_CASE("run settings: a role's section is read only when the role runs", "[config][settings]") {

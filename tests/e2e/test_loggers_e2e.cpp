@@ -62,9 +62,12 @@ void check_backends(const std::string& out, const std::vector<json>& rows) {
       const auto t = tb.find({step, name});
       REQUIRE(t != tb.end());
       REQUIRE(t->second.size() == 1);
-      REQUIRE(run.metrics.count(name) == 1);
+      // MLflow refuses "@" in a metric name; the store holds verl's spelling "_at_".
+      std::string mlflow_name;
+      for (const char c : name) mlflow_name += c == '@' ? std::string("_at_") : std::string(1, c);
+      REQUIRE(run.metrics.count(mlflow_name) == 1);
       std::vector<double> at_step;
-      for (const auto& p : run.metrics.at(name))
+      for (const auto& p : run.metrics.at(mlflow_name))
         if (p.step == step) at_step.push_back(p.value);
       REQUIRE(at_step.size() == 1);
       if (value.is_null()) {

@@ -3,6 +3,7 @@
 // checkpoints and the report; and a run killed with SIGKILL while training, then resumed,
 // produces exactly the metrics (timings aside) and the weights of an uninterrupted run.
 #include <verlpp/controller/run_settings.hpp>
+#include <verlpp/controller/validation_metrics.hpp>
 
 #include <dirent.h>
 
@@ -230,4 +231,71 @@ TEST_CASE("verlpp train: after the SFT warm start the engine generates with the 
                             << "; SFT's last validation: " << seen[2].dump());
   REQUIRE(seen[0] != seen[2]);  // the SFT changed what greedy validation generates
   CHECK(seen[1] == seen[2]);
+}
+
+// rollout.val_kwargs: n = 2 sampled responses per validation prompt give verl's val-core and
+// val-aux names, each figure recomputed from the validation dump (the scores of every response,
+// in the batch's order: a prompt's two responses side by side), and the older names beside them.
+TEST_CASE("verlpp train: val_kwargs.n=2 with sampling writes verl's val-core metrics", "[e2e]") {
+  const std::string dir = make_fixture("val_kwargs");
+  const std::string run = dir + "/run";
+  const std::string config = write_config(dir, run, "grpo");
+  json c = json::parse(read_file(config));
+  c["trainer"]["total_training_steps"] = 1;
+  c["trainer"]["save_freq"] = -1;
+  c["trainer"]["test_freq"] = 1;
+  c["trainer"]["validation_data_dir"] = run + "/val_dump";
+  c["sft"]["total_steps"] = 80;  // a policy that answers some prompts right (25% before RL)
+  c["actor_rollout_ref"]["rollout"]["val_kwargs"] = {{"n", 2}, {"do_sample", true}, {"temperature", 1.0}};
+  std::ofstream(config) << c.dump(2);
+  run_to_end(config, run + ".log");
+  const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+  REQUIRE(rows.size() == 2);  // before training, after step 1
+  for (const json& row : rows) {
+    const int64_t step = row["step"].get<int64_t>();
+    INFO("step " << step << ": " << row.dump());
+    std::ifstream dump(run + "/val_dump/" + std::to_string(step) + ".jsonl");
+    std::vector<json> samples;
+    for (std::string line; std::getline(dump, line);)
+      if (!line.empty()) samples.push_back(json::parse(line));
+    REQUIRE(samples.size() == 24);  // 12 prompts x 2
+    double sum = 0, best = 0, worst = 0, spread = 0;
+    bool sampled = false;
+    for (size_t i = 0; i < samples.size(); i += 2) {
+      REQUIRE(samples[i]["input"] == samples[i + 1]["input"]);
+      const double a = samples[i]["score"].get<double>(), b = samples[i + 1]["score"].get<double>();
+      sum += a + b;
+      best += std::max(a, b);
+      worst += std::min(a, b);
+      spread += std::abs(a - b) / 2;  // the population std of two values
+      sampled = sampled || samples[i]["output"] != samples[i + 1]["output"];
+    }
+    CHECK(sampled);  // do_sample: a prompt's two responses are drawn, not both greedy
+    // Before RL some prompt has a right and a wrong response, so the checks below have a gap to
+    // measure (after the one RL step at this learning rate the policy may answer none).
+    if (step == 0) CHECK(best > worst);
+    CHECK(row.at("val-core/arith/reward/mean@2").get<double>() == Approx(sum / 24).margin(1e-12));
+    CHECK(row.at("val-aux/arith/reward/std@2").get<double>() == Approx(spread / 12).margin(1e-12));
+    // best@2 and worst@2 of a pair: each bootstrap draw of two indices that differ yields the
+    // pair's max and min, one that repeats an index yields the same value twice; so best - worst
+    // is the share of differing draws times the mean gap (the draws are verl's, the same for
+    // every prompt since it re-seeds each time).
+    const double b2 = row.at("val-core/arith/reward/best@2/mean").get<double>();
+    const double w2 = row.at("val-aux/arith/reward/worst@2/mean").get<double>();
+    const std::vector<int64_t> draws = controller::numpy_choice_indices(2, 1000, 2, 42);
+    int64_t differ = 0;
+    for (size_t k = 0; k < draws.size(); k += 2) differ += draws[k] != draws[k + 1];
+    CHECK(b2 - w2 == Approx(double(differ) / 1000 * (best - worst) / 12).margin(1e-12));
+    CHECK(b2 >= sum / 24 - 1e-12);
+    CHECK(b2 <= best / 12 + 1e-12);
+    CHECK(w2 >= worst / 12 - 1e-12);
+    CHECK(finite_number(row, "val-core/arith/reward/best@2/std"));
+    CHECK(finite_number(row, "val-aux/arith/reward/worst@2/std"));
+    CHECK_FALSE(row.contains("val-core/arith/reward/maj@2/mean"));  // arith reports no pred to vote on
+    // The older names (one release): the mean score per source and over all responses.
+    CHECK(row.at("val/arith/acc").get<double>() == Approx(sum / 24).margin(1e-12));
+    CHECK(row.at("val/acc").get<double>() == Approx(sum / 24).margin(1e-12));
+  }
+  // The console line carries the val-core figures.
+  CHECK(read_file(run + ".log").find("val-core/arith/reward/mean@2") != std::string::npos);
 }

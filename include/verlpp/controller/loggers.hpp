@@ -79,7 +79,8 @@ std::string tensorboard_dir(const std::string& project, const std::string& exper
 // folder (a server or a database), naming the local alternative.
 std::string mlflow_root();
 
-// The per-step console line ("step   3/6 | score 0.250 | ... | 1.2 s"; "before RL" for step 0).
+// The per-step console line ("step   3/6 | score 0.250 | ... | 1.2 s"; "before RL" for step 0),
+// with validation's val/acc and every val-core/... figure but the /std ones.
 std::string console_step_line(const nlohmann::json& metrics, int64_t step, int64_t total_steps);
 
 }  // namespace verlpp::controller

@@ -52,8 +52,9 @@ class RlTrainer {
   // Returns the last metrics row (with the final validation when test_freq > 0).
   nlohmann::json fit();
 
-  // Greedy validation over data.val_files: val/<data_source>/acc (mean score of that source's
-  // rows; the rule rewards score 1 for a correct answer) and val/acc over all rows.
+  // Validation over data.val_files with rollout.val_kwargs (n responses per prompt, greedy or
+  // sampled): verl's val-core/<source>/<var>/... and val-aux/... (validation_metrics.hpp), plus
+  // the older val/<data_source>/acc (mean score of that source's responses) and val/acc.
   nlohmann::json validate();
 
   // Training steps completed (the N of the last global_step_N).

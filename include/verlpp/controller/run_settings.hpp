@@ -93,6 +93,15 @@ struct ActorSettings : PpoRoleSettings {
   double ppo_kl_coef = 0.1;                 // policy_loss.ppo_kl_coef
 };
 
+// actor_rollout_ref.rollout.val_kwargs.* (how validation samples)
+struct ValKwargsSettings {
+  int64_t n = 1;             // n (responses per validation prompt)
+  bool do_sample = false;    // do_sample (false: greedy)
+  double temperature = 0.0;  // temperature (0: greedy)
+  int64_t top_k = -1;        // top_k (-1: off)
+  double top_p = 1.0;        // top_p
+};
+
 // actor_rollout_ref.rollout.*
 struct RolloutSettings {
   double temperature = 1.0;                       // temperature (0: greedy)
@@ -108,6 +117,7 @@ struct RolloutSettings {
   int64_t max_num_seqs = 1024;                    // max_num_seqs
   int64_t max_num_batched_tokens = 8192;          // max_num_batched_tokens
   int64_t log_prob_micro_batch_size_per_gpu = 8;  // log_prob_micro_batch_size_per_gpu (null: 8; rows per LM-head chunk)
+  ValKwargsSettings val_kwargs;                   // val_kwargs.*
 };
 
 // critic.* (read only when the run has a critic)

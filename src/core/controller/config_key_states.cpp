@@ -158,8 +158,6 @@ const std::vector<KeyRule>& config_key_rules() {
       refused("actor_rollout_ref.rollout.over_sample_rate", "not implemented: every request is completed"),
       none("actor_rollout_ref.rollout.multi_stage_wake_up", kVllm),
       none("actor_rollout_ref.rollout.engine_kwargs", kVllm),
-      refused("actor_rollout_ref.rollout.val_kwargs",
-              "not implemented: validation decodes greedily, one response per prompt"),
       refused("actor_rollout_ref.rollout.multi_turn.enable", "multi-turn rollouts and tools are not implemented"),
       none("actor_rollout_ref.rollout.multi_turn", "used only with multi_turn.enable, which verlpp refuses"),
       refused("actor_rollout_ref.rollout.calculate_log_probs", "verlpp's engine does not return its own log-probs"),

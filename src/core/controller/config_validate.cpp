@@ -125,13 +125,21 @@ void check_names(const Config& c, Problems& p) {
     p.add("trainer.resume_mode = resume_path needs trainer.resume_from_path");
 }
 
+// The sampling settings under `prefix`: the training rollout's and validation's (val_kwargs).
+void check_sampling(const Config& c, Problems& p, const std::string& prefix) {
+  const double temperature = c.get<double>(prefix + "temperature"), top_p = c.get<double>(prefix + "top_p");
+  const int64_t top_k = c.get<int64_t>(prefix + "top_k");
+  if (temperature < 0) p.add("{}temperature = {} must be >= 0 (0 = greedy)", prefix, temperature);
+  if (!(top_p > 0 && top_p <= 1)) p.add("{}top_p = {} must be in (0, 1]", prefix, top_p);
+  if (top_k < -1 || top_k == 0) p.add("{}top_k = {} must be -1 (off) or >= 1", prefix, top_k);
+}
+
 void check_ranges(const Config& c, Problems& p) {
   const std::string r = "actor_rollout_ref.rollout.";
-  double temperature = c.get<double>(r + "temperature"), top_p = c.get<double>(r + "top_p");
-  int64_t top_k = c.get<int64_t>(r + "top_k");
-  if (temperature < 0) p.add("{}temperature = {} must be >= 0 (0 = greedy)", r, temperature);
-  if (!(top_p > 0 && top_p <= 1)) p.add("{}top_p = {} must be in (0, 1]", r, top_p);
-  if (top_k < -1 || top_k == 0) p.add("{}top_k = {} must be -1 (off) or >= 1", r, top_k);
+  check_sampling(c, p, r);
+  check_sampling(c, p, r + "val_kwargs.");
+  const int64_t val_n = c.get<int64_t>(r + "val_kwargs.n");
+  if (val_n < 1) p.add("{}val_kwargs.n = {} must be >= 1", r, val_n);
   double util = c.get<double>(r + "gpu_memory_utilization");
   if (!(util > 0 && util <= 1)) p.add("{}gpu_memory_utilization = {} must be in (0, 1]", r, util);
   for (const std::string key : {"trainer.save_freq", "trainer.test_freq"}) {

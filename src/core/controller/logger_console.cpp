@@ -61,6 +61,12 @@ std::string console_step_line(const json& row, int64_t step, int64_t total_steps
   std::string line = step == 0 ? "before RL" : fmt::format("step {:>3}/{}", step, total_steps);
   if (row.contains("critic/score/mean")) line += " | score " + fixed(row, "critic/score/mean");
   if (row.contains("val/acc")) line += " | val/acc " + fixed(row, "val/acc");
+  // verl's headline validation figures (val-core/<source>/<var>/<metric>), their spreads left to
+  // the files and the report's table.
+  for (const auto& [key, value] : row.items())
+    if (key.rfind("val-core/", 0) == 0 && value.is_number() &&
+        !(key.size() >= 4 && key.compare(key.size() - 4, 4, "/std") == 0))
+      line += " | " + key + " " + fixed(row, key.c_str());
   if (row.contains("actor/pg_loss")) line += " | pg_loss " + fixed(row, "actor/pg_loss", 4);
   if (row.contains("actor/kl_loss")) line += " | kl " + fixed(row, "actor/kl_loss", 4);
   if (row.contains("actor/entropy")) line += " | entropy " + fixed(row, "actor/entropy");

@@ -1,5 +1,5 @@
 // The run report: metrics.jsonl in, one HTML page out. Panels pick their series by metric name
-// (fixed lists, or a prefix for val/*/acc, timing_s/* and memory/*), so a stage timing or memory
+// (fixed lists, or a prefix for val-core/*, timing_s/* and memory/*), so a stage timing or memory
 // metric added to the trainer later shows up without a change here; every metric of the last row
 // is in the closing table whether or not a panel plots it.
 #include <verlpp/controller/report.hpp>
@@ -95,15 +95,20 @@ struct Panel {
 std::vector<Panel> panels_for(const std::set<std::string>& keys) {
   std::vector<Panel> panels = {
       {"Reward", "mean per sequence", {"critic/score/mean", "critic/rewards/mean"}},
-      {"Validation accuracy", "accuracy", {}},
+      {"Validation", "mean over prompts", {}},
       {"KL", "KL", {"actor/ppo_kl", "actor/kl_loss", "critic/kl"}},
       {"Entropy", "entropy (nats/token)", {"actor/entropy"}},
       {"Response length", "tokens", {"response_length/mean"}},
       {"Stage timings", "seconds", {}},
       {"Memory", "GiB", {}},
   };
+  // Validation: verl's val-core/... figures but their spreads; a file from before those names
+  // (val/<source>/acc only) plots those instead.
+  for (const auto& key : keys)
+    if (starts_with(key, "val-core/") && !ends_with(key, "/std")) panels[1].keys.push_back(key);
+  const bool has_core = !panels[1].keys.empty();
   for (const auto& key : keys) {
-    if (starts_with(key, "val/") && ends_with(key, "/acc")) panels[1].keys.push_back(key);
+    if (!has_core && starts_with(key, "val/") && ends_with(key, "/acc")) panels[1].keys.push_back(key);
     if (starts_with(key, "timing_s/") && key != "timing_s/step") panels[5].keys.push_back(key);
     if (starts_with(key, "memory/")) panels[6].keys.push_back(key);
   }

@@ -83,18 +83,23 @@ Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vect
 
 }  // namespace
 
-Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, bool greedy, uint64_t seed_base) {
+Decoding rollout_decoding(const RolloutSettings& r) { return {!r.do_sample, r.temperature, r.top_k, r.top_p}; }
+
+Decoding validation_decoding(const ValKwargsSettings& v) { return {!v.do_sample, v.temperature, v.top_k, v.top_p}; }
+
+Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, const Decoding& decoding,
+                         uint64_t seed_base) {
   const RolloutSettings& r = s.settings.rollout;
   rollout::SamplingParams params;
   params.n = n;
   params.max_new_tokens = s.response_length;
   params.ignore_eos = r.ignore_eos;
-  if (greedy || !r.do_sample) {
+  if (decoding.greedy) {
     params.temperature = 0.0;
   } else {
-    params.temperature = r.temperature;
-    params.top_k = std::max<int64_t>(0, r.top_k);
-    params.top_p = r.top_p;
+    params.temperature = decoding.temperature;
+    params.top_k = std::max<int64_t>(0, decoding.top_k);
+    params.top_p = decoding.top_p;
   }
   const auto tokens = prompt_tokens(prompts);
   // Data-parallel rollout: rank r generates the prompts [begins[r], begins[r+1]) with all their
@@ -142,7 +147,7 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, b
   return batch;
 }
 
-void compute_scores(RlTrainer::State& s, Batch& batch, json* metrics) {
+std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, json* metrics) {
   at::Tensor responses = batch.tensor("responses").cpu().contiguous();
   at::Tensor lengths = batch.tensor("response_mask").sum(1).to(at::kLong).cpu().contiguous();
   const int64_t b = batch.size(), r = responses.size(1);
@@ -180,6 +185,7 @@ void compute_scores(RlTrainer::State& s, Batch& batch, json* metrics) {
   batch.set(data::fields::kTokenLevelScores, data::outcome_token_scores(batch.tensor("response_mask"), values));
   batch.set_column("score", std::move(scores));
   batch.set_column("response_text", std::move(texts));
+  std::vector<std::string> names;
   for (auto& [key, column] : extras_by_key) {
     if (key == "score") continue;  // the column above
     if (batch.has_column(key))
@@ -187,9 +193,11 @@ void compute_scores(RlTrainer::State& s, Batch& batch, json* metrics) {
                   fmt::format("a reward function reports the extra '{}', which is already a batch column", key));
     column.resize(size_t(b), nullptr);
     batch.set_column(key, std::move(column));
+    names.push_back(key);
   }
   if (metrics != nullptr)
     for (auto& [key, value] : scored.metrics.items()) (*metrics)[key] = value;
+  return names;
 }
 
 void compute_reference_log_prob(RlTrainer::State& s, Batch& batch) {

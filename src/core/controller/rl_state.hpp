@@ -158,12 +158,26 @@ void run_sft_warm_start(RlTrainer::State& s);
 // --- the stages of a step (rl_stages.cpp), in verl's order ---
 // A prompt batch for the next loader batch (uids "s<step>:<row>").
 Batch next_prompt_batch(RlTrainer::State& s);
-// Samples `n` responses per prompt (n = 1 and greedy when `greedy`), returning the RL layout
-// (interleaved repeat of the prompts + responses, rollout_log_probs) and response-length stats.
-Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, bool greedy, uint64_t seed_base);
+// How a generation decodes: greedily, or sampling with temperature / top_k (-1: off) / top_p.
+struct Decoding {
+  bool greedy = true;
+  double temperature = 1.0;
+  int64_t top_k = -1;
+  double top_p = 1.0;
+};
+// The training rollout's decoding (rollout.*; greedy with do_sample=false).
+Decoding rollout_decoding(const RolloutSettings& r);
+// Validation's decoding (rollout.val_kwargs.*; greedy with do_sample=false, as verl's HF rollout).
+Decoding validation_decoding(const ValKwargsSettings& v);
+// Samples `n` responses per prompt as `decoding` says, returning the RL layout (interleaved
+// repeat of the prompts + responses, rollout_log_probs). Sample seeds: seed_base + prompt row.
+Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, const Decoding& decoding,
+                         uint64_t seed_base);
 // token_level_scores [B, R] (the score at each row's last response token) and the column
-// "score" (one double per row), from the reward manager; its metrics (reward/*) go to `metrics`.
-void compute_scores(RlTrainer::State& s, Batch& batch, nlohmann::json* metrics = nullptr);
+// "score" (one double per row), from the reward manager, plus one column per reward extra (null
+// in rows whose scorer did not report it); returns the extras' names. The manager's metrics
+// (reward/*) go to `metrics`.
+std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, nlohmann::json* metrics = nullptr);
 // ref_log_prob under the frozen reference.
 void compute_reference_log_prob(RlTrainer::State& s, Batch& batch);
 // old_log_probs under the current actor; returns the mean response-token entropy.
@@ -177,7 +191,9 @@ void compute_advantages(RlTrainer::State& s, Batch& batch);
 // The rollout engine reads the actor's current weights (shared storage: no copy on one device).
 void sync_rollout_weights(RlTrainer::State& s, nlohmann::json& metrics);
 
-// Greedy validation over the val set (rl_steps.cpp): val/<data_source>/acc, val/acc,
+// Validation over the val set (rl_steps.cpp): val_kwargs.n responses per prompt decoded as
+// val_kwargs says, scored, and verl's val-core/... and val-aux/... metrics
+// (validation_metrics.hpp), with the older val/<data_source>/acc, val/acc (mean score) and
 // val/response_length/mean; empty without data.val_files. Writes the samples to
 // trainer.validation_data_dir and hands trainer.log_val_generations of them to the loggers.
 nlohmann::json validate_model(RlTrainer::State& s);

@@ -5,6 +5,7 @@
 #include "rl_state.hpp"
 
 #include <verlpp/controller/metrics_log.hpp>
+#include <verlpp/controller/validation_metrics.hpp>
 #include <verlpp/rollout/engine.hpp>
 #include <verlpp/rollout/sampling.hpp>
 
@@ -55,7 +56,8 @@ void advantages_update_and_sync(RlTrainer::State& s, StepOutput& out) {
 void rollout_and_score(RlTrainer::State& s, StepOutput& out, const Batch& prompts) {
   json& m = out.metrics;
   const uint64_t seed = rollout_seed(s, s.global_step + 1, 0);
-  out.batch = run_stage(s, "gen", m, [&] { return generate_sequences(s, prompts, s.n, /*greedy=*/false, seed); });
+  out.batch = run_stage(
+      s, "gen", m, [&] { return generate_sequences(s, prompts, s.n, rollout_decoding(s.settings.rollout), seed); });
   // How this rank's engine ran: decode steps replayed as device graphs, and the captures the
   // step paid for (the pool is re-created after each sleep, and the graphs with it).
   const rollout::GenerateStats& gen = s.engine->last_stats();
@@ -96,7 +98,7 @@ StepOutput step_remax(RlTrainer::State& s) {
   json& m = out.metrics;
   const Batch prompts = next_prompt_batch(s);
   std::vector<float> baselines = run_stage(s, "gen_max", m, [&] {
-    Batch greedy = generate_sequences(s, prompts, 1, /*greedy=*/true, rollout_seed(s, s.global_step + 1, 1));
+    Batch greedy = generate_sequences(s, prompts, 1, Decoding{}, rollout_seed(s, s.global_step + 1, 1));
     compute_scores(s, greedy);
     std::vector<float> b;
     for (const auto& score : greedy.column("score")) b.push_back(score.get<float>());
@@ -135,24 +137,45 @@ json validate_model(RlTrainer::State& s) {
   if (!s.val_set) return m;
   const int64_t size = int64_t(s.val_set->size());
   const int64_t chunk = s.settings.data.val_batch_size.value_or(size);
+  const ValKwargsSettings& val = s.settings.rollout.val_kwargs;
+  const Decoding decoding = validation_decoding(val);
+  // Sampled validation draws from seeds of the run seed and the step alone (as the rollout's),
+  // so a resumed run validates as the uninterrupted one did.
+  const uint64_t seed_base = decoding.greedy ? 0 : rollout_seed(s, s.global_step, 2);
   std::map<std::string, std::pair<double, int64_t>> by_source;
   double total = 0, length = 0;
   const TrainerSettings& t = s.settings.trainer;
   const bool keep_samples = s.is_writer() && (t.validation_data_dir || t.log_val_generations > 0);
   std::vector<GenerationRecord> samples;
+  // verl's inputs to process_validation_metrics: "reward" (the score) and the reward extras.
+  ValidationSamples scored;
   for (int64_t begin = 0; begin < size; begin += chunk) {
     std::vector<size_t> indices;
     for (int64_t i = begin; i < std::min(size, begin + chunk); ++i) indices.push_back(size_t(i));
-    Batch batch = generate_sequences(s, collate_prompts(*s.val_set, indices, s.pad_id, "val:"), 1, /*greedy=*/true, 0);
-    compute_scores(s, batch);
+    Batch batch = generate_sequences(s, collate_prompts(*s.val_set, indices, s.pad_id, "val:"), val.n, decoding,
+                                     seed_base + uint64_t(begin));
+    const std::vector<std::string> extras = compute_scores(s, batch);
     const auto& sources = batch.column("data_source");
     const auto& scores = batch.column("score");
+    const auto& uids = batch.column("uid");
+    const size_t before = scored.uids.size();
     for (size_t i = 0; i < scores.size(); ++i) {
       auto& [sum, count] = by_source[sources[i].get<std::string>()];
       sum += scores[i].get<double>();
       ++count;
       total += scores[i].get<double>();
+      scored.data_sources.push_back(sources[i].get<std::string>());
+      scored.uids.push_back(uids[i].get<std::string>());
     }
+    auto append = [&](const std::string& var, const std::vector<json>& column) {
+      std::vector<json>& values = scored.vars[var];
+      values.resize(before, nullptr);  // rows of earlier chunks whose scorers did not report it
+      values.insert(values.end(), column.begin(), column.end());
+    };
+    append("reward", scores);
+    for (const std::string& extra : extras)
+      if (extra != "reward") append(extra, batch.column(extra));
+    for (auto& [var, values] : scored.vars) values.resize(scored.uids.size(), nullptr);
     length += batch.tensor("response_mask").sum().item<double>();
     if (keep_samples)
       for (GenerationRecord& r : generation_records(s, batch, /*with_advantage=*/false))
@@ -160,9 +183,13 @@ json validate_model(RlTrainer::State& s) {
     s.progress("val", std::min(size, begin + chunk), size);
   }
   if (keep_samples) record_val_generations(s, samples);
+  merge_into(m, validation_metric_names(process_validation_metrics(scored)));
+  // The names before verl's (one release, docs/training.md): the mean score per source and over
+  // all responses, and the mean response length.
+  const double responses = double(scored.uids.size());
   for (const auto& [source, sc] : by_source) m["val/" + source + "/acc"] = sc.first / double(sc.second);
-  m["val/acc"] = total / double(size);
-  m["val/response_length/mean"] = length / double(size);
+  m["val/acc"] = total / responses;
+  m["val/response_length/mean"] = length / responses;
   return m;
 }
 

@@ -199,6 +199,12 @@ RolloutSettings rollout_at(const Config& c) {
   s.max_num_batched_tokens = read<int64_t>(c, r + "max_num_batched_tokens");
   s.log_prob_micro_batch_size_per_gpu =
       std::max<int64_t>(1, read_optional<int64_t>(c, r + "log_prob_micro_batch_size_per_gpu").value_or(8));
+  const std::string v = r + "val_kwargs.";
+  s.val_kwargs.n = read<int64_t>(c, v + "n");
+  s.val_kwargs.do_sample = read<bool>(c, v + "do_sample");
+  s.val_kwargs.temperature = read<double>(c, v + "temperature");
+  s.val_kwargs.top_k = read<int64_t>(c, v + "top_k");
+  s.val_kwargs.top_p = read<double>(c, v + "top_p");
   return s;
 }
 
