@@ -157,6 +157,43 @@ TEST_CASE("verlpp train: every other estimator runs its family's step", "[e2e]")
   }
 }
 
+// verl's DAPO settings on the CLI's path: reward_model.reward_manager=dapo with the overlong
+// buffer over the whole response budget (expected length 0), so each response's penalty is
+// -length / max_response_length * penalty_factor and the step's mean follows response_length/mean;
+// scored on two threads with a timeout that nothing reaches.
+TEST_CASE("verlpp train: the dapo manager's overlong penalty and its metrics", "[e2e]") {
+  const std::string dir = make_fixture("dapo");
+  const std::string run = dir + "/dapo";
+  const std::string config = write_config(dir, run, "grpo");
+  json c = json::parse(read_file(config));
+  c["trainer"]["total_training_steps"] = 2;
+  c["trainer"]["save_freq"] = -1;
+  c["trainer"]["test_freq"] = -1;
+  c["trainer"]["val_before_train"] = false;
+  c["sft"]["enable"] = false;
+  c["reward_model"]["reward_manager"] = "dapo";
+  c["reward_model"]["reward_kwargs"] = {
+      {"overlong_buffer_cfg", {{"enable", true}, {"len", 6}, {"penalty_factor", 0.5}, {"log", true}}}};
+  c["verlpp"]["reward"] = {{"num_workers", 2}, {"timeout_s", 60}};
+  std::ofstream(config) << c.dump(2);
+  run_to_end(config, run + ".log");
+  const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+  REQUIRE(rows.size() == 2);
+  for (const json& row : rows) {
+    INFO(row.dump());
+    REQUIRE(finite_number(row, "reward/overlong_reward/mean"));
+    REQUIRE(finite_number(row, "response_length/mean"));
+    CHECK(row["reward/overlong_reward/mean"].get<double>() ==
+          Approx(-row["response_length/mean"].get<double>() / 6 * 0.5).margin(1e-9));
+    CHECK(row["reward/overlong_ratio"] == 1.0);  // every response has at least one token
+    // The penalty is in the sequence scores: what remains is the arith rule's mean, in [0, 1].
+    const double rule_mean = row["critic/score/mean"].get<double>() - row["reward/overlong_reward/mean"].get<double>();
+    CHECK(rule_mean >= -1e-6);
+    CHECK(rule_mean <= 1 + 1e-6);
+    CHECK(row["reward/timeout_count"] == 0);
+  }
+}
+
 // The weights the engine validates with before RL are the SFT result, also when the engine holds
 // a copy (here: bf16 mixed precision and a bf16 engine sharing the actor's compute copy, the GPU
 // default): validation before RL without any validation inside SFT equals SFT's own validation

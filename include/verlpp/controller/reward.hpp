@@ -3,6 +3,8 @@
 // math_dapo (with acc and pred extras), Search-R1 exact match, plus verlpp's arith (the demo
 // task), functions a linking program registers and a custom function from a shared object. The
 // sources verl scores with sympy or a code sandbox are refused unless a function is registered.
+// How a step's responses reach these functions (one by one, on a timed pool, or all at once) is
+// the reward manager's (reward_manager.hpp).
 #pragma once
 
 #include <nlohmann/json.hpp>

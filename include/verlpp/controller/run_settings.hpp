@@ -6,6 +6,7 @@
 #pragma once
 
 #include <verlpp/controller/config.hpp>
+#include <verlpp/controller/reward_manager.hpp>
 #include <verlpp/model/forward_options.hpp>
 
 #include <c10/core/ScalarType.h>
@@ -169,7 +170,8 @@ struct TrainerSettings {
 // custom_reward_function.*
 struct CustomRewardSettings {
   std::optional<std::string> path;     // path (a shared object; null: the built-in rules)
-  std::string name = "compute_score";  // name (its C function)
+  std::string name = "compute_score";  // name (its C function; with the batch manager and no path,
+                                       // the registered batch function)
 };
 
 // sft.* (verlpp: the SFT warm start before RL)
@@ -207,6 +209,9 @@ struct RunSettings {
   AlgorithmSettings algorithm;
   TrainerSettings trainer;
   CustomRewardSettings custom_reward;
+  // reward_manager.name, reward_model.reward_kwargs, custom_reward_function.reward_kwargs and
+  // verlpp.reward.* (reward_manager.hpp).
+  RewardManagerSettings reward_manager;
   SftSettings sft;
   PathSettings paths;
 };

@@ -538,6 +538,7 @@ const char* default_config_text() {
     "use_dynamic_bsz": "${critic.use_dynamic_bsz}",
     "forward_max_token_len_per_gpu": "${critic.forward_max_token_len_per_gpu}",
     "reward_manager": "naive",
+    "reward_kwargs": {},
     "reward_loop_source": "register",
     "reward_loop_module_path": null,
     "reward_loop_class_name": null,
@@ -607,7 +608,7 @@ const char* default_config_text() {
     "use_pf_ppo": false,
     "pf_ppo": {"reweight_method": "pow", "weight_pow": 2.0}
   },
-  "custom_reward_function": {"path": null, "name": "compute_score"},
+  "custom_reward_function": {"path": null, "name": "compute_score", "reward_kwargs": {}},
   "trainer": {
     "balance_batch": true,
     "total_epochs": 30,
@@ -690,6 +691,7 @@ const char* default_config_text() {
     "rollout": {"device_graphs": true, "decode_overlap": true, "rotary_attention": true},
     "train": {"rotary_qkv": true},
     "kernels": {"streams": true},
+    "reward": {"num_workers": null, "timeout_s": null, "timeout_score": 0.0},
     "demo": {
       "enabled": false,
       "max_operand": 99,

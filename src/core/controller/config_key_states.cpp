@@ -223,8 +223,10 @@ const std::vector<KeyRule>& config_key_rules() {
       none("data.datagen.name", "used only with datagen.path, which verlpp refuses"),
       refused("data.apply_chat_template_kwargs", "not implemented: the chat template is applied without arguments"),
 
-      refused("reward_manager",
-              "verlpp scores with custom_reward_function or its built-in rules (verl's naive manager)"),
+      // reward_manager.name has its effect (it follows reward_model.reward_manager).
+      refused("reward_manager.source",
+              "importlib loads a Python class; verlpp's managers are registered (reward_manager.name)"),
+      none("reward_manager.module", "used only with reward_manager.source = importlib, which verlpp refuses"),
 
       // critic
       refused("critic.model.tokenizer_path", "the critic reads the actor's tokens"),
@@ -251,8 +253,8 @@ const std::vector<KeyRule>& config_key_rules() {
 
       // reward_model
       refused("reward_model.enable", "a reward model is not implemented (use custom_reward_function or the rules)"),
-      refused("reward_model.reward_manager",
-              "verlpp scores with custom_reward_function or its built-in rules (verl's naive manager)"),
+      {"reward_model.reward_manager", KeyState::effect, ""},
+      {"reward_model.reward_kwargs", KeyState::effect, ""},
       refused("reward_model.sandbox_fusion.url", "a code sandbox is not implemented"),
       none("reward_model.launch_reward_fn_async", "verlpp scores in the trainer process"),
       none("reward_model", kRewardModel),

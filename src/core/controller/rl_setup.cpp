@@ -157,6 +157,21 @@ void build_critic(RlTrainer::State& s) {
   s.critic = std::make_unique<train::Critic>(*s.critic_model, cc, schedule_of(cs.optim, s.total_steps));
 }
 
+// The reward manager (verl's load_reward_manager): the batch manager calls the shared object's
+// batch symbol or a registered batch function named custom_reward_function.name; the others
+// score item by item with the shared object's function or the rules.
+std::unique_ptr<RewardManager> make_reward_manager(const RlTrainer::State& s, const RunSettings& rs) {
+  const CustomRewardSettings& custom = rs.custom_reward;
+  if (rs.reward_manager.name == "batch")
+    return std::make_unique<RewardManager>(rs.reward_manager,
+                                           custom.path ? batch_reward_function_from_library(*custom.path, custom.name)
+                                                       : registered_batch_reward_function(custom.name));
+  RewardScorer scorer = custom.path ? RewardScorer::from_library(*custom.path, custom.name) : RewardScorer();
+  // The text decoding leaves at the end when eos is not a special token (verl's tokenizer.eos_token).
+  const std::string eos = s.eos_ids.empty() ? std::string() : s.tokenizer->decode({s.eos_ids.front()});
+  return std::make_unique<RewardManager>(rs.reward_manager, std::move(scorer), eos);
+}
+
 void build_engine(RlTrainer::State& s) {
   const RolloutSettings& r = s.settings.rollout;
   rollout::EngineOptions o;
@@ -267,9 +282,9 @@ void setup_trainer(RlTrainer::State& s) {
     throw Error("data.train_files", "no training data given (JSONL files in verl's schema)");
   s.train_set = PromptDataset::load(rs.data.train_files, *s.tokenizer, *s.chat, options);
   if (!rs.data.val_files.empty()) s.val_set = PromptDataset::load(rs.data.val_files, *s.tokenizer, *s.chat, options);
-  if (rs.custom_reward.path) s.scorer = RewardScorer::from_library(*rs.custom_reward.path, rs.custom_reward.name);
-  s.scorer.check_data_sources(s.train_set->data_sources());
-  if (s.val_set) s.scorer.check_data_sources(s.val_set->data_sources());
+  s.rewards = make_reward_manager(s, rs);
+  s.rewards->check_data_sources(s.train_set->data_sources());
+  if (s.val_set) s.rewards->check_data_sources(s.val_set->data_sources());
 
   s.loader =
       std::make_unique<DataLoader>(s.train_set->size(), s.train_batch_size, rs.data.shuffle, uint64_t(rs.data.seed));

@@ -147,34 +147,40 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, c
   return batch;
 }
 
-std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch) {
+std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, json* metrics) {
   at::Tensor responses = batch.tensor("responses").cpu().contiguous();
   at::Tensor lengths = batch.tensor("response_mask").sum(1).to(at::kLong).cpu().contiguous();
   const int64_t b = batch.size(), r = responses.size(1);
+  const auto& sources = batch.column("data_source");
+  const auto& truths = batch.column("ground_truth");
+  const auto& extras = batch.column("extra_info");
+  std::vector<RewardItem> items;
+  items.reserve(size_t(b));
+  for (int64_t row = 0; row < b; ++row) {
+    const int64_t len = lengths.data_ptr<int64_t>()[row];
+    const TokenId* row_ids = responses.data_ptr<int64_t>() + row * r;
+    const TokenIds ids(row_ids, row_ids + len);
+    items.push_back(
+        {RewardInput{sources[size_t(row)].get<std::string>(), s.tokenizer->decode(ids, /*skip_special_tokens=*/true),
+                     truths[size_t(row)], extras[size_t(row)]},
+         len});
+  }
+  ScoredBatch scored = s.rewards->score(items);
   std::vector<double> values;
   std::vector<json> scores, texts;
   // verl's reward extra info (e.g. math_dapo's acc and pred): one column per key, null in rows
   // whose scorer did not report it.
   std::map<std::string, std::vector<json>> extras_by_key;
-  const auto& sources = batch.column("data_source");
-  const auto& truths = batch.column("ground_truth");
-  const auto& extras = batch.column("extra_info");
   for (int64_t row = 0; row < b; ++row) {
-    const int64_t len = lengths.data_ptr<int64_t>()[row];
-    const TokenId* row_ids = responses.data_ptr<int64_t>() + row * r;
-    const TokenIds ids(row_ids, row_ids + len);
-    RewardInput in{sources[size_t(row)].get<std::string>(), s.tokenizer->decode(ids, /*skip_special_tokens=*/true),
-                   truths[size_t(row)], extras[size_t(row)]};
-    RewardResult result = s.scorer.evaluate(in);
-    const double score = result.score;
+    RewardResult& result = scored.results[size_t(row)];
     for (auto& [key, value] : result.extra.items()) {
       auto& column = extras_by_key[key];
       column.resize(size_t(row), nullptr);
       column.push_back(std::move(value));
     }
-    values.push_back(score);
-    scores.push_back(score);
-    texts.push_back(std::move(in.response));
+    values.push_back(result.score);
+    scores.push_back(result.score);
+    texts.push_back(std::move(items[size_t(row)].input.response));
   }
   batch.set(data::fields::kTokenLevelScores, data::outcome_token_scores(batch.tensor("response_mask"), values));
   batch.set_column("score", std::move(scores));
@@ -189,6 +195,8 @@ std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch) {
     batch.set_column(key, std::move(column));
     names.push_back(key);
   }
+  if (metrics != nullptr)
+    for (auto& [key, value] : scored.metrics.items()) (*metrics)[key] = value;
   return names;
 }
 

@@ -11,6 +11,7 @@
 #include <verlpp/controller/generation_dump.hpp>
 #include <verlpp/controller/loggers.hpp>
 #include <verlpp/controller/reward.hpp>
+#include <verlpp/controller/reward_manager.hpp>
 #include <verlpp/controller/rl_trainer.hpp>
 #include <verlpp/controller/run_settings.hpp>
 #include <verlpp/core/error.hpp>
@@ -70,7 +71,7 @@ struct RlTrainer::State {
   std::unique_ptr<train::Critic> critic;
   std::unique_ptr<hw::Kernels> kernels;  // the plugin's, for the engine and the trainer on an accelerator
   std::unique_ptr<rollout::RolloutEngine> engine;
-  RewardScorer scorer;
+  std::unique_ptr<RewardManager> rewards;  // reward_manager.name with its scorer or batch function
   std::unique_ptr<algo::KLController> kl_ctrl;
   std::unique_ptr<CheckpointManager> checkpoints;
 
@@ -173,9 +174,10 @@ Decoding validation_decoding(const ValKwargsSettings& v);
 Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, const Decoding& decoding,
                          uint64_t seed_base);
 // token_level_scores [B, R] (the score at each row's last response token) and the column
-// "score" (one double per row), from the reward functions, plus one column per reward extra
-// (null in rows whose scorer did not report it); returns the extras' names.
-std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch);
+// "score" (one double per row), from the reward manager, plus one column per reward extra (null
+// in rows whose scorer did not report it); returns the extras' names. The manager's metrics
+// (reward/*) go to `metrics`.
+std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, nlohmann::json* metrics = nullptr);
 // ref_log_prob under the frozen reference.
 void compute_reference_log_prob(RlTrainer::State& s, Batch& batch);
 // old_log_probs under the current actor; returns the mean response-token entropy.

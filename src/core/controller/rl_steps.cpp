@@ -66,7 +66,7 @@ void rollout_and_score(RlTrainer::State& s, StepOutput& out, const Batch& prompt
   m["perf/rollout_overlapped_steps"] = gen.num_overlapped_steps;
   m["perf/rollout_graph_captures"] = gen.num_graph_captures;
   m["timing_s/gen_graph_capture"] = gen.graph_capture_seconds;
-  run_stage(s, "reward", m, [&] { compute_scores(s, out.batch); });
+  run_stage(s, "reward", m, [&] { compute_scores(s, out.batch, &m); });
   if (s.use_reference) run_stage(s, "ref", m, [&] { compute_reference_log_prob(s, out.batch); });
   m["actor/entropy"] = run_stage(s, "old_log_prob", m, [&] { return compute_old_log_prob(s, out.batch); });
   add_rollout_drift_metrics(out.batch, m);

@@ -8,6 +8,7 @@
 #include <verlpp/model/decoder.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 namespace verlpp::controller {
@@ -301,6 +302,120 @@ PathSettings paths_at(const Config& c) {
   return s;
 }
 
+// A value inside a free-form section (reward_kwargs): the check names the dotted key and the value.
+const json& kwarg(const json& section, const char* key) {
+  static const json null_value;
+  return section.contains(key) ? section.at(key) : null_value;
+}
+bool kwarg_bool(const json& section, const std::string& where, const char* key, bool fallback) {
+  const json& v = kwarg(section, key);
+  if (v.is_null()) return fallback;
+  if (!v.is_boolean()) throw Error(where + "." + key, fmt::format("{} is not a boolean", v.dump()));
+  return v.get<bool>();
+}
+std::optional<int64_t> kwarg_int(const json& section, const std::string& where, const char* key) {
+  const json& v = kwarg(section, key);
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number_integer()) throw Error(where + "." + key, fmt::format("{} is not an integer", v.dump()));
+  return v.get<int64_t>();
+}
+std::optional<double> kwarg_number(const json& section, const std::string& where, const char* key) {
+  const json& v = kwarg(section, key);
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number() || !std::isfinite(v.get<double>()))
+    throw Error(where + "." + key, fmt::format("{} is not a finite number", v.dump()));
+  return v.get<double>();
+}
+// Errors on a key of `section` outside `known` (each manager takes its own keyword arguments).
+void only_keys(const json& section, const std::string& where, const std::vector<std::string>& known,
+               const std::string& why) {
+  for (auto it = section.begin(); it != section.end(); ++it)
+    if (std::find(known.begin(), known.end(), it.key()) == known.end())
+      throw Error(where + "." + it.key(), fmt::format("{} = {}: {}", where + "." + it.key(), it.value().dump(), why));
+}
+const json& object_at(const Config& c, const std::string& key) {
+  const json& v = c.at(key);
+  if (!v.is_object()) throw Error(key, fmt::format("{} is not a section of keyword arguments", v.dump()));
+  return v;
+}
+
+// verl's load_reward_manager: the manager registered as reward_manager.name, built with
+// reward_model.reward_kwargs; the custom function called with custom_reward_function.reward_kwargs.
+RewardManagerSettings reward_manager_at(const Config& c, int64_t max_response_length, bool custom_path) {
+  RewardManagerSettings m;
+  m.name = read<std::string>(c, "reward_manager.name");
+  const std::vector<std::string> managers = {"naive", "dapo", "prime", "batch"};
+  if (std::find(managers.begin(), managers.end(), m.name) == managers.end())
+    throw Error("reward_manager.name (reward_model.reward_manager)",
+                fmt::format("'{}' is not a reward manager verlpp has: naive, dapo, prime, batch", m.name));
+  const std::string kw = "reward_model.reward_kwargs", custom_kw = "custom_reward_function.reward_kwargs";
+  const json& kwargs = object_at(c, kw);
+  const json& custom_kwargs = object_at(c, custom_kw);
+  if (m.name == "dapo") {
+    only_keys(kwargs, kw, {"max_resp_len", "overlong_buffer_cfg"},
+              "the dapo manager takes max_resp_len and overlong_buffer_cfg");
+    m.max_resp_len = kwarg_int(kwargs, kw, "max_resp_len").value_or(max_response_length);
+    const std::string ob = kw + ".overlong_buffer_cfg";
+    const json& buffer = kwarg(kwargs, "overlong_buffer_cfg");
+    if (!buffer.is_null() && !buffer.is_object())
+      throw Error(ob, fmt::format("{} is not a section (enable, len, penalty_factor, log)", buffer.dump()));
+    if (buffer.is_object()) {
+      only_keys(buffer, ob, {"enable", "len", "penalty_factor", "log"},
+                "overlong_buffer_cfg takes enable, len, penalty_factor and log");
+      m.overlong.enable = kwarg_bool(buffer, ob, "enable", false);
+      m.overlong.log = kwarg_bool(buffer, ob, "log", false);
+      m.overlong.penalty_factor = kwarg_number(buffer, ob, "penalty_factor").value_or(1.0);
+      const std::optional<int64_t> len = kwarg_int(buffer, ob, "len");
+      if (m.overlong.enable) {
+        if (!len || *len < 1)
+          throw Error(ob + ".len", fmt::format("{}: the buffer needs at least one token",
+                                               len ? std::to_string(*len) : std::string("not set")));
+        if (m.max_resp_len < *len)
+          throw Error(ob + ".len", fmt::format("{} exceeds max_resp_len {} (reward_kwargs.max_resp_len, else "
+                                               "data.max_response_length)",
+                                               *len, m.max_resp_len));
+        if (m.overlong.penalty_factor < 0)
+          throw Error(ob + ".penalty_factor",
+                      fmt::format("{} is negative (it would reward overlong responses)", m.overlong.penalty_factor));
+      }
+      m.overlong.len = len.value_or(0);
+    }
+    if (m.max_resp_len < 1)
+      throw Error(kw + ".max_resp_len", fmt::format("{}: needs at least one token", m.max_resp_len));
+  } else if (m.name != "batch") {
+    only_keys(kwargs, kw, {}, fmt::format("the {} manager takes no keyword arguments", m.name));
+  }
+  if (m.name == "batch") {
+    // verl merges the custom function's own arguments over the manager's.
+    m.kwargs = kwargs;
+    for (auto it = custom_kwargs.begin(); it != custom_kwargs.end(); ++it) m.kwargs[it.key()] = it.value();
+  } else if (!custom_kwargs.empty()) {
+    only_keys(custom_kwargs, custom_kw, {},
+              custom_path ? "the C signature of an item-by-item function takes no keyword arguments; the batch "
+                            "manager's does (reward_model.reward_manager=batch)"
+                          : "used only with custom_reward_function.path");
+  }
+
+  const bool prime = m.name == "prime";
+  const std::optional<int64_t> workers = read_optional<int64_t>(c, "verlpp.reward.num_workers");
+  const std::optional<double> timeout = read_optional<double>(c, "verlpp.reward.timeout_s");
+  m.timeout_score = read_optional<double>(c, "verlpp.reward.timeout_score");
+  if (m.name == "batch" && (workers || timeout))
+    throw Error(workers ? "verlpp.reward.num_workers" : "verlpp.reward.timeout_s",
+                "the batch manager calls its function once per batch; leave it null");
+  m.num_workers = workers.value_or(prime ? 64 : 1);  // verl's prime runs 64 processes
+  if (m.num_workers < 1 || m.num_workers > 4096)
+    throw Error("verlpp.reward.num_workers", fmt::format("{}: needs 1 to 4096 threads", m.num_workers));
+  m.timeout_s = timeout;
+  if (prime && !timeout) m.timeout_s = 300.0;  // verl's prime: 300 s per item
+  if (m.timeout_s && !(std::isfinite(*m.timeout_s) && *m.timeout_s > 0))
+    throw Error("verlpp.reward.timeout_s", fmt::format("{}: needs a positive number of seconds", *m.timeout_s));
+  if (m.timeout_score && !std::isfinite(*m.timeout_score))
+    throw Error("verlpp.reward.timeout_score", fmt::format("{} is not a finite number", *m.timeout_score));
+  m.failure_scores = prime;
+  return m;
+}
+
 }  // namespace
 
 RunSettings parse_run_settings(const Config& config, int world_size, int ranks_per_node) {
@@ -316,7 +431,10 @@ RunSettings parse_run_settings(const Config& config, int world_size, int ranks_p
   s.critic = critic_at(config, critic_used);
   s.trainer = trainer_at(config);
   s.custom_reward.path = read_optional<std::string>(config, "custom_reward_function.path");
-  if (s.custom_reward.path) s.custom_reward.name = read<std::string>(config, "custom_reward_function.name");
+  // The batch manager names a registered batch function by custom_reward_function.name too.
+  s.reward_manager = reward_manager_at(config, s.data.max_response_length, s.custom_reward.path.has_value());
+  if (s.custom_reward.path || s.reward_manager.name == "batch")
+    s.custom_reward.name = read<std::string>(config, "custom_reward_function.name");
   s.sft = sft_at(config);
   s.paths = paths_at(config);
   return s;

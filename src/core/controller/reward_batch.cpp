@@ -1,0 +1,105 @@
+// Batch reward functions (verl's batch manager): the registry a linking program fills, and the C
+// symbol of a shared object (custom_reward_function.path / .name) called once per batch.
+#include <verlpp/controller/reward_manager.hpp>
+#include <verlpp/core/error.hpp>
+#include <verlpp/core/strings.hpp>
+
+#include <boost/dll/shared_library.hpp>
+
+#include <fmt/format.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace verlpp::controller {
+namespace {
+
+struct BatchRegistry {
+  std::mutex mutex;
+  std::map<std::string, BatchRewardFn> functions;
+};
+
+BatchRegistry& batch_registry() {
+  static BatchRegistry r;
+  return r;
+}
+
+}  // namespace
+
+void register_batch_reward_function(const std::string& name, BatchRewardFn fn) {
+  if (!fn) throw Error("register_batch_reward_function", fmt::format("empty function for '{}'", name));
+  auto& r = batch_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.functions.emplace(name, std::move(fn)).second)
+    throw Error("register_batch_reward_function",
+                fmt::format("a batch reward function '{}' is already registered", name));
+}
+
+std::vector<std::string> batch_reward_function_names() {
+  auto& r = batch_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : r.functions) names.push_back(name);
+  return names;
+}
+
+BatchRewardFn registered_batch_reward_function(const std::string& name) {
+  {
+    auto& r = batch_registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto it = r.functions.find(name);
+    if (it != r.functions.end()) return it->second;
+  }
+  const std::vector<std::string> names = batch_reward_function_names();
+  throw Error("custom_reward_function.name=" + name,
+              fmt::format("no batch reward function '{}' is registered (reward_manager = batch calls one function "
+                          "with the whole batch); registered: {}; set custom_reward_function.path to a shared object "
+                          "with that symbol, or register it (register_batch_reward_function)",
+                          name, names.empty() ? "none" : join(names, ", ")));
+}
+
+BatchRewardFn batch_reward_function_from_library(const std::string& path, const std::string& symbol) {
+  using CFn = int(int64_t, const char* const*, const char* const*, const char* const*, const char* const*, const char*,
+                  double*, char*, size_t);
+  std::shared_ptr<boost::dll::shared_library> lib;
+  try {
+    lib = std::make_shared<boost::dll::shared_library>(
+        path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    throw Error("custom_reward_function.path=" + path, fmt::format("cannot be loaded: {}", e.what()));
+  }
+  if (!lib->has(symbol))
+    throw Error("custom_reward_function.path=" + path,
+                fmt::format("has no symbol '{}' (custom_reward_function.name)", symbol));
+  CFn* fn = &lib->get<CFn>(symbol);
+  const std::string where = path + ":" + symbol;
+  return [lib, fn, where](const std::vector<RewardInput>& items, const nlohmann::json& kwargs) {
+    const size_t n = items.size();
+    // The strings the pointers point into, alive for the call.
+    std::vector<std::string> truths(n), extras(n);
+    std::vector<const char*> sources(n), responses(n), truth_ptrs(n), extra_ptrs(n);
+    for (size_t i = 0; i < n; ++i) {
+      truths[i] = items[i].ground_truth.dump();
+      extras[i] = items[i].extra_info.dump();
+      sources[i] = items[i].data_source.c_str();
+      responses[i] = items[i].response.c_str();
+      truth_ptrs[i] = truths[i].c_str();
+      extra_ptrs[i] = extras[i].c_str();
+    }
+    const std::string kwargs_text = kwargs.dump();
+    std::vector<double> scores(n, 0.0);
+    char error[1024] = {0};
+    const int rc = fn(int64_t(n), sources.data(), responses.data(), truth_ptrs.data(), extra_ptrs.data(),
+                      kwargs_text.c_str(), scores.data(), error, sizeof(error));
+    error[sizeof(error) - 1] = '\0';
+    if (rc != 0)
+      throw Error("reward " + where,
+                  fmt::format("the batch function returned {}: {}", rc, error[0] ? error : "(no message)"));
+    std::vector<RewardResult> out(n);
+    for (size_t i = 0; i < n; ++i) out[i].score = scores[i];
+    return out;
+  };
+}
+
+}  // namespace verlpp::controller
