@@ -158,4 +158,8 @@ TEST_CASE("custom reward function from a shared object", "[reward]") {
   CHECK(custom.score({"bonus", "hi", 3, {{"k", 1}}}) == 102.0);
   CHECK_THROWS_WITH(RewardScorer::from_library(VERLPP_TEST_CUSTOM_REWARD, "nope"), Contains("has no symbol 'nope'"));
   CHECK_THROWS_WITH(RewardScorer::from_library("/nonexistent/reward.so", "f"), Contains("cannot be loaded"));
+  // verl's scripts name a Python file; the error says what is taken instead.
+  CHECK_THROWS_WITH(RewardScorer::from_library("/work/reward.py", "compute_score"),
+                    Contains("custom_reward_function.path=/work/reward.py: is a Python file") &&
+                        Contains("C symbol in a shared library"));
 }

@@ -150,3 +150,26 @@ TEST_CASE("verlpp config and train: no-effect keys are listed with why; a refuse
                                Contains("reward_model.enable = true is refused: "));
   CHECK(train.output.find("have no effect") == train.output.rfind("have no effect"));
 }
+
+TEST_CASE("verlpp train: overrides alone start from verl's defaults, which name no model; --demo takes no config",
+          "[cli][errors]") {
+  // As verl's main_ppo: the overrides apply to verl's defaults, so the demo's inputs are not written.
+  const std::string dir = "/tmp/verlpp-cli-no-inputs";
+  REQUIRE(std::system(("rm -rf " + dir).c_str()) == 0);
+  Run bare = verlpp_run("train trainer.total_training_steps=1 trainer.default_local_dir=" + dir);
+  CHECK(bare.status == 1);
+  CHECK_THAT(bare.output,
+             Contains("actor_rollout_ref.model.path is not set") && Contains("verlpp train --demo [overrides ...]"));
+  no_backtrace(bare);
+  CHECK(std::system(("test -e " + dir).c_str()) != 0);
+  // With a model and no data, the data key is named.
+  Run no_data = verlpp_run("train actor_rollout_ref.model.path=" + tiny_model("/tmp/verlpp-cli-no-inputs-model"));
+  CHECK(no_data.status == 1);
+  CHECK_THAT(no_data.output, Contains("data.train_files is not set"));
+  no_backtrace(no_data);
+  Run both = verlpp_run("train --demo " + std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json");
+  CHECK(both.status == 1);
+  CHECK_THAT(both.output,
+             Contains("--demo: runs the embedded demo's config;") && Contains("grpo_tiny.json is another"));
+  no_backtrace(both);
+}

@@ -253,4 +253,31 @@ TEST_CASE("verlpp train --nproc: no rank outlives a launcher killed with SIGKILL
   CHECK(controller::read_metrics(run + "/metrics.jsonl").size() < 41);
 }
 
+TEST_CASE("verlpp train --nproc 2 --demo: the launcher writes the demo's inputs once, the ranks run the demo's config",
+          "[e2e][dist]") {
+  const std::string dir = make_fixture("dist-demo");
+  const std::string run = dir + "/run", log = dir + "/train.log";
+  // The demo's config, made small through overrides (--demo is passed on to the ranks: without it
+  // they would read verl's defaults, which name no model).
+  const int status = wait_for(start_train(
+      "--demo", log,
+      {"--nproc", "2", "trainer.default_local_dir=" + run, "sft.enable=false", "trainer.total_training_steps=1",
+       "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1", "data.train_batch_size=4",
+       "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "data.max_response_length=4"}));
+  INFO(read_file(log));
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK(exists(run + "/tiny_init/config.json"));
+  CHECK(exists(run + "/data/arith_train.jsonl"));
+  const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+  std::vector<int64_t> trained;
+  for (const json& row : rows)
+    if (row.contains("actor/pg_loss")) {
+      trained.push_back(row["step"].get<int64_t>());
+      CHECK(finite_number(row, "actor/pg_loss"));
+    }
+  CHECK(trained == std::vector<int64_t>{1});
+}
+
 #endif  // VERLPP_CPU_REF_HAS_GLOO

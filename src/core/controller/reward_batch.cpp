@@ -4,7 +4,7 @@
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 
-#include <boost/dll/shared_library.hpp>
+#include "reward_library.hpp"
 
 #include <fmt/format.h>
 
@@ -62,16 +62,7 @@ BatchRewardFn registered_batch_reward_function(const std::string& name) {
 BatchRewardFn batch_reward_function_from_library(const std::string& path, const std::string& symbol) {
   using CFn = int(int64_t, const char* const*, const char* const*, const char* const*, const char* const*, const char*,
                   double*, char*, size_t);
-  std::shared_ptr<boost::dll::shared_library> lib;
-  try {
-    lib = std::make_shared<boost::dll::shared_library>(
-        path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
-  } catch (const std::exception& e) {
-    throw Error("custom_reward_function.path=" + path, fmt::format("cannot be loaded: {}", e.what()));
-  }
-  if (!lib->has(symbol))
-    throw Error("custom_reward_function.path=" + path,
-                fmt::format("has no symbol '{}' (custom_reward_function.name)", symbol));
+  std::shared_ptr<boost::dll::shared_library> lib = load_reward_library(path, symbol);
   CFn* fn = &lib->get<CFn>(symbol);
   const std::string where = path + ":" + symbol;
   return [lib, fn, where](const std::vector<RewardInput>& items, const nlohmann::json& kwargs) {

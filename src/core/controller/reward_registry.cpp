@@ -4,7 +4,7 @@
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 
-#include <boost/dll/shared_library.hpp>
+#include "reward_library.hpp"
 
 #include <algorithm>
 #include <map>
@@ -119,16 +119,7 @@ std::vector<std::string> reward_function_names() {
 
 RewardScorer RewardScorer::from_library(const std::string& path, const std::string& symbol) {
   using CFn = double(const char*, const char*, const char*, const char*);
-  std::shared_ptr<boost::dll::shared_library> lib;
-  try {
-    lib = std::make_shared<boost::dll::shared_library>(
-        path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
-  } catch (const std::exception& e) {
-    throw Error("custom_reward_function.path=" + path, fmt::format("cannot be loaded: {}", e.what()));
-  }
-  if (!lib->has(symbol))
-    throw Error("custom_reward_function.path=" + path,
-                fmt::format("has no symbol '{}' (custom_reward_function.name)", symbol));
+  std::shared_ptr<boost::dll::shared_library> lib = load_reward_library(path, symbol);
   CFn* fn = &lib->get<CFn>(symbol);
   RewardScorer s;
   s.custom_where_ = path + ":" + symbol;
