@@ -116,7 +116,6 @@ void run_train(std::vector<std::string> args, int nproc, bool demo) {
   }
   config.apply_overrides(args);
   config.resolve();
-  if (!embedded_default && !config_file) require_run_inputs(config);
   const hw::WorldInfo world = hw::world_from_environment();
   if (nproc < 1) throw Error("--nproc", fmt::format("{} ranks: at least one is needed", nproc));
   if (nproc > 1 && world.is_distributed())
@@ -124,6 +123,7 @@ void run_train(std::vector<std::string> args, int nproc, bool demo) {
                                        world.rank, world.world_size, world.launcher));
   // The no-effect keys this run changes, once: by this process, not again by the ranks it starts.
   if (world.rank == 0 && std::getenv(kDemoInputsReady) == nullptr) std::cerr << controller::no_effect_notice(config);
+  if (!embedded_default && !config_file) require_run_inputs(config);
   if (controller::arith_demo_settings(config).enabled && std::getenv(kDemoInputsReady) == nullptr) {
     if (world.is_distributed())
       throw Error("verlpp train",

@@ -141,10 +141,10 @@ TEST_CASE("verlpp config and train: no-effect keys are listed with why; a refuse
                               Contains("reward_model.enable = false  [refused unless left at its default: ") &&
                               Contains("\nalgorithm.adv_estimator = \"gae\"\n"));
   // `verlpp train` prints the same block once at start, then refuses before any work.
-  Run train =
-      verlpp_run("train " + valid +
-                 " verlpp.demo.enabled=false sft.enable=false trainer.default_local_dir=/tmp/verlpp-cli-refused "
-                 "actor_rollout_ref.rollout.name=vllm reward_model.enable=true");
+  Run train = verlpp_run("train " + valid +
+                         " actor_rollout_ref.model.path=/nonexistent/model data.train_files=/nonexistent/train.jsonl "
+                         "trainer.default_local_dir=/tmp/verlpp-cli-refused actor_rollout_ref.rollout.name=vllm "
+                         "reward_model.enable=true");
   CHECK(train.status == 1);
   CHECK_THAT(train.output, Contains("actor_rollout_ref.rollout.name = \"vllm\": verlpp generates with its own") &&
                                Contains("reward_model.enable = true is refused: "));

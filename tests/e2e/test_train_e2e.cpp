@@ -299,3 +299,69 @@ TEST_CASE("verlpp train: val_kwargs.n=2 with sampling writes verl's val-core met
   // The console line carries the val-core figures.
   CHECK(read_file(run + ".log").find("val-core/arith/reward/mean@2") != std::string::npos);
 }
+
+// The generation dumps carry the reward extras as verl's _dump_generations does: a key every
+// sample of the dump has (math_dapo's acc and pred) follows the fixed fields, one some scorers
+// did not report (arith reports none) is left out; validation's "reward" comes first.
+TEST_CASE("verlpp train: the rollout and validation dumps carry the reward extras every sample has", "[e2e]") {
+  const std::string dir = make_fixture("dump_extras");
+  const std::string run = dir + "/run";
+  // Training rows scored by math_dapo; validation alternating arith and math_dapo.
+  auto rewrite = [&](const std::string& file, bool alternate) {
+    std::vector<json> rows;
+    {
+      std::ifstream in(file);
+      for (std::string line; std::getline(in, line);)
+        if (!line.empty()) rows.push_back(json::parse(line));
+    }
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (!alternate || i % 2 == 1) rows[i]["data_source"] = "math_dapo";
+    std::ofstream out(file);
+    for (const json& r : rows) out << r.dump() << "\n";
+  };
+  rewrite(dir + "/train.jsonl", false);
+  rewrite(dir + "/val.jsonl", true);
+  const std::string config = write_config(dir, run, "grpo");
+  json c = json::parse(read_file(config));
+  c["trainer"]["total_training_steps"] = 1;
+  c["trainer"]["save_freq"] = -1;
+  c["trainer"]["test_freq"] = 1;
+  c["trainer"]["rollout_data_dir"] = run + "/rollouts";
+  c["trainer"]["validation_data_dir"] = run + "/val_dump";
+  c["sft"]["enable"] = false;
+  std::ofstream(config) << c.dump(2);
+  run_to_end(config, run + ".log");
+
+  auto lines = [](const std::string& path) {
+    std::vector<nlohmann::ordered_json> out;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) out.push_back(nlohmann::ordered_json::parse(line));
+    return out;
+  };
+  auto keys = [](const nlohmann::ordered_json& row) {
+    std::vector<std::string> out;
+    for (const auto& [key, value] : row.items()) out.push_back(key);
+    return out;
+  };
+  const auto rollouts = lines(run + "/rollouts/1.jsonl");
+  REQUIRE(rollouts.size() == 16);  // 4 prompts x 4 samples
+  for (const auto& row : rollouts) {
+    INFO(row.dump());
+    CHECK(keys(row) == std::vector<std::string>{"input", "output", "gts", "score", "step", "advantage", "acc", "pred"});
+    // math_dapo: +1 with acc, -1 without (verl's math_dapo.compute_score).
+    CHECK(row["acc"].get<bool>() == (row["score"].get<double>() == 1.0));
+    CHECK(row["pred"].is_string());
+  }
+  // Validation before training (step 0) and at the last step: arith rows report no extras, so
+  // only "reward" (the score) follows.
+  for (const char* step : {"0", "1"}) {
+    const auto val = lines(run + "/val_dump/" + step + ".jsonl");
+    REQUIRE(val.size() == 12);
+    for (const auto& row : val) {
+      INFO(row.dump());
+      CHECK(keys(row) == std::vector<std::string>{"input", "output", "gts", "score", "step", "reward"});
+      CHECK(row["reward"] == row["score"]);
+    }
+  }
+}

@@ -8,6 +8,14 @@
 
 namespace verlpp {
 
+// Whether `text` begins / ends with `affix` (C++20's std::string::starts_with / ends_with).
+inline bool starts_with(const std::string& text, const std::string& affix) {
+  return text.size() >= affix.size() && text.compare(0, affix.size(), affix) == 0;
+}
+inline bool ends_with(const std::string& text, const std::string& affix) {
+  return text.size() >= affix.size() && text.compare(text.size() - affix.size(), affix.size(), affix) == 0;
+}
+
 // "a, b, c" from {"a", "b", "c"} with separator ", ".
 inline std::string join(const std::vector<std::string>& items, const std::string& separator) {
   std::string out;

@@ -4,6 +4,7 @@
 // is in the closing table whether or not a panel plots it.
 #include <verlpp/controller/report.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/strings.hpp>
 
 #include "../util/files.hpp"
 #include "svg_chart.hpp"
@@ -79,11 +80,6 @@ double number_of(const json& row, const std::string& key) {
 double step_of(const json& row, size_t index) {
   const double step = number_of(row, "step");
   return std::isfinite(step) ? step : static_cast<double>(index + 1);
-}
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // One chart's worth of metric names.

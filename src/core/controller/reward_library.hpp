@@ -3,6 +3,7 @@
 #pragma once
 
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/strings.hpp>
 
 #include <boost/dll/shared_library.hpp>
 #include <fmt/format.h>
@@ -14,11 +15,11 @@ namespace verlpp::controller {
 
 // The library at `path`, which must export `symbol`; errors name custom_reward_function.path.
 inline std::shared_ptr<boost::dll::shared_library> load_reward_library(const std::string& path,
-                                                                      const std::string& symbol) {
+                                                                       const std::string& symbol) {
   const std::string where = "custom_reward_function.path=" + path;
   // verl's scripts name a Python file here; say what verlpp takes instead of the loader's
   // "invalid ELF header".
-  if (path.size() >= 3 && path.compare(path.size() - 3, 3, ".py") == 0)
+  if (ends_with(path, ".py"))
     throw Error(where,
                 "is a Python file, and verlpp runs no Python: build the reward function as a C symbol in a shared "
                 "library and name that library here (docs/training.md, Rewards), or register the function from "

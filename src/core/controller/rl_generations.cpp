@@ -7,9 +7,27 @@
 
 #include <ATen/ops/masked_select.h>
 
+#include <map>
+
 namespace verlpp::controller {
 
-std::vector<GenerationRecord> generation_records(const RlTrainer::State& s, const Batch& batch, bool with_advantage) {
+namespace {
+
+// verl dumps a reward extra only where every sample has it (a list of the dump's length), so a
+// key some scorers did not report is left out of every line.
+void drop_partial_extras(std::vector<GenerationRecord>& records) {
+  std::map<std::string, size_t> holders;  // key -> records that have it
+  for (const GenerationRecord& r : records)
+    for (const auto& [key, value] : r.extra.items()) ++holders[key];
+  for (const auto& [key, count] : holders)
+    if (count < records.size())
+      for (GenerationRecord& r : records) r.extra.erase(key);
+}
+
+}  // namespace
+
+std::vector<GenerationRecord> generation_records(const RlTrainer::State& s, const Batch& batch, bool with_advantage,
+                                                 const std::vector<std::string>& reward_extras) {
   const at::Tensor prompts = batch.tensor("prompts").cpu().contiguous();
   const int64_t rows = batch.size(), width = prompts.size(1);
   const at::Tensor prompt_mask = batch.tensor("attention_mask").narrow(1, 0, width).cpu().to(at::kBool).contiguous();
@@ -37,22 +55,36 @@ std::vector<GenerationRecord> generation_records(const RlTrainer::State& s, cons
       const at::Tensor a = at::masked_select(advantages[i], response_mask[i]);
       r.extra["advantage"] = a.numel() == 0 ? 0.0 : a.mean().item<double>();
     }
+    // Rows whose scorer did not report an extra hold null in its column (compute_scores).
+    for (const std::string& key : reward_extras) {
+      const nlohmann::json& value = batch.column(key)[size_t(i)];
+      if (!value.is_null()) r.extra[key] = value;
+    }
   }
   return out;
 }
 
-void dump_rollout_generations(RlTrainer::State& s, const Batch& batch) {
+void dump_rollout_generations(RlTrainer::State& s, const Batch& batch, const std::vector<std::string>& reward_extras) {
   const std::optional<std::string>& dir = s.settings.trainer.rollout_data_dir;
   if (!dir || !s.is_writer()) return;
-  dump_generations(*dir, s.global_step, generation_records(s, batch, /*with_advantage=*/true));
+  std::vector<GenerationRecord> records = generation_records(s, batch, /*with_advantage=*/true, reward_extras);
+  drop_partial_extras(records);
+  dump_generations(*dir, s.global_step, records);
 }
 
 void record_val_generations(RlTrainer::State& s, const std::vector<GenerationRecord>& records) {
   if (!s.is_writer()) return;
   const TrainerSettings& t = s.settings.trainer;
   if (t.validation_data_dir) {
+    // verl's reward_extra_infos_dict in validation: "reward" (the score) first, then the extras.
     std::vector<GenerationRecord> with_reward = records;
-    for (GenerationRecord& r : with_reward) r.extra["reward"] = r.score;  // verl's reward_extra_infos_dict["reward"]
+    drop_partial_extras(with_reward);
+    for (GenerationRecord& r : with_reward) {
+      nlohmann::ordered_json extra = {{"reward", r.score}};
+      for (const auto& [key, value] : r.extra.items())
+        if (key != "reward") extra[key] = value;
+      r.extra = std::move(extra);
+    }
     dump_generations(*t.validation_data_dir, s.global_step, with_reward);
   }
   if (t.log_val_generations <= 0) return;

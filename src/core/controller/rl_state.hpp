@@ -201,10 +201,13 @@ nlohmann::json validate_model(RlTrainer::State& s);
 // --- generated samples (rl_generations.cpp) ---
 // The rows of `batch` (scored: "score", "response_text") as verl's dump records: the prompt
 // decoded without padding and special tokens, the response, ground truth, score; with
-// `with_advantage`, "advantage" (the mean over the row's response tokens).
-std::vector<GenerationRecord> generation_records(const RlTrainer::State& s, const Batch& batch, bool with_advantage);
-// trainer.rollout_data_dir: the training step's samples as <dir>/<step>.jsonl (rank 0).
-void dump_rollout_generations(RlTrainer::State& s, const Batch& batch);
+// `with_advantage`, "advantage" (the mean over the row's response tokens); then each of
+// `reward_extras` (columns from compute_scores) the row's scorer reported.
+std::vector<GenerationRecord> generation_records(const RlTrainer::State& s, const Batch& batch, bool with_advantage,
+                                                 const std::vector<std::string>& reward_extras = {});
+// trainer.rollout_data_dir: the training step's samples as <dir>/<step>.jsonl (rank 0), with
+// the reward extras every sample has (as verl keeps only full-length lists).
+void dump_rollout_generations(RlTrainer::State& s, const Batch& batch, const std::vector<std::string>& reward_extras);
 // trainer.validation_data_dir and trainer.log_val_generations for one evaluation's samples
 // (rank 0): the dump, the loggers' sample table and a row of val_generations.jsonl.
 void record_val_generations(RlTrainer::State& s, const std::vector<GenerationRecord>& records);

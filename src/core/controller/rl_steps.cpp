@@ -23,6 +23,7 @@ using json = nlohmann::json;
 struct StepOutput {
   json metrics = json::object();
   Batch batch;
+  std::vector<std::string> reward_extras;  // the batch's reward-extra columns (compute_scores)
 };
 
 void merge_into(json& metrics, const json& more) {
@@ -66,7 +67,7 @@ void rollout_and_score(RlTrainer::State& s, StepOutput& out, const Batch& prompt
   m["perf/rollout_overlapped_steps"] = gen.num_overlapped_steps;
   m["perf/rollout_graph_captures"] = gen.num_graph_captures;
   m["timing_s/gen_graph_capture"] = gen.graph_capture_seconds;
-  run_stage(s, "reward", m, [&] { compute_scores(s, out.batch, &m); });
+  run_stage(s, "reward", m, [&] { out.reward_extras = compute_scores(s, out.batch, &m); });
   if (s.use_reference) run_stage(s, "ref", m, [&] { compute_reference_log_prob(s, out.batch); });
   m["actor/entropy"] = run_stage(s, "old_log_prob", m, [&] { return compute_old_log_prob(s, out.batch); });
   add_rollout_drift_metrics(out.batch, m);
@@ -178,7 +179,7 @@ json validate_model(RlTrainer::State& s) {
     for (auto& [var, values] : scored.vars) values.resize(scored.uids.size(), nullptr);
     length += batch.tensor("response_mask").sum().item<double>();
     if (keep_samples)
-      for (GenerationRecord& r : generation_records(s, batch, /*with_advantage=*/false))
+      for (GenerationRecord& r : generation_records(s, batch, /*with_advantage=*/false, extras))
         samples.push_back(std::move(r));
     s.progress("val", std::min(size, begin + chunk), size);
   }
@@ -304,7 +305,7 @@ json RlTrainer::fit() {
     const auto start = std::chrono::steady_clock::now();
     StepOutput out = run_step(s);
     ++s.global_step;
-    dump_rollout_generations(s, out.batch);
+    dump_rollout_generations(s, out.batch, out.reward_extras);
     const bool is_last = s.global_step == s.total_steps;
     json& m = out.metrics;
     if (s.val_set && every(test_freq, s.global_step, is_last))

@@ -3,6 +3,7 @@
 #include <verlpp/controller/validation_metrics.hpp>
 
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/strings.hpp>
 
 #include <fmt/format.h>
 
@@ -38,8 +39,6 @@ int64_t metric_n(const std::string& name) {
   if (at == std::string::npos) return 0;
   return std::stoll(name.substr(at + 1, name.find('/', at) - at - 1));
 }
-
-bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 // The prompts of one data source in order of first appearance, each with its response rows.
 struct SourceGroups {

@@ -69,10 +69,6 @@ bool valid_name(const std::string& name) {
                      [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // "cuda-sm90" from "libverlpp-plugin-cuda-sm90.so"; empty when the file name does not match.
 std::string stem_of(const std::string& file_name) {
   std::string prefix = kPrefix;

@@ -52,11 +52,6 @@ std::string strip_newlines(const std::string& text, bool left, bool right) {
   return text.substr(begin, end - begin);
 }
 
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-bool ends_with(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
-
 // The literal default system prompt of a ChatML template ("<|im_start|>system\n...<|im_end|>"
 // inside one Jinja string literal), unescaped; empty when there is none.
 std::string literal_default_system(const std::string& jinja) {

@@ -17,13 +17,6 @@
 #include <set>
 
 namespace verlpp::model {
-namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
 
 const std::vector<std::string>& tokenizer_file_names() {
   static const std::vector<std::string> kNames = {
