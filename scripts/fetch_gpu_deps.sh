@@ -6,14 +6,16 @@
 #   bash .offline-deps/offline-deps.sh unpack .offline-deps /opt/deps    # there (run_gpu_perf.sh,
 #                                                      # gpu_check.sh do it)
 # The list is the build's: fmt, nlohmann-json, Catch2, Boost (headers), dlpack, CLI11, ICU (the
-# tokenizer's normalisation), snappy, zstd and zlib (the parquet reader's codecs) and gloo with
-# the libraries it links. A build there that misses
+# tokenizer's normalisation), snappy, zstd and zlib (the parquet reader's codecs), yaml-cpp (YAML
+# configs, MLflow's meta.yaml), protobuf with protoc (the tests' TensorBoard event reader) and
+# gloo with the libraries it links. A build there that misses
 # one fails at configure time ("Failed to find all ICU components", ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-.offline-deps}
 PKGS=(libfmt-dev libfmt9 nlohmann-json3-dev catch2 libboost1.74-dev libdlpack-dev libcli11-dev libicu-dev libicu72
-      libsnappy-dev libsnappy1v5 libzstd-dev libzstd1 zlib1g-dev
+      libsnappy-dev libsnappy1v5 libzstd-dev libzstd1 zlib1g-dev libyaml-cpp-dev libyaml-cpp0.7
+      libprotobuf-dev libprotobuf32 libprotobuf-lite32 libprotoc32 protobuf-compiler
       libgloo-dev libgloo0 libibverbs1 libhiredis0.14 libnl-3-200 libnl-route-3-200)
 mkdir -p "$DIR"
 # apt-get download runs as the _apt user where it can; a root-owned folder only costs a warning.

@@ -42,22 +42,6 @@ bool round_trip(const hw::Device& device) {
   return ok;
 }
 
-// The torch device of `plugin`'s device 0, or "" and `why` when this LibTorch cannot compute there.
-bool torch_device_of(const hw::Plugin& plugin, c10::Device& device, std::string& why) {
-  const std::string& type = plugin.torch_device_type();
-  why = hw::prepare_torch_backend(plugin.name(), type, plugin.torch_backend_library());
-  if (!why.empty()) return false;
-  if (type == "cpu") {
-    device = c10::Device(c10::kCPU);
-    return true;
-  }
-  device = c10::Device(type == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::PrivateUse1, 0);
-  if (device.type() == c10::DeviceType::PrivateUse1)
-    hw::set_privateuse1_dl_device_type(hw::Device(plugin, 0).properties().dl_device_type);
-  why = hw::torch_device_smoke_problem(device);
-  return why.empty();
-}
-
 // Every kernel the plugin offers, once, against the host's own path on the same device.
 bool kernel_check(const hw::Plugin& plugin) {
   hw::Kernels kernels(plugin);
@@ -68,7 +52,7 @@ bool kernel_check(const hw::Plugin& plugin) {
   }
   c10::Device device(c10::kCPU);
   std::string why;
-  if (hw::device_count(plugin) < 1 || !torch_device_of(plugin, device, why)) {
+  if (hw::device_count(plugin) < 1 || !(why = hw::ready_torch_device(plugin, 0, &device)).empty()) {
     std::cout << fmt::format("  kernels     {} offered, not run here: {}\n", offered.size(),
                              why.empty() ? std::string("the plugin has no device") : why);
     return true;

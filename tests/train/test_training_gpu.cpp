@@ -6,10 +6,12 @@
 // (test_logprob_kernels.cpp); here the plugin's real kernels and LibTorch's fused attention do.
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
+#include <verlpp/hw/torch_memory.hpp>
 #include <verlpp/train/logprob.hpp>
 
 #include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/randn.h>
 
 #include <cstdlib>
@@ -108,4 +110,35 @@ TEST_CASE("training on CUDA: the cuda plugin's path equals LibTorch's, and its s
       m.set_forward_options({});
     }
   }
+}
+
+// The per-stage memory metrics read LibTorch's allocator (hw/torch_memory.hpp): its figures
+// follow tensors of known sizes, and a reset starts the peak at what is held now.
+TEST_CASE("LibTorch's device memory statistics follow the bytes of the tensors made and freed", "[.gpu][memory]") {
+  REQUIRE(at::hasCUDA());
+  const c10::Device gpu(c10::DeviceType::CUDA, 0);
+  at::Tensor warm = at::empty({1}, at::TensorOptions().device(gpu));  // the allocator exists
+  hw::TorchMemoryStats before;
+  REQUIRE(hw::torch_memory_stats(gpu, &before));
+  hw::reset_torch_memory_peak(gpu);
+  constexpr int64_t kBytes = int64_t(256) << 20;
+  {
+    at::Tensor big = at::empty({kBytes}, at::TensorOptions().dtype(at::kByte).device(gpu));
+    hw::TorchMemoryStats held;
+    REQUIRE(hw::torch_memory_stats(gpu, &held));
+    CHECK(held.allocated - before.allocated == kBytes);
+    CHECK(held.reserved >= held.allocated);
+    CHECK(held.peak_allocated >= held.allocated);
+  }
+  hw::TorchMemoryStats freed;
+  REQUIRE(hw::torch_memory_stats(gpu, &freed));
+  CHECK(freed.allocated == before.allocated);
+  CHECK(freed.peak_allocated >= before.allocated + kBytes);  // the peak remembers the tensor
+  hw::reset_torch_memory_peak(gpu);
+  hw::TorchMemoryStats reset;
+  REQUIRE(hw::torch_memory_stats(gpu, &reset));
+  CHECK(reset.peak_allocated == reset.allocated);
+  // The host has no allocator statistics: the stages then report resident memory.
+  hw::TorchMemoryStats host;
+  CHECK_FALSE(hw::torch_memory_stats(c10::Device(c10::kCPU), &host));
 }

@@ -12,6 +12,8 @@ struct Device;
 
 namespace verlpp::hw {
 
+class Plugin;
+
 // Empty when LibTorch can use `torch_device_type` ("cpu", "cuda", "privateuseone": a backend
 // registered in this process), else a plain sentence saying why not (e.g. "this LibTorch build
 // has no CUDA").
@@ -30,6 +32,12 @@ std::string prepare_torch_backend(const std::string& plugin, const std::string& 
 // with the values intact; else what failed, in one line (LibTorch's message without backtrace).
 // Run before a command's first real work on a device whose backend LibTorch does not ship.
 std::string torch_device_smoke_problem(const c10::Device& device);
+
+// Plugin `plugin`'s device `index` as a LibTorch device ready for work: the backend made usable
+// (prepare_torch_backend), for privateuseone the process's DLPack type taken from the device's
+// properties (set_privateuse1_dl_device_type), and torch_device_smoke_problem passed. "" with
+// `*device` set (the host for a "cpu" plugin), else why not, in one sentence.
+std::string ready_torch_device(const Plugin& plugin, int32_t index, c10::Device* device);
 
 // The DLPack device type that tensors of the process's PrivateUse1 backend carry in plugin calls
 // (the chosen plugin's verlpp_device_properties.dl_device_type); 0 = not set yet.

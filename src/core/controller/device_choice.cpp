@@ -95,13 +95,14 @@ DeviceChoice choose_device(const std::string& wanted, int32_t local_rank, const 
   if (out.device.type() != c10::DeviceType::PrivateUse1) return out;
   // An out-of-tree backend: its tensors carry the plugin's DLPack device type in kernel calls,
   // and LibTorch must really compute on it before any work is started there.
-  for (const hw::Plugin& p : loaded)
-    if (p.name() == out.plugin && hw::device_count(p) > 0)
-      hw::set_privateuse1_dl_device_type(hw::Device(p, 0).properties().dl_device_type);
-  const std::string problem = hw::torch_device_smoke_problem(out.device);
-  if (!problem.empty())
-    throw Error(where, fmt::format("plugin {}'s device {} cannot be used: {}; {}=cpu runs on the host without it",
-                                   out.plugin, out.device.str(), problem, where));
+  for (const hw::Plugin& p : loaded) {
+    if (p.name() != out.plugin) continue;
+    c10::Device ready(c10::kCPU);
+    const std::string problem = hw::ready_torch_device(p, int32_t(out.device.index()), &ready);
+    if (!problem.empty())
+      throw Error(where, fmt::format("plugin {}'s device {} cannot be used: {}; {}=cpu runs on the host without it",
+                                     out.plugin, out.device.str(), problem, where));
+  }
   return out;
 }
 

@@ -1,15 +1,19 @@
-// Step metrics with verl's names (compute_data_metrics, compute_throughout_metrics) and the
-// process's memory as Linux reports it.
+// Step metrics with verl's names (compute_data_metrics, compute_throughout_metrics) and memory:
+// the device's as LibTorch's allocator counts it, the process's as Linux reports it.
 #include "rl_state.hpp"
+
+#include <verlpp/hw/torch_memory.hpp>
 
 #include <ATen/ops/masked_select.h>
 
+#include <algorithm>
 #include <fstream>
 
 namespace verlpp::controller {
 namespace {
 
 using json = nlohmann::json;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 void add_stats(const std::string& prefix, const at::Tensor& values, json& m) {
   if (values.numel() == 0) return;
@@ -32,6 +36,26 @@ double status_gib(const std::string& field) {
 
 double resident_gib() { return status_gib("VmRSS"); }
 double peak_resident_gib() { return status_gib("VmHWM"); }
+
+void begin_stage_memory(const RlTrainer::State& s) { hw::reset_torch_memory_peak(s.device); }
+
+double stage_memory_gib(RlTrainer::State& s) {
+  hw::TorchMemoryStats stats;
+  if (!hw::torch_memory_stats(s.device, &stats)) return resident_gib();
+  s.step_peak_allocated = std::max(s.step_peak_allocated, stats.peak_allocated);
+  s.step_peak_reserved = std::max(s.step_peak_reserved, stats.peak_reserved);
+  return double(stats.peak_allocated) / kGiB;
+}
+
+void add_memory_metrics(RlTrainer::State& s, json& m) {
+  hw::TorchMemoryStats stats;
+  if (hw::torch_memory_stats(s.device, &stats)) {
+    m["perf/max_memory_allocated_gb"] = double(std::max(s.step_peak_allocated, stats.peak_allocated)) / kGiB;
+    m["perf/max_memory_reserved_gb"] = double(std::max(s.step_peak_reserved, stats.peak_reserved)) / kGiB;
+  }
+  s.step_peak_allocated = s.step_peak_reserved = 0;
+  m["perf/max_memory_rss_gib"] = peak_resident_gib();
+}
 
 void add_data_metrics(const Batch& batch, bool with_critic, json& m) {
   const at::Tensor mask = batch.tensor("response_mask").to(at::kBool);
@@ -69,7 +93,6 @@ void add_throughput_metrics(const Batch& batch, double step_seconds, json& m) {
   m["perf/total_num_tokens"] = tokens;
   m["perf/time_per_step"] = step_seconds;
   m["perf/throughput"] = tokens / std::max(step_seconds, 1e-9);  // one device per process
-  m["perf/max_memory_rss_gib"] = peak_resident_gib();
 }
 
 }  // namespace verlpp::controller

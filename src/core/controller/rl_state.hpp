@@ -84,6 +84,9 @@ struct RlTrainer::State {
   // trainer.logger's backends (rank 0), opened by fit() once it knows whether the run resumes.
   std::vector<std::unique_ptr<MetricsLogger>> loggers;
   files::OutputFile val_generations_out;  // val_generations.jsonl (with trainer.log_val_generations)
+  // The step's peaks of LibTorch's device memory (bytes) over its stages, where the device's
+  // allocator keeps statistics (hw/torch_memory.hpp); reset by add_memory_metrics.
+  int64_t step_peak_allocated = 0, step_peak_reserved = 0;
 
   void message(const std::string& text) const {
     if (hooks.on_message && is_writer()) hooks.on_message(text);
@@ -96,19 +99,29 @@ struct RlTrainer::State {
 // Resident set size of this process now, and its peak, in GiB (0 where /proc is absent).
 double resident_gib();
 double peak_resident_gib();
+// A stage's memory figure: begin_stage_memory starts the device's allocator peak again;
+// stage_memory_gib is then the peak of LibTorch's allocated device memory during the stage (as
+// torch.cuda.max_memory_allocated) where the allocator keeps statistics, else this process's
+// resident memory after it (the host: the CPU device, an allocator without statistics).
+void begin_stage_memory(const RlTrainer::State& s);
+double stage_memory_gib(RlTrainer::State& s);
+// perf/max_memory_allocated_gb and perf/max_memory_reserved_gb (verl's names: the step's peaks
+// of the device's allocator) where there are statistics, and perf/max_memory_rss_gib.
+void add_memory_metrics(RlTrainer::State& s, nlohmann::json& m);
 
 // Runs `f` as the stage `name` of a step: adds its seconds to metrics["timing_s/<name>"],
-// records memory/<name>_gib (resident after it), tells the other ranks where this one is, and
+// records memory/<name>_gib (stage_memory_gib), tells the other ranks where this one is, and
 // turns an exception into an Error naming the rank, the step and the stage.
 template <class F>
 auto run_stage(RlTrainer::State& s, const std::string& name, nlohmann::json& metrics, F&& f) -> decltype(f()) {
   const auto start = std::chrono::steady_clock::now();
   const std::string where = fmt::format("step {} {}", s.global_step + 1, name);
   if (s.group) s.group->set_stage(where);
+  begin_stage_memory(s);
   auto finish = [&] {
     metrics["timing_s/" + name] = metrics.value("timing_s/" + name, 0.0) +
                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    metrics["memory/" + name + "_gib"] = resident_gib();
+    metrics["memory/" + name + "_gib"] = stage_memory_gib(s);
   };
   try {
     if constexpr (std::is_void_v<decltype(f())>) {

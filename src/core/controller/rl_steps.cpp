@@ -315,6 +315,7 @@ json RlTrainer::fit() {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     m["timing_s/step"] = seconds;
     add_throughput_metrics(out.batch, seconds, m);
+    add_memory_metrics(s, m);
     m["training/global_step"] = s.global_step;
     m["training/epoch"] = s.loader->epoch();
     m["step"] = s.global_step;

@@ -5,6 +5,8 @@
 #include <verlpp/hw/torch_device.hpp>
 
 #include <verlpp/core/error_text.hpp>
+#include <verlpp/hw/device.hpp>
+#include <verlpp/hw/plugin.hpp>
 
 #include <ATen/Context.h>
 #include <c10/core/Device.h>
@@ -109,6 +111,25 @@ std::string torch_device_smoke_problem(const c10::Device& device) {
   } catch (const std::exception& e) {
     return "LibTorch cannot compute on " + device.str() + ": " + error_text(e);
   }
+}
+
+std::string ready_torch_device(const Plugin& plugin, int32_t index, c10::Device* device) {
+  const std::string& type = plugin.torch_device_type();
+  const std::string problem = prepare_torch_backend(plugin.name(), type, plugin.torch_backend_library());
+  if (!problem.empty()) return problem;
+  if (type == "cpu") {
+    *device = c10::Device(c10::kCPU);
+    return {};
+  }
+  if (index < 0 || index >= device_count(plugin))
+    return "plugin " + plugin.name() + " has no device " + std::to_string(index);
+  const c10::Device there(type == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::PrivateUse1,
+                          c10::DeviceIndex(index));
+  if (there.type() == c10::DeviceType::PrivateUse1)
+    set_privateuse1_dl_device_type(Device(plugin, index).properties().dl_device_type);
+  const std::string smoke = torch_device_smoke_problem(there);
+  if (smoke.empty()) *device = there;
+  return smoke;
 }
 
 void set_privateuse1_dl_device_type(int32_t dl_device_type) { g_privateuse1_dl_type.store(dl_device_type); }
