@@ -52,18 +52,17 @@ void run_plugins() {
                             p.display_name()));
     // A privateuseone plugin's own LibTorch backend (ABI 1.6) is loaded and tried here, as a run
     // would, so the listing says whether a run on its devices can start.
-    if (p.torch_device_type() == "privateuseone" && n > 0) {
+    const std::string problem = hw::prepare_torch_backend(p.name(), p.torch_device_type(), p.torch_backend_library());
+    if (problem.empty() && p.torch_device_type() == "privateuseone" && n > 0) {
       c10::Device device(c10::kCPU);
-      const std::string problem = hw::ready_torch_device(p, 0, &device);
+      const std::string smoke = hw::ready_torch_device(p, 0, &device);  // the backend is ready: the smoke test
       const std::string through = p.torch_backend_library().empty()
                                       ? std::string("the PrivateUse1 backend this process has")
                                       : "its torch backend " + p.torch_backend_library();
-      notes.push_back(
-          fmt::format("{}: {}", p.display_name(),
-                      problem.empty() ? "LibTorch computes on privateuseone:0 through " + through : problem));
-      continue;
+      notes.push_back(fmt::format("{}: {}", p.display_name(),
+                                  smoke.empty() ? "LibTorch computes on privateuseone:0 through " + through
+                                                : through + " is registered, but " + smoke));
     }
-    const std::string problem = hw::prepare_torch_backend(p.name(), p.torch_device_type(), p.torch_backend_library());
     if (!problem.empty()) notes.push_back(fmt::format("{}: {}", p.display_name(), problem));
   }
   std::cout << "Loaded plugins:\n";
