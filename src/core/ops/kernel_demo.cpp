@@ -2,8 +2,9 @@
 // seed and copied to the device; the kernel and the host's path (the same ops function with no
 // kernels) get equal copies, and their outputs are compared on the host. fp32 throughout, so
 // one bound serves every float output: 1e-4 + 1e-4 |host| (the suite's tightest fp32 bound is
-// 1e-5 relative; the demo only needs to show that a call computes the operation). Sampled
-// tokens, cache rows copied as they are and the optimizer's skipped step must match exactly.
+// 1e-5 relative; the demo only needs to show that a call computes the operation). Cache rows
+// copied as they are and the optimizer's skipped step must match exactly; sampled tokens come
+// from the plugin's own generator, so they are checked for what any correct sampler gives.
 #include "kernel_demo.hpp"
 
 #include "adamw.hpp"
@@ -25,17 +26,20 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/logsumexp.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/rand.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/topk.h>
 #include <ATen/ops/zeros.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <functional>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 namespace verlpp::ops {
@@ -157,8 +161,32 @@ const std::vector<std::pair<hw::KernelId, Case>>& cases() {
          at::Tensor lps[2] = {in.zeros({6}), in.zeros({6})};
          sample(&k, logits, temperature, top_k, top_p, seeds, 7, tokens[0], lps[0]);
          sample(host, logits, temperature, top_k, top_p, seeds, 7, tokens[1], lps[1]);
-         compare(r, tokens[0], tokens[1], /*exact=*/true);
-         compare(r, lps[0], lps[1]);
+         // The ABI leaves the random generator to the plugin, so sampled rows are checked for what
+         // any correct sampler gives (as the conformance suite does): the greedy row's argmax,
+         // each token inside its row's top-k set and top-p nucleus (top-p over the top-k
+         // renormalised), and its log-prob log_softmax(logits / T) (T = 1 when greedy).
+         compare(r, tokens[0].narrow(0, 0, 1), tokens[1].narrow(0, 0, 1), /*exact=*/true);
+         const at::Tensor x = logits.to(c10::kCPU).to(at::kDouble);
+         const at::Tensor t = temperature.to(c10::kCPU).to(at::kDouble), p = top_p.to(c10::kCPU).to(at::kDouble);
+         const at::Tensor kk = top_k.to(c10::kCPU).to(at::kLong), got = tokens[0].to(c10::kCPU);
+         at::Tensor want_lp = at::zeros({6}, at::TensorOptions().dtype(at::kDouble));
+         at::Tensor allowed = at::zeros({6}, at::TensorOptions().dtype(at::kDouble));
+         for (int64_t row = 0; row < 6; ++row) {
+           const double temp = t[row].item<double>() > 0 ? t[row].item<double>() : 1.0;
+           const at::Tensor z = x[row] / temp;
+           const int64_t token = got[row].item<int64_t>();
+           want_lp[row].fill_((z[token] - at::logsumexp(z, {0})).item<double>());
+           const at::Tensor probs = at::softmax(z, 0);
+           const at::Tensor above = probs.gt(probs[token]);  // tokens ranked before this one
+           const int64_t rank = above.sum().item<int64_t>(), k_row = kk[row].item<int64_t>();
+           const bool in_top_k = k_row <= 0 || rank < k_row;
+           double kept = 1.0;  // the probability mass top-k keeps
+           if (k_row > 0) kept = std::get<0>(probs.topk(std::min<int64_t>(k_row, probs.size(0)))).sum().item<double>();
+           const bool in_nucleus = (probs * above).sum().item<double>() / kept < p[row].item<double>();
+           allowed[row].fill_((t[row].item<double>() == 0 || (in_top_k && in_nucleus)) ? 1.0 : 0.0);
+         }
+         compare(r, allowed, at::ones({6}, at::TensorOptions().dtype(at::kDouble)), /*exact=*/true);
+         compare(r, lps[0], want_lp);
        }},
       {hw::KernelId::logprob_backward,
        [](K host, const hw::Kernels& k, const c10::Device& d, KernelDemoResult& r) {
