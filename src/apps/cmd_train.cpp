@@ -183,7 +183,7 @@ void run_train(std::vector<std::string> args, int nproc, bool demo) {
 
 void register_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train",
-                                 "RL post-training (PPO, GRPO, ...); without a config, the embedded demo: "
+                                 "RL post-training (PPO, GRPO, ...); with no arguments (or --demo), the embedded demo: "
                                  "SFT then GRPO of the tiny model on arithmetic");
   auto args = std::make_shared<std::vector<std::string>>();
   auto nproc = std::make_shared<int>(1);
