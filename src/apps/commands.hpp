@@ -22,5 +22,7 @@ void register_config_command(CLI::App& app);
 void register_generate_command(CLI::App& app);
 // `verlpp train [CONFIG.json] [key=value ...]`: RL training; no config = the embedded demo.
 void register_train_command(CLI::App& app);
+// `verlpp train-rm CONFIG [key=value ...]`: reward-model training on preference pairs.
+void register_train_rm_command(CLI::App& app);
 
 }  // namespace verlpp::apps

@@ -47,7 +47,8 @@ const std::vector<std::string> kWithCritic = {"data.train_batch_size=8",
                                               "critic.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2"};
 
 // GRPO with the branches the first config does not take: clip_ratio as the fallback of unset
-// low/high, a step count instead of epochs, a custom reward's name, the SFT warm start.
+// low/high, a step count instead of epochs, a custom reward's name, the SFT warm start, a reward
+// model with dynamic batch size, and `verlpp train-rm`'s section.
 const std::vector<std::string> kBranches = {"data.train_batch_size=8",
                                             "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                                             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
@@ -58,12 +59,17 @@ const std::vector<std::string> kBranches = {"data.train_batch_size=8",
                                             "trainer.total_training_steps=3",
                                             "custom_reward_function.path=/nonexistent/reward.so",
                                             "sft.enable=true",
-                                            "sft.train_files=/nonexistent/sft.jsonl"};
+                                            "sft.train_files=/nonexistent/sft.jsonl",
+                                            "reward_model.enable=true",
+                                            "reward_model.model.path=/nonexistent/rm",
+                                            "reward_model.use_dynamic_bsz=true",
+                                            "rm_train.train_files=/nonexistent/pairs.jsonl"};
 
 // The keys each reader looked up while parsing `c`.
 std::set<std::string> keys_read_by_readers(const Config& c) {
   (void)parse_run_settings(c, 1, 1);
   (void)arith_demo_settings(c);
+  if (!c.is_null("rm_train.train_files")) (void)parse_rm_train_settings(c);
   return c.read_keys();
 }
 

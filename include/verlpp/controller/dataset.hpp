@@ -30,6 +30,11 @@ struct PromptRecord {
   TokenIds response_ids;                     // response_text tokenized + suffix ids; else empty
 };
 
+// A row's prompt as chat messages: a string is one user turn; otherwise a non-empty list of
+// {"role", "content"} strings. Error naming `where` and `key` for anything else.
+std::vector<model::ChatMessage> parse_prompt_messages(const nlohmann::json& value, const std::string& where,
+                                                      const std::string& key);
+
 // verl's data.* settings that shape loading.
 struct DatasetOptions {
   std::string prompt_key = "prompt";          // data.prompt_key

@@ -29,6 +29,7 @@ constexpr const char* kRolloutLogProbs = "rollout_log_probs";      // [B, R] flo
 constexpr const char* kOldLogProbs = "old_log_probs";              // [B, R] float: the actor's, before the update
 constexpr const char* kRefLogProb = "ref_log_prob";                // [B, R] float: the reference model's
 constexpr const char* kTokenLevelScores = "token_level_scores";    // [B, R] float: outcome_token_scores
+constexpr const char* kRmScores = "rm_scores";                     // [B, R] float: a reward model's, at the last token
 constexpr const char* kTokenLevelRewards = "token_level_rewards";  // [B, R] float: scores - KL penalty
 constexpr const char* kValues = "values";                          // [B, R] float: the critic's
 constexpr const char* kAdvantages = "advantages";                  // [B, R] float

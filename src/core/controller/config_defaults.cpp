@@ -686,6 +686,34 @@ const char* default_config_text() {
       "grad_clip": 1.0
     }
   },
+  "rm_train": {
+    "train_files": null,
+    "val_files": null,
+    "prompt_key": "prompt",
+    "chosen_key": "chosen",
+    "rejected_key": "rejected",
+    "max_length": 512,
+    "truncation": "error",
+    "model_path": "${actor_rollout_ref.model.path}",
+    "sft_warm_start": false,
+    "total_steps": 500,
+    "batch_size": 64,
+    "micro_batch_size_per_gpu": 32,
+    "test_freq": 100,
+    "save_freq": -1,
+    "seed": 1,
+    "default_local_dir": "${trainer.default_local_dir}/reward_model",
+    "optim": {
+      "lr": 0.00001,
+      "lr_warmup_steps_ratio": 0.0,
+      "lr_scheduler_type": "constant",
+      "warmup_style": null,
+      "min_lr_ratio": 0.0,
+      "weight_decay": 0.0,
+      "betas": [0.9, 0.999],
+      "grad_clip": 1.0
+    }
+  },
   "verlpp": {
     "model": {"fused_training_projections": null, "sdpa_gqa": true},
     "rollout": {"device_graphs": true, "decode_overlap": true, "rotary_attention": true},

@@ -41,7 +41,6 @@ constexpr const char* kShm = "loads the model through /dev/shm; verlpp reads the
 constexpr const char* kRemoteCode = "verlpp runs no model code from the folder (its own decoder)";
 constexpr const char* kActivationOffload = "activation offload is not implemented (memory only)";
 constexpr const char* kTiledMlp = "tiled MLP (a memory saving) is not implemented";
-constexpr const char* kRewardModel = "used only with reward_model.enable = true, which verlpp refuses";
 constexpr const char* kDataSeedOnly = "used only with shuffle = true, which verlpp refuses";
 
 // Keeps the rows short: {pattern, state, reason}.
@@ -251,13 +250,32 @@ const std::vector<KeyRule>& config_key_rules() {
       none("critic.checkpoint.async_save", kAsyncSave),
       refused("critic.checkpoint", kCheckpointContents),
 
-      // reward_model
-      refused("reward_model.enable", "a reward model is not implemented (use custom_reward_function or the rules)"),
-      {"reward_model.reward_manager", KeyState::effect, ""},
-      {"reward_model.reward_kwargs", KeyState::effect, ""},
+      // reward_model: enable, model.path, model.input_tokenizer, micro_batch_size_per_gpu,
+      // use_dynamic_bsz, forward_max_token_len_per_gpu, max_length, reward_manager and
+      // reward_kwargs have their effect (the reward model runs on the trainer's ranks).
       refused("reward_model.sandbox_fusion.url", "a code sandbox is not implemented"),
+      none("reward_model.sandbox_fusion", "used only with sandbox_fusion.url, which verlpp refuses"),
       none("reward_model.launch_reward_fn_async", "verlpp scores in the trainer process"),
-      none("reward_model", kRewardModel),
+      refused("reward_model.enable_resource_pool",
+              "resource pools are not implemented: the reward model runs on the trainer's ranks"),
+      none("reward_model.n_gpus_per_node", "used only with enable_resource_pool, which verlpp refuses"),
+      none("reward_model.nnodes", "used only with enable_resource_pool, which verlpp refuses"),
+      none("reward_model.strategy", kStrategy),
+      refused("reward_model.model.external_lib", kPython),
+      none("reward_model.model.trust_remote_code", kRemoteCode),
+      refused("reward_model.model.override_config", kOverrideConfig),
+      none("reward_model.model.use_shm", kShm),
+      none("reward_model.model.use_remove_padding", "the reward model's forwards run padded"),
+      none("reward_model.model.use_fused_kernels", "a training-memory saving; the reward model runs forwards only"),
+      none("reward_model.model.fsdp_config", kFsdp),
+      refused("reward_model.micro_batch_size", kMicroGlobal),
+      none("reward_model.use_reward_loop", "verl's asynchronous reward workers; verlpp scores in the trainer process"),
+      none("reward_model.num_workers", "verl's asynchronous reward workers; verlpp scores in the trainer process"),
+      none("reward_model.reward_loop_source", "verl's asynchronous reward workers; verlpp scores in the trainer process"),
+      refused("reward_model.reward_loop_module_path", kPython),
+      none("reward_model.reward_loop_class_name", "used only with reward_loop_module_path, which verlpp refuses"),
+      none("reward_model.rollout", "a generative reward model's inference engine; verlpp's reward models are "
+                                   "classifiers (a score head)"),
 
       // algorithm
       refused("algorithm.rollout_correction",

@@ -17,7 +17,10 @@ namespace {
 
 using json = nlohmann::json;
 
-std::vector<model::ChatMessage> parse_prompt(const json& value, const std::string& where, const std::string& key) {
+}  // namespace
+
+std::vector<model::ChatMessage> parse_prompt_messages(const json& value, const std::string& where,
+                                                      const std::string& key) {
   std::vector<model::ChatMessage> messages;
   if (value.is_string()) {  // plain text: one user turn
     messages.push_back({"user", value.get<std::string>()});
@@ -37,12 +40,14 @@ std::vector<model::ChatMessage> parse_prompt(const json& value, const std::strin
   return messages;
 }
 
+namespace {
+
 PromptRecord parse_row(const json& row, const std::string& where, const DatasetOptions& o) {
   PromptRecord r;
   r.origin = where;
   if (!row.contains(o.prompt_key))
     throw Error(where, fmt::format("the row has no '{}' (data.prompt_key)", o.prompt_key));
-  r.prompt = parse_prompt(row[o.prompt_key], where, o.prompt_key);
+  r.prompt = parse_prompt_messages(row[o.prompt_key], where, o.prompt_key);
   if (!row.contains(o.reward_fn_key) || !row[o.reward_fn_key].is_string())
     throw Error(where, fmt::format("the row has no string '{}' (data.reward_fn_key)", o.reward_fn_key));
   r.data_source = row[o.reward_fn_key].get<std::string>();

@@ -97,6 +97,9 @@ std::vector<Panel> panels_for(const std::set<std::string>& keys) {
       {"Response length", "tokens", {"response_length/mean"}},
       {"Stage timings", "seconds", {}},
       {"Memory", "GiB", {}},
+      // verlpp train-rm's runs
+      {"Reward model loss", "Bradley-Terry loss", {"rm/loss", "val/rm/loss"}},
+      {"Reward model accuracy", "pairs ranked right", {"rm/accuracy", "val/rm/accuracy"}},
   };
   // Validation: verl's val-core/... figures but their spreads; a file from before those names
   // (val/<source>/acc only) plots those instead.

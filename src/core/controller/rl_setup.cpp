@@ -15,18 +15,6 @@
 namespace verlpp::controller {
 namespace {
 
-// The LR schedule of `<role>.optim`, for `total_steps` optimizer updates.
-train::LrSchedule schedule_of(const OptimSettings& optim, int64_t total_steps) {
-  train::LrScheduleOptions o;
-  o.base_lr = optim.lr;
-  o.style = optim.lr_scheduler_type;
-  o.total_steps = optim.total_training_steps > 0 ? optim.total_training_steps : total_steps;
-  o.warmup_steps = train::resolve_warmup_steps(optim.lr_warmup_steps, optim.lr_warmup_steps_ratio, o.total_steps);
-  o.min_lr_ratio = optim.min_lr_ratio;
-  o.num_cycles = optim.num_cycles;
-  return train::LrSchedule(o);
-}
-
 // The fields train::ActorConfig and train::CriticConfig share, from the role's settings
 // (mini-batches count prompts in verl; the trainers count sequences).
 template <class RoleConfig>
@@ -41,6 +29,25 @@ void set_ppo_update(RoleConfig& out, const PpoRoleSettings& role, const RlTraine
   out.kernels = s.kernels.get();  // null on the CPU (see load_kernels)
 }
 
+// The chosen plugin's device behind s.device (the plugin must be loaded).
+hw::Device plugin_device(const RlTrainer::State& s) {
+  return hw::Device(hw::plugin_named(s.plugin), int32_t(s.device.has_index() ? s.device.index() : 0));
+}
+
+}  // namespace
+
+// The LR schedule of `<role>.optim`, for `total_steps` optimizer updates.
+train::LrSchedule schedule_of(const OptimSettings& optim, int64_t total_steps) {
+  train::LrScheduleOptions o;
+  o.base_lr = optim.lr;
+  o.style = optim.lr_scheduler_type;
+  o.total_steps = optim.total_training_steps > 0 ? optim.total_training_steps : total_steps;
+  o.warmup_steps = train::resolve_warmup_steps(optim.lr_warmup_steps, optim.lr_warmup_steps_ratio, o.total_steps);
+  o.min_lr_ratio = optim.min_lr_ratio;
+  o.num_cycles = optim.num_cycles;
+  return train::LrSchedule(o);
+}
+
 // The options every model of the run is built with: its dtype and the run's path choices.
 model::ModelOptions model_options(const RlTrainer::State& s, at::ScalarType dtype) {
   model::ModelOptions o;
@@ -48,11 +55,6 @@ model::ModelOptions model_options(const RlTrainer::State& s, at::ScalarType dtyp
   o.device = s.device;
   o.forward = s.settings.paths.forward;
   return o;
-}
-
-// The chosen plugin's device behind s.device (the plugin must be loaded).
-hw::Device plugin_device(const RlTrainer::State& s) {
-  return hw::Device(hw::plugin_named(s.plugin), int32_t(s.device.has_index() ? s.device.index() : 0));
 }
 
 // With several ranks: the rendezvous and the plugin communicator (a collective over all ranks).
@@ -122,6 +124,8 @@ void build_actor(RlTrainer::State& s) {
   ac.rotate_qkv = s.settings.paths.train_rotary_qkv;
   s.actor = std::make_unique<train::Actor>(*s.actor_model, ac, schedule_of(a.optim, s.total_steps));
 }
+
+namespace {
 
 void build_reference(RlTrainer::State& s) {
   // A frozen copy of the starting actor weights (verl's ref worker loads the same model path),
@@ -283,7 +287,12 @@ void setup_trainer(RlTrainer::State& s) {
   s.train_set = PromptDataset::load(rs.data.train_files, *s.tokenizer, *s.chat, options);
   if (!rs.data.val_files.empty()) s.val_set = PromptDataset::load(rs.data.val_files, *s.tokenizer, *s.chat, options);
   s.rewards = make_reward_manager(s, rs);
-  s.rewards->check_data_sources(s.train_set->data_sources());
+  // With a reward model the training rows are scored by it alone (as verl's managers return
+  // rm_scores), so only validation needs a rule for its data sources.
+  if (rs.reward_model.enable)
+    build_reward_model(s);
+  else
+    s.rewards->check_data_sources(s.train_set->data_sources());
   if (s.val_set) s.rewards->check_data_sources(s.val_set->data_sources());
 
   s.loader =

@@ -148,6 +148,24 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, c
 }
 
 std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, json* metrics) {
+  if (batch.has_tensor(data::fields::kRmScores)) {
+    // As verl's reward managers: a batch the reward model scored takes its scores as they are
+    // (no rule function runs, so there are no reward extras).
+    const at::Tensor rm = batch.tensor(data::fields::kRmScores);
+    batch.set(data::fields::kTokenLevelScores, rm);
+    const at::Tensor sums = rm.sum(1).to(at::kDouble).cpu().contiguous();
+    std::vector<json> scores, texts;
+    at::Tensor responses = batch.tensor("responses").cpu().contiguous();
+    at::Tensor lengths = batch.tensor("response_mask").sum(1).to(at::kLong).cpu().contiguous();
+    for (int64_t row = 0; row < batch.size(); ++row) {
+      scores.push_back(sums.data_ptr<double>()[row]);
+      const TokenId* ids = responses.data_ptr<int64_t>() + row * responses.size(1);
+      texts.push_back(s.tokenizer->decode(TokenIds(ids, ids + lengths.data_ptr<int64_t>()[row]), true));
+    }
+    batch.set_column("score", std::move(scores));
+    batch.set_column("response_text", std::move(texts));
+    return {};
+  }
   at::Tensor responses = batch.tensor("responses").cpu().contiguous();
   at::Tensor lengths = batch.tensor("response_mask").sum(1).to(at::kLong).cpu().contiguous();
   const int64_t b = batch.size(), r = responses.size(1);
@@ -257,6 +275,7 @@ void compute_advantages(RlTrainer::State& s, Batch& batch) {
 }
 
 void sync_rollout_weights(RlTrainer::State& s, json& metrics) {
+  if (!s.engine) return;  // an SFT without generation (verlpp train-rm's warm start)
   // From the actor's compute copy when it has one (mixed precision) and the engine has its
   // dtype: the engine then shares those tensors. The refresh covers master weights changed outside the
   // actor's own steps (the SFT warm start, a checkpoint load).

@@ -72,6 +72,12 @@ struct RlTrainer::State {
   std::unique_ptr<hw::Kernels> kernels;  // the plugin's, for the engine and the trainer on an accelerator
   std::unique_ptr<rollout::RolloutEngine> engine;
   std::unique_ptr<RewardManager> rewards;  // reward_manager.name with its scorer or batch function
+  // reward_model.enable: the frozen reward model and, with reward_model.model.input_tokenizer,
+  // its own tokenizer and chat template that responses are re-encoded with (rl_reward_model.cpp).
+  std::unique_ptr<model::DecoderLM> reward_model;
+  std::optional<model::Tokenizer> rm_tokenizer;
+  std::optional<model::ChatTemplate> rm_chat;
+  int64_t rm_pad_id = 0;
   std::unique_ptr<algo::KLController> kl_ctrl;
   std::unique_ptr<CheckpointManager> checkpoints;
 
@@ -157,6 +163,17 @@ train::AdamWConfig adamw_of(const OptimSettings& optim);
 // data.* as DatasetOptions.
 DatasetOptions dataset_options(const DataSettings& data);
 void setup_trainer(RlTrainer::State& s);
+// Parts of setup_trainer that `verlpp train-rm` shares (rl_setup.cpp): the options every model
+// of the run is built with (its dtype, the run's device and path choices); with several ranks,
+// the rendezvous and the plugin communicator (s.group, s.dp); the plugin's kernels where the run
+// calls them; the actor (s.actor_model from s.model_path, s.actor).
+model::ModelOptions model_options(const RlTrainer::State& s, at::ScalarType dtype);
+// The LR schedule of `<role>.optim` for `total_steps` optimizer updates (optim.total_training_steps
+// wins when set).
+train::LrSchedule schedule_of(const OptimSettings& optim, int64_t total_steps);
+void join_process_group(RlTrainer::State& s);
+void load_kernels(RlTrainer::State& s);
+void build_actor(RlTrainer::State& s);
 // A checkpoint of the current step in two parts, so the step's metrics row can be made durable
 // between them: write_checkpoint fills the temporary folder (collective with sharded optimizer
 // states), commit_checkpoint renames it into place and updates the tracker (rank 0), then
@@ -191,6 +208,12 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, c
 // in rows whose scorer did not report it); returns the extras' names. The manager's metrics
 // (reward/*) go to `metrics`.
 std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, nlohmann::json* metrics = nullptr);
+// The reward model (reward_model.enable; rl_reward_model.cpp): loads and checks it at setup.
+void build_reward_model(RlTrainer::State& s);
+// rm_scores [B, R]: the reward model's score of each row placed at its last valid response token
+// (verl's compute_rm_score); compute_scores then takes them as the sequence rewards, as verl's
+// reward managers return rm_scores when the batch has them. Rows are split over the ranks.
+void compute_rm_scores(RlTrainer::State& s, Batch& batch);
 // ref_log_prob under the frozen reference.
 void compute_reference_log_prob(RlTrainer::State& s, Batch& batch);
 // old_log_probs under the current actor; returns the mean response-token entropy.

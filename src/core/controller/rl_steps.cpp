@@ -67,7 +67,10 @@ void rollout_and_score(RlTrainer::State& s, StepOutput& out, const Batch& prompt
   m["perf/rollout_overlapped_steps"] = gen.num_overlapped_steps;
   m["perf/rollout_graph_captures"] = gen.num_graph_captures;
   m["timing_s/gen_graph_capture"] = gen.graph_capture_seconds;
-  run_stage(s, "reward", m, [&] { out.reward_extras = compute_scores(s, out.batch, &m); });
+  run_stage(s, "reward", m, [&] {
+    if (s.reward_model) compute_rm_scores(s, out.batch);
+    out.reward_extras = compute_scores(s, out.batch, &m);
+  });
   if (s.use_reference) run_stage(s, "ref", m, [&] { compute_reference_log_prob(s, out.batch); });
   m["actor/entropy"] = run_stage(s, "old_log_prob", m, [&] { return compute_old_log_prob(s, out.batch); });
   add_rollout_drift_metrics(out.batch, m);
@@ -100,6 +103,7 @@ StepOutput step_remax(RlTrainer::State& s) {
   const Batch prompts = next_prompt_batch(s);
   std::vector<float> baselines = run_stage(s, "gen_max", m, [&] {
     Batch greedy = generate_sequences(s, prompts, 1, Decoding{}, rollout_seed(s, s.global_step + 1, 1));
+    if (s.reward_model) compute_rm_scores(s, greedy);  // verl's remax scores its baseline with the RM too
     compute_scores(s, greedy);
     std::vector<float> b;
     for (const auto& score : greedy.column("score")) b.push_back(score.get<float>());

@@ -282,6 +282,37 @@ SftSettings sft_at(const Config& c) {
   return s;
 }
 
+RewardModelSettings reward_model_at(const Config& c) {
+  RewardModelSettings s;
+  s.enable = read<bool>(c, "reward_model.enable");
+  if (!s.enable) return s;
+  const auto path = read_optional<std::string>(c, "reward_model.model.path");
+  if (!path || path->empty())
+    throw Error("reward_model.model.path",
+                "reward_model.enable = true needs the reward model's folder (a Hugging Face "
+                "...ForSequenceClassification or ...ForTokenClassification checkpoint)");
+  s.path = *path;
+  s.input_tokenizer = read_optional<std::string>(c, "reward_model.model.input_tokenizer");
+  s.use_dynamic_bsz = read<bool>(c, "reward_model.use_dynamic_bsz");
+  const auto micro = read_optional<int64_t>(c, "reward_model.micro_batch_size_per_gpu");
+  if (!s.use_dynamic_bsz && !micro)
+    throw Error("reward_model.micro_batch_size_per_gpu",
+                "is null: set it (rows per reward-model forward), or set reward_model.use_dynamic_bsz = true");
+  s.micro_batch_size_per_gpu = micro.value_or(1);
+  if (s.micro_batch_size_per_gpu < 1)
+    throw Error("reward_model.micro_batch_size_per_gpu", fmt::format("{} must be >= 1", s.micro_batch_size_per_gpu));
+  if (s.use_dynamic_bsz) {
+    s.forward_max_token_len_per_gpu = read<int64_t>(c, "reward_model.forward_max_token_len_per_gpu");
+    if (s.forward_max_token_len_per_gpu < 1)
+      throw Error("reward_model.forward_max_token_len_per_gpu",
+                  fmt::format("{} must be >= 1", s.forward_max_token_len_per_gpu));
+  }
+  s.max_length = read_optional<int64_t>(c, "reward_model.max_length");
+  if (s.max_length && *s.max_length < 2)
+    throw Error("reward_model.max_length", fmt::format("{} tokens: needs at least 2", *s.max_length));
+  return s;
+}
+
 PathSettings paths_at(const Config& c) {
   PathSettings s;
   const std::string fused = "verlpp.model.fused_training_projections";
@@ -435,8 +466,46 @@ RunSettings parse_run_settings(const Config& config, int world_size, int ranks_p
   s.reward_manager = reward_manager_at(config, s.data.max_response_length, s.custom_reward.path.has_value());
   if (s.custom_reward.path || s.reward_manager.name == "batch")
     s.custom_reward.name = read<std::string>(config, "custom_reward_function.name");
+  s.reward_model = reward_model_at(config);
   s.sft = sft_at(config);
   s.paths = paths_at(config);
+  return s;
+}
+
+RmTrainSettings parse_rm_train_settings(const Config& c) {
+  RmTrainSettings s;
+  const std::string r = "rm_train.";
+  s.train_files = file_list(c, r + "train_files");
+  if (s.train_files.empty())
+    throw Error(r + "train_files", "no preference pairs given (JSONL or parquet rows with prompt, chosen, rejected)");
+  s.val_files = file_list(c, r + "val_files");
+  s.prompt_key = read<std::string>(c, r + "prompt_key");
+  s.chosen_key = read<std::string>(c, r + "chosen_key");
+  s.rejected_key = read<std::string>(c, r + "rejected_key");
+  s.max_length = read<int64_t>(c, r + "max_length");
+  if (s.max_length < 2) throw Error(r + "max_length", fmt::format("{} tokens: needs at least 2", s.max_length));
+  s.truncation = read<std::string>(c, r + "truncation");
+  if (s.truncation != "error" && s.truncation != "left" && s.truncation != "right")
+    throw Error(r + "truncation", fmt::format("'{}' is not one of: error, left, right", s.truncation));
+  const auto model = read_optional<std::string>(c, r + "model_path");
+  if (!model || model->empty())
+    throw Error(r + "model_path", "no model folder to start from (a Hugging Face folder; by default "
+                                  "actor_rollout_ref.model.path)");
+  s.model_path = *model;
+  s.sft_warm_start = read<bool>(c, r + "sft_warm_start");
+  s.total_steps = read<int64_t>(c, r + "total_steps");
+  s.batch_size = read<int64_t>(c, r + "batch_size");
+  s.micro_batch_size_per_gpu = read<int64_t>(c, r + "micro_batch_size_per_gpu");
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"total_steps", s.total_steps},
+                                   {"batch_size", s.batch_size},
+                                   {"micro_batch_size_per_gpu", s.micro_batch_size_per_gpu}})
+    if (value < 1) throw Error(r + key, fmt::format("{} must be >= 1", value));
+  s.test_freq = read<int64_t>(c, r + "test_freq");
+  s.save_freq = read<int64_t>(c, r + "save_freq");
+  s.seed = read<int64_t>(c, r + "seed");
+  s.default_local_dir = read<std::string>(c, r + "default_local_dir");
+  s.optim = optim_at(c, r + "optim", r + "optim.grad_clip");
+  s.optim.min_lr_ratio = read<double>(c, r + "optim.min_lr_ratio");
   return s;
 }
 
