@@ -43,9 +43,10 @@ void run_train_rm(const std::vector<std::string>& args, int nproc) {
                              *result.val_accuracy_before * 100, *result.val_accuracy_after * 100);
   else if (result.val_accuracy_after)
     std::cout << fmt::format("held-out pairwise accuracy: {:.1f}%\n", *result.val_accuracy_after * 100);
-  std::cout << fmt::format("reward model: {} (a PPO run's reward_model.model.path)\nmetrics: {}/metrics.jsonl\n"
-                           "report:  {}/report.html\n",
-                           result.model_dir, result.run_dir, result.run_dir);
+  std::cout << fmt::format(
+      "reward model: {} (a PPO run's reward_model.model.path)\nmetrics: {}/metrics.jsonl\n"
+      "report:  {}/report.html\n",
+      result.model_dir, result.run_dir, result.run_dir);
 }
 
 }  // namespace

@@ -63,7 +63,8 @@ const std::vector<std::string> kBranches = {"data.train_batch_size=8",
                                             "reward_model.enable=true",
                                             "reward_model.model.path=/nonexistent/rm",
                                             "reward_model.use_dynamic_bsz=true",
-                                            "rm_train.train_files=/nonexistent/pairs.jsonl"};
+                                            "rm_train.train_files=/nonexistent/pairs.jsonl",
+                                            "rm_train.model_path=/nonexistent/model"};
 
 // The keys each reader looked up while parsing `c`.
 std::set<std::string> keys_read_by_readers(const Config& c) {
@@ -182,8 +183,11 @@ TEST_CASE("the table's patterns: wildcards, sections, first match", "[config][ke
   CHECK(config_key_state("actor_rollout_ref.rollout.multi_turn.enable") == KeyState::refused);
   CHECK(config_key_state("actor_rollout_ref.rollout.multi_turn.format") == KeyState::no_effect);
   CHECK(config_key_state("algorithm.adv_estimator") == KeyState::effect);
-  REQUIRE(config_key_rule("reward_model.enable") != nullptr);
-  CHECK(std::string(config_key_rule("reward_model.enable")->pattern) == "reward_model.enable");
+  CHECK(config_key_state("reward_model.enable") == KeyState::effect);
+  CHECK(config_key_state("reward_model.model.fsdp_config.param_offload") == KeyState::no_effect);
+  REQUIRE(config_key_rule("reward_model.enable_resource_pool") != nullptr);
+  CHECK(std::string(config_key_rule("reward_model.enable_resource_pool")->pattern) ==
+        "reward_model.enable_resource_pool");
 }
 
 TEST_CASE("a refused key changed from its default is refused by validate, naming it and why", "[config][keys]") {
@@ -237,7 +241,7 @@ TEST_CASE("verlpp config --keys marks every key's state", "[config][keys]") {
   CHECK(lines.size() == default_leaf_keys().size());
   CHECK_THAT(lines["actor_rollout_ref.rollout.name"],
              Contains("[no effect: ") && Contains(config_key_rule("actor_rollout_ref.rollout.name")->reason));
-  CHECK_THAT(lines["reward_model.enable"], Contains("[refused unless left at its default: "));
+  CHECK_THAT(lines["reward_model.enable_resource_pool"], Contains("[refused unless left at its default: "));
   CHECK(lines["algorithm.adv_estimator"] == "algorithm.adv_estimator = \"gae\"");
 }
 

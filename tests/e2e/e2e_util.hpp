@@ -101,15 +101,15 @@ inline std::string write_config(const std::string& dir, const std::string& run, 
   return path;
 }
 
-// Starts `verlpp train <config> [extra...]` with output to `log`, in this process's environment
-// with `env` ("NAME=value" entries) set over it; returns its pid.
-inline pid_t start_train(const std::string& config, const std::string& log, const std::vector<std::string>& extra = {},
-                         const std::vector<std::string>& env = {}) {
+// Starts `verlpp <subcommand> <config> [extra...]` with output to `log`, in this process's
+// environment with `env` ("NAME=value" entries) set over it; returns its pid.
+inline pid_t start_verlpp(const std::string& subcommand, const std::string& config, const std::string& log,
+                          const std::vector<std::string>& extra = {}, const std::vector<std::string>& env = {}) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<std::string> args = {VERLPP_CLI, "train", config};
+  std::vector<std::string> args = {VERLPP_CLI, subcommand, config};
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -131,6 +131,12 @@ inline pid_t start_train(const std::string& config, const std::string& log, cons
   return pid;
 }
 
+// `verlpp train <config> [extra...]` (start_verlpp).
+inline pid_t start_train(const std::string& config, const std::string& log, const std::vector<std::string>& extra = {},
+                         const std::vector<std::string>& env = {}) {
+  return start_verlpp("train", config, log, extra, env);
+}
+
 // Waits for `pid`; returns its wait status.
 inline int wait_for(pid_t pid) {
   int status = 0;
@@ -143,8 +149,9 @@ inline std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-inline void run_to_end(const std::string& config, const std::string& log, const std::vector<std::string>& extra = {}) {
-  const int status = wait_for(start_train(config, log, extra));
+inline void run_to_end(const std::string& config, const std::string& log, const std::vector<std::string>& extra = {},
+                       const std::string& subcommand = "train") {
+  const int status = wait_for(start_verlpp(subcommand, config, log, extra));
   INFO(read_file(log));
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);

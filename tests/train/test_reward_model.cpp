@@ -12,7 +12,9 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/sqrt.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include <cmath>
 
@@ -39,7 +41,7 @@ model::DecoderLM tiny_rm(uint64_t seed = 31) {
 double plain_score(const model::DecoderLM& m, const at::Tensor& tokens) {
   at::NoGradGuard no_grad;
   const at::Tensor hidden = m.forward_padded(tokens.unsqueeze(0)).squeeze(0);  // [n, C]
-  const at::Tensor w = m.parameter("score.weight");                              // [1, C]
+  const at::Tensor w = m.parameter("score.weight");                            // [1, C]
   return at::matmul(w, hidden.select(0, tokens.size(0) - 1)).item<double>();
 }
 

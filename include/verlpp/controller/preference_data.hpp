@@ -20,8 +20,8 @@ namespace verlpp::controller {
 struct PreferencePair {
   std::string origin;  // "file:line" (or "file, row N" for parquet), for messages
   std::vector<model::ChatMessage> prompt;
-  std::string chosen, rejected;          // the responses' texts
-  TokenIds chosen_ids, rejected_ids;     // each side rendered and tokenized, cut to max_length
+  std::string chosen, rejected;       // the responses' texts
+  TokenIds chosen_ids, rejected_ids;  // each side rendered and tokenized, cut to max_length
 };
 
 // rm_train.{prompt_key, chosen_key, rejected_key, max_length, truncation}.

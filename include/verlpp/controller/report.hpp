@@ -32,7 +32,8 @@ nlohmann::json parse_metrics_line(const std::string& line, const std::string& wh
 
 // Writes a self-contained HTML report (inline SVG plots; no scripts or fonts fetched) of `rows` to `html_path`.
 // One chart per panel (reward, validation accuracy, KL, entropy, response length, stage timings,
-// memory; a reward model's loss and pairwise accuracy) that has at least one finite point; x is each row's "step" (its 1-based index if absent).
+// memory; a reward model's loss and pairwise accuracy) that has at least one finite point; x is each row's "step" (its
+// 1-based index if absent).
 void write_report(const std::vector<nlohmann::json>& rows, const std::string& html_path, const ReportInfo& info);
 
 }  // namespace verlpp::controller

@@ -176,8 +176,8 @@ struct CustomRewardSettings {
 
 // reward_model.* (a model-based reward; read only with enable = true)
 struct RewardModelSettings {
-  bool enable = false;                            // enable
-  std::string path;                               // model.path (required with enable)
+  bool enable = false;  // enable
+  std::string path;     // model.path (required with enable)
   // model.input_tokenizer: set (verl's default: the actor's model path), each response is decoded
   // with the policy's tokenizer and re-encoded with the reward model's tokenizer and chat template
   // (verl's _switch_chat_template); null, the policy's tokens go to the reward model as they are.
@@ -190,23 +190,23 @@ struct RewardModelSettings {
 
 // rm_train.* (verlpp: `verlpp train-rm`, a reward model fitted on preference pairs)
 struct RmTrainSettings {
-  std::vector<std::string> train_files;  // train_files (JSONL or parquet: prompt, chosen, rejected)
-  std::vector<std::string> val_files;    // val_files (held-out pairs; empty: no evaluation)
-  std::string prompt_key = "prompt";     // prompt_key (chat messages or a string)
-  std::string chosen_key = "chosen";     // chosen_key (the preferred response's text)
-  std::string rejected_key = "rejected"; // rejected_key
-  int64_t max_length = 512;              // max_length (tokens of prompt + response)
-  std::string truncation = "error";      // truncation: error | left | right
-  std::string model_path;                // model_path (the decoder to start from)
-  bool sft_warm_start = false;           // sft_warm_start: run sft.* on model_path first
-  int64_t total_steps = 500;             // total_steps
-  int64_t batch_size = 64;               // batch_size (pairs per step)
-  int64_t micro_batch_size_per_gpu = 32; // micro_batch_size_per_gpu (pairs per forward)
-  int64_t test_freq = 100;               // test_freq (-1: only at the end)
-  int64_t save_freq = -1;                // save_freq (-1: only the final model)
-  int64_t seed = 1;                      // seed (pair order)
-  std::string default_local_dir;         // default_local_dir (the run folder)
-  OptimSettings optim;                   // optim.{lr, lr_warmup_steps_ratio, lr_scheduler_type, ...}
+  std::vector<std::string> train_files;   // train_files (JSONL or parquet: prompt, chosen, rejected)
+  std::vector<std::string> val_files;     // val_files (held-out pairs; empty: no evaluation)
+  std::string prompt_key = "prompt";      // prompt_key (chat messages or a string)
+  std::string chosen_key = "chosen";      // chosen_key (the preferred response's text)
+  std::string rejected_key = "rejected";  // rejected_key
+  int64_t max_length = 512;               // max_length (tokens of prompt + response)
+  std::string truncation = "error";       // truncation: error | left | right
+  std::string model_path;                 // model_path (the decoder to start from)
+  bool sft_warm_start = false;            // sft_warm_start: run sft.* on model_path first
+  int64_t total_steps = 500;              // total_steps
+  int64_t batch_size = 64;                // batch_size (pairs per step)
+  int64_t micro_batch_size_per_gpu = 32;  // micro_batch_size_per_gpu (pairs per forward)
+  int64_t test_freq = 100;                // test_freq (-1: only at the end)
+  int64_t save_freq = -1;                 // save_freq (-1: only the final model)
+  int64_t seed = 1;                       // seed (pair order)
+  std::string default_local_dir;          // default_local_dir (the run folder)
+  OptimSettings optim;                    // optim.{lr, lr_warmup_steps_ratio, lr_scheduler_type, ...}
 };
 
 // sft.* (verlpp: the SFT warm start before RL)

@@ -34,9 +34,9 @@ struct RewardModelTrainerConfig : TrainedModelOptions {
 
 // Sums over a set of pairs, for a held-out evaluation.
 struct PairwiseSums {
-  double loss = 0;      // sum of -log sigmoid(margin)
-  double correct = 0;   // pairs with r_chosen > r_rejected (a tie counts half)
-  double margin = 0;    // sum of r_chosen - r_rejected
+  double loss = 0;     // sum of -log sigmoid(margin)
+  double correct = 0;  // pairs with r_chosen > r_rejected (a tie counts half)
+  double margin = 0;   // sum of r_chosen - r_rejected
   int64_t pairs = 0;
   double mean_loss() const { return pairs > 0 ? loss / double(pairs) : 0.0; }
   double accuracy() const { return pairs > 0 ? correct / double(pairs) : 0.0; }

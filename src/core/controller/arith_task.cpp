@@ -119,7 +119,8 @@ std::vector<nlohmann::json> make_arith_preference_pairs(const std::vector<nlohma
     if (answer >= 10) {
       std::string swapped = std::to_string(answer);
       std::swap(swapped[swapped.size() - 1], swapped[swapped.size() - 2]);
-      if (swapped.front() != '0' && std::stoll(swapped) != answer) wrong.push_back({std::stoll(swapped), "digits swapped"});
+      if (swapped.front() != '0' && std::stoll(swapped) != answer)
+        wrong.push_back({std::stoll(swapped), "digits swapped"});
     }
     std::pair<int64_t, const char*> pick = wrong[size_t(rng() % wrong.size())];
     if (carries && (rng() & 1) == 0) pick = {sum_without_carry(a, b), "dropped the carry"};

@@ -267,15 +267,16 @@ const std::vector<KeyRule>& config_key_rules() {
       none("reward_model.model.use_shm", kShm),
       none("reward_model.model.use_remove_padding", "the reward model's forwards run padded"),
       none("reward_model.model.use_fused_kernels", "a training-memory saving; the reward model runs forwards only"),
-      none("reward_model.model.fsdp_config", kFsdp),
       refused("reward_model.micro_batch_size", kMicroGlobal),
       none("reward_model.use_reward_loop", "verl's asynchronous reward workers; verlpp scores in the trainer process"),
       none("reward_model.num_workers", "verl's asynchronous reward workers; verlpp scores in the trainer process"),
-      none("reward_model.reward_loop_source", "verl's asynchronous reward workers; verlpp scores in the trainer process"),
+      none("reward_model.reward_loop_source",
+           "verl's asynchronous reward workers; verlpp scores in the trainer process"),
       refused("reward_model.reward_loop_module_path", kPython),
       none("reward_model.reward_loop_class_name", "used only with reward_loop_module_path, which verlpp refuses"),
-      none("reward_model.rollout", "a generative reward model's inference engine; verlpp's reward models are "
-                                   "classifiers (a score head)"),
+      none("reward_model.rollout",
+           "a generative reward model's inference engine; verlpp's reward models are "
+           "classifiers (a score head)"),
 
       // algorithm
       refused("algorithm.rollout_correction",

@@ -72,7 +72,8 @@ PreferenceDataset PreferenceDataset::load(const std::vector<std::string>& files,
     }
   }
   if (out.pairs_.empty())
-    throw Error(files.empty() ? std::string("rm_train.train_files") : files.front(), "no preference pairs in the files");
+    throw Error(files.empty() ? std::string("rm_train.train_files") : files.front(),
+                "no preference pairs in the files");
   return out;
 }
 

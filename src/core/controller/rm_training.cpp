@@ -267,10 +267,10 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
     if (evaluated || step == 1)
       s.message(fmt::format("step {:>5}/{}: loss {:.4f}, pairwise accuracy {:.1f}%{}", step, rm.total_steps,
                             m["rm/loss"].get<double>(), m["rm/accuracy"].get<double>() * 100,
-                            evaluated ? fmt::format(", held-out {:.1f}% (loss {:.4f})",
-                                                    m["val/rm/accuracy"].get<double>() * 100,
-                                                    m["val/rm/loss"].get<double>())
-                                      : std::string()));
+                            evaluated
+                                ? fmt::format(", held-out {:.1f}% (loss {:.4f})",
+                                              m["val/rm/accuracy"].get<double>() * 100, m["val/rm/loss"].get<double>())
+                                : std::string()));
     s.progress("train-rm", step, rm.total_steps);
     last = m;
   }
@@ -294,10 +294,11 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
     ReportInfo info;
     info.title = fmt::format("verlpp train-rm: {}", t.experiment_name);
     const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60.0;
-    info.summary = {{"steps", fmt::format("{} of {}", step, rm.total_steps)},
-                    {"pairs", fmt::format("{} train, {} held out", train_pairs.size(), val_pairs ? val_pairs->size() : 0)},
-                    {"wall time (this invocation)", fmt::format("{:.1f} min", minutes)},
-                    {"reward model", result.model_dir}};
+    info.summary = {
+        {"steps", fmt::format("{} of {}", step, rm.total_steps)},
+        {"pairs", fmt::format("{} train, {} held out", train_pairs.size(), val_pairs ? val_pairs->size() : 0)},
+        {"wall time (this invocation)", fmt::format("{:.1f} min", minutes)},
+        {"reward model", result.model_dir}};
     if (result.val_accuracy_before)
       info.summary.push_back({"held-out accuracy before", fmt::format("{:.1f}%", *result.val_accuracy_before * 100)});
     if (result.val_accuracy_after)

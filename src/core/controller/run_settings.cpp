@@ -489,8 +489,9 @@ RmTrainSettings parse_rm_train_settings(const Config& c) {
     throw Error(r + "truncation", fmt::format("'{}' is not one of: error, left, right", s.truncation));
   const auto model = read_optional<std::string>(c, r + "model_path");
   if (!model || model->empty())
-    throw Error(r + "model_path", "no model folder to start from (a Hugging Face folder; by default "
-                                  "actor_rollout_ref.model.path)");
+    throw Error(r + "model_path",
+                "no model folder to start from (a Hugging Face folder; by default "
+                "actor_rollout_ref.model.path)");
   s.model_path = *model;
   s.sft_warm_start = read<bool>(c, r + "sft_warm_start");
   s.total_steps = read<int64_t>(c, r + "total_steps");

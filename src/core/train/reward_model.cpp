@@ -92,8 +92,8 @@ at::Tensor token_level_rm_scores(const at::Tensor& attention_mask, const at::Ten
   const int64_t rows = attention_mask.size(0), t = attention_mask.size(1);
   VERLPP_CHECK(scores.dim() == 1 && scores.numel() == rows, "scores ({} values) must be [B] with B = {}",
                scores.numel(), rows);
-  VERLPP_CHECK(response_length >= 1 && response_length <= t, "response length {} must be in [1, {}]",
-               response_length, t);
+  VERLPP_CHECK(response_length >= 1 && response_length <= t, "response length {} must be in [1, {}]", response_length,
+               t);
   at::Tensor full = at::zeros({rows, t}, scores.options().dtype(at::kFloat));
   const at::Tensor last = last_valid_token(attention_mask, position_ids).to(full.device());
   full.index_put_({at::arange(rows, last.options()), last}, scores.to(full.device(), at::kFloat));

@@ -49,10 +49,10 @@ std::pair<at::Tensor, at::Tensor> RewardModelTrainer::rewards_of(const data::Bat
                "chosen and rejected rows must have the same length, got {} and {}", pairs.tensor(kChosenIds).size(1),
                pairs.tensor(kRejectedIds).size(1));
   // Both sides in one forward: twice the rows, one pass over the weights.
-  const at::Tensor rewards = last_token_rewards(
-      m, at::cat({pairs.tensor(kChosenIds), pairs.tensor(kRejectedIds)}),
-      at::cat({pairs.tensor(kChosenMask), pairs.tensor(kRejectedMask)}),
-      at::cat({pairs.tensor(kChosenPositions), pairs.tensor(kRejectedPositions)}));
+  const at::Tensor rewards =
+      last_token_rewards(m, at::cat({pairs.tensor(kChosenIds), pairs.tensor(kRejectedIds)}),
+                         at::cat({pairs.tensor(kChosenMask), pairs.tensor(kRejectedMask)}),
+                         at::cat({pairs.tensor(kChosenPositions), pairs.tensor(kRejectedPositions)}));
   const int64_t p = pairs.size();
   return {rewards.narrow(0, 0, p), rewards.narrow(0, p, p)};
 }
