@@ -111,7 +111,7 @@ TEST_CASE("verlpp train-rm: SFT step, training, checkpoints, report and an HF se
     correct += margin > 0 ? 1.0 : (margin == 0 ? 0.5 : 0.0);
     ++pairs;
   }
-  REQUIRE(pairs == 12);
+  REQUIRE(pairs >= 3 * 12);  // each problem's wrong answers: off by one, by ten, (swapped, carry)
   CHECK(correct / pairs == Approx(rows.back()["val/rm/accuracy"].get<double>()).margin(1e-12));
 }
 

@@ -53,13 +53,13 @@ nlohmann::json arith_row(int64_t a, char op, int64_t b, const std::string& split
 // to 10 or more; a + b otherwise).
 int64_t sum_without_carry(int64_t a, int64_t b);
 
-// Preference pairs for reward-model training, one per row of `rows` (arith_row's; a row's
-// ground truth is the exact answer even where its SFT response is the teacher's mistake): the
-// exact answer is chosen over a plausible wrong one — for a '+' problem whose ones digits carry,
-// half the time the sum without the carry (the sloppy teacher's mistake, the one the policy
-// learns), else the answer off by one or by ten, or with its last two digits swapped. Rows
-// {"data_source", "prompt", "chosen", "rejected", "extra_info": {"split", "index", "mistake"}};
-// `seed` picks the mistakes.
+// Preference pairs for reward-model training from `rows` (arith_row's; a row's ground truth is
+// the exact answer even where its SFT response is the teacher's mistake): for each problem, the
+// exact answer chosen over each plausible wrong one that applies — for a '+' problem whose ones
+// digits carry, the sum without the carry (the sloppy teacher's mistake, the one the SFT policy
+// learns); the answer off by one and off by ten (up or down, drawn); its last two digits swapped.
+// Rows {"data_source", "prompt", "chosen", "rejected", "extra_info": {"split", "index",
+// "mistake"}}; `seed` draws the signs.
 std::vector<nlohmann::json> make_arith_preference_pairs(const std::vector<nlohmann::json>& rows, uint64_t seed);
 
 // Writes rows as JSONL (one compact object per line), replacing `path`.

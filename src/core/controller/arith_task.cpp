@@ -101,7 +101,6 @@ ArithSplits make_arith_splits(const ArithTaskOptions& o) {
 std::vector<nlohmann::json> make_arith_preference_pairs(const std::vector<nlohmann::json>& rows, uint64_t seed) {
   std::mt19937_64 rng(seed * 104729ULL + 3ULL);
   std::vector<nlohmann::json> out;
-  out.reserve(rows.size());
   for (const nlohmann::json& row : rows) {
     const std::string truth = row.at("reward_model").at("ground_truth").get<std::string>();
     const int64_t answer = std::stoll(truth);
@@ -110,28 +109,30 @@ std::vector<nlohmann::json> make_arith_preference_pairs(const std::vector<nlohma
     int64_t a = -1, b = -1;
     char op = 0;
     if (std::sscanf(problem.c_str(), "%" SCNd64 "%c%" SCNd64 "=", &a, &op, &b) != 3) op = 0;
-    const bool carries = op == '+' && a >= 0 && b >= 0 && (a % 10) + (b % 10) >= 10;
+    // One wrong answer of each kind that applies (a sign drawn where there are two).
     std::vector<std::pair<int64_t, const char*>> wrong;
-    if (answer >= 1) wrong.push_back({answer - 1, "off by one"});
-    wrong.push_back({answer + 1, "off by one"});
-    if (answer >= 10) wrong.push_back({answer - 10, "off by ten"});
-    wrong.push_back({answer + 10, "off by ten"});
+    if (op == '+' && a >= 0 && b >= 0 && (a % 10) + (b % 10) >= 10)
+      wrong.push_back({sum_without_carry(a, b), "dropped the carry"});
+    const bool down = (rng() & 1) == 0;
+    wrong.push_back({down && answer >= 1 ? answer - 1 : answer + 1, "off by one"});
+    const bool down_ten = (rng() & 1) == 0;
+    wrong.push_back({down_ten && answer >= 10 ? answer - 10 : answer + 10, "off by ten"});
     if (answer >= 10) {
       std::string swapped = std::to_string(answer);
       std::swap(swapped[swapped.size() - 1], swapped[swapped.size() - 2]);
       if (swapped.front() != '0' && std::stoll(swapped) != answer)
         wrong.push_back({std::stoll(swapped), "digits swapped"});
     }
-    std::pair<int64_t, const char*> pick = wrong[size_t(rng() % wrong.size())];
-    if (carries && (rng() & 1) == 0) pick = {sum_without_carry(a, b), "dropped the carry"};
-    nlohmann::json extra = row.value("extra_info", nlohmann::json::object());
-    if (!extra.is_object()) extra = nlohmann::json::object();
-    extra["mistake"] = pick.second;
-    out.push_back({{"data_source", row.value("data_source", "arith")},
-                   {"prompt", row.at("prompt")},
-                   {"chosen", truth},
-                   {"rejected", std::to_string(pick.first)},
-                   {"extra_info", extra}});
+    for (const auto& [value, mistake] : wrong) {
+      nlohmann::json extra = row.value("extra_info", nlohmann::json::object());
+      if (!extra.is_object()) extra = nlohmann::json::object();
+      extra["mistake"] = mistake;
+      out.push_back({{"data_source", row.value("data_source", "arith")},
+                     {"prompt", row.at("prompt")},
+                     {"chosen", truth},
+                     {"rejected", std::to_string(value)},
+                     {"extra_info", extra}});
+    }
   }
   return out;
 }
