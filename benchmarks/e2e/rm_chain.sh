@@ -20,7 +20,7 @@ t1=$(date +%s)
 check='{}'
 if python3 -c 'import transformers' 2>/dev/null; then
   check=$(python3 benchmarks/e2e/rm_transformers_check.py "$VERLPP" "$RUN/reward_model/rm_model" \
-    "$RUN/data/arith_pairs_val.jsonl" 64)
+    "$RUN/data/arith_pairs_val.jsonl" ${CHECK_PAIRS:-400})
 fi
 "$VERLPP" train "$config" trainer.default_local_dir="$RUN" "$@" > "$OUT/train.log" 2>&1
 t2=$(date +%s)

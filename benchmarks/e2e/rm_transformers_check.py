@@ -22,7 +22,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 def main():
     verlpp, model_dir, pairs_path = sys.argv[1:4]
-    limit = int(sys.argv[4]) if len(sys.argv) > 4 else 64
+    limit = int(sys.argv[4]) if len(sys.argv) > 4 else 64  # pairs read (the file's first)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
     pairs = [json.loads(line) for line in open(pairs_path) if line.strip()][:limit]
@@ -51,9 +51,16 @@ def main():
     ours = torch.tensor([scores[i, len(x) - 1, 0].item() for i, x in enumerate(ids)], dtype=torch.float64)
     diff = (hf - ours).abs().max().item()
     acc = lambda s: float(((s[0::2] - s[1::2]) > 0).double().mean())
+    # verlpp's pairwise accuracy by the pair's extra_info.mistake, where the pairs name one
+    by_kind = {}
+    for k, p in enumerate(pairs):
+        kind = (p.get("extra_info") or {}).get("mistake", "-")
+        right, total = by_kind.get(kind, (0, 0))
+        by_kind[kind] = (right + int(ours[2 * k] > ours[2 * k + 1]), total + 1)
     print(json.dumps({"pairs": len(pairs), "texts": len(texts), "architecture": model.config.architectures,
                       "max_abs_score_diff": diff, "hf_pairwise_accuracy": acc(hf),
-                      "verlpp_pairwise_accuracy": acc(ours), "score_range": [ours.min().item(), ours.max().item()]}))
+                      "verlpp_pairwise_accuracy": acc(ours),
+                      "accuracy_by_mistake": {k: round(r / t, 3) for k, (r, t) in by_kind.items()}, "score_range": [ours.min().item(), ours.max().item()]}))
 
 
 if __name__ == "__main__":
