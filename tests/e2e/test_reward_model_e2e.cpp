@@ -47,6 +47,7 @@ std::string write_rm_config(const std::string& dir, const std::string& run, int6
                    {"optim", {{"lr", 1e-3}}}};
   c["trainer"]["dist_timeout_s"] = 20;
   c["sft"]["micro_batch_size_per_gpu"] = 4;
+  c["sft"]["enable"] = false;  // the warm start runs for train-rm all the same (rm_train.sft_warm_start)
   std::ofstream(path) << c.dump(2);
   return path;
 }
@@ -237,7 +238,7 @@ TEST_CASE("reward-model inputs that cannot work are refused before any work", "[
   fails_with("train-rm", {"rm_train.train_files=" + dir + "/pairs.jsonl", "rm_train.max_length=5"},
              {"pairs.jsonl:1", "rm_train.max_length = 5"});
   fails_with("train-rm", {"rm_train.train_files=" + dir + "/pairs.jsonl", "rm_train.sft_warm_start=true",
-                          "rm_train.batch_size=8", "sft.enable=false"},
-             {"rm_train.sft_warm_start", "sft.enable"});
+                          "rm_train.batch_size=8", "sft.enable=false", "sft.train_files=null"},
+             {"rm_train.sft_warm_start", "sft.train_files"});
   CHECK_FALSE(exists(dir + "/run/reward_model/metrics.jsonl"));
 }

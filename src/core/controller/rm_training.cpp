@@ -122,10 +122,18 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
   if (rm.batch_size % s.world.world_size != 0)
     throw Error("rm_train.batch_size",
                 fmt::format("{} pairs per step do not divide over {} ranks", rm.batch_size, s.world.world_size));
-  if (rm.sft_warm_start && !s.settings.sft.enable)
-    throw Error("rm_train.sft_warm_start",
-                "is true but sft.enable is false: the warm start runs the config's sft.* (set sft.enable and "
-                "sft.train_files), or set rm_train.sft_warm_start=false to start from rm_train.model_path");
+  if (rm.sft_warm_start) {
+    // The warm start takes the config's sft.* section whether or not sft.enable asks `verlpp train`
+    // to run it too: a chain's policy run can start from this run's sft_model instead.
+    const nlohmann::json& files = s.config.at("sft.train_files");
+    if (files.is_null() || (files.is_array() && files.empty()))
+      throw Error("rm_train.sft_warm_start",
+                  "is true but sft.train_files is not set: the warm start trains on the config's sft.* section "
+                  "(or set rm_train.sft_warm_start=false to start from rm_train.model_path)");
+    Config with_sft = s.config;
+    with_sft.set("sft.enable", true);
+    s.settings.sft = parse_run_settings(with_sft, s.world.world_size, s.world.local_world_size).sft;
+  }
 
   CheckpointManager checkpoints(s.run_dir, t.max_actor_ckpt_to_keep);
   const ResumePlan plan = checkpoints.plan_resume(t.resume_mode, t.resume_from_path, {"metrics.jsonl"});
