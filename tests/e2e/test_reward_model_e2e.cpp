@@ -196,6 +196,20 @@ TEST_CASE("verlpp train with reward_model.enable: training scored by the reward 
     const double acc = row["val-core/arith/reward/mean@1"].get<double>() * 12;
     CHECK(std::abs(acc - std::round(acc)) < 1e-9);
   }
+#if VERLPP_CPU_REF_HAS_GLOO
+  // On 2 ranks each scores its half of the rows: the first step's scores are the 1-rank run's.
+  const std::string two = dir + "/run2";
+  run_to_end(write_config(dir, two, "grpo"), dir + "/train2.log",
+             {"--nproc", "2", "trainer.total_training_steps=1", "trainer.dist_timeout_s=20",
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "reward_model.enable=true",
+              "reward_model.model.path=" + dir + "/rm", "reward_model.micro_batch_size_per_gpu=3"});
+  const std::vector<json> two_rows = controller::read_metrics(two + "/metrics.jsonl");
+  REQUIRE(two_rows.size() == 2);
+  for (const char* key : {"critic/score/mean", "critic/score/max", "critic/score/min"}) {
+    INFO(key);
+    CHECK(two_rows[1][key].get<double>() == Approx(rows[1][key].get<double>()).epsilon(1e-5));
+  }
+#endif
 }
 
 TEST_CASE("reward-model inputs that cannot work are refused before any work", "[e2e][reward_model]") {
