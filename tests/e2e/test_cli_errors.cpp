@@ -131,23 +131,24 @@ TEST_CASE("verlpp config and train: no-effect keys are listed with why; a refuse
   Run quiet = verlpp_run("config " + valid);
   CHECK(quiet.status == 0);
   CHECK_THAT(quiet.output, !Contains("no effect"));
-  Run refused = verlpp_run("config " + valid + " reward_model.enable=true");
+  Run refused = verlpp_run("config " + valid + " reward_model.enable_resource_pool=true");
   CHECK(refused.status == 1);
-  CHECK_THAT(refused.output, Contains("reward_model.enable = true is refused: a reward model is not implemented"));
+  CHECK_THAT(refused.output,
+             Contains("reward_model.enable_resource_pool = true is refused: resource pools are not implemented"));
   no_backtrace(refused);
   Run keys = verlpp_run("config --keys " + valid);
   CHECK(keys.status == 0);
   CHECK_THAT(keys.output, Contains("actor_rollout_ref.actor.fsdp_config.param_offload = false  [no effect: FSDP") &&
-                              Contains("reward_model.enable = false  [refused unless left at its default: ") &&
+                              Contains("reward_model.enable_resource_pool = false  [refused unless left at its default: ") &&
                               Contains("\nalgorithm.adv_estimator = \"gae\"\n"));
   // `verlpp train` prints the same block once at start, then refuses before any work.
   Run train = verlpp_run("train " + valid +
                          " actor_rollout_ref.model.path=/nonexistent/model data.train_files=/nonexistent/train.jsonl "
                          "trainer.default_local_dir=/tmp/verlpp-cli-refused actor_rollout_ref.rollout.name=vllm "
-                         "reward_model.enable=true");
+                         "reward_model.enable_resource_pool=true");
   CHECK(train.status == 1);
   CHECK_THAT(train.output, Contains("actor_rollout_ref.rollout.name = \"vllm\": verlpp generates with its own") &&
-                               Contains("reward_model.enable = true is refused: "));
+                               Contains("reward_model.enable_resource_pool = true is refused: "));
   CHECK(train.output.find("have no effect") == train.output.rfind("have no effect"));
 }
 
