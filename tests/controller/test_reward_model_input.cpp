@@ -84,8 +84,7 @@ TokenIds row_ids(const data::Batch& b, int64_t row) {
 
 }  // namespace
 
-TEST_CASE("reward model input: another vocabulary and template see their own encoding of the text",
-          "[reward_model]") {
+TEST_CASE("reward model input: another vocabulary and template see their own encoding of the text", "[reward_model]") {
   const model::Tokenizer policy = model::Tokenizer::from_file(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny");
   const model::Tokenizer rm_tokenizer = permuted_tokenizer();
   const model::ChatTemplate rm_chat = model::ChatTemplate::builtin("qwen2.5");
@@ -137,8 +136,7 @@ TEST_CASE("reward model input: another vocabulary and template see their own enc
   }
 }
 
-TEST_CASE("reward model input: a vocabulary that cannot encode the text is refused, naming the row",
-          "[reward_model]") {
+TEST_CASE("reward model input: a vocabulary that cannot encode the text is refused, naming the row", "[reward_model]") {
   const model::Tokenizer policy = model::Tokenizer::from_file(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny");
   const model::Tokenizer no_seven = tokenizer_without("7");
   const model::ChatTemplate chat = model::ChatTemplate::builtin("chatml");

@@ -138,9 +138,10 @@ TEST_CASE("verlpp config and train: no-effect keys are listed with why; a refuse
   no_backtrace(refused);
   Run keys = verlpp_run("config --keys " + valid);
   CHECK(keys.status == 0);
-  CHECK_THAT(keys.output, Contains("actor_rollout_ref.actor.fsdp_config.param_offload = false  [no effect: FSDP") &&
-                              Contains("reward_model.enable_resource_pool = false  [refused unless left at its default: ") &&
-                              Contains("\nalgorithm.adv_estimator = \"gae\"\n"));
+  CHECK_THAT(keys.output,
+             Contains("actor_rollout_ref.actor.fsdp_config.param_offload = false  [no effect: FSDP") &&
+                 Contains("reward_model.enable_resource_pool = false  [refused unless left at its default: ") &&
+                 Contains("\nalgorithm.adv_estimator = \"gae\"\n"));
   // `verlpp train` prints the same block once at start, then refuses before any work.
   Run train = verlpp_run("train " + valid +
                          " actor_rollout_ref.model.path=/nonexistent/model data.train_files=/nonexistent/train.jsonl "

@@ -70,7 +70,8 @@ TEST_CASE("verlpp train-rm: SFT step, training, checkpoints, report and an HF se
   INFO(read_file(dir + "/rm.log"));
   CHECK(exists(rm_dir + "/sft_model/config.json"));  // the chain's SFT step
   CHECK(exists(rm_dir + "/report.html"));
-  for (int step : {2, 4, 6}) CHECK(exists(rm_dir + "/global_step_" + std::to_string(step) + "/reward_model/optimizer.safetensors"));
+  for (int step : {2, 4, 6})
+    CHECK(exists(rm_dir + "/global_step_" + std::to_string(step) + "/reward_model/optimizer.safetensors"));
   const json config = json::parse(read_file(model_dir + "/config.json"));
   CHECK(config["architectures"] == json::array({"Qwen2ForSequenceClassification"}));
   CHECK(config["num_labels"] == 1);
@@ -251,8 +252,9 @@ TEST_CASE("reward-model inputs that cannot work are refused before any work", "[
              {"bad.jsonl:1", "no string 'chosen'", "rm_train.chosen_key"});
   fails_with("train-rm", {"rm_train.train_files=" + dir + "/pairs.jsonl", "rm_train.max_length=5"},
              {"pairs.jsonl:1", "rm_train.max_length = 5"});
-  fails_with("train-rm", {"rm_train.train_files=" + dir + "/pairs.jsonl", "rm_train.sft_warm_start=true",
-                          "rm_train.batch_size=8", "sft.enable=false", "sft.train_files=null"},
+  fails_with("train-rm",
+             {"rm_train.train_files=" + dir + "/pairs.jsonl", "rm_train.sft_warm_start=true", "rm_train.batch_size=8",
+              "sft.enable=false", "sft.train_files=null"},
              {"rm_train.sft_warm_start", "sft.train_files"});
   CHECK_FALSE(exists(dir + "/run/reward_model/metrics.jsonl"));
 }

@@ -19,11 +19,11 @@ namespace verlpp::controller {
 
 // The reward model's side of the re-encoding.
 struct RewardModelText {
-  const model::Tokenizer* tokenizer = nullptr;     // the reward model's (not owned)
-  const model::ChatTemplate* chat = nullptr;       // the reward model's
-  TokenId pad_token_id = 0;                        // its padding id
-  int64_t vocab_size = 0;                          // its embedding rows (ids must be below)
-  std::string where = "reward model";              // names it in errors
+  const model::Tokenizer* tokenizer = nullptr;  // the reward model's (not owned)
+  const model::ChatTemplate* chat = nullptr;    // the reward model's
+  TokenId pad_token_id = 0;                     // its padding id
+  int64_t vocab_size = 0;                       // its embedding rows (ids must be below)
+  std::string where = "reward model";           // names it in errors
 };
 
 // input_ids, attention_mask, position_ids [B, T'] for the reward model (T' the longest row, at most
@@ -31,7 +31,8 @@ struct RewardModelText {
 // `eos_text` is removed from each decoded response ("" removes nothing). Error naming the row
 // when the reward model's tokenizer cannot encode a text (its tokens do not decode back to it:
 // characters outside its vocabulary) or gives an id outside its vocabulary.
-data::Batch reencode_for_reward_model(const data::Batch& batch, const std::vector<std::vector<model::ChatMessage>>& prompts,
+data::Batch reencode_for_reward_model(const data::Batch& batch,
+                                      const std::vector<std::vector<model::ChatMessage>>& prompts,
                                       const model::Tokenizer& policy_tokenizer, const std::string& eos_text,
                                       const RewardModelText& rm, int64_t max_length);
 

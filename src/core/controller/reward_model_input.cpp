@@ -50,8 +50,8 @@ data::Batch reencode_for_reward_model(const data::Batch& batch,
     }
     for (TokenId id : out)
       if (id < 0 || id >= rm.vocab_size)
-        throw Error(rm.where, fmt::format("row {}: its tokenizer gives id {}, outside the model's vocabulary of {}", row,
-                                          id, rm.vocab_size));
+        throw Error(rm.where, fmt::format("row {}: its tokenizer gives id {}, outside the model's vocabulary of {}",
+                                          row, id, rm.vocab_size));
     if (int64_t(out.size()) > max_length) out.resize(size_t(max_length));  // verl's truncation "right"
     longest = std::max(longest, out.size());
     encoded.push_back(std::move(out));
