@@ -177,11 +177,14 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
   int64_t step = 0;
   if (plan.folder) {
     const std::string state_path = files::join(*plan.folder, CheckpointManager::kStateFile);
+    step = CheckpointManager::check_state(*plan.folder);  // JSON holding its own step, or an Error
     const json state = json::parse(files::read_text(state_path));
-    step = CheckpointManager::check_state(*plan.folder);
+    if (!state.contains("updates") || !state["updates"].is_number_integer() || !state.contains("dataloader"))
+      throw Error(state_path, "not a reward-model checkpoint (no integer 'updates' or no 'dataloader'): a folder "
+                              "`verlpp train-rm` wrote holds both");
     trainer.trained_model().load(files::join(*plan.folder, kCheckpointModel));
-    trainer.set_updates(state.at("updates").get<int64_t>());
-    loader.load_state(state.at("dataloader"));
+    trainer.set_updates(state["updates"].get<int64_t>());
+    loader.load_state(state["dataloader"]);
     if (s.is_writer())
       for (const std::string& note : trim_metrics(metrics_path, step).notes(metrics_path, step)) s.message(note);
     s.message(fmt::format("resumed from {} (step {} of {})", *plan.folder, step, rm.total_steps));
