@@ -180,8 +180,9 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
     step = CheckpointManager::check_state(*plan.folder);  // JSON holding its own step, or an Error
     const json state = json::parse(files::read_text(state_path));
     if (!state.contains("updates") || !state["updates"].is_number_integer() || !state.contains("dataloader"))
-      throw Error(state_path, "not a reward-model checkpoint (no integer 'updates' or no 'dataloader'): a folder "
-                              "`verlpp train-rm` wrote holds both");
+      throw Error(state_path,
+                  "not a reward-model checkpoint (no integer 'updates' or no 'dataloader'): a folder "
+                  "`verlpp train-rm` wrote holds both");
     trainer.trained_model().load(files::join(*plan.folder, kCheckpointModel));
     trainer.set_updates(state["updates"].get<int64_t>());
     loader.load_state(state["dataloader"]);
