@@ -102,6 +102,10 @@ struct RlTrainer::State {
   }
 };
 
+// Whether a `freq`-steps event (test_freq, save_freq) falls on `step`: every freq-th step and the
+// last one when freq > 0, never otherwise.
+inline bool every(int64_t freq, int64_t step, bool last) { return freq > 0 && (step % freq == 0 || last); }
+
 // Resident set size of this process now, and its peak, in GiB (0 where /proc is absent).
 double resident_gib();
 double peak_resident_gib();

@@ -133,8 +133,6 @@ StepOutput run_step(RlTrainer::State& s) {
   return step_critic_free(s);
 }
 
-bool every(int64_t freq, int64_t step, bool last) { return freq > 0 && (step % freq == 0 || last); }
-
 }  // namespace
 
 json validate_model(RlTrainer::State& s) {

@@ -29,8 +29,6 @@ using json = nlohmann::json;
 constexpr const char* kCheckpointModel = "reward_model";
 constexpr const char* kFinalModel = "rm_model";
 
-bool every(int64_t freq, int64_t step, bool last) { return freq > 0 && (step % freq == 0 || last); }
-
 // The pairwise sums over `pairs`, each rank taking every world-th pair, summed over the ranks.
 train::PairwiseSums evaluate_pairs(const RlTrainer::State& s, const train::RewardModelTrainer& trainer,
                                    const PreferenceDataset& pairs, int64_t chunk) {
