@@ -78,6 +78,28 @@ TEST_CASE("reward model: scores at the last valid token equal a full recompute",
   }
 }
 
+TEST_CASE("reward model: a token-classification head (verl loads reward models so) reads the last token with its bias",
+          "[reward_model]") {
+  model::ModelConfig c = tiny_config();
+  c.head = model::ModelHead::kTokenClassification;
+  c.num_labels = 1;
+  c.score_bias = true;
+  model::DecoderLM m(c);
+  m.init_weights(41);
+  {
+    at::NoGradGuard no_grad;
+    m.parameter("score.bias").fill_(0.75);  // a bias the recompute must add
+  }
+  data::Batch b = test::ragged_batch(
+      c.vocab_size, 4, 3, 5, 9, [](int64_t r) { return r % 2; }, [](int64_t r) { return r; });
+  const at::Tensor scores = train::reward_model_scores(m, b, {});
+  for (int64_t r = 0; r < 4; ++r) {
+    const at::Tensor keep = b.tensor("attention_mask")[r].nonzero().squeeze(1);
+    const double expected = plain_score(m, b.tensor("input_ids")[r].index_select(0, keep)) + 0.75;
+    CHECK(std::abs(scores[r].item<double>() - expected) < 1e-5);
+  }
+}
+
 TEST_CASE("reward model: token-level placement at the last valid token (verl's _expand_to_token_level)",
           "[reward_model]") {
   const int64_t rows = 5, t = 9, response = 4;
