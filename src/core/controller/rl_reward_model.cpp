@@ -53,12 +53,9 @@ void build_reward_model(RlTrainer::State& s) {
   const std::string where = fmt::format("reward_model.model.path ({})", r.path);
   const model::ModelConfig mc = model::load_model_config(r.path);
   train::check_reward_model_config(mc, where);
-  model::ModelOptions options;
   // verl's reward-model worker runs in bf16; the CPU keeps fp32.
-  options.dtype = s.device.is_cpu() ? at::kFloat : at::kBFloat16;
-  options.device = s.device;
-  options.forward = s.settings.paths.forward;
-  s.reward_model = std::make_unique<model::DecoderLM>(model::load_pretrained(r.path, options));
+  s.reward_model = std::make_unique<model::DecoderLM>(
+      model::load_pretrained(r.path, model_options(s, s.device.is_cpu() ? at::kFloat : at::kBFloat16)));
   s.reward_model->set_requires_grad(false);
   if (r.input_tokenizer) {
     s.rm_tokenizer = model::Tokenizer::from_file(r.path);
