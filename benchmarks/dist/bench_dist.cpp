@@ -1,9 +1,9 @@
-// verlpp-bench-dist [--nproc N] [--plugin cpu_ref] [--max-mb 256] [--reps 5] [--rows 64] [--micro 8] [--zero1] [--json
-// F] Started plainly it is the launcher: it times the one-rank training step itself (all cores), then starts N ranks of
-// itself (launch_local, as `verlpp train --nproc`). The ranks measure all-reduce and all-gather through the plugin
-// communicator for 1 KB .. --max-mb (bus bandwidth as nccl-tests defines it: all-reduce moves 2(N-1)/N of the buffer
-// per rank, all-gather (N-1)/N), then the same data-parallel actor update on N ranks (each rank cores/N threads). Rank
-// 0 writes its figures to a file the launcher reads, prints as one table and as JSON.
+// verlpp-bench-dist [--nproc N] [--plugin cpu_ref] [--max-mb 256] [--reps 5] [--rows 64] [--micro 8] [--zero-stage S]
+// [--json F] Started plainly it is the launcher: it times the one-rank training step itself (all cores), then starts N
+// ranks of itself (launch_local, as `verlpp train --nproc`). The ranks measure all-reduce and all-gather through the
+// plugin communicator for 1 KB .. --max-mb (bus bandwidth as nccl-tests defines it: all-reduce moves 2(N-1)/N of the
+// buffer per rank, all-gather (N-1)/N), then the same data-parallel actor update on N ranks (each rank cores/N
+// threads). Rank 0 writes its figures to a file the launcher reads, prints as one table and as JSON.
 #include <ATen/Parallel.h>
 #include <verlpp/controller/launcher.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
@@ -39,7 +39,7 @@ struct Options {
   int nproc = 2, reps = 5;
   int64_t max_mb = 256, rows = 64, micro = 8, prompt = 24, response = 40;
   std::string plugin = "cpu_ref", json_path, model = std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json";
-  bool zero1 = false;       // --zero1: the N-rank step with sharded optimizer states
+  int zero_stage = 0;       // --zero-stage 1|2 (--zero1 = 1): the N-rank step with a sharded optimizer
   std::string result_file;  // internal: where rank 0 writes its figures
   std::vector<std::string> argv;
 };
@@ -70,13 +70,17 @@ Options parse(int argc, char** argv) {
     else if (a == "--json")
       o.json_path = value();
     else if (a == "--zero1")
-      o.zero1 = true;
+      o.zero_stage = 1;
+    else if (a == "--zero-stage")
+      o.zero_stage = int(std::stoll(value()));
     else if (a == "--result-file")
       o.result_file = value();
     else
       throw Error(a, "unknown option (see the opening comment of benchmarks/dist/bench_dist.cpp)");
   }
   if (o.nproc < 1 || o.reps < 1 || o.rows < 1) throw Error("options", "--nproc, --reps and --rows must be >= 1");
+  if (o.zero_stage < 0 || o.zero_stage > 2)
+    throw Error("--zero-stage", fmt::format("{} is not 0, 1 or 2", o.zero_stage));
   return o;
 }
 
@@ -104,6 +108,17 @@ data::Batch make_batch(const model::DecoderLM& m, const Options& o) {
   return b;
 }
 
+// Gradient elements the model and its optimizer hold after an update (the parameters' own
+// gradients, which ZeRO-1 keeps, plus ZeRO-2's shard), counted from the tensors.
+int64_t held_gradient_elements(const model::DecoderLM& m, const train::Actor& actor) {
+  int64_t n = actor.optimizer().sharded_gradient_elements();
+  for (const auto& [name, p] : m.named_parameters())
+    if (p.grad().defined()) n += p.grad().numel();
+  return n;
+}
+
+const char* stage_name(int stage) { return stage == 2 ? " (ZeRO-2)" : stage == 1 ? " (ZeRO-1)" : " (replicated)"; }
+
 // Median seconds of one actor update (one optimizer step over the whole batch).
 json time_train_step(const Options& o, const train::DataParallel& dp) {
   model::DecoderLM m(model::load_model_config(o.model));
@@ -114,7 +129,7 @@ json time_train_step(const Options& o, const train::DataParallel& dp) {
   // The same micro-batch size on every rank count, so only the split differs.
   cfg.ppo_micro_batch_size = o.micro;
   train::Actor actor(m, cfg, train::LrSchedule({1e-5, "constant", 0, 1000, 0.0, 0.5}));
-  actor.set_data_parallel(dp, o.zero1 && dp.is_distributed());
+  actor.set_data_parallel(dp, dp.is_distributed() ? o.zero_stage : 0);
   actor.update_policy(batch);  // warm-up
   std::vector<double> times;
   for (int i = 0; i < o.reps; ++i) {
@@ -126,8 +141,9 @@ json time_train_step(const Options& o, const train::DataParallel& dp) {
   return {{"ranks", dp.world_size()},
           {"threads_per_rank", at::get_num_threads()},
           {"median_s", median(times)},
-          {"zero_stage", actor.optimizer().is_sharded() ? 1 : 0},
+          {"zero_stage", actor.optimizer().zero_stage()},
           {"optimizer_state_mib_rank0", double(actor.optimizer().state_elements()) * 4 / (1 << 20)},
+          {"gradient_mib_rank0", double(held_gradient_elements(m, actor)) * 4 / (1 << 20)},
           {"tokens", tokens},
           {"tokens_per_s", tokens / median(times)}};
 }
@@ -224,12 +240,14 @@ int run_launcher(const Options& o) {
                              (*one)["tokens_per_s"].get<double>());
   std::cout << fmt::format(
       "  {} ranks x {} threads{}: {:.3f} s, {:.0f} tokens/s  (throughput ratio to the faster one-rank run {:.2f})\n",
-      o.nproc, dp["threads_per_rank"].get<int>(), o.zero1 ? ", ZeRO-1" : "", dp["median_s"].get<double>(),
+      o.nproc, dp["threads_per_rank"].get<int>(), stage_name(o.zero_stage), dp["median_s"].get<double>(),
       dp["tokens_per_s"].get<double>(), efficiency);
   std::cout << fmt::format("  AdamW state on rank 0: {:.2f} MiB with 1 rank, {:.2f} MiB with {} ranks{}\n",
                            single["optimizer_state_mib_rank0"].get<double>(),
-                           dp["optimizer_state_mib_rank0"].get<double>(), o.nproc,
-                           o.zero1 ? " (ZeRO-1)" : " (replicated)");
+                           dp["optimizer_state_mib_rank0"].get<double>(), o.nproc, stage_name(o.zero_stage));
+  std::cout << fmt::format(
+      "  gradients kept between updates on rank 0: {:.2f} MiB with 1 rank, {:.2f} MiB with {} ranks\n",
+      single["gradient_mib_rank0"].get<double>(), dp["gradient_mib_rank0"].get<double>(), o.nproc);
   const json all = {{"nproc", o.nproc},
                     {"plugin", o.plugin},
                     {"collectives", c},

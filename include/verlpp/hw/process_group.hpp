@@ -44,6 +44,9 @@ class ProcessGroup {
   void all_reduce_max(at::Tensor& t) const;
   // Every rank's `t` [n, ...] (same shape on all ranks) concatenated in rank order: [world * n, ...].
   at::Tensor all_gather(const at::Tensor& t) const;
+  // recv [n] = the sum over ranks of this rank's chunk of send [world * n] (both contiguous,
+  // flat, one dtype; recv may be a contiguous view into a larger tensor).
+  void reduce_scatter_sum(const at::Tensor& send, at::Tensor& recv) const;
   // `t` of rank `root` on every rank (in place).
   void broadcast(at::Tensor& t, int32_t root) const;
   void barrier() const;

@@ -32,16 +32,28 @@ class OptimizerStep {
   OptimizerStep(std::vector<at::Tensor> params, AdamWConfig config, LrSchedule schedule);
   ~OptimizerStep();
 
-  // ZeRO-1: from now on this rank keeps AdamW state only for the parameters it owns (whole
-  // parameters, balanced by size over dp's ranks); after each step every parameter is
-  // broadcast from its owner, so all replicas stay equal. Gradients must be summed over the
-  // ranks before clip_and_step (DataParallel::all_reduce_gradients). save_state and
-  // load_state become collective: the file still holds every parameter's state (rank 0 writes
-  // it), so a checkpoint resumes on any number of ranks, sharded or not. Call before the first step.
-  void shard(const DataParallel& dp);
+  // Shards the optimizer over dp's ranks (nothing changes with one rank). Call before the first
+  // step. `zero_stage` 1 (ZeRO-1): this rank keeps AdamW state only for the parameters it owns
+  // (whole parameters, balanced by size); after each step every parameter is broadcast from its
+  // owner. Gradients must be summed over the ranks before clip_and_step
+  // (DataParallel::all_reduce_gradients). `zero_stage` 2 (ZeRO-2): the parameters laid end to end
+  // are split into one flat shard per rank; clip_and_step itself reduce-scatters the (unsummed)
+  // gradients into this rank's shard and drops them, clips by the global norm, steps AdamW on
+  // the shard and all-gathers the new values, so only the shard's gradient and moments persist
+  // (the parameters stay whole on every rank). Either way save_state and load_state become
+  // collective and the file still holds every parameter's state (rank 0 writes it), so a
+  // checkpoint resumes on any number of ranks at any stage.
+  void shard(const DataParallel& dp, int zero_stage = 1);
   bool is_sharded() const;
+  // 0 (replicated), 1 or 2: what shard() set up.
+  int zero_stage() const;
+  // Whether clip_and_step sums the gradients over the ranks itself (ZeRO-2).
+  bool sums_gradients() const { return zero_stage() == 2; }
   // Elements of AdamW state this rank holds (exp_avg + exp_avg_sq), for memory reports.
   int64_t state_elements() const;
+  // Elements of gradient this rank keeps between steps: its shard's at ZeRO-2, 0 otherwise (the
+  // parameters' own gradients are dropped by zero_grad, or kept whole at ZeRO-1).
+  int64_t sharded_gradient_elements() const;
 
   // Sets the LR for update number `update` (0-based) and returns it.
   double set_lr_for_update(int64_t update);

@@ -1,6 +1,6 @@
 // TrainedModel: a model under training, the part Actor, Critic and SftTrainer have in common. It
 // owns the precision (fp32 masters, a 16-bit compute copy), the optimizer step (AdamW, clipping,
-// the LR schedule; a plugin's adamw_update; ZeRO-1 state), the data-parallel gradient sum and the
+// the LR schedule; a plugin's adamw_update; ZeRO-1/2 state), the data-parallel gradient sum and the
 // checkpoint files, and runs an update's fixed sequence: backward → fp32 accumulation → sum over
 // ranks → clip and step → compute copy refreshed. Its owner keeps only its loss and its loops.
 // The compute copy's tensors are never replaced, only written: a rollout engine may hold them.
@@ -67,11 +67,12 @@ class TrainedModel {
   const hw::Kernels* kernels() const { return kernels_; }
 
   // --- data parallelism ---
-  // From now on each step sums the gradients over dp's ranks first; the owner splits its rows
-  // (DataParallel::local_rows) and sums its metrics. With `shard_optimizer` (ZeRO-1) each rank
-  // keeps the AdamW state of its own parameters only (OptimizerStep::shard), and saving and
-  // loading the optimizer state become collective. Call before the first step.
-  void set_data_parallel(DataParallel dp, bool shard_optimizer = false);
+  // From now on each step sums the gradients over dp's ranks; the owner splits its rows
+  // (DataParallel::local_rows) and sums its metrics. `zero_stage` 1 or 2 shards the optimizer
+  // (OptimizerStep::shard): at 1 each rank keeps the AdamW state of its own parameters, at 2 a
+  // flat shard of the gradients and AdamW state; saving and loading the optimizer state become
+  // collective. Call before the first step.
+  void set_data_parallel(DataParallel dp, int zero_stage = 0);
   const DataParallel& data_parallel() const { return dp_; }
 
   // --- one update: begin_update(), then per optimizer step zero_grad(), backward() of each

@@ -22,9 +22,7 @@ class TrainingRole {
   const TrainedModel& trained_model() const { return trained_; }
 
   // Shorthands for trained_model()'s members of the same meaning.
-  void set_data_parallel(DataParallel dp, bool shard_optimizer = false) {
-    trained_.set_data_parallel(dp, shard_optimizer);
-  }
+  void set_data_parallel(DataParallel dp, int zero_stage = 0) { trained_.set_data_parallel(dp, zero_stage); }
   const OptimizerStep& optimizer() const { return trained_.optimizer(); }
   int64_t steps() const { return trained_.steps(); }
   int64_t skipped_steps() const { return trained_.skipped_steps(); }

@@ -195,10 +195,10 @@ void check_layout(const Config& c, int world_size, int ranks_per_node, Problems&
   if (c.get<bool>("sft.enable") && c.get<int64_t>("sft.batch_size") % world_size != 0)
     p.add("sft.batch_size = {} does not split over {} rank(s)", c.get<int64_t>("sft.batch_size"), world_size);
   const int64_t zero = c.get_or<int64_t>("trainer.zero_stage", 0);
-  if (zero != 0 && zero != 1)
+  if (zero < 0 || zero > 2)
     p.add(
-        "trainer.zero_stage = {} is not supported: 0 (replicated optimizer) or 1 (optimizer states sharded over the "
-        "ranks)",
+        "trainer.zero_stage = {} is not supported: 0 (replicated optimizer), 1 (optimizer states sharded over the "
+        "ranks) or 2 (gradients and optimizer states sharded; ZeRO-3 parameter sharding is not built yet)",
         zero);
   if (c.get_or<double>("trainer.dist_timeout_s", 1.0) <= 0)
     p.add("trainer.dist_timeout_s = {} must be > 0", c.get<double>("trainer.dist_timeout_s"));

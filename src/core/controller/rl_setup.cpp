@@ -309,14 +309,14 @@ void setup_trainer(RlTrainer::State& s) {
   s.kl_ctrl = algo::make_kl_controller(rs.algorithm.kl_ctrl_type, rs.algorithm.kl_coef, rs.algorithm.target_kl,
                                        rs.algorithm.horizon);
 
-  const bool zero1 = rs.trainer.zero_stage == 1;
+  const int zero_stage = int(rs.trainer.zero_stage);
   load_kernels(s);
   build_actor(s);
-  s.actor->set_data_parallel(s.dp, zero1);
+  s.actor->set_data_parallel(s.dp, zero_stage);
   if (s.use_reference) build_reference(s);
   if (s.use_critic) {
     build_critic(s);
-    s.critic->set_data_parallel(s.dp, zero1);
+    s.critic->set_data_parallel(s.dp, zero_stage);
   }
   build_engine(s);
   s.checkpoints = std::make_unique<CheckpointManager>(s.run_dir, rs.trainer.max_actor_ckpt_to_keep);

@@ -42,7 +42,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   config.kernels = s.actor->config().kernels;
   config.rotate_qkv = s.actor->config().rotate_qkv;
   train::SftTrainer trainer(*s.actor_model, config, train::LrSchedule(lr));
-  trainer.set_data_parallel(s.dp, s.settings.trainer.zero_stage == 1);
+  trainer.set_data_parallel(s.dp, int(s.settings.trainer.zero_stage));
 
   DataLoader loader(data.size(), sft.batch_size, /*shuffle=*/true, uint64_t(sft.seed));
   // Rank 0 writes the files. The SFT runs only in a run that starts from scratch (a resumed run

@@ -150,7 +150,7 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
   std::unique_ptr<model::DecoderLM> rm_model;
   if (rm.sft_warm_start && !plan.folder) {
     build_actor(s);
-    s.actor->set_data_parallel(s.dp, t.zero_stage == 1);
+    s.actor->set_data_parallel(s.dp, int(t.zero_stage));
     try {
       run_sft_warm_start(s);
     } catch (const std::exception& e) {
@@ -168,7 +168,7 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
   tc.param_dtype = s.settings.actor.precision.resolve(s.device.is_cpu());
   tc.kernels = s.kernels.get();
   train::RewardModelTrainer trainer(*rm_model, tc, schedule_of(rm.optim, rm.total_steps));
-  trainer.set_data_parallel(s.dp, t.zero_stage == 1);
+  trainer.set_data_parallel(s.dp, int(t.zero_stage));
   DataLoader loader(train_pairs.size(), rm.batch_size, /*shuffle=*/true, uint64_t(rm.seed));
 
   const std::string metrics_path = files::join(s.run_dir, "metrics.jsonl");

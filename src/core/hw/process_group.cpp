@@ -266,6 +266,19 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& t) const {
   return out;
 }
 
+void ProcessGroup::reduce_scatter_sum(const at::Tensor& send, at::Tensor& recv) const {
+  require_contiguous(send, "reduce_scatter");
+  require_contiguous(recv, "reduce_scatter");
+  if (send.numel() != recv.numel() * world_.world_size || send.scalar_type() != recv.scalar_type())
+    throw Error("reduce_scatter", fmt::format("send has {} {} elements, recv {} {}: send must be world_size ({}) times "
+                                              "recv, one dtype",
+                                              send.numel(), c10::toString(send.scalar_type()), recv.numel(),
+                                              c10::toString(recv.scalar_type()), world_.world_size));
+  at::Tensor flat_send = send.view({-1}), flat_recv = recv.view({-1});
+  DLTensor s = detail::dl_view(flat_send), r = detail::dl_view(flat_recv);
+  checked("reduce_scatter", [&] { impl_->comm->reduce_scatter(s, r, ReduceOp::sum); });
+}
+
 void ProcessGroup::broadcast(at::Tensor& t, int32_t root) const {
   require_contiguous(t, "broadcast");
   DLTensor d = detail::dl_view(t);

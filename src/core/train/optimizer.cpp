@@ -6,6 +6,7 @@
 #include <verlpp/train/optimizer.hpp>
 
 #include "plugin_adamw.hpp"
+#include "sharded_adamw.hpp"
 
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/train/mixed_precision.hpp>
@@ -102,12 +103,14 @@ struct OptimizerStep::Impl {
   std::vector<int32_t> owners;
   std::vector<bool> owned;
   bool sharded = false;
+  std::unique_ptr<ShardedAdamW> zero2;  // ZeRO-2: the flat shards (then adamw is null)
 
   void build(const AdamWConfig& c) {
+    adamw.reset();
+    if (zero2) return;
     std::vector<at::Tensor> mine;
     for (size_t i = 0; i < params.size(); ++i)
       if (!sharded || owned[i]) mine.push_back(params[i]);
-    adamw.reset();
     if (mine.empty()) return;
     torch::optim::AdamWOptions options(lr);
     options.betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(c.weight_decay);
@@ -173,7 +176,7 @@ struct OptimizerStep::Impl {
   }
 
   void zero_grad() {
-    if (!sharded) {
+    if (!sharded || zero2) {
       // Gradients dropped, as LibTorch 2.x's zero_grad does by default (1.13's fills zeros): the
       // next backward then starts fresh ones, and MixedPrecision can defer its casts again.
       for (auto& p : params)
@@ -195,20 +198,28 @@ OptimizerStep::OptimizerStep(std::vector<at::Tensor> params, AdamWConfig config,
 
 OptimizerStep::~OptimizerStep() = default;
 
-void OptimizerStep::shard(const DataParallel& dp) {
+void OptimizerStep::shard(const DataParallel& dp, int zero_stage) {
   VERLPP_CHECK(steps_ == 0 && skipped_ == 0, "OptimizerStep::shard must come before the first step ({} taken)", steps_);
-  if (!dp.is_distributed()) return;
+  VERLPP_CHECK(zero_stage >= 0 && zero_stage <= 2, "OptimizerStep::shard: ZeRO stage {} is not 0, 1 or 2", zero_stage);
+  if (!dp.is_distributed() || zero_stage == 0) return;
   impl_->dp = dp;
-  impl_->owners = dp.owners(impl_->params);
-  impl_->owned.assign(impl_->params.size(), false);
-  for (size_t i = 0; i < impl_->params.size(); ++i) impl_->owned[i] = impl_->owners[i] == dp.rank();
   impl_->sharded = true;
+  if (zero_stage == 2) {
+    impl_->zero2 = std::make_unique<ShardedAdamW>(impl_->params, dp);
+  } else {
+    impl_->owners = dp.owners(impl_->params);
+    impl_->owned.assign(impl_->params.size(), false);
+    for (size_t i = 0; i < impl_->params.size(); ++i) impl_->owned[i] = impl_->owners[i] == dp.rank();
+  }
   impl_->build(config_);
 }
 
 bool OptimizerStep::is_sharded() const { return impl_->sharded; }
 
+int OptimizerStep::zero_stage() const { return impl_->zero2 ? 2 : impl_->sharded ? 1 : 0; }
+
 int64_t OptimizerStep::state_elements() const {
+  if (impl_->zero2) return impl_->zero2->state_elements();
   if (!impl_->adamw) return 0;
   int64_t n = 0;
   for (const auto& [key, state] : impl_->adamw->state()) {
@@ -216,6 +227,10 @@ int64_t OptimizerStep::state_elements() const {
     n += s.exp_avg().numel() + s.exp_avg_sq().numel();
   }
   return n;
+}
+
+int64_t OptimizerStep::sharded_gradient_elements() const {
+  return impl_->zero2 ? impl_->zero2->gradient_elements() : 0;
 }
 
 double OptimizerStep::set_lr_for_update(int64_t update) {
@@ -229,6 +244,12 @@ double OptimizerStep::set_lr_for_update(int64_t update) {
 void OptimizerStep::zero_grad() { impl_->zero_grad(); }
 
 double OptimizerStep::clip_and_step() {
+  if (impl_->zero2) {  // sums, clips, steps and gathers in one (sharded_adamw.hpp)
+    const double norm = impl_->zero2->step(config_, impl_->lr);
+    last_skipped_ = !std::isfinite(norm);
+    ++(last_skipped_ ? skipped_ : steps_);
+    return norm;
+  }
   // Sharded or not, the norm is over every parameter (the gradients are already summed).
   const double norm = clip_grad_norm(impl_->params, config_.grad_clip);
   last_skipped_ = !std::isfinite(norm);
@@ -369,7 +390,17 @@ void OptimizerStep::save_state(const std::string& path, const std::vector<std::s
   check_names(names, impl_->params.size(), "OptimizerStep::save_state(" + path + ")");
   std::vector<model::NamedTensor> tensors;
   const bool writes = !impl_->sharded || impl_->dp.rank() == 0;
+  std::vector<at::Tensor> flat_avg, flat_avg_sq;  // ZeRO-2: every parameter's state, gathered (collective)
+  if (impl_->zero2) impl_->zero2->gather_state(flat_avg, flat_avg_sq);
   for (size_t i = 0; i < names.size(); ++i) {
+    if (impl_->zero2) {
+      const int64_t step = impl_->zero2->steps()[i];
+      if (step == 0) continue;  // never stepped: nothing to save
+      tensors.emplace_back(names[i] + ".step", at::full({1}, step, at::kLong));
+      tensors.emplace_back(names[i] + ".exp_avg", flat_avg[i]);
+      tensors.emplace_back(names[i] + ".exp_avg_sq", flat_avg_sq[i]);
+      continue;
+    }
     const torch::optim::AdamWParamState* s = nullptr;
     if (impl_->adamw && (!impl_->sharded || impl_->owned[i])) {
       auto it = impl_->adamw->state().find(state_key(impl_->params[i]));
@@ -499,6 +530,17 @@ void OptimizerStep::load_state(const std::string& path, const std::vector<std::s
   const bool last_skipped = meta("verlpp.last_step_skipped").get<bool>();
 
   // Commit (sharded: only the states of this rank's parameters).
+  if (impl_->zero2) {
+    std::vector<int64_t> steps_of(names.size(), 0);
+    std::vector<at::Tensor> avg(names.size()), avg_sq(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (!states[i] || states[i]->step() == 0) continue;
+      steps_of[i] = int64_t(states[i]->step());
+      avg[i] = states[i]->exp_avg();
+      avg_sq[i] = states[i]->exp_avg_sq();
+    }
+    impl_->zero2->set_state(steps_of, avg, avg_sq);
+  }
   if (impl_->adamw) {
     auto& state_map = impl_->adamw->state();
     for (size_t i = 0; i < names.size(); ++i) {

@@ -33,9 +33,9 @@ TrainedModel::TrainedModel(model::DecoderLM& model, const TrainedModelOptions& o
 
 TrainedModel::~TrainedModel() = default;
 
-void TrainedModel::set_data_parallel(DataParallel dp, bool shard_optimizer) {
+void TrainedModel::set_data_parallel(DataParallel dp, int zero_stage) {
   dp_ = dp;
-  if (shard_optimizer) optimizer_.shard(dp_);
+  optimizer_.shard(dp_, zero_stage);
 }
 
 double TrainedModel::begin_update() {
@@ -53,7 +53,7 @@ void TrainedModel::backward(const at::Tensor& loss) {
 }
 
 double TrainedModel::step() {
-  dp_.all_reduce_gradients(params_);
+  if (!optimizer_.sums_gradients()) dp_.all_reduce_gradients(params_);
   const double norm = optimizer_.clip_and_step(precision_);
   if (!optimizer_.last_step_skipped()) {
     norm_sum_ += norm;
