@@ -169,6 +169,16 @@ TEST_CASE("validate: inconsistent values are refused before any work, all at onc
   CHECK_NOTHROW(kl.validate(1));
   kl.set("actor_rollout_ref.actor.kl_loss_type", "k9");
   CHECK_THROWS_WITH(kl.validate(1), Contains("'k9' is not one of"));
+  Config zero = small_valid();
+  for (const int stage : {0, 1, 2}) {
+    zero.set("trainer.zero_stage", stage);
+    CHECK_NOTHROW(zero.validate(2));
+  }
+  for (const int stage : {-1, 3}) {
+    zero.set("trainer.zero_stage", stage);
+    CHECK_THROWS_WITH(zero.validate(2), Contains("trainer.zero_stage = " + std::to_string(stage) + " is not supported") &&
+                                            Contains("2 (gradients and optimizer states sharded"));
+  }
 }
 
 TEST_CASE("a value of the wrong type read by a check names its key, not the JSON library's code", "[config]") {
