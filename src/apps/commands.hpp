@@ -22,6 +22,8 @@ void register_config_command(CLI::App& app);
 void register_generate_command(CLI::App& app);
 // `verlpp train [CONFIG.json] [key=value ...]`: RL training; no config = the embedded demo.
 void register_train_command(CLI::App& app);
+// `verlpp plan [CONFIG.json] [key=value ...] [--nproc N]`: a run's memory per rank and stage.
+void register_plan_command(CLI::App& app);
 // `verlpp train-rm CONFIG [key=value ...]`: reward-model training on preference pairs.
 void register_train_rm_command(CLI::App& app);
 

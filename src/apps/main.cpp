@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   verlpp::apps::register_generate_command(app);
   verlpp::apps::register_train_command(app);
   verlpp::apps::register_train_rm_command(app);
+  verlpp::apps::register_plan_command(app);
   verlpp::apps::CheckedStdout standard_output;
   int status = 0;
   try {

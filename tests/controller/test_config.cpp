@@ -176,8 +176,9 @@ TEST_CASE("validate: inconsistent values are refused before any work, all at onc
   }
   for (const int stage : {-1, 3}) {
     zero.set("trainer.zero_stage", stage);
-    CHECK_THROWS_WITH(zero.validate(2), Contains("trainer.zero_stage = " + std::to_string(stage) + " is not supported") &&
-                                            Contains("2 (gradients and optimizer states sharded"));
+    CHECK_THROWS_WITH(zero.validate(2),
+                      Contains("trainer.zero_stage = " + std::to_string(stage) + " is not supported") &&
+                          Contains("2 (gradients and optimizer states sharded"));
   }
 }
 

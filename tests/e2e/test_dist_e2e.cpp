@@ -113,10 +113,9 @@ TEST_CASE("verlpp train --nproc 2 and 4 match the one-rank run", "[e2e][dist]") 
       // (ZeRO-1 runs in the kill-and-resume case below).
       const std::string zero_stage = estimator == "grpo" && nproc == 2 ? "0" : "2";
       const std::string run = dir + "/" + estimator + "-nproc" + std::to_string(nproc);
-      run_to_end(
-          write_dist_config(dir, run, 2, estimator), run + ".log",
-          {"--nproc", std::to_string(nproc), "trainer.nnodes=1", "trainer.n_gpus_per_node=" + std::to_string(nproc),
-           "trainer.zero_stage=" + zero_stage});
+      run_to_end(write_dist_config(dir, run, 2, estimator), run + ".log",
+                 {"--nproc", std::to_string(nproc), "trainer.nnodes=1",
+                  "trainer.n_gpus_per_node=" + std::to_string(nproc), "trainer.zero_stage=" + zero_stage});
       const std::string log = read_file(run + ".log");
       CHECK(log.find(std::to_string(nproc) + " ranks: 1 node x " + std::to_string(nproc) + " ranks") !=
             std::string::npos);

@@ -19,4 +19,8 @@ std::vector<std::vector<int64_t>> balanced_partitions(const std::vector<int64_t>
 std::vector<std::vector<int64_t>> dynamic_micro_batches(const std::vector<int64_t>& seq_lens, int64_t max_tokens,
                                                         int64_t min_micro_batches = 1);
 
+// ZeRO-1's ownership of whole parameters of element counts `sizes` over `world` ranks: largest
+// first to the rank holding the fewest elements so far (the lowest rank on ties).
+std::vector<int32_t> owners_by_size(const std::vector<int64_t>& sizes, int32_t world);
+
 }  // namespace verlpp::train

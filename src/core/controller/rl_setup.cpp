@@ -4,6 +4,7 @@
 #include "rl_state.hpp"
 
 #include <verlpp/algo/advantages.hpp>
+#include <verlpp/controller/memory_plan.hpp>
 #include <verlpp/controller/device_choice.hpp>
 #include <verlpp/core/strings.hpp>
 #include <verlpp/hw/device.hpp>
@@ -279,6 +280,11 @@ void setup_trainer(RlTrainer::State& s) {
     throw Error(
         "data.max_prompt_length + data.max_response_length",
         fmt::format("{} tokens exceed the model's max_position_embeddings {}", context, mc.max_position_embeddings));
+  // A run whose resident training state cannot fit the device is refused before anything is
+  // built (memory_plan.hpp; `verlpp plan` prints the whole plan).
+  check_memory_plan(plan_inputs(rs, mc, s.world.world_size, !s.device.is_cpu(),
+                                s.plugin.empty() ? 0 : plugin_device(s).memory_info().second),
+                    s.device.str());
 
   // Data, and the reward check before any work: an unknown data source fails here.
   const DatasetOptions options = dataset_options(rs.data);

@@ -100,18 +100,9 @@ void DataParallel::broadcast(at::Tensor& t, int32_t root) const {
 }
 
 std::vector<int32_t> DataParallel::owners(const std::vector<at::Tensor>& params) const {
-  std::vector<size_t> order(params.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
-  std::vector<int64_t> load(size_t(world_size()), 0);
-  std::vector<int32_t> owner(params.size(), 0);
-  for (size_t i : order) {
-    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
-    owner[i] = int32_t(least);
-    load[size_t(least)] += params[i].numel();
-  }
-  return owner;
+  std::vector<int64_t> sizes;
+  for (const auto& p : params) sizes.push_back(p.numel());
+  return owners_by_size(sizes, world_size());
 }
 
 void DataParallel::broadcast_from_owners(const std::vector<at::Tensor>& params,

@@ -114,4 +114,18 @@ std::vector<std::vector<int64_t>> dynamic_micro_batches(const std::vector<int64_
   return balanced_partitions(seq_lens, n, false);  // one sequence each always fits
 }
 
+std::vector<int32_t> owners_by_size(const std::vector<int64_t>& sizes, int32_t world) {
+  std::vector<size_t> order(sizes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  std::vector<int64_t> load(size_t(std::max<int32_t>(world, 1)), 0);
+  std::vector<int32_t> owner(sizes.size(), 0);
+  for (size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    owner[i] = int32_t(least);
+    load[size_t(least)] += sizes[i];
+  }
+  return owner;
+}
+
 }  // namespace verlpp::train

@@ -80,8 +80,10 @@ void ShardedAdamW::read_flat(int64_t begin, at::Tensor& out, bool gradients) con
 
 void ShardedAdamW::write_values(int64_t begin, const at::Tensor& values) const {
   for (const Piece& piece : pieces(begin, begin + values.numel()))
-    params_[piece.index].view({-1}).narrow(0, piece.param_begin, piece.length).copy_(
-        values.narrow(0, piece.flat_begin - begin, piece.length));
+    params_[piece.index]
+        .view({-1})
+        .narrow(0, piece.param_begin, piece.length)
+        .copy_(values.narrow(0, piece.flat_begin - begin, piece.length));
 }
 
 void ShardedAdamW::drop_gradients() {
@@ -159,8 +161,8 @@ double ShardedAdamW::step(const AdamWConfig& c, double lr) {
       const double correction1 = 1 - std::pow(c.beta1, double(run.step));
       const double correction2 = 1 - std::pow(c.beta2, double(run.step));
       at::Tensor denom = exp_avg_sq_.narrow(0, run.begin, run.length).sqrt().div(std::sqrt(correction2)).add_(c.eps);
-      values.narrow(0, run.begin, run.length).addcdiv_(exp_avg_.narrow(0, run.begin, run.length), denom,
-                                                       -lr / correction1);
+      values.narrow(0, run.begin, run.length)
+          .addcdiv_(exp_avg_.narrow(0, run.begin, run.length), denom, -lr / correction1);
     }
   }
 
@@ -187,10 +189,10 @@ void ShardedAdamW::gather_state(std::vector<at::Tensor>& exp_avg, std::vector<at
 
 void ShardedAdamW::set_state(const std::vector<int64_t>& steps, const std::vector<at::Tensor>& exp_avg,
                              const std::vector<at::Tensor>& exp_avg_sq) {
-  VERLPP_CHECK(steps.size() == params_.size() && exp_avg.size() == params_.size() &&
-                   exp_avg_sq.size() == params_.size(),
-               "ZeRO-2 set_state: {} parameters, {} steps, {} + {} states", params_.size(), steps.size(),
-               exp_avg.size(), exp_avg_sq.size());
+  VERLPP_CHECK(
+      steps.size() == params_.size() && exp_avg.size() == params_.size() && exp_avg_sq.size() == params_.size(),
+      "ZeRO-2 set_state: {} parameters, {} steps, {} + {} states", params_.size(), steps.size(), exp_avg.size(),
+      exp_avg_sq.size());
   at::NoGradGuard no_grad;
   const int64_t mine = int64_t(dp_.rank()) * shard_;
   exp_avg_.zero_();

@@ -1,0 +1,165 @@
+// The memory planner: its resident items against the bytes of the tensors a trained actor holds
+// after an update (fp32 and bf16 compute), ZeRO-2's shard against the model's own parameter
+// count, and the start-of-run check on model shapes that do not fit (the Qwen2.5-7B shape on
+// one 140 GiB device, a 72B-like shape anywhere), with the settings that would make them fit.
+#include <verlpp/controller/memory_plan.hpp>
+#include <verlpp/core/error.hpp>
+#include <verlpp/model/decoder.hpp>
+#include <verlpp/train/actor.hpp>
+
+#include "../train/tiny_fixture.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+using namespace verlpp;
+using Catch::Matchers::Contains;
+
+namespace {
+
+nlohmann::json tiny_config_json() {
+  std::ifstream in(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json");
+  return nlohmann::json::parse(in);
+}
+
+model::ModelConfig shape(const nlohmann::json& changes) {
+  nlohmann::json j = tiny_config_json();
+  j.update(changes);
+  return model::parse_model_config(j, "test shape");
+}
+
+// Qwen/Qwen2.5-7B's shape-defining fields.
+model::ModelConfig qwen7b() {
+  return shape({{"vocab_size", 152064},
+                {"hidden_size", 3584},
+                {"intermediate_size", 18944},
+                {"num_hidden_layers", 28},
+                {"num_attention_heads", 28},
+                {"num_key_value_heads", 4},
+                {"max_position_embeddings", 32768},
+                {"tie_word_embeddings", false}});
+}
+
+const controller::MemoryItem* find_item(const controller::MemoryPlan& plan, const std::string& name) {
+  for (const auto& i : plan.resident)
+    if (i.name == name) return &i;
+  return nullptr;
+}
+
+uint64_t bytes_of(const at::Tensor& t) { return uint64_t(t.numel()) * uint64_t(t.element_size()); }
+
+constexpr uint64_t kGiB = uint64_t(1) << 30;
+
+}  // namespace
+
+TEST_CASE("memory plan: resident items are the bytes of the tensors a trained actor holds", "[memory_plan]") {
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    INFO("param_dtype " << c10::toString(dtype));
+    model::DecoderLM m = test::tiny_model(3);
+    train::ActorConfig cfg;
+    cfg.param_dtype = dtype;
+    cfg.ppo_mini_batch_size = 8;
+    cfg.ppo_micro_batch_size = 4;
+    train::Actor actor(m, cfg, train::LrSchedule({1e-3, "constant", 0, 1, 0.0, 0.5}));
+    actor.update_policy(test::policy_batch(
+        m, 8, 5, 4, 1, [](int64_t r) { return r % 3; }, [](int64_t r) { return r % 2; }));
+    // Measured from the tensors.
+    uint64_t masters = 0, grads = 0, compute = 0;
+    for (const auto& [name, p] : m.named_parameters()) {
+      masters += bytes_of(p);
+      if (p.grad().defined()) grads += bytes_of(p.grad());
+    }
+    const model::DecoderLM& copy = actor.trained_model().compute();
+    if (&copy != &m)
+      for (const auto& [name, p] : copy.named_parameters()) compute += bytes_of(p);
+    const uint64_t moments = uint64_t(actor.optimizer().state_elements()) * 4;
+
+    controller::MemoryPlanInputs in;
+    in.model = m.config();
+    in.param_dtype = dtype;
+    in.rollout_dtype = dtype;
+    in.accelerator = false;
+    const controller::MemoryPlan plan = controller::plan_memory(in);
+    REQUIRE(find_item(plan, "actor fp32 master weights"));
+    CHECK(find_item(plan, "actor fp32 master weights")->bytes == masters);
+    REQUIRE(find_item(plan, "actor fp32 gradients"));
+    CHECK(find_item(plan, "actor fp32 gradients")->bytes == grads);
+    REQUIRE(find_item(plan, "actor AdamW moments"));
+    CHECK(find_item(plan, "actor AdamW moments")->bytes == moments);
+    const auto* copy_item = find_item(plan, "actor compute copy (bfloat16)");
+    CHECK((copy_item != nullptr) == (dtype == at::kBFloat16));
+    if (copy_item) CHECK(copy_item->bytes == compute);
+    CHECK(plan.resident_bytes() == masters + grads + moments + compute);
+    // Every stage holds the resident state and adds its own.
+    for (const auto& st : plan.stages) CHECK(st.total() >= plan.resident_bytes());
+  }
+}
+
+TEST_CASE("memory plan: ZeRO-2 holds ceil(P / N) of the gradient and twice that of the moments", "[memory_plan]") {
+  const model::DecoderLM m = test::tiny_model(3);
+  uint64_t p = 0;
+  for (const auto& [name, t] : m.named_parameters()) p += uint64_t(t.numel());
+  for (const int64_t world : {2, 3, 4}) {
+    controller::MemoryPlanInputs in;
+    in.model = m.config();
+    in.world_size = world;
+    in.zero_stage = 2;
+    in.accelerator = false;
+    const controller::MemoryPlan plan = controller::plan_memory(in);
+    const uint64_t shard = (p + uint64_t(world) - 1) / uint64_t(world);
+    REQUIRE(find_item(plan, "actor gradient shard (fp32)"));
+    CHECK(find_item(plan, "actor gradient shard (fp32)")->bytes == 4 * shard);
+    CHECK(find_item(plan, "actor AdamW moments, shard")->bytes == 8 * shard);
+    CHECK(find_item(plan, "actor fp32 gradients") == nullptr);
+    // The full fp32 gradient exists during the update, until the reduce-scatter.
+    bool transient = false;
+    for (const auto& st : plan.stages)
+      for (const auto& i : st.items) transient |= i.name == "fp32 gradients until the reduce-scatter";
+    CHECK(transient);
+  }
+}
+
+TEST_CASE("memory plan: a resident state larger than the device is refused, naming what would fit", "[memory_plan]") {
+  controller::MemoryPlanInputs in;
+  in.model = qwen7b();
+  in.param_dtype = in.rollout_dtype = at::kBFloat16;
+  in.reference = true;
+  in.device_total_bytes = 140 * kGiB;
+  // 18 B per parameter for the actor (fp32 masters, gradients and moments, bf16 copy) and 2 for
+  // the reference: about 142 GiB for the 7.6B parameters.
+  const controller::MemoryPlan plan = controller::plan_memory(in);
+  CHECK(double(plan.resident_bytes()) / double(kGiB) == Approx(20.0 * double(model::parameter_count(in.model)) / double(kGiB)));
+  CHECK(plan.largest_resident().name == "actor AdamW moments");
+  CHECK_THROWS_WITH(controller::check_memory_plan(in, "cuda:0"),
+                    Contains("the resident training state needs 141.") && Contains("more than cuda:0's 140.00 GiB") &&
+                        Contains("largest item: actor AdamW moments, 56.") &&
+                        Contains("it would fit with trainer.zero_stage=2 on 2 ranks"));
+  in.zero_stage = 2;
+  in.world_size = 2;
+  CHECK_NOTHROW(controller::check_memory_plan(in, "cuda:0"));
+  // A size that nothing built fits: the replicated weights alone exceed the device.
+  controller::MemoryPlanInputs huge = in;
+  huge.model = shape({{"vocab_size", 152064},
+                      {"hidden_size", 8192},
+                      {"intermediate_size", 29568},
+                      {"num_hidden_layers", 80},
+                      {"num_attention_heads", 64},
+                      {"num_key_value_heads", 8},
+                      {"tie_word_embeddings", false}});
+  CHECK_THROWS_WITH(controller::check_memory_plan(huge, "cuda:0"),
+                    Contains("no ZeRO stage or rank count makes it fit"));
+  // An engine in another dtype than the compute copy holds its own weights; the hint says so.
+  controller::MemoryPlanInputs cast = in;
+  cast.zero_stage = 0;
+  cast.world_size = 1;
+  cast.rollout_dtype = at::kFloat;
+  CHECK(find_item(controller::plan_memory(cast), "rollout engine weights (own float32 copy)") != nullptr);
+  CHECK_THROWS_WITH(controller::check_memory_plan(cast, "cuda:0"),
+                    Contains("actor_rollout_ref.rollout.dtype=bfloat16"));
+  // An unknown device size checks nothing.
+  cast.device_total_bytes = 0;
+  CHECK_NOTHROW(controller::check_memory_plan(cast, "cuda:0"));
+}
