@@ -29,8 +29,8 @@ void run_plan(const std::vector<std::string>& args, int nproc, double device_gib
   if (nproc < 1) throw Error("--nproc", fmt::format("{} ranks: must be >= 1", nproc));
   if (device_gib < 0 || !std::isfinite(device_gib))
     throw Error("--device-memory-gib", fmt::format("{} GiB: must be a size > 0", device_gib));
-  CommandConfig given = command_config(args, /*demo=*/false, /*embedded_when_empty=*/true,
-                                       "examples/arith/grpo_tiny.json");
+  CommandConfig given =
+      command_config(args, /*demo=*/false, /*embedded_when_empty=*/true, "examples/arith/grpo_tiny.json");
   const controller::RunSettings rs = controller::parse_run_settings(given.config, nproc, nproc);
   if (!rs.model.path)
     throw Error("actor_rollout_ref.model.path", "no model folder given (a Hugging Face folder with config.json)");
@@ -55,9 +55,10 @@ void run_plan(const std::vector<std::string>& args, int nproc, double device_gib
     device_name = choice.device.str();
     accelerator = !choice.device.is_cpu();
     if (!choice.plugin.empty())
-      total = hw::Device(hw::plugin_named(choice.plugin), int32_t(choice.device.has_index() ? choice.device.index() : 0))
-                  .memory_info()
-                  .second;
+      total =
+          hw::Device(hw::plugin_named(choice.plugin), int32_t(choice.device.has_index() ? choice.device.index() : 0))
+              .memory_info()
+              .second;
   }
   const controller::MemoryPlanInputs inputs = controller::plan_inputs(rs, mc, nproc, accelerator, total);
   const controller::MemoryPlan plan = controller::plan_memory(inputs);

@@ -131,7 +131,8 @@ TEST_CASE("memory plan: a resident state larger than the device is refused, nami
   // 18 B per parameter for the actor (fp32 masters, gradients and moments, bf16 copy) and 2 for
   // the reference: about 142 GiB for the 7.6B parameters.
   const controller::MemoryPlan plan = controller::plan_memory(in);
-  CHECK(double(plan.resident_bytes()) / double(kGiB) == Approx(20.0 * double(model::parameter_count(in.model)) / double(kGiB)));
+  CHECK(double(plan.resident_bytes()) / double(kGiB) ==
+        Approx(20.0 * double(model::parameter_count(in.model)) / double(kGiB)));
   CHECK(plan.largest_resident().name == "actor AdamW moments");
   CHECK_THROWS_WITH(controller::check_memory_plan(in, "cuda:0"),
                     Contains("the resident training state needs 141.") && Contains("more than cuda:0's 140.00 GiB") &&

@@ -19,18 +19,18 @@ namespace verlpp::controller {
 
 // What the plan is computed from (plan_inputs fills it from a run's settings).
 struct MemoryPlanInputs {
-  model::ModelConfig model;       // the actor's shape
-  int64_t world_size = 1;         // data-parallel ranks
-  int64_t zero_stage = 0;         // trainer.zero_stage
+  model::ModelConfig model;  // the actor's shape
+  int64_t world_size = 1;    // data-parallel ranks
+  int64_t zero_stage = 0;    // trainer.zero_stage
   at::ScalarType param_dtype = at::kBFloat16;
   at::ScalarType rollout_dtype = at::kBFloat16;
   bool reference = false, critic = false;
   bool actor_checkpointing = false, critic_checkpointing = false;
-  int64_t sequence_tokens = 1024;      // max_prompt_length + max_response_length
-  int64_t update_micro_batch = 1;      // ppo_micro_batch_size_per_gpu (rows)
-  int64_t update_tokens_per_micro = 0; // use_dynamic_bsz: ppo_max_token_len_per_gpu (0: rows x sequence)
-  int64_t log_prob_chunk_rows = 4;     // rows per LM-head chunk in the update (train::ActorConfig)
-  int64_t log_prob_micro_batch = 8;    // rollout.log_prob_micro_batch_size_per_gpu
+  int64_t sequence_tokens = 1024;       // max_prompt_length + max_response_length
+  int64_t update_micro_batch = 1;       // ppo_micro_batch_size_per_gpu (rows)
+  int64_t update_tokens_per_micro = 0;  // use_dynamic_bsz: ppo_max_token_len_per_gpu (0: rows x sequence)
+  int64_t log_prob_chunk_rows = 4;      // rows per LM-head chunk in the update (train::ActorConfig)
+  int64_t log_prob_micro_batch = 8;     // rollout.log_prob_micro_batch_size_per_gpu
   // Generation: the engine's budget, gpu_memory_utilization of the device (accelerators), or the
   // KV tokens of every row at full length (CPU).
   double gpu_memory_utilization = 0.5;
@@ -40,7 +40,7 @@ struct MemoryPlanInputs {
 };
 
 struct MemoryItem {
-  std::string name;      // "actor AdamW moments"
+  std::string name;  // "actor AdamW moments"
   uint64_t bytes = 0;
   bool resident = true;  // held in every stage (false: this stage only, an estimate)
   std::string formula;   // how the bytes were counted

@@ -58,10 +58,10 @@ void add_trained_model(std::vector<MemoryItem>& items, const std::string& role, 
                      fmt::format("{} B x {} parameters", compute, p)});
   const uint64_t shard = uint64_t((total + world - 1) / world);
   if (stage == 2) {
-    items.push_back({role + " gradient shard (fp32)", 4 * shard, true,
-                     fmt::format("4 B x ceil({} / {} ranks)", p, world)});
-    items.push_back({role + " AdamW moments, shard", 8 * shard, true,
-                     fmt::format("2 x 4 B x ceil({} / {} ranks)", p, world)});
+    items.push_back(
+        {role + " gradient shard (fp32)", 4 * shard, true, fmt::format("4 B x ceil({} / {} ranks)", p, world)});
+    items.push_back(
+        {role + " AdamW moments, shard", 8 * shard, true, fmt::format("2 x 4 B x ceil({} / {} ranks)", p, world)});
     return;
   }
   items.push_back({role + " fp32 gradients", 4 * p, true, fmt::format("4 B x {} parameters", p)});
@@ -88,7 +88,8 @@ uint64_t layer_bytes_per_token(const model::ModelConfig& m, at::ScalarType dtype
 // layer's input is kept and one layer is recomputed at a time.
 uint64_t activation_bytes(const model::ModelConfig& m, at::ScalarType dtype, int64_t tokens, bool checkpointing) {
   const uint64_t t = uint64_t(tokens), layers = uint64_t(m.num_hidden_layers);
-  if (checkpointing) return layers * t * uint64_t(m.hidden_size) * dtype_bytes(dtype) + t * layer_bytes_per_token(m, dtype);
+  if (checkpointing)
+    return layers * t * uint64_t(m.hidden_size) * dtype_bytes(dtype) + t * layer_bytes_per_token(m, dtype);
   return layers * t * layer_bytes_per_token(m, dtype);
 }
 
@@ -182,8 +183,9 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     // The engine takes gpu_memory_utilization of the device for its weights and the pool.
     const uint64_t budget = uint64_t(in.gpu_memory_utilization * double(in.device_total_bytes));
     const uint64_t pool = budget > engine_weights ? budget - engine_weights : 0;
-    stage("generation", {{"KV pool", pool, false,
-                          fmt::format("rollout.gpu_memory_utilization {} x device - engine weights", in.gpu_memory_utilization)}});
+    stage("generation",
+          {{"KV pool", pool, false,
+            fmt::format("rollout.gpu_memory_utilization {} x device - engine weights", in.gpu_memory_utilization)}});
   } else {
     stage("generation", {{"KV pool", uint64_t(in.kv_tokens_cpu) * kv_per_token, false,
                           fmt::format("{} tokens (every row at full length) x {} B", in.kv_tokens_cpu, kv_per_token)}});
@@ -212,10 +214,11 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
       items.push_back({"16-bit gradients of one backward", compute * params, false,
                        fmt::format("{} B x {} parameters", compute, params)});
     if (stage2 == 2)
-      items.push_back({"fp32 gradients until the reduce-scatter", 4 * params, false,
-                       fmt::format("4 B x {} parameters", params)});
+      items.push_back(
+          {"fp32 gradients until the reduce-scatter", 4 * params, false, fmt::format("4 B x {} parameters", params)});
     if (lm_head) {
-      const int64_t rows = std::min<int64_t>(in.log_prob_chunk_rows, std::max<int64_t>(tokens / std::max<int64_t>(seq, 1), 1));
+      const int64_t rows =
+          std::min<int64_t>(in.log_prob_chunk_rows, std::max<int64_t>(tokens / std::max<int64_t>(seq, 1), 1));
       items.push_back({"logits chunk with its gradient (fp32)", logits_bytes(shape, rows, seq, true), false,
                        fmt::format("{} rows x {} tokens x {} vocab x 4 B x 3", rows, seq, shape.vocab_size)});
     }
@@ -292,9 +295,8 @@ void check_memory_plan(const MemoryPlanInputs& inputs, const std::string& device
   throw Error("memory plan",
               fmt::format("the resident training state needs {:.2f} GiB per rank, more than {}'s {:.2f} GiB (largest "
                           "item: {}, {:.2f} GiB = {}); {}. `verlpp plan` with the same arguments prints every item",
-                          double(plan.resident_bytes()) / kGiB, device_name,
-                          double(inputs.device_total_bytes) / kGiB, largest.name, double(largest.bytes) / kGiB,
-                          largest.formula,
+                          double(plan.resident_bytes()) / kGiB, device_name, double(inputs.device_total_bytes) / kGiB,
+                          largest.name, double(largest.bytes) / kGiB, largest.formula,
                           hint.empty() ? "no ZeRO stage or rank count makes it fit: the parameters themselves are "
                                          "replicated (parameter sharding and CPU offload are not built yet)"
                                        : "it would fit with " + hint));

@@ -1,0 +1,79 @@
+// `verlpp plan` as a user runs it (the embedded default; a 7B-shaped folder planned for a 140 GiB
+// device), and `verlpp train` refusing, before any work, a model whose resident training state
+// cannot fit this machine.
+#include "cli_run.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+using Catch::Matchers::Contains;
+
+namespace {
+
+// A model folder holding only config.json (the tiny model's, with `changes`) and the tiny tokenizer.
+std::string shape_folder(const std::string& dir, const nlohmann::json& changes) {
+  REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
+  const std::string tiny = std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/";
+  std::ifstream in(tiny + "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config.update(changes);
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  REQUIRE(std::system(("cp " + tiny + "tokenizer.json " + tiny + "tokenizer_config.json " + dir + "/").c_str()) == 0);
+  return dir;
+}
+
+const nlohmann::json kQwen7b = {{"vocab_size", 152064},       {"hidden_size", 3584},
+                                {"intermediate_size", 18944}, {"num_hidden_layers", 28},
+                                {"num_attention_heads", 28},  {"num_key_value_heads", 4},
+                                {"max_position_embeddings", 32768}, {"tie_word_embeddings", false}};
+
+}  // namespace
+
+TEST_CASE("verlpp plan: the default run fits; a 7B shape on one 140 GiB device does not, and says what would",
+          "[cli][plan]") {
+  const auto plain = verlpp::e2e::run_cli("plan");
+  INFO(plain.output);
+  CHECK(plain.status == 0);
+  CHECK_THAT(plain.output, Contains("actor AdamW moments") && Contains("peak: actor_update") && Contains("- fits"));
+
+  const std::string dir = shape_folder("/tmp/verlpp-plan-7b-" + std::to_string(::getpid()), kQwen7b);
+  const std::string args = "plan " + std::string(VERLPP_SOURCE_DIR) +
+                           "/examples/arith/grpo_tiny.json actor_rollout_ref.model.path=" + dir +
+                           " actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.rollout.dtype=bfloat16"
+                           " actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16"
+                           " actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 trainer.device=cuda --device-memory-gib 140";
+  const auto seven = verlpp::e2e::run_cli(args);
+  INFO(seven.output);
+  CHECK(seven.status == 0);
+  CHECK_THAT(seven.output, Contains("does NOT fit") && Contains("would fit with trainer.zero_stage=2 on 2 ranks"));
+  const auto sharded = verlpp::e2e::run_cli(args + " trainer.zero_stage=2 --nproc 2");
+  INFO(sharded.output);
+  CHECK_THAT(sharded.output, Contains("actor AdamW moments, shard") && !Contains("would fit with"));
+  CHECK(std::system(("rm -rf " + dir).c_str()) == 0);
+}
+
+TEST_CASE("verlpp train: a model whose resident state cannot fit is refused before any work", "[cli][plan]") {
+  // A 72B-like shape: its fp32 masters alone exceed any host this runs on.
+  const std::string dir = shape_folder("/tmp/verlpp-plan-72b-" + std::to_string(::getpid()),
+                                       {{"vocab_size", 152064},
+                                        {"hidden_size", 8192},
+                                        {"intermediate_size", 29568},
+                                        {"num_hidden_layers", 80},
+                                        {"num_attention_heads", 64},
+                                        {"num_key_value_heads", 8},
+                                        {"tie_word_embeddings", false}});
+  const std::string run = dir + "-run";
+  const auto r = verlpp::e2e::run_cli("train --demo trainer.default_local_dir=" + run +
+                                      " actor_rollout_ref.model.path=" + dir + " sft.enable=false");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK_THAT(r.output, Contains("memory plan") && Contains("the resident training state needs") &&
+                           Contains("largest item: actor AdamW moments") && Contains("`verlpp plan`"));
+  CHECK_THAT(r.output, !Contains("terminate called") && !Contains("Exception raised from"));
+  CHECK(std::system(("rm -rf " + dir + " " + run).c_str()) == 0);
+}
