@@ -27,10 +27,14 @@ std::string shape_folder(const std::string& dir, const nlohmann::json& changes) 
   return dir;
 }
 
-const nlohmann::json kQwen7b = {{"vocab_size", 152064},       {"hidden_size", 3584},
-                                {"intermediate_size", 18944}, {"num_hidden_layers", 28},
-                                {"num_attention_heads", 28},  {"num_key_value_heads", 4},
-                                {"max_position_embeddings", 32768}, {"tie_word_embeddings", false}};
+const nlohmann::json kQwen7b = {{"vocab_size", 152064},
+                                {"hidden_size", 3584},
+                                {"intermediate_size", 18944},
+                                {"num_hidden_layers", 28},
+                                {"num_attention_heads", 28},
+                                {"num_key_value_heads", 4},
+                                {"max_position_embeddings", 32768},
+                                {"tie_word_embeddings", false}};
 
 }  // namespace
 
@@ -42,11 +46,11 @@ TEST_CASE("verlpp plan: the default run fits; a 7B shape on one 140 GiB device d
   CHECK_THAT(plain.output, Contains("actor AdamW moments") && Contains("peak: actor_update") && Contains("- fits"));
 
   const std::string dir = shape_folder("/tmp/verlpp-plan-7b-" + std::to_string(::getpid()), kQwen7b);
-  const std::string args = "plan " + std::string(VERLPP_SOURCE_DIR) +
-                           "/examples/arith/grpo_tiny.json actor_rollout_ref.model.path=" + dir +
-                           " actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.rollout.dtype=bfloat16"
-                           " actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16"
-                           " actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 trainer.device=cuda --device-memory-gib 140";
+  const std::string args =
+      "plan " + std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json actor_rollout_ref.model.path=" + dir +
+      " actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.rollout.dtype=bfloat16"
+      " actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16"
+      " actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 trainer.device=cuda --device-memory-gib 140";
   const auto seven = verlpp::e2e::run_cli(args);
   INFO(seven.output);
   CHECK(seven.status == 0);
@@ -59,14 +63,14 @@ TEST_CASE("verlpp plan: the default run fits; a 7B shape on one 140 GiB device d
 
 TEST_CASE("verlpp train: a model whose resident state cannot fit is refused before any work", "[cli][plan]") {
   // A 72B-like shape: its fp32 masters alone exceed any host this runs on.
-  const std::string dir = shape_folder("/tmp/verlpp-plan-72b-" + std::to_string(::getpid()),
-                                       {{"vocab_size", 152064},
-                                        {"hidden_size", 8192},
-                                        {"intermediate_size", 29568},
-                                        {"num_hidden_layers", 80},
-                                        {"num_attention_heads", 64},
-                                        {"num_key_value_heads", 8},
-                                        {"tie_word_embeddings", false}});
+  const std::string dir =
+      shape_folder("/tmp/verlpp-plan-72b-" + std::to_string(::getpid()), {{"vocab_size", 152064},
+                                                                          {"hidden_size", 8192},
+                                                                          {"intermediate_size", 29568},
+                                                                          {"num_hidden_layers", 80},
+                                                                          {"num_attention_heads", 64},
+                                                                          {"num_key_value_heads", 8},
+                                                                          {"tie_word_embeddings", false}});
   const std::string run = dir + "-run";
   const auto r = verlpp::e2e::run_cli("train --demo trainer.default_local_dir=" + run +
                                       " actor_rollout_ref.model.path=" + dir + " sft.enable=false");
