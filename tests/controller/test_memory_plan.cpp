@@ -7,6 +7,7 @@
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/actor.hpp>
 
+#include "../model_shapes.hpp"
 #include "../train/tiny_fixture.hpp"
 
 #include <nlohmann/json.hpp>
@@ -31,17 +32,7 @@ model::ModelConfig shape(const nlohmann::json& changes) {
   return model::parse_model_config(j, "test shape");
 }
 
-// Qwen/Qwen2.5-7B's shape-defining fields.
-model::ModelConfig qwen7b() {
-  return shape({{"vocab_size", 152064},
-                {"hidden_size", 3584},
-                {"intermediate_size", 18944},
-                {"num_hidden_layers", 28},
-                {"num_attention_heads", 28},
-                {"num_key_value_heads", 4},
-                {"max_position_embeddings", 32768},
-                {"tie_word_embeddings", false}});
-}
+model::ModelConfig qwen7b() { return shape(test::qwen2_5_7b_fields()); }
 
 const controller::MemoryItem* find_item(const controller::MemoryPlan& plan, const std::string& name) {
   for (const auto& i : plan.resident)
@@ -143,13 +134,7 @@ TEST_CASE("memory plan: a resident state larger than the device is refused, nami
   CHECK_NOTHROW(controller::check_memory_plan(in, "cuda:0"));
   // A size that nothing built fits: the replicated weights alone exceed the device.
   controller::MemoryPlanInputs huge = in;
-  huge.model = shape({{"vocab_size", 152064},
-                      {"hidden_size", 8192},
-                      {"intermediate_size", 29568},
-                      {"num_hidden_layers", 80},
-                      {"num_attention_heads", 64},
-                      {"num_key_value_heads", 8},
-                      {"tie_word_embeddings", false}});
+  huge.model = shape(test::qwen_72b_like_fields());
   CHECK_THROWS_WITH(controller::check_memory_plan(huge, "cuda:0"),
                     Contains("no ZeRO stage or rank count makes it fit"));
   // An engine in another dtype than the compute copy holds its own weights; the hint says so.

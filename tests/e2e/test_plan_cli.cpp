@@ -1,6 +1,7 @@
 // `verlpp plan` as a user runs it (the embedded default; a 7B-shaped folder planned for a 140 GiB
 // device), and `verlpp train` refusing, before any work, a model whose resident training state
 // cannot fit this machine.
+#include "../model_shapes.hpp"
 #include "cli_run.hpp"
 
 #include <nlohmann/json.hpp>
@@ -27,15 +28,6 @@ std::string shape_folder(const std::string& dir, const nlohmann::json& changes) 
   return dir;
 }
 
-const nlohmann::json kQwen7b = {{"vocab_size", 152064},
-                                {"hidden_size", 3584},
-                                {"intermediate_size", 18944},
-                                {"num_hidden_layers", 28},
-                                {"num_attention_heads", 28},
-                                {"num_key_value_heads", 4},
-                                {"max_position_embeddings", 32768},
-                                {"tie_word_embeddings", false}};
-
 }  // namespace
 
 TEST_CASE("verlpp plan: the default run fits; a 7B shape on one 140 GiB device does not, and says what would",
@@ -45,7 +37,8 @@ TEST_CASE("verlpp plan: the default run fits; a 7B shape on one 140 GiB device d
   CHECK(plain.status == 0);
   CHECK_THAT(plain.output, Contains("actor AdamW moments") && Contains("peak: actor_update") && Contains("- fits"));
 
-  const std::string dir = shape_folder("/tmp/verlpp-plan-7b-" + std::to_string(::getpid()), kQwen7b);
+  const std::string dir =
+      shape_folder("/tmp/verlpp-plan-7b-" + std::to_string(::getpid()), verlpp::test::qwen2_5_7b_fields());
   const std::string args =
       "plan " + std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json actor_rollout_ref.model.path=" + dir +
       " actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.rollout.dtype=bfloat16"
@@ -64,13 +57,7 @@ TEST_CASE("verlpp plan: the default run fits; a 7B shape on one 140 GiB device d
 TEST_CASE("verlpp train: a model whose resident state cannot fit is refused before any work", "[cli][plan]") {
   // A 72B-like shape: its fp32 masters alone exceed any host this runs on.
   const std::string dir =
-      shape_folder("/tmp/verlpp-plan-72b-" + std::to_string(::getpid()), {{"vocab_size", 152064},
-                                                                          {"hidden_size", 8192},
-                                                                          {"intermediate_size", 29568},
-                                                                          {"num_hidden_layers", 80},
-                                                                          {"num_attention_heads", 64},
-                                                                          {"num_key_value_heads", 8},
-                                                                          {"tie_word_embeddings", false}});
+      shape_folder("/tmp/verlpp-plan-72b-" + std::to_string(::getpid()), verlpp::test::qwen_72b_like_fields());
   const std::string run = dir + "-run";
   const auto r = verlpp::e2e::run_cli("train --demo trainer.default_local_dir=" + run +
                                       " actor_rollout_ref.model.path=" + dir + " sft.enable=false");

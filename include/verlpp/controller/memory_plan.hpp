@@ -57,8 +57,7 @@ struct MemoryPlan {
   std::vector<MemoryItem> resident;  // the items every stage holds
   uint64_t device_total_bytes = 0;
   uint64_t resident_bytes() const;
-  uint64_t peak_bytes() const;  // the largest stage total
-  const StagePlan& peak_stage() const;
+  const StagePlan& peak_stage() const;  // the stage with the largest total
   // The largest single item of the resident state.
   const MemoryItem& largest_resident() const;
 };

@@ -6,6 +6,8 @@
 // rollout dtype differs (otherwise it shares the compute copy). Transients are estimates.
 #include <verlpp/controller/memory_plan.hpp>
 
+#include <verlpp/controller/rl_trainer.hpp>
+
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 #include <verlpp/model/decoder.hpp>
@@ -112,8 +114,6 @@ uint64_t MemoryPlan::resident_bytes() const {
   return t;
 }
 
-uint64_t MemoryPlan::peak_bytes() const { return peak_stage().total(); }
-
 const StagePlan& MemoryPlan::peak_stage() const {
   VERLPP_CHECK(!stages.empty(), "a memory plan without stages");
   return *std::max_element(stages.begin(), stages.end(),
@@ -135,7 +135,8 @@ MemoryPlanInputs plan_inputs(const RunSettings& s, const model::ModelConfig& mod
   in.param_dtype = s.actor.precision.resolve(!accelerator);
   in.rollout_dtype = s.rollout.dtype;
   in.reference = s.algorithm.use_kl_in_reward || s.actor.use_kl_loss;
-  in.critic = s.critic.enable.value_or(s.algorithm.adv_estimator == "gae");
+  // As the RL loop decides (rl_setup.cpp): the critic by default where the estimator needs one.
+  in.critic = s.critic.enable.value_or(algorithm_family(s.algorithm.adv_estimator) == AlgorithmFamily::kWithCritic);
   in.actor_checkpointing = s.model.enable_gradient_checkpointing;
   in.critic_checkpointing = s.critic.enable_gradient_checkpointing;
   in.sequence_tokens = s.data.max_prompt_length + s.data.max_response_length;

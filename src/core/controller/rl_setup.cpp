@@ -4,8 +4,8 @@
 #include "rl_state.hpp"
 
 #include <verlpp/algo/advantages.hpp>
-#include <verlpp/controller/memory_plan.hpp>
 #include <verlpp/controller/device_choice.hpp>
+#include <verlpp/controller/memory_plan.hpp>
 #include <verlpp/core/strings.hpp>
 #include <verlpp/hw/device.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
