@@ -1,5 +1,6 @@
 // Config: verl's defaults, strict merging with suggestions, overrides, references, validation.
 #include <verlpp/controller/config.hpp>
+#include <verlpp/controller/run_settings.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <cstdio>
@@ -9,6 +10,8 @@
 
 using Catch::Contains;
 using verlpp::controller::Config;
+using verlpp::controller::parse_run_settings;
+using verlpp::controller::RunSettings;
 
 namespace {
 
@@ -170,16 +173,60 @@ TEST_CASE("validate: inconsistent values are refused before any work, all at onc
   kl.set("actor_rollout_ref.actor.kl_loss_type", "k9");
   CHECK_THROWS_WITH(kl.validate(1), Contains("'k9' is not one of"));
   Config zero = small_valid();
-  for (const int stage : {0, 1, 2}) {
+  for (const int stage : {0, 1, 2, 3}) {
     zero.set("trainer.zero_stage", stage);
     CHECK_NOTHROW(zero.validate(2));
   }
-  for (const int stage : {-1, 3}) {
+  for (const int stage : {-1, 4}) {
     zero.set("trainer.zero_stage", stage);
     CHECK_THROWS_WITH(zero.validate(2),
                       Contains("trainer.zero_stage = " + std::to_string(stage) + " is not supported") &&
-                          Contains("2 (gradients and optimizer states sharded"));
+                          Contains("3 (parameters too)"));
   }
+}
+
+TEST_CASE("the sharding keys: strategies, stage and reshard_after_forward, fsdp_size", "[config]") {
+  // Unset, the stage follows verl's FSDP: reshard_after_forward true is ZeRO-3, false ZeRO-2.
+  Config c = small_valid();
+  c.resolve();
+  CHECK(parse_run_settings(c, 1, 1).actor.sharding.zero_stage == 3);
+  Config grad_op = small_valid();
+  grad_op.set("actor_rollout_ref.actor.fsdp_config.reshard_after_forward", false);
+  grad_op.resolve();
+  const RunSettings rs = parse_run_settings(grad_op, 1, 1);
+  CHECK(rs.actor.sharding.zero_stage == 2);
+  CHECK(rs.ref.sharding.zero_stage == 3);  // each role reads its own fsdp_config
+  // Both said, and they disagree: refused naming both keys.
+  Config both = small_valid();
+  both.set("trainer.zero_stage", 3);
+  both.set("critic.model.fsdp_config.reshard_after_forward", false);
+  CHECK_THROWS_WITH(both.validate(2), Contains("trainer.zero_stage = 3") &&
+                                          Contains("critic.model.fsdp_config.reshard_after_forward = false"));
+  both.set("trainer.zero_stage", 2);
+  CHECK_NOTHROW(both.validate(2));
+  for (const char* strategy :
+       {"actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy"}) {
+    Config s = small_valid();
+    s.set(strategy, "fsdp2");
+    CHECK_NOTHROW(s.validate(2));
+    s.set(strategy, "megatron");
+    CHECK_THROWS_WITH(s.validate(2), Contains(std::string(strategy) + " = 'megatron' is not supported"));
+  }
+  Config size = small_valid();
+  size.set("actor_rollout_ref.actor.fsdp_config.fsdp_size", 2);
+  CHECK_NOTHROW(size.validate(2));
+  CHECK_THROWS_WITH(size.validate(4),
+                    Contains("actor_rollout_ref.actor.fsdp_config.fsdp_size = 2") && Contains("hybrid sharding"));
+  // offload_policy (FSDP2's CPU offload) offloads both; the reference has no optimizer to offload.
+  Config policy = small_valid();
+  policy.set("actor_rollout_ref.actor.fsdp_config.offload_policy", true);
+  policy.set("actor_rollout_ref.ref.fsdp_config.offload_policy", true);
+  policy.resolve();
+  const RunSettings offload = parse_run_settings(policy, 1, 1);
+  CHECK(offload.actor.sharding.param_offload);
+  CHECK(offload.actor.sharding.optimizer_offload);
+  CHECK(offload.ref.sharding.param_offload);
+  CHECK_FALSE(offload.ref.sharding.optimizer_offload);
 }
 
 TEST_CASE("a value of the wrong type read by a check names its key, not the JSON library's code", "[config]") {

@@ -6,6 +6,7 @@
 #include <verlpp/core/error.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/train/actor.hpp>
+#include <verlpp/train/data_parallel.hpp>
 
 #include "../model_shapes.hpp"
 #include "../train/tiny_fixture.hpp"
@@ -97,7 +98,7 @@ TEST_CASE("memory plan: ZeRO-2 holds ceil(P / N) of the gradient and twice that 
     controller::MemoryPlanInputs in;
     in.model = m.config();
     in.world_size = world;
-    in.zero_stage = 2;
+    in.actor_layout.zero_stage = 2;
     in.accelerator = false;
     const controller::MemoryPlan plan = controller::plan_memory(in);
     const uint64_t shard = (p + uint64_t(world) - 1) / uint64_t(world);
@@ -113,11 +114,12 @@ TEST_CASE("memory plan: ZeRO-2 holds ceil(P / N) of the gradient and twice that 
   }
 }
 
-TEST_CASE("memory plan: a resident state larger than the device is refused, naming what would fit", "[memory_plan]") {
+TEST_CASE("memory plan: a plan larger than the device is refused, naming what would fit", "[memory_plan]") {
   controller::MemoryPlanInputs in;
   in.model = qwen7b();
   in.param_dtype = in.rollout_dtype = at::kBFloat16;
   in.reference = true;
+  in.update_micro_batch = 4;
   in.device_total_bytes = 140 * kGiB;
   // 18 B per parameter for the actor (fp32 masters, gradients and moments, bf16 copy) and 2 for
   // the reference: about 142 GiB for the 7.6B parameters.
@@ -126,26 +128,76 @@ TEST_CASE("memory plan: a resident state larger than the device is refused, nami
         Approx(20.0 * double(model::parameter_count(in.model)) / double(kGiB)));
   CHECK(plan.largest_resident().name == "actor AdamW moments");
   CHECK_THROWS_WITH(controller::check_memory_plan(in, "cuda:0"),
-                    Contains("the resident training state needs 141.") && Contains("more than cuda:0's 140.00 GiB") &&
+                    Contains("the actor_update stage needs") && Contains("more than cuda:0's 140.00 GiB") &&
                         Contains("largest item: actor AdamW moments, 56.") &&
-                        Contains("it would fit with trainer.zero_stage=2 on 2 ranks"));
-  in.zero_stage = 2;
-  in.world_size = 2;
-  CHECK_NOTHROW(controller::check_memory_plan(in, "cuda:0"));
-  // A size that nothing built fits: the replicated weights alone exceed the device.
+                        Contains("it would fit with actor_rollout_ref.actor.fsdp_config.optimizer_offload=true") &&
+                        Contains("trainer.zero_stage=3 on 2 ranks"));
+  // The optimizer state in host memory: 12 B per parameter there, the weights (2 B) on the device.
+  controller::MemoryPlanInputs offload = in;
+  offload.actor_layout.optimizer_offload = true;
+  const controller::MemoryPlan offloaded = controller::plan_memory(offload);
+  const double p = double(model::parameter_count(in.model));
+  CHECK(double(offloaded.host_bytes()) == Approx(12.0 * p).epsilon(1e-3));
+  CHECK(double(offloaded.resident_bytes()) == Approx(4.0 * p).epsilon(1e-3));  // actor + reference weights
+  CHECK_NOTHROW(controller::check_memory_plan(offload, "cuda:0"));
+  // ZeRO-3 on 2 ranks: a shard of everything.
+  controller::MemoryPlanInputs sharded = in;
+  sharded.actor_layout.zero_stage = sharded.ref_layout.zero_stage = 3;
+  sharded.world_size = 2;
+  CHECK(double(controller::plan_memory(sharded).resident_bytes()) == Approx(10.0 * p).epsilon(1e-3));
+  CHECK_NOTHROW(controller::check_memory_plan(sharded, "cuda:0"));
+  // A 72B-like shape needs ZeRO-3 on many ranks.
   controller::MemoryPlanInputs huge = in;
   huge.model = shape(test::qwen_72b_like_fields());
-  CHECK_THROWS_WITH(controller::check_memory_plan(huge, "cuda:0"),
-                    Contains("no ZeRO stage or rank count makes it fit"));
+  CHECK_THROWS_WITH(controller::check_memory_plan(huge, "cuda:0"), Contains("trainer.zero_stage=3 on"));
   // An engine in another dtype than the compute copy holds its own weights; the hint says so.
-  controller::MemoryPlanInputs cast = in;
-  cast.zero_stage = 0;
-  cast.world_size = 1;
+  controller::MemoryPlanInputs cast = offload;
   cast.rollout_dtype = at::kFloat;
-  CHECK(find_item(controller::plan_memory(cast), "rollout engine weights (own float32 copy)") != nullptr);
-  CHECK_THROWS_WITH(controller::check_memory_plan(cast, "cuda:0"),
-                    Contains("actor_rollout_ref.rollout.dtype=bfloat16"));
+  bool engine_copy = false;
+  for (const auto& st : controller::plan_memory(cast).stages)
+    for (const auto& i : st.items) engine_copy |= i.name == "rollout engine weights (own float32 copy)";
+  CHECK(engine_copy);
   // An unknown device size checks nothing.
-  cast.device_total_bytes = 0;
-  CHECK_NOTHROW(controller::check_memory_plan(cast, "cuda:0"));
+  huge.device_total_bytes = 0;
+  CHECK_NOTHROW(controller::check_memory_plan(huge, "cuda:0"));
+}
+
+// Flat units (offload, ZeRO-3): the plan's items against what a trained actor holds, measured
+// from its tensors (TrainedModel::memory_held); the units' alignment adds at most 16 elements per
+// parameter.
+TEST_CASE("memory plan: offloaded and sharded items are the bytes a trained actor holds", "[memory_plan]") {
+  model::DecoderLM m = test::tiny_model(3);
+  const uint64_t slack = 16 * uint64_t(m.named_parameters().size());
+  auto near = [&](uint64_t planned, int64_t held, uint64_t bytes_per_element) {
+    return uint64_t(held) >= planned && uint64_t(held) <= planned + bytes_per_element * slack;
+  };
+  train::ActorConfig cfg;
+  cfg.param_dtype = at::kBFloat16;
+  cfg.ppo_mini_batch_size = 8;
+  cfg.ppo_micro_batch_size = 4;
+  train::Actor actor(m, cfg, train::LrSchedule({1e-3, "constant", 0, 1, 0.0, 0.5}));
+  train::ShardingOptions o;
+  o.optimizer_offload = true;
+  actor.set_data_parallel(train::DataParallel(), o);
+  actor.update_policy(test::policy_batch(
+      m, 8, 5, 4, 1, [](int64_t r) { return r % 3; }, [](int64_t r) { return r % 2; }));
+  const train::TrainedModel::MemoryHeld held = actor.trained_model().memory_held();
+
+  controller::MemoryPlanInputs in;
+  in.model = m.config();
+  in.param_dtype = in.rollout_dtype = at::kBFloat16;
+  in.accelerator = false;
+  in.actor_layout.optimizer_offload = true;
+  const controller::MemoryPlan plan = controller::plan_memory(in);
+  auto item = [&](const std::vector<controller::MemoryItem>& items, const std::string& name) -> uint64_t {
+    for (const auto& i : items)
+      if (i.name == name) return i.bytes;
+    FAIL("no item " << name);
+    return 0;
+  };
+  CHECK(held.master_weights == 0);
+  CHECK(near(item(plan.resident, "actor weights (bfloat16)"), held.compute_weights, 2));
+  CHECK(near(item(plan.host, "actor fp32 masters"), held.masters_in_units, 4));
+  CHECK(near(item(plan.host, "actor AdamW moments"), held.optimizer_states, 8));
+  CHECK(held.gradients == 0);  // dropped by the step: the sums are an update-stage item
 }

@@ -47,14 +47,21 @@ TEST_CASE("verlpp plan: the default run fits; a 7B shape on one 140 GiB device d
   const auto seven = verlpp::e2e::run_cli(args);
   INFO(seven.output);
   CHECK(seven.status == 0);
-  CHECK_THAT(seven.output, Contains("does NOT fit") && Contains("would fit with trainer.zero_stage=2 on 2 ranks"));
-  const auto sharded = verlpp::e2e::run_cli(args + " trainer.zero_stage=2 --nproc 2");
+  CHECK_THAT(seven.output, Contains("does NOT fit") &&
+                               Contains("would fit with actor_rollout_ref.actor.fsdp_config.optimizer_offload=true") &&
+                               Contains("trainer.zero_stage=3 on 2 ranks"));
+  const auto offloaded = verlpp::e2e::run_cli(args + " actor_rollout_ref.actor.fsdp_config.optimizer_offload=true");
+  INFO(offloaded.output);
+  CHECK_THAT(offloaded.output, Contains("in host memory (offloaded") && Contains("actor AdamW moments") &&
+                                   Contains("- fits") && !Contains("would fit with"));
+  const auto sharded = verlpp::e2e::run_cli(args + " trainer.zero_stage=3 --nproc 2");
   INFO(sharded.output);
-  CHECK_THAT(sharded.output, Contains("actor AdamW moments, shard") && !Contains("would fit with"));
+  CHECK_THAT(sharded.output, Contains("actor weight shard") && Contains("actor AdamW moments, shard") &&
+                                 Contains("gathered units") && !Contains("would fit with"));
   CHECK(std::system(("rm -rf " + dir).c_str()) == 0);
 }
 
-TEST_CASE("verlpp train: a model whose resident state cannot fit is refused before any work", "[cli][plan]") {
+TEST_CASE("verlpp train: a model whose plan cannot fit is refused before any work", "[cli][plan]") {
   // A 72B-like shape: its fp32 masters alone exceed any host this runs on.
   const std::string dir =
       shape_folder("/tmp/verlpp-plan-72b-" + std::to_string(::getpid()), verlpp::test::qwen_72b_like_fields());
@@ -63,7 +70,7 @@ TEST_CASE("verlpp train: a model whose resident state cannot fit is refused befo
                                       " actor_rollout_ref.model.path=" + dir + " sft.enable=false");
   INFO(r.output);
   CHECK(r.status != 0);
-  CHECK_THAT(r.output, Contains("memory plan") && Contains("the resident training state needs") &&
+  CHECK_THAT(r.output, Contains("memory plan") && Contains("stage needs") &&
                            Contains("largest item: actor AdamW moments") && Contains("`verlpp plan`"));
   CHECK_THAT(r.output, !Contains("terminate called") && !Contains("Exception raised from"));
   CHECK(std::system(("rm -rf " + dir + " " + run).c_str()) == 0);

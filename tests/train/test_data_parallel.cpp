@@ -31,11 +31,16 @@
 #include <mutex>
 #include <thread>
 
+#include "rank_threads.hpp"
 #include "tiny_fixture.hpp"
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
 using namespace verlpp;
+using verlpp::test::cpu_ref;
+using verlpp::test::run_ranks;
+using verlpp::test::worst_diff;
+using verlpp::test::worst_relative;
 
 // Built only where cpu_ref has its Gloo communicator (CMakeLists.txt says why).
 #if VERLPP_CPU_REF_HAS_GLOO
@@ -43,41 +48,6 @@ using namespace verlpp;
 namespace {
 
 constexpr int64_t kB = 16, kP = 5, kR = 4;
-
-const hw::Plugin& cpu_ref() {
-  static const hw::Plugin plugin = hw::load_plugin_file(std::string(VERLPP_BIN_DIR) + "/libverlpp-plugin-cpu_ref.so");
-  return plugin;
-}
-
-// Runs `body(dp)` on `world` threads, each a rank of one process group; fails with the first
-// error. Bodies only record results: Catch2's assertions are not thread-safe.
-void run_ranks(int32_t world, const std::function<void(const train::DataParallel&)>& body) {
-  const uint16_t port = controller::pick_free_port();
-  std::vector<std::thread> threads;
-  std::mutex mutex;
-  std::string first_error;
-  for (int32_t r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        hw::WorldInfo w;
-        w.rank = r;
-        w.world_size = w.local_world_size = world;
-        w.local_rank = r;
-        w.master_port = port;
-        hw::ProcessGroupOptions options;
-        options.timeout = std::chrono::milliseconds(60000);
-        auto group = hw::ProcessGroup::create(w, hw::Device(cpu_ref(), 0), options);
-        body(train::DataParallel(group.get(), c10::Device(c10::kCPU)));
-        group->barrier();
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (first_error.empty()) first_error = fmt::format("rank {}: {}", r, e.what());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (!first_error.empty()) FAIL(first_error);
-}
 
 // A rollout-shaped batch with ragged prompts and responses (so the partition has work to do).
 data::Batch make_batch(const model::DecoderLM& m) {
@@ -102,12 +72,6 @@ std::vector<at::Tensor> two_updates_on_one_rank(const data::Batch& batch, const 
   actor.update_policy(batch);
   actor.update_policy(batch);
   return test::parameter_values(m);
-}
-
-double worst_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, a[i].sub(b[i]).abs().max().item<double>());
-  return worst;
 }
 
 }  // namespace
@@ -394,13 +358,6 @@ std::vector<RankResult> two_updates_on_ranks(int32_t world, int zero_stage, cons
       if (p.grad().defined()) r.whole_gradients_held += p.grad().numel();
   });
   return out;
-}
-
-// max |a - b| / max |b| over all parameters.
-double worst_relative(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  double scale = 0;
-  for (const auto& t : b) scale = std::max(scale, t.abs().max().item<double>());
-  return worst_diff(a, b) / scale;
 }
 
 }  // namespace

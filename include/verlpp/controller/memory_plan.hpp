@@ -17,11 +17,19 @@
 
 namespace verlpp::controller {
 
+// How one role's state is held (ShardingSettings, as the run resolves them).
+struct RoleLayout {
+  int64_t zero_stage = 0;  // 0-3; with one rank every stage holds what 0 holds (offload aside)
+  bool param_offload = false, optimizer_offload = false;
+};
+
 // What the plan is computed from (plan_inputs fills it from a run's settings).
 struct MemoryPlanInputs {
-  model::ModelConfig model;  // the actor's shape
-  int64_t world_size = 1;    // data-parallel ranks
-  int64_t zero_stage = 0;    // trainer.zero_stage
+  model::ModelConfig model;                // the actor's shape
+  int64_t world_size = 1;                  // data-parallel ranks
+  RoleLayout actor_layout, critic_layout;  // trainer.zero_stage and each role's fsdp_config
+  // The reference: zero_stage 3 = sharded like the actor's ZeRO-3 (0: whole on every rank).
+  RoleLayout ref_layout;
   at::ScalarType param_dtype = at::kBFloat16;
   at::ScalarType rollout_dtype = at::kBFloat16;
   bool reference = false, critic = false;
@@ -42,7 +50,8 @@ struct MemoryPlanInputs {
 struct MemoryItem {
   std::string name;  // "actor AdamW moments"
   uint64_t bytes = 0;
-  bool resident = true;  // held in every stage (false: this stage only, an estimate)
+  bool resident = true;  // held in every stage (false: this stage only; an estimate unless the stage
+                         // brings back exact resident weights from host memory)
   std::string formula;   // how the bytes were counted
 };
 
@@ -54,9 +63,11 @@ struct StagePlan {
 
 struct MemoryPlan {
   std::vector<StagePlan> stages;
-  std::vector<MemoryItem> resident;  // the items every stage holds
+  std::vector<MemoryItem> resident;  // the items every stage holds on the device
+  std::vector<MemoryItem> host;      // offloaded state in host memory (pinned where the plugin has it)
   uint64_t device_total_bytes = 0;
   uint64_t resident_bytes() const;
+  uint64_t host_bytes() const;
   const StagePlan& peak_stage() const;  // the stage with the largest total
   // The largest single item of the resident state.
   const MemoryItem& largest_resident() const;
@@ -68,11 +79,12 @@ MemoryPlan plan_memory(const MemoryPlanInputs& inputs);
 
 // The plan as the table `verlpp plan` prints (GiB per stage and item, fits / does not fit).
 std::string format_memory_plan(const MemoryPlan& plan, const std::string& device_name);
-// Settings that would make the resident state fit the device, as override text
-// ("trainer.zero_stage=2 with --nproc 4"); empty when none does within 4096 ranks.
+// Settings that would make the plan's peak stage fit the device, as override text (offload, a
+// smaller micro-batch or gpu_memory_utilization on these ranks, else ZeRO-3 on more ranks);
+// empty when none does within 4096 ranks.
 std::string memory_fix_hint(const MemoryPlanInputs& inputs);
-// Throws an Error naming the largest item and memory_fix_hint when the resident state alone
-// exceeds the device's memory (nothing when the device's size is unknown).
+// Throws an Error naming the stage, its largest item and memory_fix_hint when the plan's peak
+// stage exceeds the device's memory (nothing when the device's size is unknown).
 void check_memory_plan(const MemoryPlanInputs& inputs, const std::string& device_name);
 
 }  // namespace verlpp::controller

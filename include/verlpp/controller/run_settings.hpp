@@ -8,6 +8,7 @@
 #include <verlpp/controller/config.hpp>
 #include <verlpp/controller/reward_manager.hpp>
 #include <verlpp/model/forward_options.hpp>
+#include <verlpp/train/sharding.hpp>
 
 #include <c10/core/ScalarType.h>
 
@@ -63,6 +64,17 @@ struct ActorModelSettings {
   bool use_fused_kernels = false;              // use_fused_kernels (recompute the logits in the backward)
 };
 
+// How a role's model is held over the ranks and in host memory: <role>.strategy (fsdp, fsdp2),
+// <fsdp_config>.{param_offload, optimizer_offload, offload_policy, reshard_after_forward} and
+// trainer.zero_stage (docs/scale-out.md).
+struct ShardingSettings {
+  // The ZeRO stage: trainer.zero_stage when set, else verl's FSDP: reshard_after_forward = true is
+  // FULL_SHARD (3), false SHARD_GRAD_OP (2). With one rank every stage runs as 0 (no offload).
+  int64_t zero_stage = 3;
+  bool param_offload = false;      // param_offload, or offload_policy (FSDP2's CPU offload)
+  bool optimizer_offload = false;  // optimizer_offload, or offload_policy
+};
+
 // What actor_rollout_ref.actor.* and critic.* both have: the PPO update's batching, the loss
 // aggregation, the optimizer and the precision of the passes.
 struct PpoRoleSettings {
@@ -74,6 +86,14 @@ struct PpoRoleSettings {
   std::string loss_agg_mode = "token-mean";   // loss_agg_mode
   OptimSettings optim;                        // optim, grad_clip
   PrecisionSettings precision;                // (model.)fsdp_config.mixed_precision
+  ShardingSettings sharding;                  // strategy, (model.)fsdp_config, trainer.zero_stage
+};
+
+// actor_rollout_ref.ref.* (the frozen reference)
+struct ReferenceSettings {
+  // fsdp_config.param_offload; zero_stage 3 (sharded when the run is) unless
+  // fsdp_config.reshard_after_forward = false (whole on every rank). No optimizer: never offloaded.
+  ShardingSettings sharding;
 };
 
 // actor_rollout_ref.actor.*
@@ -155,7 +175,7 @@ struct TrainerSettings {
   std::string default_local_dir;                   // default_local_dir (the run folder)
   int64_t total_epochs = 30;                       // total_epochs
   std::optional<int64_t> total_training_steps;     // total_training_steps (null: epochs x batches)
-  int64_t zero_stage = 0;                          // zero_stage (verlpp: 1 shards AdamW's state)
+  std::optional<int64_t> zero_stage;               // zero_stage (verlpp: 0-3; null: from fsdp_config)
   int64_t max_actor_ckpt_to_keep = 0;              // max_actor_ckpt_to_keep (null: all)
   std::string resume_mode = "auto";                // resume_mode: auto | disable | resume_path
   std::string resume_from_path;                    // resume_from_path (null: "")
@@ -233,12 +253,15 @@ struct PathSettings {
   bool kernel_streams = true;    // verlpp.kernels.streams
   bool rotary_attention = true;  // verlpp.rollout.rotary_attention
   bool train_rotary_qkv = true;  // verlpp.train.rotary_qkv
+  // verlpp.train.offloaded_adamw: where AdamW runs over offloaded optimizer state (host | device).
+  train::OffloadedStep offloaded_step = train::OffloadedStep::kHost;
 };
 
 struct RunSettings {
   DataSettings data;
   ActorModelSettings model;
   ActorSettings actor;
+  ReferenceSettings ref;
   RolloutSettings rollout;
   CriticSettings critic;
   AlgorithmSettings algorithm;

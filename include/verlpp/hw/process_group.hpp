@@ -44,6 +44,9 @@ class ProcessGroup {
   void all_reduce_max(at::Tensor& t) const;
   // Every rank's `t` [n, ...] (same shape on all ranks) concatenated in rank order: [world * n, ...].
   at::Tensor all_gather(const at::Tensor& t) const;
+  // The same into `recv` [world * n] (flat, contiguous, send's dtype), written by the
+  // communicator alone: no LibTorch op touches recv, so tensors viewing it keep their versions.
+  void all_gather_into(const at::Tensor& send, const at::Tensor& recv) const;
   // recv [n] = the sum over ranks of this rank's chunk of send [world * n] (both contiguous,
   // flat, one dtype; recv may be a contiguous view into a larger tensor).
   void reduce_scatter_sum(const at::Tensor& send, at::Tensor& recv) const;

@@ -79,6 +79,26 @@ class LayerKernels {
   }
 };
 
+// One decoder layer as a function of its input hidden state [..., C] -> [..., C]. It owns (copies)
+// what it uses: it may run again in the backward, after the forward that made it has returned.
+using LayerFn = std::function<at::Tensor(const at::Tensor&)>;
+
+// The seam through which a sharded trainer (ZeRO-3 / FSDP, train/sharded_weights.hpp) makes a
+// model's parameters present only while they are used. The model calls gather_outer() before it
+// reads a parameter outside the decoder layers (embedding, final norm, heads) and runs each
+// layer through run_layer, which gathers the layer's parameters around the call (and around its
+// backward). Implementations are shared by the model's copies and must be thread-compatible.
+class ParameterGather {
+ public:
+  virtual ~ParameterGather() = default;
+  // Makes the parameters outside the decoder layers present until the owner releases them.
+  virtual void gather_outer() const = 0;
+  // layer(hidden) with layer `index`'s parameters present while it runs, and again for its
+  // backward when autograd records it. `recompute`: gradient checkpointing (the layer runs
+  // without a graph and again in the backward).
+  virtual at::Tensor run_layer(int64_t index, const LayerFn& layer, const at::Tensor& hidden, bool recompute) const = 0;
+};
+
 // A parameter's HF name, shape and initialisation.
 struct ParamSpec {
   enum class Init { kNormal, kZeros, kOnes };
@@ -109,6 +129,10 @@ class DecoderLM {
  public:
   // Allocates every parameter (uninitialised); call init_weights() or load weights next.
   DecoderLM(ModelConfig config, ModelOptions options = {});
+  // A model over `params` (named_parameters() order, the shapes parameter_specs gives; each of
+  // options.dtype on options.device), allocating nothing: e.g. views into flat buffers whose
+  // memory comes and goes (sharded weights).
+  static DecoderLM over(ModelConfig config, ModelOptions options, std::vector<at::Tensor> params);
 
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
@@ -144,6 +168,10 @@ class DecoderLM {
   // one more layer forward per layer).
   void set_gradient_checkpointing(bool enabled) { gradient_checkpointing_ = enabled; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
+  // Every forward and head from now on reads parameters through `gather` (null: none): see
+  // ParameterGather. Copies made afterwards share it.
+  void set_parameter_gather(std::shared_ptr<const ParameterGather> gather) { gather_ = std::move(gather); }
+  const ParameterGather* parameter_gather() const { return gather_.get(); }
   // The path choices of the forwards from here on (ModelOptions::forward). Copies made earlier
   // (a mixed-precision compute copy) keep theirs: set it before making them.
   void set_forward_options(const ForwardOptions& forward) { options_.forward = forward; }
@@ -205,6 +233,8 @@ class DecoderLM {
   // which it may replace by an equal copy).
   using RotateFn = std::function<void(at::Tensor& q, at::Tensor& k, at::Tensor& v)>;
 
+  struct NoAllocation {};
+  DecoderLM(ModelConfig config, ModelOptions options, NoAllocation);
   void bind();                                                    // points the typed fields at params_
   std::vector<at::Tensor> layer_parameters(int64_t index) const;  // layer `index`'s defined tensors
   // embed -> layers -> final norm, for ids of any shape [...]; positions of the same shape.
@@ -236,6 +266,7 @@ class DecoderLM {
   at::Tensor score_, score_bias_;  // [num_labels, C], [num_labels]
   at::Tensor inv_freq_;            // [D/2] float32 on the device
   bool gradient_checkpointing_ = false;
+  std::shared_ptr<const ParameterGather> gather_;  // set_parameter_gather
   // Shared by copies (they share the tensors); see weights_version().
   std::shared_ptr<std::atomic<int64_t>> weights_version_ = std::make_shared<std::atomic<int64_t>>(0);
   std::set<std::string> fused_names_;  // parameters that are views of a fused buffer

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -118,6 +119,13 @@ struct GenerateStats {
   double seconds = 0;
 };
 
+// Whether update_weights may keep a given tensor instead of copying it.
+enum class WeightSharing {
+  kShare,  // a tensor on the engine's device in its dtype is shared (the trainer's own weights)
+  kCopy,   // always copied into the engine's buffers (the given tensors are transient, e.g. a
+           // gathered unit of sharded weights)
+};
+
 // What update_weights() did.
 struct WeightUpdateReport {
   int64_t num_shared = 0;  // parameters now sharing the given tensor's storage (no copy)
@@ -149,13 +157,21 @@ class RolloutEngine {
   // cast into the engine's buffer. Unknown names and shape
   // mismatches are Errors naming the tensor. The engine counts as current afterwards: the
   // caller vouches for the weights (the tracked model stays the same).
-  WeightUpdateReport update_weights(const std::vector<std::pair<std::string, at::Tensor>>& named);
+  WeightUpdateReport update_weights(const std::vector<std::pair<std::string, at::Tensor>>& named,
+                                    WeightSharing sharing = WeightSharing::kShare);
   // Loads every parameter of `source` (as above) and tracks its weights version from now on:
   // the call a trainer makes after its optimizer steps (its compute model, or its fp32 masters
   // for an engine of another dtype).
   WeightUpdateReport update_weights(const model::DecoderLM& source);
   // Whether the tracked model's weights changed since the engine took them.
   bool weights_stale() const;
+  // Frees the memory of the weights the engine owns (not those it shares with a trainer), for a
+  // trainer that needs the device while the engine is idle; returns the seconds it took. The
+  // storage comes back as update_weights writes each parameter again; generate() refuses while
+  // any is missing.
+  double release_weights();
+  // Whether some owned weight is released and not written again yet.
+  bool weights_released() const { return !released_params_.empty(); }
   // The tracked model's weights version when the engine last took its weights.
   int64_t synced_weights_version() const { return synced_version_; }
   // Frees the KV pool (the weights stay); returns the seconds it took. generate() then fails.
@@ -187,6 +203,7 @@ class RolloutEngine {
   std::unique_ptr<model::PagedKvCache> cache_;
   GenerateStats stats_;
   std::vector<std::string> shared_params_;  // names whose storage is a trainer's
+  std::set<std::string> released_params_;   // release_weights: names not written since
   // The tracked model's version counter and its value when the weights were taken; with
   // StaleWeights::kSync also that model's parameters (handles), to sync from.
   std::shared_ptr<const std::atomic<int64_t>> source_version_;

@@ -44,6 +44,9 @@ class MixedPrecision {
   const model::DecoderLM& master() const { return master_; }
   // After an optimizer step (or a load): the compute weights = the master weights, cast.
   void refresh_compute();
+  // Frees the compute copy (the weights moved elsewhere: sharded units); compute() is then the
+  // master and enabled() false.
+  void drop_compute() { compute_.reset(); }
 
  private:
   model::DecoderLM& master_;

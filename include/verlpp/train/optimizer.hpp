@@ -20,6 +20,9 @@ class Kernels;
 namespace verlpp::train {
 
 class MixedPrecision;
+namespace detail {
+class ShardedOptimizer;
+}
 
 struct AdamWConfig {
   double weight_decay = 0.01;
@@ -44,11 +47,18 @@ class OptimizerStep {
   // collective and the file still holds every parameter's state (rank 0 writes it), so a
   // checkpoint resumes on any number of ranks at any stage.
   void shard(const DataParallel& dp, int zero_stage = 1);
+  // From now on the state is `sharded`'s (ZeRO-3 and offloaded layouts, TrainedModel sets it up
+  // over its ShardedWeights): clip_and_step steps it, save_state/load_state gather and scatter it
+  // (collective over `dp`), and this object keeps only the counters and the LR. Before the first step.
+  void use_sharded_state(std::unique_ptr<detail::ShardedOptimizer> sharded, const DataParallel& dp, int zero_stage);
   bool is_sharded() const;
-  // 0 (replicated), 1 or 2: what shard() set up.
+  // 0 (replicated), 1, 2 or 3: what shard() or use_sharded_state() set up.
   int zero_stage() const;
-  // Whether clip_and_step sums the gradients over the ranks itself (ZeRO-2).
-  bool sums_gradients() const { return zero_stage() == 2; }
+  // Whether clip_and_step sums the gradients over the ranks itself (ZeRO-2, sharded state).
+  bool sums_gradients() const;
+  // The sharded state of use_sharded_state (null otherwise).
+  const detail::ShardedOptimizer* sharded_state() const;
+  detail::ShardedOptimizer* sharded_state();
   // Elements of AdamW state this rank holds (exp_avg + exp_avg_sq), for memory reports.
   int64_t state_elements() const;
   // Elements of gradient this rank keeps between steps: its shard's at ZeRO-2, 0 otherwise (the

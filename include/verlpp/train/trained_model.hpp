@@ -12,10 +12,12 @@
 #include <verlpp/train/lr_schedule.hpp>
 #include <verlpp/train/mixed_precision.hpp>
 #include <verlpp/train/optimizer.hpp>
+#include <verlpp/train/sharding.hpp>
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,8 @@ class Kernels;
 }
 
 namespace verlpp::train {
+
+class ShardedWeights;
 
 // What every trained model is set up with; ActorConfig, CriticConfig and SftConfig extend it.
 struct TrainedModelOptions {
@@ -61,9 +65,10 @@ class TrainedModel {
   // The model forwards and backwards run on: the master itself, or its compute copy, which always
   // holds the latest weights cast (a rollout engine of that dtype can share its tensors: steps
   // write into them in place).
-  const model::DecoderLM& compute() const { return precision_.compute(); }
-  // Casts the master weights into the compute copy again, after they changed outside step().
-  void refresh_compute() { precision_.refresh_compute(); }
+  const model::DecoderLM& compute() const;
+  // Casts the master weights into the compute copy again, after they changed outside step()
+  // (with sharded units the compute weights are always current: nothing to do).
+  void refresh_compute();
   const hw::Kernels* kernels() const { return kernels_; }
 
   // --- data parallelism ---
@@ -73,14 +78,46 @@ class TrainedModel {
   // flat shard of the gradients and AdamW state; saving and loading the optimizer state become
   // collective. Call before the first step.
   void set_data_parallel(DataParallel dp, int zero_stage = 0);
+  // The same with the whole ShardingOptions. ZeRO-3 on several ranks, or any offload, keeps the
+  // state in ShardedWeights' flat units (sharded_weights.hpp): the master model's parameters are
+  // then freed (holds_master_weights() turns false) and compute() is the units' model.
+  // Collective where the layout is sharded.
+  void set_data_parallel(DataParallel dp, const ShardingOptions& sharding);
   const DataParallel& data_parallel() const { return dp_; }
+  const ShardingOptions& sharding() const { return sharding_; }
+  // The flat units (null unless set_data_parallel chose them).
+  ShardedWeights* sharded_weights() { return weights_.get(); }
+  const ShardedWeights* sharded_weights() const { return weights_.get(); }
+  // Whether master() holds the weights (false while they live in the sharded units: call
+  // materialize_master() to fill it, import_master() to take it back).
+  bool holds_master_weights() const { return !weights_ || master_present_; }
+  // Collective with sharded units: the fp32 weights gathered into master() on every rank.
+  void materialize_master();
+  // With sharded units: master()'s weights become the units' (masters and compute weights) and
+  // master()'s memory is freed again. Call after changing master() (a warm start trained it).
+  void import_master();
+  // Frees gathered units (the weights outside the layers stay gathered from a forward until this
+  // or the next step); nothing without sharded units.
+  void release_gathered() const;
+  // Bytes this rank holds now, measured from the tensors themselves (memory reports, tests).
+  struct MemoryHeld {
+    int64_t master_weights = 0;    // the master model's parameters (0 while the units hold them)
+    int64_t compute_weights = 0;   // a separate compute copy, or the units' resident weights
+    int64_t masters_in_units = 0;  // the sharded optimizer's fp32 masters kept apart from them
+    int64_t gradients = 0;         // every gradient held (whole ones, or the units' sums)
+    int64_t optimizer_states = 0;  // AdamW's moments
+  };
+  MemoryHeld memory_held() const;
+  // fsdp_config.param_offload: the compute weights to host memory and back (a no-op without it).
+  void offload_parameters();
+  void reload_parameters();
 
   // --- one update: begin_update(), then per optimizer step zero_grad(), backward() of each
   // micro-batch's loss, step() ---
   // Starts update number updates() and counts it: sets its LR (returned) and forgets the
   // gradient norms of the previous update.
   double begin_update();
-  void zero_grad() { optimizer_.zero_grad(); }
+  void zero_grad();
   // loss.backward() on the compute model, then its gradients added into the masters' fp32 ones
   // (or, for a single backward stepped by the plugin, kept in 16 bits for the kernel).
   void backward(const at::Tensor& loss);
@@ -90,6 +127,9 @@ class TrainedModel {
   // generates again. Returns the norm before clipping.
   double step();
   bool last_step_skipped() const { return optimizer_.last_step_skipped(); }
+  // Host seconds spent in step() since begin_update() (the offloaded AdamW is synchronous and
+  // counted whole; on a device the queued work may finish later).
+  double step_seconds() const { return step_seconds_; }
   // The mean norm of the steps taken (not skipped) since begin_update(); 0 when none was.
   double mean_grad_norm() const { return norm_sum_ / double(steps_in_update_ > 0 ? steps_in_update_ : 1); }
 
@@ -119,13 +159,17 @@ class TrainedModel {
  private:
   model::DecoderLM& master_;
   MixedPrecision precision_;
-  std::vector<at::Tensor> params_;  // the master's parameters, as the optimizer and the all-reduce see them
+  ShardingOptions sharding_;
+  std::unique_ptr<ShardedWeights> weights_;  // flat units (ZeRO-3, offload); null otherwise
+  bool master_present_ = true;               // with weights_: whether master_ holds memory
+  std::vector<at::Tensor> params_;           // the master's parameters, as the optimizer and the all-reduce see them
   OptimizerStep optimizer_;
   const hw::Kernels* kernels_ = nullptr;
   DataParallel dp_;
   int64_t updates_ = 0;
   double norm_sum_ = 0;          // over this update's steps taken
   int64_t steps_in_update_ = 0;  // steps taken (not skipped) in this update
+  double step_seconds_ = 0;      // in step() since begin_update()
 };
 
 }  // namespace verlpp::train

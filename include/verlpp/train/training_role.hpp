@@ -23,6 +23,7 @@ class TrainingRole {
 
   // Shorthands for trained_model()'s members of the same meaning.
   void set_data_parallel(DataParallel dp, int zero_stage = 0) { trained_.set_data_parallel(dp, zero_stage); }
+  void set_data_parallel(DataParallel dp, const ShardingOptions& sharding) { trained_.set_data_parallel(dp, sharding); }
   const OptimizerStep& optimizer() const { return trained_.optimizer(); }
   int64_t steps() const { return trained_.steps(); }
   int64_t skipped_steps() const { return trained_.skipped_steps(); }

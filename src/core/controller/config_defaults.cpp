@@ -638,7 +638,7 @@ const char* default_config_text() {
     "device": "auto",
     "use_legacy_worker_impl": "auto",
     "dist_timeout_s": 600,
-    "zero_stage": 0,
+    "zero_stage": null,
     "seed": 1
   },
   "global_profiler": {
@@ -717,7 +717,7 @@ const char* default_config_text() {
   "verlpp": {
     "model": {"fused_training_projections": null, "sdpa_gqa": true},
     "rollout": {"device_graphs": true, "decode_overlap": true, "rotary_attention": true},
-    "train": {"rotary_qkv": true},
+    "train": {"rotary_qkv": true, "offloaded_adamw": "host"},
     "kernels": {"streams": true},
     "reward": {"num_workers": null, "timeout_s": null, "timeout_score": 0.0},
     "demo": {

@@ -12,8 +12,11 @@ constexpr KeyState kRefused = KeyState::refused;
 
 // Reasons shared by many rows.
 constexpr const char* kHydraTarget = "Hydra's class to instantiate; verlpp reads the keys itself";
-constexpr const char* kFsdp = "FSDP sharding/offload/wrapping: verlpp's own data-parallel engine (trainer.zero_stage)";
+constexpr const char* kFsdp = "FSDP's module wrapping: verlpp's sharding units are the decoder layers";
 constexpr const char* kStrategy = "verlpp trains with its own data-parallel engine, whatever the strategy name";
+constexpr const char* kEngineStrategy = "the engine's copy of the role's strategy; verlpp reads <role>.strategy";
+constexpr const char* kRewardModelFsdp =
+    "the reward model is replicated on every rank and stays on the device; its FSDP settings do nothing";
 constexpr const char* kCompile = "torch.compile: verlpp runs LibTorch's eager passes";
 constexpr const char* kEntropyMemory = "a memory-saving way to compute entropy; verlpp computes it its own way";
 constexpr const char* kUlysses = "sequence parallelism (Ulysses) is not implemented: only 1";
@@ -71,13 +74,25 @@ const std::vector<KeyRule>& config_key_rules() {
       none("*.*.fsdp_config.entropy_from_logits_with_chunking", kEntropyMemory),
       none("*.*.fsdp_config.entropy_checkpointing", kEntropyMemory),
       none("*.*.fsdp_config.use_torch_compile", kCompile),
-      none("*.*.fsdp_config.strategy", kStrategy),
+      none("*.*.fsdp_config.strategy", kEngineStrategy),
       none("*.*.fsdp_config.seed", "verlpp seeds everything from trainer.seed"),
       none("*.*.fsdp_config.full_determinism", "verlpp has no separate determinism switch"),
       none("*.*.fsdp_config.forward_only", "set by verl for the reference worker; verlpp knows its roles"),
-      // fsdp_config.mixed_precision has its effect; the rest of fsdp_config is FSDP's.
+      // The actor's, reference's and critic's sharding and offload keys have their effect
+      // (ShardingSettings), and so has mixed_precision; the rest of fsdp_config is FSDP's wrapping.
+      none("reward_model.model.fsdp_config", kRewardModelFsdp),
+      none("actor_rollout_ref.ref.fsdp_config.optimizer_offload", "the reference has no optimizer"),
       {"actor_rollout_ref.actor.fsdp_config.mixed_precision", KeyState::effect, ""},
       {"critic.model.fsdp_config.mixed_precision", KeyState::effect, ""},
+      {"*.*.fsdp_config.param_offload", KeyState::effect, ""},
+      {"*.*.fsdp_config.optimizer_offload", KeyState::effect, ""},
+      {"*.*.fsdp_config.offload_policy", KeyState::effect, ""},
+      {"*.*.fsdp_config.reshard_after_forward", KeyState::effect, ""},
+      {"*.*.fsdp_config.fsdp_size", KeyState::effect, ""},
+      refused("*.*.fsdp_config.forward_prefetch",
+              "prefetching the next layer's all-gather on a second stream is not built: ZeRO-3's all-gathers run "
+              "on the compute stream"),
+      none("*.*.fsdp_config.use_orig_params", "verlpp's parameters are always the model's own tensors (views)"),
       none("*.*.fsdp_config", kFsdp),
 
       // Both optimizers.
@@ -92,7 +107,6 @@ const std::vector<KeyRule>& config_key_rules() {
 
       // actor_rollout_ref.actor
       refused("actor_rollout_ref.actor.rollout_n", kFollowsRolloutN),
-      none("actor_rollout_ref.actor.strategy", kStrategy),
       refused("actor_rollout_ref.actor.ppo_micro_batch_size", kMicroGlobal),
       none("actor_rollout_ref.actor.tau_pos", "a parameter of policy losses verlpp does not have (sapo)"),
       none("actor_rollout_ref.actor.tau_neg", "a parameter of policy losses verlpp does not have (sapo)"),
@@ -119,7 +133,6 @@ const std::vector<KeyRule>& config_key_rules() {
 
       // actor_rollout_ref.ref
       refused("actor_rollout_ref.ref.rollout_n", kFollowsRolloutN),
-      none("actor_rollout_ref.ref.strategy", kStrategy),
       none("actor_rollout_ref.ref.use_torch_compile", kCompile),
       refused("actor_rollout_ref.ref.log_prob_micro_batch_size", kMicroGlobal),
       none("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", kLogProbBatch),
@@ -174,7 +187,9 @@ const std::vector<KeyRule>& config_key_rules() {
       refused("actor_rollout_ref.rollout.quantization", "quantized rollout is not implemented"),
       refused("actor_rollout_ref.rollout.quantization_config_file", "quantized rollout is not implemented"),
       refused("actor_rollout_ref.rollout.mtp", "multi-token prediction is not implemented"),
-      none("actor_rollout_ref.rollout.layered_summon", kFsdp),
+      none("actor_rollout_ref.rollout.layered_summon",
+           "verl's layer-by-layer weight gathering for the rollout; verlpp's sync of sharded weights always goes "
+           "unit by unit"),
 
       // actor_rollout_ref.model
       refused("actor_rollout_ref.model.hf_config_path", "the config is read from model.path"),
@@ -240,7 +255,6 @@ const std::vector<KeyRule>& config_key_rules() {
       none("critic.model.target_modules", kLoraDetail),
       none("critic.model.tiled_mlp", kTiledMlp),
       refused("critic.rollout_n", kFollowsRolloutN),
-      none("critic.strategy", kStrategy),
       refused("critic.ppo_micro_batch_size", kMicroGlobal),
       refused("critic.forward_micro_batch_size", kMicroGlobal),
       none("critic.forward_micro_batch_size_per_gpu", kLogProbBatch),

@@ -176,6 +176,41 @@ void check_sft(const Config& c, Problems& p) {
   p.scheduler(c, "sft.optim");
 }
 
+// trainer.zero_stage, the roles' strategies and their FSDP sharding keys (ShardingSettings):
+// values verlpp has, and no two keys asking for different layouts.
+void check_sharding(const Config& c, int world_size, Problems& p) {
+  const bool stage_set = !c.is_null("trainer.zero_stage");
+  const int64_t zero = c.get_or<int64_t>("trainer.zero_stage", 3);
+  if (zero < 0 || zero > 3)
+    p.add(
+        "trainer.zero_stage = {} is not supported: 0 (replicated), 1 (optimizer states sharded over the ranks), "
+        "2 (gradients too), 3 (parameters too), or null (from fsdp_config.reshard_after_forward: 3, or 2 when false)",
+        zero);
+  const std::vector<std::pair<std::string, std::string>> roles = {
+      {"actor_rollout_ref.actor.strategy", "actor_rollout_ref.actor.fsdp_config"},
+      {"actor_rollout_ref.ref.strategy", "actor_rollout_ref.ref.fsdp_config"},
+      {"critic.strategy", "critic.model.fsdp_config"}};
+  for (const auto& [strategy_key, fsdp] : roles) {
+    const std::string strategy = c.get<std::string>(strategy_key);
+    if (strategy != "fsdp" && strategy != "fsdp2")
+      p.add(
+          "{} = '{}' is not supported: verlpp trains with its own FSDP-style data parallelism (fsdp or fsdp2; "
+          "trainer.zero_stage picks the stage); Megatron's parallelism is not built",
+          strategy_key, strategy);
+    if (stage_set && zero == 3 && !c.get<bool>(fsdp + ".reshard_after_forward"))
+      p.add(
+          "trainer.zero_stage = 3 frees each layer's parameters after its forward, but {}.reshard_after_forward = "
+          "false keeps them (ZeRO-2): set one of the two to match the other",
+          fsdp);
+    const int64_t fsdp_size = c.get<int64_t>(fsdp + ".fsdp_size");
+    if (fsdp_size != -1 && fsdp_size != world_size)
+      p.add(
+          "{}.fsdp_size = {}: sharding over groups of fewer ranks than the run's {} (hybrid sharding) is not built; "
+          "use -1 (all ranks)",
+          fsdp, fsdp_size, world_size);
+  }
+}
+
 // The layout asked for (trainer.nnodes x trainer.n_gpus_per_node; null = what was launched)
 // against the launched one. Checked before any work, naming both layouts.
 void check_layout(const Config& c, int world_size, int ranks_per_node, Problems& p) {
@@ -194,12 +229,7 @@ void check_layout(const Config& c, int world_size, int ranks_per_node, Problems&
   }
   if (c.get<bool>("sft.enable") && c.get<int64_t>("sft.batch_size") % world_size != 0)
     p.add("sft.batch_size = {} does not split over {} rank(s)", c.get<int64_t>("sft.batch_size"), world_size);
-  const int64_t zero = c.get_or<int64_t>("trainer.zero_stage", 0);
-  if (zero < 0 || zero > 2)
-    p.add(
-        "trainer.zero_stage = {} is not supported: 0 (replicated optimizer), 1 (optimizer states sharded over the "
-        "ranks) or 2 (gradients and optimizer states sharded; ZeRO-3 parameter sharding is not built yet)",
-        zero);
+  check_sharding(c, world_size, p);
   if (c.get_or<double>("trainer.dist_timeout_s", 1.0) <= 0)
     p.add("trainer.dist_timeout_s = {} must be > 0", c.get<double>("trainer.dist_timeout_s"));
 }

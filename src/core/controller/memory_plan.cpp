@@ -1,9 +1,12 @@
 // The memory planner (see the header). Resident bytes mirror what the trainer allocates:
 // TrainedModel's fp32 masters and 16-bit compute copy, the masters' fp32 gradients (kept until
 // the next update's zero_grad at ZeRO-0/1; a flat shard at ZeRO-2), AdamW's two moments
-// (whole, by owner at ZeRO-1 as owners_by_size assigns them, a flat shard at ZeRO-2), the
-// reference in the compute dtype, the critic alike, and the engine's own cast copy when the
-// rollout dtype differs (otherwise it shares the compute copy). Transients are estimates.
+// (whole, by owner at ZeRO-1 as owners_by_size assigns them, a flat shard at ZeRO-2); with flat
+// units (ZeRO-3, offload: sharded_weights.hpp) the units' weights, masters and moments on the
+// device or in host memory, and their gradient sums during the update only; the reference in the
+// compute dtype (a shard at ZeRO-3), the critic alike, and the engine's own copy when it cannot
+// share the compute weights (counted in generation and sync: it is released while training).
+// Transients are estimates.
 #include <verlpp/controller/memory_plan.hpp>
 
 #include <verlpp/controller/rl_trainer.hpp>
@@ -16,6 +19,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 namespace verlpp::controller {
 namespace {
@@ -47,36 +51,110 @@ model::ModelConfig critic_shape(model::ModelConfig c) {
   return c;
 }
 
-// Bytes of one training role's resident state (masters, compute copy, gradients kept, moments).
-void add_trained_model(std::vector<MemoryItem>& items, const std::string& role, const std::vector<int64_t>& sizes,
+// Elements of the largest decoder layer and of everything outside the layers (the units of
+// ShardedWeights).
+struct UnitSizes {
+  uint64_t layer = 0, outer = 0;
+};
+UnitSizes unit_sizes(const model::ModelConfig& config) {
+  UnitSizes u;
+  std::map<std::string, uint64_t> layers;
+  for (const model::ParamSpec& s : model::parameter_specs(config)) {
+    uint64_t n = 1;
+    for (int64_t d : s.shape) n *= uint64_t(d);
+    if (s.name.rfind("model.layers.", 0) == 0) {
+      layers[s.name.substr(0, s.name.find('.', 13))] += n;
+    } else {
+      u.outer += n;
+    }
+  }
+  for (const auto& [name, n] : layers) u.layer = std::max(u.layer, n);
+  return u;
+}
+
+// Whether a role keeps its state in flat units (ShardedWeights): ZeRO-3 over several ranks, or
+// anything offloaded (TrainedModel::set_data_parallel decides the same way).
+bool in_units(const RoleLayout& r, int64_t world) {
+  return r.param_offload || r.optimizer_offload || (r.zero_stage == 3 && world > 1);
+}
+bool per_use(const RoleLayout& r, int64_t world) { return r.zero_stage == 3 && world > 1; }
+
+// One trained role's state, split into what stays on the device, what lives in host memory, and
+// what its update adds (the gradients exist from the first backward to the step).
+struct RoleItems {
+  std::vector<MemoryItem> device, host, weights_when_used, update;
+};
+
+RoleItems trained_role(const std::string& role, const std::vector<int64_t>& sizes, const RoleLayout& layout,
                        const MemoryPlanInputs& in) {
+  RoleItems out;
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
   const uint64_t p = uint64_t(total), compute = dtype_bytes(in.param_dtype);
-  const int64_t world = in.world_size, stage = world > 1 ? in.zero_stage : 0;
-  items.push_back({role + " fp32 master weights", 4 * p, true, fmt::format("4 B x {} parameters", p)});
+  const int64_t world = in.world_size, stage = world > 1 ? layout.zero_stage : 0;
+  const std::string cd = model::dtype_name(in.param_dtype);
+  if (in_units(layout, world)) {
+    // ShardedWeights + ShardedOptimizer: per rank a shard of each unit (whole units below ZeRO-2).
+    const int64_t ranks = stage >= 2 ? world : 1;
+    const uint64_t shard = uint64_t((total + ranks - 1) / ranks);
+    const std::string of = ranks > 1 ? fmt::format("ceil({} / {} ranks)", p, ranks) : fmt::format("{}", p);
+    const bool sharded_weights = per_use(layout, world);
+    const uint64_t weights = compute * (sharded_weights ? shard : p);
+    MemoryItem w{role + (sharded_weights ? " weight shard (" : " weights (") + cd + ")", weights, true,
+                 fmt::format("{} B x {}", compute, sharded_weights ? of : std::to_string(p))};
+    if (layout.param_offload) {
+      out.host.push_back(w);
+      w.resident = false;
+      out.weights_when_used.push_back(w);
+    } else {
+      out.device.push_back(w);
+    }
+    std::vector<MemoryItem> state;
+    if (!(in.param_dtype == at::kFloat && !layout.optimizer_offload))
+      state.push_back({role + " fp32 masters" + (ranks > 1 ? ", shard" : ""), 4 * shard, true, "4 B x " + of});
+    state.push_back({role + " AdamW moments" + (ranks > 1 ? ", shard" : ""), 8 * shard, true, "2 x 4 B x " + of});
+    for (auto& item : state) (layout.optimizer_offload ? out.host : out.device).push_back(item);
+    out.update.push_back(
+        {role + " fp32 gradient sums" + (ranks > 1 ? ", shard" : ""), 4 * shard, false, "4 B x " + of});
+    if (stage == 2)
+      out.update.push_back(
+          {role + " fp32 gradients until the reduce-scatter", 4 * p, false, fmt::format("4 B x {} parameters", p)});
+    return out;
+  }
+  out.device.push_back({role + " fp32 master weights", 4 * p, true, fmt::format("4 B x {} parameters", p)});
   if (in.param_dtype != at::kFloat)
-    items.push_back({role + " compute copy (" + model::dtype_name(in.param_dtype) + ")", compute * p, true,
-                     fmt::format("{} B x {} parameters", compute, p)});
+    out.device.push_back(
+        {role + " compute copy (" + cd + ")", compute * p, true, fmt::format("{} B x {} parameters", compute, p)});
   const uint64_t shard = uint64_t((total + world - 1) / world);
   if (stage == 2) {
-    items.push_back(
+    out.device.push_back(
         {role + " gradient shard (fp32)", 4 * shard, true, fmt::format("4 B x ceil({} / {} ranks)", p, world)});
-    items.push_back(
+    out.device.push_back(
         {role + " AdamW moments, shard", 8 * shard, true, fmt::format("2 x 4 B x ceil({} / {} ranks)", p, world)});
-    return;
+    out.update.push_back(
+        {"fp32 gradients until the reduce-scatter", 4 * p, false, fmt::format("4 B x {} parameters", p)});
+    return out;
   }
-  items.push_back({role + " fp32 gradients", 4 * p, true, fmt::format("4 B x {} parameters", p)});
+  out.device.push_back({role + " fp32 gradients", 4 * p, true, fmt::format("4 B x {} parameters", p)});
   if (stage == 1) {
     const std::vector<int32_t> owner = train::owners_by_size(sizes, int32_t(world));
     std::vector<uint64_t> load(size_t(world), 0);
     for (size_t i = 0; i < sizes.size(); ++i) load[size_t(owner[i])] += uint64_t(sizes[i]);
     const uint64_t most = *std::max_element(load.begin(), load.end());
-    items.push_back({role + " AdamW moments, owned parameters", 8 * most, true,
-                     fmt::format("2 x 4 B x {} elements (the most any of {} ranks owns)", most, world)});
+    out.device.push_back({role + " AdamW moments, owned parameters", 8 * most, true,
+                          fmt::format("2 x 4 B x {} elements (the most any of {} ranks owns)", most, world)});
   } else {
-    items.push_back({role + " AdamW moments", 8 * p, true, fmt::format("2 x 4 B x {} parameters", p)});
+    out.device.push_back({role + " AdamW moments", 8 * p, true, fmt::format("2 x 4 B x {} parameters", p)});
   }
+  return out;
+}
+
+// With per-use gathering: the units a forward or backward holds whole at once (the outer unit,
+// kept from the first forward, and one layer).
+std::vector<MemoryItem> gathered_units(const model::ModelConfig& shape, at::ScalarType dtype) {
+  const UnitSizes u = unit_sizes(shape);
+  return {{"gathered units (outside the layers + one layer)", dtype_bytes(dtype) * (u.outer + u.layer), false,
+           fmt::format("{} B x ({} + {}) elements", dtype_bytes(dtype), u.outer, u.layer)}};
 }
 
 // Saved activations per layer and token: the 16-bit inputs of the projections, attention and
@@ -114,6 +192,12 @@ uint64_t MemoryPlan::resident_bytes() const {
   return t;
 }
 
+uint64_t MemoryPlan::host_bytes() const {
+  uint64_t t = 0;
+  for (const auto& i : host) t += i.bytes;
+  return t;
+}
+
 const StagePlan& MemoryPlan::peak_stage() const {
   VERLPP_CHECK(!stages.empty(), "a memory plan without stages");
   return *std::max_element(stages.begin(), stages.end(),
@@ -131,7 +215,12 @@ MemoryPlanInputs plan_inputs(const RunSettings& s, const model::ModelConfig& mod
   MemoryPlanInputs in;
   in.model = model;
   in.world_size = std::max<int64_t>(world_size, 1);
-  in.zero_stage = s.trainer.zero_stage;
+  auto layout = [](const ShardingSettings& sh) {
+    return RoleLayout{sh.zero_stage, sh.param_offload, sh.optimizer_offload};
+  };
+  in.actor_layout = layout(s.actor.sharding);
+  in.critic_layout = layout(s.critic.sharding);
+  in.ref_layout = layout(s.ref.sharding);
   in.param_dtype = s.actor.precision.resolve(!accelerator);
   in.rollout_dtype = s.rollout.dtype;
   in.reference = s.algorithm.use_kl_in_reward || s.actor.use_kl_loss;
@@ -157,18 +246,47 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const model::ModelConfig& m = in.model;
   const std::vector<int64_t> sizes = sizes_of(m);
   const uint64_t p = uint64_t(model::parameter_count(m)), compute = dtype_bytes(in.param_dtype);
-  add_trained_model(plan.resident, "actor", sizes, in);
-  if (in.reference)
-    plan.resident.push_back({"reference weights", compute * p, true, fmt::format("{} B x {} parameters", compute, p)});
+  const int64_t world = in.world_size;
   const model::ModelConfig critic = critic_shape(m);
-  if (in.critic) add_trained_model(plan.resident, "critic", sizes_of(critic), in);
-  const bool engine_copy = in.rollout_dtype != in.param_dtype;
+  const RoleItems actor = trained_role("actor", sizes, in.actor_layout, in);
+  RoleItems critic_items;
+  if (in.critic) critic_items = trained_role("critic", sizes_of(critic), in.critic_layout, in);
+  auto take = [&](const RoleItems& r) {
+    plan.resident.insert(plan.resident.end(), r.device.begin(), r.device.end());
+    plan.host.insert(plan.host.end(), r.host.begin(), r.host.end());
+  };
+  take(actor);
+  take(critic_items);
+  // The reference: whole, or a shard per rank at ZeRO-3; on the host between its forwards with param_offload.
+  std::vector<MemoryItem> ref_when_used;
+  const bool ref_sharded = in.ref_layout.zero_stage == 3 && world > 1;
+  if (in.reference) {
+    const uint64_t shard = (p + uint64_t(world) - 1) / uint64_t(world);
+    MemoryItem ref{ref_sharded ? "reference weight shard" : "reference weights", compute * (ref_sharded ? shard : p),
+                   true,
+                   ref_sharded ? fmt::format("{} B x ceil({} / {} ranks)", compute, p, world)
+                               : fmt::format("{} B x {} parameters", compute, p)};
+    if (in.ref_layout.param_offload) {
+      plan.host.push_back(ref);
+      ref.resident = false;
+      ref_when_used.push_back(ref);
+    } else {
+      plan.resident.push_back(ref);
+    }
+  }
+  // The engine owns its weights when it cannot share the actor's compute weights; those are
+  // released after each generation, so they count in generation and sync only.
+  const bool engine_owns =
+      in.rollout_dtype != in.param_dtype || per_use(in.actor_layout, world) || in.actor_layout.param_offload;
   const uint64_t engine_weights = dtype_bytes(in.rollout_dtype) * p;
-  if (engine_copy)
-    plan.resident.push_back({"rollout engine weights (own " + model::dtype_name(in.rollout_dtype) + " copy)",
-                             engine_weights, true,
-                             fmt::format("{} B x {} parameters (rollout.dtype differs from param_dtype)",
-                                         dtype_bytes(in.rollout_dtype), p)});
+  std::vector<MemoryItem> engine_items;
+  if (engine_owns)
+    engine_items.push_back({"rollout engine weights (own " + model::dtype_name(in.rollout_dtype) + " copy)",
+                            engine_weights, false,
+                            fmt::format("{} B x {} parameters ({})", dtype_bytes(in.rollout_dtype), p,
+                                        in.rollout_dtype != in.param_dtype ? "rollout.dtype differs from param_dtype"
+                                                                           : "the actor's weights are sharded or "
+                                                                             "offloaded; released while training")});
 
   auto stage = [&](const std::string& name, std::vector<MemoryItem> extra) {
     StagePlan st{name, plan.resident};
@@ -178,6 +296,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     }
     plan.stages.push_back(std::move(st));
   };
+  auto join_items = [](std::vector<MemoryItem> a, const std::vector<MemoryItem>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
   const int64_t seq = in.sequence_tokens;
   const uint64_t kv_per_token = 2 * uint64_t(m.num_hidden_layers) * kv_width(m) * dtype_bytes(in.rollout_dtype);
   if (in.accelerator) {
@@ -185,14 +307,17 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     const uint64_t budget = uint64_t(in.gpu_memory_utilization * double(in.device_total_bytes));
     const uint64_t pool = budget > engine_weights ? budget - engine_weights : 0;
     stage("generation",
-          {{"KV pool", pool, false,
-            fmt::format("rollout.gpu_memory_utilization {} x device - engine weights", in.gpu_memory_utilization)}});
+          join_items(engine_items, {{"KV pool", pool, false,
+                                     fmt::format("rollout.gpu_memory_utilization {} x device - engine weights",
+                                                 in.gpu_memory_utilization)}}));
   } else {
-    stage("generation", {{"KV pool", uint64_t(in.kv_tokens_cpu) * kv_per_token, false,
-                          fmt::format("{} tokens (every row at full length) x {} B", in.kv_tokens_cpu, kv_per_token)}});
+    stage("generation",
+          join_items(engine_items,
+                     {{"KV pool", uint64_t(in.kv_tokens_cpu) * kv_per_token, false,
+                       fmt::format("{} tokens (every row at full length) x {} B", in.kv_tokens_cpu, kv_per_token)}}));
   }
   const int64_t lp_rows = std::max<int64_t>(in.log_prob_micro_batch, 1);
-  auto forward = [&](const model::ModelConfig& shape) -> std::vector<MemoryItem> {
+  auto forward = [&](const model::ModelConfig& shape, bool gathered) -> std::vector<MemoryItem> {
     // Without autograd a layer's activations are freed as the forward goes on: one layer's.
     const uint64_t layer = uint64_t(lp_rows * seq) * layer_bytes_per_token(shape, in.param_dtype);
     std::vector<MemoryItem> items = {
@@ -200,23 +325,32 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     if (shape.head == model::ModelHead::kCausalLM)
       items.push_back({"logits chunk (fp32)", logits_bytes(shape, lp_rows, seq, false), false,
                        fmt::format("{} rows x {} tokens x {} vocab x 4 B x 2", lp_rows, seq, shape.vocab_size)});
+    if (gathered) items = join_items(items, gathered_units(shape, in.param_dtype));
     return items;
   };
-  if (in.reference) stage("reference", forward(m));
-  stage("old_log_probs", forward(m));
+  if (in.reference) stage("reference", join_items(ref_when_used, forward(m, ref_sharded)));
+  stage("old_log_probs", join_items(actor.weights_when_used, forward(m, per_use(in.actor_layout, world))));
   const int64_t tokens = in.update_tokens_per_micro > 0 ? in.update_tokens_per_micro : in.update_micro_batch * seq;
-  const int64_t stage2 = in.world_size > 1 ? in.zero_stage : 0;
-  auto update = [&](const model::ModelConfig& shape, bool checkpointing, uint64_t params, bool lm_head) {
-    std::vector<MemoryItem> items = {
-        {std::string("saved activations") + (checkpointing ? " (gradient checkpointing)" : ""),
-         activation_bytes(shape, in.param_dtype, tokens, checkpointing), false,
-         fmt::format("{} tokens per micro-batch x {} layers", tokens, shape.num_hidden_layers)}};
-    if (in.param_dtype != at::kFloat)
+  auto update = [&](const RoleItems& role, const RoleLayout& layout, const model::ModelConfig& shape,
+                    bool checkpointing, uint64_t params, bool lm_head) {
+    std::vector<MemoryItem> items = role.weights_when_used;
+    items.push_back({std::string("saved activations") + (checkpointing ? " (gradient checkpointing)" : ""),
+                     activation_bytes(shape, in.param_dtype, tokens, checkpointing), false,
+                     fmt::format("{} tokens per micro-batch x {} layers", tokens, shape.num_hidden_layers)});
+    items = join_items(items, role.update);
+    if (per_use(layout, world)) {
+      // The layers' 16-bit gradients live inside their backward only; the outer unit's until
+      // the backward ends. The reduce-scatter stages one unit's fp32 gradient.
+      const UnitSizes u = unit_sizes(shape);
+      items = join_items(items, gathered_units(shape, in.param_dtype));
+      items.push_back({"16-bit gradients outside the layers + one layer", compute * (u.outer + u.layer), false,
+                       fmt::format("{} B x ({} + {}) elements", compute, u.outer, u.layer)});
+      items.push_back({"fp32 staging of one unit's reduce-scatter", 4 * std::max(u.outer, u.layer), false,
+                       fmt::format("4 B x {} elements", std::max(u.outer, u.layer))});
+    } else if (in.param_dtype != at::kFloat) {
       items.push_back({"16-bit gradients of one backward", compute * params, false,
                        fmt::format("{} B x {} parameters", compute, params)});
-    if (stage2 == 2)
-      items.push_back(
-          {"fp32 gradients until the reduce-scatter", 4 * params, false, fmt::format("4 B x {} parameters", params)});
+    }
     if (lm_head) {
       const int64_t rows =
           std::min<int64_t>(in.log_prob_chunk_rows, std::max<int64_t>(tokens / std::max<int64_t>(seq, 1), 1));
@@ -226,15 +360,15 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     return items;
   };
   if (in.critic) {
-    stage("values", forward(critic));
-    stage("critic_update", update(critic, in.critic_checkpointing, uint64_t(model::parameter_count(critic)), false));
+    stage("values", join_items(critic_items.weights_when_used, forward(critic, per_use(in.critic_layout, world))));
+    stage("critic_update", update(critic_items, in.critic_layout, critic, in.critic_checkpointing,
+                                  uint64_t(model::parameter_count(critic)), false));
   }
-  stage("actor_update", update(m, in.actor_checkpointing, p, true));
-  if (engine_copy) {
-    uint64_t largest = 0;
-    for (int64_t s : sizes) largest = std::max(largest, uint64_t(s));
-    stage("sync", {{"cast of one parameter", largest * dtype_bytes(in.rollout_dtype), false,
-                    "the largest parameter in the rollout dtype"}});
+  stage("actor_update", update(actor, in.actor_layout, m, in.actor_checkpointing, p, true));
+  if (engine_owns) {
+    std::vector<MemoryItem> sync = join_items(engine_items, actor.weights_when_used);
+    if (per_use(in.actor_layout, world)) sync = join_items(sync, gathered_units(m, in.param_dtype));
+    stage("sync", sync);
   }
   return plan;
 }
@@ -244,11 +378,17 @@ std::string format_memory_plan(const MemoryPlan& plan, const std::string& device
   const double device = double(plan.device_total_bytes) / kGiB;
   out += fmt::format("memory plan per rank on {}{}\n", device_name,
                      plan.device_total_bytes ? fmt::format(" ({:.2f} GiB)", device) : std::string(" (size unknown)"));
-  out += "\nresident in every stage (exact: the tensors the trainer allocates)\n";
+  out += "\nresident on the device in every stage (exact: the tensors the trainer allocates)\n";
   for (const auto& i : plan.resident)
     out += fmt::format("  {:<52} {:>10.3f} GiB   {}\n", i.name, double(i.bytes) / kGiB, i.formula);
   out += fmt::format("  {:<52} {:>10.3f} GiB\n", "total resident", double(plan.resident_bytes()) / kGiB);
-  out += "\nper stage (resident + the stage's own items, estimates)\n";
+  if (!plan.host.empty()) {
+    out += "\nin host memory (offloaded; exact)\n";
+    for (const auto& i : plan.host)
+      out += fmt::format("  {:<52} {:>10.3f} GiB   {}\n", i.name, double(i.bytes) / kGiB, i.formula);
+    out += fmt::format("  {:<52} {:>10.3f} GiB\n", "total in host memory", double(plan.host_bytes()) / kGiB);
+  }
+  out += "\nper stage on the device (resident + the stage's own items, estimates)\n";
   for (const auto& st : plan.stages) {
     const double total = double(st.total()) / kGiB;
     std::string verdict;
@@ -269,18 +409,57 @@ std::string format_memory_plan(const MemoryPlan& plan, const std::string& device
   return out;
 }
 
+namespace {
+
+bool fits(const MemoryPlanInputs& in) { return plan_memory(in).peak_stage().total() <= in.device_total_bytes; }
+
+}  // namespace
+
 std::string memory_fix_hint(const MemoryPlanInputs& inputs) {
   std::vector<std::string> hints;
-  if (inputs.rollout_dtype != inputs.param_dtype)
-    hints.push_back(fmt::format("actor_rollout_ref.rollout.dtype={} (the engine then shares the compute weights)",
-                                model::dtype_name(inputs.param_dtype)));
-  // ZeRO-2 holds the least of the stages built, so the fewest ranks at ZeRO-2 is the answer.
-  for (int64_t world = std::max<int64_t>(inputs.world_size, 2); world <= 4096; world *= 2) {
+  if (inputs.rollout_dtype != inputs.param_dtype) {
     MemoryPlanInputs trial = inputs;
-    trial.zero_stage = 2;
+    trial.rollout_dtype = inputs.param_dtype;
+    if (fits(trial))
+      hints.push_back(fmt::format("actor_rollout_ref.rollout.dtype={} (the engine then shares the compute weights)",
+                                  model::dtype_name(inputs.param_dtype)));
+  }
+  // On the ranks asked for: offload the optimizer state, then the weights too; a smaller update
+  // micro-batch; less of the device for the KV pool.
+  const std::string actor_fsdp = "actor_rollout_ref.actor.fsdp_config.";
+  MemoryPlanInputs offload = inputs;
+  offload.actor_layout.optimizer_offload = true;
+  if (inputs.critic) offload.critic_layout.optimizer_offload = true;
+  const std::string optimizer =
+      actor_fsdp + "optimizer_offload=true" + (inputs.critic ? " critic.model.fsdp_config.optimizer_offload=true" : "");
+  if (!inputs.actor_layout.optimizer_offload && fits(offload)) {
+    hints.push_back(optimizer);
+  } else {
+    MemoryPlanInputs both = offload;
+    both.actor_layout.param_offload = true;
+    both.ref_layout.param_offload = inputs.reference;
+    if (inputs.critic) both.critic_layout.param_offload = true;
+    if (!(inputs.actor_layout.param_offload && inputs.actor_layout.optimizer_offload) && fits(both))
+      hints.push_back(optimizer + " " + actor_fsdp + "param_offload=true" +
+                      (inputs.reference ? " actor_rollout_ref.ref.fsdp_config.param_offload=true" : ""));
+  }
+  if (inputs.update_micro_batch > 1) {
+    MemoryPlanInputs smaller = inputs;
+    smaller.update_micro_batch = 1;
+    if (fits(smaller)) hints.push_back("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1");
+  }
+  if (inputs.accelerator && inputs.gpu_memory_utilization > 0.1) {
+    MemoryPlanInputs less = inputs;
+    less.gpu_memory_utilization = 0.1;
+    if (fits(less)) hints.push_back("a smaller actor_rollout_ref.rollout.gpu_memory_utilization (0.1 fits)");
+  }
+  // ZeRO-3 (everything sharded) on the fewest ranks that fit.
+  for (int64_t world = std::max<int64_t>(inputs.world_size * 2, 2); world <= 4096; world *= 2) {
+    MemoryPlanInputs trial = inputs;
+    trial.actor_layout.zero_stage = trial.critic_layout.zero_stage = trial.ref_layout.zero_stage = 3;
     trial.world_size = world;
-    if (plan_memory(trial).resident_bytes() <= inputs.device_total_bytes) {
-      hints.push_back(fmt::format("trainer.zero_stage=2 on {} ranks (--nproc {} or as many devices)", world, world));
+    if (fits(trial)) {
+      hints.push_back(fmt::format("trainer.zero_stage=3 on {} ranks (--nproc {} or as many devices)", world, world));
       break;
     }
   }
@@ -290,17 +469,20 @@ std::string memory_fix_hint(const MemoryPlanInputs& inputs) {
 void check_memory_plan(const MemoryPlanInputs& inputs, const std::string& device_name) {
   if (inputs.device_total_bytes == 0) return;
   const MemoryPlan plan = plan_memory(inputs);
-  if (plan.resident_bytes() <= inputs.device_total_bytes) return;
-  const MemoryItem& largest = plan.largest_resident();
+  const StagePlan& peak = plan.peak_stage();
+  if (peak.total() <= inputs.device_total_bytes) return;
+  const MemoryItem& largest = *std::max_element(
+      peak.items.begin(), peak.items.end(), [](const MemoryItem& a, const MemoryItem& b) { return a.bytes < b.bytes; });
   const std::string hint = memory_fix_hint(inputs);
-  throw Error("memory plan",
-              fmt::format("the resident training state needs {:.2f} GiB per rank, more than {}'s {:.2f} GiB (largest "
-                          "item: {}, {:.2f} GiB = {}); {}. `verlpp plan` with the same arguments prints every item",
-                          double(plan.resident_bytes()) / kGiB, device_name, double(inputs.device_total_bytes) / kGiB,
-                          largest.name, double(largest.bytes) / kGiB, largest.formula,
-                          hint.empty() ? "no ZeRO stage or rank count makes it fit: the parameters themselves are "
-                                         "replicated (parameter sharding and CPU offload are not built yet)"
-                                       : "it would fit with " + hint));
+  throw Error(
+      "memory plan",
+      fmt::format("the {} stage needs {:.2f} GiB per rank ({:.2f} GiB of it resident training state), more "
+                  "than {}'s {:.2f} GiB (largest item: {}, {:.2f} GiB = {}); {}. `verlpp plan` with the same "
+                  "arguments prints every item",
+                  peak.stage, double(peak.total()) / kGiB, double(plan.resident_bytes()) / kGiB, device_name,
+                  double(inputs.device_total_bytes) / kGiB, largest.name, double(largest.bytes) / kGiB, largest.formula,
+                  hint.empty() ? "no offload, micro-batch, KV budget or ZeRO-3 rank count makes it fit"
+                               : "it would fit with " + hint));
 }
 
 }  // namespace verlpp::controller

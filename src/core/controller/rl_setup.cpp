@@ -9,6 +9,8 @@
 #include <verlpp/core/strings.hpp>
 #include <verlpp/hw/device.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
+#include <verlpp/hw/tensor_storage.hpp>
+#include <verlpp/train/sharded_weights.hpp>
 #include <verlpp/model/checkpoint.hpp>
 
 #include "../util/files.hpp"
@@ -47,6 +49,71 @@ train::LrSchedule schedule_of(const OptimSettings& optim, int64_t total_steps) {
   o.min_lr_ratio = optim.min_lr_ratio;
   o.num_cycles = optim.num_cycles;
   return train::LrSchedule(o);
+}
+
+train::ShardingOptions sharding_options(const RlTrainer::State& s, const ShardingSettings& role) {
+  train::ShardingOptions o;
+  o.zero_stage = int(role.zero_stage);
+  o.param_offload = role.param_offload;
+  o.optimizer_offload = role.optimizer_offload;
+  o.offloaded_step = s.settings.paths.offloaded_step;
+  // Pinned memory where the plugin has it (check_offload refused an accelerator without).
+  if (!s.plugin.empty() && hw::has_pinned_host_memory(hw::plugin_named(s.plugin)))
+    o.host_memory = &hw::plugin_named(s.plugin);
+  return o;
+}
+
+void check_offload(const RlTrainer::State& s) {
+  const RunSettings& rs = s.settings;
+  std::vector<std::string> asked;
+  if (rs.actor.sharding.param_offload) asked.push_back("actor_rollout_ref.actor.fsdp_config.param_offload");
+  if (rs.actor.sharding.optimizer_offload) asked.push_back("actor_rollout_ref.actor.fsdp_config.optimizer_offload");
+  if (s.use_reference && rs.ref.sharding.param_offload)
+    asked.push_back("actor_rollout_ref.ref.fsdp_config.param_offload");
+  if (s.use_critic && rs.critic.sharding.param_offload) asked.push_back("critic.model.fsdp_config.param_offload");
+  if (s.use_critic && rs.critic.sharding.optimizer_offload)
+    asked.push_back("critic.model.fsdp_config.optimizer_offload");
+  if (asked.empty() || s.device.is_cpu()) return;  // the host's memory is the device's: nothing to pin
+  if (s.plugin.empty() || !hw::has_pinned_host_memory(hw::plugin_named(s.plugin)))
+    throw Error(asked.front(),
+                fmt::format("offload to host memory needs the device's plugin to give pinned host memory, but {} "
+                            "does not (VERLPP_DEVICE_CAP_PINNED_HOST_MEMORY; `verlpp plugins`); turn off: {}",
+                            s.plugin.empty() ? "no plugin is loaded for " + s.device.str() : "plugin " + s.plugin,
+                            join(asked, ", ")));
+}
+
+// The reference's layout as a ShardingOptions (for the start-up line): stage 3 when sharded.
+train::ShardingOptions reference_sharding(const RlTrainer::State& s) {
+  train::ShardingOptions o = sharding_options(s, s.settings.ref.sharding);
+  o.zero_stage = s.ref_weights && s.ref_weights->gathers_per_use() ? 3 : 0;
+  return o;
+}
+
+// The start-up line saying how a role's state is held ("" for the default: one rank, nothing offloaded).
+std::string sharding_line(const std::string& role, const train::ShardingOptions& o, int32_t world) {
+  std::vector<std::string> parts;
+  if (world > 1) {
+    static const char* kStages[] = {"replicated", "optimizer state sharded", "gradients and optimizer state sharded",
+                                    "parameters, gradients and optimizer state sharded; each layer gathered while it "
+                                    "runs"};
+    parts.push_back(fmt::format("ZeRO-{} over {} ranks ({})", o.zero_stage, world, kStages[o.zero_stage]));
+  }
+  if (o.optimizer_offload)
+    parts.push_back(
+        fmt::format("fp32 masters and AdamW moments in host memory (AdamW {})",
+                    o.offloaded_step == train::OffloadedStep::kHost ? "on the host" : "streamed through the device"));
+  if (o.param_offload) parts.push_back("weights in host memory between its stages");
+  return parts.empty() ? std::string() : role + ": " + join(parts, ", ");
+}
+
+bool engine_shares_actor_weights(const RlTrainer::State& s) {
+  const train::TrainedModel& t = s.actor->trained_model();
+  if (!t.sharded_weights()) return true;
+  return !t.sharded_weights()->gathers_per_use() && !t.sharding().param_offload;
+}
+
+const model::DecoderLM& reference_model(const RlTrainer::State& s) {
+  return s.ref_weights ? s.ref_weights->model() : *s.ref_model;
 }
 
 // The options every model of the run is built with: its dtype and the run's path choices.
@@ -137,6 +204,24 @@ void build_reference(RlTrainer::State& s) {
     s.ref_model->parameter(name).detach().copy_(p.detach());
 }
 
+// The reference in flat units when the run shards it (ZeRO-3 on several ranks, unless its
+// fsdp_config.reshard_after_forward is false) or offloads it between its forwards.
+void shard_reference(RlTrainer::State& s) {
+  const ShardingSettings& ref = s.settings.ref.sharding;
+  const bool sharded = ref.zero_stage == 3 && s.world.is_distributed();
+  if (!sharded && !ref.param_offload) return;
+  train::ShardedWeightsOptions o;
+  o.dtype = s.ref_model->options().dtype;
+  o.dp = s.dp;
+  o.shard = sharded;
+  o.gather_per_use = sharded;
+  o.trainable = false;
+  o.host_memory = sharding_options(s, ref).host_memory;
+  s.ref_weights = std::make_unique<train::ShardedWeights>(*s.ref_model, o);
+  s.ref_model.reset();
+  if (ref.param_offload) s.ref_weights->offload();
+}
+
 void build_critic(RlTrainer::State& s) {
   const CriticSettings& cs = s.settings.critic;
   const std::string path = cs.model_path.value_or(s.model_path);
@@ -210,14 +295,17 @@ void build_engine(RlTrainer::State& s) {
   const at::ScalarType dtype = r.dtype;
   // The actor's compute dtype: the engine's model is a second handle on the actor's compute
   // tensors (the hybrid engine shares weights; optimizer steps show through) and tracks their
-  // version. Another dtype: the engine owns a cast copy, filled from the fp32 masters, whose
-  // version it tracks from then on (sync_rollout_weights keeps it current after each update).
-  const bool cast = dtype != s.actor->compute_model().options().dtype;
+  // version. Another dtype, or actor weights that come and go (gathered per use, offloaded): the
+  // engine owns its weights, filled by sync_rollout_weights after each update.
+  const bool own = dtype != s.actor->compute_model().options().dtype || !engine_shares_actor_weights(s);
   model::DecoderLM engine_model =
-      cast ? model::DecoderLM(s.actor_model->config(), model_options(s, dtype)) : s.actor->compute_model();
+      own ? model::DecoderLM(s.actor_model->config(), model_options(s, dtype)) : s.actor->compute_model();
   o.kernels = s.kernels.get();  // null without a plugin, or with a reference one (load_kernels)
   s.engine = std::make_unique<rollout::RolloutEngine>(std::move(engine_model), o);
-  if (cast) s.engine->update_weights(*s.actor_model);
+  if (own) {
+    nlohmann::json ignored;
+    sync_rollout_weights(s, ignored);
+  }
 }
 
 }  // namespace
@@ -315,16 +403,23 @@ void setup_trainer(RlTrainer::State& s) {
   s.kl_ctrl = algo::make_kl_controller(rs.algorithm.kl_ctrl_type, rs.algorithm.kl_coef, rs.algorithm.target_kl,
                                        rs.algorithm.horizon);
 
-  const int zero_stage = int(rs.trainer.zero_stage);
   load_kernels(s);
+  check_offload(s);
   build_actor(s);
-  s.actor->set_data_parallel(s.dp, zero_stage);
+  // The reference copies the actor's weights before they move into sharded units.
   if (s.use_reference) build_reference(s);
+  s.actor->set_data_parallel(s.dp, sharding_options(s, rs.actor.sharding));
+  if (s.use_reference) shard_reference(s);
   if (s.use_critic) {
     build_critic(s);
-    s.critic->set_data_parallel(s.dp, zero_stage);
+    s.critic->set_data_parallel(s.dp, sharding_options(s, rs.critic.sharding));
   }
   build_engine(s);
+  for (const std::string& line :
+       {sharding_line("actor", sharding_options(s, rs.actor.sharding), s.world.world_size),
+        s.use_critic ? sharding_line("critic", sharding_options(s, rs.critic.sharding), s.world.world_size) : "",
+        s.ref_weights ? sharding_line("reference", reference_sharding(s), s.world.world_size) : ""})
+    if (!line.empty()) s.message(line);
   s.checkpoints = std::make_unique<CheckpointManager>(s.run_dir, rs.trainer.max_actor_ckpt_to_keep);
   files::make_dirs(s.run_dir);
   if (s.world.is_distributed()) s.message(fmt::format("{} ranks: {}", s.world.world_size, hw::describe(s.world)));

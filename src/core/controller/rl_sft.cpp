@@ -41,8 +41,11 @@ void run_sft_warm_start(RlTrainer::State& s) {
   config.param_dtype = s.actor->config().param_dtype;  // SFT trains the actor, in its compute dtype
   config.kernels = s.actor->config().kernels;
   config.rotate_qkv = s.actor->config().rotate_qkv;
+  // The SFT trains the actor's model object: with sharded actor weights they are gathered into it
+  // first, and the SFT's own optimizer shards them again the same way.
+  s.actor->trained_model().materialize_master();
   train::SftTrainer trainer(*s.actor_model, config, train::LrSchedule(lr));
-  trainer.set_data_parallel(s.dp, int(s.settings.trainer.zero_stage));
+  trainer.set_data_parallel(s.dp, sharding_options(s, s.settings.actor.sharding));
 
   DataLoader loader(data.size(), sft.batch_size, /*shuffle=*/true, uint64_t(sft.seed));
   // Rank 0 writes the files. The SFT runs only in a run that starts from scratch (a resumed run
@@ -66,7 +69,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
     m["step"] = step;
     if (test_freq > 0 && s.val_set && (step % test_freq == 0 || step == steps)) {
       nlohmann::json sync;
-      sync_rollout_weights(s, sync);  // the engine may hold a cast copy of the weights
+      sync_rollout_weights(s, sync, &trainer.trained_model());  // the engine may hold a copy of the weights
       const nlohmann::json val = validate_model(s);
       for (const auto& [key, value] : val.items()) m["sft/" + key] = value;
       s.message(fmt::format("SFT step {}/{}: loss {:.3f}, val/acc {:.3f}", step, steps, last_loss,
@@ -85,14 +88,21 @@ void run_sft_warm_start(RlTrainer::State& s) {
   const std::string out = files::join(s.run_dir, "sft_model");
   model::SaveOptions save;
   save.source_dir = s.model_path;
+  trainer.trained_model().materialize_master();  // collective with sharded weights
   if (s.is_writer()) {
     files::remove_tree(out);
     model::save_pretrained(*s.actor_model, out, save);
   }
-  if (s.ref_model) {
+  if (s.ref_weights) {
+    s.ref_weights->reload();
+    s.ref_weights->import(*s.actor_model);
+    if (s.settings.ref.sharding.param_offload) s.ref_weights->offload();
+  } else if (s.ref_model) {
     at::NoGradGuard no_grad;
     for (const auto& [name, p] : s.actor_model->named_parameters()) s.ref_model->parameter(name).copy_(p.detach());
   }
+  // The actor continues from the fine-tuned weights (its units take them; nothing without units).
+  s.actor->trained_model().import_master();
   // The engine generates with the fine-tuned weights from here on (validation before RL
   // included): with mixed precision or a 16-bit engine it holds a copy, which SFT did not touch.
   nlohmann::json sync;

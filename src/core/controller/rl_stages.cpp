@@ -117,6 +117,11 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, c
     q.sampling.seed = seed_base + uint64_t(i);
     requests.push_back(std::move(q));
   }
+  // Weights released for the training stages (release_engine_weights) come back from the actor.
+  if (s.engine->weights_released()) {
+    json ignored;
+    sync_rollout_weights(s, ignored);
+  }
   if (s.engine->is_sleeping()) s.engine->wake();
   const int64_t local_total = (last - first) * n;
   std::vector<rollout::GenerateOutput> outputs;
@@ -220,17 +225,24 @@ std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, json*
 
 void compute_reference_log_prob(RlTrainer::State& s, Batch& batch) {
   at::NoGradGuard no_grad;
+  // A sharded or offloaded reference: its weights come back for this stage and go after it.
+  if (s.ref_weights) s.ref_weights->reload();
   batch.set("ref_log_prob", dispatch_rows(s, batch, [&](const Batch& rows) {
               return train::response_log_probs(
-                         *s.ref_model, rows.tensor("input_ids"), rows.tensor("attention_mask"),
+                         reference_model(s), rows.tensor("input_ids"), rows.tensor("attention_mask"),
                          rows.tensor("position_ids"), s.response_length, s.actor->config().temperature, false,
                          s.actor->config().log_prob_chunk_rows, s.actor->config().remove_padding,
                          s.actor->config().kernels, train::LogitsInBackward::kKeep, s.actor->config().rotate_qkv)
                   .log_probs;
             }));
+  if (s.ref_weights) {
+    s.ref_weights->release_gathered();
+    if (s.settings.ref.sharding.param_offload) s.ref_weights->offload();
+  }
 }
 
 double compute_old_log_prob(RlTrainer::State& s, Batch& batch) {
+  s.actor->trained_model().reload_parameters();  // param_offload: back for the forwards and the update
   // Log-probs and entropies side by side [B, 2R], so one gather brings both back.
   at::Tensor both = dispatch_rows(s, batch, [&](const Batch& rows) {
     train::ResponseLogProbs out = s.actor->compute_log_prob(rows, /*with_entropy=*/true);
@@ -242,7 +254,13 @@ double compute_old_log_prob(RlTrainer::State& s, Batch& batch) {
 }
 
 void compute_values(RlTrainer::State& s, Batch& batch) {
+  s.critic->trained_model().reload_parameters();  // param_offload: back for the forward and the update
   batch.set("values", dispatch_rows(s, batch, [&](const Batch& rows) { return s.critic->compute_values(rows); }));
+}
+
+void release_engine_weights(RlTrainer::State& s) {
+  // Only weights the engine owns: shared ones are the actor's own.
+  if (s.engine && !engine_shares_actor_weights(s)) s.engine->release_weights();
 }
 
 void apply_reward_kl(RlTrainer::State& s, Batch& batch, json& metrics) {
@@ -274,16 +292,33 @@ void compute_advantages(RlTrainer::State& s, Batch& batch) {
   batch.set("returns", out.returns);
 }
 
-void sync_rollout_weights(RlTrainer::State& s, json& metrics) {
+void sync_rollout_weights(RlTrainer::State& s, json& metrics, train::TrainedModel* from) {
   if (!s.engine) return;  // an SFT without generation (verlpp train-rm's warm start)
+  train::TrainedModel& trained = from != nullptr ? *from : s.actor->trained_model();
+  train::ShardedWeights* units = trained.sharded_weights();
+  const bool same_dtype = s.engine->model().options().dtype == s.actor->compute_model().options().dtype;
+  if (units != nullptr && !(same_dtype && engine_shares_actor_weights(s))) {
+    // Sharded or offloaded actor weights: unit by unit (each gathered, copied into the engine's
+    // own buffers, freed), so no rank ever holds a second whole copy besides the engine's.
+    trained.reload_parameters();
+    int64_t copied = 0, bytes = 0;
+    units->for_each_unit([&](const std::vector<std::pair<std::string, at::Tensor>>& unit) {
+      copied += s.engine->update_weights(unit, rollout::WeightSharing::kCopy).num_copied;
+      for (const auto& [name, t] : unit) bytes += t.numel() * int64_t(t.element_size());
+    });
+    trained.offload_parameters();
+    metrics["perf/weight_sync_shared"] = 0;
+    metrics["perf/weight_sync_copied"] = copied;
+    metrics["perf/weight_sync_gib"] = double(bytes) / double(int64_t(1) << 30);
+    return;
+  }
   // From the actor's compute copy when it has one (mixed precision) and the engine has its
   // dtype: the engine then shares those tensors. The refresh covers master weights changed outside the
   // actor's own steps (the SFT warm start, a checkpoint load).
   s.actor->refresh_compute_model();
   const model::DecoderLM& compute = s.actor->compute_model();
   // An engine in another dtype casts from the fp32 masters (not from a 16-bit copy of them).
-  const model::DecoderLM& source =
-      s.engine->model().options().dtype == compute.options().dtype ? compute : *s.actor_model;
+  const model::DecoderLM& source = same_dtype ? compute : *s.actor_model;
   rollout::WeightUpdateReport report = s.engine->update_weights(source);
   metrics["perf/weight_sync_shared"] = report.num_shared;
   metrics["perf/weight_sync_copied"] = report.num_copied;

@@ -26,6 +26,7 @@
 #include <verlpp/train/actor.hpp>
 #include <verlpp/train/critic.hpp>
 #include <verlpp/train/data_parallel.hpp>
+#include <verlpp/train/sharded_weights.hpp>
 
 #include "../util/output_file.hpp"
 
@@ -67,6 +68,9 @@ struct RlTrainer::State {
   std::unique_ptr<DataLoader> loader;
 
   std::unique_ptr<model::DecoderLM> actor_model, ref_model, critic_model;
+  // The reference in flat units (sharded at ZeRO-3, or offloaded between its forwards); then
+  // ref_model is null (reference_model()).
+  std::unique_ptr<train::ShardedWeights> ref_weights;
   std::unique_ptr<train::Actor> actor;
   std::unique_ptr<train::Critic> critic;
   std::unique_ptr<hw::Kernels> kernels;  // the plugin's, for the engine and the trainer on an accelerator
@@ -176,6 +180,15 @@ model::ModelOptions model_options(const RlTrainer::State& s, at::ScalarType dtyp
 // wins when set).
 train::LrSchedule schedule_of(const OptimSettings& optim, int64_t total_steps);
 void join_process_group(RlTrainer::State& s);
+// A role's ShardingOptions (its stage, offloads, the plugin's pinned memory).
+train::ShardingOptions sharding_options(const RlTrainer::State& s, const ShardingSettings& role);
+// Refuses offload on an accelerator whose plugin has no pinned host memory, naming the keys.
+void check_offload(const RlTrainer::State& s);
+// Whether the engine's model can be a second handle on the actor's compute weights (they stay
+// on the device, whole): no sharded units, or resident ones without param_offload.
+bool engine_shares_actor_weights(const RlTrainer::State& s);
+// The reference the ref stage runs (its units' model when sharded or offloaded).
+const model::DecoderLM& reference_model(const RlTrainer::State& s);
 void load_kernels(RlTrainer::State& s);
 void build_actor(RlTrainer::State& s);
 // A checkpoint of the current step in two parts, so the step's metrics row can be made durable
@@ -228,8 +241,14 @@ void compute_values(RlTrainer::State& s, Batch& batch);
 void apply_reward_kl(RlTrainer::State& s, Batch& batch, nlohmann::json& metrics);
 // advantages and returns by algorithm.adv_estimator.
 void compute_advantages(RlTrainer::State& s, Batch& batch);
-// The rollout engine reads the actor's current weights (shared storage: no copy on one device).
-void sync_rollout_weights(RlTrainer::State& s, nlohmann::json& metrics);
+// The rollout engine reads the actor's current weights (shared storage: no copy on one device;
+// from sharded or offloaded units, unit by unit into the engine's own buffers).
+// `from`: another trained model of the actor's layout whose weights to send (the SFT warm
+// start's, during its validations); null: the actor.
+void sync_rollout_weights(RlTrainer::State& s, nlohmann::json& metrics, train::TrainedModel* from = nullptr);
+// After the step's generations: an engine that owns its weights (not shared with the actor) frees
+// them until the next sync, so the training stages have the device (KV pool asleep as well).
+void release_engine_weights(RlTrainer::State& s);
 
 // Validation over the val set (rl_steps.cpp): val_kwargs.n responses per prompt decoded as
 // val_kwargs says, scored, and verl's val-core/... and val-aux/... metrics

@@ -45,7 +45,11 @@ void advantages_update_and_sync(RlTrainer::State& s, StepOutput& out) {
     apply_reward_kl(s, out.batch, m);
     compute_advantages(s, out.batch);
   });
-  if (s.use_critic) run_stage(s, "update_critic", m, [&] { merge_into(m, s.critic->update_critic(out.batch)); });
+  if (s.use_critic)
+    run_stage(s, "update_critic", m, [&] {
+      merge_into(m, s.critic->update_critic(out.batch));
+      s.critic->trained_model().offload_parameters();  // param_offload: off the device until the next values
+    });
   if (s.global_step + 1 > s.settings.trainer.critic_warmup) {
     run_stage(s, "update_actor", m, [&] { merge_into(m, s.actor->update_policy(out.batch)); });
     run_stage(s, "sync", m, [&] { sync_rollout_weights(s, m); });
@@ -67,6 +71,7 @@ void rollout_and_score(RlTrainer::State& s, StepOutput& out, const Batch& prompt
   m["perf/rollout_overlapped_steps"] = gen.num_overlapped_steps;
   m["perf/rollout_graph_captures"] = gen.num_graph_captures;
   m["timing_s/gen_graph_capture"] = gen.graph_capture_seconds;
+  release_engine_weights(s);
   run_stage(s, "reward", m, [&] {
     if (s.reward_model) compute_rm_scores(s, out.batch);
     out.reward_extras = compute_scores(s, out.batch, &m);

@@ -150,12 +150,13 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
   std::unique_ptr<model::DecoderLM> rm_model;
   if (rm.sft_warm_start && !plan.folder) {
     build_actor(s);
-    s.actor->set_data_parallel(s.dp, int(t.zero_stage));
+    s.actor->set_data_parallel(s.dp, sharding_options(s, s.settings.actor.sharding));
     try {
       run_sft_warm_start(s);
     } catch (const std::exception& e) {
       throw Error(fmt::format("rank {} of {}, SFT warm start", s.world.rank, s.world.world_size), e.what());
     }
+    s.actor->trained_model().materialize_master();  // the reward model starts from these weights
     rm_model = make_reward_model(s, s.model_path, s.actor_model.get());
     s.actor.reset();
     s.actor_model.reset();
@@ -168,7 +169,7 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
   tc.param_dtype = s.settings.actor.precision.resolve(s.device.is_cpu());
   tc.kernels = s.kernels.get();
   train::RewardModelTrainer trainer(*rm_model, tc, schedule_of(rm.optim, rm.total_steps));
-  trainer.set_data_parallel(s.dp, int(t.zero_stage));
+  trainer.set_data_parallel(s.dp, sharding_options(s, s.settings.actor.sharding));
   DataLoader loader(train_pairs.size(), rm.batch_size, /*shuffle=*/true, uint64_t(rm.seed));
 
   const std::string metrics_path = files::join(s.run_dir, "metrics.jsonl");
@@ -288,6 +289,7 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
   result.steps = step;
   result.last_metrics = last;
 
+  trainer.trained_model().materialize_master();  // collective with sharded weights: the folder below
   if (s.is_writer()) {
     s.metrics_out.commit();
     sync_file(metrics_path);

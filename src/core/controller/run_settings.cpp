@@ -111,6 +111,22 @@ PrecisionSettings precision_at(const Config& c, const std::string& fsdp_config) 
   return p;
 }
 
+// <role>.strategy and <fsdp_config>'s sharding and offload keys (the strategy names were checked
+// by validate: fsdp or fsdp2).
+ShardingSettings sharding_at(const Config& c, const std::string& strategy, const std::string& fsdp_config,
+                             bool has_optimizer) {
+  (void)read<std::string>(c, strategy);
+  ShardingSettings s;
+  const std::optional<int64_t> stage = read_optional<int64_t>(c, "trainer.zero_stage");
+  const bool reshard = read<bool>(c, fsdp_config + ".reshard_after_forward");
+  s.zero_stage = stage.value_or(reshard ? 3 : 2);
+  const bool policy = read<bool>(c, fsdp_config + ".offload_policy");
+  s.param_offload = read<bool>(c, fsdp_config + ".param_offload") || policy;
+  if (has_optimizer) s.optimizer_offload = read<bool>(c, fsdp_config + ".optimizer_offload") || policy;
+  (void)read<int64_t>(c, fsdp_config + ".fsdp_size");  // -1 or the world size (validate)
+  return s;
+}
+
 DataSettings data_at(const Config& c) {
   DataSettings d;
   // verl: data.tokenizer, else the model's tokenizer_path, else the model folder.
@@ -151,6 +167,13 @@ void read_ppo_role(const Config& c, const std::string& role, const std::string& 
   s.loss_agg_mode = read<std::string>(c, role + ".loss_agg_mode");
   s.optim = optim_at(c, role + ".optim", role + ".grad_clip");
   s.precision = precision_at(c, fsdp_config);
+  s.sharding = sharding_at(c, role == "critic" ? "critic.strategy" : role + ".strategy", fsdp_config, true);
+}
+
+ReferenceSettings ref_at(const Config& c) {
+  ReferenceSettings s;
+  s.sharding = sharding_at(c, "actor_rollout_ref.ref.strategy", "actor_rollout_ref.ref.fsdp_config", false);
+  return s;
 }
 
 ActorSettings actor_at(const Config& c) {
@@ -253,7 +276,7 @@ TrainerSettings trainer_at(const Config& c) {
   s.default_local_dir = read<std::string>(c, t + "default_local_dir");
   s.total_training_steps = read_optional<int64_t>(c, t + "total_training_steps");
   if (!s.total_training_steps) s.total_epochs = read<int64_t>(c, t + "total_epochs");
-  s.zero_stage = read<int64_t>(c, t + "zero_stage");
+  s.zero_stage = read_optional<int64_t>(c, t + "zero_stage");
   s.max_actor_ckpt_to_keep = read_optional<int64_t>(c, t + "max_actor_ckpt_to_keep").value_or(0);
   s.resume_mode = read<std::string>(c, t + "resume_mode");
   s.resume_from_path = read_optional<std::string>(c, t + "resume_from_path").value_or("");
@@ -330,6 +353,17 @@ PathSettings paths_at(const Config& c) {
   s.rotary_attention = read<bool>(c, "verlpp.rollout.rotary_attention");
   s.train_rotary_qkv = read<bool>(c, "verlpp.train.rotary_qkv");
   s.kernel_streams = read<bool>(c, "verlpp.kernels.streams");
+  const std::string where = read<std::string>(c, "verlpp.train.offloaded_adamw");
+  if (where == "host") {
+    s.offloaded_step = train::OffloadedStep::kHost;
+  } else if (where == "device") {
+    s.offloaded_step = train::OffloadedStep::kDevice;
+  } else {
+    throw Error("verlpp.train.offloaded_adamw",
+                fmt::format("'{}' is not host (one pass over the host's memory) or device (the state streamed "
+                            "through the device in chunks)",
+                            where));
+  }
   return s;
 }
 
@@ -455,6 +489,7 @@ RunSettings parse_run_settings(const Config& config, int world_size, int ranks_p
   s.data = data_at(config);
   s.model = model_at(config);
   s.actor = actor_at(config);
+  s.ref = ref_at(config);
   s.rollout = rollout_at(config);
   s.algorithm = algorithm_at(config);
   const bool enable_is_set = config.at("critic.enable").is_boolean();

@@ -266,6 +266,19 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& t) const {
   return out;
 }
 
+void ProcessGroup::all_gather_into(const at::Tensor& send, const at::Tensor& recv) const {
+  require_contiguous(send, "all_gather");
+  require_contiguous(recv, "all_gather");
+  if (recv.numel() != send.numel() * world_.world_size || send.scalar_type() != recv.scalar_type())
+    throw Error("all_gather", fmt::format("send has {} {} elements, recv {} {}: recv must be world_size ({}) times "
+                                          "send, one dtype",
+                                          send.numel(), c10::toString(send.scalar_type()), recv.numel(),
+                                          c10::toString(recv.scalar_type()), world_.world_size));
+  at::Tensor flat_send = send.view({-1}), flat_recv = recv.view({-1});
+  DLTensor s = detail::dl_view(flat_send), r = detail::dl_view(flat_recv);
+  checked("all_gather", [&] { impl_->comm->all_gather(s, r); });
+}
+
 void ProcessGroup::reduce_scatter_sum(const at::Tensor& send, at::Tensor& recv) const {
   require_contiguous(send, "reduce_scatter");
   require_contiguous(recv, "reduce_scatter");

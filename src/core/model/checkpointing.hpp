@@ -4,16 +4,13 @@
 // Function header.
 #pragma once
 
+#include <verlpp/model/decoder.hpp>
+
 #include <ATen/core/Tensor.h>
 
-#include <functional>
 #include <vector>
 
 namespace verlpp::model::detail {
-
-// The layer as a function of its input; it must own (copy) everything it uses, since it runs
-// again during the backward, after the forward call that made it has returned.
-using LayerFn = std::function<at::Tensor(const at::Tensor&)>;
 
 // fn(hidden), recorded for autograd so that the backward recomputes it; `params` are the
 // tensors fn reads (their gradients flow through).

@@ -97,16 +97,40 @@ std::string dtype_name(at::ScalarType dtype) {
   throw Error("dtype", fmt::format("dtype {} is not a model dtype (float32, bfloat16, float16)", c10::toString(dtype)));
 }
 
-DecoderLM::DecoderLM(ModelConfig config, ModelOptions options) : config_(std::move(config)), options_(options) {
+DecoderLM::DecoderLM(ModelConfig config, ModelOptions options, NoAllocation)
+    : config_(std::move(config)), options_(options) {
   VERLPP_CHECK(options_.dtype == at::kFloat || options_.dtype == at::kBFloat16 || options_.dtype == at::kHalf ||
                    options_.dtype == at::kDouble,
                "DecoderLM: dtype {} is not float32, bfloat16, float16 (or float64)", c10::toString(options_.dtype));
+}
+
+DecoderLM::DecoderLM(ModelConfig config, ModelOptions options) : DecoderLM(std::move(config), options, NoAllocation{}) {
   auto opts = at::TensorOptions().dtype(options_.dtype).device(options_.device);
   for (const ParamSpec& s : parameter_specs(config_)) {
     index_[s.name] = params_.size();
     params_.emplace_back(s.name, at::empty(s.shape, opts).requires_grad_(options_.requires_grad));
   }
   bind();
+}
+
+DecoderLM DecoderLM::over(ModelConfig config, ModelOptions options, std::vector<at::Tensor> params) {
+  DecoderLM m(std::move(config), options, NoAllocation{});
+  const std::vector<ParamSpec> specs = parameter_specs(m.config_);
+  VERLPP_CHECK(params.size() == specs.size(), "{}: {} tensors given for {} parameters", m.config_.architecture,
+               params.size(), specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const at::Tensor& p = params[i];
+    VERLPP_CHECK(p.defined() && p.sizes() == c10::IntArrayRef(specs[i].shape),
+                 "{}: parameter '{}' wants shape {}, got {}", m.config_.architecture, specs[i].name,
+                 shape_string(specs[i].shape), p.defined() ? shape_string(p.sizes()) : std::string("none"));
+    VERLPP_CHECK(p.scalar_type() == options.dtype && p.device() == options.device,
+                 "{}: parameter '{}' is {} on {}, the model {} on {}", m.config_.architecture, specs[i].name,
+                 c10::toString(p.scalar_type()), p.device().str(), c10::toString(options.dtype), options.device.str());
+    m.index_[specs[i].name] = m.params_.size();
+    m.params_.emplace_back(specs[i].name, p);
+  }
+  m.bind();
+  return m;
 }
 
 void DecoderLM::bind() {
@@ -146,6 +170,7 @@ void DecoderLM::bind() {
 }
 
 const at::Tensor& DecoderLM::parameter(const std::string& name) const {
+  if (gather_ && name.rfind("model.layers.", 0) != 0) gather_->gather_outer();
   if (name == "lm_head.weight" && config_.head == ModelHead::kCausalLM && config_.tie_word_embeddings)
     return params_[index_.at("model.embed_tokens.weight")].second;
   auto it = index_.find(name);
@@ -357,6 +382,7 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
                c10::toString(input_ids.scalar_type()));
   VERLPP_CHECK(position_ids.sizes() == input_ids.sizes(), "{}: position_ids {} and input_ids {} differ in shape",
                config_.architecture, shape_string(position_ids.sizes()), shape_string(input_ids.sizes()));
+  if (gather_) gather_->gather_outer();
   at::Tensor hidden = at::embedding(embed_tokens_, input_ids);
   RotateFn rope = rotate;
   if (!rope) {
@@ -382,6 +408,19 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
   // unadded, so that the residual add and that RMSNorm can run as one kernel.
   at::Tensor pending;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    if (gather_) {
+      // Sharded parameters: the layer runs inside the gather's bracket, as a whole function of
+      // its input (captured by value, as for checkpointing: its backward may run it again).
+      AttendFn a = attend;
+      hidden = gather_->run_layer(
+          i,
+          [this, i, rope, a, kernels](const at::Tensor& h) {
+            std::pair<at::Tensor, at::Tensor> out = layer_forward(i, h, at::Tensor(), rope, a, kernels.get(), false);
+            return out.first + out.second;
+          },
+          hidden, checkpoint);
+      continue;
+    }
     if (!checkpoint) {
       std::tie(hidden, pending) = layer_forward(i, hidden, pending, rope, attend, kernels.get(), /*own_hidden=*/true);
       continue;
@@ -507,12 +546,14 @@ at::Tensor DecoderLM::forward_cached(const at::Tensor& input_ids, const at::Tens
 at::Tensor DecoderLM::logits(const at::Tensor& hidden) const {
   VERLPP_CHECK(lm_head_.defined(), "{}: this model has a score head, not an LM head (use scores())",
                config_.architecture);
+  if (gather_) gather_->gather_outer();
   return at::linear(hidden, lm_head_);
 }
 
 at::Tensor DecoderLM::scores(const at::Tensor& hidden) const {
   VERLPP_CHECK(score_.defined(), "{}: this model has an LM head, not a score head (use logits())",
                config_.architecture);
+  if (gather_) gather_->gather_outer();
   return at::linear(hidden, score_, score_bias_);
 }
 

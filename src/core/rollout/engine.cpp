@@ -6,6 +6,7 @@
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
+#include <verlpp/hw/tensor_storage.hpp>
 #include <verlpp/model/kv_cache.hpp>
 
 #include "attention.hpp"
@@ -104,6 +105,17 @@ int64_t RolloutEngine::bytes_per_block() const {
 
 int64_t RolloutEngine::pool_bytes() const { return num_blocks_ * bytes_per_block(); }
 
+double RolloutEngine::release_weights() {
+  const auto start = std::chrono::steady_clock::now();
+  graphs_.reset();  // they read the weights' storage, which comes back elsewhere
+  for (const auto& [name, p] : model_.named_parameters()) {
+    if (std::find(shared_params_.begin(), shared_params_.end(), name) != shared_params_.end()) continue;
+    hw::release_storage(p);
+    released_params_.insert(name);
+  }
+  return seconds_since(start);
+}
+
 double RolloutEngine::sleep() {
   const auto start = std::chrono::steady_clock::now();
   graphs_.reset();  // they write into this pool; a new pool lies elsewhere
@@ -179,6 +191,10 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
                                                     const std::function<void(int64_t, int64_t)>& progress,
                                                     const std::function<void(GenerateOutput&&)>& on_output) {
   VERLPP_CHECK(cache_ != nullptr, "RolloutEngine::generate: the engine is asleep (call wake() first)");
+  VERLPP_CHECK(released_params_.empty(),
+               "RolloutEngine::generate: the engine's weights were released (release_weights) and {} of them, '{}' "
+               "first, were not written again: call update_weights first",
+               released_params_.size(), released_params_.empty() ? "" : *released_params_.begin());
   if (weights_stale()) {
     const int64_t now = source_version_ ? source_version_->load() : 0;
     if (options_.stale_weights == StaleWeights::kRefuse || source_params_.empty())
@@ -391,7 +407,8 @@ void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& to
   logprobs.assign(lp, lp + result.logprobs.numel());
 }
 
-WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std::string, at::Tensor>>& named) {
+WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std::string, at::Tensor>>& named,
+                                                 WeightSharing sharing) {
   at::NoGradGuard no_grad;
   const auto start = std::chrono::steady_clock::now();
   WeightUpdateReport report;
@@ -412,12 +429,13 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
                      shape_text(src), shape_text(dst));
     const auto shared = std::find(shared_params_.begin(), shared_params_.end(), name);
     // A fused parameter is a view of the engine's fused buffer: re-pointing it would detach it.
-    if (!model_.is_fused(name) && src.device() == dst.device() && src.scalar_type() == dst.scalar_type() &&
-        src.is_contiguous()) {
+    if (sharing == WeightSharing::kShare && !model_.is_fused(name) && src.device() == dst.device() &&
+        src.scalar_type() == dst.scalar_type() && src.is_contiguous()) {
       if (!dst.is_same(src)) {
         if (dst.data_ptr() != src.data_ptr()) graphs_.reset();  // they read the old storage
         const_cast<at::Tensor&>(dst).set_(src.detach());
       }
+      released_params_.erase(name);
       if (shared == shared_params_.end()) shared_params_.push_back(name);
       ++report.num_shared;
     } else {
@@ -427,6 +445,7 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
         shared_params_.erase(shared);
         graphs_.reset();
       }
+      if (released_params_.erase(name) > 0) hw::restore_storage(dst);
       dst.copy_(src.detach());
       last_copied = &dst;
       ++report.num_copied;

@@ -38,10 +38,12 @@ Actor::~Actor() = default;
 
 ResponseLogProbs Actor::compute_log_prob(const data::Batch& batch, bool with_entropy) const {
   at::NoGradGuard no_grad;
-  return response_log_probs(trained_.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"),
-                            batch.tensor("position_ids"), batch.tensor("responses").size(1), config_.temperature,
-                            with_entropy, config_.log_prob_chunk_rows, config_.remove_padding, config_.kernels,
-                            config_.logits_in_backward, config_.rotate_qkv);
+  ResponseLogProbs out = response_log_probs(
+      trained_.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"), batch.tensor("position_ids"),
+      batch.tensor("responses").size(1), config_.temperature, with_entropy, config_.log_prob_chunk_rows,
+      config_.remove_padding, config_.kernels, config_.logits_in_backward, config_.rotate_qkv);
+  trained_.release_gathered();  // sharded weights: the outer unit is not kept between stages
+  return out;
 }
 
 nlohmann::json Actor::update_policy(const data::Batch& batch) {
@@ -108,7 +110,8 @@ nlohmann::json Actor::update_policy(const data::Batch& batch) {
                             {"actor/pg_clipfrac_lower", mean[kLower]},
                             {"actor/grad_norm", trained_.mean_grad_norm()},
                             {"actor/lr", lr},
-                            {"actor/skipped_steps", trained_.skipped_steps()}};
+                            {"actor/skipped_steps", trained_.skipped_steps()},
+                            {"perf/actor_optimizer_s", trained_.step_seconds()}};
   if (config_.entropy_coeff != 0.0) metrics["actor/entropy"] = mean[kEntropy];
   if (config_.use_kl_loss) {
     metrics["actor/kl_loss"] = mean[kKlLoss];

@@ -34,7 +34,9 @@ at::Tensor Critic::values_of(const data::Batch& batch) const {
 
 at::Tensor Critic::compute_values(const data::Batch& batch) const {
   at::NoGradGuard no_grad;
-  return values_of(batch);
+  at::Tensor values = values_of(batch);
+  trained_.release_gathered();  // sharded weights: the outer unit is not kept between stages
+  return values;
 }
 
 nlohmann::json Critic::update_critic(const data::Batch& batch) {

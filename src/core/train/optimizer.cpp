@@ -7,6 +7,7 @@
 
 #include "plugin_adamw.hpp"
 #include "sharded_adamw.hpp"
+#include "sharded_optimizer.hpp"
 
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/train/mixed_precision.hpp>
@@ -104,10 +105,13 @@ struct OptimizerStep::Impl {
   std::vector<bool> owned;
   bool sharded = false;
   std::unique_ptr<ShardedAdamW> zero2;  // ZeRO-2: the flat shards (then adamw is null)
+  // use_sharded_state: ZeRO-3 / offloaded state (then adamw is null), and its stage.
+  std::unique_ptr<detail::ShardedOptimizer> flat;
+  int flat_stage = 0;
 
   void build(const AdamWConfig& c) {
     adamw.reset();
-    if (zero2) return;
+    if (zero2 || flat) return;
     std::vector<at::Tensor> mine;
     for (size_t i = 0; i < params.size(); ++i)
       if (!sharded || owned[i]) mine.push_back(params[i]);
@@ -176,6 +180,7 @@ struct OptimizerStep::Impl {
   }
 
   void zero_grad() {
+    if (flat) return;  // the sharded weights keep the gradients (TrainedModel drops them)
     if (!sharded || zero2) {
       // Gradients dropped, as LibTorch 2.x's zero_grad does by default (1.13's fills zeros): the
       // next backward then starts fresh ones, and MixedPrecision can defer its casts again.
@@ -214,11 +219,33 @@ void OptimizerStep::shard(const DataParallel& dp, int zero_stage) {
   impl_->build(config_);
 }
 
+void OptimizerStep::use_sharded_state(std::unique_ptr<detail::ShardedOptimizer> sharded, const DataParallel& dp,
+                                      int zero_stage) {
+  VERLPP_CHECK(steps_ == 0 && skipped_ == 0,
+               "OptimizerStep::use_sharded_state must come before the first step ({} taken)", steps_);
+  impl_->flat = std::move(sharded);
+  impl_->flat_stage = zero_stage;
+  impl_->dp = dp;
+  impl_->sharded = dp.is_distributed();
+  impl_->zero2.reset();
+  impl_->build(config_);
+}
+
 bool OptimizerStep::is_sharded() const { return impl_->sharded; }
 
-int OptimizerStep::zero_stage() const { return impl_->zero2 ? 2 : impl_->sharded ? 1 : 0; }
+int OptimizerStep::zero_stage() const {
+  if (impl_->flat) return impl_->flat_stage;
+  return impl_->zero2 ? 2 : impl_->sharded ? 1 : 0;
+}
+
+bool OptimizerStep::sums_gradients() const { return impl_->zero2 != nullptr || impl_->flat != nullptr; }
+
+const detail::ShardedOptimizer* OptimizerStep::sharded_state() const { return impl_->flat.get(); }
+
+detail::ShardedOptimizer* OptimizerStep::sharded_state() { return impl_->flat.get(); }
 
 int64_t OptimizerStep::state_elements() const {
+  if (impl_->flat) return impl_->flat->state_bytes() / int64_t(sizeof(float));
   if (impl_->zero2) return impl_->zero2->state_elements();
   if (!impl_->adamw) return 0;
   int64_t n = 0;
@@ -244,6 +271,12 @@ double OptimizerStep::set_lr_for_update(int64_t update) {
 void OptimizerStep::zero_grad() { impl_->zero_grad(); }
 
 double OptimizerStep::clip_and_step() {
+  if (impl_->flat) {  // sums, clips, steps and publishes (sharded_optimizer.hpp)
+    const double norm = impl_->flat->step(config_, impl_->lr);
+    last_skipped_ = !std::isfinite(norm);
+    ++(last_skipped_ ? skipped_ : steps_);
+    return norm;
+  }
   if (impl_->zero2) {  // sums, clips, steps and gathers in one (sharded_adamw.hpp)
     const double norm = impl_->zero2->step(config_, impl_->lr);
     last_skipped_ = !std::isfinite(norm);
@@ -278,6 +311,7 @@ bool OptimizerStep::updates_through_plugin() const {
 }
 
 double OptimizerStep::clip_and_step(MixedPrecision& precision) {
+  if (impl_->flat) return clip_and_step();  // the sharded weights are the compute weights
   const std::vector<at::Tensor> computes = precision.compute_parameters();
   // The plugin path pairs this optimizer's parameters with the precision's by position: they
   // must be its master model's parameters, in order, fp32 on one device.
@@ -390,11 +424,14 @@ void OptimizerStep::save_state(const std::string& path, const std::vector<std::s
   check_names(names, impl_->params.size(), "OptimizerStep::save_state(" + path + ")");
   std::vector<model::NamedTensor> tensors;
   const bool writes = !impl_->sharded || impl_->dp.rank() == 0;
-  std::vector<at::Tensor> flat_avg, flat_avg_sq;  // ZeRO-2: every parameter's state, gathered (collective)
+  // ZeRO-2 / sharded state: every parameter's state, gathered (collective).
+  std::vector<at::Tensor> flat_avg, flat_avg_sq;
   if (impl_->zero2) impl_->zero2->gather_state(flat_avg, flat_avg_sq);
+  if (impl_->flat) impl_->flat->gather_state(flat_avg, flat_avg_sq);
   for (size_t i = 0; i < names.size(); ++i) {
-    if (impl_->zero2) {
-      const int64_t step = impl_->zero2->steps()[i];
+    if (impl_->zero2 || impl_->flat) {
+      if (!writes) continue;
+      const int64_t step = impl_->zero2 ? impl_->zero2->steps()[i] : impl_->flat->steps()[i];
       if (step == 0) continue;  // never stepped: nothing to save
       tensors.emplace_back(names[i] + ".step", at::full({1}, step, at::kLong));
       tensors.emplace_back(names[i] + ".exp_avg", flat_avg[i]);
@@ -502,6 +539,8 @@ void OptimizerStep::load_state(const std::string& path, const std::vector<std::s
     if (e.dtype != param.scalar_type())
       VERLPP_FAIL_AT(path, "tensor '{}' has dtype {}, but parameter '{}' is {}", tensor,
                      model::safetensors_dtype_name(e.dtype), name, c10::toString(param.scalar_type()));
+    // Sharded state takes its part from the mapped file itself (no whole copy on the device).
+    if (impl_->flat) return file.tensor(tensor);
     return at::empty_like(param).copy_(file.tensor(tensor));  // the param's device and layout
   };
   std::vector<std::unique_ptr<torch::optim::AdamWParamState>> states(names.size());
@@ -530,7 +569,7 @@ void OptimizerStep::load_state(const std::string& path, const std::vector<std::s
   const bool last_skipped = meta("verlpp.last_step_skipped").get<bool>();
 
   // Commit (sharded: only the states of this rank's parameters).
-  if (impl_->zero2) {
+  if (impl_->zero2 || impl_->flat) {
     std::vector<int64_t> steps_of(names.size(), 0);
     std::vector<at::Tensor> avg(names.size()), avg_sq(names.size());
     for (size_t i = 0; i < names.size(); ++i) {
@@ -539,7 +578,11 @@ void OptimizerStep::load_state(const std::string& path, const std::vector<std::s
       avg[i] = states[i]->exp_avg();
       avg_sq[i] = states[i]->exp_avg_sq();
     }
-    impl_->zero2->set_state(steps_of, avg, avg_sq);
+    if (impl_->zero2) {
+      impl_->zero2->set_state(steps_of, avg, avg_sq);
+    } else {
+      impl_->flat->set_state(steps_of, avg, avg_sq);
+    }
   }
   if (impl_->adamw) {
     auto& state_map = impl_->adamw->state();

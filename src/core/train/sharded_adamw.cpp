@@ -1,8 +1,8 @@
-// ShardedAdamW: ZeRO-2's step (see the header). AdamW's arithmetic is torch::optim::AdamW's
-// (LibTorch 1.13/2.x C++), op for op, on the flat shard: weight decay, the two moments, then
-// per run of parameters with one step count the bias-corrected update; on CUDA, LibTorch's fused
-// kernel where this build has it, as OptimizerStep's unsharded path does.
+// ShardedAdamW: ZeRO-2's step (see the header). AdamW's arithmetic is torch::optim::AdamW's, op
+// for op, on the flat shard (flat_adamw.hpp), per run of parameters with one step count.
 #include "sharded_adamw.hpp"
+
+#include "flat_adamw.hpp"
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/process_group.hpp>
@@ -11,16 +11,10 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linalg_vector_norm.h>
-#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <cmath>
-
-#if __has_include(<ATen/ops/_fused_adamw.h>)
-#include <ATen/ops/_fused_adamw.h>
-#define VERLPP_HAVE_FUSED_ADAMW 1
-#endif
 
 namespace verlpp::train {
 
@@ -125,10 +119,7 @@ double ShardedAdamW::step(const AdamWConfig& c, double lr) {
   at::Tensor values = at::empty({shard_}, options);
   read_flat(mine, values, /*gradients=*/false);
   // Runs of consecutive parameters with one step count share the bias corrections.
-  struct Run {
-    int64_t begin, length, step;
-  };
-  std::vector<Run> runs;
+  std::vector<detail::AdamwRun> runs;
   for (const Piece& piece : pieces(mine, mine + shard_)) {
     const int64_t step = steps_[piece.index];
     if (!runs.empty() && runs.back().step == step) {
@@ -137,34 +128,7 @@ double ShardedAdamW::step(const AdamWConfig& c, double lr) {
       runs.push_back({piece.flat_begin - mine, piece.length, step});
     }
   }
-  bool fused = false;
-#ifdef VERLPP_HAVE_FUSED_ADAMW
-  if (values.is_cuda() && values.scalar_type() == at::kFloat && !runs.empty()) {
-    std::vector<at::Tensor> ps, gs, ms, vs, counts;
-    for (const Run& run : runs) {
-      ps.push_back(values.narrow(0, run.begin, run.length));
-      gs.push_back(grad_.narrow(0, run.begin, run.length));
-      ms.push_back(exp_avg_.narrow(0, run.begin, run.length));
-      vs.push_back(exp_avg_sq_.narrow(0, run.begin, run.length));
-      counts.push_back(at::tensor({float(run.step)}, options.dtype(at::kFloat)).squeeze(0));
-    }
-    at::_fused_adamw_(ps, gs, ms, vs, {}, counts, lr, c.beta1, c.beta2, c.weight_decay, c.eps, /*amsgrad=*/false,
-                      /*maximize=*/false);
-    fused = true;
-  }
-#endif
-  if (!fused) {
-    if (c.weight_decay != 0) values.mul_(1 - lr * c.weight_decay);
-    exp_avg_.mul_(c.beta1).add_(grad_, 1 - c.beta1);
-    exp_avg_sq_.mul_(c.beta2).addcmul_(grad_, grad_, 1 - c.beta2);
-    for (const Run& run : runs) {
-      const double correction1 = 1 - std::pow(c.beta1, double(run.step));
-      const double correction2 = 1 - std::pow(c.beta2, double(run.step));
-      at::Tensor denom = exp_avg_sq_.narrow(0, run.begin, run.length).sqrt().div(std::sqrt(correction2)).add_(c.eps);
-      values.narrow(0, run.begin, run.length)
-          .addcdiv_(exp_avg_.narrow(0, run.begin, run.length), denom, -lr / correction1);
-    }
-  }
+  detail::adamw_flat(values, grad_, exp_avg_, exp_avg_sq_, runs, c, lr);
 
   // 4. Every rank's new values into every replica.
   for (int64_t k = 0; k < shard_; k += chunk) {

@@ -1,0 +1,34 @@
+// How a trained model's state is held over the ranks and between the device and host memory:
+// the ZeRO stage and the offloads (verl's fsdp_config and trainer.zero_stage). A small header of
+// its own so that the settings can name it without the trainer's headers.
+#pragma once
+
+namespace verlpp::hw {
+class Plugin;
+}
+
+namespace verlpp::train {
+
+// Where AdamW runs when the optimizer state is offloaded to host memory.
+enum class OffloadedStep {
+  kHost,    // on the host: one multi-threaded pass over each chunk of the state
+  kDevice,  // streamed through the device: each chunk of the state copied up, stepped, copied down
+};
+
+// How a trained model's state is held over the ranks and between the device and host memory
+// (verl's fsdp_config and trainer.zero_stage).
+struct ShardingOptions {
+  // 0: replicated; 1: AdamW state sharded; 2: gradients too; 3: parameters too, each decoder
+  // layer gathered only while it runs (ShardedWeights). With one rank every stage is 0.
+  int zero_stage = 0;
+  // fsdp_config.param_offload: the compute weights can be moved to host memory between uses
+  // (TrainedModel::offload_parameters / reload_parameters).
+  bool param_offload = false;
+  // fsdp_config.optimizer_offload: the fp32 masters and AdamW's moments live in host memory.
+  bool optimizer_offload = false;
+  OffloadedStep offloaded_step = OffloadedStep::kHost;
+  // The plugin whose pinned host memory offloaded state uses (null: plain host memory).
+  const hw::Plugin* host_memory = nullptr;
+};
+
+}  // namespace verlpp::train
