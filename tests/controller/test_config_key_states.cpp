@@ -170,7 +170,9 @@ TEST_CASE("every row of the key-state table decides at least one key", "[config]
 }
 
 TEST_CASE("the table's patterns: wildcards, sections, first match", "[config][keys]") {
-  CHECK(config_key_state("actor_rollout_ref.actor.fsdp_config.param_offload") == KeyState::no_effect);
+  CHECK(config_key_state("actor_rollout_ref.actor.fsdp_config.param_offload") == KeyState::effect);
+  CHECK(config_key_state("actor_rollout_ref.ref.fsdp_config.optimizer_offload") == KeyState::no_effect);
+  CHECK(config_key_state("actor_rollout_ref.actor.fsdp_config.use_orig_params") == KeyState::no_effect);
   CHECK(config_key_state("critic.model.fsdp_config.wrap_policy.min_num_params") == KeyState::no_effect);
   CHECK(config_key_state("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype") == KeyState::effect);
   CHECK(config_key_state("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size") == KeyState::refused);
@@ -213,7 +215,7 @@ TEST_CASE("no-effect keys changed are listed once at start with why; keys that f
   CHECK(no_effect_notice(resolved(kWithCritic)).empty());
   std::vector<std::string> overrides = kWithCritic;
   for (const char* o :
-       {"actor_rollout_ref.rollout.name=\"vllm\"", "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+       {"actor_rollout_ref.rollout.name=\"vllm\"", "actor_rollout_ref.actor.fsdp_config.use_orig_params=true",
         "trainer.balance_batch=false", "actor_rollout_ref.actor.optim.lr=3e-6",
         "actor_rollout_ref.actor.use_dynamic_bsz=true", "data.max_prompt_length=64"})
     overrides.push_back(o);
@@ -221,8 +223,8 @@ TEST_CASE("no-effect keys changed are listed once at start with why; keys that f
   CHECK_NOTHROW(c.validate(1));  // rollout.prompt_length (refused when changed) follows data.max_prompt_length
   const std::string notice = no_effect_notice(c);
   CHECK_THAT(notice, Contains("3 key(s)"));
-  for (const char* key :
-       {"actor_rollout_ref.rollout.name", "actor_rollout_ref.actor.fsdp_config.param_offload", "trainer.balance_batch"})
+  for (const char* key : {"actor_rollout_ref.rollout.name", "actor_rollout_ref.actor.fsdp_config.use_orig_params",
+                          "trainer.balance_batch"})
     CHECK_THAT(notice, Contains(std::string(key) + " = ") && Contains(config_key_rule(key)->reason));
   // ref.log_prob_use_dynamic_bsz follows actor.use_dynamic_bsz: not a change of its own.
   CHECK_THAT(notice, !Contains("log_prob_use_dynamic_bsz"));

@@ -128,7 +128,7 @@ TEST_CASE("memory plan: a plan larger than the device is refused, naming what wo
         Approx(20.0 * double(model::parameter_count(in.model)) / double(kGiB)));
   CHECK(plan.largest_resident().name == "actor AdamW moments");
   CHECK_THROWS_WITH(controller::check_memory_plan(in, "cuda:0"),
-                    Contains("the actor_update stage needs") && Contains("more than cuda:0's 140.00 GiB") &&
+                    Contains("the generation stage needs") && Contains("more than cuda:0's 140.00 GiB") &&
                         Contains("largest item: actor AdamW moments, 56.") &&
                         Contains("it would fit with actor_rollout_ref.actor.fsdp_config.optimizer_offload=true") &&
                         Contains("trainer.zero_stage=3 on 2 ranks"));
@@ -144,12 +144,15 @@ TEST_CASE("memory plan: a plan larger than the device is refused, naming what wo
   controller::MemoryPlanInputs sharded = in;
   sharded.actor_layout.zero_stage = sharded.ref_layout.zero_stage = 3;
   sharded.world_size = 2;
-  CHECK(double(controller::plan_memory(sharded).resident_bytes()) == Approx(10.0 * p).epsilon(1e-3));
+  // Per parameter: 2 B of weights, 4 of masters, 8 of moments, 2 of reference, halved.
+  CHECK(double(controller::plan_memory(sharded).resident_bytes()) == Approx(8.0 * p).epsilon(1e-3));
   CHECK_NOTHROW(controller::check_memory_plan(sharded, "cuda:0"));
-  // A 72B-like shape needs ZeRO-3 on many ranks.
+  // A 72B-like shape: its training state shards, but the engine holds the whole model on every rank.
   controller::MemoryPlanInputs huge = in;
   huge.model = shape(test::qwen_72b_like_fields());
-  CHECK_THROWS_WITH(controller::check_memory_plan(huge, "cuda:0"), Contains("trainer.zero_stage=3 on"));
+  CHECK_THROWS_WITH(controller::check_memory_plan(huge, "cuda:0"),
+                    Contains("no offload, micro-batch, KV budget or ZeRO-3 rank count makes it fit") &&
+                        Contains("the rollout engine holds the whole model on every rank (135."));
   // An engine in another dtype than the compute copy holds its own weights; the hint says so.
   controller::MemoryPlanInputs cast = offload;
   cast.rollout_dtype = at::kFloat;
@@ -175,12 +178,18 @@ TEST_CASE("memory plan: offloaded and sharded items are the bytes a trained acto
   cfg.param_dtype = at::kBFloat16;
   cfg.ppo_mini_batch_size = 8;
   cfg.ppo_micro_batch_size = 4;
+  const data::Batch batch = test::policy_batch(
+      m, 8, 5, 4, 1, [](int64_t r) { return r % 3; }, [](int64_t r) { return r % 2; });
   train::Actor actor(m, cfg, train::LrSchedule({1e-3, "constant", 0, 1, 0.0, 0.5}));
   train::ShardingOptions o;
   o.optimizer_offload = true;
   actor.set_data_parallel(train::DataParallel(), o);
-  actor.update_policy(test::policy_batch(
-      m, 8, 5, 4, 1, [](int64_t r) { return r % 3; }, [](int64_t r) { return r % 2; }));
+  actor.update_policy(batch);
+  // The master model's weights moved into the units: a forward on it is refused, not a crash.
+  CHECK_NOTHROW(actor.compute_log_prob(batch, false));
+  CHECK_THROWS_WITH(train::response_log_probs(m, batch.tensor("input_ids"), batch.tensor("attention_mask"),
+                                              batch.tensor("position_ids"), 4, 1.0, false),
+                    Contains("sharded units"));
   const train::TrainedModel::MemoryHeld held = actor.trained_model().memory_held();
 
   controller::MemoryPlanInputs in;

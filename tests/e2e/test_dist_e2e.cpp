@@ -131,15 +131,17 @@ TEST_CASE("verlpp train --nproc 2 and 4 match the one-rank run", "[e2e][dist]") 
 // ZeRO-3 end to end: the actor's and critic's parameters sharded over the ranks (each layer
 // gathered per use), the reference sharded and offloaded between its forwards, the SFT warm
 // start on the sharded actor, the engine synced unit by unit. The first steps match the one-rank
-// run; the checkpoint of the 2-rank run (the whole state in the one-file format) resumes on 1
-// and on 4 ranks and continues as the uninterrupted one-rank run does.
+// run; the checkpoint of the 2-rank run's first step (the whole state in the one-file format)
+// resumes on 1 and on 4 ranks, whose second step matches the uninterrupted one-rank run. (As in
+// the test above, two steps: later steps drift apart by more than rounding, AdamW's early steps
+// being nearly sign(g); the exact equality of a resumed update is proven in tests/train.)
 TEST_CASE("verlpp train --nproc 2 at ZeRO-3 matches one rank and resumes on 1 and 4", "[e2e][dist][zero3]") {
   const std::string dir = make_fixture("dist-zero3");
   for (const std::string estimator : {"grpo", "gae"}) {
     const std::string one = dir + "/" + estimator + "-one";
-    run_to_end(write_dist_config(dir, one, 3, estimator), one + ".log");
+    run_to_end(write_dist_config(dir, one, 2, estimator), one + ".log");
     const auto expected = deterministic_rows(one);
-    REQUIRE(expected.size() == 4);  // validation before training + 3 steps
+    REQUIRE(expected.size() == 3);  // validation before training + 2 steps
     const std::vector<std::string> zero3 = {"trainer.zero_stage=3",
                                             "actor_rollout_ref.ref.fsdp_config.param_offload=true"};
     const std::string run = dir + "/" + estimator + "-zero3";
@@ -148,22 +150,23 @@ TEST_CASE("verlpp train --nproc 2 at ZeRO-3 matches one rank and resumes on 1 an
     run_to_end(write_dist_config(dir, run, 2, estimator), run + ".log", args);
     const std::string log = read_file(run + ".log");
     CHECK(log.find("actor: ZeRO-3 over 2 ranks") != std::string::npos);
-    std::vector<json> rows = deterministic_rows(run);
-    check_close_rows(std::vector<json>(expected.begin(), expected.begin() + 3), rows,
-                     estimator + ", ZeRO-3 on 2 ranks");
+    CHECK(log.find("reference: ZeRO-3 over 2 ranks") != std::string::npos);
+    check_close_rows(expected, deterministic_rows(run), estimator + ", ZeRO-3 on 2 ranks");
     for (const json& row : controller::read_metrics(run + "/metrics.jsonl"))
       if (row.contains("timing_s/update_actor")) {
         CHECK(row["perf/weight_sync_copied"].get<int64_t>() > 0);  // unit by unit into the engine
         CHECK(row["perf/weight_sync_shared"].get<int64_t>() == 0);
       }
-    // The third step from the 2-rank ZeRO-3 checkpoint of step 2, on 1 rank and on 4 (ZeRO-3).
+    // The second step from the 2-rank ZeRO-3 checkpoint of step 1, on 1 rank and on 4 (ZeRO-3).
     for (const int nproc : {1, 4}) {
       const std::string resumed = run + "-resumed" + std::to_string(nproc);
-      REQUIRE(std::system(("rm -rf " + resumed + " && cp -r " + run + " " + resumed).c_str()) == 0);
+      REQUIRE(std::system(("rm -rf " + resumed + " && cp -r " + run + " " + resumed + " && rm -rf " + resumed +
+                           "/global_step_2 && echo 1 > " + resumed + "/latest_checkpointed_iteration.txt")
+                              .c_str()) == 0);
       std::vector<std::string> more = {"--nproc", std::to_string(nproc)};
       more.insert(more.end(), zero3.begin(), zero3.end());
-      run_to_end(write_dist_config(dir, resumed, 3, estimator), resumed + ".log", more);
-      CHECK(read_file(resumed + ".log").find("resumed from") != std::string::npos);
+      run_to_end(write_dist_config(dir, resumed, 2, estimator), resumed + ".log", more);
+      CHECK(read_file(resumed + ".log").find("resumed from " + resumed + "/global_step_1") != std::string::npos);
       check_close_rows(expected, deterministic_rows(resumed),
                        estimator + ", resumed on " + std::to_string(nproc) + " rank(s)");
     }

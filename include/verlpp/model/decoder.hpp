@@ -97,6 +97,10 @@ class ParameterGather {
   // backward when autograd records it. `recompute`: gradient checkpointing (the layer runs
   // without a graph and again in the backward).
   virtual at::Tensor run_layer(int64_t index, const LayerFn& layer, const at::Tensor& hidden, bool recompute) const = 0;
+  // Whether the layers run through run_layer; false: only gather_outer is called (at the start
+  // of every forward and head), and the layers run as without a gather (weights that stay whole
+  // but may be away, e.g. offloaded to host memory: gather_outer refuses then).
+  virtual bool gathers_layers() const { return true; }
 };
 
 // A parameter's HF name, shape and initialisation.

@@ -117,7 +117,8 @@ class ShardedWeights {
   // unit is gathered; the tensors are valid only during the call.
   using UnitFn = std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>;
   void for_each_unit(const UnitFn& fn);
-  // Replaces the weights with `source`'s (same architecture), as the constructor took them.
+  // Replaces the weights with `source`'s (same architecture, any dtype and device), as the
+  // constructor took them; offloaded weights stay offloaded.
   void import(const model::DecoderLM& source);
 
   // --- memory held, from the tensors themselves ---

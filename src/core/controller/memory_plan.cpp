@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 namespace verlpp::controller {
@@ -416,55 +417,92 @@ bool fits(const MemoryPlanInputs& in) { return plan_memory(in).peak_stage().tota
 }  // namespace
 
 std::string memory_fix_hint(const MemoryPlanInputs& inputs) {
+  // Changes a run can make on the ranks it has, in the order they cost least; each as override
+  // text and what it does to the plan's inputs.
+  struct Move {
+    std::string text;
+    std::function<void(MemoryPlanInputs&)> apply;
+  };
+  std::vector<Move> moves;
+  if (inputs.rollout_dtype != inputs.param_dtype)
+    moves.push_back({fmt::format("actor_rollout_ref.rollout.dtype={} (the engine then shares the compute weights)",
+                                 model::dtype_name(inputs.param_dtype)),
+                     [](MemoryPlanInputs& in) { in.rollout_dtype = in.param_dtype; }});
+  if (!inputs.actor_layout.optimizer_offload)
+    moves.push_back(
+        {std::string("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true") +
+             (inputs.critic ? " critic.model.fsdp_config.optimizer_offload=true" : ""),
+         [](MemoryPlanInputs& in) { in.actor_layout.optimizer_offload = in.critic_layout.optimizer_offload = true; }});
+  if (!inputs.actor_layout.param_offload)
+    moves.push_back({std::string("actor_rollout_ref.actor.fsdp_config.param_offload=true") +
+                         (inputs.reference ? " actor_rollout_ref.ref.fsdp_config.param_offload=true" : "") +
+                         (inputs.critic ? " critic.model.fsdp_config.param_offload=true" : ""),
+                     [](MemoryPlanInputs& in) {
+                       in.actor_layout.param_offload = in.ref_layout.param_offload = in.critic_layout.param_offload =
+                           true;
+                     }});
+  if (!inputs.actor_checkpointing)
+    moves.push_back({"actor_rollout_ref.model.enable_gradient_checkpointing=true",
+                     [](MemoryPlanInputs& in) { in.actor_checkpointing = in.critic_checkpointing = true; }});
+  if (inputs.update_micro_batch > 1)
+    moves.push_back({"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+                     [](MemoryPlanInputs& in) { in.update_micro_batch = 1; }});
+  if (inputs.accelerator && inputs.gpu_memory_utilization > 0.2)
+    moves.push_back({"actor_rollout_ref.rollout.gpu_memory_utilization=0.2",
+                     [](MemoryPlanInputs& in) { in.gpu_memory_utilization = 0.2; }});
   std::vector<std::string> hints;
-  if (inputs.rollout_dtype != inputs.param_dtype) {
+  // One change alone, where one suffices.
+  for (const Move& m : moves) {
     MemoryPlanInputs trial = inputs;
-    trial.rollout_dtype = inputs.param_dtype;
-    if (fits(trial))
-      hints.push_back(fmt::format("actor_rollout_ref.rollout.dtype={} (the engine then shares the compute weights)",
-                                  model::dtype_name(inputs.param_dtype)));
+    m.apply(trial);
+    if (fits(trial)) hints.push_back(m.text);
   }
-  // On the ranks asked for: offload the optimizer state, then the weights too; a smaller update
-  // micro-batch; less of the device for the KV pool.
-  const std::string actor_fsdp = "actor_rollout_ref.actor.fsdp_config.";
-  MemoryPlanInputs offload = inputs;
-  offload.actor_layout.optimizer_offload = true;
-  if (inputs.critic) offload.critic_layout.optimizer_offload = true;
-  const std::string optimizer =
-      actor_fsdp + "optimizer_offload=true" + (inputs.critic ? " critic.model.fsdp_config.optimizer_offload=true" : "");
-  if (!inputs.actor_layout.optimizer_offload && fits(offload)) {
-    hints.push_back(optimizer);
-  } else {
-    MemoryPlanInputs both = offload;
-    both.actor_layout.param_offload = true;
-    both.ref_layout.param_offload = inputs.reference;
-    if (inputs.critic) both.critic_layout.param_offload = true;
-    if (!(inputs.actor_layout.param_offload && inputs.actor_layout.optimizer_offload) && fits(both))
-      hints.push_back(optimizer + " " + actor_fsdp + "param_offload=true" +
-                      (inputs.reference ? " actor_rollout_ref.ref.fsdp_config.param_offload=true" : ""));
-  }
-  if (inputs.update_micro_batch > 1) {
-    MemoryPlanInputs smaller = inputs;
-    smaller.update_micro_batch = 1;
-    if (fits(smaller)) hints.push_back("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1");
-  }
-  if (inputs.accelerator && inputs.gpu_memory_utilization > 0.1) {
-    MemoryPlanInputs less = inputs;
-    less.gpu_memory_utilization = 0.1;
-    if (fits(less)) hints.push_back("a smaller actor_rollout_ref.rollout.gpu_memory_utilization (0.1 fits)");
-  }
-  // ZeRO-3 (everything sharded) on the fewest ranks that fit.
-  for (int64_t world = std::max<int64_t>(inputs.world_size * 2, 2); world <= 4096; world *= 2) {
-    MemoryPlanInputs trial = inputs;
-    trial.actor_layout.zero_stage = trial.critic_layout.zero_stage = trial.ref_layout.zero_stage = 3;
-    trial.world_size = world;
-    if (fits(trial)) {
-      hints.push_back(fmt::format("trainer.zero_stage=3 on {} ranks (--nproc {} or as many devices)", world, world));
-      break;
+  // Otherwise the fewest of them, taken in order.
+  MemoryPlanInputs all = inputs;
+  std::vector<std::string> taken;
+  bool found = false;
+  for (size_t k = 0; k < moves.size() && hints.empty() && !found; ++k) {
+    moves[k].apply(all);
+    taken.push_back(moves[k].text);
+    if (fits(all)) {
+      hints.push_back(join(taken, " "));
+      found = true;
     }
+  }
+  // ZeRO-3 on the fewest ranks that fit, alone or with every change above.
+  for (const bool with_moves : {false, true}) {
+    bool placed = false;
+    for (int64_t world = std::max<int64_t>(inputs.world_size * 2, 2); world <= 4096 && !placed; world *= 2) {
+      MemoryPlanInputs trial = with_moves ? all : inputs;
+      trial.actor_layout.zero_stage = trial.critic_layout.zero_stage = trial.ref_layout.zero_stage = 3;
+      trial.world_size = world;
+      if (fits(trial)) {
+        hints.push_back(fmt::format("trainer.zero_stage=3 on {} ranks (--nproc {} or as many devices){}", world, world,
+                                    with_moves && !taken.empty() ? " with " + join(taken, " ") : ""));
+        placed = true;
+      }
+    }
+    if (placed) break;
   }
   return join(hints, "; or ");
 }
+
+namespace {
+
+// Why no setting fits: the generating engine holds the whole model on every rank (tensor-parallel
+// rollout is not built), which may alone exceed the device.
+std::string no_fit_reason(const MemoryPlanInputs& in) {
+  const uint64_t engine = dtype_bytes(in.rollout_dtype) * uint64_t(model::parameter_count(in.model));
+  std::string reason = "no offload, micro-batch, KV budget or ZeRO-3 rank count makes it fit";
+  if (2 * engine >= in.device_total_bytes)
+    reason += fmt::format(
+        ": the rollout engine holds the whole model on every rank ({:.2f} GiB in {} of the "
+        "device's {:.2f} GiB)",
+        double(engine) / kGiB, model::dtype_name(in.rollout_dtype), double(in.device_total_bytes) / kGiB);
+  return reason;
+}
+
+}  // namespace
 
 void check_memory_plan(const MemoryPlanInputs& inputs, const std::string& device_name) {
   if (inputs.device_total_bytes == 0) return;
@@ -474,15 +512,13 @@ void check_memory_plan(const MemoryPlanInputs& inputs, const std::string& device
   const MemoryItem& largest = *std::max_element(
       peak.items.begin(), peak.items.end(), [](const MemoryItem& a, const MemoryItem& b) { return a.bytes < b.bytes; });
   const std::string hint = memory_fix_hint(inputs);
-  throw Error(
-      "memory plan",
-      fmt::format("the {} stage needs {:.2f} GiB per rank ({:.2f} GiB of it resident training state), more "
-                  "than {}'s {:.2f} GiB (largest item: {}, {:.2f} GiB = {}); {}. `verlpp plan` with the same "
-                  "arguments prints every item",
-                  peak.stage, double(peak.total()) / kGiB, double(plan.resident_bytes()) / kGiB, device_name,
-                  double(inputs.device_total_bytes) / kGiB, largest.name, double(largest.bytes) / kGiB, largest.formula,
-                  hint.empty() ? "no offload, micro-batch, KV budget or ZeRO-3 rank count makes it fit"
-                               : "it would fit with " + hint));
+  throw Error("memory plan",
+              fmt::format("the {} stage needs {:.2f} GiB per rank ({:.2f} GiB of it resident training state), more "
+                          "than {}'s {:.2f} GiB (largest item: {}, {:.2f} GiB = {}); {}. `verlpp plan` with the same "
+                          "arguments prints every item",
+                          peak.stage, double(peak.total()) / kGiB, double(plan.resident_bytes()) / kGiB, device_name,
+                          double(inputs.device_total_bytes) / kGiB, largest.name, double(largest.bytes) / kGiB,
+                          largest.formula, hint.empty() ? no_fit_reason(inputs) : "it would fit with " + hint));
 }
 
 }  // namespace verlpp::controller

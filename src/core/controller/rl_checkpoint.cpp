@@ -74,10 +74,19 @@ int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder) {
     at::NoGradGuard no_grad;
     // The reference is the policy RL started from: the SFT warm start's result when there was one.
     const std::string sft_model = files::join(s.run_dir, "sft_model");
-    if (s.ref_model && s.settings.sft.enable) {
+    if ((s.ref_model || s.ref_weights) && s.settings.sft.enable) {
       if (!files::is_dir(sft_model))
         throw Error(folder, fmt::format("sft.enable is set but {} (the reference policy) is missing", sft_model));
-      model::load_weights(*s.ref_model, sft_model);
+      if (s.ref_model) {
+        model::load_weights(*s.ref_model, sft_model);
+      } else {
+        // Sharded or offloaded: read on the host in the reference's dtype, each rank taking its part.
+        model::ModelOptions host;
+        host.dtype = s.ref_weights->options().dtype;
+        model::DecoderLM loaded(s.ref_weights->model().config(), host);
+        model::load_weights(loaded, sft_model);
+        s.ref_weights->import(loaded);
+      }
     }
   }
   s.actor->trained_model().load(files::join(folder, "actor"));  // weights + optimizer state

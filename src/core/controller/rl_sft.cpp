@@ -94,9 +94,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
     model::save_pretrained(*s.actor_model, out, save);
   }
   if (s.ref_weights) {
-    s.ref_weights->reload();
     s.ref_weights->import(*s.actor_model);
-    if (s.settings.ref.sharding.param_offload) s.ref_weights->offload();
   } else if (s.ref_model) {
     at::NoGradGuard no_grad;
     for (const auto& [name, p] : s.actor_model->named_parameters()) s.ref_model->parameter(name).copy_(p.detach());

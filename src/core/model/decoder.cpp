@@ -407,8 +407,9 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
   // Without checkpointing, a layer's MLP output rides to the next layer (or the final norm)
   // unadded, so that the residual add and that RMSNorm can run as one kernel.
   at::Tensor pending;
+  const bool gathered_layers = gather_ && gather_->gathers_layers();
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    if (gather_) {
+    if (gathered_layers) {
       // Sharded parameters: the layer runs inside the gather's bracket, as a whole function of
       // its input (captured by value, as for checkpointing: its backward may run it again).
       AttendFn a = attend;

@@ -160,8 +160,8 @@ void ShardedOptimizer::step_unit(int64_t u, const AdamWConfig& config, double lr
   }
   // Offloaded: chunk by chunk, the state never whole on the device.
   const int64_t n = layout.shard, chunk = std::max<int64_t>(1, std::min(n, options_.chunk_elements));
-  at::Tensor staging = options_.offloaded_step == OffloadedStep::kHost ? host_vector(options_.host_memory, chunk)
-                                                                       : at::Tensor();
+  at::Tensor staging =
+      options_.offloaded_step == OffloadedStep::kHost ? host_vector(options_.host_memory, chunk) : at::Tensor();
   for (int64_t begin = 0; begin < n; begin += chunk) {
     const int64_t len = std::min(chunk, n - begin);
     const std::vector<AdamwRun> part = runs_within(runs, begin, len);

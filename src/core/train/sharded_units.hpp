@@ -20,30 +20,30 @@ namespace verlpp::train::detail {
 constexpr int64_t kUnitAlignment = 16;
 
 struct UnitState {
-  std::string name;                         // "model.layers.3" or "outer"
-  std::vector<size_t> params;               // positions in named_parameters()
-  std::vector<int64_t> offsets;             // flat element offset of each parameter
+  std::string name;                          // "model.layers.3" or "outer"
+  std::vector<size_t> params;                // positions in named_parameters()
+  std::vector<int64_t> offsets;              // flat element offset of each parameter
   std::vector<std::vector<int64_t>> shapes;  // each parameter's shape
-  int64_t shard = 0;                        // elements per rank
-  int64_t padded = 0;                       // shard * (ranks sharing the unit)
+  int64_t shard = 0;                         // elements per rank
+  int64_t padded = 0;                        // shard * (ranks sharing the unit)
 
-  at::Tensor full;   // [padded] compute dtype, device: the model's parameters are views of it
-  at::Tensor local;  // [shard] compute dtype, device: this rank's part (a view of `full` when resident)
-  at::Tensor grad;   // [shard] fp32, device: the gradient sum (undefined: none yet)
-  at::Tensor grad_full;             // [padded] fp32: a resident sharded unit's local sum before finish_gradients
-  std::vector<at::Tensor> views;    // the model's parameters, in `params` order
-  bool gathered = false;            // per-use units: `full` holds memory now
-  at::Tensor host_copy;             // offload: the device-resident tensor's host copy
+  at::Tensor full;                // [padded] compute dtype, device: the model's parameters are views of it
+  at::Tensor local;               // [shard] compute dtype, device: this rank's part (a view of `full` when resident)
+  at::Tensor grad;                // [shard] fp32, device: the gradient sum (undefined: none yet)
+  at::Tensor grad_full;           // [padded] fp32: a resident sharded unit's local sum before finish_gradients
+  std::vector<at::Tensor> views;  // the model's parameters, in `params` order
+  bool gathered = false;          // per-use units: `full` holds memory now
+  at::Tensor host_copy;           // offload: the device-resident tensor's host copy
 };
 
 struct ShardedUnits : model::ParameterGather {
   ShardedWeightsOptions options;
-  int32_t rank = 0;         // this rank in dp (rank 0 writes files)
-  int64_t ranks = 1;        // ranks the units are split over (1 when not sharded)
-  int32_t shard_index = 0;  // which shard of each unit this rank keeps (0 when not sharded)
-  bool per_use = false;     // gather_per_use with more than one rank
-  bool offloaded = false;   // forwards refused until reload
-  at::Tensor anchor;        // [1] fp32 requiring grad: keeps every unit Function in the graph
+  int32_t rank = 0;                      // this rank in dp (rank 0 writes files)
+  int64_t ranks = 1;                     // ranks the units are split over (1 when not sharded)
+  int32_t shard_index = 0;               // which shard of each unit this rank keeps (0 when not sharded)
+  bool per_use = false;                  // gather_per_use with more than one rank
+  bool offloaded = false;                // forwards refused until reload
+  at::Tensor anchor;                     // [1] fp32 requiring grad: keeps every unit Function in the graph
   mutable std::vector<UnitState> units;  // [0]: outer; [1 + i]: decoder layer i
 
   // All-gathers unit `u` into its full buffer (per-use units; others are always whole).
@@ -53,6 +53,9 @@ struct ShardedUnits : model::ParameterGather {
   void gather_outer() const override { gather(0); }
   at::Tensor run_layer(int64_t index, const model::LayerFn& layer, const at::Tensor& hidden,
                        bool recompute) const override;
+  // Resident units run their layers as a plain model does; gather_outer only checks that they
+  // are not offloaded.
+  bool gathers_layers() const override { return per_use; }
   // Sums `grads` (unit `u`'s parameter gradients in `params` order; undefined = zero) over the
   // ranks into this rank's gradient shard: flattened into fp32, reduce-scattered, accumulated.
   void reduce_gradients(size_t u, const std::vector<at::Tensor>& grads) const;

@@ -105,8 +105,8 @@ std::vector<UnitState> layout_units(const model::DecoderLM& model, int64_t ranks
     used[u] = round_up(used[u] + named[p].second.numel(), detail::kUnitAlignment);
   }
   for (size_t u = 0; u < units.size(); ++u) {
-    units[u].shard = std::max<int64_t>(round_up((used[u] + ranks - 1) / ranks, detail::kUnitAlignment),
-                                       detail::kUnitAlignment);
+    units[u].shard =
+        std::max<int64_t>(round_up((used[u] + ranks - 1) / ranks, detail::kUnitAlignment), detail::kUnitAlignment);
     units[u].padded = units[u].shard * ranks;
   }
   return units;
@@ -127,9 +127,7 @@ at::Tensor flat_unit(const UnitState& unit, TensorOf&& tensor_of, at::ScalarType
 }  // namespace
 
 ShardedWeights::ShardedWeights(const model::DecoderLM& source, ShardedWeightsOptions options)
-    : options_(std::move(options)),
-      units_(std::make_shared<detail::ShardedUnits>()),
-      model_([&] {
+    : options_(std::move(options)), units_(std::make_shared<detail::ShardedUnits>()), model_([&] {
         at::NoGradGuard no_grad;
         detail::ShardedUnits& s = *units_;
         s.options = options_;
@@ -143,7 +141,8 @@ ShardedWeights::ShardedWeights(const model::DecoderLM& source, ShardedWeightsOpt
         const auto& named = source.named_parameters();
         std::vector<at::Tensor> params(named.size());
         for (UnitState& unit : s.units) {
-          at::Tensor flat = flat_unit(unit, [&](size_t p) { return named[p].second.detach(); }, options_.dtype, device);
+          at::Tensor flat = flat_unit(
+              unit, [&](size_t p) { return named[p].second.detach(); }, options_.dtype, device);
           unit.full = flat;
           if (s.per_use) {
             unit.local = flat.narrow(0, int64_t(s.shard_index) * unit.shard, unit.shard).clone();
@@ -151,8 +150,8 @@ ShardedWeights::ShardedWeights(const model::DecoderLM& source, ShardedWeightsOpt
             unit.local = flat.narrow(0, int64_t(s.shard_index) * unit.shard, unit.shard);
           }
           for (size_t k = 0; k < unit.params.size(); ++k) {
-            at::Tensor view = unit.full.narrow(0, unit.offsets[k], named[unit.params[k]].second.numel())
-                                  .view(unit.shapes[k]);
+            at::Tensor view =
+                unit.full.narrow(0, unit.offsets[k], named[unit.params[k]].second.numel()).view(unit.shapes[k]);
             if (options_.trainable) view.requires_grad_(true);
             unit.views.push_back(view);
             params[unit.params[k]] = view;
@@ -164,7 +163,7 @@ ShardedWeights::ShardedWeights(const model::DecoderLM& source, ShardedWeightsOpt
         mo.requires_grad = options_.trainable;
         model::DecoderLM m = model::DecoderLM::over(source.config(), mo, std::move(params));
         m.set_gradient_checkpointing(source.gradient_checkpointing());
-        if (s.per_use) m.set_parameter_gather(units_);
+        m.set_parameter_gather(units_);  // resident units too: a forward while offloaded is refused
         return m;
       }()) {
   VERLPP_CHECK(!options_.shard || options_.dp.world_size() == 1 || options_.dp.group() != nullptr,
@@ -248,8 +247,8 @@ void ShardedWeights::finish_gradients() {
     }
     if (s.ranks > 1) {
       // Resident sharded units: the local sums reduce-scattered into the shards.
-      at::Tensor local = unit.grad_full.defined() ? unit.grad_full
-                                                   : at::zeros({unit.padded}, unit.full.options().dtype(at::kFloat));
+      at::Tensor local =
+          unit.grad_full.defined() ? unit.grad_full : at::zeros({unit.padded}, unit.full.options().dtype(at::kFloat));
       unit.grad = at::empty({unit.shard}, local.options());
       s.options.dp.group()->reduce_scatter_sum(local, unit.grad);
       unit.grad_full = at::Tensor();
@@ -324,6 +323,8 @@ void ShardedWeights::import(const model::DecoderLM& source) {
                "ShardedWeights::import: the source has {} parameters, these weights {}",
                source.named_parameters().size(), model_.named_parameters().size());
   release_gathered();
+  const bool was_offloaded = offloaded_;
+  reload();
   detail::ShardedUnits& s = *units_;
   const auto& named = source.named_parameters();
   for (size_t u = 0; u < s.units.size(); ++u) {
@@ -337,6 +338,7 @@ void ShardedWeights::import(const model::DecoderLM& source) {
       unit.full.detach().copy_(flat);
     }
   }
+  if (was_offloaded) offload();
   model_.note_weights_changed();
 }
 

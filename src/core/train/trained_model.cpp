@@ -21,6 +21,30 @@
 namespace verlpp::train {
 namespace {
 
+// What a master model whose weights moved into sharded units answers a forward with: an Error
+// instead of a read of freed memory.
+class WeightsInUnits : public model::ParameterGather {
+ public:
+  void gather_outer() const override { fail(); }
+  at::Tensor run_layer(int64_t, const model::LayerFn&, const at::Tensor&, bool) const override {
+    fail();
+    return {};
+  }
+
+ private:
+  [[noreturn]] static void fail() {
+    throw Error("model",
+                "its weights live in the trainer's sharded units (ZeRO-3 or offload), not in this model object: run "
+                "forwards on TrainedModel::compute(), or call TrainedModel::materialize_master() first");
+  }
+};
+
+// Frees `master`'s parameters' memory and makes its forwards refuse (the units hold the weights).
+void release_master(model::DecoderLM& master) {
+  for (const auto& [name, p] : master.named_parameters()) hw::release_storage(p);
+  master.set_parameter_gather(std::make_shared<WeightsInUnits>());
+}
+
 // The model's parameters with requires_grad turned on (the optimizer's list, in HF order).
 std::vector<at::Tensor> trainable_parameters(model::DecoderLM& model) {
   model.set_requires_grad(true);
@@ -74,7 +98,7 @@ void TrainedModel::set_data_parallel(DataParallel dp, const ShardingOptions& sha
                                sharding.zero_stage);
   // The units hold every weight now: the master model and the compute copy let their memory go.
   precision_.drop_compute();
-  for (const auto& [name, p] : master_.named_parameters()) hw::release_storage(p);
+  release_master(master_);
   master_present_ = false;
 }
 
@@ -136,6 +160,7 @@ void TrainedModel::materialize_master() {
     hw::restore_storage(named[i].second);
     named[i].second.detach().copy_(masters[i]);
   }
+  master_.set_parameter_gather(nullptr);
   master_present_ = true;
   master_.note_weights_changed();
 }
@@ -145,7 +170,7 @@ void TrainedModel::import_master() {
   VERLPP_CHECK(master_present_, "TrainedModel::import_master: the master model holds no weights (materialize_master)");
   weights_->import(master_);
   optimizer_.sharded_state()->import(master_);
-  for (const auto& [name, p] : master_.named_parameters()) hw::release_storage(p);
+  release_master(master_);
   master_present_ = false;
 }
 
