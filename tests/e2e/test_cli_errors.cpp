@@ -139,7 +139,8 @@ TEST_CASE("verlpp config and train: no-effect keys are listed with why; a refuse
   Run keys = verlpp_run("config --keys " + valid);
   CHECK(keys.status == 0);
   CHECK_THAT(keys.output,
-             Contains("actor_rollout_ref.actor.fsdp_config.param_offload = false  [no effect: FSDP") &&
+             Contains("actor_rollout_ref.actor.fsdp_config.full_determinism = false  [no effect: ") &&
+                 Contains("\nactor_rollout_ref.actor.fsdp_config.param_offload = false\n") &&
                  Contains("reward_model.enable_resource_pool = false  [refused unless left at its default: ") &&
                  Contains("\nalgorithm.adv_estimator = \"gae\"\n"));
   // `verlpp train` prints the same block once at start, then refuses before any work.
