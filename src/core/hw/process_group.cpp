@@ -243,12 +243,14 @@ void require_contiguous(const at::Tensor& t, const char* op) {
 
 void ProcessGroup::all_reduce_sum(at::Tensor& t) const {
   require_contiguous(t, "all_reduce");
+  if (world_.world_size == 1) return;  // see reduce_scatter_sum
   DLTensor d = detail::dl_view(t);
   checked("all_reduce", [&] { impl_->comm->all_reduce(d, ReduceOp::sum); });
 }
 
 void ProcessGroup::all_reduce_max(at::Tensor& t) const {
   require_contiguous(t, "all_reduce");
+  if (world_.world_size == 1) return;  // see reduce_scatter_sum
   DLTensor d = detail::dl_view(t);
   checked("all_reduce", [&] { impl_->comm->all_reduce(d, ReduceOp::max); });
 }
@@ -287,6 +289,12 @@ void ProcessGroup::reduce_scatter_sum(const at::Tensor& send, at::Tensor& recv) 
                                               "recv, one dtype",
                                               send.numel(), c10::toString(send.scalar_type()), recv.numel(),
                                               c10::toString(recv.scalar_type()), world_.world_size));
+  if (world_.world_size == 1) {
+    // One rank: the result is the input. Plugin communicators wait for each collective to
+    // finish on the host; a copy on the compute stream keeps the device's queue full.
+    if (recv.data_ptr() != send.data_ptr()) recv.copy_(send);
+    return;
+  }
   at::Tensor flat_send = send.view({-1}), flat_recv = recv.view({-1});
   DLTensor s = detail::dl_view(flat_send), r = detail::dl_view(flat_recv);
   checked("reduce_scatter", [&] { impl_->comm->reduce_scatter(s, r, ReduceOp::sum); });

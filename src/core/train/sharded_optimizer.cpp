@@ -141,13 +141,26 @@ double ShardedOptimizer::step(const AdamWConfig& config, double lr) {
   if (coef < 1.0)
     for (const detail::UnitState& unit : s.units) unit.grad.mul_(coef);
   for (auto& count : steps_) ++count;  // every parameter steps, as in the data-parallel path
-  for (size_t u = 0; u < units_.size(); ++u) step_unit(int64_t(u), config, lr);
+  const Staging staging = make_staging();
+  for (size_t u = 0; u < units_.size(); ++u) step_unit(int64_t(u), config, lr, staging);
   weights_.drop_gradients();
   weights_.publish();
   return norm;
 }
 
-void ShardedOptimizer::step_unit(int64_t u, const AdamWConfig& config, double lr) {
+ShardedOptimizer::Staging ShardedOptimizer::make_staging() const {
+  Staging staging;
+  if (!options_.offload || options_.offloaded_step != OffloadedStep::kHost) return staging;
+  int64_t largest = 0;
+  for (const detail::UnitState& unit : weights_.units().units) largest = std::max(largest, unit.shard);
+  const int64_t chunk = std::max<int64_t>(1, std::min(largest, options_.chunk_elements));
+  staging.host_grad = host_vector(options_.host_memory, chunk);
+  if (device_.type() != c10::kCPU)
+    staging.device_master = at::empty({chunk}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  return staging;
+}
+
+void ShardedOptimizer::step_unit(int64_t u, const AdamWConfig& config, double lr, const Staging& staging) {
   UnitState& unit = units_[size_t(u)];
   const detail::UnitState& layout = weights_.units().units[size_t(u)];
   const at::Tensor& grad = layout.grad;
@@ -160,18 +173,24 @@ void ShardedOptimizer::step_unit(int64_t u, const AdamWConfig& config, double lr
   }
   // Offloaded: chunk by chunk, the state never whole on the device.
   const int64_t n = layout.shard, chunk = std::max<int64_t>(1, std::min(n, options_.chunk_elements));
-  at::Tensor staging =
-      options_.offloaded_step == OffloadedStep::kHost ? host_vector(options_.host_memory, chunk) : at::Tensor();
   for (int64_t begin = 0; begin < n; begin += chunk) {
     const int64_t len = std::min(chunk, n - begin);
     const std::vector<AdamwRun> part = runs_within(runs, begin, len);
     at::Tensor master = unit.master.narrow(0, begin, len), m = unit.exp_avg.narrow(0, begin, len),
                v = unit.exp_avg_sq.narrow(0, begin, len);
     if (options_.offloaded_step == OffloadedStep::kHost) {
-      at::Tensor g = staging.narrow(0, 0, len);
+      at::Tensor g = staging.host_grad.narrow(0, 0, len);
       g.copy_(grad.narrow(0, begin, len));
       adamw_host(master, g, m, v, part, config, lr);
-      compute.narrow(0, begin, len).copy_(master);
+      // fp32 up through pinned memory, the cast on the device: a cast on the host would go
+      // through a pageable temporary, several times slower to copy.
+      if (compute.is_cpu()) {
+        compute.narrow(0, begin, len).copy_(master);
+      } else {
+        at::Tensor up = staging.device_master.narrow(0, 0, len);
+        up.copy_(master);
+        compute.narrow(0, begin, len).copy_(up);
+      }
     } else {
       // Streamed through the device: the chunk's state up, the update there, the state down.
       at::Tensor dm = master.to(device_), dx = m.to(device_), dv = v.to(device_);

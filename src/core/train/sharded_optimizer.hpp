@@ -69,7 +69,14 @@ class ShardedOptimizer {
   // Collective: unit `u`'s [padded] vector gathered from every rank's `shard` (on the device).
   at::Tensor gather_unit(int64_t u, const at::Tensor& shard) const;
   double global_norm() const;
-  void step_unit(int64_t u, const AdamWConfig& config, double lr);
+  // Buffers an offloaded step copies through, allocated once per step (pinned allocations are
+  // slow and their release synchronises the device).
+  struct Staging {
+    at::Tensor host_grad;      // [chunk] fp32, pinned: a gradient chunk on its way to the host
+    at::Tensor device_master;  // [chunk] fp32 on the device: an updated master on its way to the compute shard
+  };
+  Staging make_staging() const;
+  void step_unit(int64_t u, const AdamWConfig& config, double lr, const Staging& staging);
 
   ShardedWeights& weights_;
   ShardedOptimizerOptions options_;
