@@ -5,6 +5,7 @@
 #include <verlpp/controller/memory_plan.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/model/decoder.hpp>
+#include <verlpp/rollout/engine.hpp>
 #include <verlpp/train/actor.hpp>
 #include <verlpp/train/data_parallel.hpp>
 
@@ -87,6 +88,35 @@ TEST_CASE("memory plan: resident items are the bytes of the tensors a trained ac
     CHECK(plan.resident_bytes() == masters + grads + moments + compute);
     // Every stage holds the resident state and adds its own.
     for (const auto& st : plan.stages) CHECK(st.total() >= plan.resident_bytes());
+  }
+}
+
+TEST_CASE("memory plan: the generation stage counts the buffers an engine sharing the actor's weights owns",
+          "[memory_plan]") {
+  for (const bool qkv_bias : {true, false}) {
+    INFO("qkv_bias " << qkv_bias);
+    model::ModelConfig c = shape({{"attention_bias", qkv_bias}});
+    c.qkv_bias = qkv_bias;
+    model::DecoderLM actor(c, model::ModelOptions{});
+    rollout::RolloutEngine engine(actor, rollout::EngineOptions{});
+    engine.update_weights(actor);
+    // Measured: the engine's storages that are not the actor's.
+    uint64_t owned = 0;
+    for (const auto& [name, p] : engine.model().named_parameters())
+      if (engine.model().is_fused(name)) owned += bytes_of(p);
+    REQUIRE(owned > 0);
+    controller::MemoryPlanInputs in;
+    in.model = c;
+    in.param_dtype = at::kFloat;
+    in.rollout_dtype = at::kFloat;
+    in.accelerator = false;
+    const controller::MemoryPlan plan = controller::plan_memory(in);
+    const controller::MemoryItem* item = nullptr;
+    for (const auto& i : plan.stages.front().items)
+      if (i.name == "rollout engine's fused q/k/v and gate/up") item = &i;
+    REQUIRE(plan.stages.front().stage == "generation");
+    REQUIRE(item != nullptr);
+    CHECK(item->bytes == owned);
   }
 }
 

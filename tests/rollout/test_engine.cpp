@@ -5,6 +5,7 @@
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
+#include <verlpp/hw/tensor_storage.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/rollout/engine.hpp>
 #include <verlpp/train/logprob.hpp>
@@ -536,6 +537,51 @@ TEST_CASE("engine: update_weights shares or casts; sleep and wake", "[rollout][e
   CHECK_THROWS_WITH(engine.generate({{prompt, greedy(2)}}), Catch::Contains("asleep"));
   engine.wake();
   CHECK(engine.generate({{prompt, greedy(6)}})[0].token_ids == naive_greedy(other32, prompt, 6));
+}
+
+TEST_CASE("engine: release_weights frees what the engine owns and leaves the trainer's shared weights",
+          "[rollout][engine]") {
+  model::DecoderLM trainer = tiny_model(21);
+  const auto prompt = prompt_of(7, 0);
+  const auto expect = naive_greedy(trainer, prompt, 6);
+  std::vector<at::Tensor> originals;
+  for (const auto& [name, p] : trainer.named_parameters()) originals.push_back(p.clone());
+  RolloutEngine engine(tiny_model(20), EngineOptions{});
+  engine.update_weights(trainer);
+  CHECK_FALSE(engine.weights_released());
+  engine.release_weights();
+  CHECK(engine.weights_released());
+  // The fused projections (the engine's own buffers) are gone; every shared tensor is whole and
+  // unchanged, the trainer's as before.
+  int64_t released = 0;
+  for (const auto& [name, p] : engine.model().named_parameters()) {
+    INFO(name);
+    CHECK(hw::is_storage_released(p) == engine.model().is_fused(name));
+    released += hw::is_storage_released(p) ? 1 : 0;
+  }
+  CHECK(released > 0);
+  size_t k = 0;
+  for (const auto& [name, p] : trainer.named_parameters()) {
+    INFO(name);
+    CHECK_FALSE(hw::is_storage_released(p));
+    CHECK(p.equal(originals[k++]));
+  }
+  // Generation refuses until the sync writes them again, then gives the trainer's tokens.
+  CHECK_THROWS_WITH(engine.generate({{prompt, greedy(2)}}), Catch::Contains("released"));
+  engine.update_weights(trainer);
+  CHECK_FALSE(engine.weights_released());
+  CHECK(engine.generate({{prompt, greedy(6)}})[0].token_ids == expect);
+
+  // An engine with a copy of its own (another dtype) releases every weight.
+  model::DecoderLM wide = tiny_model(21);
+  wide.to(at::kDouble, c10::Device(c10::kCPU));
+  RolloutEngine own(tiny_model(20), EngineOptions{});
+  own.update_weights(wide);
+  own.release_weights();
+  for (const auto& [name, p] : own.model().named_parameters()) CHECK(hw::is_storage_released(p));
+  for (const auto& [name, p] : wide.named_parameters()) CHECK_FALSE(hw::is_storage_released(p));
+  own.update_weights(wide);
+  CHECK(own.generate({{prompt, greedy(6)}})[0].token_ids == expect);
 }
 
 TEST_CASE("engine: memory_fraction off the CPU needs memory_total_bytes", "[rollout][engine]") {

@@ -39,11 +39,12 @@ std::vector<int64_t> sizes_of(const model::ModelConfig& config) {
   return out;
 }
 
-// Elements of one token's keys (= its values) over all KV heads.
-uint64_t kv_width(const model::ModelConfig& m) {
-  const int64_t head_dim = m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max<int64_t>(m.num_attention_heads, 1);
-  return uint64_t(m.num_key_value_heads) * uint64_t(head_dim);
+uint64_t head_dim_of(const model::ModelConfig& m) {
+  return uint64_t(m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max<int64_t>(m.num_attention_heads, 1));
 }
+
+// Elements of one token's keys (= its values) over all KV heads.
+uint64_t kv_width(const model::ModelConfig& m) { return uint64_t(m.num_key_value_heads) * head_dim_of(m); }
 
 // The critic's shape: the actor's decoder with a one-label token-classification head.
 model::ModelConfig critic_shape(model::ModelConfig c) {
@@ -158,6 +159,26 @@ std::vector<MemoryItem> gathered_units(const model::ModelConfig& shape, at::Scal
            fmt::format("{} B x ({} + {}) elements", dtype_bytes(dtype), u.outer, u.layer)}};
 }
 
+// A forward without autograd, per token at its widest point (the MLP): the residual stream, the
+// normed input and the down projection's output (hidden wide), [gate | up] and two
+// intermediate-wide temporaries (the SiLU and the product). The attention's q/k/v, rotated copies
+// and output are narrower whenever the intermediate size is at least the hidden size.
+uint64_t forward_bytes_per_token(const model::ModelConfig& m, at::ScalarType dtype) {
+  const uint64_t h = uint64_t(m.hidden_size), f = uint64_t(m.intermediate_size);
+  return dtype_bytes(dtype) * std::max(3 * h + 4 * f, 5 * h + 3 * kv_width(m));
+}
+
+// The rollout engine's fused projections (EngineOptions::fuse_projections): per layer one
+// [q | k | v] and one [gate | up] buffer, its own even when it shares the trainer's other weights.
+uint64_t fused_projection_bytes(const model::ModelConfig& m, at::ScalarType dtype) {
+  const uint64_t h = uint64_t(m.hidden_size), f = uint64_t(m.intermediate_size);
+  const uint64_t q = uint64_t(m.num_attention_heads) * head_dim_of(m), qkv = q + 2 * kv_width(m);
+  uint64_t per_layer = qkv * h + 2 * f * h;
+  if (m.qkv_bias) per_layer += qkv;
+  if (m.mlp_bias) per_layer += 2 * f;
+  return uint64_t(m.num_hidden_layers) * per_layer * dtype_bytes(dtype);
+}
+
 // Saved activations per layer and token: the 16-bit inputs of the projections, attention and
 // MLP, plus the fp32 RMSNorm internals.
 uint64_t layer_bytes_per_token(const model::ModelConfig& m, at::ScalarType dtype) {
@@ -236,6 +257,7 @@ MemoryPlanInputs plan_inputs(const RunSettings& s, const model::ModelConfig& mod
   in.gpu_memory_utilization = s.rollout.gpu_memory_utilization;
   in.accelerator = accelerator;
   const int64_t rows = (s.data.train_batch_size + in.world_size - 1) / in.world_size * s.rollout.n;
+  in.forward_rows = rows;
   in.kv_tokens_cpu = std::min<int64_t>(rows * (in.sequence_tokens + s.rollout.block_size), int64_t(1) << 22);
   in.device_total_bytes = device_total_bytes;
   return in;
@@ -281,13 +303,21 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
       in.rollout_dtype != in.param_dtype || per_use(in.actor_layout, world) || in.actor_layout.param_offload;
   const uint64_t engine_weights = dtype_bytes(in.rollout_dtype) * p;
   std::vector<MemoryItem> engine_items;
-  if (engine_owns)
+  if (engine_owns) {
     engine_items.push_back({"rollout engine weights (own " + model::dtype_name(in.rollout_dtype) + " copy)",
                             engine_weights, false,
                             fmt::format("{} B x {} parameters ({})", dtype_bytes(in.rollout_dtype), p,
                                         in.rollout_dtype != in.param_dtype ? "rollout.dtype differs from param_dtype"
                                                                            : "the actor's weights are sharded or "
                                                                              "offloaded; released while training")});
+  } else if (in.engine_fuses_projections) {
+    // The engine shares the actor's weights but fuses q/k/v and gate/up into buffers of its own
+    // (released while training, written again by the sync).
+    engine_items.push_back({"rollout engine's fused q/k/v and gate/up", fused_projection_bytes(m, in.rollout_dtype),
+                            false,
+                            fmt::format("{} layers x ([q | k | v] + [gate | up]) x {} B; the rest is shared",
+                                        m.num_hidden_layers, dtype_bytes(in.rollout_dtype))});
+  }
 
   auto stage = [&](const std::string& name, std::vector<MemoryItem> extra) {
     StagePlan st{name, plan.resident};
@@ -318,14 +348,28 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                        fmt::format("{} tokens (every row at full length) x {} B", in.kv_tokens_cpu, kv_per_token)}}));
   }
   const int64_t lp_rows = std::max<int64_t>(in.log_prob_micro_batch, 1);
+  const int64_t forward_rows = std::max<int64_t>(in.forward_rows, 1);
   auto forward = [&](const model::ModelConfig& shape, bool gathered) -> std::vector<MemoryItem> {
-    // Without autograd a layer's activations are freed as the forward goes on: one layer's.
-    const uint64_t layer = uint64_t(lp_rows * seq) * layer_bytes_per_token(shape, in.param_dtype);
-    std::vector<MemoryItem> items = {
-        {"forward activations (one layer)", layer, false, fmt::format("{} rows x {} tokens", lp_rows, seq)}};
+    // The log-prob forward takes the rank's whole share of the batch through the layers (one
+    // layer's activations alive at a time, without autograd), then the LM head in chunks of
+    // log_prob_micro_batch_size_per_gpu rows beside the final hidden states: the larger of the
+    // two phases is the stage's peak.
+    const uint64_t tokens = uint64_t(forward_rows * seq);
+    const uint64_t layers_phase = tokens * forward_bytes_per_token(shape, in.param_dtype);
+    std::vector<MemoryItem> items;
+    uint64_t head_phase = 0;
     if (shape.head == model::ModelHead::kCausalLM)
-      items.push_back({"logits chunk (fp32)", logits_bytes(shape, lp_rows, seq, false), false,
-                       fmt::format("{} rows x {} tokens x {} vocab x 4 B x 2", lp_rows, seq, shape.vocab_size)});
+      head_phase = 2 * tokens * uint64_t(shape.hidden_size) * dtype_bytes(in.param_dtype) +
+                   logits_bytes(shape, std::min(lp_rows, forward_rows), seq, false);
+    if (layers_phase >= head_phase)
+      items.push_back({"forward activations (one layer at a time)", layers_phase, false,
+                       fmt::format("{} rows x {} tokens x {} B", forward_rows, seq,
+                                   forward_bytes_per_token(shape, in.param_dtype))});
+    else
+      items.push_back({"LM head: logits chunk (fp32) beside the hidden states", head_phase, false,
+                       fmt::format("{} rows x {} tokens x {} vocab x 4 B x 2 + 2 x {} tokens x {} hidden",
+                                   std::min(lp_rows, forward_rows), seq, shape.vocab_size, tokens,
+                                   shape.hidden_size)});
     if (gathered) items = join_items(items, gathered_units(shape, in.param_dtype));
     return items;
   };

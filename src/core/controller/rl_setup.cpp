@@ -302,10 +302,10 @@ void build_engine(RlTrainer::State& s) {
       own ? model::DecoderLM(s.actor_model->config(), model_options(s, dtype)) : s.actor->compute_model();
   o.kernels = s.kernels.get();  // null without a plugin, or with a reference one (load_kernels)
   s.engine = std::make_unique<rollout::RolloutEngine>(std::move(engine_model), o);
-  if (own) {
-    nlohmann::json ignored;
-    sync_rollout_weights(s, ignored);
-  }
+  // Also when it shares: the sync tells the engine which tensors are the actor's, so that
+  // release_weights frees only its own (the fused projections).
+  nlohmann::json ignored;
+  sync_rollout_weights(s, ignored);
 }
 
 }  // namespace

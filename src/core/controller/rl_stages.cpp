@@ -259,8 +259,9 @@ void compute_values(RlTrainer::State& s, Batch& batch) {
 }
 
 void release_engine_weights(RlTrainer::State& s) {
-  // Only weights the engine owns: shared ones are the actor's own.
-  if (s.engine && !engine_shares_actor_weights(s)) s.engine->release_weights();
+  // Only weights the engine owns (its own copy, or beside shared weights its fused projections):
+  // release_weights leaves those it shares with the actor alone.
+  if (s.engine) s.engine->release_weights();
 }
 
 void apply_reward_kl(RlTrainer::State& s, Batch& batch, json& metrics) {
