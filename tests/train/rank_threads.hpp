@@ -7,7 +7,10 @@
 #include <verlpp/hw/device.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
 #include <verlpp/hw/process_group.hpp>
+#include <verlpp/train/actor.hpp>
 #include <verlpp/train/data_parallel.hpp>
+
+#include "tiny_fixture.hpp"
 
 #include <fmt/format.h>
 
@@ -70,6 +73,25 @@ inline double worst_relative(const std::vector<at::Tensor>& a, const std::vector
   double scale = 0;
   for (const auto& t : b) scale = std::max(scale, t.abs().max().item<double>());
   return worst_diff(a, b) / scale;
+}
+
+// The batch the data-parallel and sharded tests split: 16 rows with ragged prompts (5) and
+// responses (4), so that partitions have work to do.
+constexpr int64_t kRanksRows = 16, kRanksPrompt = 5, kRanksResponse = 4;
+inline data::Batch ranks_batch(const model::DecoderLM& m) {
+  return policy_batch(
+      m, kRanksRows, kRanksPrompt, kRanksResponse, 11, [](int64_t r) { return r % 4; },
+      [](int64_t r) { return (r * 7) % 4; });
+}
+
+// Two optimizer steps of four micro-batches each per update over ranks_batch, entropy in the loss.
+inline train::ActorConfig ranks_actor_config() {
+  train::ActorConfig c;
+  c.ppo_mini_batch_size = 8;
+  c.ppo_micro_batch_size = 2;
+  c.optim.eps = 1e-3;
+  c.entropy_coeff = 0.01;
+  return c;
 }
 
 }  // namespace verlpp::test

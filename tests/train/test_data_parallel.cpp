@@ -47,23 +47,10 @@ using verlpp::test::worst_relative;
 
 namespace {
 
-constexpr int64_t kB = 16, kP = 5, kR = 4;
+constexpr int64_t kB = test::kRanksRows, kR = test::kRanksResponse;
 
-// A rollout-shaped batch with ragged prompts and responses (so the partition has work to do).
-data::Batch make_batch(const model::DecoderLM& m) {
-  return test::policy_batch(
-      m, kB, kP, kR, 11, [](int64_t r) { return r % 4; }, [](int64_t r) { return (r * 7) % 4; });
-}
-
-train::ActorConfig actor_config() {
-  train::ActorConfig c;
-  c.ppo_mini_batch_size = 8;  // two optimizer steps per update
-  c.ppo_micro_batch_size = 2;
-  c.optim.eps = 1e-3;
-  c.entropy_coeff = 0.01;
-  c.policy.loss_agg_mode = "token-mean";
-  return c;
-}
+data::Batch make_batch(const model::DecoderLM& m) { return test::ranks_batch(m); }
+train::ActorConfig actor_config() { return test::ranks_actor_config(); }
 
 // The weights after two updates on `batch` by one rank, uninterrupted: what a resumed run must reach.
 std::vector<at::Tensor> two_updates_on_one_rank(const data::Batch& batch, const train::LrScheduleOptions& schedule) {

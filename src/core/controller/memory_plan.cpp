@@ -368,8 +368,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     else
       items.push_back({"LM head: logits chunk (fp32) beside the hidden states", head_phase, false,
                        fmt::format("{} rows x {} tokens x {} vocab x 4 B x 2 + 2 x {} tokens x {} hidden",
-                                   std::min(lp_rows, forward_rows), seq, shape.vocab_size, tokens,
-                                   shape.hidden_size)});
+                                   std::min(lp_rows, forward_rows), seq, shape.vocab_size, tokens, shape.hidden_size)});
     if (gathered) items = join_items(items, gathered_units(shape, in.param_dtype));
     return items;
   };
