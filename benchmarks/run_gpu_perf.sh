@@ -26,7 +26,7 @@ DEPS=${DEPS:-.offline-deps}
 BUILD_DIR=${BUILD_DIR:-/tmp/verlpp-gpu}
 ARCHS=${ARCHS:-90}
 JOBS=${JOBS:-$(nproc)}
-STAGES=${STAGES:-conformance train rollout}
+STAGES=${STAGES-conformance train rollout}  # set but empty (STAGES=""): build only, like STAGES=none
 SHAPES=${SHAPES:-32:128:128,256:128:512}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
