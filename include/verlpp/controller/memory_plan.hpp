@@ -34,13 +34,12 @@ struct MemoryPlanInputs {
   at::ScalarType rollout_dtype = at::kBFloat16;
   bool reference = false, critic = false;
   bool actor_checkpointing = false, critic_checkpointing = false;
-  int64_t sequence_tokens = 1024;        // max_prompt_length + max_response_length
-  int64_t update_micro_batch = 1;        // ppo_micro_batch_size_per_gpu (rows)
-  int64_t update_tokens_per_micro = 0;   // use_dynamic_bsz: ppo_max_token_len_per_gpu (0: rows x sequence)
-  int64_t log_prob_chunk_rows = 4;       // rows per LM-head chunk in the update (train::ActorConfig)
-  int64_t log_prob_micro_batch = 8;      // rollout.log_prob_micro_batch_size_per_gpu
-  int64_t forward_rows = 1;              // rows a rank's log-prob forward takes at once (its share of the batch)
-  bool engine_fuses_projections = true;  // the engine's q/k/v and gate/up as buffers of its own
+  int64_t sequence_tokens = 1024;       // max_prompt_length + max_response_length
+  int64_t update_micro_batch = 1;       // ppo_micro_batch_size_per_gpu (rows)
+  int64_t update_tokens_per_micro = 0;  // use_dynamic_bsz: ppo_max_token_len_per_gpu (0: rows x sequence)
+  int64_t log_prob_chunk_rows = 4;      // rows per LM-head chunk in the update (train::ActorConfig)
+  int64_t log_prob_micro_batch = 8;     // rollout.log_prob_micro_batch_size_per_gpu
+  int64_t forward_rows = 1;             // rows a rank's log-prob forward takes at once (its share of the batch)
   // Generation: the engine's budget, gpu_memory_utilization of the device (accelerators), or the
   // KV tokens of every row at full length (CPU).
   double gpu_memory_utilization = 0.5;

@@ -39,12 +39,11 @@ std::vector<int64_t> sizes_of(const model::ModelConfig& config) {
   return out;
 }
 
-uint64_t head_dim_of(const model::ModelConfig& m) {
-  return uint64_t(m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max<int64_t>(m.num_attention_heads, 1));
-}
-
 // Elements of one token's keys (= its values) over all KV heads.
-uint64_t kv_width(const model::ModelConfig& m) { return uint64_t(m.num_key_value_heads) * head_dim_of(m); }
+uint64_t kv_width(const model::ModelConfig& m) {
+  const int64_t head_dim = m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max<int64_t>(m.num_attention_heads, 1);
+  return uint64_t(m.num_key_value_heads) * uint64_t(head_dim);
+}
 
 // The critic's shape: the actor's decoder with a one-label token-classification head.
 model::ModelConfig critic_shape(model::ModelConfig c) {
@@ -168,15 +167,21 @@ uint64_t forward_bytes_per_token(const model::ModelConfig& m, at::ScalarType dty
   return dtype_bytes(dtype) * std::max(3 * h + 4 * f, 5 * h + 3 * kv_width(m));
 }
 
-// The rollout engine's fused projections (EngineOptions::fuse_projections): per layer one
-// [q | k | v] and one [gate | up] buffer, its own even when it shares the trainer's other weights.
+// The rollout engine's fused projections (EngineOptions::fuse_projections): each layer's q/k/v
+// and gate/up parameters (weights and biases) in buffers of its own, even when it shares the
+// trainer's other weights.
 uint64_t fused_projection_bytes(const model::ModelConfig& m, at::ScalarType dtype) {
-  const uint64_t h = uint64_t(m.hidden_size), f = uint64_t(m.intermediate_size);
-  const uint64_t q = uint64_t(m.num_attention_heads) * head_dim_of(m), qkv = q + 2 * kv_width(m);
-  uint64_t per_layer = qkv * h + 2 * f * h;
-  if (m.qkv_bias) per_layer += qkv;
-  if (m.mlp_bias) per_layer += 2 * f;
-  return uint64_t(m.num_hidden_layers) * per_layer * dtype_bytes(dtype);
+  static const char* const kFused[] = {".self_attn.q_proj.", ".self_attn.k_proj.", ".self_attn.v_proj.",
+                                       ".mlp.gate_proj.", ".mlp.up_proj."};
+  uint64_t elements = 0;
+  for (const model::ParamSpec& spec : model::parameter_specs(m))
+    for (const char* part : kFused)
+      if (spec.name.find(part) != std::string::npos) {
+        uint64_t n = 1;
+        for (int64_t d : spec.shape) n *= uint64_t(d);
+        elements += n;
+      }
+  return elements * dtype_bytes(dtype);
 }
 
 // Saved activations per layer and token: the 16-bit inputs of the projections, attention and
@@ -310,7 +315,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                                         in.rollout_dtype != in.param_dtype ? "rollout.dtype differs from param_dtype"
                                                                            : "the actor's weights are sharded or "
                                                                              "offloaded; released while training")});
-  } else if (in.engine_fuses_projections) {
+  } else {
     // The engine shares the actor's weights but fuses q/k/v and gate/up into buffers of its own
     // (released while training, written again by the sync).
     engine_items.push_back({"rollout engine's fused q/k/v and gate/up", fused_projection_bytes(m, in.rollout_dtype),
@@ -354,8 +359,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     // layer's activations alive at a time, without autograd), then the LM head in chunks of
     // log_prob_micro_batch_size_per_gpu rows beside the final hidden states: the larger of the
     // two phases is the stage's peak.
-    const uint64_t tokens = uint64_t(forward_rows * seq);
-    const uint64_t layers_phase = tokens * forward_bytes_per_token(shape, in.param_dtype);
+    const uint64_t tokens = uint64_t(forward_rows * seq), per_token = forward_bytes_per_token(shape, in.param_dtype);
+    const uint64_t layers_phase = tokens * per_token;
     std::vector<MemoryItem> items;
     uint64_t head_phase = 0;
     if (shape.head == model::ModelHead::kCausalLM)
@@ -363,8 +368,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                    logits_bytes(shape, std::min(lp_rows, forward_rows), seq, false);
     if (layers_phase >= head_phase)
       items.push_back({"forward activations (one layer at a time)", layers_phase, false,
-                       fmt::format("{} rows x {} tokens x {} B", forward_rows, seq,
-                                   forward_bytes_per_token(shape, in.param_dtype))});
+                       fmt::format("{} rows x {} tokens x {} B", forward_rows, seq, per_token)});
     else
       items.push_back({"LM head: logits chunk (fp32) beside the hidden states", head_phase, false,
                        fmt::format("{} rows x {} tokens x {} vocab x 4 B x 2 + 2 x {} tokens x {} hidden",
