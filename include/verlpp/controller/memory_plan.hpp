@@ -35,9 +35,12 @@ struct MemoryPlanInputs {
   bool reference = false, critic = false;
   bool actor_checkpointing = false, critic_checkpointing = false;
   int64_t sequence_tokens = 1024;       // max_prompt_length + max_response_length
+  int64_t response_tokens = 512;        // max_response_length (the positions the update's LM head scores)
   int64_t update_micro_batch = 1;       // ppo_micro_batch_size_per_gpu (rows)
   int64_t update_tokens_per_micro = 0;  // use_dynamic_bsz: ppo_max_token_len_per_gpu (0: rows x sequence)
   int64_t log_prob_chunk_rows = 4;      // rows per LM-head chunk in the update (train::ActorConfig)
+  bool update_logits_kept = true;       // the LM head's logits kept for the backward (no use_fused_kernels)
+  bool lm_head_kernels = true;          // the plugin's log-prob kernels run the LM head's softmax math
   int64_t log_prob_micro_batch = 8;     // rollout.log_prob_micro_batch_size_per_gpu
   int64_t forward_rows = 1;             // rows a rank's log-prob forward takes at once (its share of the batch)
   // Generation: the engine's budget, gpu_memory_utilization of the device (accelerators), or the

@@ -254,7 +254,7 @@ struct PathSettings {
   bool rotary_attention = true;  // verlpp.rollout.rotary_attention
   bool train_rotary_qkv = true;  // verlpp.train.rotary_qkv
   // verlpp.train.offloaded_adamw: where AdamW runs over offloaded optimizer state (host | device).
-  train::OffloadedStep offloaded_step = train::OffloadedStep::kHost;
+  train::OffloadedStep offloaded_step = train::OffloadedStep::kDevice;
 };
 
 struct RunSettings {

@@ -9,7 +9,9 @@ class Plugin;
 
 namespace verlpp::train {
 
-// Where AdamW runs when the optimizer state is offloaded to host memory.
+// Where AdamW runs when the optimizer state is offloaded to host memory. kDevice is the default:
+// its copies run at the host link's speed while the host pass is bound by host memory, several
+// times slower on a GPU host (docs/scale-out.md); on a CPU device both step in host memory.
 enum class OffloadedStep {
   kHost,    // on the host: one multi-threaded pass over each chunk of the state
   kDevice,  // streamed through the device: each chunk of the state copied up, stepped, copied down
@@ -26,7 +28,7 @@ struct ShardingOptions {
   bool param_offload = false;
   // fsdp_config.optimizer_offload: the fp32 masters and AdamW's moments live in host memory.
   bool optimizer_offload = false;
-  OffloadedStep offloaded_step = OffloadedStep::kHost;
+  OffloadedStep offloaded_step = OffloadedStep::kDevice;
   // The plugin whose pinned host memory offloaded state uses (null: plain host memory).
   const hw::Plugin* host_memory = nullptr;
 };

@@ -717,7 +717,7 @@ const char* default_config_text() {
   "verlpp": {
     "model": {"fused_training_projections": null, "sdpa_gqa": true},
     "rollout": {"device_graphs": true, "decode_overlap": true, "rotary_attention": true},
-    "train": {"rotary_qkv": true, "offloaded_adamw": "host"},
+    "train": {"rotary_qkv": true, "offloaded_adamw": "device"},
     "kernels": {"streams": true},
     "reward": {"num_workers": null, "timeout_s": null, "timeout_score": 0.0},
     "demo": {

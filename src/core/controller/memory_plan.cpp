@@ -200,9 +200,9 @@ uint64_t activation_bytes(const model::ModelConfig& m, at::ScalarType dtype, int
   return layers * t * layer_bytes_per_token(m, dtype);
 }
 
-// The LM head over `rows` x `seq` tokens in fp32: logits, log-softmax, and (training) its gradient.
-uint64_t logits_bytes(const model::ModelConfig& m, int64_t rows, int64_t seq, bool backward) {
-  return uint64_t(rows) * uint64_t(seq) * uint64_t(m.vocab_size) * 4 * (backward ? 3 : 2);
+// A log-prob forward's LM head over `rows` x `seq` tokens in fp32: logits and log-softmax.
+uint64_t logits_bytes(const model::ModelConfig& m, int64_t rows, int64_t seq) {
+  return uint64_t(rows) * uint64_t(seq) * uint64_t(m.vocab_size) * 4 * 2;
 }
 
 }  // namespace
@@ -259,6 +259,12 @@ MemoryPlanInputs plan_inputs(const RunSettings& s, const model::ModelConfig& mod
   in.update_micro_batch = s.actor.ppo_micro_batch_size_per_gpu;
   in.update_tokens_per_micro = s.actor.use_dynamic_bsz ? s.actor.ppo_max_token_len_per_gpu : 0;
   in.log_prob_micro_batch = s.rollout.log_prob_micro_batch_size_per_gpu;
+  in.log_prob_chunk_rows = s.rollout.log_prob_micro_batch_size_per_gpu;  // as rl_setup.cpp sets the actor's
+  in.response_tokens = s.data.max_response_length;
+  in.update_logits_kept = !s.model.use_fused_kernels;
+  // The LM head runs on the plugin's kernels where the run loads them (load_kernels): an
+  // accelerator's plugin; cpu_ref marks its own a reference and LibTorch runs them.
+  in.lm_head_kernels = accelerator;
   in.gpu_memory_utilization = s.rollout.gpu_memory_utilization;
   in.accelerator = accelerator;
   const int64_t rows = (s.data.train_batch_size + in.world_size - 1) / in.world_size * s.rollout.n;
@@ -365,7 +371,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     uint64_t head_phase = 0;
     if (shape.head == model::ModelHead::kCausalLM)
       head_phase = 2 * tokens * uint64_t(shape.hidden_size) * dtype_bytes(in.param_dtype) +
-                   logits_bytes(shape, std::min(lp_rows, forward_rows), seq, false);
+                   logits_bytes(shape, std::min(lp_rows, forward_rows), seq);
     if (layers_phase >= head_phase)
       items.push_back({"forward activations (one layer at a time)", layers_phase, false,
                        fmt::format("{} rows x {} tokens x {} B", forward_rows, seq, per_token)});
@@ -379,6 +385,30 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   if (in.reference) stage("reference", join_items(ref_when_used, forward(m, ref_sharded)));
   stage("old_log_probs", join_items(actor.weights_when_used, forward(m, per_use(in.actor_layout, world))));
   const int64_t tokens = in.update_tokens_per_micro > 0 ? in.update_tokens_per_micro : in.update_micro_batch * seq;
+  // The update's log-probs cover the response positions: a micro-batch's rows at full response
+  // length (dynamic batch size: its token budget).
+  const int64_t tokens_responses =
+      in.update_tokens_per_micro > 0 ? in.update_tokens_per_micro : in.update_micro_batch * in.response_tokens;
+  // The update's LM head (linear_log_probs.cpp) in chunks of log_prob_chunk_rows rows: kept logits
+  // (LogitsInBackward::kKeep) stay from the forward to the backward for the whole micro-batch;
+  // recomputed ones (use_fused_kernels) one chunk at a time. The plugin's kernels write a chunk's
+  // gradient over its logits in place; LibTorch's path adds fp32 softmax temporaries per chunk.
+  auto lm_head_backward = [&](const model::ModelConfig& shape, int64_t head_tokens) {
+    std::vector<MemoryItem> items;
+    const uint64_t v = uint64_t(shape.vocab_size);
+    const int64_t chunk =
+        std::min<int64_t>(std::max<int64_t>(in.log_prob_chunk_rows, 1) * in.response_tokens, head_tokens);
+    if (in.update_logits_kept)
+      items.push_back({"LM head logits kept for the backward", compute * v * uint64_t(head_tokens), false,
+                       fmt::format("{} tokens x {} vocab x {} B", head_tokens, v, compute)});
+    else
+      items.push_back({"LM head logits of one chunk (recomputed)", compute * v * uint64_t(chunk), false,
+                       fmt::format("{} tokens x {} vocab x {} B", chunk, v, compute)});
+    if (!in.lm_head_kernels)
+      items.push_back({"LM head fp32 softmax of one chunk", (8 + compute) * v * uint64_t(chunk), false,
+                       fmt::format("{} tokens x {} vocab x (2 x 4 + {}) B", chunk, v, compute)});
+    return items;
+  };
   auto update = [&](const RoleItems& role, const RoleLayout& layout, const model::ModelConfig& shape,
                     bool checkpointing, uint64_t params, bool lm_head) {
     std::vector<MemoryItem> items = role.weights_when_used;
@@ -386,25 +416,42 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                      activation_bytes(shape, in.param_dtype, tokens, checkpointing), false,
                      fmt::format("{} tokens per micro-batch x {} layers", tokens, shape.num_hidden_layers)});
     items = join_items(items, role.update);
-    if (per_use(layout, world)) {
-      // The layers' 16-bit gradients live inside their backward only; the outer unit's until
-      // the backward ends. The reduce-scatter stages one unit's fp32 gradient.
-      const UnitSizes u = unit_sizes(shape);
+    const UnitSizes u = unit_sizes(shape);
+    const bool gathered = per_use(layout, world);
+    if (gathered) {
+      // The reduce-scatter stages one unit's fp32 gradient.
       items = join_items(items, gathered_units(shape, in.param_dtype));
-      items.push_back({"16-bit gradients outside the layers + one layer", compute * (u.outer + u.layer), false,
-                       fmt::format("{} B x ({} + {}) elements", compute, u.outer, u.layer)});
       items.push_back({"fp32 staging of one unit's reduce-scatter", 4 * std::max(u.outer, u.layer), false,
                        fmt::format("4 B x {} elements", std::max(u.outer, u.layer))});
-    } else if (in.param_dtype != at::kFloat) {
-      items.push_back({"16-bit gradients of one backward", compute * params, false,
-                       fmt::format("{} B x {} parameters", compute, params)});
     }
-    if (lm_head) {
-      const int64_t rows =
-          std::min<int64_t>(in.log_prob_chunk_rows, std::max<int64_t>(tokens / std::max<int64_t>(seq, 1), 1));
-      items.push_back({"logits chunk with its gradient (fp32)", logits_bytes(shape, rows, seq, true), false,
-                       fmt::format("{} rows x {} tokens x {} vocab x 4 B x 3", rows, seq, shape.vocab_size)});
+    // The backward has two phases and the stage's peak is the larger: the LM head's (its logits
+    // and their gradient) comes first, then the layers', which leave their 16-bit gradients
+    // (whole at ZeRO-0..2; at ZeRO-3 the layers' live inside their backward only, the outer
+    // unit's until the backward ends).
+    MemoryItem layers_phase;
+    if (gathered)
+      layers_phase = {"16-bit gradients outside the layers + one layer", compute * (u.outer + u.layer), false,
+                      fmt::format("{} B x ({} + {}) elements", compute, u.outer, u.layer)};
+    else if (in.param_dtype != at::kFloat)
+      layers_phase = {"16-bit gradients of one backward", compute * params, false,
+                      fmt::format("{} B x {} parameters", compute, params)};
+    if (!lm_head) {
+      if (layers_phase.bytes > 0) items.push_back(layers_phase);
+      return items;
     }
+    std::vector<MemoryItem> head_phase = lm_head_backward(shape, tokens_responses);
+    // The head's weight gradient exists from its backward on: the outer unit's at ZeRO-3 (in
+    // both phases), the head's own otherwise (tied or not, it is one [V, C] tensor then).
+    const uint64_t head_grad =
+        compute * (gathered ? u.outer : uint64_t(shape.vocab_size) * uint64_t(shape.hidden_size));
+    head_phase.push_back({gathered ? "16-bit gradients outside the layers" : "LM head weight gradient", head_grad,
+                          false, fmt::format("{} B x {} elements", compute, head_grad / compute)});
+    uint64_t head_total = 0;
+    for (const MemoryItem& i : head_phase) head_total += i.bytes;
+    if (head_total > layers_phase.bytes)
+      items = join_items(items, head_phase);
+    else if (layers_phase.bytes > 0)
+      items.push_back(layers_phase);
     return items;
   };
   if (in.critic) {

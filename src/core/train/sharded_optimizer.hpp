@@ -21,7 +21,7 @@ namespace verlpp::train::detail {
 
 struct ShardedOptimizerOptions {
   bool offload = false;  // masters and moments in host memory
-  OffloadedStep offloaded_step = OffloadedStep::kHost;
+  OffloadedStep offloaded_step = OffloadedStep::kDevice;
   const hw::Plugin* host_memory = nullptr;    // pinned memory (null: plain host memory)
   int64_t chunk_elements = int64_t(1) << 24;  // host <-> device staging, per copy
 };
