@@ -39,7 +39,9 @@ struct Options {
   int nproc = 2, reps = 5;
   int64_t max_mb = 256, rows = 64, micro = 8, prompt = 24, response = 40;
   std::string plugin = "cpu_ref", json_path, model = std::string(VERLPP_SOURCE_DIR) + "/examples/tiny/config.json";
-  int zero_stage = 0;       // --zero-stage 1|2 (--zero1 = 1): the N-rank step with a sharded optimizer
+  // --zero-stage 1|2|3 (--zero1 = 1): the N-rank step with a sharded optimizer; at 3 it runs
+  // twice, each layer gathered when it runs and with the next layer's gather prefetched.
+  int zero_stage = 0;
   std::string result_file;  // internal: where rank 0 writes its figures
   std::vector<std::string> argv;
 };
@@ -79,8 +81,8 @@ Options parse(int argc, char** argv) {
       throw Error(a, "unknown option (see the opening comment of benchmarks/dist/bench_dist.cpp)");
   }
   if (o.nproc < 1 || o.reps < 1 || o.rows < 1) throw Error("options", "--nproc, --reps and --rows must be >= 1");
-  if (o.zero_stage < 0 || o.zero_stage > 2)
-    throw Error("--zero-stage", fmt::format("{} is not 0, 1 or 2", o.zero_stage));
+  if (o.zero_stage < 0 || o.zero_stage > 3)
+    throw Error("--zero-stage", fmt::format("{} is not 0, 1, 2 or 3", o.zero_stage));
   return o;
 }
 
@@ -117,10 +119,13 @@ int64_t held_gradient_elements(const model::DecoderLM& m, const train::Actor& ac
   return n;
 }
 
-const char* stage_name(int stage) { return stage == 2 ? " (ZeRO-2)" : stage == 1 ? " (ZeRO-1)" : " (replicated)"; }
+const char* stage_name(int stage) {
+  static const char* kNames[] = {" (replicated)", " (ZeRO-1)", " (ZeRO-2)", " (ZeRO-3)"};
+  return kNames[stage];
+}
 
 // Median seconds of one actor update (one optimizer step over the whole batch).
-json time_train_step(const Options& o, const train::DataParallel& dp) {
+json time_train_step(const Options& o, const train::DataParallel& dp, const train::ShardingOptions& sharding = {}) {
   model::DecoderLM m(model::load_model_config(o.model));
   m.init_weights(1);
   const data::Batch batch = make_batch(m, o);
@@ -129,7 +134,7 @@ json time_train_step(const Options& o, const train::DataParallel& dp) {
   // The same micro-batch size on every rank count, so only the split differs.
   cfg.ppo_micro_batch_size = o.micro;
   train::Actor actor(m, cfg, train::LrSchedule({1e-5, "constant", 0, 1000, 0.0, 0.5}));
-  actor.set_data_parallel(dp, dp.is_distributed() ? o.zero_stage : 0);
+  actor.set_data_parallel(dp, sharding);
   actor.update_policy(batch);  // warm-up
   std::vector<double> times;
   for (int i = 0; i < o.reps; ++i) {
@@ -142,6 +147,7 @@ json time_train_step(const Options& o, const train::DataParallel& dp) {
           {"threads_per_rank", at::get_num_threads()},
           {"median_s", median(times)},
           {"zero_stage", actor.optimizer().zero_stage()},
+          {"prefetch", sharding.forward_prefetch},
           {"optimizer_state_mib_rank0", double(actor.optimizer().state_elements()) * 4 / (1 << 20)},
           {"gradient_mib_rank0", double(held_gradient_elements(m, actor)) * 4 / (1 << 20)},
           {"tokens", tokens},
@@ -191,8 +197,15 @@ int run_rank(const Options& o) {
   hw::ProcessGroupOptions options;
   options.timeout = std::chrono::milliseconds(120000);
   auto group = hw::ProcessGroup::create(world, hw::Device(plugin, device), options);
-  json out = {{"collectives", time_collectives(o, *group)},
-              {"train_step", time_train_step(o, train::DataParallel(group.get(), c10::Device(c10::kCPU)))}};
+  const train::DataParallel dp(group.get(), c10::Device(c10::kCPU));
+  train::ShardingOptions sharding;
+  sharding.zero_stage = o.zero_stage;
+  sharding.backward_prefetch = false;
+  json out = {{"collectives", time_collectives(o, *group)}, {"train_step", time_train_step(o, dp, sharding)}};
+  if (o.zero_stage == 3) {
+    sharding.forward_prefetch = sharding.backward_prefetch = true;
+    out["train_step_prefetch"] = time_train_step(o, dp, sharding);
+  }
   group->barrier();
   if (world.rank == 0) std::ofstream(o.result_file) << out.dump();
   return 0;
@@ -242,6 +255,15 @@ int run_launcher(const Options& o) {
       "  {} ranks x {} threads{}: {:.3f} s, {:.0f} tokens/s  (throughput ratio to the faster one-rank run {:.2f})\n",
       o.nproc, dp["threads_per_rank"].get<int>(), stage_name(o.zero_stage), dp["median_s"].get<double>(),
       dp["tokens_per_s"].get<double>(), efficiency);
+  if (ranks.contains("train_step_prefetch")) {
+    const json& p = ranks["train_step_prefetch"];
+    std::cout << fmt::format(
+        "  {} ranks x {} threads (ZeRO-3, next layer's gather prefetched): {:.3f} s, {:.0f} tokens/s  (ratio {:.2f}; "
+        "{:.2f}x the step without prefetch)\n",
+        o.nproc, p["threads_per_rank"].get<int>(), p["median_s"].get<double>(), p["tokens_per_s"].get<double>(),
+        p["tokens_per_s"].get<double>() / single["tokens_per_s"].get<double>(),
+        dp["median_s"].get<double>() / p["median_s"].get<double>());
+  }
   std::cout << fmt::format("  AdamW state on rank 0: {:.2f} MiB with 1 rank, {:.2f} MiB with {} ranks{}\n",
                            single["optimizer_state_mib_rank0"].get<double>(),
                            dp["optimizer_state_mib_rank0"].get<double>(), o.nproc, stage_name(o.zero_stage));
@@ -254,6 +276,7 @@ int run_launcher(const Options& o) {
                     {"train_step_1_rank_1_thread", single_1},
                     {"train_step_1_rank_all_cores", single_all},
                     {"train_step_n_ranks", dp},
+                    {"train_step_n_ranks_prefetch", ranks.value("train_step_prefetch", json())},
                     {"dp_throughput_ratio", efficiency}};
   if (!o.json_path.empty()) std::ofstream(o.json_path) << all.dump(2) << "\n";
   std::cout << all.dump() << "\n";

@@ -143,13 +143,15 @@ TEST_CASE("verlpp train --nproc 2 at ZeRO-3 matches one rank and resumes on 1 an
     const auto expected = deterministic_rows(one);
     REQUIRE(expected.size() == 3);  // validation before training + 2 steps
     const std::vector<std::string> zero3 = {"trainer.zero_stage=3",
-                                            "actor_rollout_ref.ref.fsdp_config.param_offload=true"};
+                                            "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+                                            "actor_rollout_ref.actor.fsdp_config.forward_prefetch=true"};
     const std::string run = dir + "/" + estimator + "-zero3";
     std::vector<std::string> args = {"--nproc", "2"};
     args.insert(args.end(), zero3.begin(), zero3.end());
     run_to_end(write_dist_config(dir, run, 2, estimator), run + ".log", args);
     const std::string log = read_file(run + ".log");
     CHECK(log.find("actor: ZeRO-3 over 2 ranks") != std::string::npos);
+    CHECK(log.find("the next layer's gather started during each layer's forward and backward") != std::string::npos);
     CHECK(log.find("reference: ZeRO-3 over 2 ranks") != std::string::npos);
     check_close_rows(expected, deterministic_rows(run), estimator + ", ZeRO-3 on 2 ranks");
     for (const json& row : controller::read_metrics(run + "/metrics.jsonl"))

@@ -108,14 +108,16 @@ TEST_CASE("ZeRO-3 and offloaded state step as the replicated optimizer", "[zero3
     const char* name;
     train::ShardingOptions sharding;
   };
-  const std::vector<Mode> modes = {
+  std::vector<Mode> modes = {
       {"ZeRO-3", stage(3)},
+      {"ZeRO-3, forward prefetch", stage(3)},
       {"ZeRO-3, optimizer offload (AdamW on the host)", stage(3, true, false)},
       {"ZeRO-3, optimizer and param offload (AdamW streamed through the device)",
        stage(3, true, true, train::OffloadedStep::kDevice)},
       {"ZeRO-2, optimizer offload", stage(2, true)},
       {"ZeRO-0, param offload", stage(0, false, true)},
   };
+  modes[1].sharding.forward_prefetch = true;
   for (const Variant& v : variants) {
     for (int32_t world : {2, 4}) {
       const auto replicated = two_updates(world, stage(0), v.config, batch, lr, v.checkpointing);
@@ -380,6 +382,67 @@ TEST_CASE("a frozen sharded model forwards and exports as the whole model", "[ze
       CHECK(mismatched[size_t(r)] == 0);
       CHECK(after_release[size_t(r)] == after_forward[size_t(r)]);  // only shards (or whole units) are resident
       CHECK(offloaded_error[size_t(r)].find("offloaded to host memory") != std::string::npos);
+    }
+  }
+}
+
+// Prefetching gathers the same bytes earlier, on the group's communication thread: the forward
+// and the gradient shards equal those of gathering each layer when it runs, bit for bit, and
+// every layer after the first (forward) or before the last (backward) was gathered that way.
+TEST_CASE("ZeRO-3 prefetch: layers gathered in the background give the same passes bit for bit", "[zero3]") {
+  const model::DecoderLM whole = test::tiny_model(9);
+  const data::Batch batch = make_batch(whole);
+  const int64_t layers = whole.config().num_hidden_layers;
+  REQUIRE(layers >= 2);
+  for (int32_t world : {2, 3}) {
+    struct Pass {
+      at::Tensor no_grad_log_probs, log_probs;
+      std::vector<at::Tensor> gradients;
+      int64_t prefetched_forward = 0, prefetched_total = 0, resident_before = 0, resident_after = 0;
+    };
+    std::vector<std::vector<Pass>> got(2, std::vector<Pass>(static_cast<size_t>(world)));
+    for (int prefetch : {0, 1}) {
+      on_ranks(world, [&](const train::DataParallel& dp) {
+        train::ShardedWeightsOptions o;
+        o.dp = dp;
+        o.trainable = true;
+        o.forward_prefetch = o.backward_prefetch = prefetch == 1;
+        train::ShardedWeights w(whole, o);
+        Pass& p = got[size_t(prefetch)][size_t(dp.rank())];
+        p.resident_before = w.resident_weight_bytes();
+        auto log_probs = [&] {
+          return train::response_log_probs(w.model(), batch.tensor("input_ids"), batch.tensor("attention_mask"),
+                                           batch.tensor("position_ids"), kR, 1.0, false)
+              .log_probs;
+        };
+        {
+          at::NoGradGuard no_grad;
+          p.no_grad_log_probs = log_probs();
+        }
+        w.release_gathered();
+        p.log_probs = log_probs();
+        p.prefetched_forward = w.prefetched_units();
+        p.log_probs.sum().backward();
+        p.log_probs = p.log_probs.detach();
+        w.collect_gradients();
+        w.finish_gradients();
+        for (int64_t u = 0; u < w.num_units(); ++u) p.gradients.push_back(w.gradient_shard(u).clone());
+        p.prefetched_total = w.prefetched_units();
+        w.release_gathered();
+        p.resident_after = w.resident_weight_bytes();
+      });
+    }
+    for (int32_t r = 0; r < world; ++r) {
+      INFO(world << " ranks, rank " << r);
+      const Pass &off = got[0][size_t(r)], &on = got[1][size_t(r)];
+      CHECK(on.no_grad_log_probs.equal(off.no_grad_log_probs));
+      CHECK(on.log_probs.equal(off.log_probs));
+      REQUIRE(on.gradients.size() == off.gradients.size());
+      for (size_t u = 0; u < on.gradients.size(); ++u) CHECK(on.gradients[u].equal(off.gradients[u]));
+      CHECK(off.prefetched_total == 0);
+      CHECK(on.prefetched_forward == 2 * (layers - 1));                  // the no-grad and the grad forward
+      CHECK(on.prefetched_total == on.prefetched_forward + layers - 1);  // and the backward
+      CHECK(on.resident_after == on.resident_before);                    // nothing left gathered
     }
   }
 }

@@ -21,6 +21,7 @@ namespace verlpp::controller {
 struct RoleLayout {
   int64_t zero_stage = 0;  // 0-3; with one rank every stage holds what 0 holds (offload aside)
   bool param_offload = false, optimizer_offload = false;
+  bool forward_prefetch = false;  // ZeRO-3: forwards hold a second, prefetched layer
 };
 
 // What the plan is computed from (plan_inputs fills it from a run's settings).

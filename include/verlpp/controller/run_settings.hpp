@@ -65,7 +65,8 @@ struct ActorModelSettings {
 };
 
 // How a role's model is held over the ranks and in host memory: <role>.strategy (fsdp, fsdp2),
-// <fsdp_config>.{param_offload, optimizer_offload, offload_policy, reshard_after_forward} and
+// <fsdp_config>.{param_offload, optimizer_offload, offload_policy, reshard_after_forward,
+// forward_prefetch} and
 // trainer.zero_stage (docs/scale-out.md).
 struct ShardingSettings {
   // The ZeRO stage: trainer.zero_stage when set, else verl's FSDP: reshard_after_forward = true is
@@ -73,6 +74,7 @@ struct ShardingSettings {
   int64_t zero_stage = 3;
   bool param_offload = false;      // param_offload, or offload_policy (FSDP2's CPU offload)
   bool optimizer_offload = false;  // optimizer_offload, or offload_policy
+  bool forward_prefetch = false;   // forward_prefetch (ZeRO-3 on several ranks: the next layer's gather)
 };
 
 // What actor_rollout_ref.actor.* and critic.* both have: the PPO update's batching, the loss

@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,30 @@ class ProcessGroup {
   void reduce_scatter_sum(const at::Tensor& send, at::Tensor& recv) const;
   // `t` of rank `root` on every rank (in place).
   void broadcast(at::Tensor& t, int32_t root) const;
+
+  // A collective running in the background (start_all_gather_into). wait() returns once it has
+  // finished on the device and rethrows its error; a handle dropped without wait() waits in its
+  // destructor, since the collective writes memory its caller owns. Move-only.
+  class Pending {
+   public:
+    Pending() = default;
+    explicit Pending(std::future<void> done) : done_(std::move(done)) {}
+    Pending(Pending&&) = default;
+    Pending& operator=(Pending&& other) noexcept;
+    ~Pending();
+    bool active() const { return done_.valid(); }
+    void wait();
+
+   private:
+    std::future<void> done_;
+  };
+  // all_gather_into, started and not waited for: it runs on the group's communication thread
+  // and, where the plugin has streams and events, on a stream of its own that first waits for
+  // the work queued so far on the device's default stream, so it overlaps what the caller queues
+  // next. From the first such call on, every collective of the group goes through that thread
+  // in call order (the ranks must see one order). `send` and `recv` must stay allocated and
+  // unwritten until the handle is waited for.
+  Pending start_all_gather_into(const at::Tensor& send, const at::Tensor& recv) const;
   void barrier() const;
 
   // Records what this rank is doing now ("step 3 update_actor"), for the others' error messages.
@@ -64,9 +89,13 @@ class ProcessGroup {
 
  private:
   struct Impl;
-  ProcessGroup(WorldInfo world, ProcessGroupOptions options);
+  ProcessGroup(WorldInfo world, ProcessGroupOptions options, const Device& device);
+  // Runs `call` (one communicator operation) on the communication thread once it exists, else
+  // here; errors name the operation, the stage and the ranks that stopped.
   template <class F>
-  void checked(const char* op, F&& call) const;
+  void run(const char* op, F&& call) const;
+  template <class F>
+  void checked(const char* op, const std::string& stage, F&& call) const;
   WorldInfo world_;
   ProcessGroupOptions options_;
   std::string stage_;

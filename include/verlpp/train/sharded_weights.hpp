@@ -46,6 +46,12 @@ struct ShardedWeightsOptions {
   // Where offload() puts the device-resident weights: this plugin's pinned host memory (null:
   // plain host memory).
   const hw::Plugin* host_memory = nullptr;
+  // With per-use gathering, the next layer's all-gather starts in the background (its own
+  // thread and stream: hw::ProcessGroup::start_all_gather_into) while the current layer
+  // computes, in forwards (fsdp_config.forward_prefetch) and in backwards (FSDP's default
+  // BACKWARD_PRE); each holds one more layer's weights at a time.
+  bool forward_prefetch = false;
+  bool backward_prefetch = true;
   // Collectives move at most this many elements at a time (reduce-scatter staging).
   int64_t bucket_elements = int64_t(1) << 26;
 };
@@ -126,6 +132,8 @@ class ShardedWeights {
   int64_t resident_weight_bytes() const;
   // Bytes of the gradient sums held now.
   int64_t gradient_bytes() const;
+  // Layers gathered in the background (forward_prefetch, backward_prefetch) since construction.
+  int64_t prefetched_units() const;
 
   // For the optimizer (src/core/train): the units themselves.
   detail::ShardedUnits& units() { return *units_; }

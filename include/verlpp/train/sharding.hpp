@@ -29,6 +29,12 @@ struct ShardingOptions {
   // fsdp_config.optimizer_offload: the fp32 masters and AdamW's moments live in host memory.
   bool optimizer_offload = false;
   OffloadedStep offloaded_step = OffloadedStep::kDevice;
+  // fsdp_config.forward_prefetch: at ZeRO-3 on several ranks, a forward starts the next layer's
+  // all-gather while the current layer computes.
+  bool forward_prefetch = false;
+  // At ZeRO-3 on several ranks, each layer's backward starts the gather of the layer below (FSDP's
+  // default BACKWARD_PRE); false: each layer is gathered when its backward runs.
+  bool backward_prefetch = true;
   // The plugin whose pinned host memory offloaded state uses (null: plain host memory).
   const hw::Plugin* host_memory = nullptr;
 };

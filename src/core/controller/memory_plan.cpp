@@ -151,11 +151,14 @@ RoleItems trained_role(const std::string& role, const std::vector<int64_t>& size
 }
 
 // With per-use gathering: the units a forward or backward holds whole at once (the outer unit,
-// kept from the first forward, and one layer).
-std::vector<MemoryItem> gathered_units(const model::ModelConfig& shape, at::ScalarType dtype) {
+// kept from the first forward, and one layer; two while the next one is prefetched).
+std::vector<MemoryItem> gathered_units(const model::ModelConfig& shape, at::ScalarType dtype, bool prefetch) {
   const UnitSizes u = unit_sizes(shape);
-  return {{"gathered units (outside the layers + one layer)", dtype_bytes(dtype) * (u.outer + u.layer), false,
-           fmt::format("{} B x ({} + {}) elements", dtype_bytes(dtype), u.outer, u.layer)}};
+  const uint64_t layers = prefetch ? 2 : 1;
+  return {
+      {fmt::format("gathered units (outside the layers + {})", prefetch ? "two layers: one prefetched" : "one layer"),
+       dtype_bytes(dtype) * (u.outer + layers * u.layer), false,
+       fmt::format("{} B x ({} + {} x {}) elements", dtype_bytes(dtype), u.outer, layers, u.layer)}};
 }
 
 // A forward without autograd, per token at its widest point (the MLP): the residual stream, the
@@ -243,7 +246,7 @@ MemoryPlanInputs plan_inputs(const RunSettings& s, const model::ModelConfig& mod
   in.model = model;
   in.world_size = std::max<int64_t>(world_size, 1);
   auto layout = [](const ShardingSettings& sh) {
-    return RoleLayout{sh.zero_stage, sh.param_offload, sh.optimizer_offload};
+    return RoleLayout{sh.zero_stage, sh.param_offload, sh.optimizer_offload, sh.forward_prefetch};
   };
   in.actor_layout = layout(s.actor.sharding);
   in.critic_layout = layout(s.critic.sharding);
@@ -360,7 +363,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   }
   const int64_t lp_rows = std::max<int64_t>(in.log_prob_micro_batch, 1);
   const int64_t forward_rows = std::max<int64_t>(in.forward_rows, 1);
-  auto forward = [&](const model::ModelConfig& shape, bool gathered) -> std::vector<MemoryItem> {
+  auto forward = [&](const model::ModelConfig& shape, const RoleLayout& layout) -> std::vector<MemoryItem> {
+    const bool gathered = per_use(layout, world);
     // The log-prob forward takes the rank's whole share of the batch through the layers (one
     // layer's activations alive at a time, without autograd), then the LM head in chunks of
     // log_prob_micro_batch_size_per_gpu rows beside the final hidden states: the larger of the
@@ -379,11 +383,11 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
       items.push_back({"LM head: logits chunk (fp32) beside the hidden states", head_phase, false,
                        fmt::format("{} rows x {} tokens x {} vocab x 4 B x 2 + 2 x {} tokens x {} hidden",
                                    std::min(lp_rows, forward_rows), seq, shape.vocab_size, tokens, shape.hidden_size)});
-    if (gathered) items = join_items(items, gathered_units(shape, in.param_dtype));
+    if (gathered) items = join_items(items, gathered_units(shape, in.param_dtype, layout.forward_prefetch));
     return items;
   };
-  if (in.reference) stage("reference", join_items(ref_when_used, forward(m, ref_sharded)));
-  stage("old_log_probs", join_items(actor.weights_when_used, forward(m, per_use(in.actor_layout, world))));
+  if (in.reference) stage("reference", join_items(ref_when_used, forward(m, in.ref_layout)));
+  stage("old_log_probs", join_items(actor.weights_when_used, forward(m, in.actor_layout)));
   const int64_t tokens = in.update_tokens_per_micro > 0 ? in.update_tokens_per_micro : in.update_micro_batch * seq;
   // The update's log-probs cover the response positions: a micro-batch's rows at full response
   // length (dynamic batch size: its token budget).
@@ -420,7 +424,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     const bool gathered = per_use(layout, world);
     if (gathered) {
       // The reduce-scatter stages one unit's fp32 gradient.
-      items = join_items(items, gathered_units(shape, in.param_dtype));
+      // The backward prefetches the layer below the one it differentiates.
+      items = join_items(items, gathered_units(shape, in.param_dtype, true));
       items.push_back({"fp32 staging of one unit's reduce-scatter", 4 * std::max(u.outer, u.layer), false,
                        fmt::format("4 B x {} elements", std::max(u.outer, u.layer))});
     }
@@ -455,14 +460,14 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     return items;
   };
   if (in.critic) {
-    stage("values", join_items(critic_items.weights_when_used, forward(critic, per_use(in.critic_layout, world))));
+    stage("values", join_items(critic_items.weights_when_used, forward(critic, in.critic_layout)));
     stage("critic_update", update(critic_items, in.critic_layout, critic, in.critic_checkpointing,
                                   uint64_t(model::parameter_count(critic)), false));
   }
   stage("actor_update", update(actor, in.actor_layout, m, in.actor_checkpointing, p, true));
   if (engine_owns) {
     std::vector<MemoryItem> sync = join_items(engine_items, actor.weights_when_used);
-    if (per_use(in.actor_layout, world)) sync = join_items(sync, gathered_units(m, in.param_dtype));
+    if (per_use(in.actor_layout, world)) sync = join_items(sync, gathered_units(m, in.param_dtype, false));
     stage("sync", sync);
   }
   return plan;

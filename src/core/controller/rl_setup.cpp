@@ -57,6 +57,7 @@ train::ShardingOptions sharding_options(const RlTrainer::State& s, const Shardin
   o.param_offload = role.param_offload;
   o.optimizer_offload = role.optimizer_offload;
   o.offloaded_step = s.settings.paths.offloaded_step;
+  o.forward_prefetch = role.forward_prefetch;
   // Pinned memory where the plugin has it (check_offload refused an accelerator without).
   if (!s.plugin.empty() && hw::has_pinned_host_memory(hw::plugin_named(s.plugin)))
     o.host_memory = &hw::plugin_named(s.plugin);
@@ -97,6 +98,12 @@ std::string sharding_line(const std::string& role, const train::ShardingOptions&
                                     "parameters, gradients and optimizer state sharded; each layer gathered while it "
                                     "runs"};
     parts.push_back(fmt::format("ZeRO-{} over {} ranks ({})", o.zero_stage, world, kStages[o.zero_stage]));
+    const bool trained = role != "reference";  // the reference runs forwards only
+    if (o.zero_stage == 3 && (o.forward_prefetch || trained))
+      parts.push_back(
+          fmt::format("the next layer's gather started during each layer's {}", !o.forward_prefetch ? "backward"
+                                                                                : trained ? "forward and backward"
+                                                                                          : "forward"));
   }
   if (o.optimizer_offload)
     parts.push_back(
@@ -216,6 +223,7 @@ void shard_reference(RlTrainer::State& s) {
   o.shard = sharded;
   o.gather_per_use = sharded;
   o.trainable = false;
+  o.forward_prefetch = ref.forward_prefetch;
   o.host_memory = sharding_options(s, ref).host_memory;
   s.ref_weights = std::make_unique<train::ShardedWeights>(*s.ref_model, o);
   s.ref_model.reset();

@@ -123,6 +123,7 @@ ShardingSettings sharding_at(const Config& c, const std::string& strategy, const
   const bool policy = read<bool>(c, fsdp_config + ".offload_policy");
   s.param_offload = read<bool>(c, fsdp_config + ".param_offload") || policy;
   if (has_optimizer) s.optimizer_offload = read<bool>(c, fsdp_config + ".optimizer_offload") || policy;
+  s.forward_prefetch = read<bool>(c, fsdp_config + ".forward_prefetch");
   (void)read<int64_t>(c, fsdp_config + ".fsdp_size");  // -1 or the world size (validate)
   return s;
 }

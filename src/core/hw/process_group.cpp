@@ -4,6 +4,7 @@
 #include <verlpp/hw/process_group.hpp>
 
 #include "dlpack_view.hpp"
+#include "serial_worker.hpp"
 
 #include <ATen/ops/empty.h>
 
@@ -27,8 +28,15 @@ struct HeartbeatState {
 };
 
 struct ProcessGroup::Impl {
+  explicit Impl(const Device& d) : device(d) {}
+  Device device;
   std::shared_ptr<KvStore> store;
   std::unique_ptr<Communicator> comm;
+  // Started by the first background collective; from then on every collective runs on it.
+  // Declared after comm and the stream it uses: destroyed (joined) before them.
+  std::mutex worker_mutex;
+  std::unique_ptr<Stream> comm_stream;  // with the worker, where the plugin has streams and events
+  std::unique_ptr<detail::SerialWorker> worker;
   std::thread heartbeat;
   std::shared_ptr<HeartbeatState> beat = std::make_shared<HeartbeatState>();
   // Set when the store stopped answering (diagnose_peers' deadline, or a heartbeat that never
@@ -54,8 +62,8 @@ std::shared_ptr<KvStore> connect(const WorldInfo& w, bool serve, std::chrono::mi
 
 }  // namespace
 
-ProcessGroup::ProcessGroup(WorldInfo world, ProcessGroupOptions options)
-    : world_(std::move(world)), options_(options), impl_(std::make_unique<Impl>()) {}
+ProcessGroup::ProcessGroup(WorldInfo world, ProcessGroupOptions options, const Device& device)
+    : world_(std::move(world)), options_(options), impl_(std::make_unique<Impl>(device)) {}
 
 std::unique_ptr<ProcessGroup> ProcessGroup::create(const WorldInfo& world, const Device& device,
                                                    const ProcessGroupOptions& options) {
@@ -70,7 +78,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const WorldInfo& world, const
     sigemptyset(&ignore.sa_mask);
     sigaction(SIGPIPE, &ignore, nullptr);
   }
-  std::unique_ptr<ProcessGroup> g(new ProcessGroup(world, options));
+  std::unique_ptr<ProcessGroup> g(new ProcessGroup(world, options, device));
   const std::string where = fmt::format("rank {} of {}", world.rank, world.world_size);
   try {
     g->impl_->store = connect(world, world.rank == 0, options.timeout);
@@ -224,15 +232,43 @@ std::string ProcessGroup::diagnose_peers() const {
 }
 
 template <class F>
-void ProcessGroup::checked(const char* op, F&& call) const {
+void ProcessGroup::checked(const char* op, const std::string& stage, F&& call) const {
   try {
     call();
   } catch (const std::exception& e) {
     // The caller (the trainer's stage runner) adds the rank; the stage is said here because a
     // collective outside a stage (setup, SFT) has no other place to say it.
-    throw Error(fmt::format("{} over {} ranks during '{}'", op, world_.world_size, stage_),
+    throw Error(fmt::format("{} over {} ranks during '{}'", op, world_.world_size, stage),
                 fmt::format("{}{}", e.what(), diagnose_peers()));
   }
+}
+
+template <class F>
+void ProcessGroup::run(const char* op, F&& call) const {
+  detail::SerialWorker* worker = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(impl_->worker_mutex);
+    worker = impl_->worker.get();
+  }
+  if (worker == nullptr) return checked(op, stage_, call);
+  // The stage is read here, not on the worker: set_stage may run meanwhile.
+  worker->submit([this, op, stage = stage_, &call] { checked(op, stage, call); }).get();
+}
+
+ProcessGroup::Pending& ProcessGroup::Pending::operator=(Pending&& other) noexcept {
+  if (this != &other) {
+    if (done_.valid()) done_.wait();
+    done_ = std::move(other.done_);
+  }
+  return *this;
+}
+
+ProcessGroup::Pending::~Pending() {
+  if (done_.valid()) done_.wait();
+}
+
+void ProcessGroup::Pending::wait() {
+  if (done_.valid()) done_.get();
 }
 
 namespace {
@@ -245,14 +281,14 @@ void ProcessGroup::all_reduce_sum(at::Tensor& t) const {
   require_contiguous(t, "all_reduce");
   if (world_.world_size == 1) return;  // see reduce_scatter_sum
   DLTensor d = detail::dl_view(t);
-  checked("all_reduce", [&] { impl_->comm->all_reduce(d, ReduceOp::sum); });
+  run("all_reduce", [&] { impl_->comm->all_reduce(d, ReduceOp::sum); });
 }
 
 void ProcessGroup::all_reduce_max(at::Tensor& t) const {
   require_contiguous(t, "all_reduce");
   if (world_.world_size == 1) return;  // see reduce_scatter_sum
   DLTensor d = detail::dl_view(t);
-  checked("all_reduce", [&] { impl_->comm->all_reduce(d, ReduceOp::max); });
+  run("all_reduce", [&] { impl_->comm->all_reduce(d, ReduceOp::max); });
 }
 
 at::Tensor ProcessGroup::all_gather(const at::Tensor& t) const {
@@ -264,21 +300,60 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& t) const {
   // Flat views: the communicator gathers [n] into [world * n].
   at::Tensor flat_in = in.view({-1}), flat_out = out.view({-1});
   DLTensor send = detail::dl_view(flat_in), recv = detail::dl_view(flat_out);
-  checked("all_gather", [&] { impl_->comm->all_gather(send, recv); });
+  run("all_gather", [&] { impl_->comm->all_gather(send, recv); });
   return out;
 }
 
-void ProcessGroup::all_gather_into(const at::Tensor& send, const at::Tensor& recv) const {
+namespace {
+// all_gather_into's arguments: flat [n] and [world * n] of one dtype, contiguous.
+void check_gather_into(const at::Tensor& send, const at::Tensor& recv, int32_t world) {
   require_contiguous(send, "all_gather");
   require_contiguous(recv, "all_gather");
-  if (recv.numel() != send.numel() * world_.world_size || send.scalar_type() != recv.scalar_type())
+  if (recv.numel() != send.numel() * world || send.scalar_type() != recv.scalar_type())
     throw Error("all_gather", fmt::format("send has {} {} elements, recv {} {}: recv must be world_size ({}) times "
                                           "send, one dtype",
                                           send.numel(), c10::toString(send.scalar_type()), recv.numel(),
-                                          c10::toString(recv.scalar_type()), world_.world_size));
+                                          c10::toString(recv.scalar_type()), world));
+}
+}  // namespace
+
+void ProcessGroup::all_gather_into(const at::Tensor& send, const at::Tensor& recv) const {
+  check_gather_into(send, recv, world_.world_size);
   at::Tensor flat_send = send.view({-1}), flat_recv = recv.view({-1});
   DLTensor s = detail::dl_view(flat_send), r = detail::dl_view(flat_recv);
-  checked("all_gather", [&] { impl_->comm->all_gather(s, r); });
+  run("all_gather", [&] { impl_->comm->all_gather(s, r); });
+}
+
+ProcessGroup::Pending ProcessGroup::start_all_gather_into(const at::Tensor& send, const at::Tensor& recv) const {
+  if (world_.world_size == 1) {
+    all_gather_into(send, recv);
+    return Pending();
+  }
+  check_gather_into(send, recv, world_.world_size);
+  detail::SerialWorker* worker = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(impl_->worker_mutex);
+    if (!impl_->worker) {
+      const verlpp_plugin_api& api = impl_->device.plugin().api();
+      if (api.stream_create != nullptr && api.event_create != nullptr)
+        impl_->comm_stream = std::make_unique<Stream>(impl_->device.create_stream());
+      impl_->worker = std::make_unique<detail::SerialWorker>();
+    }
+    worker = impl_->worker.get();
+  }
+  const Stream* stream = impl_->comm_stream.get();
+  if (stream != nullptr) {
+    // The gather reads `send` as the default stream has it now (an optimizer step may still be
+    // writing it there); what the caller queues after this call does not hold it back.
+    Event ready = impl_->device.create_event();
+    ready.record(impl_->device.default_stream());
+    stream->wait(ready);
+  }
+  at::Tensor flat_send = send.view({-1}), flat_recv = recv.view({-1});
+  return Pending(worker->submit([this, stage = stage_, flat_send, flat_recv, stream] {
+    DLTensor s = detail::dl_view(flat_send), r = detail::dl_view(flat_recv);
+    checked("all_gather", stage, [&] { impl_->comm->all_gather(s, r, stream); });
+  }));
 }
 
 void ProcessGroup::reduce_scatter_sum(const at::Tensor& send, at::Tensor& recv) const {
@@ -297,17 +372,17 @@ void ProcessGroup::reduce_scatter_sum(const at::Tensor& send, at::Tensor& recv) 
   }
   at::Tensor flat_send = send.view({-1}), flat_recv = recv.view({-1});
   DLTensor s = detail::dl_view(flat_send), r = detail::dl_view(flat_recv);
-  checked("reduce_scatter", [&] { impl_->comm->reduce_scatter(s, r, ReduceOp::sum); });
+  run("reduce_scatter", [&] { impl_->comm->reduce_scatter(s, r, ReduceOp::sum); });
 }
 
 void ProcessGroup::broadcast(at::Tensor& t, int32_t root) const {
   require_contiguous(t, "broadcast");
   DLTensor d = detail::dl_view(t);
-  checked("broadcast", [&] { impl_->comm->broadcast(d, root); });
+  run("broadcast", [&] { impl_->comm->broadcast(d, root); });
 }
 
 void ProcessGroup::barrier() const {
-  checked("barrier", [&] { impl_->comm->barrier(); });
+  run("barrier", [&] { impl_->comm->barrier(); });
 }
 
 }  // namespace verlpp::hw

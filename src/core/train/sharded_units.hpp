@@ -5,6 +5,7 @@
 // (unit_function.cpp). Internal to the train layer.
 #pragma once
 
+#include <verlpp/hw/process_group.hpp>
 #include <verlpp/train/sharded_weights.hpp>
 
 #include <ATen/core/Tensor.h>
@@ -33,7 +34,8 @@ struct UnitState {
   at::Tensor grad_full;           // [padded] fp32: a resident sharded unit's local sum before finish_gradients
   std::vector<at::Tensor> views;  // the model's parameters, in `params` order
   bool gathered = false;          // per-use units: `full` holds memory now
-  at::Tensor host_copy;           // offload: the device-resident tensor's host copy
+  hw::ProcessGroup::Pending prefetch;  // per-use units: an all-gather into `full` still running
+  at::Tensor host_copy;                // offload: the device-resident tensor's host copy
 };
 
 struct ShardedUnits : model::ParameterGather {
@@ -46,10 +48,17 @@ struct ShardedUnits : model::ParameterGather {
   at::Tensor anchor;                     // [1] fp32 requiring grad: keeps every unit Function in the graph
   mutable std::vector<UnitState> units;  // [0]: outer; [1 + i]: decoder layer i
 
-  // All-gathers unit `u` into its full buffer (per-use units; others are always whole).
+  // All-gathers unit `u` into its full buffer (per-use units; others are always whole), or waits
+  // for its prefetch.
   void gather(size_t u) const;
-  // Frees unit `u`'s full buffer (per-use units).
+  // Starts gathering unit `u` in the background (forward_prefetch / backward_prefetch: the next
+  // unit of a pass while the current one computes); nothing for a unit outside the layers, one
+  // already gathered, or without per-use gathering. gather(u) finishes it.
+  void prefetch(size_t u) const;
+  // Frees unit `u`'s full buffer (per-use units), after any prefetch into it has finished.
   void release(size_t u) const;
+  // Units gathered in the background so far (for tests and metrics).
+  mutable int64_t prefetched = 0;
   void gather_outer() const override { gather(0); }
   at::Tensor run_layer(int64_t index, const model::LayerFn& layer, const at::Tensor& hidden,
                        bool recompute) const override;

@@ -23,13 +23,33 @@ void ShardedUnits::gather(size_t u) const {
   VERLPP_CHECK(!offloaded, "the sharded weights are offloaded to host memory: reload them before a forward");
   UnitState& unit = units[u];
   if (!per_use || unit.gathered) return;
-  hw::restore_storage(unit.full);
-  options.dp.group()->all_gather_into(unit.local, unit.full);
+  if (unit.prefetch.active()) {
+    unit.prefetch.wait();
+    unit.prefetch = hw::ProcessGroup::Pending();
+  } else {
+    hw::restore_storage(unit.full);
+    options.dp.group()->all_gather_into(unit.local, unit.full);
+  }
   unit.gathered = true;
+}
+
+void ShardedUnits::prefetch(size_t u) const {
+  if (!per_use || offloaded || u == 0 || u >= units.size()) return;
+  UnitState& unit = units[u];
+  if (unit.gathered || unit.prefetch.active()) return;
+  hw::restore_storage(unit.full);
+  unit.prefetch = options.dp.group()->start_all_gather_into(unit.local, unit.full);
+  ++prefetched;
 }
 
 void ShardedUnits::release(size_t u) const {
   UnitState& unit = units[u];
+  if (unit.prefetch.active()) {
+    // Started but never used (a pass that ended early): the collective writes `full` until done.
+    unit.prefetch.wait();
+    unit.prefetch = hw::ProcessGroup::Pending();
+    unit.gathered = true;
+  }
   if (!per_use || !unit.gathered) return;
   hw::release_storage(unit.full);
   unit.gathered = false;
@@ -40,6 +60,7 @@ at::Tensor ShardedUnits::run_layer(int64_t index, const model::LayerFn& layer, c
   const size_t u = size_t(index) + 1;
   if (!at::GradMode::is_enabled()) {  // a forward without a backward: gather, run, free
     gather(u);
+    if (options.forward_prefetch) prefetch(u + 1);
     at::Tensor out = layer(hidden);
     release(u);
     return out;
@@ -173,6 +194,8 @@ ShardedWeights::ShardedWeights(const model::DecoderLM& source, ShardedWeightsOpt
 ShardedWeights::~ShardedWeights() = default;
 
 bool ShardedWeights::gathers_per_use() const { return units_->per_use; }
+
+int64_t ShardedWeights::prefetched_units() const { return units_->prefetched; }
 
 int64_t ShardedWeights::num_units() const { return int64_t(units_->units.size()); }
 

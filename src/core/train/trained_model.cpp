@@ -88,6 +88,8 @@ void TrainedModel::set_data_parallel(DataParallel dp, const ShardingOptions& sha
   wo.shard = sharding.zero_stage >= 2;
   wo.gather_per_use = sharding.zero_stage == 3;
   wo.trainable = true;
+  wo.forward_prefetch = sharding.forward_prefetch;
+  wo.backward_prefetch = sharding.backward_prefetch;
   wo.host_memory = sharding.host_memory;
   weights_ = std::make_unique<ShardedWeights>(master_, wo);
   detail::ShardedOptimizerOptions oo;

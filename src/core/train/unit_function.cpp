@@ -32,6 +32,7 @@ struct GatheredLayer : torch::autograd::Function<GatheredLayer> {
                             c10::intrusive_ptr<UnitCall> call) {
     (void)anchor;
     call->units->gather(call->unit);
+    if (call->units->options.forward_prefetch) call->units->prefetch(call->unit + 1);
     at::Tensor out;
     if (call->recompute) {
       out = call->layer(hidden);  // a custom Function's forward runs without a graph
@@ -55,6 +56,8 @@ struct GatheredLayer : torch::autograd::Function<GatheredLayer> {
     const ShardedUnits& units = *call->units;
     const UnitState& unit = units.units[call->unit];
     units.gather(call->unit);
+    // The backward runs the layers last to first: the one below is next.
+    if (units.options.backward_prefetch) units.prefetch(call->unit - 1);
     at::Tensor input = call->input, output = call->output;
     if (call->recompute) {
       input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
