@@ -14,6 +14,8 @@
 
 #include <ATen/Context.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randint.h>
@@ -352,6 +354,53 @@ std::vector<RankResult> two_updates_on_ranks(int32_t world, int zero_stage, cons
 // ZeRO-2 against the replicated optimizer on the same ranks (the gradient sums in one case are
 // reduce-scatters, in the other all-reduces: Gloo may add in another order, and the norm is taken
 // in fp64 from shard sums, so the two agree to rounding, not bit for bit).
+// Background all-gathers (ZeRO-3's prefetch) run on the group's communication thread, and every
+// collective after the first of them goes through that thread in call order: gathers started
+// around a synchronous all-reduce, waited for out of order or only by the handle's destructor,
+// land what each rank sent, and the all-reduce between them sums as it would alone.
+TEST_CASE("process group: background all-gathers keep one collective order with the calls around them", "[dp]") {
+  for (int32_t world : {2, 3}) {
+    std::vector<std::vector<at::Tensor>> gathered(static_cast<size_t>(world));
+    std::vector<double> sums(static_cast<size_t>(world));
+    std::vector<std::string> refused(static_cast<size_t>(world));
+    run_ranks(world, [&](const train::DataParallel& dp) {
+      const hw::ProcessGroup& g = *dp.group();
+      auto send = [&](int i) { return at::full({4}, double(dp.rank() * 10 + i), at::kFloat); };
+      std::vector<at::Tensor> out;
+      for (int i = 0; i < 4; ++i) out.push_back(at::empty({4 * world}, at::kFloat));
+      const at::Tensor s0 = send(0), s1 = send(1), s2 = send(2), s3 = send(3);
+      hw::ProcessGroup::Pending p0 = g.start_all_gather_into(s0, out[0]);
+      at::Tensor sum = at::full({1}, double(dp.rank() + 1), at::kFloat);
+      g.all_reduce_sum(sum);  // through the communication thread, after p0
+      {
+        hw::ProcessGroup::Pending p1 = g.start_all_gather_into(s1, out[1]);
+        hw::ProcessGroup::Pending p2 = g.start_all_gather_into(s2, out[2]);
+        p2.wait();
+        p0.wait();
+      }  // p1: its destructor waits
+      g.all_gather_into(s3, out[3]);
+      try {
+        (void)g.start_all_gather_into(s0, at::empty({4 * world + 1}, at::kFloat));
+      } catch (const std::exception& e) {
+        refused[size_t(dp.rank())] = e.what();
+      }
+      sums[size_t(dp.rank())] = sum.item<double>();
+      gathered[size_t(dp.rank())] = out;
+    });
+    for (int32_t r = 0; r < world; ++r) {
+      INFO(world << " ranks, rank " << r);
+      CHECK(sums[size_t(r)] == double(world * (world + 1) / 2));
+      for (int i = 0; i < 4; ++i) {
+        std::vector<at::Tensor> expected;
+        for (int32_t from = 0; from < world; ++from)
+          expected.push_back(at::full({4}, double(from * 10 + i), at::kFloat));
+        CHECK(gathered[size_t(r)][size_t(i)].equal(at::cat(expected)));
+      }
+      CHECK(refused[size_t(r)].find("recv must be world_size") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("data parallel: ZeRO-2 (sharded gradients and optimizer states) steps as replicated AdamW", "[dp][zero]") {
   const double lr = 1e-3;
   const train::LrScheduleOptions schedule{lr, "constant", 0, 1, 0.0, 0.5};
