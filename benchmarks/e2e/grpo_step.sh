@@ -5,7 +5,9 @@
 # (timing_s/* of verl's metrics), each stage's peak device memory beside `verlpp plan`'s
 # prediction for it, and an MFU estimate, and writes grpo_step.json under $OUT. EXTRA: more
 # overrides (e.g. actor_rollout_ref.actor.fsdp_config.optimizer_offload=true); GPU_MEM:
-# rollout.gpu_memory_utilization (0.4); SAVE_DTYPE: the dtype the random model is written in.
+# rollout.gpu_memory_utilization (0.4); SAVE_DTYPE: the dtype the random model is written in;
+# CHECKPOINTING: model.enable_gradient_checkpointing (true, verl's default; the figures before
+# 2026-12-03 ran without it, the default then).
 #   BIN=/tmp/verlpp-gpu/bin OUT=/tmp/out bash benchmarks/e2e/grpo_step.sh     (GPU host, after scripts/gpu_check.sh)
 #   SHAPE=tiny DEVICE=cpu PROMPTS=4 N=2 RESP=16 MINI=2 MICRO=2 BIN=build/bin bash benchmarks/e2e/grpo_step.sh   (a smoke run here)
 # MFU counts 2*P FLOPs per token for each forward (generation, old log-probs, reference) and
@@ -17,6 +19,7 @@ BIN=${BIN:-build/bin}; OUT=${OUT:-/tmp/verlpp-grpo-step-out}; W=${WORK:-/tmp/ver
 SHAPE=${SHAPE:-qwen2.5-0.5b}; DEVICE=${DEVICE:-cuda}; STEPS=${STEPS:-2}
 PROMPTS=${PROMPTS:-64}; N=${N:-8}; RESP=${RESP:-512}; MINI=${MINI:-16}; MICRO=${MICRO:-16}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989}; GPU_MEM=${GPU_MEM:-0.4}; EXTRA=${EXTRA:-}; SAVE_DTYPE=${SAVE_DTYPE:-float32}
+CHECKPOINTING=${CHECKPOINTING:-true}
 # KEEP_MODEL=1 keeps the random model of an earlier run of the same SHAPE (a 7B one takes minutes).
 if [ "${KEEP_MODEL:-0}" = 1 ] && [ -f "$W/model/config.json" ]; then rm -rf "$W/run"; else rm -rf "$W"; fi
 mkdir -p "$W/src" "$OUT"
@@ -50,7 +53,7 @@ cat > "$W/grpo.json" <<JSON
   "data": {"train_files": "$W/train.jsonl", "max_prompt_length": 32, "max_response_length": $RESP,
            "train_batch_size": $PROMPTS, "shuffle": false},
   "actor_rollout_ref": {
-    "model": {"path": "$W/model"},
+    "model": {"path": "$W/model", "enable_gradient_checkpointing": $CHECKPOINTING},
     "actor": {"ppo_mini_batch_size": $MINI, "ppo_micro_batch_size_per_gpu": $MICRO, "use_kl_loss": true,
               "optim": {"lr": 1e-6}},
     "rollout": {"n": $N, "dtype": "bfloat16", "ignore_eos": true, "gpu_memory_utilization": $GPU_MEM,
