@@ -41,7 +41,7 @@ struct MemoryPlanInputs {
   int64_t update_tokens_per_micro = 0;  // use_dynamic_bsz: ppo_max_token_len_per_gpu (0: rows x sequence)
   int64_t log_prob_chunk_rows = 4;      // rows per LM-head chunk in the update (train::ActorConfig)
   bool update_logits_kept = true;       // the LM head's logits kept for the backward (no use_fused_kernels)
-  bool lm_head_kernels = true;          // the plugin's log-prob kernels run the LM head's softmax math
+  bool plugin_kernels = true;           // the plugin's kernels run the LM head's softmax math and SwiGLU
   int64_t log_prob_micro_batch = 8;     // rollout.log_prob_micro_batch_size_per_gpu
   int64_t forward_rows = 1;             // rows a rank's log-prob forward takes at once (its share of the batch)
   // Generation: the engine's budget, gpu_memory_utilization of the device (accelerators), or the

@@ -188,19 +188,22 @@ uint64_t fused_projection_bytes(const model::ModelConfig& m, at::ScalarType dtyp
 }
 
 // Saved activations per layer and token: the 16-bit inputs of the projections, attention and
-// MLP, plus the fp32 RMSNorm internals.
-uint64_t layer_bytes_per_token(const model::ModelConfig& m, at::ScalarType dtype) {
+// MLP, plus the fp32 RMSNorm internals. The MLP keeps [gate | up] and the down projection's
+// input, and LibTorch's SwiGLU also its SiLU; the plugin's fused SwiGLU recomputes that.
+uint64_t layer_bytes_per_token(const model::ModelConfig& m, at::ScalarType dtype, bool fused_swiglu) {
   const uint64_t b = dtype_bytes(dtype), h = uint64_t(m.hidden_size), f = uint64_t(m.intermediate_size);
-  return b * (6 * h + 2 * kv_width(m) + 4 * f) + 4 * 2 * h;
+  return b * (6 * h + 2 * kv_width(m) + (fused_swiglu ? 3 : 4) * f) + 4 * 2 * h;
 }
 
 // Saved activations of one training micro-batch of `tokens` tokens; with checkpointing only each
 // layer's input is kept and one layer is recomputed at a time.
-uint64_t activation_bytes(const model::ModelConfig& m, at::ScalarType dtype, int64_t tokens, bool checkpointing) {
+uint64_t activation_bytes(const model::ModelConfig& m, at::ScalarType dtype, int64_t tokens, bool checkpointing,
+                          bool fused_swiglu) {
   const uint64_t t = uint64_t(tokens), layers = uint64_t(m.num_hidden_layers);
   if (checkpointing)
-    return layers * t * uint64_t(m.hidden_size) * dtype_bytes(dtype) + t * layer_bytes_per_token(m, dtype);
-  return layers * t * layer_bytes_per_token(m, dtype);
+    return layers * t * uint64_t(m.hidden_size) * dtype_bytes(dtype) +
+           t * layer_bytes_per_token(m, dtype, fused_swiglu);
+  return layers * t * layer_bytes_per_token(m, dtype, fused_swiglu);
 }
 
 // A log-prob forward's LM head over `rows` x `seq` tokens in fp32: logits and log-softmax.
@@ -265,9 +268,9 @@ MemoryPlanInputs plan_inputs(const RunSettings& s, const model::ModelConfig& mod
   in.log_prob_chunk_rows = s.rollout.log_prob_micro_batch_size_per_gpu;  // as rl_setup.cpp sets the actor's
   in.response_tokens = s.data.max_response_length;
   in.update_logits_kept = !s.model.use_fused_kernels;
-  // The LM head runs on the plugin's kernels where the run loads them (load_kernels): an
-  // accelerator's plugin; cpu_ref marks its own a reference and LibTorch runs them.
-  in.lm_head_kernels = accelerator;
+  // The plugin's kernels run where the run loads them (load_kernels): an accelerator's plugin;
+  // cpu_ref marks its own a reference and LibTorch runs them.
+  in.plugin_kernels = accelerator;
   in.gpu_memory_utilization = s.rollout.gpu_memory_utilization;
   in.accelerator = accelerator;
   const int64_t rows = (s.data.train_batch_size + in.world_size - 1) / in.world_size * s.rollout.n;
@@ -408,7 +411,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     else
       items.push_back({"LM head logits of one chunk (recomputed)", compute * v * uint64_t(chunk), false,
                        fmt::format("{} tokens x {} vocab x {} B", chunk, v, compute)});
-    if (!in.lm_head_kernels)
+    if (!in.plugin_kernels)
       items.push_back({"LM head fp32 softmax of one chunk", (8 + compute) * v * uint64_t(chunk), false,
                        fmt::format("{} tokens x {} vocab x (2 x 4 + {}) B", chunk, v, compute)});
     return items;
@@ -417,7 +420,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                     bool checkpointing, uint64_t params, bool lm_head) {
     std::vector<MemoryItem> items = role.weights_when_used;
     items.push_back({std::string("saved activations") + (checkpointing ? " (gradient checkpointing)" : ""),
-                     activation_bytes(shape, in.param_dtype, tokens, checkpointing), false,
+                     activation_bytes(shape, in.param_dtype, tokens, checkpointing, in.plugin_kernels), false,
                      fmt::format("{} tokens per micro-batch x {} layers", tokens, shape.num_hidden_layers)});
     items = join_items(items, role.update);
     const UnitSizes u = unit_sizes(shape);
