@@ -55,8 +55,9 @@ class ProcessGroup {
   void broadcast(at::Tensor& t, int32_t root) const;
 
   // A collective running in the background (start_all_gather_into). wait() returns once it has
-  // finished on the device and rethrows its error; a handle dropped without wait() waits in its
-  // destructor, since the collective writes memory its caller owns. Move-only.
+  // finished on the device and rethrows its error, leaving the handle inactive; a handle dropped
+  // without wait() waits in its destructor, since the collective writes memory its caller owns.
+  // Move-only.
   class Pending {
    public:
     Pending() = default;

@@ -109,6 +109,12 @@ struct ParamSpec {
   std::string name;  // e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> shape;
   Init init = Init::kNormal;
+  // Elements of a tensor of this shape.
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
 };
 
 // All parameters of a config, in HF's order. A tied lm_head is not listed (it is the embedding).

@@ -31,11 +31,7 @@ uint64_t dtype_bytes(at::ScalarType t) { return t == at::kFloat ? 4 : t == at::k
 
 std::vector<int64_t> sizes_of(const model::ModelConfig& config) {
   std::vector<int64_t> out;
-  for (const model::ParamSpec& s : model::parameter_specs(config)) {
-    int64_t n = 1;
-    for (int64_t d : s.shape) n *= d;
-    out.push_back(n);
-  }
+  for (const model::ParamSpec& s : model::parameter_specs(config)) out.push_back(s.numel());
   return out;
 }
 
@@ -61,8 +57,7 @@ UnitSizes unit_sizes(const model::ModelConfig& config) {
   UnitSizes u;
   std::map<std::string, uint64_t> layers;
   for (const model::ParamSpec& s : model::parameter_specs(config)) {
-    uint64_t n = 1;
-    for (int64_t d : s.shape) n *= uint64_t(d);
+    const uint64_t n = uint64_t(s.numel());
     if (s.name.rfind("model.layers.", 0) == 0) {
       layers[s.name.substr(0, s.name.find('.', 13))] += n;
     } else {
@@ -179,11 +174,7 @@ uint64_t fused_projection_bytes(const model::ModelConfig& m, at::ScalarType dtyp
   uint64_t elements = 0;
   for (const model::ParamSpec& spec : model::parameter_specs(m))
     for (const char* part : kFused)
-      if (spec.name.find(part) != std::string::npos) {
-        uint64_t n = 1;
-        for (int64_t d : spec.shape) n *= uint64_t(d);
-        elements += n;
-      }
+      if (spec.name.find(part) != std::string::npos) elements += uint64_t(spec.numel());
   return elements * dtype_bytes(dtype);
 }
 
@@ -206,6 +197,12 @@ uint64_t activation_bytes(const model::ModelConfig& m, at::ScalarType dtype, int
   return layers * t * layer_bytes_per_token(m, dtype, fused_swiglu);
 }
 
+uint64_t bytes_of(const std::vector<MemoryItem>& items) {
+  uint64_t t = 0;
+  for (const MemoryItem& i : items) t += i.bytes;
+  return t;
+}
+
 // A log-prob forward's LM head over `rows` x `seq` tokens in fp32: logits and log-softmax.
 uint64_t logits_bytes(const model::ModelConfig& m, int64_t rows, int64_t seq) {
   return uint64_t(rows) * uint64_t(seq) * uint64_t(m.vocab_size) * 4 * 2;
@@ -213,23 +210,11 @@ uint64_t logits_bytes(const model::ModelConfig& m, int64_t rows, int64_t seq) {
 
 }  // namespace
 
-uint64_t StagePlan::total() const {
-  uint64_t t = 0;
-  for (const auto& i : items) t += i.bytes;
-  return t;
-}
+uint64_t StagePlan::total() const { return bytes_of(items); }
 
-uint64_t MemoryPlan::resident_bytes() const {
-  uint64_t t = 0;
-  for (const auto& i : resident) t += i.bytes;
-  return t;
-}
+uint64_t MemoryPlan::resident_bytes() const { return bytes_of(resident); }
 
-uint64_t MemoryPlan::host_bytes() const {
-  uint64_t t = 0;
-  for (const auto& i : host) t += i.bytes;
-  return t;
-}
+uint64_t MemoryPlan::host_bytes() const { return bytes_of(host); }
 
 const StagePlan& MemoryPlan::peak_stage() const {
   VERLPP_CHECK(!stages.empty(), "a memory plan without stages");
@@ -454,9 +439,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
         compute * (gathered ? u.outer : uint64_t(shape.vocab_size) * uint64_t(shape.hidden_size));
     head_phase.push_back({gathered ? "16-bit gradients outside the layers" : "LM head weight gradient", head_grad,
                           false, fmt::format("{} B x {} elements", compute, head_grad / compute)});
-    uint64_t head_total = 0;
-    for (const MemoryItem& i : head_phase) head_total += i.bytes;
-    if (head_total > layers_phase.bytes)
+    if (bytes_of(head_phase) > layers_phase.bytes)
       items = join_items(items, head_phase);
     else if (layers_phase.bytes > 0)
       items.push_back(layers_phase);

@@ -68,11 +68,7 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
 
 int64_t parameter_count(const ModelConfig& config) {
   int64_t total = 0;
-  for (const ParamSpec& s : parameter_specs(config)) {
-    int64_t n = 1;
-    for (int64_t d : s.shape) n *= d;
-    total += n;
-  }
+  for (const ParamSpec& s : parameter_specs(config)) total += s.numel();
   return total;
 }
 

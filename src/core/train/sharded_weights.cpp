@@ -25,7 +25,6 @@ void ShardedUnits::gather(size_t u) const {
   if (!per_use || unit.gathered) return;
   if (unit.prefetch.active()) {
     unit.prefetch.wait();
-    unit.prefetch = hw::ProcessGroup::Pending();
   } else {
     hw::restore_storage(unit.full);
     options.dp.group()->all_gather_into(unit.local, unit.full);
@@ -47,7 +46,6 @@ void ShardedUnits::release(size_t u) const {
   if (unit.prefetch.active()) {
     // Started but never used (a pass that ended early): the collective writes `full` until done.
     unit.prefetch.wait();
-    unit.prefetch = hw::ProcessGroup::Pending();
     unit.gathered = true;
   }
   if (!per_use || !unit.gathered) return;
