@@ -120,27 +120,48 @@ TEST_CASE("memory plan: the generation stage counts the buffers an engine sharin
   }
 }
 
-TEST_CASE("memory plan: ZeRO-2 holds ceil(P / N) of the gradient and twice that of the moments", "[memory_plan]") {
+// ZeRO-2 keeps its state in units (test_zero3.cpp measures what a rank holds): whole compute
+// weights, a shard of the masters and moments, a gradient shard during the update, and the fp32
+// buffers of the reduce-scatters in flight during the backward.
+TEST_CASE("memory plan: ZeRO-2 holds ceil(P / N) of the masters, moments and gradient sums", "[memory_plan]") {
   const model::DecoderLM m = test::tiny_model(3);
   uint64_t p = 0;
   for (const auto& [name, t] : m.named_parameters()) p += uint64_t(t.numel());
-  for (const int64_t world : {2, 3, 4}) {
-    controller::MemoryPlanInputs in;
-    in.model = m.config();
-    in.world_size = world;
-    in.actor_layout.zero_stage = 2;
-    in.accelerator = false;
-    const controller::MemoryPlan plan = controller::plan_memory(in);
-    const uint64_t shard = (p + uint64_t(world) - 1) / uint64_t(world);
-    REQUIRE(find_item(plan, "actor gradient shard (fp32)"));
-    CHECK(find_item(plan, "actor gradient shard (fp32)")->bytes == 4 * shard);
-    CHECK(find_item(plan, "actor AdamW moments, shard")->bytes == 8 * shard);
-    CHECK(find_item(plan, "actor fp32 gradients") == nullptr);
-    // The full fp32 gradient exists during the update, until the reduce-scatter.
-    bool transient = false;
-    for (const auto& st : plan.stages)
-      for (const auto& i : st.items) transient |= i.name == "fp32 gradients until the reduce-scatter";
-    CHECK(transient);
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (const int64_t world : {2, 3, 4}) {
+      INFO(c10::toString(dtype) << ", " << world << " ranks");
+      controller::MemoryPlanInputs in;
+      in.model = m.config();
+      in.world_size = world;
+      in.param_dtype = in.rollout_dtype = dtype;
+      in.actor_layout.zero_stage = 2;
+      in.accelerator = false;
+      const controller::MemoryPlan plan = controller::plan_memory(in);
+      const uint64_t shard = (p + uint64_t(world) - 1) / uint64_t(world), compute = dtype == at::kFloat ? 4 : 2;
+      const std::string weights = std::string("actor weights (") + (dtype == at::kFloat ? "float32" : "bfloat16") + ")";
+      REQUIRE(find_item(plan, weights));
+      CHECK(find_item(plan, weights)->bytes == compute * p);
+      REQUIRE(find_item(plan, "actor AdamW moments, shard"));
+      CHECK(find_item(plan, "actor AdamW moments, shard")->bytes == 8 * shard);
+      CHECK((find_item(plan, "actor fp32 masters, shard") != nullptr) == (dtype != at::kFloat));
+      if (dtype != at::kFloat) CHECK(find_item(plan, "actor fp32 masters, shard")->bytes == 4 * shard);
+      CHECK(find_item(plan, "actor fp32 gradients") == nullptr);
+      CHECK(find_item(plan, "actor fp32 master weights") == nullptr);
+      CHECK(plan.resident_bytes() == compute * p + 8 * shard + (dtype != at::kFloat ? 4 * shard : 0));
+      // During the update: the gradient shard and the reduce-scatters in flight, not a whole gradient.
+      const controller::StagePlan* update = nullptr;
+      for (const auto& st : plan.stages)
+        if (st.stage == "actor_update") update = &st;
+      REQUIRE(update != nullptr);
+      bool sums = false, in_flight = false;
+      for (const auto& i : update->items) {
+        sums |= i.name == "actor fp32 gradient sums, shard" && i.bytes == 4 * shard;
+        in_flight |= i.name == "fp32 gradients of the reduce-scatters in flight";
+        CHECK(i.name.find("fp32 gradients until") == std::string::npos);
+      }
+      CHECK(sums);
+      CHECK(in_flight);
+    }
   }
 }
 

@@ -109,6 +109,7 @@ TEST_CASE("ZeRO-3 and offloaded state step as the replicated optimizer", "[zero3
     train::ShardingOptions sharding;
   };
   std::vector<Mode> modes = {
+      {"ZeRO-2", stage(2)},
       {"ZeRO-3", stage(3)},
       {"ZeRO-3, forward prefetch", stage(3)},
       {"ZeRO-3, optimizer offload (AdamW on the host)", stage(3, true, false)},
@@ -117,7 +118,7 @@ TEST_CASE("ZeRO-3 and offloaded state step as the replicated optimizer", "[zero3
       {"ZeRO-2, optimizer offload", stage(2, true)},
       {"ZeRO-0, param offload", stage(0, false, true)},
   };
-  modes[1].sharding.forward_prefetch = true;
+  modes[2].sharding.forward_prefetch = true;
   for (const Variant& v : variants) {
     for (int32_t world : {2, 4}) {
       const auto replicated = two_updates(world, stage(0), v.config, batch, lr, v.checkpointing);
@@ -163,62 +164,67 @@ TEST_CASE("one rank: offloaded state steps as the replicated optimizer", "[zero3
 }
 
 // At ZeRO-3 each rank keeps 1/N of the weights, the gradient sums and the moments, and the master
-// model none: measured from the tensors held (fp32 on the CPU: the masters are the compute
-// shards; bf16: the masters are fp32 shards of their own). Padding is at most one alignment
-// block per unit and rank.
-TEST_CASE("ZeRO-3: each rank holds 1/N of weights, gradients and optimizer state", "[zero3]") {
+// model none; ZeRO-2 the same but whole compute weights: measured from the tensors held (fp32
+// on the CPU: the masters are the compute shards; bf16: the masters are fp32 shards of their
+// own). Padding is at most one alignment block per unit and rank.
+TEST_CASE("ZeRO-2 and ZeRO-3: each rank holds 1/N of gradients and optimizer state (ZeRO-3: of weights too)",
+          "[zero3]") {
   const model::DecoderLM initial = test::tiny_model(9);
   int64_t total = 0;
   for (const auto& [name, p] : initial.named_parameters()) total += p.numel();
   const int64_t units = initial.config().num_hidden_layers + 1;
   const data::Batch batch = make_batch(initial);
-  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    for (int32_t world : {2, 4}) {
-      INFO(c10::toString(dtype) << ", " << world << " ranks");
-      std::vector<train::TrainedModel::MemoryHeld> during(static_cast<size_t>(world)),
-          after(static_cast<size_t>(world));
-      std::vector<int64_t> whole_grads(static_cast<size_t>(world), -1);
-      run_ranks(world, [&](const train::DataParallel& dp) {
-        model::DecoderLM m = test::tiny_model(9);
-        train::ActorConfig config = actor_config();
-        config.param_dtype = dtype;
-        train::Actor actor(m, config, train::LrSchedule::constant(1e-3));
-        actor.set_data_parallel(dp, stage(3));
-        train::TrainedModel& t = actor.trained_model();
-        t.begin_update();
-        t.zero_grad();
-        const auto out =
-            train::response_log_probs(t.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"),
-                                      batch.tensor("position_ids"), kR, 1.0, false);
-        t.backward(out.log_probs.sum());
-        during[size_t(dp.rank())] = t.memory_held();
-        int64_t whole = 0;
-        for (const auto& [name, p] : t.compute().named_parameters())
-          if (p.grad().defined()) whole += p.grad().numel();
-        whole_grads[size_t(dp.rank())] = whole;
-        t.step();
-        after[size_t(dp.rank())] = t.memory_held();
-      });
-      const int64_t compute_bytes = dtype == at::kFloat ? 4 : 2;
-      const int64_t share = (total + world - 1) / world, slack = units * 16;
-      for (int32_t r = 0; r < world; ++r) {
-        INFO("rank " << r);
-        const auto& d = during[size_t(r)];
-        const auto& a = after[size_t(r)];
-        CHECK(d.master_weights == 0);  // the master model's memory is freed
-        CHECK(whole_grads[size_t(r)] == 0);
-        CHECK(d.compute_weights >= compute_bytes * share);
-        CHECK(d.compute_weights <= compute_bytes * (share + slack));
-        CHECK(d.gradients >= 4 * share);
-        CHECK(d.gradients <= 4 * (share + slack));
-        CHECK(a.gradients == 0);  // dropped by the step
-        CHECK(a.optimizer_states >= 8 * share);
-        CHECK(a.optimizer_states <= 8 * (share + slack));
-        if (dtype == at::kFloat) {
-          CHECK(a.masters_in_units == 0);
-        } else {
-          CHECK(a.masters_in_units >= 4 * share);
-          CHECK(a.masters_in_units <= 4 * (share + slack));
+  for (int zero_stage : {2, 3}) {
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      for (int32_t world : {2, 4}) {
+        INFO("ZeRO-" << zero_stage << ", " << c10::toString(dtype) << ", " << world << " ranks");
+        std::vector<train::TrainedModel::MemoryHeld> during(static_cast<size_t>(world)),
+            after(static_cast<size_t>(world));
+        std::vector<int64_t> whole_grads(static_cast<size_t>(world), -1);
+        run_ranks(world, [&](const train::DataParallel& dp) {
+          model::DecoderLM m = test::tiny_model(9);
+          train::ActorConfig config = actor_config();
+          config.param_dtype = dtype;
+          train::Actor actor(m, config, train::LrSchedule::constant(1e-3));
+          actor.set_data_parallel(dp, stage(zero_stage));
+          train::TrainedModel& t = actor.trained_model();
+          t.begin_update();
+          t.zero_grad();
+          const auto out =
+              train::response_log_probs(t.compute(), batch.tensor("input_ids"), batch.tensor("attention_mask"),
+                                        batch.tensor("position_ids"), kR, 1.0, false);
+          t.backward(out.log_probs.sum());
+          during[size_t(dp.rank())] = t.memory_held();
+          int64_t whole = 0;
+          for (const auto& [name, p] : t.compute().named_parameters())
+            if (p.grad().defined()) whole += p.grad().numel();
+          whole_grads[size_t(dp.rank())] = whole;
+          t.step();
+          after[size_t(dp.rank())] = t.memory_held();
+        });
+        const int64_t compute_bytes = dtype == at::kFloat ? 4 : 2;
+        const int64_t share = (total + world - 1) / world, slack = units * 16;
+        for (int32_t r = 0; r < world; ++r) {
+          INFO("rank " << r);
+          const auto& d = during[size_t(r)];
+          const auto& a = after[size_t(r)];
+          CHECK(d.master_weights == 0);  // the master model's memory is freed
+          CHECK(whole_grads[size_t(r)] == 0);
+          const int64_t weights = zero_stage == 3 ? share : total,
+                        weights_slack = zero_stage == 3 ? slack : world * slack;
+          CHECK(d.compute_weights >= compute_bytes * weights);
+          CHECK(d.compute_weights <= compute_bytes * (weights + weights_slack));
+          CHECK(d.gradients >= 4 * share);
+          CHECK(d.gradients <= 4 * (share + slack));
+          CHECK(a.gradients == 0);  // dropped by the step
+          CHECK(a.optimizer_states >= 8 * share);
+          CHECK(a.optimizer_states <= 8 * (share + slack));
+          if (dtype == at::kFloat) {
+            CHECK(a.masters_in_units == 0);
+          } else {
+            CHECK(a.masters_in_units >= 4 * share);
+            CHECK(a.masters_in_units <= 4 * (share + slack));
+          }
         }
       }
     }
@@ -443,6 +449,66 @@ TEST_CASE("ZeRO-3 prefetch: layers gathered in the background give the same pass
       CHECK(on.prefetched_forward == 2 * (layers - 1));                  // the no-grad and the grad forward
       CHECK(on.prefetched_total == on.prefetched_forward + layers - 1);  // and the backward
       CHECK(on.resident_after == on.resident_before);                    // nothing left gathered
+    }
+  }
+}
+
+// Each layer's gradient reduce-scatter runs in the background from its backward (ZeRO-2 and 3)
+// and is added to the shard later, in call order: two micro-batches' gradient shards equal those
+// of waiting for each reduce-scatter where it starts, bit for bit, and every unit's reduction of
+// every backward ran in the background.
+TEST_CASE("ZeRO-2 and ZeRO-3: reduce-scatters overlapped with the backward give the same shards bit for bit",
+          "[zero3]") {
+  const model::DecoderLM whole = test::tiny_model(9);
+  const data::Batch batch = make_batch(whole);
+  const int64_t units = whole.config().num_hidden_layers + 1;
+  for (int zero_stage : {2, 3}) {
+    for (int32_t world : {2, 3}) {
+      struct Pass {
+        std::vector<at::Tensor> gradients;
+        int64_t overlapped = 0, held_after_backward = 0, shard_bytes = 0;
+      };
+      std::vector<std::vector<Pass>> got(2, std::vector<Pass>(static_cast<size_t>(world)));
+      for (int overlap : {0, 1}) {
+        run_ranks(world, [&](const train::DataParallel& dp) {
+          train::ShardedWeightsOptions o;
+          o.dp = dp;
+          o.trainable = true;
+          o.gather_per_use = zero_stage == 3;
+          o.overlap_reduce = overlap == 1;
+          train::ShardedWeights w(whole, o);
+          Pass& p = got[size_t(overlap)][size_t(dp.rank())];
+          for (int micro = 0; micro < 2; ++micro) {
+            const at::Tensor lp =
+                train::response_log_probs(w.model(), batch.tensor("input_ids"), batch.tensor("attention_mask"),
+                                          batch.tensor("position_ids"), kR, 1.0, false)
+                    .log_probs;
+            lp.mul(micro == 0 ? 1.0 : -0.5).sum().backward();
+            w.collect_gradients();
+          }
+          p.held_after_backward = w.gradient_bytes();
+          w.finish_gradients();
+          for (int64_t u = 0; u < w.num_units(); ++u) {
+            p.gradients.push_back(w.gradient_shard(u).clone());
+            p.shard_bytes += 4 * w.shard_elements(u);
+          }
+          p.overlapped = w.overlapped_reductions();
+          w.drop_gradients();
+          w.release_gathered();
+        });
+      }
+      for (int32_t r = 0; r < world; ++r) {
+        INFO("ZeRO-" << zero_stage << ", " << world << " ranks, rank " << r);
+        const Pass &off = got[0][size_t(r)], &on = got[1][size_t(r)];
+        REQUIRE(on.gradients.size() == off.gradients.size());
+        for (size_t u = 0; u < on.gradients.size(); ++u) CHECK(on.gradients[u].equal(off.gradients[u]));
+        CHECK(off.overlapped == 0);
+        CHECK(on.overlapped == 2 * units);
+        // Every reduction has finished when a backward's collect_gradients returns: only the
+        // shards are held.
+        CHECK(on.held_after_backward == on.shard_bytes);
+        CHECK(off.held_after_backward == off.shard_bytes);
+      }
     }
   }
 }

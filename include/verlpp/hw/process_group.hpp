@@ -78,6 +78,9 @@ class ProcessGroup {
   // in call order (the ranks must see one order). `send` and `recv` must stay allocated and
   // unwritten until the handle is waited for.
   Pending start_all_gather_into(const at::Tensor& send, const at::Tensor& recv) const;
+  // reduce_scatter_sum, started and not waited for, on the same thread and stream and with the
+  // same rules: `recv` holds the sum once the handle is waited for.
+  Pending start_reduce_scatter_sum(const at::Tensor& send, const at::Tensor& recv) const;
   void barrier() const;
 
   // Records what this rank is doing now ("step 3 update_actor"), for the others' error messages.
@@ -95,6 +98,9 @@ class ProcessGroup {
   // here; errors name the operation, the stage and the ranks that stopped.
   template <class F>
   void run(const char* op, F&& call) const;
+  // Queues one communicator operation (all_gather, or reduce_scatter with sum) on the
+  // communication thread, starting it on first use.
+  Pending start_in_background(const char* op, const at::Tensor& send, const at::Tensor& recv, bool gather) const;
   template <class F>
   void checked(const char* op, const std::string& stage, F&& call) const;
   WorldInfo world_;

@@ -45,8 +45,11 @@ struct ActorConfig : TrainedModelOptions {
 };
 
 // Micro-batches of a mini-batch: `micro_size` rows each, or (dynamic) balanced groups whose
-// attention_mask token counts fit `max_tokens`.
-std::vector<data::Batch> micro_batches(const data::Batch& mini, bool dynamic, int64_t micro_size, int64_t max_tokens);
+// attention_mask token counts fit `max_tokens`. With `dp` distributed and dynamic, every rank
+// makes as many as the rank that needs the most (verl's same_micro_num_in_dp): sharded weights
+// gather and reduce-scatter in every micro-batch, collectively. Collective then.
+std::vector<data::Batch> micro_batches(const data::Batch& mini, bool dynamic, int64_t micro_size, int64_t max_tokens,
+                                       const DataParallel& dp = DataParallel());
 
 class Actor : public TrainingRole {
  public:

@@ -44,6 +44,8 @@ class DataParallel {
   void all_reduce_gradients(const std::vector<at::Tensor>& params, int64_t bucket_elements = int64_t(1) << 24) const;
   // Sums each value over ranks (metrics), in place.
   void all_reduce_sum(std::vector<double>& values) const;
+  // The largest `value` of any rank (collective; `value` itself with one rank).
+  int64_t max_over_ranks(int64_t value) const;
   // `t` of rank `root` on every rank (contiguous, on this rank's device).
   void broadcast(at::Tensor& t, int32_t root) const;
 

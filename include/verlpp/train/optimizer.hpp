@@ -45,7 +45,8 @@ class OptimizerStep {
   // the shard and all-gathers the new values, so only the shard's gradient and moments persist
   // (the parameters stay whole on every rank). Either way save_state and load_state become
   // collective and the file still holds every parameter's state (rank 0 writes it), so a
-  // checkpoint resumes on any number of ranks at any stage.
+  // checkpoint resumes on any number of ranks at any stage. (TrainedModel's ZeRO-2 keeps its
+  // state in ShardedWeights' units instead: use_sharded_state.)
   void shard(const DataParallel& dp, int zero_stage = 1);
   // From now on the state is `sharded`'s (ZeRO-3 and offloaded layouts, TrainedModel sets it up
   // over its ShardedWeights): clip_and_step steps it, save_state/load_state gather and scatter it

@@ -6,8 +6,10 @@
 // memory exists only while the unit is gathered: a layer is all-gathered just before its forward
 // and freed after it, gathered again for its backward, and its gradients are reduce-scattered
 // straight into this rank's fp32 gradient shard. The outer unit stays gathered from the first
-// forward until release_gathered(). Without per-use gathering (ZeRO-0..2 layouts that still
-// want flat state: offload) the full buffers stay resident and gradients are summed per unit.
+// forward until release_gathered(). Without per-use gathering (ZeRO-2, and ZeRO-0/1 layouts
+// that still want flat state: offload) the full buffers stay resident. Trainable units split
+// over several ranks (ZeRO-2 and 3) reduce-scatter each layer's gradients from its backward, in
+// the background; whole units sum their gradients per unit until finish_gradients.
 #pragma once
 
 #include <verlpp/model/decoder.hpp>
@@ -52,8 +54,10 @@ struct ShardedWeightsOptions {
   // BACKWARD_PRE); each holds one more layer's weights at a time.
   bool forward_prefetch = false;
   bool backward_prefetch = true;
-  // Collectives move at most this many elements at a time (reduce-scatter staging).
-  int64_t bucket_elements = int64_t(1) << 26;
+  // Trainable units split over several ranks: a layer's gradient reduce-scatter runs in the
+  // background (the communication thread and stream) while the layers below differentiate
+  // (DeepSpeed's overlap_comm; FSDP always overlaps); false waits for each where it starts.
+  bool overlap_reduce = true;
 };
 
 class ShardedWeights {
@@ -134,6 +138,8 @@ class ShardedWeights {
   int64_t gradient_bytes() const;
   // Layers gathered in the background (forward_prefetch, backward_prefetch) since construction.
   int64_t prefetched_units() const;
+  // Gradient reduce-scatters run in the background (overlap_reduce) since construction.
+  int64_t overlapped_reductions() const;
 
   // For the optimizer (src/core/train): the units themselves.
   detail::ShardedUnits& units() { return *units_; }

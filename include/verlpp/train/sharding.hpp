@@ -20,8 +20,10 @@ enum class OffloadedStep {
 // How a trained model's state is held over the ranks and between the device and host memory
 // (verl's fsdp_config and trainer.zero_stage).
 struct ShardingOptions {
-  // 0: replicated; 1: AdamW state sharded; 2: gradients too; 3: parameters too, each decoder
-  // layer gathered only while it runs (ShardedWeights). With one rank every stage is 0.
+  // 0: replicated; 1: AdamW state sharded; 2: gradients and fp32 masters too, each layer's
+  // gradients reduce-scattered from its backward; 3: parameters too, each decoder layer gathered
+  // only while it runs. Stages 2 and 3 hold the state in ShardedWeights' units. With one rank
+  // every stage is 0.
   int zero_stage = 0;
   // fsdp_config.param_offload: the compute weights can be moved to host memory between uses
   // (TrainedModel::offload_parameters / reload_parameters).
@@ -35,6 +37,9 @@ struct ShardingOptions {
   // At ZeRO-3 on several ranks, each layer's backward starts the gather of the layer below (FSDP's
   // default BACKWARD_PRE); false: each layer is gathered when its backward runs.
   bool backward_prefetch = true;
+  // At ZeRO-2 and 3 on several ranks, each layer's gradient reduce-scatter runs in the background
+  // while the layers below differentiate; false waits for each one (for comparisons).
+  bool overlap_reduce = true;
   // The plugin whose pinned host memory offloaded state uses (null: plain host memory).
   const hw::Plugin* host_memory = nullptr;
 };

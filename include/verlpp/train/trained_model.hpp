@@ -73,13 +73,13 @@ class TrainedModel {
 
   // --- data parallelism ---
   // From now on each step sums the gradients over dp's ranks; the owner splits its rows
-  // (DataParallel::local_rows) and sums its metrics. `zero_stage` 1 or 2 shards the optimizer
-  // (OptimizerStep::shard): at 1 each rank keeps the AdamW state of its own parameters, at 2 a
-  // flat shard of the gradients and AdamW state; saving and loading the optimizer state become
-  // collective. Call before the first step.
+  // (DataParallel::local_rows) and sums its metrics. `zero_stage` 1 shards the optimizer
+  // (OptimizerStep::shard: each rank keeps the AdamW state of its own parameters); 2 and 3 as
+  // the ShardingOptions overload says; saving and loading the optimizer state become collective.
+  // Call before the first step.
   void set_data_parallel(DataParallel dp, int zero_stage = 0);
-  // The same with the whole ShardingOptions. ZeRO-3 on several ranks, or any offload, keeps the
-  // state in ShardedWeights' flat units (sharded_weights.hpp): the master model's parameters are
+  // The same with the whole ShardingOptions. ZeRO-2 or 3 on several ranks, or any offload, keeps
+  // the state in ShardedWeights' flat units (sharded_weights.hpp): the master model's parameters are
   // then freed (holds_master_weights() turns false) and compute() is the units' model.
   // Collective where the layout is sharded.
   void set_data_parallel(DataParallel dp, const ShardingOptions& sharding);
@@ -160,7 +160,7 @@ class TrainedModel {
   model::DecoderLM& master_;
   MixedPrecision precision_;
   ShardingOptions sharding_;
-  std::unique_ptr<ShardedWeights> weights_;  // flat units (ZeRO-3, offload); null otherwise
+  std::unique_ptr<ShardedWeights> weights_;  // flat units (ZeRO-2/3, offload); null otherwise
   bool master_present_ = true;               // with weights_: whether master_ holds memory
   std::vector<at::Tensor> params_;           // the master's parameters, as the optimizer and the all-reduce see them
   OptimizerStep optimizer_;

@@ -1,9 +1,10 @@
 // The memory planner (see the header). Resident bytes mirror what the trainer allocates:
 // TrainedModel's fp32 masters and 16-bit compute copy, the masters' fp32 gradients (kept until
-// the next update's zero_grad at ZeRO-0/1; a flat shard at ZeRO-2), AdamW's two moments
-// (whole, by owner at ZeRO-1 as owners_by_size assigns them, a flat shard at ZeRO-2); with flat
-// units (ZeRO-3, offload: sharded_weights.hpp) the units' weights, masters and moments on the
-// device or in host memory, and their gradient sums during the update only; the reference in the
+// the next update's zero_grad at ZeRO-0/1), AdamW's two moments (whole, or by owner at ZeRO-1
+// as owners_by_size assigns them); with flat units (ZeRO-2 and 3 over several ranks, offload:
+// sharded_weights.hpp) the units' weights (whole at ZeRO-2, a shard at 3), a shard of the masters
+// and moments on the device or in host memory, and their gradient sums during the update only,
+// plus the reduce-scatters in flight during the backward; the reference in the
 // compute dtype (a shard at ZeRO-3), the critic alike, and the engine's own copy when it cannot
 // share the compute weights (counted in generation and sync: it is released while training).
 // Transients are estimates.
@@ -68,12 +69,18 @@ UnitSizes unit_sizes(const model::ModelConfig& config) {
   return u;
 }
 
-// Whether a role keeps its state in flat units (ShardedWeights): ZeRO-3 over several ranks, or
-// anything offloaded (TrainedModel::set_data_parallel decides the same way).
+// Whether a role keeps its state in flat units (ShardedWeights): ZeRO-2 or 3 over several ranks,
+// or anything offloaded (TrainedModel::set_data_parallel decides the same way).
 bool in_units(const RoleLayout& r, int64_t world) {
-  return r.param_offload || r.optimizer_offload || (r.zero_stage == 3 && world > 1);
+  return r.param_offload || r.optimizer_offload || (r.zero_stage >= 2 && world > 1);
 }
 bool per_use(const RoleLayout& r, int64_t world) { return r.zero_stage == 3 && world > 1; }
+// Whether a trained role's layers reduce-scatter their gradients from their backward (units split
+// over the ranks: ZeRO-2 and 3).
+bool reduces_in_backward(const RoleLayout& r, int64_t world) { return r.zero_stage >= 2 && world > 1; }
+
+// Reduce-scatters in flight at once (kReductionsInFlight in src/core/train/sharded_units.hpp).
+constexpr uint64_t kReductionsInFlight = 2;
 
 // One trained role's state, split into what stays on the device, what lives in host memory, and
 // what its update adds (the gradients exist from the first backward to the step).
@@ -112,25 +119,12 @@ RoleItems trained_role(const std::string& role, const std::vector<int64_t>& size
     for (auto& item : state) (layout.optimizer_offload ? out.host : out.device).push_back(item);
     out.update.push_back(
         {role + " fp32 gradient sums" + (ranks > 1 ? ", shard" : ""), 4 * shard, false, "4 B x " + of});
-    if (stage == 2)
-      out.update.push_back(
-          {role + " fp32 gradients until the reduce-scatter", 4 * p, false, fmt::format("4 B x {} parameters", p)});
     return out;
   }
   out.device.push_back({role + " fp32 master weights", 4 * p, true, fmt::format("4 B x {} parameters", p)});
   if (in.param_dtype != at::kFloat)
     out.device.push_back(
         {role + " compute copy (" + cd + ")", compute * p, true, fmt::format("{} B x {} parameters", compute, p)});
-  const uint64_t shard = uint64_t((total + world - 1) / world);
-  if (stage == 2) {
-    out.device.push_back(
-        {role + " gradient shard (fp32)", 4 * shard, true, fmt::format("4 B x ceil({} / {} ranks)", p, world)});
-    out.device.push_back(
-        {role + " AdamW moments, shard", 8 * shard, true, fmt::format("2 x 4 B x ceil({} / {} ranks)", p, world)});
-    out.update.push_back(
-        {"fp32 gradients until the reduce-scatter", 4 * p, false, fmt::format("4 B x {} parameters", p)});
-    return out;
-  }
   out.device.push_back({role + " fp32 gradients", 4 * p, true, fmt::format("4 B x {} parameters", p)});
   if (stage == 1) {
     const std::vector<int32_t> owner = train::owners_by_size(sizes, int32_t(world));
@@ -409,20 +403,22 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                      fmt::format("{} tokens per micro-batch x {} layers", tokens, shape.num_hidden_layers)});
     items = join_items(items, role.update);
     const UnitSizes u = unit_sizes(shape);
-    const bool gathered = per_use(layout, world);
-    if (gathered) {
-      // The reduce-scatter stages one unit's fp32 gradient.
-      // The backward prefetches the layer below the one it differentiates.
-      items = join_items(items, gathered_units(shape, in.param_dtype, true));
-      items.push_back({"fp32 staging of one unit's reduce-scatter", 4 * std::max(u.outer, u.layer), false,
-                       fmt::format("4 B x {} elements", std::max(u.outer, u.layer))});
+    const bool gathered = per_use(layout, world), reducing = reduces_in_backward(layout, world);
+    // The backward prefetches the layer below the one it differentiates.
+    if (gathered) items = join_items(items, gathered_units(shape, in.param_dtype, true));
+    if (reducing) {
+      // Each running reduce-scatter holds its unit's fp32 gradient: two layers', or the last
+      // layer's and the outer unit's at the end of the backward.
+      const uint64_t staged = std::max(kReductionsInFlight * u.layer, u.outer + u.layer);
+      items.push_back({"fp32 gradients of the reduce-scatters in flight", 4 * staged, false,
+                       fmt::format("4 B x {} elements ({} units at once)", staged, kReductionsInFlight)});
     }
     // The backward has two phases and the stage's peak is the larger: the LM head's (its logits
     // and their gradient) comes first, then the layers', which leave their 16-bit gradients
     // (whole at ZeRO-0..2; at ZeRO-3 the layers' live inside their backward only, the outer
     // unit's until the backward ends).
     MemoryItem layers_phase;
-    if (gathered)
+    if (reducing)
       layers_phase = {"16-bit gradients outside the layers + one layer", compute * (u.outer + u.layer), false,
                       fmt::format("{} B x ({} + {}) elements", compute, u.outer, u.layer)};
     else if (in.param_dtype != at::kFloat)
@@ -436,8 +432,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     // The head's weight gradient exists from its backward on: the outer unit's at ZeRO-3 (in
     // both phases), the head's own otherwise (tied or not, it is one [V, C] tensor then).
     const uint64_t head_grad =
-        compute * (gathered ? u.outer : uint64_t(shape.vocab_size) * uint64_t(shape.hidden_size));
-    head_phase.push_back({gathered ? "16-bit gradients outside the layers" : "LM head weight gradient", head_grad,
+        compute * (reducing ? u.outer : uint64_t(shape.vocab_size) * uint64_t(shape.hidden_size));
+    head_phase.push_back({reducing ? "16-bit gradients outside the layers" : "LM head weight gradient", head_grad,
                           false, fmt::format("{} B x {} elements", compute, head_grad / compute)});
     if (bytes_of(head_phase) > layers_phase.bytes)
       items = join_items(items, head_phase);

@@ -94,7 +94,9 @@ train::ShardingOptions reference_sharding(const RlTrainer::State& s) {
 std::string sharding_line(const std::string& role, const train::ShardingOptions& o, int32_t world) {
   std::vector<std::string> parts;
   if (world > 1) {
-    static const char* kStages[] = {"replicated", "optimizer state sharded", "gradients and optimizer state sharded",
+    static const char* kStages[] = {"replicated", "optimizer state sharded",
+                                    "gradients, fp32 masters and optimizer state sharded; each layer's gradients "
+                                    "reduce-scattered during the backward",
                                     "parameters, gradients and optimizer state sharded; each layer gathered while it "
                                     "runs"};
     parts.push_back(fmt::format("ZeRO-{} over {} ranks ({})", o.zero_stage, world, kStages[o.zero_stage]));

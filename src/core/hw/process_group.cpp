@@ -315,6 +315,17 @@ void check_gather_into(const at::Tensor& send, const at::Tensor& recv, int32_t w
                                           send.numel(), c10::toString(send.scalar_type()), recv.numel(),
                                           c10::toString(recv.scalar_type()), world));
 }
+
+// reduce_scatter_sum's arguments: send [world * n] and recv [n] of one dtype, contiguous.
+void check_reduce_scatter(const at::Tensor& send, const at::Tensor& recv, int32_t world) {
+  require_contiguous(send, "reduce_scatter");
+  require_contiguous(recv, "reduce_scatter");
+  if (send.numel() != recv.numel() * world || send.scalar_type() != recv.scalar_type())
+    throw Error("reduce_scatter", fmt::format("send has {} {} elements, recv {} {}: send must be world_size ({}) times "
+                                              "recv, one dtype",
+                                              send.numel(), c10::toString(send.scalar_type()), recv.numel(),
+                                              c10::toString(recv.scalar_type()), world));
+}
 }  // namespace
 
 void ProcessGroup::all_gather_into(const at::Tensor& send, const at::Tensor& recv) const {
@@ -324,12 +335,8 @@ void ProcessGroup::all_gather_into(const at::Tensor& send, const at::Tensor& rec
   run("all_gather", [&] { impl_->comm->all_gather(s, r); });
 }
 
-ProcessGroup::Pending ProcessGroup::start_all_gather_into(const at::Tensor& send, const at::Tensor& recv) const {
-  if (world_.world_size == 1) {
-    all_gather_into(send, recv);
-    return Pending();
-  }
-  check_gather_into(send, recv, world_.world_size);
+ProcessGroup::Pending ProcessGroup::start_in_background(const char* op, const at::Tensor& send, const at::Tensor& recv,
+                                                        bool gather) const {
   detail::SerialWorker* worker = nullptr;
   {
     std::lock_guard<std::mutex> lock(impl_->worker_mutex);
@@ -343,27 +350,47 @@ ProcessGroup::Pending ProcessGroup::start_all_gather_into(const at::Tensor& send
   }
   const Stream* stream = impl_->comm_stream.get();
   if (stream != nullptr) {
-    // The gather reads `send` as the default stream has it now (an optimizer step may still be
-    // writing it there); what the caller queues after this call does not hold it back.
+    // The collective reads `send` as the default stream has it now (an optimizer step or a
+    // backward may still be writing it there); what the caller queues after this call does not
+    // hold it back.
     Event ready = impl_->device.create_event();
     ready.record(impl_->device.default_stream());
     stream->wait(ready);
   }
   at::Tensor flat_send = send.view({-1}), flat_recv = recv.view({-1});
-  return Pending(worker->submit([this, stage = stage_, flat_send, flat_recv, stream] {
+  return Pending(worker->submit([this, op, gather, stage = stage_, flat_send, flat_recv, stream] {
     DLTensor s = detail::dl_view(flat_send), r = detail::dl_view(flat_recv);
-    checked("all_gather", stage, [&] { impl_->comm->all_gather(s, r, stream); });
+    checked(op, stage, [&] {
+      if (gather) {
+        impl_->comm->all_gather(s, r, stream);
+      } else {
+        impl_->comm->reduce_scatter(s, r, ReduceOp::sum, stream);
+      }
+    });
   }));
 }
 
+ProcessGroup::Pending ProcessGroup::start_all_gather_into(const at::Tensor& send, const at::Tensor& recv) const {
+  if (world_.world_size == 1) {
+    all_gather_into(send, recv);
+    return Pending();
+  }
+  check_gather_into(send, recv, world_.world_size);
+  return start_in_background("all_gather", send, recv, /*gather=*/true);
+}
+
+ProcessGroup::Pending ProcessGroup::start_reduce_scatter_sum(const at::Tensor& send, const at::Tensor& recv) const {
+  check_reduce_scatter(send, recv, world_.world_size);
+  if (world_.world_size == 1) {
+    at::Tensor out = recv;
+    reduce_scatter_sum(send, out);
+    return Pending();
+  }
+  return start_in_background("reduce_scatter", send, recv, /*gather=*/false);
+}
+
 void ProcessGroup::reduce_scatter_sum(const at::Tensor& send, at::Tensor& recv) const {
-  require_contiguous(send, "reduce_scatter");
-  require_contiguous(recv, "reduce_scatter");
-  if (send.numel() != recv.numel() * world_.world_size || send.scalar_type() != recv.scalar_type())
-    throw Error("reduce_scatter", fmt::format("send has {} {} elements, recv {} {}: send must be world_size ({}) times "
-                                              "recv, one dtype",
-                                              send.numel(), c10::toString(send.scalar_type()), recv.numel(),
-                                              c10::toString(recv.scalar_type()), world_.world_size));
+  check_reduce_scatter(send, recv, world_.world_size);
   if (world_.world_size == 1) {
     // One rank: the result is the input. Plugin communicators wait for each collective to
     // finish on the host; a copy on the compute stream keeps the device's queue full.

@@ -14,13 +14,29 @@
 
 namespace verlpp::train {
 
-// Micro-batches of `mini`: fixed size, or balanced under a token budget.
-std::vector<data::Batch> micro_batches(const data::Batch& mini, bool dynamic, int64_t micro_size, int64_t max_tokens) {
+// Micro-batches of `mini`: fixed size, or balanced under a token budget, as many on every rank.
+std::vector<data::Batch> micro_batches(const data::Batch& mini, bool dynamic, int64_t micro_size, int64_t max_tokens,
+                                       const DataParallel& dp) {
   if (!dynamic) return mini.split(micro_size);
   at::Tensor lens = mini.tensor("attention_mask").sum(1).to(at::kLong).cpu().contiguous();
   std::vector<int64_t> seq_lens(lens.data_ptr<int64_t>(), lens.data_ptr<int64_t>() + lens.numel());
+  // Each round every rank asks for at least the largest count of the last; a round in which no
+  // rank made more than it asked for ends with one count everywhere (every rank sees the same
+  // maximum, so all leave together).
+  int64_t want = 1;
+  std::vector<std::vector<int64_t>> groups;
+  for (;;) {
+    groups = dynamic_micro_batches(seq_lens, max_tokens, want);
+    if (!dp.is_distributed()) break;
+    const int64_t most = dp.max_over_ranks(int64_t(groups.size()));
+    if (most == want) break;
+    want = most;
+  }
+  VERLPP_CHECK(!dp.is_distributed() || int64_t(groups.size()) == want,
+               "use_dynamic_bsz: rank {} has {} rows for {} micro-batches, the count another rank needs", dp.rank(),
+               seq_lens.size(), want);
   std::vector<data::Batch> out;
-  for (const auto& group : dynamic_micro_batches(seq_lens, max_tokens)) out.push_back(mini.rows(group));
+  for (const auto& group : groups) out.push_back(mini.rows(group));
   return out;
 }
 
@@ -66,8 +82,8 @@ nlohmann::json Actor::update_policy(const data::Batch& batch) {
       agg.batch_num_tokens = mask.sum().item<double>();
       agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
       const data::Batch local = trained_.data_parallel().local_rows(mini);
-      const auto micros =
-          micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len);
+      const auto micros = micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size,
+                                        config_.ppo_max_token_len, trained_.data_parallel());
       trained_.zero_grad();
       for (const data::Batch& micro : micros) {
         const bool need_entropy = config_.entropy_coeff != 0.0;

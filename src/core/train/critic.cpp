@@ -55,8 +55,8 @@ nlohmann::json Critic::update_critic(const data::Batch& batch) {
       agg.global_batch_size = mask.sum(1).gt(0).sum().item<double>();
       trained_.zero_grad();
       const data::Batch local = trained_.data_parallel().local_rows(mini);
-      for (const data::Batch& micro :
-           micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size, config_.ppo_max_token_len)) {
+      for (const data::Batch& micro : micro_batches(local, config_.use_dynamic_bsz, config_.ppo_micro_batch_size,
+                                                    config_.ppo_max_token_len, trained_.data_parallel())) {
         at::Tensor vpreds = values_of(micro);
         const at::Tensor m = micro.tensor("response_mask");
         algo::ValueLossOutput out = algo::compute_value_loss(vpreds, micro.tensor("returns"), micro.tensor("values"), m,

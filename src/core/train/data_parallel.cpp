@@ -8,6 +8,7 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
@@ -84,6 +85,13 @@ void DataParallel::all_reduce_gradients(const std::vector<at::Tensor>& params, i
     }
     begin = end;
   }
+}
+
+int64_t DataParallel::max_over_ranks(int64_t value) const {
+  if (world_size() == 1) return value;
+  at::Tensor t = at::full({1}, double(value), at::TensorOptions().dtype(at::kDouble).device(device_));
+  group_->all_reduce_max(t);
+  return int64_t(t.item<double>());
 }
 
 void DataParallel::all_reduce_sum(std::vector<double>& values) const {

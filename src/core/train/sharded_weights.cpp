@@ -76,15 +76,35 @@ void ShardedUnits::add_flat(size_t u, const at::Tensor& target, const std::vecto
 
 void ShardedUnits::reduce_gradients(size_t u, const std::vector<at::Tensor>& grads) const {
   at::NoGradGuard no_grad;
-  UnitState& unit = units[u];
-  at::Tensor flat = at::zeros({unit.padded}, unit.full.options().dtype(at::kFloat));
-  add_flat(u, flat, grads);
-  at::Tensor mine = at::empty({unit.shard}, flat.options());
-  options.dp.group()->reduce_scatter_sum(flat, mine);
-  if (unit.grad.defined()) {
-    unit.grad.add_(mine);
+  const UnitState& unit = units[u];
+  // Room first: the oldest reductions finish before this one's buffer is allocated.
+  finish_reductions(options.overlap_reduce ? kReductionsInFlight - 1 : 0);
+  Reduction r;
+  r.unit = u;
+  r.flat = at::zeros({unit.padded}, unit.full.options().dtype(at::kFloat));
+  add_flat(u, r.flat, grads);
+  r.mine = at::empty({unit.shard}, r.flat.options());
+  if (options.overlap_reduce) {
+    r.done = options.dp.group()->start_reduce_scatter_sum(r.flat, r.mine);
+    ++overlapped_reductions;
   } else {
-    unit.grad = mine;
+    options.dp.group()->reduce_scatter_sum(r.flat, r.mine);
+  }
+  reductions.push_back(std::move(r));
+  if (!options.overlap_reduce) finish_reductions();
+}
+
+void ShardedUnits::finish_reductions(size_t keep) const {
+  while (reductions.size() > keep) {
+    Reduction& r = reductions.front();
+    r.done.wait();
+    UnitState& unit = units[r.unit];
+    if (unit.grad.defined()) {
+      unit.grad.add_(r.mine);
+    } else {
+      unit.grad = r.mine;
+    }
+    reductions.pop_front();
   }
 }
 
@@ -154,6 +174,7 @@ ShardedWeights::ShardedWeights(const model::DecoderLM& source, ShardedWeightsOpt
         s.ranks = options_.shard ? options_.dp.world_size() : 1;
         s.shard_index = s.ranks > 1 ? s.rank : 0;
         s.per_use = options_.gather_per_use && options_.shard && options_.dp.world_size() > 1;
+        s.reduces_in_backward = options_.trainable && s.ranks > 1;
         const c10::Device device = source.options().device;
         s.anchor = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device)).requires_grad_(true);
         s.units = layout_units(source, s.ranks);
@@ -195,6 +216,8 @@ bool ShardedWeights::gathers_per_use() const { return units_->per_use; }
 
 int64_t ShardedWeights::prefetched_units() const { return units_->prefetched; }
 
+int64_t ShardedWeights::overlapped_reductions() const { return units_->overlapped_reductions; }
+
 int64_t ShardedWeights::num_units() const { return int64_t(units_->units.size()); }
 
 std::string ShardedWeights::unit_name(int64_t unit) const { return units_->units.at(size_t(unit)).name; }
@@ -228,7 +251,7 @@ void ShardedWeights::publish() {
   if (s.per_use) {
     release_gathered();
   } else if (s.ranks > 1) {
-    // Resident and sharded (ZeRO-2 layout): every rank's updated part into every full buffer.
+    // Resident and sharded (ZeRO-2): every rank's updated part into every full buffer.
     for (UnitState& unit : s.units) s.options.dp.group()->all_gather_into(unit.local.clone(), unit.full);
   }
   model_.note_weights_changed();
@@ -238,7 +261,7 @@ void ShardedWeights::collect_gradients() {
   at::NoGradGuard no_grad;
   detail::ShardedUnits& s = *units_;
   for (size_t u = 0; u < s.units.size(); ++u) {
-    if (s.per_use && u != 0) continue;  // the layers' gradients went during the backward
+    if (s.reduces_in_backward && u != 0) continue;  // the layers' gradients went during the backward
     UnitState& unit = s.units[u];
     std::vector<at::Tensor> grads;
     for (at::Tensor& view : unit.views) {
@@ -246,33 +269,26 @@ void ShardedWeights::collect_gradients() {
       if (view.grad().defined()) view.mutable_grad() = at::Tensor();
     }
     if (std::none_of(grads.begin(), grads.end(), [](const at::Tensor& g) { return g.defined(); })) continue;
-    if (s.per_use) {
+    if (s.reduces_in_backward) {
       s.reduce_gradients(u, grads);
       continue;
     }
-    // Resident: a local sum per unit (the whole unit; the shard's own when whole units).
-    at::Tensor& sum = s.ranks > 1 ? unit.grad_full : unit.grad;
-    if (!sum.defined()) sum = at::zeros({unit.padded}, unit.full.options().dtype(at::kFloat));
-    s.add_flat(u, sum, grads);
+    // Whole units: a local sum per unit, summed over the ranks by finish_gradients.
+    if (!unit.grad.defined()) unit.grad = at::zeros({unit.padded}, unit.full.options().dtype(at::kFloat));
+    s.add_flat(u, unit.grad, grads);
   }
+  // Nothing runs past the backward: the next micro-batch starts with no reduction buffer held.
+  s.finish_reductions();
 }
 
 void ShardedWeights::finish_gradients() {
   at::NoGradGuard no_grad;
   detail::ShardedUnits& s = *units_;
+  s.finish_reductions();
   const bool distributed = s.options.dp.is_distributed();
   for (UnitState& unit : s.units) {
-    if (s.per_use) {
+    if (s.reduces_in_backward) {
       if (!unit.grad.defined()) unit.grad = at::zeros({unit.shard}, unit.full.options().dtype(at::kFloat));
-      continue;
-    }
-    if (s.ranks > 1) {
-      // Resident sharded units: the local sums reduce-scattered into the shards.
-      at::Tensor local =
-          unit.grad_full.defined() ? unit.grad_full : at::zeros({unit.padded}, unit.full.options().dtype(at::kFloat));
-      unit.grad = at::empty({unit.shard}, local.options());
-      s.options.dp.group()->reduce_scatter_sum(local, unit.grad);
-      unit.grad_full = at::Tensor();
       continue;
     }
     if (!unit.grad.defined()) unit.grad = at::zeros({unit.padded}, unit.full.options().dtype(at::kFloat));
@@ -283,9 +299,9 @@ void ShardedWeights::finish_gradients() {
 at::Tensor ShardedWeights::gradient_shard(int64_t unit) const { return units_->units.at(size_t(unit)).grad; }
 
 void ShardedWeights::drop_gradients() {
+  units_->finish_reductions();  // their buffers are the communicator's until they finish
   for (UnitState& unit : units_->units) {
     unit.grad = at::Tensor();
-    unit.grad_full = at::Tensor();
     for (at::Tensor& view : unit.views)
       if (view.grad().defined()) view.mutable_grad() = at::Tensor();
   }
@@ -374,7 +390,9 @@ int64_t ShardedWeights::resident_weight_bytes() const {
 
 int64_t ShardedWeights::gradient_bytes() const {
   int64_t bytes = 0;
-  for (const UnitState& unit : units_->units) bytes += hw::storage_bytes(unit.grad) + hw::storage_bytes(unit.grad_full);
+  for (const UnitState& unit : units_->units) bytes += hw::storage_bytes(unit.grad);
+  for (const detail::ShardedUnits::Reduction& r : units_->reductions)
+    bytes += hw::storage_bytes(r.flat) + hw::storage_bytes(r.mine);
   return bytes;
 }
 

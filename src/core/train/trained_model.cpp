@@ -77,7 +77,7 @@ void TrainedModel::set_data_parallel(DataParallel dp, const ShardingOptions& sha
   dp_ = dp;
   sharding_ = sharding;
   const bool offload = sharding.param_offload || sharding.optimizer_offload;
-  const bool units = offload || (sharding.zero_stage == 3 && dp.is_distributed());
+  const bool units = offload || (sharding.zero_stage >= 2 && dp.is_distributed());
   if (!units) {
     optimizer_.shard(dp_, std::min(sharding.zero_stage, 2));
     return;
@@ -90,6 +90,7 @@ void TrainedModel::set_data_parallel(DataParallel dp, const ShardingOptions& sha
   wo.trainable = true;
   wo.forward_prefetch = sharding.forward_prefetch;
   wo.backward_prefetch = sharding.backward_prefetch;
+  wo.overlap_reduce = sharding.overlap_reduce;
   wo.host_memory = sharding.host_memory;
   weights_ = std::make_unique<ShardedWeights>(master_, wo);
   detail::ShardedOptimizerOptions oo;

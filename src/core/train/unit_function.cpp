@@ -1,8 +1,9 @@
 // gathered_layer (sharded_units.hpp): a torch::autograd::Function around one decoder layer of
 // sharded weights. Its forward gathers the layer's unit, runs the layer and frees the unit; its
 // backward gathers the unit again, differentiates the layer (the kept graph, or a recomputation
-// with gradient checkpointing), reduce-scatters the parameter gradients into this rank's shard
-// and frees the unit. The custom Function needs full autograd headers, hence the #undef below.
+// with gradient checkpointing), starts the reduce-scatter of the parameter gradients into this
+// rank's shard and frees the unit. Resident units (ZeRO-2) skip the gathering and freeing. The custom Function needs
+// full autograd headers, hence the #undef below.
 #undef TORCH_ASSERT_ONLY_METHOD_OPERATORS
 #include "sharded_units.hpp"
 
