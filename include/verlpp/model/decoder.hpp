@@ -83,6 +83,8 @@ class LayerKernels {
 // what it uses: it may run again in the backward, after the forward that made it has returned.
 using LayerFn = std::function<at::Tensor(const at::Tensor&)>;
 
+class TensorParallelGroup;  // tensor_parallel.hpp
+
 // The seam through which a sharded trainer (ZeRO-3 / FSDP, train/sharded_weights.hpp) makes a
 // model's parameters present only while they are used. The model calls gather_outer() before it
 // reads a parameter outside the decoder layers (embedding, final norm, heads) and runs each
@@ -182,6 +184,16 @@ class DecoderLM {
   // ParameterGather. Copies made afterwards share it.
   void set_parameter_gather(std::shared_ptr<const ParameterGather> gather) { gather_ = std::move(gather); }
   const ParameterGather* parameter_gather() const { return gather_.get(); }
+  // Tensor parallelism (tensor_parallel.hpp, which builds such models): this model is one rank's
+  // part of the language model `whole` describes, split over `group`. Its forwards sum each
+  // embedding lookup and the row-parallel layers' outputs over the group, and logits() gathers
+  // every rank's vocabulary. Copies made afterwards share it.
+  void set_tensor_parallel(std::shared_ptr<const TensorParallelGroup> group, const ModelConfig& whole);
+  const TensorParallelGroup* tensor_parallel() const { return tp_.get(); }
+  // With tensor parallelism: the config of the whole model this one is a part of.
+  const ModelConfig& whole_config() const { return tp_ ? tp_whole_ : config_; }
+  // The vocabulary logits() covers: config().vocab_size, or the whole model's with tensor parallelism.
+  int64_t vocab_size() const { return whole_config().vocab_size; }
   // The path choices of the forwards from here on (ModelOptions::forward). Copies made earlier
   // (a mixed-precision compute copy) keep theirs: set it before making them.
   void set_forward_options(const ForwardOptions& forward) { options_.forward = forward; }
@@ -277,6 +289,11 @@ class DecoderLM {
   at::Tensor inv_freq_;            // [D/2] float32 on the device
   bool gradient_checkpointing_ = false;
   std::shared_ptr<const ParameterGather> gather_;  // set_parameter_gather
+  std::shared_ptr<const TensorParallelGroup> tp_;  // set_tensor_parallel
+  ModelConfig tp_whole_;                           // the whole model's config, with tp_
+  // A row-parallel layer's output: x W^T summed over the tensor-parallel group, then the bias
+  // (whole on every rank: added once). Without tp_, at::linear(x, weight, bias).
+  at::Tensor row_parallel_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const;
   // Shared by copies (they share the tensors); see weights_version().
   std::shared_ptr<std::atomic<int64_t>> weights_version_ = std::make_shared<std::atomic<int64_t>>(0);
   std::set<std::string> fused_names_;  // parameters that are views of a fused buffer

@@ -5,6 +5,7 @@
 #include <verlpp/model/decoder.hpp>
 
 #include <verlpp/model/layers.hpp>
+#include <verlpp/model/tensor_parallel.hpp>
 
 #include <verlpp/core/error.hpp>
 
@@ -345,8 +346,8 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   std::vector<int64_t> flat = lead;
   flat.push_back(HD);
   at::Tensor h;
-  std::tie(h, x) =
-      add_norm(residual, at::linear(a.reshape(flat), l.o_proj, l.o_bias), l.post_attention_layernorm, fused_adds);
+  std::tie(h, x) = add_norm(residual, row_parallel_linear(a.reshape(flat), l.o_proj, l.o_bias),
+                            l.post_attention_layernorm, fused_adds);
   at::Tensor gate, up, mlp;
   const int64_t F = config_.intermediate_size;
   if (l.gate_up_proj.defined()) {
@@ -369,7 +370,31 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   }
   if (!mlp.defined() && kernels != nullptr) mlp = kernels->silu_mul(gate, up);
   if (!mlp.defined()) mlp = at::silu(gate) * up;
-  return {h, at::linear(mlp, l.down_proj, l.down_bias)};
+  return {h, row_parallel_linear(mlp, l.down_proj, l.down_bias)};
+}
+
+at::Tensor DecoderLM::row_parallel_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const {
+  if (!tp_) return at::linear(x, weight, bias);
+  at::Tensor out = at::linear(x, weight).contiguous();
+  tp_->all_reduce_sum(out);
+  return bias.defined() ? out + bias : out;
+}
+
+void DecoderLM::set_tensor_parallel(std::shared_ptr<const TensorParallelGroup> group, const ModelConfig& whole) {
+  if (group != nullptr) {
+    const TensorParallelLayout layout = tensor_parallel_layout(whole, group->size());
+    const ModelConfig mine = rank_config(whole, layout);
+    VERLPP_CHECK(mine.num_attention_heads == config_.num_attention_heads &&
+                     mine.num_key_value_heads == config_.num_key_value_heads &&
+                     mine.intermediate_size == config_.intermediate_size && mine.vocab_size == config_.vocab_size,
+                 "{}: this model (heads {}, KV heads {}, MLP width {}, vocabulary {}) is not one rank's part of the "
+                 "whole over {} ranks (heads {}, KV heads {}, MLP width {}, vocabulary {})",
+                 config_.architecture, config_.num_attention_heads, config_.num_key_value_heads,
+                 config_.intermediate_size, config_.vocab_size, group->size(), mine.num_attention_heads,
+                 mine.num_key_value_heads, mine.intermediate_size, mine.vocab_size);
+  }
+  tp_ = std::move(group);
+  tp_whole_ = whole;
 }
 
 at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& position_ids, const AttendFn& attend,
@@ -379,7 +404,17 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
   VERLPP_CHECK(position_ids.sizes() == input_ids.sizes(), "{}: position_ids {} and input_ids {} differ in shape",
                config_.architecture, shape_string(position_ids.sizes()), shape_string(input_ids.sizes()));
   if (gather_) gather_->gather_outer();
-  at::Tensor hidden = at::embedding(embed_tokens_, input_ids);
+  at::Tensor hidden;
+  if (tp_) {
+    // Vocabulary-parallel lookup: each rank the ids in its rows, zeros elsewhere, summed.
+    const int64_t rows = config_.vocab_size;
+    const at::Tensor local = input_ids - tp_->rank() * rows;
+    const at::Tensor mine = local.ge(0).logical_and(local.lt(rows));
+    hidden = at::embedding(embed_tokens_, local.clamp(0, rows - 1)).masked_fill_(mine.logical_not().unsqueeze(-1), 0);
+    tp_->all_reduce_sum(hidden);
+  } else {
+    hidden = at::embedding(embed_tokens_, input_ids);
+  }
   RotateFn rope = rotate;
   if (!rope) {
     // cos/sin once per forward, shared by every layer; captured by value (see below), as are
@@ -544,6 +579,14 @@ at::Tensor DecoderLM::logits(const at::Tensor& hidden) const {
   VERLPP_CHECK(lm_head_.defined(), "{}: this model has a score head, not an LM head (use scores())",
                config_.architecture);
   if (gather_) gather_->gather_outer();
+  if (tp_) {
+    // Every rank's vocabulary rows, side by side, less the last rank's padding.
+    const std::vector<int64_t> lead(hidden.sizes().begin(), hidden.sizes().end() - 1);
+    const at::Tensor local = at::linear(hidden.reshape({-1, hidden.size(-1)}), lm_head_);
+    std::vector<int64_t> shape = lead;
+    shape.push_back(tp_whole_.vocab_size);
+    return tp_->all_gather_columns(local).narrow(-1, 0, tp_whole_.vocab_size).reshape(shape);
+  }
   return at::linear(hidden, lm_head_);
 }
 

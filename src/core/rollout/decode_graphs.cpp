@@ -61,6 +61,9 @@ std::optional<std::vector<int64_t>> queued_rows(const NextDecode& next, const Sc
 
 std::string DecodeGraphs::unavailable_reason(const model::DecoderLM& model, const hw::Kernels* kernels) {
   const c10::Device device = model.options().device;
+  // The plugin communicators wait for each collective on the host, which a capture cannot hold.
+  if (model.tensor_parallel() != nullptr)
+    return "tensor parallelism: the group's collectives run between the kernels, on the host";
   std::string why = hw::DeviceGraphs::unavailable_reason(device);
   if (!why.empty()) return why;
   if (kernels == nullptr)

@@ -4,6 +4,8 @@
 // LM head, so a prefill never materialises [N, V] logits.
 #include <verlpp/rollout/engine.hpp>
 
+#include <verlpp/model/tensor_parallel.hpp>
+
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 #include <verlpp/hw/tensor_storage.hpp>
@@ -144,9 +146,9 @@ std::string RolloutEngine::check_request(const GenerateRequest& request) const {
   const int64_t len = int64_t(request.prompt_ids.size());
   if (len == 0) return "the prompt is empty";
   for (size_t i = 0; i < request.prompt_ids.size(); ++i)
-    if (request.prompt_ids[i] < 0 || request.prompt_ids[i] >= c.vocab_size)
+    if (request.prompt_ids[i] < 0 || request.prompt_ids[i] >= model_.vocab_size())
       return fmt::format("prompt token {} at position {} is outside the vocabulary [0, {})", request.prompt_ids[i], i,
-                         c.vocab_size);
+                         model_.vocab_size());
   if (c.max_position_embeddings > 0 && len >= c.max_position_embeddings)
     return fmt::format(
         "the prompt has {} tokens; the model's context is {} (max_position_embeddings), leaving no room "
@@ -414,7 +416,7 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
   WeightUpdateReport report;
   const auto& c = model_.config();
   const at::Tensor* last_copied = nullptr;
-  for (const auto& [given_name, src] : named) {
+  for (const auto& [given_name, given] : named) {
     std::string name = given_name;
     if (name == "lm_head.weight" && c.tie_word_embeddings) {
       // The engine's lm_head is its embedding; the trainer's tied lm_head is the same tensor.
@@ -424,6 +426,13 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
       name = "model.embed_tokens.weight";
     }
     const at::Tensor& dst = model_.parameter(name);  // Error naming an unknown parameter
+    at::Tensor src = given;
+    if (const model::TensorParallelGroup* tp = model_.tensor_parallel(); tp != nullptr && dst.sizes() != src.sizes()) {
+      // A whole tensor for a tensor-parallel engine: this rank's slice of it (a fresh tensor).
+      const model::ModelConfig& whole = model_.whole_config();
+      src = model::tensor_parallel_slice(whole, model::tensor_parallel_layout(whole, tp->size()), name, given.detach(),
+                                         tp->rank());
+    }
     if (dst.sizes() != src.sizes())
       VERLPP_FAIL_AT("RolloutEngine::update_weights", "'{}': given shape {} but the engine's is {}", given_name,
                      shape_text(src), shape_text(dst));

@@ -1,9 +1,10 @@
 // ShardedOptimizer: AdamW over ShardedWeights' units (ZeRO-2/3 on several ranks, and every
-// layout with offloaded state). Per unit this rank keeps the fp32 masters and the two moments of its shard, on the
-// device or (optimizer offload) in pinned host memory. A step takes the gradient shards
-// (ShardedWeights::finish_gradients), the global norm, clips, runs AdamW on the shards (on the
-// device; offloaded: on the host in one pass per chunk, or streamed through the device in
-// chunks) and writes the new weights, cast, into the compute shards (ShardedWeights::publish).
+// layout with offloaded state). Per unit this rank keeps the fp32 masters and the two moments
+// of its shard, on the device or (optimizer offload) in pinned host memory. A step takes the
+// gradient shards (ShardedWeights::finish_gradients), the global norm, clips, runs AdamW on the
+// shards (on the device; offloaded: on the host in one pass per chunk, or streamed through the
+// device in chunks) and writes the new weights, cast, into the compute shards
+// (ShardedWeights::publish).
 // Internal to the train layer; OptimizerStep holds it.
 #pragma once
 
