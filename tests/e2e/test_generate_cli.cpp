@@ -103,6 +103,50 @@ TEST_CASE("verlpp generate: one line per sample, reproducible, greedy equal to t
   CHECK(greedy[1]["token_ids"].get<std::vector<int64_t>>() == outs[0].token_ids);
 }
 
+// Several ranks: --nproc 2 runs two engines (prompt i on engine i mod 2) whose lines are the
+// one-process run's, sampled with the same seeds; engines split over 2 ranks (tensor parallel,
+// alone and as two engines of 2 on 4 ranks) give its greedy tokens. Log-probs agree to fp32
+// rounding: a batch of other prompts, or a split sum, rounds differently. Layouts that do not
+// fit are refused before any rank starts.
+TEST_CASE("verlpp generate --nproc N --tensor-parallel-size t: the lines of one process", "[e2e][generate][dist]") {
+  const std::string dir = fixture();
+  const std::string base =
+      "generate --model " + dir + "/model --prompts " + dir + "/prompts.jsonl --max-new-tokens 6 --device cpu ";
+  auto run = [&](const std::string& args, const std::string& name) {
+    Run r = verlpp_cli(base + args + "--output " + dir + "/" + name + ".jsonl");
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    return read_lines(dir + "/" + name + ".jsonl");
+  };
+  auto same_lines = [](const std::vector<json>& got, const std::vector<json>& want) {
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      for (const char* key : {"prompt_index", "sample_index", "token_ids", "text", "finish_reason"})
+        CHECK(got[i][key] == want[i][key]);
+      REQUIRE(got[i]["logprobs"].size() == want[i]["logprobs"].size());
+      for (size_t t = 0; t < got[i]["logprobs"].size(); ++t)
+        CHECK(got[i]["logprobs"][t].get<double>() == Approx(want[i]["logprobs"][t].get<double>()).margin(1e-5));
+    }
+  };
+  const std::string sampled = "--n 2 --temperature 0.9 --seed 11 ", greedy = "--temperature 0 --ignore-eos ";
+  const std::vector<json> one_sampled = run(sampled, "one_sampled"), one_greedy = run(greedy, "one_greedy");
+  REQUIRE(one_sampled.size() == 6);
+  {
+    INFO("--nproc 2, sampled");
+    same_lines(run(sampled + "--nproc 2 ", "dp_sampled"), one_sampled);
+  }
+  for (const std::string layout : {"--nproc 2 --tensor-parallel-size 2 ", "--nproc 4 --tensor-parallel-size 2 "}) {
+    INFO(layout << "greedy");
+    same_lines(run(greedy + layout, "tp_greedy"), one_greedy);
+  }
+  Run odd = verlpp_cli(base + "--nproc 4 --tensor-parallel-size 3 --output " + dir + "/x.jsonl");
+  CHECK(odd.status != 0);
+  CHECK_THAT(odd.output, Catch::Contains("engines of 3 ranks do not fit the 4 rank(s) launched"));
+  Run heads = verlpp_cli(base + "--nproc 8 --tensor-parallel-size 8 --output " + dir + "/x.jsonl");
+  CHECK(heads.status != 0);
+  CHECK_THAT(heads.output, Catch::Contains("8 does not divide the 4 attention heads"));
+}
+
 TEST_CASE("verlpp generate: bad input is refused with what and where", "[e2e][generate]") {
   const std::string dir = fixture();
   const std::string base = "generate --model " + dir + "/model --prompts " + dir + "/prompts.jsonl ";

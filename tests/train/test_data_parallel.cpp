@@ -416,6 +416,42 @@ TEST_CASE("process group: background collectives keep one collective order with 
   }
 }
 
+// Subgroups (tensor-parallel groups): 4 ranks as two groups of 2, each with its own
+// communicator; a sum inside each group covers its members only, and the whole group still sums
+// over all four afterwards. A subgroup this rank is not in, or unordered ranks, is refused.
+TEST_CASE("process group: subgroups sum over their members only", "[dp]") {
+  std::vector<double> in_group(4), whole(4);
+  std::vector<int32_t> sub_rank(4), sub_size(4);
+  std::vector<std::string> refused(4);
+  run_ranks(4, [&](const train::DataParallel& dp) {
+    const hw::ProcessGroup& g = *dp.group();
+    const int32_t r = dp.rank(), first = r / 2 * 2;
+    auto sub = g.subgroup({first, first + 1}, "pair" + std::to_string(r / 2));
+    at::Tensor t = at::full({1}, double(1 << r), at::kFloat);
+    sub->all_reduce_sum(t);
+    in_group[size_t(r)] = t.item<double>();
+    sub_rank[size_t(r)] = sub->rank();
+    sub_size[size_t(r)] = sub->world_size();
+    at::Tensor all = at::full({1}, double(1 << r), at::kFloat);
+    g.all_reduce_sum(all);
+    whole[size_t(r)] = all.item<double>();
+    try {
+      (void)g.subgroup({(r + 1) % 4 == 0 ? 1 : (r + 1) % 4}, "other");
+    } catch (const std::exception& e) {
+      refused[size_t(r)] = e.what();
+    }
+  });
+  for (int32_t r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    const int32_t first = r / 2 * 2;
+    CHECK(in_group[size_t(r)] == double((1 << first) + (1 << (first + 1))));
+    CHECK(whole[size_t(r)] == 15.0);
+    CHECK(sub_rank[size_t(r)] == r - first);
+    CHECK(sub_size[size_t(r)] == 2);
+    CHECK(refused[size_t(r)].find("this one among them") != std::string::npos);
+  }
+}
+
 // ZeRO-2 against the replicated optimizer on the same ranks (the gradient sums in one case are
 // reduce-scatters per layer and micro-batch, in the other all-reduces per step: Gloo may add in another order, and the
 // norm is taken in fp64 from shard sums, so the two agree to rounding, not bit for bit).

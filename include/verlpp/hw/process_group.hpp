@@ -14,6 +14,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace verlpp::hw {
 
@@ -32,6 +33,13 @@ class ProcessGroup {
   static std::unique_ptr<ProcessGroup> create(const WorldInfo& world, const Device& device,
                                               const ProcessGroupOptions& options = {});
   ~ProcessGroup();
+  // A group of some of this group's ranks (tensor-parallel groups, resource pools), with a
+  // communicator of its own over the same rendezvous store: collective over `ranks` (this
+  // group's ranks, ascending, this rank among them), which every member calls with the same
+  // `ranks` and `name` (unique among the subgroups made: it keys the rendezvous). Its ranks are
+  // the members' positions in `ranks`. It must not outlive this group; errors naming stopped
+  // ranks come from this group's liveness.
+  std::unique_ptr<ProcessGroup> subgroup(const std::vector<int32_t>& ranks, const std::string& name) const;
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
@@ -105,6 +113,7 @@ class ProcessGroup {
   void checked(const char* op, const std::string& stage, F&& call) const;
   WorldInfo world_;
   ProcessGroupOptions options_;
+  const ProcessGroup* parent_ = nullptr;  // subgroups: the group whose store and liveness they use
   std::string stage_;
   std::unique_ptr<Impl> impl_;
 };

@@ -10,6 +10,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -126,6 +127,35 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const WorldInfo& world, const
   return g;
 }
 
+std::unique_ptr<ProcessGroup> ProcessGroup::subgroup(const std::vector<int32_t>& ranks, const std::string& name) const {
+  const auto me = std::find(ranks.begin(), ranks.end(), world_.rank);
+  bool ascending = !ranks.empty() && ranks.front() >= 0 && ranks.back() < world_.world_size;
+  for (size_t i = 1; i < ranks.size(); ++i) ascending = ascending && ranks[i - 1] < ranks[i];
+  if (!ascending || me == ranks.end() || name.empty())
+    throw Error(fmt::format("subgroup '{}' of rank {} of {}", name, world_.rank, world_.world_size),
+                "its ranks must be ascending ranks of the group, this one among them, and it needs a name");
+  WorldInfo w = world_;
+  w.rank = int32_t(me - ranks.begin());
+  w.world_size = int32_t(ranks.size());
+  std::unique_ptr<ProcessGroup> g(new ProcessGroup(w, options_, impl_->device));
+  g->parent_ = parent_ != nullptr ? parent_ : this;
+  g->impl_->store = impl_->store;
+  g->stage_ = stage_;
+  CommunicatorOptions co;
+  co.rank = w.rank;
+  co.world_size = w.world_size;
+  co.key_prefix = "verlpp/comm/" + name + "/";
+  co.timeout = options_.timeout;
+  try {
+    g->impl_->comm = std::make_unique<Communicator>(Communicator::create(impl_->device, g->impl_->store, co));
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("subgroup '{}' (rank {} of {})", name, w.rank, w.world_size),
+                fmt::format("creating the {} communicator failed: {}{}", impl_->device.plugin().name(), e.what(),
+                            diagnose_peers()));
+  }
+  return g;
+}
+
 ProcessGroup::~ProcessGroup() {
   if (impl_->heartbeat.joinable()) {
     std::unique_lock<std::mutex> lock(impl_->beat->mutex);
@@ -150,6 +180,7 @@ ProcessGroup::~ProcessGroup() {
 
 void ProcessGroup::set_stage(const std::string& stage) {
   stage_ = stage;
+  if (parent_ != nullptr) return;  // the store's stage keys are the whole group's ranks
   const std::string& s = stage_;
   try {
     impl_->store->set(stage_key(world_.rank), std::vector<uint8_t>(s.begin(), s.end()));
@@ -199,6 +230,7 @@ std::string probe_peers(const WorldInfo& world_, const ProcessGroupOptions& opti
 }  // namespace
 
 std::string ProcessGroup::diagnose_peers() const {
+  if (parent_ != nullptr) return parent_->diagnose_peers();
   if (world_.world_size < 2) return "";
   // c10d's TCPStore server (rank 0) serves its clients from one thread, which blocks reading a
   // request until it is whole: a rank stopped (SIGSTOP, a debugger) in the middle of a store
