@@ -7,8 +7,9 @@
 
 #include <ATen/ops/zeros.h>
 
+#include "shape_string.hpp"
+
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <utility>
