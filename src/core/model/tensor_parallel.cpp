@@ -85,8 +85,8 @@ at::Tensor tensor_parallel_slice(const ModelConfig& c, const TensorParallelLayou
   if (spec == specs.end())
     throw Error("tensor_parallel_slice", fmt::format("{} has no parameter '{}'", c.architecture, name));
   if (whole.sizes() != c10::IntArrayRef(spec->shape))
-    throw Error("tensor_parallel_slice", fmt::format("'{}' is [{}], but the whole model's is [{}]", name,
-                                                     fmt::join(whole.sizes(), ", "), fmt::join(spec->shape, ", ")));
+    throw Error("tensor_parallel_slice", fmt::format("'{}' is {}, but the whole model's is {}", name,
+                                                     shape_string(whole.sizes()), shape_string(spec->shape)));
   const int64_t D = c.head_dim;
   auto rows = [&](int64_t begin, int64_t count) { return padded_range(whole, 0, begin, count); };
   // The first KV head of this rank's block (the one it keeps when they are replicated).
