@@ -161,7 +161,9 @@ const std::vector<KeyRule>& config_key_rules() {
               "verlpp generates up to data.max_response_length tokens; set that"),
       none("actor_rollout_ref.rollout.enforce_eager", "verlpp.rollout.device_graphs is verlpp's switch"),
       none("actor_rollout_ref.rollout.cudagraph_capture_sizes", "verlpp.rollout.device_graphs is verlpp's switch"),
-      none("actor_rollout_ref.rollout.tensor_model_parallel_size", "verlpp's engine runs one replica per rank"),
+      none("actor_rollout_ref.rollout.tensor_model_parallel_size",
+           "the RL loop's engine runs one replica per rank (verlpp generate --tensor-parallel-size and the library "
+           "split one)"),
       none("actor_rollout_ref.rollout.data_parallel_size", "verlpp's engine runs one replica per rank"),
       none("actor_rollout_ref.rollout.expert_parallel_size", "verlpp's engine runs one replica per rank"),
       none("actor_rollout_ref.rollout.pipeline_model_parallel_size", "verlpp's engine runs one replica per rank"),
