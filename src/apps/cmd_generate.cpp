@@ -12,6 +12,7 @@
 // another order). Rank 0 writes them: its engine's as they finish, the other engines' when all
 // are done (their first ranks send them).
 #include "commands.hpp"
+#include "run_setup.hpp"
 
 #include "../core/util/input_file.hpp"
 #include "../core/util/output_file.hpp"
@@ -81,18 +82,6 @@ std::vector<std::string> gather_texts(const hw::ProcessGroup& group, const std::
   return out;
 }
 
-// Starts a.nproc ranks running this command (less --nproc) and waits for them.
-void launch_generate_ranks(const GenerateArgs& a) {
-  controller::LaunchOptions o;
-  o.nproc = a.nproc;
-  o.argv = {"/proc/self/exe", "generate"};
-  o.argv.insert(o.argv.end(), a.argv.begin(), a.argv.end());
-  o.on_message = [](const std::string& text) { std::cerr << "verlpp launcher: " << text << "\n"; };
-  const controller::LaunchResult result = controller::launch_local(o);
-  if (!result.ok()) throw Error(fmt::format("verlpp generate --nproc {}", a.nproc), result.summary());
-  std::cerr << "verlpp launcher: " << result.summary() << "\n";
-}
-
 void run_generate(const GenerateArgs& a) {
   const std::string output = a.output.empty() ? "-" : a.output;
   files::require_output(output, "--output");  // before any work: a bad path costs nothing
@@ -105,11 +94,7 @@ void run_generate(const GenerateArgs& a) {
   if (a.init_seed < 0 && !has_weights)
     throw Error("--model " + a.model_dir, "no model.safetensors (pass --init-seed S to initialise from a seed)");
   // The layout, before any rank starts: t ranks per engine, dividing the ranks and the model.
-  const hw::WorldInfo world = hw::world_from_environment();
-  if (a.nproc < 1) throw Error("--nproc", fmt::format("{} ranks: at least one is needed", a.nproc));
-  if (a.nproc > 1 && world.is_distributed())
-    throw Error("--nproc", fmt::format("this process is already rank {} of {} ({} launch); --nproc starts ranks itself",
-                                       world.rank, world.world_size, world.launcher));
+  const hw::WorldInfo world = check_nproc(a.nproc);
   const int32_t ranks = a.nproc > 1 ? a.nproc : world.world_size;
   const int64_t tp = a.tensor_parallel;
   if (tp < 1 || ranks % tp != 0)
@@ -121,7 +106,7 @@ void run_generate(const GenerateArgs& a) {
                             : world.is_distributed() ? "the launcher's world"
                                                      : "this process alone; --nproc N starts N"));
   model::tensor_parallel_layout(config, tp);  // an Error naming what does not split
-  if (a.nproc > 1) return launch_generate_ranks(a);
+  if (a.nproc > 1) return launch_command_ranks("generate", a.argv, a.nproc, controller::LaunchOptions().grace);
   const int64_t engines = ranks / tp, engine_index = world.rank / tp;
   const bool writes = world.rank == 0, leads_engine = world.rank % tp == 0;
 

@@ -83,13 +83,31 @@ void write_demo_inputs(const controller::Config& config) {
                           controller::make_arith_preference_pairs(splits.val, demo.task.seed + 1));
 }
 
-bool launch_ranks_if_asked(const std::string& subcommand, const controller::Config& config, int nproc, bool demo,
-                           const std::vector<std::string>& given_args, const std::function<void()>& check) {
+hw::WorldInfo check_nproc(int nproc) {
   const hw::WorldInfo world = hw::world_from_environment();
   if (nproc < 1) throw Error("--nproc", fmt::format("{} ranks: at least one is needed", nproc));
   if (nproc > 1 && world.is_distributed())
     throw Error("--nproc", fmt::format("this process is already rank {} of {} ({} launch); --nproc starts ranks itself",
                                        world.rank, world.world_size, world.launcher));
+  return world;
+}
+
+void launch_command_ranks(const std::string& subcommand, const std::vector<std::string>& args, int nproc,
+                          std::chrono::milliseconds grace) {
+  controller::LaunchOptions o;
+  o.nproc = nproc;
+  o.argv = {"/proc/self/exe", subcommand};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.grace = grace;
+  o.on_message = [](const std::string& text) { std::cerr << "verlpp launcher: " << text << "\n"; };
+  const controller::LaunchResult result = controller::launch_local(o);
+  if (!result.ok()) throw Error(fmt::format("verlpp {} --nproc {}", subcommand, nproc), result.summary());
+  std::cerr << "verlpp launcher: " << result.summary() << "\n";
+}
+
+bool launch_ranks_if_asked(const std::string& subcommand, const controller::Config& config, int nproc, bool demo,
+                           const std::vector<std::string>& given_args, const std::function<void()>& check) {
+  const hw::WorldInfo world = check_nproc(nproc);
   const bool launched_by_us = std::getenv(kDemoInputsReady) != nullptr;
   // The no-effect keys this run changes, once: by this process, not again by the ranks it starts.
   if (world.rank == 0 && !launched_by_us) std::cerr << controller::no_effect_notice(config);
@@ -105,19 +123,14 @@ bool launch_ranks_if_asked(const std::string& subcommand, const controller::Conf
   if (nproc <= 1) return false;
   // A layout or batch that cannot work is refused before any rank starts.
   const controller::RunSettings settings = controller::parse_run_settings(config, nproc, nproc);
-  controller::LaunchOptions o;
-  o.nproc = nproc;
-  o.argv = {"/proc/self/exe", subcommand};
-  if (demo) o.argv.push_back("--demo");
-  o.argv.insert(o.argv.end(), given_args.begin(), given_args.end());
+  std::vector<std::string> args;
+  if (demo) args.push_back("--demo");
+  args.insert(args.end(), given_args.begin(), given_args.end());
+  ::setenv(kDemoInputsReady, "1", 1);
   // The ranks find a dead or hung peer within trainer.dist_timeout_s and then take a few seconds
   // to name it; the grace period is that and a little more.
-  o.grace = std::chrono::milliseconds(int64_t(settings.trainer.dist_timeout_s * 1000.0) + 5000);
-  o.on_message = [](const std::string& text) { std::cerr << "verlpp launcher: " << text << "\n"; };
-  ::setenv(kDemoInputsReady, "1", 1);
-  const controller::LaunchResult result = controller::launch_local(o);
-  if (!result.ok()) throw Error(fmt::format("verlpp {} --nproc {}", subcommand, nproc), result.summary());
-  std::cerr << "verlpp launcher: " << result.summary() << "\n";
+  launch_command_ranks(subcommand, args, nproc,
+                       std::chrono::milliseconds(int64_t(settings.trainer.dist_timeout_s * 1000.0) + 5000));
   return true;
 }
 

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <verlpp/controller/config.hpp>
+#include <verlpp/hw/world.hpp>
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -30,6 +32,15 @@ CommandConfig command_config(std::vector<std::string> args, bool demo, bool embe
 // model (config, tokenizer, weights from verlpp.demo.init_seed) in tiny_init/, the arithmetic
 // splits data.* and sft.* point at, and the preference pairs rm_train.* points at, in data/.
 void write_demo_inputs(const controller::Config& config);
+
+// `--nproc N` against the launcher's environment: an Error when N < 1, or when N > 1 and this
+// process is already a rank of a launched world. Returns that environment's world.
+hw::WorldInfo check_nproc(int nproc);
+// Starts `nproc` ranks on this machine, each running `verlpp <subcommand> <args>`, and waits for
+// them; an Error with the launcher's summary when one fails. `grace`: how long the others may
+// take to stop after the first failure.
+void launch_command_ranks(const std::string& subcommand, const std::vector<std::string>& args, int nproc,
+                          std::chrono::milliseconds grace);
 
 // Prepares a command that may start ranks, once per launch (not again in the ranks it starts):
 // checks --nproc against the launcher's world, prints the no-effect keys the config changes, runs

@@ -48,7 +48,6 @@ struct TensorParallelLayout {
   bool kv_replicated = false;  // size > KV: ranks share KV heads (size / KV ranks each)
   int64_t intermediate = 0;    // MLP width per rank (F / size)
   int64_t vocab = 0;           // vocabulary rows per rank (ceil(V / size); the last rank's padded)
-  int64_t full_vocab = 0;      // V
 };
 
 // The layout of `config` over `size` ranks; an Error naming the dimension that does not split

@@ -337,26 +337,29 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& t) const {
 }
 
 namespace {
-// all_gather_into's arguments: flat [n] and [world * n] of one dtype, contiguous.
-void check_gather_into(const at::Tensor& send, const at::Tensor& recv, int32_t world) {
-  require_contiguous(send, "all_gather");
-  require_contiguous(recv, "all_gather");
-  if (recv.numel() != send.numel() * world || send.scalar_type() != recv.scalar_type())
-    throw Error("all_gather", fmt::format("send has {} {} elements, recv {} {}: recv must be world_size ({}) times "
-                                          "send, one dtype",
-                                          send.numel(), c10::toString(send.scalar_type()), recv.numel(),
-                                          c10::toString(recv.scalar_type()), world));
+// A collective's flat arguments: contiguous, one dtype, and one of them `world` times the other
+// (recv for a gather, send for a reduce-scatter).
+void check_flat_pair(const char* op, const at::Tensor& send, const at::Tensor& recv, int32_t world,
+                     bool recv_is_larger) {
+  require_contiguous(send, op);
+  require_contiguous(recv, op);
+  const at::Tensor& larger = recv_is_larger ? recv : send;
+  const at::Tensor& smaller = recv_is_larger ? send : recv;
+  if (larger.numel() != smaller.numel() * world || send.scalar_type() != recv.scalar_type())
+    throw Error(op, fmt::format("send has {} {} elements, recv {} {}: {} must be world_size ({}) times {}, one dtype",
+                                send.numel(), c10::toString(send.scalar_type()), recv.numel(),
+                                c10::toString(recv.scalar_type()), recv_is_larger ? "recv" : "send", world,
+                                recv_is_larger ? "send" : "recv"));
 }
 
-// reduce_scatter_sum's arguments: send [world * n] and recv [n] of one dtype, contiguous.
+// all_gather_into's arguments: flat [n] and [world * n].
+void check_gather_into(const at::Tensor& send, const at::Tensor& recv, int32_t world) {
+  check_flat_pair("all_gather", send, recv, world, /*recv_is_larger=*/true);
+}
+
+// reduce_scatter_sum's arguments: send [world * n] and recv [n].
 void check_reduce_scatter(const at::Tensor& send, const at::Tensor& recv, int32_t world) {
-  require_contiguous(send, "reduce_scatter");
-  require_contiguous(recv, "reduce_scatter");
-  if (send.numel() != recv.numel() * world || send.scalar_type() != recv.scalar_type())
-    throw Error("reduce_scatter", fmt::format("send has {} {} elements, recv {} {}: send must be world_size ({}) times "
-                                              "recv, one dtype",
-                                              send.numel(), c10::toString(send.scalar_type()), recv.numel(),
-                                              c10::toString(recv.scalar_type()), world));
+  check_flat_pair("reduce_scatter", send, recv, world, /*recv_is_larger=*/false);
 }
 }  // namespace
 

@@ -60,7 +60,6 @@ TensorParallelLayout tensor_parallel_layout(const ModelConfig& c, int64_t size) 
   l.kv_replicated = size > KV;
   l.kv_heads = l.kv_replicated ? 1 : KV / size;
   l.intermediate = F / size;
-  l.full_vocab = c.vocab_size;
   l.vocab = (c.vocab_size + size - 1) / size;
   return l;
 }

@@ -22,6 +22,7 @@
 #include <ATen/ops/tensor.h>
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <unistd.h>
 
@@ -416,6 +417,10 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
   WeightUpdateReport report;
   const auto& c = model_.config();
   const at::Tensor* last_copied = nullptr;
+  // A split engine slices whole tensors: its layout, once for the call.
+  const model::TensorParallelGroup* tp = model_.tensor_parallel();
+  const std::optional<model::TensorParallelLayout> layout =
+      tp != nullptr ? std::optional(model::tensor_parallel_layout(model_.whole_config(), tp->size())) : std::nullopt;
   for (const auto& [given_name, given] : named) {
     std::string name = given_name;
     if (name == "lm_head.weight" && c.tie_word_embeddings) {
@@ -427,12 +432,8 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
     }
     const at::Tensor& dst = model_.parameter(name);  // Error naming an unknown parameter
     at::Tensor src = given;
-    if (const model::TensorParallelGroup* tp = model_.tensor_parallel(); tp != nullptr && dst.sizes() != src.sizes()) {
-      // A whole tensor for a tensor-parallel engine: this rank's slice of it (a fresh tensor).
-      const model::ModelConfig& whole = model_.whole_config();
-      src = model::tensor_parallel_slice(whole, model::tensor_parallel_layout(whole, tp->size()), name, given.detach(),
-                                         tp->rank());
-    }
+    if (layout && dst.sizes() != src.sizes())  // a whole tensor: this rank's slice of it (a fresh tensor)
+      src = model::tensor_parallel_slice(model_.whole_config(), *layout, name, given.detach(), tp->rank());
     if (dst.sizes() != src.sizes())
       VERLPP_FAIL_AT("RolloutEngine::update_weights", "'{}': given shape {} but the engine's is {}", given_name,
                      shape_text(src), shape_text(dst));
