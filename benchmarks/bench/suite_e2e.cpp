@@ -62,7 +62,7 @@ std::vector<Measurement> run_e2e(const Options& o, const Target& t) {
                                     {"ppo_micro_batch_size_per_gpu", prompts * n},
                                     {"use_kl_loss", true},
                                     {"optim", {{"lr", 1e-4}}}}},
-                                  {"rollout", {{"n", n}, {"dtype", "float32"}}}}},
+                                  {"rollout", {{"n", n}, {"tensor_model_parallel_size", 1}, {"dtype", "float32"}}}}},
                                 {"algorithm", {{"adv_estimator", "grpo"}}},
                                 {"trainer",
                                  {{"default_local_dir", dir + "/run"},

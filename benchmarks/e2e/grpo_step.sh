@@ -56,7 +56,7 @@ cat > "$W/grpo.json" <<JSON
     "model": {"path": "$W/model", "enable_gradient_checkpointing": $CHECKPOINTING},
     "actor": {"ppo_mini_batch_size": $MINI, "ppo_micro_batch_size_per_gpu": $MICRO, "use_kl_loss": true,
               "optim": {"lr": 1e-6}},
-    "rollout": {"n": $N, "dtype": "bfloat16", "ignore_eos": true, "gpu_memory_utilization": $GPU_MEM,
+    "rollout": {"n": $N, "tensor_model_parallel_size": 1, "dtype": "bfloat16", "ignore_eos": true, "gpu_memory_utilization": $GPU_MEM,
                 "max_num_seqs": $((PROMPTS * N)), "max_num_batched_tokens": 65536,
                 "log_prob_micro_batch_size_per_gpu": $MICRO}
   },

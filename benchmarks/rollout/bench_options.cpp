@@ -148,9 +148,10 @@ RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help) 
 }
 
 model::ModelConfig builtin_model_config(const std::string& name) {
-  if (name != "qwen2.5-0.5b") VERLPP_FAIL_AT("--shape", "unknown shape '{}' (known: qwen2.5-0.5b)", name);
+  if (name != "qwen2.5-0.5b" && name != "qwen2.5-7b")
+    VERLPP_FAIL_AT("--shape", "unknown shape '{}' (known: qwen2.5-0.5b, qwen2.5-7b)", name);
   // Qwen/Qwen2.5-0.5B's config.json, shape-defining fields (the weights are random).
-  const nlohmann::json j = {
+  nlohmann::json j = {
       {"architectures", {"Qwen2ForCausalLM"}},
       {"model_type", "qwen2"},
       {"vocab_size", 151936},
@@ -170,6 +171,14 @@ model::ModelConfig builtin_model_config(const std::string& name) {
       {"bos_token_id", 151643},
       {"eos_token_id", 151643},
   };
+  if (name == "qwen2.5-7b")  // Qwen/Qwen2.5-7B's widths and depth, untied head
+    j.update({{"vocab_size", 152064},
+              {"hidden_size", 3584},
+              {"intermediate_size", 18944},
+              {"num_hidden_layers", 28},
+              {"num_attention_heads", 28},
+              {"num_key_value_heads", 4},
+              {"tie_word_embeddings", false}});
   return model::parse_model_config(j, "built-in shape " + name);
 }
 

@@ -47,8 +47,9 @@ const char* rollout_bench_usage();
 std::vector<RolloutShape> parse_shapes(const std::string& text);
 
 // A built-in config by name: "qwen2.5-0.5b" (Qwen2.5-0.5B's shape: hidden 896, 24 layers, 14
-// heads, 2 KV heads, intermediate 4864, vocab 151936, tied embeddings). Unknown names throw,
-// listing the known ones.
+// heads, 2 KV heads, intermediate 4864, vocab 151936, tied embeddings) or "qwen2.5-7b" (hidden
+// 3584, 28 layers, 28 heads, 4 KV heads, intermediate 18944, vocab 152064, untied). Unknown names
+// throw, listing the known ones.
 model::ModelConfig builtin_model_config(const std::string& name);
 
 // The benches' model: the built-in shape when named, else the folder's config.json, else the

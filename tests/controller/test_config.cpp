@@ -26,7 +26,7 @@ Config small_valid() {
   Config c = Config::defaults();
   c.apply_overrides({"data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",
-                     "algorithm.adv_estimator=grpo"});
+                     "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.tensor_model_parallel_size=1"});
   c.resolve();
   return c;
 }
@@ -149,6 +149,20 @@ TEST_CASE("validate: inconsistent values are refused before any work, all at onc
   CHECK_THROWS_WITH(unset.validate(1), Contains("must be set"));
   unset.set("actor_rollout_ref.actor.use_dynamic_bsz", true);
   CHECK_NOTHROW(unset.validate(1));
+  // The rollout's engines: tensor_model_parallel_size ranks each, dividing the ranks (verl's
+  // default of 2 does not fit one rank, as in verl).
+  Config verl_default = small_valid();
+  verl_default.set("actor_rollout_ref.rollout.tensor_model_parallel_size", 2);
+  CHECK_THROWS_WITH(verl_default.validate(1),
+                    Contains("tensor_model_parallel_size = 2 splits each rollout engine over 2 ranks, but the run has "
+                             "1 rank(s) (1 node(s) x 1 per node)") &&
+                        Contains("set it to a divisor of 1"));
+  CHECK_NOTHROW(verl_default.validate(2));
+  CHECK_NOTHROW(verl_default.validate(4));
+  verl_default.set("actor_rollout_ref.rollout.tensor_model_parallel_size", 3);
+  CHECK_THROWS_WITH(verl_default.validate(4), Contains("tensor_model_parallel_size = 3 splits each rollout engine"));
+  verl_default.set("actor_rollout_ref.rollout.tensor_model_parallel_size", 0);
+  CHECK_THROWS_WITH(verl_default.validate(4), Contains("tensor_model_parallel_size = 0 must be >= 1"));
   // The layout: null takes the launched one; set values must match it, both layouts named.
   CHECK_NOTHROW(small_valid().validate(2));
   Config pinned = small_valid();

@@ -10,7 +10,8 @@
 // block lists exactly the no-effect keys the script changes; and a 2-step `verlpp train` runs to
 // the end with finite metrics. The train run appends arguments through the script's own `$@`
 // (as verl's docs tell users to), only what a 2-core CPU and one process need: console logging,
-// one rank, 2 steps, and small batch and response sizes.
+// one rank (and so one-rank rollout engines, as verl also needs on one GPU), 2 steps, and small
+// batch and response sizes.
 #include <verlpp/controller/config.hpp>
 #include <verlpp/controller/config_key_states.hpp>
 #include <verlpp/controller/metrics_log.hpp>
@@ -51,7 +52,8 @@ const std::vector<std::string> kScriptNames = {
 
 // What this machine needs on top of a script's own lines (appended through its `$@`).
 const std::string kCpuScale =
-    "trainer.logger=console trainer.n_gpus_per_node=1 trainer.total_training_steps=2 "
+    "trainer.logger=console trainer.n_gpus_per_node=1 actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
+    "trainer.total_training_steps=2 "
     "data.train_batch_size=32 actor_rollout_ref.actor.ppo_mini_batch_size=32 data.max_response_length=8";
 
 // `bash SCRIPT ARGS` run in `dir` with HOME set to the fixture home.

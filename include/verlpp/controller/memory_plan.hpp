@@ -33,6 +33,7 @@ struct MemoryPlanInputs {
   RoleLayout ref_layout;
   at::ScalarType param_dtype = at::kBFloat16;
   at::ScalarType rollout_dtype = at::kBFloat16;
+  int64_t rollout_tp = 1;  // rollout.tensor_model_parallel_size: ranks each engine is split over
   bool reference = false, critic = false;
   bool actor_checkpointing = false, critic_checkpointing = false;
   int64_t sequence_tokens = 1024;       // max_prompt_length + max_response_length

@@ -138,6 +138,7 @@ struct RolloutSettings {
   int64_t block_size = 16;                        // block_size (verlpp: KV block tokens)
   int64_t max_num_seqs = 1024;                    // max_num_seqs
   int64_t max_num_batched_tokens = 8192;          // max_num_batched_tokens
+  int64_t tensor_model_parallel_size = 1;         // tensor_model_parallel_size (ranks per engine)
   int64_t log_prob_micro_batch_size_per_gpu = 8;  // log_prob_micro_batch_size_per_gpu (null: 8; rows per LM-head chunk)
   ValKwargsSettings val_kwargs;                   // val_kwargs.*
 };

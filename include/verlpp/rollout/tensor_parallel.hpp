@@ -34,5 +34,10 @@ class ProcessGroupTensorParallel : public model::TensorParallelGroup {
 // (model::tensor_parallel_model with a ProcessGroupTensorParallel). Errors name the dimension
 // that does not split over the group's size.
 model::DecoderLM tensor_parallel_engine_model(const model::DecoderLM& whole, const hw::ProcessGroup& group);
+// This rank's part of a model of shape `whole` split over every rank of `group`, with its own
+// (unset) weights in `options`' dtype and device: no rank builds the whole model. An engine over
+// it takes whole tensors in update_weights and keeps its slice of each (the trainer's sync).
+model::DecoderLM tensor_parallel_engine_model(const model::ModelConfig& whole, const model::ModelOptions& options,
+                                              const hw::ProcessGroup& group);
 
 }  // namespace verlpp::rollout

@@ -15,6 +15,7 @@
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 #include <verlpp/model/decoder.hpp>
+#include <verlpp/model/tensor_parallel.hpp>
 #include <verlpp/train/partition.hpp>
 
 #include <fmt/format.h>
@@ -252,9 +253,13 @@ MemoryPlanInputs plan_inputs(const RunSettings& s, const model::ModelConfig& mod
   in.plugin_kernels = accelerator;
   in.gpu_memory_utilization = s.rollout.gpu_memory_utilization;
   in.accelerator = accelerator;
+  in.rollout_tp = std::max<int64_t>(s.rollout.tensor_model_parallel_size, 1);
   const int64_t rows = (s.data.train_batch_size + in.world_size - 1) / in.world_size * s.rollout.n;
   in.forward_rows = rows;
-  in.kv_tokens_cpu = std::min<int64_t>(rows * (in.sequence_tokens + s.rollout.block_size), int64_t(1) << 22);
+  // An engine generates for world / t ranks' share of the prompts (as rl_setup.cpp sizes its pool).
+  const int64_t engines = std::max<int64_t>(in.world_size / in.rollout_tp, 1);
+  const int64_t engine_rows = (s.data.train_batch_size + engines - 1) / engines * s.rollout.n;
+  in.kv_tokens_cpu = std::min<int64_t>(engine_rows * (in.sequence_tokens + s.rollout.block_size), int64_t(1) << 22);
   in.device_total_bytes = device_total_bytes;
   return in;
 }
@@ -295,11 +300,23 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   }
   // The engine owns its weights when it cannot share the actor's compute weights; those are
   // released after each generation, so they count in generation and sync only.
+  // A split engine (rollout_tp > 1) always owns its slices: the shape of one rank's part.
+  const bool split = in.rollout_tp > 1;
+  const model::ModelConfig engine_shape =
+      split ? model::rank_config(m, model::tensor_parallel_layout(m, in.rollout_tp)) : m;
   const bool engine_owns =
-      in.rollout_dtype != in.param_dtype || per_use(in.actor_layout, world) || in.actor_layout.param_offload;
-  const uint64_t engine_weights = dtype_bytes(in.rollout_dtype) * p;
+      split || in.rollout_dtype != in.param_dtype || per_use(in.actor_layout, world) || in.actor_layout.param_offload;
+  const uint64_t engine_params = uint64_t(model::parameter_count(engine_shape));
+  const uint64_t engine_weights = dtype_bytes(in.rollout_dtype) * engine_params;
   std::vector<MemoryItem> engine_items;
-  if (engine_owns) {
+  if (split) {
+    engine_items.push_back(
+        {fmt::format("rollout engine weights (1/{} slice, {})", in.rollout_tp, model::dtype_name(in.rollout_dtype)),
+         engine_weights, false,
+         fmt::format("{} B x {} parameters of one rank's part (tensor_model_parallel_size {}); "
+                     "released while training",
+                     dtype_bytes(in.rollout_dtype), engine_params, in.rollout_tp)});
+  } else if (engine_owns) {
     engine_items.push_back({"rollout engine weights (own " + model::dtype_name(in.rollout_dtype) + " copy)",
                             engine_weights, false,
                             fmt::format("{} B x {} parameters ({})", dtype_bytes(in.rollout_dtype), p,
@@ -328,7 +345,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     return a;
   };
   const int64_t seq = in.sequence_tokens;
-  const uint64_t kv_per_token = 2 * uint64_t(m.num_hidden_layers) * kv_width(m) * dtype_bytes(in.rollout_dtype);
+  const uint64_t kv_per_token =
+      2 * uint64_t(m.num_hidden_layers) * kv_width(engine_shape) * dtype_bytes(in.rollout_dtype);
   if (in.accelerator) {
     // The engine takes gpu_memory_utilization of the device for its weights and the pool.
     const uint64_t budget = uint64_t(in.gpu_memory_utilization * double(in.device_total_bytes));
@@ -497,6 +515,23 @@ bool fits(const MemoryPlanInputs& in) { return plan_memory(in).peak_stage().tota
 
 }  // namespace
 
+namespace {
+
+// The most ranks (a divisor of `world`) a rollout engine of `m` splits over.
+int64_t largest_rollout_split(const model::ModelConfig& m, int64_t world) {
+  for (int64_t t = world; t > 1; --t) {
+    if (world % t != 0) continue;
+    try {
+      model::tensor_parallel_layout(m, t);
+      return t;
+    } catch (const Error&) {
+    }
+  }
+  return 1;
+}
+
+}  // namespace
+
 std::string memory_fix_hint(const MemoryPlanInputs& inputs) {
   // Changes a run can make on the ranks it has, in the order they cost least; each as override
   // text and what it does to the plan's inputs.
@@ -557,9 +592,15 @@ std::string memory_fix_hint(const MemoryPlanInputs& inputs) {
       MemoryPlanInputs trial = with_moves ? all : inputs;
       trial.actor_layout.zero_stage = trial.critic_layout.zero_stage = trial.ref_layout.zero_stage = 3;
       trial.world_size = world;
+      // The engine whole on each rank, else split over as many of the ranks as the model allows.
+      std::string split;
+      if (!fits(trial)) {
+        trial.rollout_tp = largest_rollout_split(trial.model, world);
+        split = fmt::format(" actor_rollout_ref.rollout.tensor_model_parallel_size={}", trial.rollout_tp);
+      }
       if (fits(trial)) {
-        hints.push_back(fmt::format("trainer.zero_stage=3 on {} ranks (--nproc {} or as many devices){}", world, world,
-                                    with_moves && !taken.empty() ? " with " + join(taken, " ") : ""));
+        hints.push_back(fmt::format("trainer.zero_stage=3{} on {} ranks (--nproc {} or as many devices){}", split,
+                                    world, world, with_moves && !taken.empty() ? " with " + join(taken, " ") : ""));
         placed = true;
       }
     }
@@ -570,15 +611,18 @@ std::string memory_fix_hint(const MemoryPlanInputs& inputs) {
 
 namespace {
 
-// Why no setting fits: the generating engine holds the whole model on every rank (tensor-parallel
-// rollout is not built), which may alone exceed the device.
+// Why no setting fits: the generating engine's part of the model (whole, or 1 / t of it) may
+// alone exceed the device.
 std::string no_fit_reason(const MemoryPlanInputs& in) {
-  const uint64_t engine = dtype_bytes(in.rollout_dtype) * uint64_t(model::parameter_count(in.model));
-  std::string reason = "no offload, micro-batch, KV budget or ZeRO-3 rank count makes it fit";
+  const model::ModelConfig part =
+      in.rollout_tp > 1 ? model::rank_config(in.model, model::tensor_parallel_layout(in.model, in.rollout_tp))
+                        : in.model;
+  const uint64_t engine = dtype_bytes(in.rollout_dtype) * uint64_t(model::parameter_count(part));
+  std::string reason = "no offload, micro-batch, KV budget, ZeRO-3 rank count or engine split makes it fit";
   if (2 * engine >= in.device_total_bytes)
     reason += fmt::format(
-        ": the rollout engine holds the whole model on every rank ({:.2f} GiB in {} of the "
-        "device's {:.2f} GiB)",
+        ": the rollout engine holds {} on every rank ({:.2f} GiB in {} of the device's {:.2f} GiB)",
+        in.rollout_tp > 1 ? fmt::format("1/{} of the model", in.rollout_tp) : std::string("the whole model"),
         double(engine) / kGiB, model::dtype_name(in.rollout_dtype), double(in.device_total_bytes) / kGiB);
   return reason;
 }

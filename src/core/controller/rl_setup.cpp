@@ -12,6 +12,8 @@
 #include <verlpp/hw/tensor_storage.hpp>
 #include <verlpp/train/sharded_weights.hpp>
 #include <verlpp/model/checkpoint.hpp>
+#include <verlpp/model/tensor_parallel.hpp>
+#include <verlpp/rollout/tensor_parallel.hpp>
 
 #include "../util/files.hpp"
 
@@ -272,6 +274,24 @@ std::unique_ptr<RewardManager> make_reward_manager(const RlTrainer::State& s, co
   return std::make_unique<RewardManager>(rs.reward_manager, std::move(scorer), eos);
 }
 
+// rollout.tensor_model_parallel_size = t: checks that t splits the model (heads, KV heads, MLP)
+// and, with t > 1, joins this rank's engine group (ranks [e t, (e + 1) t)). Config::validate
+// has checked that t divides the ranks.
+void join_rollout_group(RlTrainer::State& s, const model::ModelConfig& mc) {
+  const int64_t tp = s.settings.rollout.tensor_model_parallel_size;
+  try {
+    model::tensor_parallel_layout(mc, tp);
+  } catch (const Error& e) {
+    throw Error("actor_rollout_ref.rollout.tensor_model_parallel_size",
+                fmt::format("the model {} does not split over {} ranks per engine: {}", s.model_path, tp, e.message()));
+  }
+  s.rollout_tp = tp;
+  if (tp == 1) return;
+  std::vector<int32_t> members;
+  for (int64_t r = s.engine_index() * tp; r < (s.engine_index() + 1) * tp; ++r) members.push_back(int32_t(r));
+  s.rollout_group = s.group->subgroup(members, fmt::format("rollout/engine{}", s.engine_index()));
+}
+
 void build_engine(RlTrainer::State& s) {
   const RolloutSettings& r = s.settings.rollout;
   rollout::EngineOptions o;
@@ -282,10 +302,10 @@ void build_engine(RlTrainer::State& s) {
   o.device_graphs = s.settings.paths.device_graphs;
   o.overlap_decode = s.settings.paths.decode_overlap;
   o.rotary_attention = s.settings.paths.rotary_attention;
-  // Each rank generates its share of the prompts (all n samples of each).
-  const int64_t world = s.world.world_size;
-  const int64_t train_rows = (s.train_batch_size + world - 1) / world * s.n;
-  const int64_t val_rows = s.val_set ? (int64_t(s.val_set->size()) + world - 1) / world : 0;
+  // Each engine generates its share of the prompts (all n samples of each).
+  const int64_t engines = s.num_engines();
+  const int64_t train_rows = (s.train_batch_size + engines - 1) / engines * s.n;
+  const int64_t val_rows = s.val_set ? (int64_t(s.val_set->size()) + engines - 1) / engines : 0;
   const int64_t rows = std::max(train_rows, val_rows);
   const int64_t per_row = s.settings.data.max_prompt_length + s.response_length + o.block_size;
   if (s.device.is_cpu()) {
@@ -307,9 +327,14 @@ void build_engine(RlTrainer::State& s) {
   // tensors (the hybrid engine shares weights; optimizer steps show through) and tracks their
   // version. Another dtype, or actor weights that come and go (gathered per use, offloaded): the
   // engine owns its weights, filled by sync_rollout_weights after each update.
+  // A split engine (rollout_group) holds only this rank's slices, in buffers of its own that the
+  // sync fills from whole tensors: no rank builds a second whole model.
   const bool own = dtype != s.actor->compute_model().options().dtype || !engine_shares_actor_weights(s);
   model::DecoderLM engine_model =
-      own ? model::DecoderLM(s.actor_model->config(), model_options(s, dtype)) : s.actor->compute_model();
+      s.rollout_group
+          ? rollout::tensor_parallel_engine_model(s.actor_model->config(), model_options(s, dtype), *s.rollout_group)
+      : own ? model::DecoderLM(s.actor_model->config(), model_options(s, dtype))
+            : s.actor->compute_model();
   o.kernels = s.kernels.get();  // null without a plugin, or with a reference one (load_kernels)
   s.engine = std::make_unique<rollout::RolloutEngine>(std::move(engine_model), o);
   // Also when it shares: the sync tells the engine which tensors are the actor's, so that
@@ -373,6 +398,7 @@ void setup_trainer(RlTrainer::State& s) {
   const model::ModelConfig mc = model::load_model_config(s.model_path);
   s.eos_ids = mc.eos_token_ids;
   s.pad_id = mc.pad_token_id.value_or(s.eos_ids.empty() ? 0 : s.eos_ids.front());
+  join_rollout_group(s, mc);
   const int64_t context = rs.data.max_prompt_length + s.response_length;
   if (context > mc.max_position_embeddings)
     throw Error(
@@ -433,6 +459,11 @@ void setup_trainer(RlTrainer::State& s) {
   s.checkpoints = std::make_unique<CheckpointManager>(s.run_dir, rs.trainer.max_actor_ckpt_to_keep);
   files::make_dirs(s.run_dir);
   if (s.world.is_distributed()) s.message(fmt::format("{} ranks: {}", s.world.world_size, hw::describe(s.world)));
+  if (s.rollout_tp > 1)
+    s.message(
+        fmt::format("rollout: {} engine(s), each split over {} ranks (tensor_model_parallel_size {}; engine e "
+                    "on ranks e x {} .. e x {} + {})",
+                    s.num_engines(), s.rollout_tp, s.rollout_tp, s.rollout_tp, s.rollout_tp, s.rollout_tp - 1));
   s.message(
       fmt::format("device {} ({}), model {} ({:.2f}M parameters), {} train / {} val prompts, {} steps of {} x {} "
                   "sequences, estimator {}",

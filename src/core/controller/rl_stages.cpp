@@ -5,6 +5,7 @@
 
 #include <verlpp/algo/advantages.hpp>
 #include <verlpp/algo/agg_loss.hpp>
+#include <verlpp/controller/engine_sync.hpp>
 #include <verlpp/data/rl_batch.hpp>
 #include <verlpp/train/logprob.hpp>
 
@@ -45,12 +46,14 @@ struct Samples {
   std::vector<std::vector<float>> logprobs;
 };
 
-// With several ranks, each generated the samples of its own prompt range [begin_r, end_r);
-// returns everyone's, in prompt order, on every rank. Rows travel padded to the longest range.
+// With several engines, each generated the samples of its own prompt range [begin_e, end_e)
+// (every rank of a split engine the same ones); returns everyone's, in prompt order, on every
+// rank. Every rank sends its rows, padded to the longest range; the first rank's of each
+// engine are kept.
 Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vector<int64_t>& begins, int64_t n) {
-  const int64_t world = s.world.world_size, r_len = s.response_length;
+  const int64_t engines = s.num_engines(), r_len = s.response_length;
   int64_t chunk = 0;
-  for (int64_t r = 0; r < world; ++r) chunk = std::max(chunk, (begins[size_t(r) + 1] - begins[size_t(r)]) * n);
+  for (int64_t e = 0; e < engines; ++e) chunk = std::max(chunk, (begins[size_t(e) + 1] - begins[size_t(e)]) * n);
   // Host buffers first (one element write each), then one tensor per field for the gather.
   std::vector<int64_t> ids(size_t(chunk * r_len), s.pad_id), lens(size_t(chunk), 0);
   std::vector<float> lps(size_t(chunk * r_len), 0.0f);
@@ -68,10 +71,10 @@ Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vect
   const at::Tensor all_lens = gather(lens.data(), {chunk}, at::kLong);
   const at::Tensor all_lps = gather(lps.data(), {chunk, r_len}, at::kFloat);
   Samples out;
-  for (int64_t r = 0; r < world; ++r) {
-    const int64_t rows = (begins[size_t(r) + 1] - begins[size_t(r)]) * n;
+  for (int64_t e = 0; e < engines; ++e) {
+    const int64_t rows = (begins[size_t(e) + 1] - begins[size_t(e)]) * n;
     for (int64_t k = 0; k < rows; ++k) {
-      const int64_t g = r * chunk + k, len = all_lens.data_ptr<int64_t>()[g];
+      const int64_t g = e * s.rollout_tp * chunk + k, len = all_lens.data_ptr<int64_t>()[g];
       const int64_t* row_ids = all_ids.data_ptr<int64_t>() + g * r_len;
       out.responses.emplace_back(row_ids, row_ids + len);
       const float* row_lps = all_lps.data_ptr<float>() + g * r_len;
@@ -102,14 +105,15 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, c
     params.top_p = decoding.top_p;
   }
   const auto tokens = prompt_tokens(prompts);
-  // Data-parallel rollout: rank r generates the prompts [begins[r], begins[r+1]) with all their
-  // n samples (GRPO groups stay whole); every seed is a function of the global prompt index,
-  // so the tokens do not depend on the number of ranks.
-  const int64_t num_prompts = int64_t(tokens.size()), world = s.world.world_size;
-  const int64_t per_rank = (num_prompts + world - 1) / world;
+  // Data-parallel rollout: engine e (rank e alone, or the t ranks it is split over) generates the
+  // prompts [begins[e], begins[e+1]) with all their n samples (GRPO groups stay whole); every
+  // seed is a function of the global prompt index, so the tokens do not depend on the number
+  // of engines.
+  const int64_t num_prompts = int64_t(tokens.size()), engines = s.num_engines();
+  const int64_t per_engine = (num_prompts + engines - 1) / engines;
   std::vector<int64_t> begins;
-  for (int64_t k = 0; k <= world; ++k) begins.push_back(std::min(num_prompts, k * per_rank));
-  const int64_t first = begins[size_t(s.world.rank)], last = begins[size_t(s.world.rank) + 1];
+  for (int64_t k = 0; k <= engines; ++k) begins.push_back(std::min(num_prompts, k * per_engine));
+  const int64_t first = begins[size_t(s.engine_index())], last = begins[size_t(s.engine_index()) + 1];
   std::vector<rollout::GenerateRequest> requests;
   requests.reserve(size_t(last - first));
   for (int64_t i = first; i < last; ++i) {
@@ -126,8 +130,8 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, c
   const int64_t local_total = (last - first) * n;
   std::vector<rollout::GenerateOutput> outputs;
   if (!requests.empty())
-    outputs =
-        s.engine->generate(requests, [&](int64_t done, int64_t) { s.progress("gen", done * world, num_prompts * n); });
+    outputs = s.engine->generate(requests,
+                                 [&](int64_t done, int64_t) { s.progress("gen", done * engines, num_prompts * n); });
   if (r.free_cache_engine) s.engine->sleep();  // the pool's memory goes back for training
 
   Samples local;
@@ -144,7 +148,7 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, c
   if (int64_t(local.responses.size()) != local_total)
     throw Error("rollout", fmt::format("the engine returned {} samples for {} x {} requested", local.responses.size(),
                                        last - first, n));
-  Samples all = world > 1 ? gather_samples(s, std::move(local), begins, n) : std::move(local);
+  Samples all = engines > 1 ? gather_samples(s, std::move(local), begins, n) : std::move(local);
   Batch batch = data::append_samples(prompts.repeat(n, /*interleave=*/true), all.responses, all.logprobs,
                                      s.response_length, s.pad_id);
   // Collation happens on the host; the trainer's forwards run on the device.
@@ -298,31 +302,28 @@ void sync_rollout_weights(RlTrainer::State& s, json& metrics, train::TrainedMode
   train::TrainedModel& trained = from != nullptr ? *from : s.actor->trained_model();
   train::ShardedWeights* units = trained.sharded_weights();
   const bool same_dtype = s.engine->model().options().dtype == s.actor->compute_model().options().dtype;
+  EngineSyncReport report;
   if (units != nullptr && !(same_dtype && engine_shares_actor_weights(s))) {
-    // Sharded or offloaded actor weights: unit by unit (each gathered, copied into the engine's
-    // own buffers, freed), so no rank ever holds a second whole copy besides the engine's.
+    // Sharded or offloaded actor weights: unit by unit (each gathered, the engine's part copied
+    // into its own buffers, freed), so no rank ever holds a second whole copy besides the engine's.
     trained.reload_parameters();
-    int64_t copied = 0, bytes = 0;
-    units->for_each_unit([&](const std::vector<std::pair<std::string, at::Tensor>>& unit) {
-      copied += s.engine->update_weights(unit, rollout::WeightSharing::kCopy).num_copied;
-      for (const auto& [name, t] : unit) bytes += t.numel() * int64_t(t.element_size());
-    });
+    report = sync_engine_from_units(*units, *s.engine);
     trained.offload_parameters();
-    metrics["perf/weight_sync_shared"] = 0;
-    metrics["perf/weight_sync_copied"] = copied;
-    metrics["perf/weight_sync_gib"] = double(bytes) / double(int64_t(1) << 30);
-    return;
+  } else {
+    // From the actor's compute copy when it has one (mixed precision) and the engine has its
+    // dtype: a whole engine then shares those tensors. The refresh covers master weights changed
+    // outside the actor's own steps (the SFT warm start, a checkpoint load).
+    s.actor->refresh_compute_model();
+    // An engine in another dtype casts from the fp32 masters (not from a 16-bit copy of them).
+    report = sync_engine_from_model(same_dtype ? s.actor->compute_model() : *s.actor_model, *s.engine);
   }
-  // From the actor's compute copy when it has one (mixed precision) and the engine has its
-  // dtype: the engine then shares those tensors. The refresh covers master weights changed outside the
-  // actor's own steps (the SFT warm start, a checkpoint load).
-  s.actor->refresh_compute_model();
-  const model::DecoderLM& compute = s.actor->compute_model();
-  // An engine in another dtype casts from the fp32 masters (not from a 16-bit copy of them).
-  const model::DecoderLM& source = same_dtype ? compute : *s.actor_model;
-  rollout::WeightUpdateReport report = s.engine->update_weights(source);
-  metrics["perf/weight_sync_shared"] = report.num_shared;
-  metrics["perf/weight_sync_copied"] = report.num_copied;
+  constexpr double kGiB = double(int64_t(1) << 30);
+  metrics["perf/weight_sync_shared"] = report.shared;
+  metrics["perf/weight_sync_copied"] = report.copied;
+  metrics["perf/weight_sync_gib"] = double(report.source_bytes) / kGiB;
+  metrics["perf/weight_sync_received_gib"] = double(report.received_bytes) / kGiB;
+  metrics["perf/weight_sync_engine_gib"] = double(report.engine_bytes) / kGiB;
+  metrics["perf/weight_sync_peak_held_gib"] = double(report.peak_held_bytes) / kGiB;
 }
 
 }  // namespace verlpp::controller

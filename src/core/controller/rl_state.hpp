@@ -57,6 +57,13 @@ struct RlTrainer::State {
   std::unique_ptr<hw::ProcessGroup> group;  // null with one rank
   train::DataParallel dp;
   bool is_writer() const { return world.rank == 0; }
+  // Rollout engines (rollout.tensor_model_parallel_size = t): ranks [e t, (e + 1) t) run engine e,
+  // split over them through `rollout_group` (null when t = 1: one whole engine per rank).
+  // Declared before `engine`, which uses it until it is destroyed.
+  int64_t rollout_tp = 1;
+  std::unique_ptr<hw::ProcessGroup> rollout_group;
+  int64_t num_engines() const { return world.world_size / rollout_tp; }
+  int64_t engine_index() const { return world.rank / rollout_tp; }
 
   std::string model_path;
   std::optional<model::Tokenizer> tokenizer;

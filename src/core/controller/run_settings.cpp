@@ -220,6 +220,7 @@ RolloutSettings rollout_at(const Config& c) {
   s.gpu_memory_utilization = read<double>(c, r + "gpu_memory_utilization");
   s.block_size = read<int64_t>(c, r + "block_size");
   s.max_num_seqs = read<int64_t>(c, r + "max_num_seqs");
+  s.tensor_model_parallel_size = read<int64_t>(c, r + "tensor_model_parallel_size");
   s.max_num_batched_tokens = read<int64_t>(c, r + "max_num_batched_tokens");
   s.log_prob_micro_batch_size_per_gpu =
       std::max<int64_t>(1, read_optional<int64_t>(c, r + "log_prob_micro_batch_size_per_gpu").value_or(8));

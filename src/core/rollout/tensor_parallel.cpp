@@ -22,4 +22,14 @@ model::DecoderLM tensor_parallel_engine_model(const model::DecoderLM& whole, con
   return model::tensor_parallel_model(whole, std::make_shared<ProcessGroupTensorParallel>(group));
 }
 
+model::DecoderLM tensor_parallel_engine_model(const model::ModelConfig& whole, const model::ModelOptions& options,
+                                              const hw::ProcessGroup& group) {
+  const model::TensorParallelLayout layout = model::tensor_parallel_layout(whole, group.world_size());
+  model::ModelOptions o = options;
+  o.requires_grad = false;
+  model::DecoderLM part(model::rank_config(whole, layout), o);
+  part.set_tensor_parallel(std::make_shared<ProcessGroupTensorParallel>(group), whole);
+  return part;
+}
+
 }  // namespace verlpp::rollout

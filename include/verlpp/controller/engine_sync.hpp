@@ -1,0 +1,52 @@
+// The hybrid engine's transition: the trainer's current weights into a rollout engine, from
+// whatever layout the trainer keeps them in to whatever layout the engine runs (the 3D reshard).
+//
+// - Trainer layouts: a whole model on every rank (replicated, ZeRO-1), or flat per-unit shards
+//   (train::ShardedWeights: ZeRO-2/3, offload).
+// - Engine layouts: the whole model, or one rank's tensor-parallel slices (rollout/tensor_parallel.hpp).
+//
+// From units, each unit (one decoder layer, or the embedding/norm/head unit) is gathered whole
+// on every rank (an all-gather: the only collective the plugin ABI offers that a slice can be
+// cut from), handed to the engine, which keeps its slice of each tensor, and freed before the
+// next unit: no rank ever holds the whole model besides the engine's own part, and the extra
+// memory at any moment is one unit. From a whole model nothing moves between ranks; a split
+// engine cuts its slices one tensor at a time.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace verlpp::model {
+class DecoderLM;
+}
+namespace verlpp::rollout {
+class RolloutEngine;
+}
+namespace verlpp::train {
+class ShardedWeights;
+}
+
+namespace verlpp::controller {
+
+// What one sync did on this rank.
+struct EngineSyncReport {
+  int64_t shared = 0;           // engine parameters now sharing the trainer's storage (no copy)
+  int64_t copied = 0;           // engine parameters written into the engine's own buffers
+  int64_t received_bytes = 0;   // bytes this rank received from the other ranks (unit all-gathers)
+  int64_t engine_bytes = 0;     // bytes written into the engine's own buffers (its slices, or whole tensors)
+  int64_t source_bytes = 0;     // bytes of the whole weights the engine was given (every unit, every tensor)
+  int64_t peak_held_bytes = 0;  // the largest transient gathered unit (memory held beyond the engine and the shards)
+  double seconds = 0;
+  std::vector<double> unit_seconds;  // from units: each unit's gather, slicing and copy, in unit order
+};
+
+// Unit by unit from sharded or offloaded weights (collective over the units' ranks); the engine
+// copies what it keeps. Offloaded units must have been reloaded by the caller.
+EngineSyncReport sync_engine_from_units(train::ShardedWeights& units, rollout::RolloutEngine& engine);
+
+// From a whole model on this rank. A whole engine in `source`'s dtype and device shares its
+// tensors and tracks its version (RolloutEngine::update_weights(model)); a split engine copies
+// its slices.
+EngineSyncReport sync_engine_from_model(const model::DecoderLM& source, rollout::RolloutEngine& engine);
+
+}  // namespace verlpp::controller

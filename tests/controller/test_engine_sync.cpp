@@ -1,0 +1,177 @@
+// The trainer -> engine sync (controller/engine_sync.hpp) across layouts, on cpu_ref's Gloo
+// communicator with ranks as threads: ZeRO-3 shards over 4 ranks into whole engines, into two
+// engines of 2 ranks and into one engine of 4; a whole model into a split engine. Each rank's
+// engine parameters are compared bit for bit with the slices cut from the whole weights by
+// model::tensor_parallel_slice; the report's bytes against sums over the units' own layout.
+#include <verlpp/controller/engine_sync.hpp>
+#include <verlpp/model/tensor_parallel.hpp>
+#include <verlpp/rollout/engine.hpp>
+#include <verlpp/rollout/tensor_parallel.hpp>
+#include <verlpp/train/data_parallel.hpp>
+#include <verlpp/train/sharded_weights.hpp>
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/equal.h>
+
+#include "../group_ranks.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+using namespace verlpp;
+
+#if VERLPP_CPU_REF_HAS_GLOO
+
+namespace {
+
+// The tiny model with an untied LM head over a vocabulary 4 ranks do not divide (the last
+// rank's slice is padded), seeded alike on every rank.
+model::DecoderLM whole_model() {
+  model::ModelConfig c = model::load_model_config(std::string(VERLPP_SOURCE_DIR) + "/examples/tiny");
+  c.tie_word_embeddings = false;
+  c.vocab_size = 381;
+  model::DecoderLM m(c);
+  m.init_weights(11);
+  return m;
+}
+
+rollout::EngineOptions small_pool() {
+  rollout::EngineOptions o;
+  o.kv_token_budget = 256;
+  return o;
+}
+
+// What each rank found: mismatching parameters, and its report.
+struct RankResult {
+  std::vector<std::string> mismatches;
+  controller::EngineSyncReport report;
+  int64_t engine_param_bytes = 0;
+  bool released_all = false;
+};
+
+// Compares the engine's parameters with the slices of `whole` for tensor-parallel rank `tp_rank`
+// of `tp` (whole tensors when tp = 1).
+std::vector<std::string> compare_to_slices(const rollout::RolloutEngine& engine, const model::DecoderLM& whole,
+                                           int64_t tp, int64_t tp_rank) {
+  std::vector<std::string> bad;
+  const model::ModelConfig& c = whole.config();
+  const model::TensorParallelLayout layout = model::tensor_parallel_layout(c, tp);
+  for (const auto& [name, p] : engine.model().named_parameters()) {
+    const at::Tensor full = whole.parameter(name).detach();
+    const at::Tensor want = tp > 1 ? model::tensor_parallel_slice(c, layout, name, full, tp_rank) : full;
+    if (!at::equal(p.detach().contiguous(), want.contiguous())) bad.push_back(name);
+  }
+  return bad;
+}
+
+int64_t parameter_bytes(const model::DecoderLM& m) {
+  int64_t b = 0;
+  for (const auto& [name, p] : m.named_parameters()) b += p.numel() * int64_t(p.element_size());
+  return b;
+}
+
+// Four ranks, ZeRO-3 shards of the whole model, engines of `tp` ranks each.
+std::vector<RankResult> sync_from_shards(int64_t tp) {
+  constexpr int32_t kWorld = 4;
+  const model::DecoderLM whole = whole_model();
+  std::vector<RankResult> results(kWorld);
+  test::run_group_ranks(kWorld, [&](const hw::ProcessGroup& group) {
+    at::NoGradGuard no_grad;
+    train::ShardedWeightsOptions o;
+    o.dtype = at::kFloat;
+    o.dp = train::DataParallel(&group, c10::Device(c10::kCPU));
+    o.shard = true;
+    o.gather_per_use = true;
+    o.trainable = false;
+    train::ShardedWeights units(whole_model(), o);
+    std::unique_ptr<hw::ProcessGroup> engine_group;
+    const int64_t engine = group.rank() / tp;
+    if (tp > 1) {
+      std::vector<int32_t> members;
+      for (int64_t r = engine * tp; r < (engine + 1) * tp; ++r) members.push_back(int32_t(r));
+      engine_group = group.subgroup(members, "sync-test/engine" + std::to_string(engine));
+    }
+    model::ModelOptions mo;
+    rollout::RolloutEngine eng(tp > 1 ? rollout::tensor_parallel_engine_model(whole.config(), mo, *engine_group)
+                                      : model::DecoderLM(whole.config(), mo),
+                               small_pool());
+    RankResult& r = results[size_t(group.rank())];
+    r.report = controller::sync_engine_from_units(units, eng);
+    r.mismatches = compare_to_slices(eng, whole, tp, group.rank() % tp);
+    r.engine_param_bytes = parameter_bytes(eng.model());
+    // The reverse direction: the engine gives its memory back until the next sync.
+    eng.release_weights();
+    r.released_all = std::all_of(eng.model().named_parameters().begin(), eng.model().named_parameters().end(),
+                                 [](const auto& item) { return item.second.storage().nbytes() == 0; });
+  });
+  return results;
+}
+
+}  // namespace
+
+TEST_CASE("engine sync: ZeRO-3 shards give each rank exactly its tensor-parallel slices", "[controller][tp]") {
+  const model::DecoderLM whole = whole_model();
+  const int64_t whole_bytes = parameter_bytes(whole);
+  // The units' own layout: 4 layers and the outer unit, each padded to a multiple of 4 ranks.
+  int64_t padded_total = 0, largest_unit = 0;
+  {
+    train::ShardedWeightsOptions o;
+    o.dtype = at::kFloat;
+    train::ShardedWeights one(whole_model(), o);
+    for (int64_t u = 0; u < one.num_units(); ++u) {
+      const int64_t padded = (one.padded_elements(u) + 3) / 4 * 4;
+      padded_total += padded;
+      largest_unit = std::max(largest_unit, padded * 4);
+    }
+  }
+  for (const int64_t tp : {1, 2, 4}) {
+    INFO("engines of " << tp << " rank(s) over 4 ranks");
+    const std::vector<RankResult> results = sync_from_shards(tp);
+    for (const RankResult& r : results) {
+      CHECK(r.mismatches.empty());
+      if (!r.mismatches.empty()) FAIL_CHECK("first mismatching parameter: " << r.mismatches.front());
+      CHECK(r.report.shared == 0);
+      CHECK(r.report.source_bytes == whole_bytes);
+      // Every unit was all-gathered: 3 of its 4 shards came from the other ranks.
+      CHECK(r.report.received_bytes == padded_total / 4 * 3 * 4);
+      // No more than one unit held at a time, and far less than the whole model.
+      CHECK(r.report.peak_held_bytes == largest_unit);
+      CHECK(r.report.peak_held_bytes < whole_bytes / 2);
+      // The engine keeps its slice: 1/tp of the split tensors (plus the norms, whole everywhere).
+      CHECK(r.report.engine_bytes == r.engine_param_bytes);
+      if (tp == 1) CHECK(r.report.engine_bytes == whole_bytes);
+      if (tp > 1) CHECK(r.report.engine_bytes < whole_bytes / tp + whole_bytes / 50);
+      CHECK(r.released_all);
+    }
+  }
+}
+
+TEST_CASE("engine sync: a whole model gives a split engine its slices, nothing moving between ranks",
+          "[controller][tp]") {
+  const model::DecoderLM whole = whole_model();
+  std::vector<RankResult> results(2);
+  test::run_group_ranks(2, [&](const hw::ProcessGroup& group) {
+    rollout::RolloutEngine eng(rollout::tensor_parallel_engine_model(whole.config(), model::ModelOptions{}, group),
+                               small_pool());
+    RankResult& r = results[size_t(group.rank())];
+    r.report = controller::sync_engine_from_model(whole, eng);
+    r.mismatches = compare_to_slices(eng, whole, 2, group.rank());
+    r.engine_param_bytes = parameter_bytes(eng.model());
+  });
+  for (const RankResult& r : results) {
+    CHECK(r.mismatches.empty());
+    CHECK(r.report.received_bytes == 0);
+    CHECK(r.report.shared == 0);  // a split engine never aliases the trainer's tensors
+    CHECK(r.report.engine_bytes == r.engine_param_bytes);
+  }
+  // A whole engine in the source's dtype shares every tensor but the ones it fuses.
+  rollout::RolloutEngine shared(model::DecoderLM(whole.config(), model::ModelOptions{}), small_pool());
+  const controller::EngineSyncReport report = controller::sync_engine_from_model(whole, shared);
+  CHECK(report.shared > 0);
+  CHECK(report.shared + report.copied == int64_t(whole.named_parameters().size()));
+  CHECK(report.engine_bytes < parameter_bytes(whole));
+  CHECK(compare_to_slices(shared, whole, 1, 0).empty());
+}
+
+#endif  // VERLPP_CPU_REF_HAS_GLOO
