@@ -198,11 +198,36 @@ TEST_CASE("memory plan: a plan larger than the device is refused, naming what wo
   // Per parameter: 2 B of weights, 4 of masters, 8 of moments, 2 of reference, halved.
   CHECK(double(controller::plan_memory(sharded).resident_bytes()) == Approx(8.0 * p).epsilon(1e-3));
   CHECK_NOTHROW(controller::check_memory_plan(sharded, "cuda:0"));
-  // A 72B-like shape: its training state shards, but the engine holds the whole model on every rank.
+  // A 72B-like shape: its training state shards, but a whole engine alone takes the device; the
+  // hint splits the engine as well, and the plan it names fits.
   controller::MemoryPlanInputs huge = in;
   huge.model = shape(test::qwen_72b_like_fields());
-  CHECK_THROWS_WITH(controller::check_memory_plan(huge, "cuda:0"),
-                    Contains("no offload, micro-batch, KV budget or ZeRO-3 rank count makes it fit") &&
+  std::string hint;
+  try {
+    controller::check_memory_plan(huge, "cuda:0");
+  } catch (const verlpp::Error& e) {
+    hint = e.what();
+  }
+  INFO(hint);
+  const std::string split_key = "actor_rollout_ref.rollout.tensor_model_parallel_size=";
+  REQUIRE(hint.find("it would fit with trainer.zero_stage=3 " + split_key) != std::string::npos);
+  const size_t at = hint.find(split_key) + split_key.size();
+  const int64_t tp = std::stoll(hint.substr(at));
+  const size_t ranks_at = hint.find(" on ", at) + 4;
+  const int64_t ranks = std::stoll(hint.substr(ranks_at));
+  CHECK(ranks % tp == 0);
+  controller::MemoryPlanInputs split = huge;
+  split.actor_layout.zero_stage = split.ref_layout.zero_stage = split.critic_layout.zero_stage = 3;
+  split.world_size = ranks;
+  split.rollout_tp = tp;
+  CHECK_NOTHROW(controller::check_memory_plan(split, "cuda:0"));
+  split.rollout_tp = 1;  // the same ranks with whole engines do not fit
+  CHECK_THROWS(controller::check_memory_plan(split, "cuda:0"));
+  // On a device smaller than the most split engine's part, nothing fits; the reason names the engine.
+  controller::MemoryPlanInputs tiny_device = huge;
+  tiny_device.device_total_bytes = 2 * kGiB;
+  CHECK_THROWS_WITH(controller::check_memory_plan(tiny_device, "cuda:0"),
+                    Contains("no offload, micro-batch, KV budget, ZeRO-3 rank count or engine split makes it fit") &&
                         Contains("the rollout engine holds the whole model on every rank (135."));
   // An engine in another dtype than the compute copy holds its own weights; the hint says so.
   controller::MemoryPlanInputs cast = offload;

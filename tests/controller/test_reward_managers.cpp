@@ -75,7 +75,8 @@ Config small(const std::vector<std::string>& more = {}) {
   Config c = Config::defaults();
   c.apply_overrides({"data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",
-                     "algorithm.adv_estimator=grpo", "data.max_response_length=100"});
+                     "algorithm.adv_estimator=grpo", "data.max_response_length=100",
+                     "actor_rollout_ref.rollout.tensor_model_parallel_size=1"});
   c.apply_overrides(more);
   c.resolve();
   return c;

@@ -58,6 +58,12 @@ TEST_CASE("verlpp plan: the default run fits; a 7B shape on one 140 GiB device d
   INFO(sharded.output);
   CHECK_THAT(sharded.output, Contains("actor weight shard") && Contains("actor AdamW moments, shard") &&
                                  Contains("gathered units") && !Contains("would fit with"));
+  // A split engine holds one rank's slice (7B: 28 heads, 4 KV heads split over 2 ranks).
+  const auto split =
+      verlpp::e2e::run_cli(args + " trainer.zero_stage=3 actor_rollout_ref.rollout.tensor_model_parallel_size=2 --nproc 2");
+  INFO(split.output);
+  CHECK_THAT(split.output, Contains("rollout engine weights (1/2 slice, bfloat16)") &&
+                               Contains("tensor_model_parallel_size 2") && !Contains("would fit with"));
   CHECK(std::system(("rm -rf " + dir).c_str()) == 0);
 }
 
