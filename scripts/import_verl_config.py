@@ -49,6 +49,9 @@ OVERLAY = {
     "trainer.nnodes": None,
     "trainer.n_gpus_per_node": None,
     "trainer.device": "auto",
+    # verl's 2 does not fit one rank (verl refuses it there too): one whole engine per rank
+    # fits any launch; a script that sets it gets what it sets.
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
     # verl's FSDP worker reads fsdp_config.mixed_precision when present; verlpp's tree has it.
     "actor_rollout_ref.actor.fsdp_config.mixed_precision": dict(MIXED_PRECISION),
     "critic.model.fsdp_config.mixed_precision": dict(MIXED_PRECISION),

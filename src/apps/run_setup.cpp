@@ -123,6 +123,9 @@ bool launch_ranks_if_asked(const std::string& subcommand, const controller::Conf
   if (nproc <= 1) return false;
   // A layout or batch that cannot work is refused before any rank starts.
   const controller::RunSettings settings = controller::parse_run_settings(config, nproc, nproc);
+  // The engine split against the model's shape, where its config is already there.
+  if (settings.model.path && files::is_file(files::join(*settings.model.path, "config.json")))
+    controller::check_rollout_split(settings, model::load_model_config(*settings.model.path));
   std::vector<std::string> args;
   if (demo) args.push_back("--demo");
   args.insert(args.end(), given_args.begin(), given_args.end());

@@ -149,20 +149,21 @@ TEST_CASE("validate: inconsistent values are refused before any work, all at onc
   CHECK_THROWS_WITH(unset.validate(1), Contains("must be set"));
   unset.set("actor_rollout_ref.actor.use_dynamic_bsz", true);
   CHECK_NOTHROW(unset.validate(1));
-  // The rollout's engines: tensor_model_parallel_size ranks each, dividing the ranks (verl's
-  // default of 2 does not fit one rank, as in verl).
-  Config verl_default = small_valid();
-  verl_default.set("actor_rollout_ref.rollout.tensor_model_parallel_size", 2);
-  CHECK_THROWS_WITH(verl_default.validate(1),
+  // The rollout's engines: tensor_model_parallel_size ranks each, dividing the ranks (a verl
+  // script's 2 does not fit one rank, as in verl); unset, verlpp's default is 1.
+  CHECK(Config::defaults().get<int64_t>("actor_rollout_ref.rollout.tensor_model_parallel_size") == 1);
+  Config split = small_valid();
+  split.set("actor_rollout_ref.rollout.tensor_model_parallel_size", 2);
+  CHECK_THROWS_WITH(split.validate(1),
                     Contains("tensor_model_parallel_size = 2 splits each rollout engine over 2 ranks, but the run has "
                              "1 rank(s) (1 node(s) x 1 per node)") &&
                         Contains("set it to a divisor of 1"));
-  CHECK_NOTHROW(verl_default.validate(2));
-  CHECK_NOTHROW(verl_default.validate(4));
-  verl_default.set("actor_rollout_ref.rollout.tensor_model_parallel_size", 3);
-  CHECK_THROWS_WITH(verl_default.validate(4), Contains("tensor_model_parallel_size = 3 splits each rollout engine"));
-  verl_default.set("actor_rollout_ref.rollout.tensor_model_parallel_size", 0);
-  CHECK_THROWS_WITH(verl_default.validate(4), Contains("tensor_model_parallel_size = 0 must be >= 1"));
+  CHECK_NOTHROW(split.validate(2));
+  CHECK_NOTHROW(split.validate(4));
+  split.set("actor_rollout_ref.rollout.tensor_model_parallel_size", 3);
+  CHECK_THROWS_WITH(split.validate(4), Contains("tensor_model_parallel_size = 3 splits each rollout engine"));
+  split.set("actor_rollout_ref.rollout.tensor_model_parallel_size", 0);
+  CHECK_THROWS_WITH(split.validate(4), Contains("tensor_model_parallel_size = 0 must be >= 1"));
   // The layout: null takes the launched one; set values must match it, both layouts named.
   CHECK_NOTHROW(small_valid().validate(2));
   Config pinned = small_valid();

@@ -44,7 +44,8 @@ Config resolved(const std::vector<std::string>& overrides) {
 const std::vector<std::string> kWithCritic = {"data.train_batch_size=8",
                                               "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                                               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-                                              "critic.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",
+                                              "critic.ppo_micro_batch_size_per_gpu=2",
+                                              "actor_rollout_ref.rollout.n=2",
                                               "actor_rollout_ref.rollout.tensor_model_parallel_size=1"};
 
 // GRPO with the branches the first config does not take: clip_ratio as the fallback of unset

@@ -54,11 +54,11 @@ Target config_target() {
   t.name = "config";
   t.file_name = "run.json";
   t.seeds = [] {
-    json small = {
-        {"data", {{"train_batch_size", 8}, {"max_prompt_length", 16}}},
-        {"actor_rollout_ref",
-         {{"rollout", {{"n", 4}, {"tensor_model_parallel_size", 1}}}, {"actor", {{"ppo_mini_batch_size", 4}, {"ppo_micro_batch_size_per_gpu", 2}}}}},
-        {"trainer", {{"total_training_steps", "${data.train_batch_size}"}}}};
+    json small = {{"data", {{"train_batch_size", 8}, {"max_prompt_length", 16}}},
+                  {"actor_rollout_ref",
+                   {{"rollout", {{"n", 4}, {"tensor_model_parallel_size", 1}}},
+                    {"actor", {{"ppo_mini_batch_size", 4}, {"ppo_micro_batch_size_per_gpu", 2}}}}},
+                  {"trainer", {{"total_training_steps", "${data.train_batch_size}"}}}};
     return std::vector<std::string>{source_file("examples/arith/grpo_tiny.json"),
                                     source_file("examples/gsm8k/grpo_qwen2.5_0.5b.json"),
                                     source_file("examples/gsm8k/ppo_qwen2.5_0.5b.json"), small.dump()};
@@ -218,12 +218,14 @@ Target config_yaml_target() {
   t.file_name = "run.yaml";
   t.seeds = [] {
     const std::string valid_run =
-        "data:\n  train_batch_size: 8\n  max_prompt_length: 16\nactor_rollout_ref:\n  rollout: {n: 4, tensor_model_parallel_size: 1}\n"
+        "data:\n  train_batch_size: 8\n  max_prompt_length: 16\nactor_rollout_ref:\n  rollout: {n: 4, "
+        "tensor_model_parallel_size: 1}\n"
         "  actor:\n    ppo_mini_batch_size: 4\n    ppo_micro_batch_size_per_gpu: 2\n    optim: {lr: 1e-6}\n";
     return std::vector<std::string>{
         "hydra:\n  searchpath: [file://verl/trainer/config]\ndefaults:\n  - ppo_trainer\n  - _self_\n" + valid_run,
         // Free-form YAML under a section verlpp accepts with no effect (vLLM's engine arguments).
-        "data:\n  train_batch_size: 8\n  max_prompt_length: 16\nactor_rollout_ref:\n  rollout:\n    n: 4\n    tensor_model_parallel_size: 1\n"
+        "data:\n  train_batch_size: 8\n  max_prompt_length: 16\nactor_rollout_ref:\n  rollout:\n    n: 4\n    "
+        "tensor_model_parallel_size: 1\n"
         "    engine_kwargs:\n      vllm:\n        base: &b {x: 1, y: 0x1F}\n"
         "        merged: {<<: *b, y: 1:30}\n        list: &l [yes, ~, .inf, 0755, 1_000, 'q', \"d\"]\n"
         "        copy: *l\n        ref: ${oc.select:data.max_prompt_length,1}\n        rel: ${.merged.x}\n"

@@ -17,6 +17,10 @@
 #include <string>
 #include <vector>
 
+namespace verlpp::model {
+struct ModelConfig;
+}
+
 namespace verlpp::controller {
 
 // <role>.optim (and sft.optim): AdamW and its learning-rate schedule.
@@ -281,6 +285,11 @@ struct RunSettings {
 // Checks `config` (resolved) for a run of `world_size` ranks, `ranks_per_node` per machine
 // (Config::validate, every problem at once), then reads every field. Errors name the key.
 RunSettings parse_run_settings(const Config& config, int world_size = 1, int ranks_per_node = 0);
+
+// The rollout's engine split (rollout.tensor_model_parallel_size) against the model's shape: an
+// Error naming the key, the model folder and the dimension that does not split (heads, KV
+// heads, MLP width; only language models split).
+void check_rollout_split(const RunSettings& settings, const model::ModelConfig& model);
 
 // rm_train.* (`verlpp train-rm` also reads parse_run_settings' data.tokenizer, trainer.* and
 // sft.*). Errors name the key.

@@ -228,7 +228,7 @@ const char* default_config_text() {
       "enforce_eager": false,
       "cudagraph_capture_sizes": null,
       "free_cache_engine": true,
-      "tensor_model_parallel_size": 2,
+      "tensor_model_parallel_size": 1,
       "data_parallel_size": 1,
       "expert_parallel_size": 1,
       "pipeline_model_parallel_size": 1,

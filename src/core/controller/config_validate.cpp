@@ -228,7 +228,7 @@ void check_layout(const Config& c, int world_size, int ranks_per_node, Problems&
         asked_nodes, asked_per_node, asked_nodes * asked_per_node, nodes, ranks_per_node, world_size);
   }
   // The rollout's layout: engines of t ranks each, as many as fit the world (verl refuses a
-  // world its rollout size does not divide, so does this).
+  // world its rollout size does not divide, so does this; verl's default of 2 is 1 here).
   const int64_t tp = c.get<int64_t>("actor_rollout_ref.rollout.tensor_model_parallel_size");
   if (tp < 1)
     p.add("actor_rollout_ref.rollout.tensor_model_parallel_size = {} must be >= 1 (ranks per rollout engine)", tp);
@@ -236,7 +236,7 @@ void check_layout(const Config& c, int world_size, int ranks_per_node, Problems&
     p.add(
         "actor_rollout_ref.rollout.tensor_model_parallel_size = {} splits each rollout engine over {} ranks, but the "
         "run has {} rank(s) ({} node(s) x {} per node), which is not a multiple of {}: set it to a divisor of {} "
-        "(1: one whole engine per rank; verl's default when unset is 2), or launch a multiple of {} ranks",
+        "(1: one whole engine per rank), or launch a multiple of {} ranks",
         tp, tp, world_size, nodes, ranks_per_node, tp, world_size, tp);
   if (c.get<bool>("sft.enable") && c.get<int64_t>("sft.batch_size") % world_size != 0)
     p.add("sft.batch_size = {} does not split over {} rank(s)", c.get<int64_t>("sft.batch_size"), world_size);

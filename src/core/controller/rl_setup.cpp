@@ -278,13 +278,8 @@ std::unique_ptr<RewardManager> make_reward_manager(const RlTrainer::State& s, co
 // and, with t > 1, joins this rank's engine group (ranks [e t, (e + 1) t)). Config::validate
 // has checked that t divides the ranks.
 void join_rollout_group(RlTrainer::State& s, const model::ModelConfig& mc) {
+  check_rollout_split(s.settings, mc);
   const int64_t tp = s.settings.rollout.tensor_model_parallel_size;
-  try {
-    model::tensor_parallel_layout(mc, tp);
-  } catch (const Error& e) {
-    throw Error("actor_rollout_ref.rollout.tensor_model_parallel_size",
-                fmt::format("the model {} does not split over {} ranks per engine: {}", s.model_path, tp, e.message()));
-  }
   s.rollout_tp = tp;
   if (tp == 1) return;
   std::vector<int32_t> members;

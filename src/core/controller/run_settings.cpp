@@ -6,6 +6,7 @@
 #include <verlpp/controller/loggers.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/model/decoder.hpp>
+#include <verlpp/model/tensor_parallel.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -545,6 +546,17 @@ RmTrainSettings parse_rm_train_settings(const Config& c) {
   s.optim = optim_at(c, r + "optim", r + "optim.grad_clip");
   s.optim.min_lr_ratio = read<double>(c, r + "optim.min_lr_ratio");
   return s;
+}
+
+void check_rollout_split(const RunSettings& settings, const model::ModelConfig& model) {
+  const int64_t tp = settings.rollout.tensor_model_parallel_size;
+  try {
+    model::tensor_parallel_layout(model, tp);
+  } catch (const Error& e) {
+    throw Error("actor_rollout_ref.rollout.tensor_model_parallel_size",
+                fmt::format("the model {} does not split over {} ranks per engine: {}",
+                            settings.model.path.value_or(model.architecture), tp, e.message()));
+  }
 }
 
 }  // namespace verlpp::controller
