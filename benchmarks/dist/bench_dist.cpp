@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_ranks.hpp"
+
 #include <malloc.h>
 
 #include <algorithm>
@@ -192,12 +194,7 @@ json time_collectives(const Options& o, const hw::ProcessGroup& g) {
 
 int run_rank(const Options& o) {
   const hw::WorldInfo world = hw::world_from_environment();
-  const hw::Plugin& plugin = hw::plugin_named(o.plugin);
-  // One process per device on accelerators; cpu_ref's ranks share its one host "device".
-  const int32_t device = plugin.torch_device_type() == "cpu" ? 0 : world.local_rank;
-  hw::ProcessGroupOptions options;
-  options.timeout = std::chrono::milliseconds(120000);
-  auto group = hw::ProcessGroup::create(world, hw::Device(plugin, device), options);
+  auto group = bench::join_bench_group(o.plugin, std::chrono::milliseconds(120000));
   const train::DataParallel dp(group.get(), c10::Device(c10::kCPU));
   train::ShardingOptions sharding;
   sharding.zero_stage = o.zero_stage;
@@ -228,18 +225,7 @@ int run_launcher(const Options& o) {
   const json single_all = time_train_step(o, train::DataParallel());
   const json single =
       single_1["tokens_per_s"].get<double>() >= single_all["tokens_per_s"].get<double>() ? single_1 : single_all;
-  controller::LaunchOptions l;
-  l.nproc = o.nproc;
-  l.argv = o.argv;
-  l.argv[0] = "/proc/self/exe";
-  l.grace = std::chrono::milliseconds(10000);
-  const std::string result_file = fmt::format("/tmp/verlpp-bench-dist-{}.json", ::getpid());
-  l.argv.insert(l.argv.end(), {"--result-file", result_file});
-  const controller::LaunchResult r = controller::launch_local(l);
-  if (!r.ok()) throw Error("verlpp-bench-dist", r.summary());
-  std::ifstream in(result_file);
-  json ranks = json::parse(in);
-  std::remove(result_file.c_str());
+  const json ranks = bench::launch_bench_ranks("verlpp-bench-dist", o.argv, o.nproc);
 
   std::cout << fmt::format("\ncollectives through the {} communicator, {} ranks (median of {}; busbw as nccl-tests)\n",
                            o.plugin, o.nproc, o.reps);

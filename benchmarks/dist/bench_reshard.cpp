@@ -11,10 +11,6 @@
 // times over; the whole model's figures are then the measured outer unit plus L x the measured
 // mean layer (time), and exact sums over the whole shape's units (bytes).
 #include <verlpp/controller/engine_sync.hpp>
-#include <verlpp/controller/launcher.hpp>
-#include <verlpp/hw/plugin_registry.hpp>
-#include <verlpp/hw/process_group.hpp>
-#include <verlpp/hw/world.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/model/tensor_parallel.hpp>
 #include <verlpp/rollout/engine.hpp>
@@ -26,18 +22,19 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/zeros.h>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../rollout/bench_options.hpp"
+#include "bench_ranks.hpp"
 
 using namespace verlpp;
 using json = nlohmann::json;
@@ -53,58 +50,12 @@ struct Options {
   std::vector<std::string> argv;
 };
 
-std::vector<int64_t> parse_list(const std::string& text) {
-  std::vector<int64_t> out;
-  std::istringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
-    try {
-      out.push_back(std::stoll(item));
-    } catch (const std::exception&) {
-      throw Error("--tp", fmt::format("'{}' is not a comma-separated list of sizes", text));
-    }
-  }
-  return out;
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 0; i < argc; ++i) o.argv.push_back(argv[i]);
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw Error(a, "needs a value");
-      return argv[++i];
-    };
-    if (a == "--nproc")
-      o.nproc = std::stoi(value());
-    else if (a == "--reps")
-      o.reps = std::stoi(value());
-    else if (a == "--layers")
-      o.layers = std::stoll(value());
-    else if (a == "--shape")
-      o.shape = value();
-    else if (a == "--source")
-      o.source = value();
-    else if (a == "--dtype")
-      o.dtype = value();
-    else if (a == "--plugin")
-      o.plugin = value();
-    else if (a == "--tp")
-      o.tp = parse_list(value());
-    else if (a == "--json")
-      o.json_path = value();
-    else if (a == "--result-file")
-      o.result_file = value();
-    else
-      throw Error(a, "unknown option (see the top of benchmarks/dist/bench_reshard.cpp)");
-  }
-  if (o.nproc < 1 || o.reps < 1 || o.layers < 0)
-    throw Error("options", "--nproc and --reps must be >= 1, --layers >= 0");
+// Checks what CLI11 cannot: the source's name and that every engine size divides the ranks.
+void check(const Options& o) {
   if (o.source != "zero3" && o.source != "replicated")
     throw Error("--source", fmt::format("'{}' is not zero3 or replicated", o.source));
   for (const int64_t t : o.tp)
     if (t < 1 || o.nproc % t != 0) throw Error("--tp", fmt::format("{} does not divide --nproc {}", t, o.nproc));
-  return o;
 }
 
 // A built-in shape by name, or "tiny" (examples/tiny).
@@ -167,16 +118,13 @@ double max_over_ranks(const hw::ProcessGroup& g, double x) {
 int run_rank(const Options& o) {
   at::NoGradGuard no_grad;
   const hw::WorldInfo world = hw::world_from_environment();
-  const hw::Plugin& plugin = hw::plugin_named(o.plugin);
-  const int32_t device = plugin.torch_device_type() == "cpu" ? 0 : world.local_rank;
   at::set_num_threads(int(std::max<unsigned>(1, std::thread::hardware_concurrency() / unsigned(world.world_size))));
-  hw::ProcessGroupOptions options;
-  options.timeout = std::chrono::milliseconds(600000);
-  auto group = hw::ProcessGroup::create(world, hw::Device(plugin, device), options);
+  auto group = bench::join_bench_group(o.plugin, std::chrono::milliseconds(600000));
   const model::ModelConfig c = measured_config(o);
   model::ModelOptions mo;
   mo.dtype = model::dtype_from_name(o.dtype);
-  mo.device = plugin.torch_device_type() == "cpu" ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, device);
+  mo.device = hw::plugin_named(o.plugin).torch_device_type() == "cpu" ? c10::Device(c10::kCPU)
+                                                                      : c10::Device(c10::kCUDA, world.local_rank);
 
   // The trainer's side: ZeRO-3 shards built from a whole model (freed again), or the whole model.
   std::unique_ptr<train::ShardedWeights> units;
@@ -263,18 +211,7 @@ int run_launcher(const Options& o) {
       "verlpp-bench-reshard: {} ranks on plugin {}, shape {} ({} of its {} layers built), {}, trainer weights {}\n",
       o.nproc, o.plugin, o.shape, c.num_hidden_layers, shape_config(o.shape).num_hidden_layers, o.dtype,
       o.source == "zero3" ? "as ZeRO-3 shards" : "whole on every rank");
-  controller::LaunchOptions l;
-  l.nproc = o.nproc;
-  l.argv = o.argv;
-  l.argv[0] = "/proc/self/exe";
-  l.grace = std::chrono::milliseconds(10000);
-  const std::string result_file = fmt::format("/tmp/verlpp-bench-reshard-{}.json", ::getpid());
-  l.argv.insert(l.argv.end(), {"--result-file", result_file});
-  const controller::LaunchResult r = controller::launch_local(l);
-  if (!r.ok()) throw Error("verlpp-bench-reshard", r.summary());
-  std::ifstream in(result_file);
-  const json rows = json::parse(in);
-  std::remove(result_file.c_str());
+  const json rows = bench::launch_bench_ranks("verlpp-bench-reshard", o.argv, o.nproc);
   constexpr double kMiB = 1024.0 * 1024.0;
   std::cout << fmt::format("{:>4} {:>10} {:>14} {:>14} {:>14} {:>16} {:>14} {:>16} {:>16}\n", "tp", "sync s",
                            "received MiB", "engine MiB", "unit held MiB", "RSS growth MiB", "whole-shape s",
@@ -307,8 +244,23 @@ int run_launcher(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  Options o;
+  for (int i = 0; i < argc; ++i) o.argv.push_back(argv[i]);
+  CLI::App app{"verlpp-bench-reshard: the trainer -> rollout-engine weight sync over N local ranks"};
+  app.add_option("--shape", o.shape, "qwen2.5-0.5b, qwen2.5-7b or tiny (examples/tiny)");
+  app.add_option("--layers", o.layers, "decoder layers to build (0: the shape's own depth)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--nproc", o.nproc, "local ranks")->check(CLI::PositiveNumber);
+  app.add_option("--tp", o.tp, "engine sizes to sync into (comma-separated, each dividing --nproc)")->delimiter(',');
+  app.add_option("--source", o.source, "the trainer's layout: zero3 (shards) or replicated (whole on every rank)");
+  app.add_option("--dtype", o.dtype, "the weights' dtype (bfloat16, float32)");
+  app.add_option("--reps", o.reps, "syncs per layout (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--plugin", o.plugin, "the plugin whose communicator the ranks use");
+  app.add_option("--json", o.json_path, "also write the figures as JSON here");
+  app.add_option("--result-file", o.result_file, "internal: where rank 0 writes its figures")->group("");
+  CLI11_PARSE(app, argc, argv);
   try {
-    const Options o = parse(argc, argv);
+    check(o);
     return std::getenv("RANK") != nullptr ? run_rank(o) : run_launcher(o);
   } catch (const std::exception& e) {
     std::cerr << "verlpp-bench-reshard: error: " << e.what() << "\n";
