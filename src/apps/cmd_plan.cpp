@@ -60,16 +60,21 @@ void run_plan(const std::vector<std::string>& args, int nproc, double device_gib
               .memory_info()
               .second;
   }
+  controller::check_rollout_split(rs, mc);
   const controller::MemoryPlanInputs inputs = controller::plan_inputs(rs, mc, nproc, accelerator, total);
   const controller::MemoryPlan plan = controller::plan_memory(inputs);
-  std::cout << fmt::format("model {} ({:.3f}B parameters), {} rank(s), ZeRO stage {}, param_dtype {}\n", *rs.model.path,
-                           double(model::parameter_count(mc)) / 1e9, nproc,
-                           nproc > 1 ? inputs.actor_layout.zero_stage : 0, model::dtype_name(inputs.param_dtype));
+  const int64_t tp = rs.rollout.tensor_model_parallel_size;
+  std::cout << fmt::format("model {} ({:.3f}B parameters), {} rank(s), ZeRO stage {}, param_dtype {}{}\n",
+                           *rs.model.path, double(model::parameter_count(mc)) / 1e9, nproc,
+                           nproc > 1 ? inputs.actor_layout.zero_stage : 0, model::dtype_name(inputs.param_dtype),
+                           tp > 1 ? fmt::format(", {} rollout engine(s) of {} ranks", nproc / tp, tp) : std::string());
   std::cout << controller::format_memory_plan(plan, device_name);
   if (total > 0 && plan.peak_stage().total() > total) {
     const std::string hint = controller::memory_fix_hint(inputs);
-    std::cout << (hint.empty() ? std::string("no offload, micro-batch, KV budget or ZeRO-3 rank count makes it fit\n")
-                               : "would fit with " + hint + "\n");
+    std::cout << (hint.empty()
+                      ? std::string(
+                            "no offload, micro-batch, KV budget, ZeRO-3 rank count or engine split makes it fit\n")
+                      : "would fit with " + hint + "\n");
   }
 }
 

@@ -63,7 +63,8 @@ TEST_CASE("verlpp plan: the default run fits; a 7B shape on one 140 GiB device d
   const auto split = verlpp::e2e::run_cli(
       args + " trainer.zero_stage=3 actor_rollout_ref.rollout.tensor_model_parallel_size=2 --nproc 2");
   INFO(split.output);
-  CHECK_THAT(split.output, Contains("rollout engine weights (1/2 slice, bfloat16)") &&
+  CHECK_THAT(split.output, Contains("1 rollout engine(s) of 2 ranks") &&
+                               Contains("rollout engine weights (1/2 slice, bfloat16)") &&
                                Contains("tensor_model_parallel_size 2") && !Contains("would fit with"));
   CHECK(std::system(("rm -rf " + dir).c_str()) == 0);
 }
