@@ -153,13 +153,8 @@ int run_rank(const Options& o) {
       rows.push_back(row);
       continue;
     }
-    std::unique_ptr<hw::ProcessGroup> engine_group;
-    const int64_t engine_index = world.rank / tp;
-    if (tp > 1) {
-      std::vector<int32_t> members;
-      for (int64_t r = engine_index * tp; r < (engine_index + 1) * tp; ++r) members.push_back(int32_t(r));
-      engine_group = group->subgroup(members, fmt::format("reshard/tp{}/engine{}", tp, engine_index));
-    }
+    const std::unique_ptr<hw::ProcessGroup> engine_group =
+        rollout::engine_group(*group, tp, fmt::format("reshard/tp{}", tp));
     rollout::EngineOptions eo;
     eo.kv_token_budget = 64;  // the pool is not what this measures
     auto engine = std::make_unique<rollout::RolloutEngine>(

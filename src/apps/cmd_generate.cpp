@@ -124,11 +124,7 @@ void run_generate(const GenerateArgs& a) {
                                           world.world_size, choice.device.str()));
     group = hw::ProcessGroup::create(world, hw::Device(hw::plugin_named(choice.plugin),
                                                        int32_t(choice.device.has_index() ? choice.device.index() : 0)));
-    if (tp > 1) {
-      std::vector<int32_t> members;
-      for (int64_t r = engine_index * tp; r < (engine_index + 1) * tp; ++r) members.push_back(int32_t(r));
-      tp_group = group->subgroup(members, fmt::format("generate/tp{}", engine_index));
-    }
+    tp_group = rollout::engine_group(*group, tp, "generate");
   }
   model::ModelOptions model_options;
   model_options.device = choice.device;

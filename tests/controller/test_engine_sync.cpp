@@ -86,13 +86,7 @@ std::vector<RankResult> sync_from_shards(int64_t tp) {
     o.gather_per_use = true;
     o.trainable = false;
     train::ShardedWeights units(whole_model(), o);
-    std::unique_ptr<hw::ProcessGroup> engine_group;
-    const int64_t engine = group.rank() / tp;
-    if (tp > 1) {
-      std::vector<int32_t> members;
-      for (int64_t r = engine * tp; r < (engine + 1) * tp; ++r) members.push_back(int32_t(r));
-      engine_group = group.subgroup(members, "sync-test/engine" + std::to_string(engine));
-    }
+    const std::unique_ptr<hw::ProcessGroup> engine_group = rollout::engine_group(group, tp, "sync-test");
     model::ModelOptions mo;
     rollout::RolloutEngine eng(tp > 1 ? rollout::tensor_parallel_engine_model(whole.config(), mo, *engine_group)
                                       : model::DecoderLM(whole.config(), mo),

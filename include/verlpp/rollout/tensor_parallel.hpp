@@ -9,6 +9,7 @@
 #include <verlpp/model/tensor_parallel.hpp>
 
 #include <memory>
+#include <string>
 
 namespace verlpp::hw {
 class ProcessGroup;
@@ -39,5 +40,11 @@ model::DecoderLM tensor_parallel_engine_model(const model::DecoderLM& whole, con
 // it takes whole tensors in update_weights and keeps its slice of each (the trainer's sync).
 model::DecoderLM tensor_parallel_engine_model(const model::ModelConfig& whole, const model::ModelOptions& options,
                                               const hw::ProcessGroup& group);
+
+// With `group`'s ranks as engines of `size` consecutive ranks (ranks [e size, (e + 1) size) split
+// engine e), this rank's engine group, named "<name>/engine<e>"; null when size is 1 (whole
+// engines need none). Collective over the engine's ranks; an Error when size does not divide
+// the group.
+std::unique_ptr<hw::ProcessGroup> engine_group(const hw::ProcessGroup& group, int64_t size, const std::string& name);
 
 }  // namespace verlpp::rollout

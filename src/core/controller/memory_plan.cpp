@@ -160,6 +160,13 @@ uint64_t forward_bytes_per_token(const model::ModelConfig& m, at::ScalarType dty
   return dtype_bytes(dtype) * std::max(3 * h + 4 * f, 5 * h + 3 * kv_width(m));
 }
 
+// The shape of one rank's part of the rollout engine: the whole model, or one tensor-parallel
+// rank's share of its heads, MLP width and vocabulary.
+model::ModelConfig engine_part(const MemoryPlanInputs& in) {
+  return in.rollout_tp > 1 ? model::rank_config(in.model, model::tensor_parallel_layout(in.model, in.rollout_tp))
+                           : in.model;
+}
+
 // The rollout engine's fused projections (EngineOptions::fuse_projections): each layer's q/k/v
 // and gate/up parameters (weights and biases) in buffers of its own, even when it shares the
 // trainer's other weights.
@@ -302,8 +309,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   // released after each generation, so they count in generation and sync only.
   // A split engine (rollout_tp > 1) always owns its slices: the shape of one rank's part.
   const bool split = in.rollout_tp > 1;
-  const model::ModelConfig engine_shape =
-      split ? model::rank_config(m, model::tensor_parallel_layout(m, in.rollout_tp)) : m;
+  const model::ModelConfig engine_shape = engine_part(in);
   const bool engine_owns =
       split || in.rollout_dtype != in.param_dtype || per_use(in.actor_layout, world) || in.actor_layout.param_offload;
   const uint64_t engine_params = uint64_t(model::parameter_count(engine_shape));
@@ -513,10 +519,6 @@ namespace {
 
 bool fits(const MemoryPlanInputs& in) { return plan_memory(in).peak_stage().total() <= in.device_total_bytes; }
 
-}  // namespace
-
-namespace {
-
 // The most ranks (a divisor of `world`) a rollout engine of `m` splits over.
 int64_t largest_rollout_split(const model::ModelConfig& m, int64_t world) {
   for (int64_t t = world; t > 1; --t) {
@@ -614,10 +616,7 @@ namespace {
 // Why no setting fits: the generating engine's part of the model (whole, or 1 / t of it) may
 // alone exceed the device.
 std::string no_fit_reason(const MemoryPlanInputs& in) {
-  const model::ModelConfig part =
-      in.rollout_tp > 1 ? model::rank_config(in.model, model::tensor_parallel_layout(in.model, in.rollout_tp))
-                        : in.model;
-  const uint64_t engine = dtype_bytes(in.rollout_dtype) * uint64_t(model::parameter_count(part));
+  const uint64_t engine = dtype_bytes(in.rollout_dtype) * uint64_t(model::parameter_count(engine_part(in)));
   std::string reason = "no offload, micro-batch, KV budget, ZeRO-3 rank count or engine split makes it fit";
   if (2 * engine >= in.device_total_bytes)
     reason += fmt::format(

@@ -279,12 +279,8 @@ std::unique_ptr<RewardManager> make_reward_manager(const RlTrainer::State& s, co
 // has checked that t divides the ranks.
 void join_rollout_group(RlTrainer::State& s, const model::ModelConfig& mc) {
   check_rollout_split(s.settings, mc);
-  const int64_t tp = s.settings.rollout.tensor_model_parallel_size;
-  s.rollout_tp = tp;
-  if (tp == 1) return;
-  std::vector<int32_t> members;
-  for (int64_t r = s.engine_index() * tp; r < (s.engine_index() + 1) * tp; ++r) members.push_back(int32_t(r));
-  s.rollout_group = s.group->subgroup(members, fmt::format("rollout/engine{}", s.engine_index()));
+  s.rollout_tp = s.settings.rollout.tensor_model_parallel_size;
+  if (s.rollout_tp > 1) s.rollout_group = rollout::engine_group(*s.group, s.rollout_tp, "rollout");
 }
 
 void build_engine(RlTrainer::State& s) {

@@ -1,7 +1,12 @@
 // ProcessGroupTensorParallel (see the header): the model's collectives as process-group calls.
 #include <verlpp/rollout/tensor_parallel.hpp>
 
+#include <verlpp/core/error.hpp>
 #include <verlpp/hw/process_group.hpp>
+
+#include <fmt/format.h>
+
+#include <vector>
 
 namespace verlpp::rollout {
 
@@ -30,6 +35,16 @@ model::DecoderLM tensor_parallel_engine_model(const model::ModelConfig& whole, c
   model::DecoderLM part(model::rank_config(whole, layout), o);
   part.set_tensor_parallel(std::make_shared<ProcessGroupTensorParallel>(group), whole);
   return part;
+}
+
+std::unique_ptr<hw::ProcessGroup> engine_group(const hw::ProcessGroup& group, int64_t size, const std::string& name) {
+  if (size < 1 || group.world_size() % size != 0)
+    throw Error(name, fmt::format("engines of {} ranks do not split a group of {}", size, group.world_size()));
+  if (size == 1) return nullptr;
+  const int64_t engine = group.rank() / size;
+  std::vector<int32_t> members;
+  for (int64_t r = engine * size; r < (engine + 1) * size; ++r) members.push_back(int32_t(r));
+  return group.subgroup(members, fmt::format("{}/engine{}", name, engine));
 }
 
 }  // namespace verlpp::rollout
