@@ -58,6 +58,8 @@ OVERLAY = {
     # verlpp's own keys.
     "actor_rollout_ref.rollout.block_size": 16,
     "trainer.dist_timeout_s": 600,
+    "trainer.resource_pools": None,
+    "trainer.role_pools": {},
     "trainer.zero_stage": 0,
     "trainer.seed": 1,
     "sft": {

@@ -466,4 +466,75 @@ TEST_CASE("verlpp train --nproc 4 with two engines of 2 ranks matches the one-ra
         1.0 + 1e-9);
 }
 
+// Resource pools: 4 ranks as two pools of 2. PPO with the critic alone on the second pool, and
+// GRPO with a KL loss with the reference alone on it: the critic's values and update, or the
+// reference's log-probs, run on ranks 2-3 and travel to the others from rank 2; the actor trains
+// and generates on ranks 0-1. Both give the colocated 4-rank run's metrics (the samples and
+// rewards exactly, losses up to float sums in another order; the means of per-micro-batch means
+// excepted, as check_close_rows says), and their checkpoints hold every role.
+TEST_CASE("verlpp train --nproc 4 with the critic or the reference on a pool of its own matches the colocated run",
+          "[e2e][dist][pools]") {
+  const std::string dir = make_fixture("dist-pools");
+  for (const auto& [estimator, role] : {std::pair<std::string, std::string>{"gae", "critic"}, {"grpo", "ref"}}) {
+    const std::string colocated = dir + "/" + estimator + "-colocated", pooled = dir + "/" + estimator + "-pools";
+    const std::vector<std::string> four = {"--nproc", "4", "trainer.n_gpus_per_node=4", "trainer.zero_stage=2"};
+    run_to_end(write_dist_config(dir, colocated, 2, estimator), colocated + ".log", four);
+    std::vector<std::string> args = four;
+    args.push_back("trainer.resource_pools=[{name: actor_pool, n_gpus_per_node: 2}, {name: " + role +
+                   "_pool, n_gpus_per_node: 2}]");
+    args.push_back("trainer.role_pools." + role + "=" + role + "_pool");
+    run_to_end(write_dist_config(dir, pooled, 2, estimator), pooled + ".log", args);
+    const std::string log = read_file(pooled + ".log");
+    INFO(log);
+    CHECK(log.find("resource pools: actor_pool (ranks 0-1): actor_rollout" + std::string(role == "critic" ? ", ref" : "") +
+                   "; " + role + "_pool (ranks 2-3): " + role) != std::string::npos);
+    check_close_rows(deterministic_rows(colocated), deterministic_rows(pooled), estimator + ", " + role + " pool");
+    CHECK(exists(pooled + "/global_step_2/actor/optimizer.safetensors"));
+    CHECK(exists(pooled + "/global_step_2/critic/optimizer.safetensors") == (role == "critic"));
+    CHECK(exists(pooled + "/sft_model/model.safetensors"));
+  }
+}
+
+TEST_CASE("verlpp train --nproc: resource pools that do not fit the launch are refused before any work",
+          "[e2e][dist][pools]") {
+  const std::string dir = make_fixture("dist-pools-layout");
+  const std::string run = dir + "/run";
+  struct Refused {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Refused> cases = {
+      // More ranks asked than launched.
+      {{"trainer.resource_pools=[{name: a, n_gpus_per_node: 2}, {name: b, n_gpus_per_node: 2}]",
+        "trainer.role_pools.critic=b"},
+       "the resource pools ask for a 1 x 2 + b 1 x 2 = 4 rank(s) but the run was launched as 1 node(s) x 2 rank(s) = "
+       "2 rank(s)"},
+      // A pool no role of the run uses.
+      {{"trainer.resource_pools=[{name: a, n_gpus_per_node: 1}, {name: b, n_gpus_per_node: 1}]"},
+       "pool 'b' holds no role this run builds, so its ranks would idle; asked: a (rank 0): actor_rollout, ref, "
+       "critic; b (rank 1): no role"},
+      // A role on a pool that is not declared.
+      {{"trainer.resource_pools=[{name: a, n_gpus_per_node: 2}]", "trainer.role_pools.critic=b"},
+       "trainer.role_pools.critic = \"b\" is not a declared pool (a)"},
+      // A rollout split over more ranks than the actor's pool has.
+      {{"trainer.resource_pools=[{name: a, n_gpus_per_node: 1}, {name: b, n_gpus_per_node: 1}]",
+        "trainer.role_pools.critic=b", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"},
+       "tensor_model_parallel_size = 2 splits each rollout engine over 2 ranks, but the actor's pool a (rank 0) has 1 "
+       "rank(s)"},
+  };
+  for (const Refused& c : cases) {
+    std::vector<std::string> args = {"--nproc", "2"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const int status = wait_for(start_train(write_dist_config(dir, run, 1, "gae"), run + ".log", args));
+    const std::string log = read_file(run + ".log");
+    INFO(log);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) != 0);
+    CHECK(log.find(c.message) != std::string::npos);
+    CHECK(log.find("verlpp launcher: started") == std::string::npos);  // no rank was started
+    CHECK(log.find("terminate called") == std::string::npos);
+    CHECK_FALSE(exists(run + "/metrics.jsonl"));
+  }
+}
+
 #endif  // VERLPP_CPU_REF_HAS_GLOO

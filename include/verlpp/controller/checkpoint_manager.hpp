@@ -31,6 +31,8 @@ class CheckpointManager {
 
   // A fresh temporary folder to write step `step` into (under root, removed first if left over).
   std::string begin(int64_t step) const;
+  // The temporary folder begin(step) makes (for ranks that write into it after it is made).
+  std::string temporary(int64_t step) const;
   // Moves the temporary folder into place as global_step_<step>, updates the tracker, and
   // removes the oldest complete checkpoints beyond max_to_keep. Returns the final folder.
   std::string commit(int64_t step) const;
@@ -67,7 +69,6 @@ class CheckpointManager {
   static int64_t check_state(const std::string& folder);
 
  private:
-  std::string temporary(int64_t step) const;
   std::string root_;
   int64_t max_to_keep_;
 };

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <verlpp/controller/config.hpp>
+#include <verlpp/controller/resource_pools.hpp>
 #include <verlpp/controller/reward_manager.hpp>
 #include <verlpp/model/forward_options.hpp>
 #include <verlpp/train/sharding.hpp>
@@ -280,6 +281,9 @@ struct RunSettings {
   RewardModelSettings reward_model;
   SftSettings sft;
   PathSettings paths;
+  // trainer.resource_pools, trainer.role_pools, reward_model.enable_resource_pool: which ranks
+  // run which role (every role on every rank by default).
+  PoolLayout pools;
 };
 
 // Checks `config` (resolved) for a run of `world_size` ranks, `ranks_per_node` per machine

@@ -638,6 +638,8 @@ const char* default_config_text() {
     "device": "auto",
     "use_legacy_worker_impl": "auto",
     "dist_timeout_s": 600,
+    "resource_pools": null,
+    "role_pools": {},
     "zero_stage": null,
     "seed": 1
   },

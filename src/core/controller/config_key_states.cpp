@@ -276,14 +276,11 @@ const std::vector<KeyRule>& config_key_rules() {
 
       // reward_model: enable, model.path, model.input_tokenizer, micro_batch_size_per_gpu,
       // use_dynamic_bsz, forward_max_token_len_per_gpu, max_length, reward_manager and
-      // reward_kwargs have their effect (the reward model runs on the trainer's ranks).
+      // reward_kwargs have their effect; enable_resource_pool with n_gpus_per_node and nnodes
+      // puts it on a pool of its own (resource_pools.hpp).
       refused("reward_model.sandbox_fusion.url", "a code sandbox is not implemented"),
       none("reward_model.sandbox_fusion", "used only with sandbox_fusion.url, which verlpp refuses"),
       none("reward_model.launch_reward_fn_async", "verlpp scores in the trainer process"),
-      refused("reward_model.enable_resource_pool",
-              "resource pools are not implemented: the reward model runs on the trainer's ranks"),
-      none("reward_model.n_gpus_per_node", "used only with enable_resource_pool, which verlpp refuses"),
-      none("reward_model.nnodes", "used only with enable_resource_pool, which verlpp refuses"),
       none("reward_model.strategy", kStrategy),
       refused("reward_model.model.external_lib", kPython),
       none("reward_model.model.trust_remote_code", kRemoteCode),

@@ -8,12 +8,14 @@
 #include <verlpp/algo/policy_loss.hpp>
 #include <verlpp/controller/config.hpp>
 #include <verlpp/controller/config_key_states.hpp>
+#include <verlpp/controller/resource_pools.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <tuple>
 
 namespace verlpp::controller {
 namespace {
@@ -51,7 +53,10 @@ class Problems {
   std::vector<std::string> list_;
 };
 
-void check_batches(const Config& c, int world_size, Problems& p) {
+// The batch sizes against the ranks each role splits its rows over (its pool's; every rank when
+// colocated).
+void check_batches(const Config& c, const PoolLayout& pools, Problems& p) {
+  const int64_t world_size = pools.pool_of(RlRole::kActorRollout).size();
   const int64_t batch = c.get<int64_t>("data.train_batch_size");
   const int64_t n = c.get<int64_t>("actor_rollout_ref.rollout.n");
   const int64_t mini = c.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size");
@@ -68,8 +73,23 @@ void check_batches(const Config& c, int world_size, Problems& p) {
   const int64_t mini_per_rank = mini * n / world_size;
   if (mini * n % world_size != 0 || mini_per_rank < 1)
     p.add("ppo_mini_batch_size x rollout.n = {} x {} does not split over {} rank(s)", mini, n, world_size);
+  // The forward-only roles on pools of their own split every row of the step over their ranks.
+  for (const RlRole role : active_roles(c)) {
+    const int64_t ranks = pools.pool_of(role).size();
+    if (role != RlRole::kActorRollout && ranks != world_size && (batch * n) % ranks != 0)
+      p.add("data.train_batch_size x rollout.n = {} x {} is not divisible by the {} rank(s) of pool '{}' ({})", batch,
+            n, ranks, pools.pool_of(role).name, role_key(role));
+  }
   for (const std::string role : {"actor_rollout_ref.actor", "critic"}) {
     if (role == "critic" && !(c.at("critic.enable").is_boolean() && c.get<bool>("critic.enable"))) continue;
+    // The critic's mini-batches split over the critic's pool.
+    const int64_t ranks = role == "critic" ? pools.pool_of(RlRole::kCritic).size() : world_size;
+    if (ranks != world_size && (mini * n % ranks != 0 || mini * n / ranks < 1)) {
+      p.add("ppo_mini_batch_size x rollout.n = {} x {} does not split over the {} rank(s) of the critic's pool '{}'",
+            mini, n, ranks, pools.pool_of(RlRole::kCritic).name);
+      continue;
+    }
+    const int64_t role_mini_per_rank = mini * n / ranks;
     bool dynamic = c.get<bool>(role + ".use_dynamic_bsz");
     int64_t micro = c.get_or<int64_t>(role + ".ppo_micro_batch_size_per_gpu", -1);
     if (dynamic) {
@@ -79,11 +99,11 @@ void check_batches(const Config& c, int world_size, Problems& p) {
     }
     if (micro < 1) {
       p.add("{}.ppo_micro_batch_size_per_gpu must be set (>= 1) unless {}.use_dynamic_bsz is true", role, role);
-    } else if (mini_per_rank >= 1 && mini_per_rank % micro != 0) {
+    } else if (role_mini_per_rank >= 1 && role_mini_per_rank % micro != 0) {
       p.add(
           "{}.ppo_micro_batch_size_per_gpu = {} does not divide the per-rank mini-batch of {} sequences "
           "(ppo_mini_batch_size {} x rollout.n {} / {} rank(s))",
-          role, micro, mini_per_rank, mini, n, world_size);
+          role, micro, role_mini_per_rank, mini, n, ranks);
     }
   }
   const int64_t prompt_len = c.get<int64_t>("data.max_prompt_length");
@@ -178,7 +198,7 @@ void check_sft(const Config& c, Problems& p) {
 
 // trainer.zero_stage, the roles' strategies and their FSDP sharding keys (ShardingSettings):
 // values verlpp has, and no two keys asking for different layouts.
-void check_sharding(const Config& c, int world_size, Problems& p) {
+void check_sharding(const Config& c, const PoolLayout& pools, Problems& p) {
   const bool stage_set = !c.is_null("trainer.zero_stage");
   const int64_t zero = c.get_or<int64_t>("trainer.zero_stage", 3);
   if (zero < 0 || zero > 3)
@@ -186,11 +206,12 @@ void check_sharding(const Config& c, int world_size, Problems& p) {
         "trainer.zero_stage = {} is not supported: 0 (replicated), 1 (optimizer states sharded over the ranks), "
         "2 (gradients too), 3 (parameters too), or null (from fsdp_config.reshard_after_forward: 3, or 2 when false)",
         zero);
-  const std::vector<std::pair<std::string, std::string>> roles = {
-      {"actor_rollout_ref.actor.strategy", "actor_rollout_ref.actor.fsdp_config"},
-      {"actor_rollout_ref.ref.strategy", "actor_rollout_ref.ref.fsdp_config"},
-      {"critic.strategy", "critic.model.fsdp_config"}};
-  for (const auto& [strategy_key, fsdp] : roles) {
+  const std::vector<std::tuple<std::string, std::string, RlRole>> roles = {
+      {"actor_rollout_ref.actor.strategy", "actor_rollout_ref.actor.fsdp_config", RlRole::kActorRollout},
+      {"actor_rollout_ref.ref.strategy", "actor_rollout_ref.ref.fsdp_config", RlRole::kReference},
+      {"critic.strategy", "critic.model.fsdp_config", RlRole::kCritic}};
+  for (const auto& [strategy_key, fsdp, role] : roles) {
+    const int64_t world_size = pools.pool_of(role).size();  // the ranks the role shards over
     const std::string strategy = c.get<std::string>(strategy_key);
     if (strategy != "fsdp" && strategy != "fsdp2")
       p.add(
@@ -213,34 +234,45 @@ void check_sharding(const Config& c, int world_size, Problems& p) {
 
 // The layout asked for (trainer.nnodes x trainer.n_gpus_per_node; null = what was launched)
 // against the launched one. Checked before any work, naming both layouts.
-void check_layout(const Config& c, int world_size, int ranks_per_node, Problems& p) {
+void check_layout(const Config& c, int world_size, int ranks_per_node, const PoolLayout& pools, Problems& p) {
   const int nodes = world_size / ranks_per_node;
+  // With verl's reward pool and no pools of verlpp's, trainer.nnodes x n_gpus_per_node is the
+  // global pool alone (resolve_pool_layout checks the sum).
+  const bool verl_reward_pool = c.get<bool>("reward_model.enable_resource_pool") && c.is_null("trainer.resource_pools");
   const int64_t asked_nodes = c.get_or<int64_t>("trainer.nnodes", nodes);
   const int64_t asked_per_node = c.get_or<int64_t>("trainer.n_gpus_per_node", ranks_per_node);
   if (asked_nodes < 1 || asked_per_node < 1) {
     p.add("trainer.nnodes = {} and trainer.n_gpus_per_node = {} must be >= 1 (or null: the launched layout)",
           asked_nodes, asked_per_node);
-  } else if (asked_nodes != nodes || asked_per_node != ranks_per_node) {
+  } else if (!verl_reward_pool && (asked_nodes != nodes || asked_per_node != ranks_per_node)) {
     p.add(
         "trainer.nnodes x trainer.n_gpus_per_node = {} x {} = {} rank(s) asked, but the run was launched as {} node(s) "
         "x {} "
         "rank(s) per node = {} rank(s)",
         asked_nodes, asked_per_node, asked_nodes * asked_per_node, nodes, ranks_per_node, world_size);
   }
-  // The rollout's layout: engines of t ranks each, as many as fit the world (verl refuses a
-  // world its rollout size does not divide, so does this; verl's default of 2 is 1 here).
+  // The rollout's layout: engines of t ranks each, as many as fit the actor's ranks (verl refuses
+  // a world its rollout size does not divide, so does this; verl's default of 2 is 1 here).
   const int64_t tp = c.get<int64_t>("actor_rollout_ref.rollout.tensor_model_parallel_size");
-  if (tp < 1)
+  const ResourcePool& actor = pools.pool_of(RlRole::kActorRollout);
+  if (tp < 1) {
     p.add("actor_rollout_ref.rollout.tensor_model_parallel_size = {} must be >= 1 (ranks per rollout engine)", tp);
-  else if (world_size % tp != 0)
+  } else if (pools.colocated() && world_size % tp != 0) {
     p.add(
         "actor_rollout_ref.rollout.tensor_model_parallel_size = {} splits each rollout engine over {} ranks, but the "
         "run has {} rank(s) ({} node(s) x {} per node), which is not a multiple of {}: set it to a divisor of {} "
         "(1: one whole engine per rank), or launch a multiple of {} ranks",
         tp, tp, world_size, nodes, ranks_per_node, tp, world_size, tp);
-  if (c.get<bool>("sft.enable") && c.get<int64_t>("sft.batch_size") % world_size != 0)
-    p.add("sft.batch_size = {} does not split over {} rank(s)", c.get<int64_t>("sft.batch_size"), world_size);
-  check_sharding(c, world_size, p);
+  } else if (actor.size() % tp != 0) {
+    p.add(
+        "actor_rollout_ref.rollout.tensor_model_parallel_size = {} splits each rollout engine over {} ranks, but the "
+        "actor's pool {} has {} rank(s), which is not a multiple of {} (launched: {} node(s) x {} per node); pools "
+        "asked: {}",
+        tp, tp, actor.describe(), actor.size(), tp, nodes, ranks_per_node, pools.describe(active_roles(c)));
+  }
+  if (c.get<bool>("sft.enable") && c.get<int64_t>("sft.batch_size") % actor.size() != 0)
+    p.add("sft.batch_size = {} does not split over {} rank(s)", c.get<int64_t>("sft.batch_size"), actor.size());
+  check_sharding(c, pools, p);
   if (c.get_or<double>("trainer.dist_timeout_s", 1.0) <= 0)
     p.add("trainer.dist_timeout_s = {} must be > 0", c.get<double>("trainer.dist_timeout_s"));
 }
@@ -255,10 +287,13 @@ void Config::validate(int world_size, int ranks_per_node) const {
   Problems p;
   for (const std::string& refused : refused_key_problems(*this)) p.add("{}", refused);
   check_names(*this, p);
-  check_batches(*this, world_size, p);
+  std::vector<std::string> pool_problems;
+  const PoolLayout pools = resolve_pool_layout(*this, world_size, ranks_per_node, pool_problems);
+  for (const std::string& problem : pool_problems) p.add("{}", problem);
+  check_batches(*this, pools, p);
   check_ranges(*this, p);
   check_sft(*this, p);
-  check_layout(*this, world_size, ranks_per_node, p);
+  check_layout(*this, world_size, ranks_per_node, pools, p);
   if (!p.list().empty())
     throw Error("config", fmt::format("{} problem(s):\n  - {}", p.list().size(), join(p.list(), "\n  - ")));
 }

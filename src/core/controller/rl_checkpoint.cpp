@@ -19,23 +19,29 @@ namespace verlpp::controller {
 using json = nlohmann::json;
 
 void write_checkpoint(RlTrainer::State& s) {
-  // Every rank holds the whole model (replicated parameters), so rank 0 writes it alone, and a
-  // checkpoint of N ranks resumes on any number of ranks. With sharded optimizer states
-  // (trainer.zero_stage=1) saving them is collective: each owner sends its part to rank 0.
+  // Each role's first rank writes its model whole (gathered from the shards: collective over the
+  // role's ranks), so a checkpoint of N ranks resumes on any number of ranks and pools. With
+  // sharded optimizer states saving them is collective too: each owner sends its part.
   const int64_t step = s.global_step;
   const bool writer = s.is_writer();
-  const std::string tmp = writer ? s.checkpoints->begin(step) : std::string();
+  const bool pools = !s.settings.pools.colocated();
+  const std::string tmp = writer ? s.checkpoints->begin(step) : s.checkpoints->temporary(step);
   try {
+    if (pools) s.group->barrier();  // the folder exists before another pool's first rank writes into it
     model::SaveOptions options;
     options.source_dir = s.model_path;  // tokenizer files and generation_config.json travel along
-    s.actor->trained_model().save(files::join(tmp, "actor"), options);  // every rank: collective when sharded
+    if (s.actor) s.actor->trained_model().save(files::join(tmp, "actor"), options);
     if (s.critic) s.critic->trained_model().save(files::join(tmp, "critic"), options);
+    const json critic_updates =
+        s.use_critic ? share_json_from_pool(s, RlRole::kCritic, s.critic ? json(s.critic->updates()) : json())
+                     : json(0);
+    if (pools) s.group->barrier();  // every pool's part is written before rank 0 completes the folder
     if (writer) {
       json state = {{"global_step", step},
                     {"dataloader", s.loader->state()},
                     {"kl_coef", s.kl_ctrl->value()},
                     {"actor_updates", s.actor->updates()},
-                    {"critic_updates", s.critic ? s.critic->updates() : 0},
+                    {"critic_updates", critic_updates},
                     {"seed", s.seed},
                     {"estimator", s.estimator},
                     {"world_size", s.world.world_size},
@@ -57,6 +63,20 @@ void commit_checkpoint(RlTrainer::State& s) {
   if (s.group) s.group->barrier();
 }
 
+void load_reference_weights(RlTrainer::State& s, const std::string& folder) {
+  at::NoGradGuard no_grad;
+  if (s.ref_model) {
+    model::load_weights(*s.ref_model, folder);
+  } else if (s.ref_weights) {
+    // Sharded or offloaded: read on the host in the reference's dtype, each rank taking its part.
+    model::ModelOptions host;
+    host.dtype = s.ref_weights->options().dtype;
+    model::DecoderLM loaded(s.ref_weights->model().config(), host);
+    model::load_weights(loaded, folder);
+    s.ref_weights->import(loaded);
+  }
+}
+
 int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder) {
   const std::string state_path = files::join(folder, CheckpointManager::kStateFile);
   if (!files::is_file(state_path)) throw Error(folder, "not a verlpp checkpoint: trainer_state.json is missing");
@@ -70,27 +90,18 @@ int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder) {
   if (state.value("estimator", s.estimator) != s.estimator)
     throw Error(state_path, fmt::format("the checkpoint was trained with adv_estimator '{}', this run uses '{}'",
                                         state.value("estimator", ""), s.estimator));
-  {
-    at::NoGradGuard no_grad;
-    // The reference is the policy RL started from: the SFT warm start's result when there was one.
-    const std::string sft_model = files::join(s.run_dir, "sft_model");
-    if ((s.ref_model || s.ref_weights) && s.settings.sft.enable) {
-      if (!files::is_dir(sft_model))
-        throw Error(folder, fmt::format("sft.enable is set but {} (the reference policy) is missing", sft_model));
-      if (s.ref_model) {
-        model::load_weights(*s.ref_model, sft_model);
-      } else {
-        // Sharded or offloaded: read on the host in the reference's dtype, each rank taking its part.
-        model::ModelOptions host;
-        host.dtype = s.ref_weights->options().dtype;
-        model::DecoderLM loaded(s.ref_weights->model().config(), host);
-        model::load_weights(loaded, sft_model);
-        s.ref_weights->import(loaded);
-      }
-    }
+  // The reference is the policy RL started from: the SFT warm start's result when there was one.
+  const std::string sft_model = files::join(s.run_dir, "sft_model");
+  if ((s.ref_model || s.ref_weights) && s.settings.sft.enable) {
+    if (!files::is_dir(sft_model))
+      throw Error(folder, fmt::format("sft.enable is set but {} (the reference policy) is missing", sft_model));
+    load_reference_weights(s, sft_model);
   }
-  s.actor->trained_model().load(files::join(folder, "actor"));  // weights + optimizer state
-  s.actor->set_updates(state.at("actor_updates").get<int64_t>());
+  // Each role's ranks load its part (the others do not hold it).
+  if (s.actor) {
+    s.actor->trained_model().load(files::join(folder, "actor"));  // weights + optimizer state
+    s.actor->set_updates(state.at("actor_updates").get<int64_t>());
+  }
   if (s.critic) {
     s.critic->trained_model().load(files::join(folder, "critic"));
     s.critic->set_updates(state.at("critic_updates").get<int64_t>());

@@ -53,11 +53,13 @@ void build_reward_model(RlTrainer::State& s) {
   const std::string where = fmt::format("reward_model.model.path ({})", r.path);
   const model::ModelConfig mc = model::load_model_config(r.path);
   train::check_reward_model_config(mc, where);
-  // verl's reward-model worker runs in bf16; the CPU keeps fp32.
-  s.reward_model = std::make_unique<model::DecoderLM>(
-      model::load_pretrained(r.path, model_options(s, s.device.is_cpu() ? at::kFloat : at::kBFloat16)));
-  s.reward_model->set_requires_grad(false);
-  if (r.input_tokenizer) {
+  // verl's reward-model worker runs in bf16; the CPU keeps fp32. Only the ranks of its pool hold it.
+  if (s.runs(RlRole::kRewardModel)) {
+    s.reward_model = std::make_unique<model::DecoderLM>(
+        model::load_pretrained(r.path, model_options(s, s.device.is_cpu() ? at::kFloat : at::kBFloat16)));
+    s.reward_model->set_requires_grad(false);
+  }
+  if (r.input_tokenizer && s.runs(RlRole::kRewardModel)) {
     s.rm_tokenizer = model::Tokenizer::from_file(r.path);
     s.rm_chat = model::ChatTemplate::from_config_file(r.path);
     s.rm_pad_id = mc.pad_token_id.value_or(mc.eos_token_ids.empty() ? 0 : mc.eos_token_ids.front());
@@ -79,9 +81,12 @@ void compute_rm_scores(RlTrainer::State& s, Batch& batch) {
   options.micro_batch_size = r.micro_batch_size_per_gpu;
   options.use_dynamic_bsz = r.use_dynamic_bsz;
   options.max_token_len = r.forward_max_token_len_per_gpu;
-  const Batch input = s.rm_tokenizer ? reencoded_batch(s, batch) : policy_token_batch(s, batch);
-  const at::Tensor scores = dispatch_rows(
-      s, input, [&](const Batch& rows) { return train::reward_model_scores(*s.reward_model, rows, options); });
+  // Only the reward model's ranks build its input (the others receive the scores).
+  Batch input;
+  if (s.runs(RlRole::kRewardModel)) input = s.rm_tokenizer ? reencoded_batch(s, batch) : policy_token_batch(s, batch);
+  const at::Tensor scores = dispatch_rows(s, RlRole::kRewardModel, input, [&](const Batch& rows) {
+    return train::reward_model_scores(*s.reward_model, rows, options);
+  });
   batch.set(data::fields::kRmScores, train::token_level_rm_scores(batch.tensor(data::fields::kAttentionMask),
                                                                   batch.tensor(data::fields::kPositionIds), scores,
                                                                   batch.tensor(data::fields::kResponses).size(1)));

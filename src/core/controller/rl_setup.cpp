@@ -85,15 +85,20 @@ void check_offload(const RlTrainer::State& s) {
                             join(asked, ", ")));
 }
 
+// Whether the reference is sharded: ZeRO-3 over the several ranks of its pool (shard_reference).
+bool reference_sharded(const RlTrainer::State& s) {
+  return s.settings.ref.sharding.zero_stage == 3 && s.settings.pools.pool_of(RlRole::kReference).size() > 1;
+}
+
 // The reference's layout as a ShardingOptions (for the start-up line): stage 3 when sharded.
 train::ShardingOptions reference_sharding(const RlTrainer::State& s) {
   train::ShardingOptions o = sharding_options(s, s.settings.ref.sharding);
-  o.zero_stage = s.ref_weights && s.ref_weights->gathers_per_use() ? 3 : 0;
+  o.zero_stage = reference_sharded(s) ? 3 : 0;
   return o;
 }
 
 // The start-up line saying how a role's state is held ("" for the default: one rank, nothing offloaded).
-std::string sharding_line(const std::string& role, const train::ShardingOptions& o, int32_t world) {
+std::string sharding_line(const std::string& role, const train::ShardingOptions& o, int64_t world) {
   std::vector<std::string> parts;
   if (world > 1) {
     static const char* kStages[] = {"replicated", "optimizer state sharded",
@@ -171,12 +176,9 @@ std::string kernels_line(const RlTrainer::State& s) {
                      s.plugin);
 }
 
-void build_actor(RlTrainer::State& s) {
+train::ActorConfig actor_config(const RlTrainer::State& s) {
   const ActorSettings& a = s.settings.actor;
   const ActorModelSettings& m = s.settings.model;
-  s.actor_model =
-      std::make_unique<model::DecoderLM>(model::load_pretrained(s.model_path, model_options(s, at::kFloat)));
-  s.actor_model->set_gradient_checkpointing(m.enable_gradient_checkpointing);
   train::ActorConfig ac;
   set_ppo_update(ac, a, s);
   ac.entropy_coeff = a.entropy_coeff;
@@ -201,29 +203,41 @@ void build_actor(RlTrainer::State& s) {
   ac.logits_in_backward = m.use_fused_kernels ? train::LogitsInBackward::kRecompute : train::LogitsInBackward::kKeep;
   ac.log_prob_chunk_rows = s.settings.rollout.log_prob_micro_batch_size_per_gpu;
   ac.rotate_qkv = s.settings.paths.train_rotary_qkv;
-  s.actor = std::make_unique<train::Actor>(*s.actor_model, ac, schedule_of(a.optim, s.total_steps));
+  return ac;
+}
+
+void build_actor(RlTrainer::State& s) {
+  s.actor_config = actor_config(s);
+  s.actor_model =
+      std::make_unique<model::DecoderLM>(model::load_pretrained(s.model_path, model_options(s, at::kFloat)));
+  s.actor_model->set_gradient_checkpointing(s.settings.model.enable_gradient_checkpointing);
+  s.actor = std::make_unique<train::Actor>(*s.actor_model, s.actor_config,
+                                           schedule_of(s.settings.actor.optim, s.total_steps));
 }
 
 namespace {
 
 void build_reference(RlTrainer::State& s) {
   // A frozen copy of the starting actor weights (verl's ref worker loads the same model path),
-  // in the actor's compute dtype (verl's ref runs under the same FSDP mixed precision).
-  s.ref_model =
-      std::make_unique<model::DecoderLM>(s.actor_model->config(), model_options(s, s.actor->config().param_dtype));
-  for (const auto& [name, p] : s.actor_model->named_parameters())
-    s.ref_model->parameter(name).detach().copy_(p.detach());
+  // in the actor's compute dtype (verl's ref runs under the same FSDP mixed precision). On a pool
+  // without the actor it reads them from the model folder as the actor does (fp32, then cast).
+  std::optional<model::DecoderLM> loaded;
+  if (!s.actor_model) loaded.emplace(model::load_pretrained(s.model_path, model_options(s, at::kFloat)));
+  const model::DecoderLM& start = s.actor_model ? *s.actor_model : *loaded;
+  s.ref_model = std::make_unique<model::DecoderLM>(start.config(), model_options(s, s.actor_config.param_dtype));
+  at::NoGradGuard no_grad;
+  for (const auto& [name, p] : start.named_parameters()) s.ref_model->parameter(name).detach().copy_(p.detach());
 }
 
 // The reference in flat units when the run shards it (ZeRO-3 on several ranks, unless its
 // fsdp_config.reshard_after_forward is false) or offloads it between its forwards.
 void shard_reference(RlTrainer::State& s) {
   const ShardingSettings& ref = s.settings.ref.sharding;
-  const bool sharded = ref.zero_stage == 3 && s.world.is_distributed();
+  const bool sharded = reference_sharded(s);
   if (!sharded && !ref.param_offload) return;
   train::ShardedWeightsOptions o;
   o.dtype = s.ref_model->options().dtype;
-  o.dp = s.dp;
+  o.dp = s.place(RlRole::kReference).dp;
   o.shard = sharded;
   o.gather_per_use = sharded;
   o.trainable = false;
@@ -275,12 +289,13 @@ std::unique_ptr<RewardManager> make_reward_manager(const RlTrainer::State& s, co
 }
 
 // rollout.tensor_model_parallel_size = t: checks that t splits the model (heads, KV heads, MLP)
-// and, with t > 1, joins this rank's engine group (ranks [e t, (e + 1) t)). Config::validate
-// has checked that t divides the ranks.
+// and, with t > 1, joins this rank's engine group (ranks [e t, (e + 1) t) of the actor's pool).
+// Config::validate has checked that t divides the pool's ranks.
 void join_rollout_group(RlTrainer::State& s, const model::ModelConfig& mc) {
   check_rollout_split(s.settings, mc);
   s.rollout_tp = s.settings.rollout.tensor_model_parallel_size;
-  if (s.rollout_tp > 1) s.rollout_group = rollout::engine_group(*s.group, s.rollout_tp, "rollout");
+  if (s.rollout_tp > 1 && s.runs(RlRole::kActorRollout))
+    s.rollout_group = rollout::engine_group(*s.place(RlRole::kActorRollout).group, s.rollout_tp, "rollout");
 }
 
 void build_engine(RlTrainer::State& s) {
@@ -374,6 +389,7 @@ void setup_trainer(RlTrainer::State& s) {
   s.device = device.device;
   s.plugin = device.plugin;
   join_process_group(s);
+  join_resource_pools(s);
   s.seed = uint64_t(rs.trainer.seed);
   s.n = rs.rollout.n;
   s.response_length = rs.data.max_response_length;
@@ -432,21 +448,37 @@ void setup_trainer(RlTrainer::State& s) {
 
   load_kernels(s);
   check_offload(s);
-  build_actor(s);
+  s.actor_config = actor_config(s);
+  // Each rank builds the roles of its pools only (every role when colocated).
+  const bool actor_here = s.runs(RlRole::kActorRollout);
+  const bool ref_here = s.use_reference && s.runs(RlRole::kReference);
+  if (actor_here) build_actor(s);
   // The reference copies the actor's weights before they move into sharded units.
-  if (s.use_reference) build_reference(s);
-  s.actor->set_data_parallel(s.dp, sharding_options(s, rs.actor.sharding));
-  if (s.use_reference) shard_reference(s);
-  if (s.use_critic) {
+  if (ref_here) build_reference(s);
+  if (actor_here) s.actor->set_data_parallel(s.place(RlRole::kActorRollout).dp, sharding_options(s, rs.actor.sharding));
+  if (ref_here) shard_reference(s);
+  if (s.use_critic && s.runs(RlRole::kCritic)) {
     build_critic(s);
-    s.critic->set_data_parallel(s.dp, sharding_options(s, rs.critic.sharding));
+    s.critic->set_data_parallel(s.place(RlRole::kCritic).dp, sharding_options(s, rs.critic.sharding));
   }
-  build_engine(s);
+  if (actor_here) build_engine(s);
+  const PoolLayout& pools = rs.pools;
+  const bool ref_line = s.use_reference && (reference_sharded(s) || rs.ref.sharding.param_offload);
   for (const std::string& line :
-       {sharding_line("actor", sharding_options(s, rs.actor.sharding), s.world.world_size),
-        s.use_critic ? sharding_line("critic", sharding_options(s, rs.critic.sharding), s.world.world_size) : "",
-        s.ref_weights ? sharding_line("reference", reference_sharding(s), s.world.world_size) : ""})
+       {sharding_line("actor", sharding_options(s, rs.actor.sharding), pools.pool_of(RlRole::kActorRollout).size()),
+        s.use_critic
+            ? sharding_line("critic", sharding_options(s, rs.critic.sharding), pools.pool_of(RlRole::kCritic).size())
+            : "",
+        ref_line ? sharding_line("reference", reference_sharding(s), pools.pool_of(RlRole::kReference).size())
+                 : ""})
     if (!line.empty()) s.message(line);
+  if (!pools.colocated()) {
+    std::vector<RlRole> active = {RlRole::kActorRollout};
+    if (s.use_reference) active.push_back(RlRole::kReference);
+    if (s.use_critic) active.push_back(RlRole::kCritic);
+    if (rs.reward_model.enable) active.push_back(RlRole::kRewardModel);
+    s.message("resource pools: " + pools.describe(active));
+  }
   s.checkpoints = std::make_unique<CheckpointManager>(s.run_dir, rs.trainer.max_actor_ckpt_to_keep);
   files::make_dirs(s.run_dir);
   if (s.world.is_distributed()) s.message(fmt::format("{} ranks: {}", s.world.world_size, hw::describe(s.world)));

@@ -48,8 +48,8 @@ struct Samples {
 
 // With several engines, each generated the samples of its own prompt range [begin_e, end_e)
 // (every rank of a split engine the same ones); returns everyone's, in prompt order, on every
-// rank. Every rank sends its rows, padded to the longest range; the first rank's of each
-// engine are kept.
+// rank of the actor's pool. Every rank sends its rows, padded to the longest range; the first
+// rank's of each engine are kept.
 Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vector<int64_t>& begins, int64_t n) {
   const int64_t engines = s.num_engines(), r_len = s.response_length;
   int64_t chunk = 0;
@@ -63,9 +63,10 @@ Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vect
     std::copy(tokens.begin(), tokens.end(), ids.begin() + int64_t(row) * r_len);
     std::copy(local.logprobs[row].begin(), local.logprobs[row].end(), lps.begin() + int64_t(row) * r_len);
   }
+  const hw::ProcessGroup& group = *s.place(RlRole::kActorRollout).group;  // the actor pool's ranks
   auto gather = [&](void* data, std::vector<int64_t> shape, at::ScalarType type) {
     at::Tensor t = at::from_blob(data, shape, at::TensorOptions().dtype(type)).to(s.device);
-    return s.group->all_gather(t).cpu().contiguous();
+    return group.all_gather(t).cpu().contiguous();
   };
   const at::Tensor all_ids = gather(ids.data(), {chunk, r_len}, at::kLong);
   const at::Tensor all_lens = gather(lens.data(), {chunk}, at::kLong);
@@ -84,31 +85,48 @@ Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vect
   return out;
 }
 
-}  // namespace
-
-Decoding rollout_decoding(const RolloutSettings& r) { return {!r.do_sample, r.temperature, r.top_k, r.top_p}; }
-
-Decoding validation_decoding(const ValKwargsSettings& v) { return {!v.do_sample, v.temperature, v.top_k, v.top_p}; }
-
-Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, const Decoding& decoding,
-                         uint64_t seed_base) {
-  const RolloutSettings& r = s.settings.rollout;
-  rollout::SamplingParams params;
-  params.n = n;
-  params.max_new_tokens = s.response_length;
-  params.ignore_eos = r.ignore_eos;
-  if (decoding.greedy) {
-    params.temperature = 0.0;
-  } else {
-    params.temperature = decoding.temperature;
-    params.top_k = std::max<int64_t>(0, decoding.top_k);
-    params.top_p = decoding.top_p;
+// The actor pool's samples (`rows` of them) on every rank, sent by the pool's first rank, when
+// the pool is not every rank: ids, lengths and log-probs as three padded tensors.
+Samples share_samples(const RlTrainer::State& s, Samples samples, int64_t rows) {
+  const RlTrainer::State::RolePlacement& actor = s.place(RlRole::kActorRollout);
+  if (actor.whole_world) return samples;
+  const int64_t r_len = s.response_length;
+  at::Tensor ids, lens, lps;
+  if (s.world.rank == actor.root) {
+    std::vector<int64_t> id_buf(size_t(rows * r_len), s.pad_id), len_buf(size_t(rows), 0);
+    std::vector<float> lp_buf(size_t(rows * r_len), 0.0f);
+    for (size_t row = 0; row < samples.responses.size(); ++row) {
+      len_buf[row] = int64_t(samples.responses[row].size());
+      std::copy(samples.responses[row].begin(), samples.responses[row].end(), id_buf.begin() + int64_t(row) * r_len);
+      std::copy(samples.logprobs[row].begin(), samples.logprobs[row].end(), lp_buf.begin() + int64_t(row) * r_len);
+    }
+    ids = at::from_blob(id_buf.data(), {rows, r_len}, at::TensorOptions().dtype(at::kLong)).clone();
+    lens = at::from_blob(len_buf.data(), {rows}, at::TensorOptions().dtype(at::kLong)).clone();
+    lps = at::from_blob(lp_buf.data(), {rows, r_len}, at::TensorOptions().dtype(at::kFloat)).clone();
   }
-  const auto tokens = prompt_tokens(prompts);
-  // Data-parallel rollout: engine e (rank e alone, or the t ranks it is split over) generates the
-  // prompts [begins[e], begins[e+1]) with all their n samples (GRPO groups stay whole); every
-  // seed is a function of the global prompt index, so the tokens do not depend on the number
-  // of engines.
+  ids = share_from_pool(s, RlRole::kActorRollout, ids).cpu().contiguous();
+  lens = share_from_pool(s, RlRole::kActorRollout, lens).cpu().contiguous();
+  lps = share_from_pool(s, RlRole::kActorRollout, lps).cpu().contiguous();
+  if (s.world.rank == actor.root) return samples;
+  Samples out;
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t len = lens.data_ptr<int64_t>()[row];
+    const int64_t* row_ids = ids.data_ptr<int64_t>() + row * r_len;
+    const float* row_lps = lps.data_ptr<float>() + row * r_len;
+    out.responses.emplace_back(row_ids, row_ids + len);
+    out.logprobs.emplace_back(row_lps, row_lps + len);
+  }
+  return out;
+}
+
+// This engine's share of the prompts, generated, then every engine's on every rank of the actor's pool.
+Samples generate_on_engines(RlTrainer::State& s, const Batch& prompts, const std::vector<std::vector<int64_t>>& tokens,
+                            const rollout::SamplingParams& params, int64_t n, uint64_t seed_base) {
+  const RolloutSettings& r = s.settings.rollout;
+  // Data-parallel rollout: engine e (rank e of the actor's pool alone, or the t ranks it is split
+  // over) generates the prompts [begins[e], begins[e+1]) with all their n samples (GRPO groups
+  // stay whole); every seed is a function of the global prompt index, so the tokens do not depend
+  // on the number of engines.
   const int64_t num_prompts = int64_t(tokens.size()), engines = s.num_engines();
   const int64_t per_engine = (num_prompts + engines - 1) / engines;
   std::vector<int64_t> begins;
@@ -148,13 +166,42 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, c
   if (int64_t(local.responses.size()) != local_total)
     throw Error("rollout", fmt::format("the engine returned {} samples for {} x {} requested", local.responses.size(),
                                        last - first, n));
-  Samples all = engines > 1 ? gather_samples(s, std::move(local), begins, n) : std::move(local);
+  return engines > 1 ? gather_samples(s, std::move(local), begins, n) : std::move(local);
+}
+
+}  // namespace
+
+Decoding rollout_decoding(const RolloutSettings& r) { return {!r.do_sample, r.temperature, r.top_k, r.top_p}; }
+
+Decoding validation_decoding(const ValKwargsSettings& v) { return {!v.do_sample, v.temperature, v.top_k, v.top_p}; }
+
+Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, const Decoding& decoding,
+                         uint64_t seed_base) {
+  const RolloutSettings& r = s.settings.rollout;
+  rollout::SamplingParams params;
+  params.n = n;
+  params.max_new_tokens = s.response_length;
+  params.ignore_eos = r.ignore_eos;
+  if (decoding.greedy) {
+    params.temperature = 0.0;
+  } else {
+    params.temperature = decoding.temperature;
+    params.top_k = std::max<int64_t>(0, decoding.top_k);
+    params.top_p = decoding.top_p;
+  }
+  const auto tokens = prompt_tokens(prompts);
+  const int64_t num_prompts = int64_t(tokens.size());
+  // The actor pool's ranks generate; the others receive the samples from its first rank.
+  Samples all;
+  if (s.runs(RlRole::kActorRollout)) all = generate_on_engines(s, prompts, tokens, params, n, seed_base);
+  all = share_samples(s, std::move(all), num_prompts * n);
   Batch batch = data::append_samples(prompts.repeat(n, /*interleave=*/true), all.responses, all.logprobs,
                                      s.response_length, s.pad_id);
   // Collation happens on the host; the trainer's forwards run on the device.
   move_to(batch, s.device);
   return batch;
 }
+
 
 std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, json* metrics) {
   if (batch.has_tensor(data::fields::kRmScores)) {
@@ -230,13 +277,14 @@ std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, json*
 void compute_reference_log_prob(RlTrainer::State& s, Batch& batch) {
   at::NoGradGuard no_grad;
   // A sharded or offloaded reference: its weights come back for this stage and go after it.
-  if (s.ref_weights) s.ref_weights->reload();
-  batch.set("ref_log_prob", dispatch_rows(s, batch, [&](const Batch& rows) {
-              return train::response_log_probs(
-                         reference_model(s), rows.tensor("input_ids"), rows.tensor("attention_mask"),
-                         rows.tensor("position_ids"), s.response_length, s.actor->config().temperature, false,
-                         s.actor->config().log_prob_chunk_rows, s.actor->config().remove_padding,
-                         s.actor->config().kernels, train::LogitsInBackward::kKeep, s.actor->config().rotate_qkv)
+  if (s.ref_weights) s.ref_weights->reload();  // null on ranks outside the reference's pool
+  const train::ActorConfig& ac = s.actor_config;  // the actor's forward settings (it may be on another pool)
+  batch.set("ref_log_prob", dispatch_rows(s, RlRole::kReference, batch, [&](const Batch& rows) {
+              return train::response_log_probs(reference_model(s), rows.tensor("input_ids"),
+                                               rows.tensor("attention_mask"), rows.tensor("position_ids"),
+                                               s.response_length, ac.temperature, false, ac.log_prob_chunk_rows,
+                                               ac.remove_padding, ac.kernels, train::LogitsInBackward::kKeep,
+                                               ac.rotate_qkv)
                   .log_probs;
             }));
   if (s.ref_weights) {
@@ -246,9 +294,10 @@ void compute_reference_log_prob(RlTrainer::State& s, Batch& batch) {
 }
 
 double compute_old_log_prob(RlTrainer::State& s, Batch& batch) {
-  s.actor->trained_model().reload_parameters();  // param_offload: back for the forwards and the update
+  // param_offload: back for the forwards and the update
+  if (s.actor) s.actor->trained_model().reload_parameters();
   // Log-probs and entropies side by side [B, 2R], so one gather brings both back.
-  at::Tensor both = dispatch_rows(s, batch, [&](const Batch& rows) {
+  at::Tensor both = dispatch_rows(s, RlRole::kActorRollout, batch, [&](const Batch& rows) {
     train::ResponseLogProbs out = s.actor->compute_log_prob(rows, /*with_entropy=*/true);
     return at::cat({out.log_probs, out.entropy}, 1);
   });
@@ -258,8 +307,10 @@ double compute_old_log_prob(RlTrainer::State& s, Batch& batch) {
 }
 
 void compute_values(RlTrainer::State& s, Batch& batch) {
-  s.critic->trained_model().reload_parameters();  // param_offload: back for the forward and the update
-  batch.set("values", dispatch_rows(s, batch, [&](const Batch& rows) { return s.critic->compute_values(rows); }));
+  // param_offload: back for the forward and the update
+  if (s.critic) s.critic->trained_model().reload_parameters();
+  batch.set("values", dispatch_rows(s, RlRole::kCritic, batch,
+                                    [&](const Batch& rows) { return s.critic->compute_values(rows); }));
 }
 
 void release_engine_weights(RlTrainer::State& s) {
@@ -298,7 +349,8 @@ void compute_advantages(RlTrainer::State& s, Batch& batch) {
 }
 
 void sync_rollout_weights(RlTrainer::State& s, json& metrics, train::TrainedModel* from) {
-  if (!s.engine) return;  // an SFT without generation (verlpp train-rm's warm start)
+  // An SFT without generation (verlpp train-rm's warm start), or a rank outside the actor's pool.
+  if (!s.engine) return;
   train::TrainedModel& trained = from != nullptr ? *from : s.actor->trained_model();
   train::ShardedWeights* units = trained.sharded_weights();
   const bool same_dtype = s.engine->model().options().dtype == s.actor->compute_model().options().dtype;

@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,15 +56,32 @@ struct RlTrainer::State {
   // Only rank 0 writes files (metrics, checkpoints, report) and reports progress.
   hw::WorldInfo world;
   std::unique_ptr<hw::ProcessGroup> group;  // null with one rank
-  train::DataParallel dp;
+  train::DataParallel dp;                   // every rank
+  // Rank 0 is always in the actor's pool (resource_pools.hpp).
   bool is_writer() const { return world.rank == 0; }
-  // Rollout engines (rollout.tensor_model_parallel_size = t): ranks [e t, (e + 1) t) run engine e,
-  // split over them through `rollout_group` (null when t = 1: one whole engine per rank).
-  // Declared before `engine`, which uses it until it is destroyed.
+  // Resource pools (settings.pools): each role is built and runs only on its pool's ranks, over
+  // the pool's own communicator; a result the other ranks need travels from the pool's first
+  // rank (share_from_pool). Colocated (the default), every place is every rank.
+  struct RolePlacement {
+    int32_t root = 0;                         // the pool's first rank
+    bool here = true;                         // this rank is one of the pool's
+    bool whole_world = true;                  // the pool is every rank: nothing to send
+    const hw::ProcessGroup* group = nullptr;  // the pool's communicator (null with one rank)
+    train::DataParallel dp;                   // the pool's ranks
+  };
+  // The communicators of the pools this rank is in that are not every rank; declared before
+  // everything that keeps one (the trainers, the engine's group).
+  std::vector<std::unique_ptr<hw::ProcessGroup>> pool_groups;
+  std::map<RlRole, RolePlacement> places;
+  const RolePlacement& place(RlRole role) const { return places.at(role); }
+  bool runs(RlRole role) const { return place(role).here; }
+  // Rollout engines (rollout.tensor_model_parallel_size = t): the actor pool's ranks
+  // [e t, (e + 1) t) run engine e, split over them through `rollout_group` (null when t = 1: one
+  // whole engine per rank). Declared before `engine`, which uses it until it is destroyed.
   int64_t rollout_tp = 1;
   std::unique_ptr<hw::ProcessGroup> rollout_group;
-  int64_t num_engines() const { return world.world_size / rollout_tp; }
-  int64_t engine_index() const { return world.rank / rollout_tp; }
+  int64_t num_engines() const { return place(RlRole::kActorRollout).dp.world_size() / rollout_tp; }
+  int64_t engine_index() const { return place(RlRole::kActorRollout).dp.rank() / rollout_tp; }
 
   std::string model_path;
   std::optional<model::Tokenizer> tokenizer;
@@ -78,6 +96,8 @@ struct RlTrainer::State {
   // The reference in flat units (sharded at ZeRO-3, or offloaded between its forwards); then
   // ref_model is null (reference_model()).
   std::unique_ptr<train::ShardedWeights> ref_weights;
+  // The actor's settings (its forwards' options: the reference's forwards use them too, on any pool).
+  train::ActorConfig actor_config;
   std::unique_ptr<train::Actor> actor;
   std::unique_ptr<train::Critic> critic;
   std::unique_ptr<hw::Kernels> kernels;  // the plugin's, for the engine and the trainer on an accelerator
@@ -158,13 +178,32 @@ auto run_stage(RlTrainer::State& s, const std::string& name, nlohmann::json& met
   }
 }
 
-// Runs `compute` (a forward over rows of `batch`, returning [rows, ...]) on this rank's share of
-// the rows and returns the whole batch's result in its order, on every rank.
+// --- dispatch between pools (rl_pools.cpp) ---
+// Builds the places of every role from settings.pools: the pools' communicators (collective over
+// each pool's ranks) and their data-parallel groups.
+void join_resource_pools(RlTrainer::State& s);
+// `t`, defined on the first rank of `role`'s pool, on every rank: one broadcast over all ranks
+// (its dtype and shape first) when the pool is not every rank; `t` itself otherwise.
+at::Tensor share_from_pool(const RlTrainer::State& s, RlRole role, at::Tensor t);
+// The same for a JSON value (a stage's metrics).
+nlohmann::json share_json_from_pool(const RlTrainer::State& s, RlRole role, nlohmann::json value);
+
+// Runs `compute` (a forward over rows of `batch`, returning [rows, ...]) on the ranks of `role`'s
+// pool, each its share of the rows, and returns the whole batch's result in its order, on every
+// rank (from the pool's first rank when the pool is not every rank; `compute` runs only there).
 template <class F>
-at::Tensor dispatch_rows(const RlTrainer::State& s, const Batch& batch, F&& compute) {
-  if (!s.dp.is_distributed()) return compute(batch);
-  const auto parts = s.dp.partition(batch);
-  return s.dp.gather(compute(s.dp.local_rows(batch, parts)).contiguous(), parts);
+at::Tensor dispatch_rows(const RlTrainer::State& s, RlRole role, const Batch& batch, F&& compute) {
+  const RlTrainer::State::RolePlacement& p = s.place(role);
+  at::Tensor result;
+  if (p.here) {
+    if (!p.dp.is_distributed()) {
+      result = compute(batch);
+    } else {
+      const auto parts = p.dp.partition(batch);
+      result = p.dp.gather(compute(p.dp.local_rows(batch, parts)).contiguous(), parts);
+    }
+  }
+  return share_from_pool(s, role, std::move(result));
 }
 
 // Moves every tensor of `batch` to `device` (collation happens on the host).
@@ -204,6 +243,8 @@ void build_actor(RlTrainer::State& s);
 // every rank waits for the others.
 void write_checkpoint(RlTrainer::State& s);
 void commit_checkpoint(RlTrainer::State& s);
+// The reference's weights from a Hugging Face folder (the SFT warm start's sft_model).
+void load_reference_weights(RlTrainer::State& s, const std::string& folder);
 // Restores the state from `folder`; returns the step it holds.
 int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder);
 // The SFT warm start (sft.*), when enabled; writes sft_metrics.jsonl in the run folder.

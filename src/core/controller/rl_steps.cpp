@@ -45,13 +45,21 @@ void advantages_update_and_sync(RlTrainer::State& s, StepOutput& out) {
     apply_reward_kl(s, out.batch, m);
     compute_advantages(s, out.batch);
   });
+  // The updates run on their roles' pools; the critic's metrics come to every rank from its
+  // pool's first rank (the actor's are on rank 0 already).
   if (s.use_critic)
     run_stage(s, "update_critic", m, [&] {
-      merge_into(m, s.critic->update_critic(out.batch));
-      s.critic->trained_model().offload_parameters();  // param_offload: off the device until the next values
+      json critic = json::object();
+      if (s.critic) {
+        critic = s.critic->update_critic(out.batch);
+        s.critic->trained_model().offload_parameters();  // param_offload: off the device until the next values
+      }
+      merge_into(m, share_json_from_pool(s, RlRole::kCritic, std::move(critic)));
     });
   if (s.global_step + 1 > s.settings.trainer.critic_warmup) {
-    run_stage(s, "update_actor", m, [&] { merge_into(m, s.actor->update_policy(out.batch)); });
+    run_stage(s, "update_actor", m, [&] {
+      if (s.actor) merge_into(m, s.actor->update_policy(out.batch));
+    });
     run_stage(s, "sync", m, [&] { sync_rollout_weights(s, m); });
   }
   add_data_metrics(out.batch, s.use_critic, m);
@@ -64,16 +72,19 @@ void rollout_and_score(RlTrainer::State& s, StepOutput& out, const Batch& prompt
   out.batch = run_stage(
       s, "gen", m, [&] { return generate_sequences(s, prompts, s.n, rollout_decoding(s.settings.rollout), seed); });
   // How this rank's engine ran: decode steps replayed as device graphs, and the captures the
-  // step paid for (the pool is re-created after each sleep, and the graphs with it).
-  const rollout::GenerateStats& gen = s.engine->last_stats();
-  m["perf/rollout_decode_steps"] = gen.num_decode_steps;
-  m["perf/rollout_graph_steps"] = gen.num_graph_steps;
-  m["perf/rollout_overlapped_steps"] = gen.num_overlapped_steps;
-  m["perf/rollout_graph_captures"] = gen.num_graph_captures;
-  m["timing_s/gen_graph_capture"] = gen.graph_capture_seconds;
+  // step paid for (the pool is re-created after each sleep, and the graphs with it). Rank 0,
+  // which writes the metrics, always has an engine (it is in the actor's pool).
+  if (s.engine) {
+    const rollout::GenerateStats& gen = s.engine->last_stats();
+    m["perf/rollout_decode_steps"] = gen.num_decode_steps;
+    m["perf/rollout_graph_steps"] = gen.num_graph_steps;
+    m["perf/rollout_overlapped_steps"] = gen.num_overlapped_steps;
+    m["perf/rollout_graph_captures"] = gen.num_graph_captures;
+    m["timing_s/gen_graph_capture"] = gen.graph_capture_seconds;
+  }
   release_engine_weights(s);
   run_stage(s, "reward", m, [&] {
-    if (s.reward_model) compute_rm_scores(s, out.batch);
+    if (s.settings.reward_model.enable) compute_rm_scores(s, out.batch);
     out.reward_extras = compute_scores(s, out.batch, &m);
   });
   if (s.use_reference) run_stage(s, "ref", m, [&] { compute_reference_log_prob(s, out.batch); });
@@ -108,7 +119,7 @@ StepOutput step_remax(RlTrainer::State& s) {
   const Batch prompts = next_prompt_batch(s);
   std::vector<float> baselines = run_stage(s, "gen_max", m, [&] {
     Batch greedy = generate_sequences(s, prompts, 1, Decoding{}, rollout_seed(s, s.global_step + 1, 1));
-    if (s.reward_model) compute_rm_scores(s, greedy);  // verl's remax scores its baseline with the RM too
+    if (s.settings.reward_model.enable) compute_rm_scores(s, greedy);  // verl's remax scores its baseline with the RM too
     compute_scores(s, greedy);
     std::vector<float> b;
     for (const auto& score : greedy.column("score")) b.push_back(score.get<float>());

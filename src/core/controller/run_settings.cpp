@@ -507,6 +507,7 @@ RunSettings parse_run_settings(const Config& config, int world_size, int ranks_p
   s.reward_model = reward_model_at(config);
   s.sft = sft_at(config);
   s.paths = paths_at(config);
+  s.pools = pool_layout(config, world_size, ranks_per_node > 0 ? ranks_per_node : world_size);
   return s;
 }
 

@@ -1,0 +1,82 @@
+// Dispatch between resource pools. Every rank runs the RL loop's controller on the same batch;
+// a stage of a role computes on the ranks of the role's pool only (its rows split over them, the
+// results gathered inside the pool), and then the pool's first rank broadcasts the result to
+// every rank over the run's communicator, so each rank continues with the whole batch, as in a
+// colocated run. docs/scale-out.md lists which rank sends what at each stage.
+#include "rl_state.hpp"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+
+namespace verlpp::controller {
+
+using json = nlohmann::json;
+
+void join_resource_pools(RlTrainer::State& s) {
+  const PoolLayout& layout = s.settings.pools;
+  const int32_t rank = s.world.rank, world = s.world.world_size;
+  // Each pool's communicator as this rank sees it: the run's for a pool of every rank, a
+  // subgroup for a smaller pool it is in (made by that pool's ranks alone), none for one rank.
+  std::vector<const hw::ProcessGroup*> group_of(layout.pools.size(), s.group.get());
+  for (size_t i = 0; i < layout.pools.size(); ++i) {
+    const ResourcePool& pool = layout.pools[i];
+    if (pool.size() == world || !pool.contains(rank)) continue;
+    if (pool.size() == 1) {
+      group_of[i] = nullptr;
+      continue;
+    }
+    s.pool_groups.push_back(s.group->subgroup(pool.ranks(), "pool/" + pool.name));
+    group_of[i] = s.pool_groups.back().get();
+  }
+  for (RlRole role : all_roles()) {
+    const size_t i = layout.role_pool.at(role);
+    const ResourcePool& pool = layout.pools[i];
+    RlTrainer::State::RolePlacement p;
+    p.root = pool.first;
+    p.here = pool.contains(rank);
+    p.whole_world = pool.size() == world;
+    p.group = p.here ? group_of[i] : nullptr;
+    if (p.group) p.dp = train::DataParallel(p.group, s.device);
+    s.places[role] = p;
+  }
+}
+
+at::Tensor share_from_pool(const RlTrainer::State& s, RlRole role, at::Tensor t) {
+  const RlTrainer::State::RolePlacement& p = s.place(role);
+  if (p.whole_world) return t;
+  // The header: dtype, rank of the shape, then the sizes.
+  constexpr int64_t kMaxDims = 8;
+  const bool root = s.world.rank == p.root;
+  std::vector<int64_t> header(size_t(kMaxDims + 2), 0);
+  if (root) {
+    if (!t.defined()) throw Error("resource pools", fmt::format("{}: the pool's first rank has no result to send", role_key(role)));
+    if (t.dim() > kMaxDims) throw Error("resource pools", fmt::format("a result of {} dimensions", t.dim()));
+    header[0] = int64_t(t.scalar_type());
+    header[1] = t.dim();
+    for (int64_t d = 0; d < t.dim(); ++d) header[size_t(d + 2)] = t.size(d);
+  }
+  at::Tensor h = at::from_blob(header.data(), {kMaxDims + 2}, at::TensorOptions().dtype(at::kLong)).clone().to(s.device);
+  s.group->broadcast(h, p.root);
+  h = h.cpu().contiguous();
+  const int64_t* hp = h.data_ptr<int64_t>();
+  const auto dtype = at::ScalarType(hp[0]);
+  const std::vector<int64_t> shape(hp + 2, hp + 2 + hp[1]);
+  at::Tensor data = root ? t.to(s.device).contiguous() : at::empty(shape, at::TensorOptions().dtype(dtype).device(s.device));
+  s.group->broadcast(data, p.root);
+  return data;
+}
+
+json share_json_from_pool(const RlTrainer::State& s, RlRole role, json value) {
+  const RlTrainer::State::RolePlacement& p = s.place(role);
+  if (p.whole_world) return value;
+  const bool root = s.world.rank == p.root;
+  std::string text = root ? value.dump() : std::string();
+  at::Tensor bytes;
+  if (root) bytes = at::from_blob(text.data(), {int64_t(text.size())}, at::TensorOptions().dtype(at::kByte)).clone();
+  bytes = share_from_pool(s, role, bytes).cpu().contiguous();
+  if (root) return value;
+  const auto* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
+  return json::parse(std::string(data, data + bytes.numel()));
+}
+
+}  // namespace verlpp::controller
