@@ -190,9 +190,11 @@ TEST_CASE("the table's patterns: wildcards, sections, first match", "[config][ke
   CHECK(config_key_state("algorithm.adv_estimator") == KeyState::effect);
   CHECK(config_key_state("reward_model.enable") == KeyState::effect);
   CHECK(config_key_state("reward_model.model.fsdp_config.param_offload") == KeyState::no_effect);
-  REQUIRE(config_key_rule("reward_model.enable_resource_pool") != nullptr);
-  CHECK(std::string(config_key_rule("reward_model.enable_resource_pool")->pattern) ==
-        "reward_model.enable_resource_pool");
+  // verl's reward pool has its effect (resource_pools.hpp), with the keys that size it.
+  CHECK(config_key_state("reward_model.enable_resource_pool") == KeyState::effect);
+  CHECK(config_key_state("reward_model.n_gpus_per_node") == KeyState::effect);
+  REQUIRE(config_key_rule("actor_rollout_ref.nccl_timeout") != nullptr);
+  CHECK(std::string(config_key_rule("actor_rollout_ref.nccl_timeout")->pattern) == "actor_rollout_ref.nccl_timeout");
 }
 
 TEST_CASE("a refused key changed from its default is refused by validate, naming it and why", "[config][keys]") {
@@ -246,7 +248,7 @@ TEST_CASE("verlpp config --keys marks every key's state", "[config][keys]") {
   CHECK(lines.size() == default_leaf_keys().size());
   CHECK_THAT(lines["actor_rollout_ref.rollout.name"],
              Contains("[no effect: ") && Contains(config_key_rule("actor_rollout_ref.rollout.name")->reason));
-  CHECK_THAT(lines["reward_model.enable_resource_pool"], Contains("[refused unless left at its default: "));
+  CHECK_THAT(lines["actor_rollout_ref.nccl_timeout"], Contains("[refused unless left at its default: "));
   CHECK(lines["algorithm.adv_estimator"] == "algorithm.adv_estimator = \"gae\"");
 }
 

@@ -235,6 +235,12 @@ MemoryPlanInputs plan_inputs(const RunSettings& s, const model::ModelConfig& mod
   MemoryPlanInputs in;
   in.model = model;
   in.world_size = std::max<int64_t>(world_size, 1);
+  // With resource pools the plan is the actor's pool's: its ranks, and the roles it holds besides
+  // the actor (a role on a pool of its own holds less than the actor's ranks do with it).
+  if (!s.pools.colocated()) in.world_size = s.pools.pool_of(RlRole::kActorRollout).size();
+  const auto with_actor = [&](RlRole role) {
+    return s.pools.colocated() || s.pools.role_pool.at(role) == s.pools.role_pool.at(RlRole::kActorRollout);
+  };
   auto layout = [](const ShardingSettings& sh) {
     return RoleLayout{sh.zero_stage, sh.param_offload, sh.optimizer_offload, sh.forward_prefetch};
   };
@@ -243,9 +249,10 @@ MemoryPlanInputs plan_inputs(const RunSettings& s, const model::ModelConfig& mod
   in.ref_layout = layout(s.ref.sharding);
   in.param_dtype = s.actor.precision.resolve(!accelerator);
   in.rollout_dtype = s.rollout.dtype;
-  in.reference = s.algorithm.use_kl_in_reward || s.actor.use_kl_loss;
+  in.reference = (s.algorithm.use_kl_in_reward || s.actor.use_kl_loss) && with_actor(RlRole::kReference);
   // As the RL loop decides (rl_setup.cpp): the critic by default where the estimator needs one.
-  in.critic = s.critic.enable.value_or(algorithm_family(s.algorithm.adv_estimator) == AlgorithmFamily::kWithCritic);
+  in.critic = s.critic.enable.value_or(algorithm_family(s.algorithm.adv_estimator) == AlgorithmFamily::kWithCritic) &&
+              with_actor(RlRole::kCritic);
   in.actor_checkpointing = s.model.enable_gradient_checkpointing;
   in.critic_checkpointing = s.critic.enable_gradient_checkpointing;
   in.sequence_tokens = s.data.max_prompt_length + s.data.max_response_length;

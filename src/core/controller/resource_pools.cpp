@@ -153,6 +153,8 @@ PoolLayout resolve_pool_layout(const Config& c, int world_size, int ranks_per_no
   PoolLayout layout;
   layout.pools = declared_pools(c, problems);
   const bool reward_pool = c.get<bool>("reward_model.enable_resource_pool");
+  // verl's reward pool's size (read always, so that `verlpp config` shows them as keys with an effect).
+  const int64_t rm_per_node = c.get<int64_t>("reward_model.n_gpus_per_node"), rm_nodes = c.get<int64_t>("reward_model.nnodes");
   if (layout.pools.empty()) {
     // verl's default: one global pool of trainer.nnodes x trainer.n_gpus_per_node ranks (here:
     // the launched ranks, less verl's reward pool when there is one).
@@ -164,8 +166,7 @@ PoolLayout resolve_pool_layout(const Config& c, int world_size, int ranks_per_no
       global.n_gpus_per_node = c.get<int64_t>("trainer.n_gpus_per_node");
       global.nnodes = c.get_or<int64_t>("trainer.nnodes", 1);
     } else if (reward_pool) {  // the launched ranks less the reward pool's
-      global.n_gpus_per_node = world_size - c.get<int64_t>("reward_model.n_gpus_per_node") *
-                                                std::max<int64_t>(c.get<int64_t>("reward_model.nnodes"), 0);
+      global.n_gpus_per_node = world_size - rm_per_node * std::max<int64_t>(rm_nodes, 0);
       global.nnodes = 1;
     }
     layout.pools.push_back(global);
@@ -173,8 +174,8 @@ PoolLayout resolve_pool_layout(const Config& c, int world_size, int ranks_per_no
   if (reward_pool) {
     ResourcePool rm;
     rm.name = kRewardPool;
-    rm.n_gpus_per_node = c.get<int64_t>("reward_model.n_gpus_per_node");
-    rm.nnodes = c.get<int64_t>("reward_model.nnodes");
+    rm.n_gpus_per_node = rm_per_node;
+    rm.nnodes = rm_nodes;
     if (rm.n_gpus_per_node < 1 || rm.nnodes < 1)
       problems.push_back(fmt::format(
           "reward_model.enable_resource_pool needs reward_model.n_gpus_per_node and reward_model.nnodes >= 1 (the "

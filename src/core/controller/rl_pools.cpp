@@ -7,6 +7,9 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
+
+#include <cstring>
 
 namespace verlpp::controller {
 
@@ -70,13 +73,19 @@ json share_json_from_pool(const RlTrainer::State& s, RlRole role, json value) {
   const RlTrainer::State::RolePlacement& p = s.place(role);
   if (p.whole_world) return value;
   const bool root = s.world.rank == p.root;
-  std::string text = root ? value.dump() : std::string();
-  at::Tensor bytes;
-  if (root) bytes = at::from_blob(text.data(), {int64_t(text.size())}, at::TensorOptions().dtype(at::kByte)).clone();
-  bytes = share_from_pool(s, role, bytes).cpu().contiguous();
+  // The text in 64-bit words (the communicator moves integer and float tensors): its length,
+  // then its bytes.
+  at::Tensor words;
+  if (root) {
+    const std::string text = value.dump();
+    words = at::zeros({1 + (int64_t(text.size()) + 7) / 8}, at::TensorOptions().dtype(at::kLong));
+    words.data_ptr<int64_t>()[0] = int64_t(text.size());
+    std::memcpy(words.data_ptr<int64_t>() + 1, text.data(), text.size());
+  }
+  words = share_from_pool(s, role, words).cpu().contiguous();
   if (root) return value;
-  const auto* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
-  return json::parse(std::string(data, data + bytes.numel()));
+  const auto* bytes = reinterpret_cast<const char*>(words.data_ptr<int64_t>() + 1);
+  return json::parse(std::string(bytes, bytes + words.data_ptr<int64_t>()[0]));
 }
 
 }  // namespace verlpp::controller
