@@ -267,3 +267,79 @@ TEST_CASE("validate: a step batch that cannot fit in this machine's memory is re
                     Contains("8 x 1000000000 x") && Contains("GiB of host memory") && Contains("this machine has"));
   CHECK_NOTHROW(small_valid().validate(1));  // the usual sizes are far from it
 }
+
+TEST_CASE("resource pools: consecutive ranks in the order declared, roles mapped, verl's reward pool",
+          "[config][pools]") {
+  using verlpp::controller::pool_layout;
+  using verlpp::controller::PoolLayout;
+  using verlpp::controller::RlRole;
+  // Colocated by default: one pool of every rank holds every role.
+  const PoolLayout colocated = pool_layout(small_valid(), 4, 4);
+  REQUIRE(colocated.pools.size() == 1);
+  CHECK(colocated.colocated());
+  CHECK(colocated.pools[0].ranks() == std::vector<int32_t>{0, 1, 2, 3});
+  for (RlRole r : verlpp::controller::all_roles()) CHECK(colocated.role_pool.at(r) == 0);
+
+  // Two nodes of 4: the actor's pool takes 2 ranks per node on both (4 ranks), the critic's the next 4.
+  Config c = small_valid();
+  c.apply_overrides({"algorithm.adv_estimator=gae", "actor_rollout_ref.actor.use_kl_loss=true",
+                     "trainer.resource_pools=[{name: train, n_gpus_per_node: 2, nnodes: 2}, {name: values, "
+                     "n_gpus_per_node: 4}]",
+                     "trainer.role_pools.critic=values"});
+  c.resolve();
+  const PoolLayout split = pool_layout(c, 8, 4);
+  REQUIRE(split.pools.size() == 2);
+  CHECK(split.pool_of(RlRole::kActorRollout).ranks() == std::vector<int32_t>{0, 1, 2, 3});
+  CHECK(split.pool_of(RlRole::kCritic).ranks() == std::vector<int32_t>{4, 5, 6, 7});
+  CHECK(split.pool_of(RlRole::kReference).name == "train");  // roles not named: the first pool
+  CHECK(split.describe({RlRole::kActorRollout, RlRole::kReference, RlRole::kCritic}) ==
+        "train (ranks 0-3): actor_rollout, ref; values (ranks 4-7): critic");
+  // The batch checks use each role's ranks: 8 x 2 rows split over the critic's 4, not over 8.
+  CHECK_NOTHROW(c.validate(8, 4));
+
+  // verl's reward pool: trainer.n_gpus_per_node x nnodes is the global pool, the reward pool comes after.
+  Config rm = small_valid();
+  rm.apply_overrides({"reward_model.enable=true", "reward_model.enable_resource_pool=true",
+                      "reward_model.n_gpus_per_node=1", "reward_model.nnodes=1", "trainer.n_gpus_per_node=2",
+                      "trainer.nnodes=1"});
+  rm.resolve();
+  CHECK_NOTHROW(rm.validate(3, 3));
+  const PoolLayout rm_layout = pool_layout(rm, 3, 3);
+  REQUIRE(rm_layout.pools.size() == 2);
+  CHECK(rm_layout.pools[0].name == "global_pool");
+  CHECK(rm_layout.pools[0].size() == 2);
+  CHECK(rm_layout.pool_of(RlRole::kRewardModel).name == "reward_pool");
+  CHECK(rm_layout.pool_of(RlRole::kRewardModel).ranks() == std::vector<int32_t>{2});
+  // verl's default reward_model.nnodes (0) does not size a pool; verl refuses it too.
+  rm.set("reward_model.nnodes", 0);
+  CHECK_THROWS_WITH(rm.validate(3, 3), Contains("reward_model.enable_resource_pool needs reward_model.n_gpus_per_node "
+                                                "and reward_model.nnodes >= 1"));
+}
+
+TEST_CASE("resource pools that cannot work are refused by validate, with the asked and launched layouts",
+          "[config][pools]") {
+  auto refused = [](const std::vector<std::string>& overrides, int world, const std::string& message) {
+    Config c = small_valid();
+    c.apply_overrides(overrides);
+    c.resolve();
+    INFO(message);
+    CHECK_THROWS_WITH(c.validate(world, world), Contains(message));
+  };
+  const std::string two = "trainer.resource_pools=[{name: a, n_gpus_per_node: 2}, {name: b, n_gpus_per_node: 2}]";
+  refused({two, "trainer.role_pools.critic=b", "algorithm.adv_estimator=gae"}, 2,
+          "the resource pools ask for a 1 x 2 + b 1 x 2 = 4 rank(s) but the run was launched as 1 node(s) x 2 "
+          "rank(s) = 2 rank(s)");
+  refused({two, "trainer.role_pools.actor_rollout=b", "trainer.role_pools.critic=a", "algorithm.adv_estimator=gae"}, 4,
+          "the actor's pool must be the first declared");
+  refused({two, "trainer.role_pools.critics=b"}, 4, "trainer.role_pools.critics: not a role");
+  refused({two}, 4, "pool 'b' holds no role this run builds");
+  refused({"trainer.resource_pools=[{name: a}]"}, 1, "needs n_gpus_per_node");
+  refused({"trainer.resource_pools=[{name: a, n_gpus_per_node: 1, gpus: 2}]"}, 1,
+          "trainer.resource_pools[0].gpus is not a pool key");
+  refused({"trainer.resource_pools=[{name: a, n_gpus_per_node: 1}, {name: a, n_gpus_per_node: 1}]"}, 2,
+          "pool 'a' is declared twice");
+  // 8 x 2 rows do not split over a critic pool of 3 ranks.
+  refused({"trainer.resource_pools=[{name: a, n_gpus_per_node: 1}, {name: b, n_gpus_per_node: 3}]",
+           "trainer.role_pools.critic=b", "algorithm.adv_estimator=gae"},
+          4, "is not divisible by the 3 rank(s) of pool 'b' (critic)");
+}

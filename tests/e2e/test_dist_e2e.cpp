@@ -486,8 +486,9 @@ TEST_CASE("verlpp train --nproc 4 with the critic or the reference on a pool of 
     run_to_end(write_dist_config(dir, pooled, 2, estimator), pooled + ".log", args);
     const std::string log = read_file(pooled + ".log");
     INFO(log);
-    CHECK(log.find("resource pools: actor_pool (ranks 0-1): actor_rollout" + std::string(role == "critic" ? ", ref" : "") +
-                   "; " + role + "_pool (ranks 2-3): " + role) != std::string::npos);
+    CHECK(log.find("resource pools: actor_pool (ranks 0-1): actor_rollout" +
+                   std::string(role == "critic" ? ", ref" : "") + "; " + role + "_pool (ranks 2-3): " + role) !=
+          std::string::npos);
     check_close_rows(deterministic_rows(colocated), deterministic_rows(pooled), estimator + ", " + role + " pool");
     CHECK(exists(pooled + "/global_step_2/actor/optimizer.safetensors"));
     CHECK(exists(pooled + "/global_step_2/critic/optimizer.safetensors") == (role == "critic"));

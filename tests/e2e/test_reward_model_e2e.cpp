@@ -210,6 +210,24 @@ TEST_CASE("verlpp train with reward_model.enable: training scored by the reward 
     INFO(key);
     CHECK(two_rows[1][key].get<double>() == Approx(rows[1][key].get<double>()).epsilon(1e-5));
   }
+  // verl's reward pool: the actor on rank 0 (trainer.n_gpus_per_node = 1), the reward model alone
+  // on rank 1, which sends the scores to rank 0: the same scores again.
+  const std::string pooled = dir + "/run-pool";
+  run_to_end(write_config(dir, pooled, "grpo"), dir + "/train-pool.log",
+             {"--nproc", "2", "trainer.total_training_steps=1", "trainer.dist_timeout_s=20", "trainer.nnodes=1",
+              "trainer.n_gpus_per_node=1", "reward_model.enable=true", "reward_model.model.path=" + dir + "/rm",
+              "reward_model.micro_batch_size_per_gpu=3", "reward_model.enable_resource_pool=true",
+              "reward_model.n_gpus_per_node=1", "reward_model.nnodes=1"});
+  const std::string pool_log = read_file(dir + "/train-pool.log");
+  INFO(pool_log);
+  CHECK(pool_log.find("resource pools: global_pool (rank 0): actor_rollout, ref; reward_pool (rank 1): reward_model") !=
+        std::string::npos);
+  const std::vector<json> pool_rows = controller::read_metrics(pooled + "/metrics.jsonl");
+  REQUIRE(pool_rows.size() == 2);
+  for (const char* key : {"critic/score/mean", "critic/score/max", "critic/score/min", "actor/pg_loss"}) {
+    INFO(key);
+    CHECK(pool_rows[1][key].get<double>() == Approx(rows[1][key].get<double>()).epsilon(1e-5));
+  }
 #endif
 }
 

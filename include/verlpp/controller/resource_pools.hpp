@@ -37,7 +37,7 @@ struct ResourcePool {
 
 // Where the roles of one run live.
 struct PoolLayout {
-  std::vector<ResourcePool> pools;    // in the order declared, consecutive ranks from 0
+  std::vector<ResourcePool> pools;     // in the order declared, consecutive ranks from 0
   std::map<RlRole, size_t> role_pool;  // every role -> its index in `pools`
   const ResourcePool& pool_of(RlRole role) const { return pools.at(role_pool.at(role)); }
   // Every role on one pool of every rank (the default).

@@ -53,10 +53,10 @@ std::vector<ResourcePool> declared_pools(const Config& c, std::vector<std::strin
   const json& list = c.at("trainer.resource_pools");
   if (list.is_null()) return pools;
   if (!list.is_array() || list.empty()) {
-    problems.push_back(fmt::format(
-        "trainer.resource_pools = {} must be null (every role on every rank) or a non-empty list of "
-        "{{name, n_gpus_per_node, nnodes}}",
-        list.dump()));
+    problems.push_back(
+        fmt::format("trainer.resource_pools = {} must be null (every role on every rank) or a non-empty list of "
+                    "{{name, n_gpus_per_node, nnodes}}",
+                    list.dump()));
     return pools;
   }
   std::set<std::string> names;
@@ -64,7 +64,8 @@ std::vector<ResourcePool> declared_pools(const Config& c, std::vector<std::strin
     const std::string where = fmt::format("trainer.resource_pools[{}]", i);
     const json& entry = list[i];
     if (!entry.is_object()) {
-      problems.push_back(fmt::format("{} = {} must be a mapping {{name, n_gpus_per_node, nnodes}}", where, entry.dump()));
+      problems.push_back(
+          fmt::format("{} = {} must be a mapping {{name, n_gpus_per_node, nnodes}}", where, entry.dump()));
       continue;
     }
     for (const auto& [key, value] : entry.items())
@@ -147,14 +148,16 @@ std::vector<RlRole> active_roles(const Config& c) {
   return roles;
 }
 
-PoolLayout resolve_pool_layout(const Config& c, int world_size, int ranks_per_node, std::vector<std::string>& problems) {
+PoolLayout resolve_pool_layout(const Config& c, int world_size, int ranks_per_node,
+                               std::vector<std::string>& problems) {
   if (ranks_per_node <= 0) ranks_per_node = world_size;
   const size_t before = problems.size();
   PoolLayout layout;
   layout.pools = declared_pools(c, problems);
   const bool reward_pool = c.get<bool>("reward_model.enable_resource_pool");
   // verl's reward pool's size (read always, so that `verlpp config` shows them as keys with an effect).
-  const int64_t rm_per_node = c.get<int64_t>("reward_model.n_gpus_per_node"), rm_nodes = c.get<int64_t>("reward_model.nnodes");
+  const int64_t rm_per_node = c.get<int64_t>("reward_model.n_gpus_per_node"),
+                rm_nodes = c.get<int64_t>("reward_model.nnodes");
   if (layout.pools.empty()) {
     // verl's default: one global pool of trainer.nnodes x trainer.n_gpus_per_node ranks (here:
     // the launched ranks, less verl's reward pool when there is one).
@@ -181,9 +184,11 @@ PoolLayout resolve_pool_layout(const Config& c, int world_size, int ranks_per_no
           "reward_model.enable_resource_pool needs reward_model.n_gpus_per_node and reward_model.nnodes >= 1 (the "
           "reward pool's ranks), not {} and {}",
           rm.n_gpus_per_node, rm.nnodes));
-    if (std::any_of(layout.pools.begin(), layout.pools.end(), [](const ResourcePool& p) { return p.name == kRewardPool; }))
-      problems.push_back("reward_model.enable_resource_pool adds the pool 'reward_pool', which trainer.resource_pools "
-                         "already declares: declare it there or use the reward_model keys, not both");
+    if (std::any_of(layout.pools.begin(), layout.pools.end(),
+                    [](const ResourcePool& p) { return p.name == kRewardPool; }))
+      problems.push_back(
+          "reward_model.enable_resource_pool adds the pool 'reward_pool', which trainer.resource_pools "
+          "already declares: declare it there or use the reward_model keys, not both");
     layout.pools.push_back(rm);
   }
   int32_t next = 0;
@@ -205,10 +210,11 @@ PoolLayout resolve_pool_layout(const Config& c, int world_size, int ranks_per_no
     std::vector<std::string> pool_names;
     for (const ResourcePool& p : layout.pools) pool_names.push_back(p.name);
     for (const auto& [key, value] : map.items()) {
-      const auto role = std::find_if(all_roles().begin(), all_roles().end(),
-                                     [&](RlRole r) { return key == role_key(r); });
+      const auto role =
+          std::find_if(all_roles().begin(), all_roles().end(), [&](RlRole r) { return key == role_key(r); });
       if (role == all_roles().end()) {
-        problems.push_back(fmt::format("trainer.role_pools.{}: not a role (actor_rollout, ref, critic, reward_model)", key));
+        problems.push_back(
+            fmt::format("trainer.role_pools.{}: not a role (actor_rollout, ref, critic, reward_model)", key));
         continue;
       }
       const auto pool = value.is_string() ? index_of(value.get<std::string>()) : std::nullopt;
@@ -228,10 +234,11 @@ PoolLayout resolve_pool_layout(const Config& c, int world_size, int ranks_per_no
   const std::vector<RlRole> active = active_roles(c);
   const std::string launched = launched_layout(world_size, ranks_per_node);
   if (layout.ranks_asked() != world_size)
-    problems.push_back(fmt::format("the resource pools ask for {} but the run was launched as {}: every rank belongs "
-                                   "to exactly one pool, so the two must match (--nproc, trainer.nnodes x "
-                                   "trainer.n_gpus_per_node)",
-                                   asked_layout(layout.pools), launched));
+    problems.push_back(
+        fmt::format("the resource pools ask for {} but the run was launched as {}: every rank belongs "
+                    "to exactly one pool, so the two must match (--nproc, trainer.nnodes x "
+                    "trainer.n_gpus_per_node)",
+                    asked_layout(layout.pools), launched));
   if (layout.role_pool.at(RlRole::kActorRollout) != 0)
     problems.push_back(fmt::format(
         "trainer.role_pools places actor_rollout on '{}', but the actor's pool must be the first declared (it holds "

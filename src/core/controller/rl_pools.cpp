@@ -52,19 +52,22 @@ at::Tensor share_from_pool(const RlTrainer::State& s, RlRole role, at::Tensor t)
   const bool root = s.world.rank == p.root;
   std::vector<int64_t> header(size_t(kMaxDims + 2), 0);
   if (root) {
-    if (!t.defined()) throw Error("resource pools", fmt::format("{}: the pool's first rank has no result to send", role_key(role)));
+    if (!t.defined())
+      throw Error("resource pools", fmt::format("{}: the pool's first rank has no result to send", role_key(role)));
     if (t.dim() > kMaxDims) throw Error("resource pools", fmt::format("a result of {} dimensions", t.dim()));
     header[0] = int64_t(t.scalar_type());
     header[1] = t.dim();
     for (int64_t d = 0; d < t.dim(); ++d) header[size_t(d + 2)] = t.size(d);
   }
-  at::Tensor h = at::from_blob(header.data(), {kMaxDims + 2}, at::TensorOptions().dtype(at::kLong)).clone().to(s.device);
+  at::Tensor h =
+      at::from_blob(header.data(), {kMaxDims + 2}, at::TensorOptions().dtype(at::kLong)).clone().to(s.device);
   s.group->broadcast(h, p.root);
   h = h.cpu().contiguous();
   const int64_t* hp = h.data_ptr<int64_t>();
   const auto dtype = at::ScalarType(hp[0]);
   const std::vector<int64_t> shape(hp + 2, hp + 2 + hp[1]);
-  at::Tensor data = root ? t.to(s.device).contiguous() : at::empty(shape, at::TensorOptions().dtype(dtype).device(s.device));
+  at::Tensor data =
+      root ? t.to(s.device).contiguous() : at::empty(shape, at::TensorOptions().dtype(dtype).device(s.device));
   s.group->broadcast(data, p.root);
   return data;
 }

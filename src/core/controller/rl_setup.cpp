@@ -469,8 +469,7 @@ void setup_trainer(RlTrainer::State& s) {
         s.use_critic
             ? sharding_line("critic", sharding_options(s, rs.critic.sharding), pools.pool_of(RlRole::kCritic).size())
             : "",
-        ref_line ? sharding_line("reference", reference_sharding(s), pools.pool_of(RlRole::kReference).size())
-                 : ""})
+        ref_line ? sharding_line("reference", reference_sharding(s), pools.pool_of(RlRole::kReference).size()) : ""})
     if (!line.empty()) s.message(line);
   if (!pools.colocated()) {
     std::vector<RlRole> active = {RlRole::kActorRollout};

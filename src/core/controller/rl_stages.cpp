@@ -202,7 +202,6 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, c
   return batch;
 }
 
-
 std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, json* metrics) {
   if (batch.has_tensor(data::fields::kRmScores)) {
     // As verl's reward managers: a batch the reward model scored takes its scores as they are
@@ -277,14 +276,13 @@ std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, json*
 void compute_reference_log_prob(RlTrainer::State& s, Batch& batch) {
   at::NoGradGuard no_grad;
   // A sharded or offloaded reference: its weights come back for this stage and go after it.
-  if (s.ref_weights) s.ref_weights->reload();  // null on ranks outside the reference's pool
+  if (s.ref_weights) s.ref_weights->reload();     // null on ranks outside the reference's pool
   const train::ActorConfig& ac = s.actor_config;  // the actor's forward settings (it may be on another pool)
   batch.set("ref_log_prob", dispatch_rows(s, RlRole::kReference, batch, [&](const Batch& rows) {
-              return train::response_log_probs(reference_model(s), rows.tensor("input_ids"),
-                                               rows.tensor("attention_mask"), rows.tensor("position_ids"),
-                                               s.response_length, ac.temperature, false, ac.log_prob_chunk_rows,
-                                               ac.remove_padding, ac.kernels, train::LogitsInBackward::kKeep,
-                                               ac.rotate_qkv)
+              return train::response_log_probs(
+                         reference_model(s), rows.tensor("input_ids"), rows.tensor("attention_mask"),
+                         rows.tensor("position_ids"), s.response_length, ac.temperature, false, ac.log_prob_chunk_rows,
+                         ac.remove_padding, ac.kernels, train::LogitsInBackward::kKeep, ac.rotate_qkv)
                   .log_probs;
             }));
   if (s.ref_weights) {

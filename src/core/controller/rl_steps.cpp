@@ -119,7 +119,8 @@ StepOutput step_remax(RlTrainer::State& s) {
   const Batch prompts = next_prompt_batch(s);
   std::vector<float> baselines = run_stage(s, "gen_max", m, [&] {
     Batch greedy = generate_sequences(s, prompts, 1, Decoding{}, rollout_seed(s, s.global_step + 1, 1));
-    if (s.settings.reward_model.enable) compute_rm_scores(s, greedy);  // verl's remax scores its baseline with the RM too
+    if (s.settings.reward_model.enable)
+      compute_rm_scores(s, greedy);  // verl's remax scores its baseline with the RM too
     compute_scores(s, greedy);
     std::vector<float> b;
     for (const auto& score : greedy.column("score")) b.push_back(score.get<float>());

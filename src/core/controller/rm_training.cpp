@@ -94,8 +94,9 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
   s.plugin = device.plugin;
   join_process_group(s);
   if (!s.settings.pools.colocated())
-    throw Error("trainer.resource_pools", "verlpp train-rm trains one model on every rank; resource pools are "
-                                          "for the roles of verlpp train (leave trainer.resource_pools null)");
+    throw Error("trainer.resource_pools",
+                "verlpp train-rm trains one model on every rank; resource pools are "
+                "for the roles of verlpp train (leave trainer.resource_pools null)");
   join_resource_pools(s);  // one pool of every rank, as the SFT warm start reads the actor's place
   s.seed = uint64_t(t.seed);
   s.run_dir = rm.default_local_dir;
