@@ -64,10 +64,15 @@ void run_plan(const std::vector<std::string>& args, int nproc, double device_gib
   const controller::MemoryPlanInputs inputs = controller::plan_inputs(rs, mc, nproc, accelerator, total);
   const controller::MemoryPlan plan = controller::plan_memory(inputs);
   const int64_t tp = rs.rollout.tensor_model_parallel_size;
+  // With resource pools the plan is the actor pool's (plan_inputs).
+  const int64_t ranks = inputs.world_size;
+  if (!rs.pools.colocated())
+    std::cout << fmt::format("resource pools: {}; the plan below is the actor pool's ({} rank(s))\n",
+                             rs.pools.describe(controller::active_roles(given.config)), ranks);
   std::cout << fmt::format("model {} ({:.3f}B parameters), {} rank(s), ZeRO stage {}, param_dtype {}{}\n",
-                           *rs.model.path, double(model::parameter_count(mc)) / 1e9, nproc,
-                           nproc > 1 ? inputs.actor_layout.zero_stage : 0, model::dtype_name(inputs.param_dtype),
-                           tp > 1 ? fmt::format(", {} rollout engine(s) of {} ranks", nproc / tp, tp) : std::string());
+                           *rs.model.path, double(model::parameter_count(mc)) / 1e9, ranks,
+                           ranks > 1 ? inputs.actor_layout.zero_stage : 0, model::dtype_name(inputs.param_dtype),
+                           tp > 1 ? fmt::format(", {} rollout engine(s) of {} ranks", ranks / tp, tp) : std::string());
   std::cout << controller::format_memory_plan(plan, device_name);
   if (total > 0 && plan.peak_stage().total() > total) {
     const std::string hint = controller::memory_fix_hint(inputs);

@@ -2,7 +2,8 @@
 // communicator with ranks as threads: ZeRO-3 shards over 4 ranks into whole engines, into two
 // engines of 2 ranks and into one engine of 4; a whole model into a split engine. Each rank's
 // engine parameters are compared bit for bit with the slices cut from the whole weights by
-// model::tensor_parallel_slice; the report's bytes against sums over the units' own layout.
+// model::tensor_parallel_slice; the report's bytes against sums over the units' own layout (a
+// split engine's point-to-point bytes against the slices of a tensor of flat positions).
 #include <verlpp/controller/engine_sync.hpp>
 #include <verlpp/model/tensor_parallel.hpp>
 #include <verlpp/hw/tensor_storage.hpp>
@@ -12,6 +13,7 @@
 #include <verlpp/train/sharded_weights.hpp>
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/equal.h>
 
 #include "../group_ranks.hpp"
@@ -64,6 +66,31 @@ std::vector<std::string> compare_to_slices(const rollout::RolloutEngine& engine,
     if (!at::equal(p.detach().contiguous(), want.contiguous())) bad.push_back(name);
   }
   return bad;
+}
+
+// The elements of rank `rank`'s slices (engine rank rank % tp) that lie outside its own ZeRO-3
+// shard of each unit over `world` ranks: found by slicing a tensor of flat positions (1-based,
+// so that the zero padding of the last vocabulary slice is told apart) with
+// model::tensor_parallel_slice, independently of the sync's own range arithmetic.
+int64_t slice_elements_held_elsewhere(const model::ModelConfig& c, int64_t tp, int64_t rank, int64_t world) {
+  const model::TensorParallelLayout layout = model::tensor_parallel_layout(c, tp);
+  const std::vector<model::ParamSpec> specs = model::parameter_specs(c);
+  train::ShardedWeightsOptions o;
+  o.dtype = at::kFloat;
+  train::ShardedWeights one(whole_model(), o);  // the units' flat layout (it does not depend on the ranks)
+  int64_t elsewhere = 0;
+  for (int64_t u = 0; u < one.num_units(); ++u) {
+    const int64_t shard = (one.padded_elements(u) + world - 1) / world;
+    for (const train::ShardedWeights::Placement& place : one.placements(u)) {
+      const model::ParamSpec& spec = specs.at(place.param);
+      const at::Tensor positions =
+          at::arange(1, place.numel + 1, at::TensorOptions().dtype(at::kLong)).view(spec.shape);
+      const at::Tensor slice = model::tensor_parallel_slice(c, layout, spec.name, positions, rank % tp).flatten();
+      const at::Tensor flat = slice.masked_select(slice.gt(0)).sub(1 - place.offset);  // unit positions
+      elsewhere += flat.lt(rank * shard).logical_or(flat.ge((rank + 1) * shard)).sum().item<int64_t>();
+    }
+  }
+  return elsewhere;
 }
 
 int64_t parameter_bytes(const model::DecoderLM& m) {
@@ -123,15 +150,22 @@ TEST_CASE("engine sync: ZeRO-3 shards give each rank exactly its tensor-parallel
   for (const int64_t tp : {1, 2, 4}) {
     INFO("engines of " << tp << " rank(s) over 4 ranks");
     const std::vector<RankResult> results = sync_from_shards(tp);
-    for (const RankResult& r : results) {
+    for (size_t rank = 0; rank < results.size(); ++rank) {
+      const RankResult& r = results[rank];
       CHECK(r.mismatches.empty());
       if (!r.mismatches.empty()) FAIL_CHECK("first mismatching parameter: " << r.mismatches.front());
       CHECK(r.report.shared == 0);
       CHECK(r.report.source_bytes == whole_bytes);
-      // Every unit was all-gathered: 3 of its 4 shards came from the other ranks.
-      CHECK(r.report.received_bytes == padded_total / 4 * 3 * 4);
-      // No more than one unit held at a time, and far less than the whole model.
-      CHECK(r.report.peak_held_bytes == largest_unit);
+      if (tp == 1) {
+        // A whole engine: every unit was all-gathered, 3 of its 4 shards from the other ranks,
+        // and no more than one unit held at a time.
+        CHECK(r.report.received_bytes == padded_total / 4 * 3 * 4);
+        CHECK(r.report.peak_held_bytes == largest_unit);
+      } else {
+        // Split engines: exactly the elements of this rank's slices that other ranks' shards hold.
+        CHECK(r.report.received_bytes == slice_elements_held_elsewhere(whole.config(), tp, int64_t(rank), 4) * 4);
+        CHECK(r.report.peak_held_bytes < largest_unit);
+      }
       CHECK(r.report.peak_held_bytes < whole_bytes / 2);
       // The engine keeps its slice of the split tensors (plus the norms, whole everywhere).
       CHECK(r.report.engine_bytes == r.engine_param_bytes);

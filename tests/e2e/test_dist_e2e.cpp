@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -493,6 +494,19 @@ TEST_CASE("verlpp train --nproc 4 with the critic or the reference on a pool of 
     CHECK(exists(pooled + "/global_step_2/actor/optimizer.safetensors"));
     CHECK(exists(pooled + "/global_step_2/critic/optimizer.safetensors") == (role == "critic"));
     CHECK(exists(pooled + "/sft_model/model.safetensors"));
+    // Resumed from its first checkpoint with the same pools (each role's ranks load their part,
+    // a reference of its own pool the SFT result), the second step repeats the run's exactly.
+    const std::string resumed = pooled + "-resumed";
+    std::filesystem::remove_all(resumed);
+    std::filesystem::copy(pooled, resumed, std::filesystem::copy_options::recursive);
+    std::filesystem::remove_all(resumed + "/global_step_2");
+    std::ofstream(resumed + "/latest_checkpointed_iteration.txt") << "1\n";
+    std::vector<std::string> resume_args = args;
+    resume_args.push_back("trainer.default_local_dir=" + resumed);
+    run_to_end(write_dist_config(dir, pooled, 2, estimator), resumed + ".log", resume_args);
+    INFO(read_file(resumed + ".log"));
+    CHECK(read_file(resumed + ".log").find("resumed from") != std::string::npos);
+    CHECK(deterministic_rows(resumed) == deterministic_rows(pooled));
   }
 }
 

@@ -66,6 +66,18 @@ TEST_CASE("verlpp plan: the default run fits; a 7B shape on one 140 GiB device d
   CHECK_THAT(split.output, Contains("1 rollout engine(s) of 2 ranks") &&
                                Contains("rollout engine weights (1/2 slice, bfloat16)") &&
                                Contains("tensor_model_parallel_size 2") && !Contains("would fit with"));
+  // The reference alone on a pool of its own: the plan is the actor pool's 2 ranks, without it.
+  const auto pools =
+      verlpp::e2e::run_cli(args +
+                           " trainer.zero_stage=3 --nproc 4 trainer.n_gpus_per_node=4"
+                           " 'trainer.resource_pools=[{name: a, n_gpus_per_node: 2}, {name: r, n_gpus_per_node: 2}]'"
+                           " trainer.role_pools.ref=r");
+  INFO(pools.output);
+  CHECK(pools.status == 0);
+  CHECK_THAT(pools.output, Contains("resource pools: a (ranks 0-1): actor_rollout; r (ranks 2-3): ref; the plan "
+                                    "below is the actor pool's (2 rank(s))") &&
+                               Contains(", 2 rank(s), ZeRO stage 3") && Contains("actor weight shard") &&
+                               !Contains("reference weight"));
   CHECK(std::system(("rm -rf " + dir).c_str()) == 0);
 }
 

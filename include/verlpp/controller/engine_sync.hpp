@@ -5,12 +5,19 @@
 //   (train::ShardedWeights: ZeRO-2/3, offload).
 // - Engine layouts: the whole model, or one rank's tensor-parallel slices (rollout/tensor_parallel.hpp).
 //
-// From units, each unit (one decoder layer, or the embedding/norm/head unit) is gathered whole
-// on every rank (an all-gather: the only collective the plugin ABI offers that a slice can be
-// cut from), handed to the engine, which keeps its slice of each tensor, and freed before the
-// next unit: no rank ever holds the whole model besides the engine's own part, and the extra
-// memory at any moment is one unit. From a whole model nothing moves between ranks; a split
-// engine cuts its slices one tensor at a time.
+// From units sharded over the ranks (ZeRO-3), unit by unit (one decoder layer, or the
+// embedding/norm/head unit):
+// - into a whole engine, each unit is all-gathered (every rank needs every element), handed to
+//   the engine and freed before the next;
+// - into engines split over consecutive blocks of t of the units' ranks (rollout::engine_group),
+//   each rank receives, point to point, exactly the elements of its own slices that other ranks'
+//   shards hold, and sends each other rank what it needs of its own shard: a rank receives
+//   about (N - 1) / N of its slices (1/t of the unit), not of the whole unit. The pairs meet in
+//   the rounds of a round-robin tournament (N - 1 rounds; in each, the lower rank sends first).
+// No rank ever holds the whole model besides the engine's own part; the extra memory at any
+// moment is one unit (whole engine) or its slices of one unit plus one round's buffers (split).
+// From a whole model nothing moves between ranks; a split engine cuts its slices one tensor at
+// a time.
 #pragma once
 
 #include <cstdint>
@@ -30,18 +37,22 @@ namespace verlpp::controller {
 
 // What one sync did on this rank.
 struct EngineSyncReport {
-  int64_t shared = 0;           // engine parameters now sharing the trainer's storage (no copy)
-  int64_t copied = 0;           // engine parameters written into the engine's own buffers
-  int64_t received_bytes = 0;   // bytes this rank received from the other ranks (unit all-gathers)
-  int64_t engine_bytes = 0;     // bytes written into the engine's own buffers (its slices, or whole tensors)
-  int64_t source_bytes = 0;     // bytes of the whole weights the engine was given (every unit, every tensor)
-  int64_t peak_held_bytes = 0;  // the largest transient gathered unit (memory held beyond the engine and the shards)
+  int64_t shared = 0;          // engine parameters now sharing the trainer's storage (no copy)
+  int64_t copied = 0;          // engine parameters written into the engine's own buffers
+  int64_t received_bytes = 0;  // bytes this rank received from the other ranks
+  int64_t engine_bytes = 0;    // bytes written into the engine's own buffers (its slices, or whole tensors)
+  int64_t source_bytes = 0;    // bytes of the whole weights the engine was given (every unit, every tensor)
+  // The most transient memory at once beyond the engine and the shards: a gathered unit, or one
+  // unit's slices with a round's send and receive buffers.
+  int64_t peak_held_bytes = 0;
   double seconds = 0;
   std::vector<double> unit_seconds;  // from units: each unit's gather, slicing and copy, in unit order
 };
 
 // Unit by unit from sharded or offloaded weights (collective over the units' ranks); the engine
-// copies what it keeps. Offloaded units must have been reloaded by the caller.
+// copies what it keeps. Offloaded units must have been reloaded by the caller. Point to point
+// when the engine is split over consecutive blocks of the units' ranks (the rank's engine rank
+// is its units rank mod t), else through the all-gather.
 EngineSyncReport sync_engine_from_units(train::ShardedWeights& units, rollout::RolloutEngine& engine);
 
 // From a whole model on this rank. A whole engine in `source`'s dtype and device shares its

@@ -61,6 +61,11 @@ class ProcessGroup {
   void reduce_scatter_sum(const at::Tensor& send, at::Tensor& recv) const;
   // `t` of rank `root` on every rank (in place).
   void broadcast(at::Tensor& t, int32_t root) const;
+  // Point to point: `t` (contiguous) to rank `peer`, which receives it with recv into a tensor
+  // of the same size and dtype. A transfer may wait for its peer's matching call, so two ranks
+  // exchanging data order their calls (one sends first, the other receives first).
+  void send(const at::Tensor& t, int32_t peer) const;
+  void recv(at::Tensor& t, int32_t peer) const;
 
   // A collective running in the background (start_all_gather_into). wait() returns once it has
   // finished on the device and rethrows its error, leaving the handle inactive; a handle dropped

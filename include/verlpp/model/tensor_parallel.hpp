@@ -56,6 +56,17 @@ TensorParallelLayout tensor_parallel_layout(const ModelConfig& config, int64_t s
 // The config of one rank's model: `config` with the layout's heads, KV heads, MLP width and
 // vocabulary.
 ModelConfig rank_config(const ModelConfig& config, const TensorParallelLayout& layout);
+// Which part of a whole parameter one rank keeps: the whole tensor (dim -1: norms, row-parallel
+// biases), or `count` rows (dim 0) or columns (dim 1) from `begin`, past the tensor's end
+// zero-padded (the last rank's vocabulary rows).
+struct TensorParallelPart {
+  int64_t dim = -1;
+  int64_t begin = 0, count = 0;
+};
+// Rank `rank`'s part of the parameter `name` (an HF name of `config`), without the tensor: what
+// tensor_parallel_slice cuts, for code that moves only those elements (the engine sync).
+TensorParallelPart tensor_parallel_part(const ModelConfig& config, const TensorParallelLayout& layout,
+                                        const std::string& name, int64_t rank);
 // Rank `rank`'s part of the whole parameter `name` (an HF name of `config`, whole shape):
 // contiguous rows (column-parallel weights and their biases, the vocabulary rows; the last
 // rank's vocabulary padded with zero rows), columns (row-parallel weights), or the whole tensor

@@ -471,13 +471,7 @@ void setup_trainer(RlTrainer::State& s) {
             : "",
         ref_line ? sharding_line("reference", reference_sharding(s), pools.pool_of(RlRole::kReference).size()) : ""})
     if (!line.empty()) s.message(line);
-  if (!pools.colocated()) {
-    std::vector<RlRole> active = {RlRole::kActorRollout};
-    if (s.use_reference) active.push_back(RlRole::kReference);
-    if (s.use_critic) active.push_back(RlRole::kCritic);
-    if (rs.reward_model.enable) active.push_back(RlRole::kRewardModel);
-    s.message("resource pools: " + pools.describe(active));
-  }
+  if (!pools.colocated()) s.message("resource pools: " + pools.describe(active_roles(s.config)));
   s.checkpoints = std::make_unique<CheckpointManager>(s.run_dir, rs.trainer.max_actor_ckpt_to_keep);
   files::make_dirs(s.run_dir);
   if (s.world.is_distributed()) s.message(fmt::format("{} ranks: {}", s.world.world_size, hw::describe(s.world)));

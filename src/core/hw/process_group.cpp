@@ -443,6 +443,18 @@ void ProcessGroup::broadcast(at::Tensor& t, int32_t root) const {
   run("broadcast", [&] { impl_->comm->broadcast(d, root); });
 }
 
+void ProcessGroup::send(const at::Tensor& t, int32_t peer) const {
+  require_contiguous(t, "send");
+  const DLTensor d = detail::dl_view(t);
+  run("send", [&] { impl_->comm->send(d, peer); });
+}
+
+void ProcessGroup::recv(at::Tensor& t, int32_t peer) const {
+  require_contiguous(t, "recv");
+  DLTensor d = detail::dl_view(t);
+  run("recv", [&] { impl_->comm->recv(d, peer); });
+}
+
 void ProcessGroup::barrier() const {
   run("barrier", [&] { impl_->comm->barrier(); });
 }

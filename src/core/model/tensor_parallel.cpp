@@ -73,6 +73,29 @@ ModelConfig rank_config(const ModelConfig& config, const TensorParallelLayout& l
   return c;
 }
 
+TensorParallelPart tensor_parallel_part(const ModelConfig& c, const TensorParallelLayout& l, const std::string& name,
+                                        int64_t rank) {
+  VERLPP_CHECK(rank >= 0 && rank < l.size, "tensor_parallel_part: rank {} of {}", rank, l.size);
+  const int64_t D = c.head_dim;
+  // The first KV head of this rank's block (the one it keeps when they are replicated).
+  const int64_t group = c.num_attention_heads / c.num_key_value_heads;
+  const int64_t kv_first = l.kv_replicated ? rank * l.heads / group : rank * l.kv_heads;
+  auto rows = [](int64_t begin, int64_t count) { return TensorParallelPart{0, begin, count}; };
+  auto columns = [](int64_t begin, int64_t count) { return TensorParallelPart{1, begin, count}; };
+  if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return rows(rank * l.vocab, l.vocab);
+  if (ends_with(name, ".self_attn.q_proj.weight") || ends_with(name, ".self_attn.q_proj.bias"))
+    return rows(rank * l.heads * D, l.heads * D);
+  if (ends_with(name, ".self_attn.k_proj.weight") || ends_with(name, ".self_attn.k_proj.bias") ||
+      ends_with(name, ".self_attn.v_proj.weight") || ends_with(name, ".self_attn.v_proj.bias"))
+    return rows(kv_first * D, l.kv_heads * D);
+  if (ends_with(name, ".self_attn.o_proj.weight")) return columns(rank * l.heads * D, l.heads * D);
+  if (ends_with(name, ".mlp.gate_proj.weight") || ends_with(name, ".mlp.gate_proj.bias") ||
+      ends_with(name, ".mlp.up_proj.weight") || ends_with(name, ".mlp.up_proj.bias"))
+    return rows(rank * l.intermediate, l.intermediate);
+  if (ends_with(name, ".mlp.down_proj.weight")) return columns(rank * l.intermediate, l.intermediate);
+  return TensorParallelPart{};  // norms, row-parallel biases: whole on every rank
+}
+
 at::Tensor tensor_parallel_slice(const ModelConfig& c, const TensorParallelLayout& l, const std::string& name,
                                  const at::Tensor& whole, int64_t rank) {
   VERLPP_CHECK(rank >= 0 && rank < l.size, "tensor_parallel_slice: rank {} of {}", rank, l.size);
@@ -86,23 +109,9 @@ at::Tensor tensor_parallel_slice(const ModelConfig& c, const TensorParallelLayou
   if (whole.sizes() != c10::IntArrayRef(spec->shape))
     throw Error("tensor_parallel_slice", fmt::format("'{}' is {}, but the whole model's is {}", name,
                                                      shape_string(whole.sizes()), shape_string(spec->shape)));
-  const int64_t D = c.head_dim;
-  auto rows = [&](int64_t begin, int64_t count) { return padded_range(whole, 0, begin, count); };
-  // The first KV head of this rank's block (the one it keeps when they are replicated).
-  const int64_t group = c.num_attention_heads / c.num_key_value_heads;
-  const int64_t kv_first = l.kv_replicated ? rank * l.heads / group : rank * l.kv_heads;
-  if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return rows(rank * l.vocab, l.vocab);
-  if (ends_with(name, ".self_attn.q_proj.weight") || ends_with(name, ".self_attn.q_proj.bias"))
-    return rows(rank * l.heads * D, l.heads * D);
-  if (ends_with(name, ".self_attn.k_proj.weight") || ends_with(name, ".self_attn.k_proj.bias") ||
-      ends_with(name, ".self_attn.v_proj.weight") || ends_with(name, ".self_attn.v_proj.bias"))
-    return rows(kv_first * D, l.kv_heads * D);
-  if (ends_with(name, ".self_attn.o_proj.weight")) return padded_range(whole, 1, rank * l.heads * D, l.heads * D);
-  if (ends_with(name, ".mlp.gate_proj.weight") || ends_with(name, ".mlp.gate_proj.bias") ||
-      ends_with(name, ".mlp.up_proj.weight") || ends_with(name, ".mlp.up_proj.bias"))
-    return rows(rank * l.intermediate, l.intermediate);
-  if (ends_with(name, ".mlp.down_proj.weight")) return padded_range(whole, 1, rank * l.intermediate, l.intermediate);
-  return whole.contiguous();  // norms, row-parallel biases: whole on every rank
+  const TensorParallelPart part = tensor_parallel_part(c, l, name, rank);
+  if (part.dim < 0) return whole.contiguous();
+  return padded_range(whole, part.dim, part.begin, part.count);
 }
 
 DecoderLM tensor_parallel_model(const DecoderLM& whole, std::shared_ptr<const TensorParallelGroup> group) {
