@@ -4,7 +4,7 @@
 // The trainer -> rollout-engine weight sync (controller/engine_sync.hpp, the 3D reshard) on N
 // local ranks: the trainer's weights as ZeRO-3 shards (or whole on every rank), the engine whole
 // (tp 1) or split over groups of tp ranks. Per engine layout: the sync's seconds (median of
-// --reps, slowest rank), the bytes each rank received and kept, the largest unit held, and the
+// --reps, slowest rank), the bytes rank 0 received and kept, the most transient memory it held, and the
 // peak growth of each rank's resident memory during the sync (its high-water mark reset first;
 // the engine's buffers come back from release_weights inside it, as after each RL step).
 // --layers K builds only K decoder layers, for shapes whose whole copies do not fit the host N
@@ -173,12 +173,24 @@ int run_rank(const Options& o) {
       engine->release_weights();  // the reverse direction: the engine's part freed again
     }
     double outer = 0, layers = 0;
-    for (size_t u = 0; u < last.unit_seconds.size(); ++u)
-      (units && units->unit_name(int64_t(u)) == "outer" ? outer : layers) += last.unit_seconds[u];
+    int64_t outer_received = 0, layers_received = 0;
+    for (size_t u = 0; u < last.unit_seconds.size(); ++u) {
+      const bool is_outer = units && units->unit_name(int64_t(u)) == "outer";
+      (is_outer ? outer : layers) += last.unit_seconds[u];
+      (is_outer ? outer_received : layers_received) += last.unit_received_bytes[u];
+    }
     const model::ModelConfig full = shape_config(o.shape);
     const int64_t element = int64_t(c10::elementSize(mo.dtype));
-    const auto [received_full, engine_full] = whole_shape_bytes(full, world.world_size, tp, element, bool(units));
+    auto [received_full, engine_full] = whole_shape_bytes(full, world.world_size, tp, element, bool(units));
     const auto [received_model, engine_model] = whole_shape_bytes(c, world.world_size, tp, element, bool(units));
+    // A split engine from shards receives only its slices, point to point (their exact count per
+    // rank is proven in tests/controller/test_engine_sync.cpp): here, less than the all-gather's,
+    // and the whole shape's from the measured units (every layer has one layout).
+    const bool point_to_point = units && tp > 1;
+    if (point_to_point && c.num_hidden_layers > 0)
+      received_full = outer_received + layers_received / c.num_hidden_layers * full.num_hidden_layers;
+    const bool received_ok =
+        point_to_point ? last.received_bytes < received_model : received_model == last.received_bytes;
     row.update({{"seconds", max_over_ranks(*group, median(seconds))},
                 {"received_bytes", last.received_bytes},
                 {"engine_bytes", last.engine_bytes},
@@ -186,8 +198,7 @@ int run_rank(const Options& o) {
                 {"peak_held_bytes", last.peak_held_bytes},
                 {"peak_rss_growth_bytes", max_over_ranks(*group, median(peaks))},
                 // (a whole engine synced from a whole model shares it: nothing of its own to count)
-                {"bytes_match_shape",
-                 received_model == last.received_bytes && (last.shared > 0 || engine_model == last.engine_bytes)},
+                {"bytes_match_shape", received_ok && (last.shared > 0 || engine_model == last.engine_bytes)},
                 {"whole_shape_received_bytes", received_full},
                 {"whole_shape_engine_bytes", engine_full}});
     if (units && o.layers > 0 && c.num_hidden_layers > 0)
@@ -209,7 +220,7 @@ int run_launcher(const Options& o) {
   const json rows = bench::launch_bench_ranks("verlpp-bench-reshard", o.argv, o.nproc);
   constexpr double kMiB = 1024.0 * 1024.0;
   std::cout << fmt::format("{:>4} {:>10} {:>14} {:>14} {:>14} {:>16} {:>14} {:>16} {:>16}\n", "tp", "sync s",
-                           "received MiB", "engine MiB", "unit held MiB", "RSS growth MiB", "whole-shape s",
+                           "received MiB", "engine MiB", "peak held MiB", "RSS growth MiB", "whole-shape s",
                            "whole recv MiB", "whole engine MiB");
   for (const json& row : rows) {
     if (row.contains("refused")) {

@@ -46,7 +46,8 @@ struct EngineSyncReport {
   // unit's slices with a round's send and receive buffers.
   int64_t peak_held_bytes = 0;
   double seconds = 0;
-  std::vector<double> unit_seconds;  // from units: each unit's gather, slicing and copy, in unit order
+  std::vector<double> unit_seconds;          // from units: each unit's gather, slicing and copy, in unit order
+  std::vector<int64_t> unit_received_bytes;  // from units: each unit's share of received_bytes
 };
 
 // Unit by unit from sharded or offloaded weights (collective over the units' ranks); the engine

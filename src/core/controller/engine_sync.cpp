@@ -167,6 +167,7 @@ EngineSyncReport sync_slices_point_to_point(train::ShardedWeights& units, rollou
       held += slices.back().numel() * element;
       params.push_back(std::move(p));
     }
+    const int64_t received_before = report.received_bytes;
     auto slice_view = [&](const Piece& piece) {
       const UnitParam& p = params[piece.param];
       Rect r = piece.rect;
@@ -226,6 +227,7 @@ EngineSyncReport sync_slices_point_to_point(train::ShardedWeights& units, rollou
       buffers = std::max(buffers, (out_elements + in_elements) * element);
     }
     report.peak_held_bytes = std::max(report.peak_held_bytes, held + buffers);
+    report.unit_received_bytes.push_back(report.received_bytes - received_before);
     std::vector<std::pair<std::string, at::Tensor>> named;
     for (size_t k = 0; k < params.size(); ++k) named.emplace_back(params[k].name, slices[k]);
     report.copied += engine.update_weights(named, rollout::WeightSharing::kCopy).num_copied;
@@ -255,12 +257,15 @@ EngineSyncReport sync_engine_from_units(train::ShardedWeights& units, rollout::R
     int64_t whole = 0;
     for (const auto& [name, t] : tensors) whole += bytes_of(t);
     report.source_bytes += whole;
+    int64_t received = 0;
     if (gathers) {
       // The all-gather brought every shard but this rank's (the padding travels too).
       const int64_t element = tensors.empty() ? 0 : int64_t(tensors.front().second.element_size());
-      report.received_bytes += (units.padded_elements(unit) - units.shard_elements(unit)) * element;
+      received = (units.padded_elements(unit) - units.shard_elements(unit)) * element;
       report.peak_held_bytes = std::max(report.peak_held_bytes, units.padded_elements(unit) * element);
     }
+    report.received_bytes += received;
+    report.unit_received_bytes.push_back(received);
     report.copied += engine.update_weights(tensors, rollout::WeightSharing::kCopy).num_copied;
     report.unit_seconds.push_back(seconds_since(unit_start));
     unit_start = std::chrono::steady_clock::now();
