@@ -131,26 +131,25 @@ TEST_CASE("verlpp config and train: no-effect keys are listed with why; a refuse
   Run quiet = verlpp_run("config " + valid);
   CHECK(quiet.status == 0);
   CHECK_THAT(quiet.output, !Contains("no effect"));
-  Run refused = verlpp_run("config " + valid + " reward_model.enable_resource_pool=true");
+  Run refused = verlpp_run("config " + valid + " actor_rollout_ref.actor.calculate_entropy=true");
   CHECK(refused.status == 1);
-  CHECK_THAT(refused.output,
-             Contains("reward_model.enable_resource_pool = true is refused: resource pools are not implemented"));
+  CHECK_THAT(refused.output, Contains("actor_rollout_ref.actor.calculate_entropy = true is refused: not implemented"));
   no_backtrace(refused);
   Run keys = verlpp_run("config --keys " + valid);
   CHECK(keys.status == 0);
   CHECK_THAT(keys.output,
              Contains("actor_rollout_ref.actor.fsdp_config.full_determinism = false  [no effect: ") &&
                  Contains("\nactor_rollout_ref.actor.fsdp_config.param_offload = false\n") &&
-                 Contains("reward_model.enable_resource_pool = false  [refused unless left at its default: ") &&
+                 Contains("actor_rollout_ref.actor.calculate_entropy = false  [refused unless left at its default: ") &&
                  Contains("\nalgorithm.adv_estimator = \"gae\"\n"));
   // `verlpp train` prints the same block once at start, then refuses before any work.
   Run train = verlpp_run("train " + valid +
                          " actor_rollout_ref.model.path=/nonexistent/model data.train_files=/nonexistent/train.jsonl "
                          "trainer.default_local_dir=/tmp/verlpp-cli-refused actor_rollout_ref.rollout.name=vllm "
-                         "reward_model.enable_resource_pool=true");
+                         "actor_rollout_ref.actor.calculate_entropy=true");
   CHECK(train.status == 1);
   CHECK_THAT(train.output, Contains("actor_rollout_ref.rollout.name = \"vllm\": verlpp generates with its own") &&
-                               Contains("reward_model.enable_resource_pool = true is refused: "));
+                               Contains("actor_rollout_ref.actor.calculate_entropy = true is refused: "));
   CHECK(train.output.find("have no effect") == train.output.rfind("have no effect"));
 }
 

@@ -116,6 +116,7 @@ std::vector<int32_t> ResourcePool::ranks() const {
 }
 
 std::string ResourcePool::describe() const {
+  if (size() < 1) return fmt::format("{} (no ranks)", name);
   return size() == 1 ? fmt::format("{} (rank {})", name, first)
                      : fmt::format("{} (ranks {}-{})", name, first, first + size() - 1);
 }
