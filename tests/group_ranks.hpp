@@ -25,9 +25,10 @@ inline const hw::Plugin& cpu_ref() {
   return plugin;
 }
 
-// Runs `body(group)` on `world` threads, each a rank of one process group; throws the first
-// error (the test fails with it).
-inline void run_group_ranks(int32_t world, const std::function<void(const hw::ProcessGroup&)>& body) {
+// Runs `body(group)` on `world` threads, each a rank of one process group whose collectives
+// time out after `timeout`; throws the first error (the test fails with it).
+inline void run_group_ranks(int32_t world, const std::function<void(const hw::ProcessGroup&)>& body,
+                            std::chrono::milliseconds timeout = std::chrono::milliseconds(60000)) {
   const uint16_t port = controller::pick_free_port();
   std::vector<std::thread> threads;
   std::mutex mutex;
@@ -41,7 +42,7 @@ inline void run_group_ranks(int32_t world, const std::function<void(const hw::Pr
         w.local_rank = r;
         w.master_port = port;
         hw::ProcessGroupOptions options;
-        options.timeout = std::chrono::milliseconds(60000);
+        options.timeout = timeout;
         auto group = hw::ProcessGroup::create(w, hw::Device(cpu_ref(), 0), options);
         body(*group);
         group->barrier();

@@ -625,3 +625,32 @@ TEST_CASE("data parallel: ZeRO-2 checkpoints resume on any rank count and stage"
 }
 
 #endif  // VERLPP_CPU_REF_HAS_GLOO
+
+TEST_CASE("process group: a posted signal and a barrier without timeout outlast the collective timeout", "[dp]") {
+  // Collectives (and the rendezvous) of this group give up after 3 s; the waits below last
+  // 4.5 s and succeed (the resource pools' ranks wait so for another pool's stage).
+  constexpr auto kLate = std::chrono::milliseconds(4500);
+  std::vector<double> waited(3, 0.0), met(3, 0.0);
+  test::run_group_ranks(
+      3,
+      [&](const hw::ProcessGroup& group) {
+        const auto start = std::chrono::steady_clock::now();
+        if (group.rank() == 0) {
+          std::this_thread::sleep_for(kLate);
+          group.post("ready");
+        } else {
+          group.wait_posted("ready");
+        }
+        waited[size_t(group.rank())] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const auto second = std::chrono::steady_clock::now();
+        if (group.rank() == 2) std::this_thread::sleep_for(kLate);
+        group.barrier_without_timeout("met");
+        met[size_t(group.rank())] = std::chrono::duration<double>(std::chrono::steady_clock::now() - second).count();
+      },
+      std::chrono::milliseconds(3000));
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << " waited " << waited[size_t(r)] << " s, met after " << met[size_t(r)] << " s");
+    CHECK(waited[size_t(r)] >= 4.4);  // nobody went on before rank 0 posted
+    CHECK(met[size_t(r)] >= 4.4);     // nor left the barrier before rank 2 arrived
+  }
+}

@@ -95,6 +95,14 @@ class ProcessGroup {
   // same rules: `recv` holds the sum once the handle is waited for.
   Pending start_reduce_scatter_sum(const at::Tensor& send, const at::Tensor& recv) const;
   void barrier() const;
+  // A signal that may be awaited for long (a stage of another resource pool): post(key) by one
+  // rank; wait_posted(key) returns once some rank posted it, however long that takes, as long as
+  // every rank's heartbeat goes on. Unlike a collective it has no timeout; it ends with an Error
+  // naming the stopped ranks when one stops. Each key is posted once.
+  void post(const std::string& key) const;
+  void wait_posted(const std::string& key) const;
+  // A barrier on the same terms: every rank posts "<key>/<rank>" and waits for every other's.
+  void barrier_without_timeout(const std::string& key) const;
 
   // Records what this rank is doing now ("step 3 update_actor"), for the others' error messages.
   void set_stage(const std::string& stage);

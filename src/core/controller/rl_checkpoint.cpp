@@ -27,7 +27,8 @@ void write_checkpoint(RlTrainer::State& s) {
   const bool pools = !s.settings.pools.colocated();
   const std::string tmp = writer ? s.checkpoints->begin(step) : s.checkpoints->temporary(step);
   try {
-    if (pools) s.group->barrier();  // the folder exists before another pool's first rank writes into it
+    // The folder exists before another pool's first rank writes into it.
+    if (pools) pools_barrier(s, fmt::format("checkpoint/{}/begun", step));
     model::SaveOptions options;
     options.source_dir = s.model_path;  // tokenizer files and generation_config.json travel along
     if (s.actor) s.actor->trained_model().save(files::join(tmp, "actor"), options);
@@ -35,7 +36,8 @@ void write_checkpoint(RlTrainer::State& s) {
     const json critic_updates =
         s.use_critic ? share_json_from_pool(s, RlRole::kCritic, s.critic ? json(s.critic->updates()) : json())
                      : json(0);
-    if (pools) s.group->barrier();  // every pool's part is written before rank 0 completes the folder
+    // Every pool's part is written before rank 0 completes the folder.
+    if (pools) pools_barrier(s, fmt::format("checkpoint/{}/written", step));
     if (writer) {
       json state = {{"global_step", step},
                     {"dataloader", s.loader->state()},

@@ -1,8 +1,9 @@
 // Dispatch between resource pools. Every rank runs the RL loop's controller on the same batch;
 // a stage of a role computes on the ranks of the role's pool only (its rows split over them, the
-// results gathered inside the pool), and then the pool's first rank broadcasts the result to
-// every rank over the run's communicator, so each rank continues with the whole batch, as in a
-// colocated run. docs/scale-out.md lists which rank sends what at each stage.
+// results gathered inside the pool), and then the pool's first rank signals that the result is
+// ready and broadcasts it to every rank over the run's communicator, so each rank continues with
+// the whole batch, as in a colocated run. docs/scale-out.md lists which rank sends what at each
+// stage.
 #include "rl_state.hpp"
 
 #include <ATen/ops/empty.h>
@@ -50,6 +51,11 @@ at::Tensor share_from_pool(const RlTrainer::State& s, RlRole role, at::Tensor t)
   // The header: dtype, rank of the shape, then the sizes.
   constexpr int64_t kMaxDims = 8;
   const bool root = s.world.rank == p.root;
+  const std::string ready = fmt::format("pool/{}/{}", role_key(role), s.pool_transfers++);
+  if (root)
+    s.group->post(ready);
+  else
+    s.group->wait_posted(ready);
   std::vector<int64_t> header(size_t(kMaxDims + 2), 0);
   if (root) {
     if (!t.defined())
@@ -70,6 +76,14 @@ at::Tensor share_from_pool(const RlTrainer::State& s, RlRole role, at::Tensor t)
       root ? t.to(s.device).contiguous() : at::empty(shape, at::TensorOptions().dtype(dtype).device(s.device));
   s.group->broadcast(data, p.root);
   return data;
+}
+
+void pools_barrier(const RlTrainer::State& s, const std::string& key) {
+  if (!s.group) return;
+  if (s.settings.pools.colocated())
+    s.group->barrier();
+  else
+    s.group->barrier_without_timeout(key);
 }
 
 json share_json_from_pool(const RlTrainer::State& s, RlRole role, json value) {

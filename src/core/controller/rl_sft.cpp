@@ -121,8 +121,9 @@ void run_sft_warm_start(RlTrainer::State& s) {
     sync_rollout_weights(s, sync);
   }
   if (!s.settings.pools.colocated()) {
-    // A reference on a pool without the actor reads the fine-tuned policy once rank 0 wrote it.
-    s.group->barrier();
+    // A reference on a pool without the actor reads the fine-tuned policy once rank 0 wrote it
+    // (the other pools wait for that without a timeout: the SFT may take long).
+    pools_barrier(s, "sft/saved");
     if (!actor_here && (s.ref_model || s.ref_weights)) load_reference_weights(s, out);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

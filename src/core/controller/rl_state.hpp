@@ -73,6 +73,9 @@ struct RlTrainer::State {
   // everything that keeps one (the trainers, the engine's group).
   std::vector<std::unique_ptr<hw::ProcessGroup>> pool_groups;
   std::map<RlRole, RolePlacement> places;
+  // Results sent from a pool so far (keys the signal that each is ready, share_from_pool); every
+  // rank counts alike, as every rank takes part in every transfer.
+  mutable int64_t pool_transfers = 0;
   const RolePlacement& place(RlRole role) const { return places.at(role); }
   bool runs(RlRole role) const { return place(role).here; }
   // Rollout engines (rollout.tensor_model_parallel_size = t): the actor pool's ranks
@@ -183,8 +186,13 @@ auto run_stage(RlTrainer::State& s, const std::string& name, nlohmann::json& met
 // each pool's ranks) and their data-parallel groups.
 void join_resource_pools(RlTrainer::State& s);
 // `t`, defined on the first rank of `role`'s pool, on every rank: one broadcast over all ranks
-// (its dtype and shape first) when the pool is not every rank; `t` itself otherwise.
+// (its dtype and shape first) when the pool is not every rank; `t` itself otherwise. The other
+// ranks first wait for the pool's signal that `t` is ready (hw::ProcessGroup::wait_posted: no
+// timeout while every rank is alive), so a long stage of one pool does not time the others out.
 at::Tensor share_from_pool(const RlTrainer::State& s, RlRole role, at::Tensor t);
+// Every rank meets here: a barrier, or with resource pools one without a timeout (the pools'
+// ranks arrive at times as far apart as their stages are long); `key` names the meeting (unique).
+void pools_barrier(const RlTrainer::State& s, const std::string& key);
 // The same for a JSON value (a stage's metrics).
 nlohmann::json share_json_from_pool(const RlTrainer::State& s, RlRole role, nlohmann::json value);
 

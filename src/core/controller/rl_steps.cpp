@@ -237,8 +237,9 @@ json RlTrainer::fit() {
   const std::string samples_path = files::join(s.run_dir, "val_generations.jsonl");
   const ResumePlan plan = s.checkpoints->plan_resume(t.resume_mode, t.resume_from_path,
                                                      {"metrics.jsonl", "sft_metrics.jsonl", "val_generations.jsonl"});
-  // Every rank has looked at the folder before rank 0 changes anything in it.
-  if (s.group) s.group->barrier();
+  // Every rank has looked at the folder before rank 0 changes anything in it (with pools, each
+  // after its own setup, which takes as long as its roles' models need).
+  pools_barrier(s, "fit/start");
   for (const std::string& note : plan.notes) s.message(note);
   const std::optional<std::string>& resume_from = plan.folder;
   if (resume_from) {
@@ -364,7 +365,7 @@ json RlTrainer::fit() {
   }
   close_metrics();
   // No rank leaves (and rank 0 stops serving the store) while another still needs it.
-  if (s.group) s.group->barrier();
+  pools_barrier(s, "fit/end");
   return last;
 }
 

@@ -459,4 +459,32 @@ void ProcessGroup::barrier() const {
   run("barrier", [&] { impl_->comm->barrier(); });
 }
 
+void ProcessGroup::post(const std::string& key) const { impl_->store->add("verlpp/post/" + key, 1); }
+
+void ProcessGroup::barrier_without_timeout(const std::string& key) const {
+  post(fmt::format("{}/{}", key, world_.rank));
+  for (int32_t r = 0; r < world_.world_size; ++r)
+    if (r != world_.rank) wait_posted(fmt::format("{}/{}", key, r));
+}
+
+void ProcessGroup::wait_posted(const std::string& key) const {
+  // Polled with add(key, 0), which never blocks (a store get that times out can leave a late
+  // answer on the connection); the other ranks' heartbeats are checked every few seconds.
+  const std::string stored = "verlpp/post/" + key;
+  const auto check_every = std::max<std::chrono::milliseconds>(options_.heartbeat * 8, std::chrono::seconds(5));
+  auto last_check = std::chrono::steady_clock::now();
+  auto pause = std::chrono::milliseconds(1);
+  while (impl_->store->add(stored, 0) == 0) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::milliseconds(50));
+    if (std::chrono::steady_clock::now() - last_check < check_every) continue;
+    const std::string stopped = diagnose_peers();
+    if (!stopped.empty())
+      throw Error(
+          fmt::format("waiting for '{}' during '{}' (rank {} of {})", key, stage_, world_.rank, world_.world_size),
+          "another rank will not post it" + stopped);
+    last_check = std::chrono::steady_clock::now();
+  }
+}
+
 }  // namespace verlpp::hw
