@@ -46,76 +46,73 @@ struct Samples {
   std::vector<std::vector<float>> logprobs;
 };
 
+// Samples as padded host tensors, the form they travel in between ranks: ids [rows, R] (padded
+// with the pad id), lengths [rows], log-probs [rows, R] (padded with 0), on the CPU.
+struct PaddedSamples {
+  at::Tensor ids, lens, lps;
+};
+
+// `samples` in the first rows of `rows` padded ones.
+PaddedSamples pad_samples(const RlTrainer::State& s, const Samples& samples, int64_t rows) {
+  const int64_t r_len = s.response_length;
+  // Host buffers first (one element write each), then one tensor per field.
+  std::vector<int64_t> ids(size_t(rows * r_len), s.pad_id), lens(size_t(rows), 0);
+  std::vector<float> lps(size_t(rows * r_len), 0.0f);
+  for (size_t row = 0; row < samples.responses.size(); ++row) {
+    lens[row] = int64_t(samples.responses[row].size());
+    std::copy(samples.responses[row].begin(), samples.responses[row].end(), ids.begin() + int64_t(row) * r_len);
+    std::copy(samples.logprobs[row].begin(), samples.logprobs[row].end(), lps.begin() + int64_t(row) * r_len);
+  }
+  auto tensor = [](auto& data, std::vector<int64_t> shape, at::ScalarType type) {
+    return at::from_blob(data.data(), shape, at::TensorOptions().dtype(type)).clone();
+  };
+  return {tensor(ids, {rows, r_len}, at::kLong), tensor(lens, {rows}, at::kLong),
+          tensor(lps, {rows, r_len}, at::kFloat)};
+}
+
+// Appends rows [first, first + count) of `padded` (on the CPU, contiguous) to `out`.
+void append_padded_rows(const PaddedSamples& padded, int64_t first, int64_t count, Samples& out) {
+  const int64_t r_len = padded.ids.size(1);
+  for (int64_t g = first; g < first + count; ++g) {
+    const int64_t len = padded.lens.data_ptr<int64_t>()[g];
+    const int64_t* row_ids = padded.ids.data_ptr<int64_t>() + g * r_len;
+    out.responses.emplace_back(row_ids, row_ids + len);
+    const float* row_lps = padded.lps.data_ptr<float>() + g * r_len;
+    out.logprobs.emplace_back(row_lps, row_lps + len);
+  }
+}
+
 // With several engines, each generated the samples of its own prompt range [begin_e, end_e)
 // (every rank of a split engine the same ones); returns everyone's, in prompt order, on every
 // rank of the actor's pool. Every rank sends its rows, padded to the longest range; the first
 // rank's of each engine are kept.
 Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vector<int64_t>& begins, int64_t n) {
-  const int64_t engines = s.num_engines(), r_len = s.response_length;
+  const int64_t engines = s.num_engines();
   int64_t chunk = 0;
   for (int64_t e = 0; e < engines; ++e) chunk = std::max(chunk, (begins[size_t(e) + 1] - begins[size_t(e)]) * n);
-  // Host buffers first (one element write each), then one tensor per field for the gather.
-  std::vector<int64_t> ids(size_t(chunk * r_len), s.pad_id), lens(size_t(chunk), 0);
-  std::vector<float> lps(size_t(chunk * r_len), 0.0f);
-  for (size_t row = 0; row < local.responses.size(); ++row) {
-    const auto& tokens = local.responses[row];
-    lens[row] = int64_t(tokens.size());
-    std::copy(tokens.begin(), tokens.end(), ids.begin() + int64_t(row) * r_len);
-    std::copy(local.logprobs[row].begin(), local.logprobs[row].end(), lps.begin() + int64_t(row) * r_len);
-  }
   const hw::ProcessGroup& group = *s.place(RlRole::kActorRollout).group;  // the actor pool's ranks
-  auto gather = [&](void* data, std::vector<int64_t> shape, at::ScalarType type) {
-    at::Tensor t = at::from_blob(data, shape, at::TensorOptions().dtype(type)).to(s.device);
-    return group.all_gather(t).cpu().contiguous();
-  };
-  const at::Tensor all_ids = gather(ids.data(), {chunk, r_len}, at::kLong);
-  const at::Tensor all_lens = gather(lens.data(), {chunk}, at::kLong);
-  const at::Tensor all_lps = gather(lps.data(), {chunk, r_len}, at::kFloat);
+  const PaddedSamples mine = pad_samples(s, local, chunk);
+  auto gather = [&](const at::Tensor& t) { return group.all_gather(t.to(s.device)).cpu().contiguous(); };
+  const PaddedSamples all{gather(mine.ids), gather(mine.lens), gather(mine.lps)};
   Samples out;
-  for (int64_t e = 0; e < engines; ++e) {
-    const int64_t rows = (begins[size_t(e) + 1] - begins[size_t(e)]) * n;
-    for (int64_t k = 0; k < rows; ++k) {
-      const int64_t g = e * s.rollout_tp * chunk + k, len = all_lens.data_ptr<int64_t>()[g];
-      const int64_t* row_ids = all_ids.data_ptr<int64_t>() + g * r_len;
-      out.responses.emplace_back(row_ids, row_ids + len);
-      const float* row_lps = all_lps.data_ptr<float>() + g * r_len;
-      out.logprobs.emplace_back(row_lps, row_lps + len);
-    }
-  }
+  for (int64_t e = 0; e < engines; ++e)
+    append_padded_rows(all, e * s.rollout_tp * chunk, (begins[size_t(e) + 1] - begins[size_t(e)]) * n, out);
   return out;
 }
 
 // The actor pool's samples (`rows` of them) on every rank, sent by the pool's first rank, when
-// the pool is not every rank: ids, lengths and log-probs as three padded tensors.
+// the pool is not every rank.
 Samples share_samples(const RlTrainer::State& s, Samples samples, int64_t rows) {
   const RlTrainer::State::RolePlacement& actor = s.place(RlRole::kActorRollout);
   if (actor.whole_world) return samples;
-  const int64_t r_len = s.response_length;
-  at::Tensor ids, lens, lps;
-  if (s.world.rank == actor.root) {
-    std::vector<int64_t> id_buf(size_t(rows * r_len), s.pad_id), len_buf(size_t(rows), 0);
-    std::vector<float> lp_buf(size_t(rows * r_len), 0.0f);
-    for (size_t row = 0; row < samples.responses.size(); ++row) {
-      len_buf[row] = int64_t(samples.responses[row].size());
-      std::copy(samples.responses[row].begin(), samples.responses[row].end(), id_buf.begin() + int64_t(row) * r_len);
-      std::copy(samples.logprobs[row].begin(), samples.logprobs[row].end(), lp_buf.begin() + int64_t(row) * r_len);
-    }
-    ids = at::from_blob(id_buf.data(), {rows, r_len}, at::TensorOptions().dtype(at::kLong)).clone();
-    lens = at::from_blob(len_buf.data(), {rows}, at::TensorOptions().dtype(at::kLong)).clone();
-    lps = at::from_blob(lp_buf.data(), {rows, r_len}, at::TensorOptions().dtype(at::kFloat)).clone();
-  }
-  ids = share_from_pool(s, RlRole::kActorRollout, ids).cpu().contiguous();
-  lens = share_from_pool(s, RlRole::kActorRollout, lens).cpu().contiguous();
-  lps = share_from_pool(s, RlRole::kActorRollout, lps).cpu().contiguous();
-  if (s.world.rank == actor.root) return samples;
+  const bool root = s.world.rank == actor.root;
+  PaddedSamples padded;
+  if (root) padded = pad_samples(s, samples, rows);
+  auto share = [&](const at::Tensor& t) { return share_from_pool(s, RlRole::kActorRollout, t).cpu().contiguous(); };
+  padded = {share(padded.ids), share(padded.lens), share(padded.lps)};
+  if (root) return samples;
   Samples out;
-  for (int64_t row = 0; row < rows; ++row) {
-    const int64_t len = lens.data_ptr<int64_t>()[row];
-    const int64_t* row_ids = ids.data_ptr<int64_t>() + row * r_len;
-    const float* row_lps = lps.data_ptr<float>() + row * r_len;
-    out.responses.emplace_back(row_ids, row_ids + len);
-    out.logprobs.emplace_back(row_lps, row_lps + len);
-  }
+  append_padded_rows(padded, 0, rows, out);
   return out;
 }
 
