@@ -3,7 +3,7 @@
 # an include directory alone would let any layer reach any header: each layer is compiled
 # instead against its view, build/layer_includes/<layer>/, a folder of symbolic links
 # verlpp/<name> -> include/verlpp/<name> for its own headers and those of the layers it may
-# use (the transitive closure of DEPENDS), and nothing more; <verlpp/controller/config.hpp>
+# use (the transitive closure of DEPENDS), and nothing more; <verlpp/config/config.hpp>
 # from the train layer is "No such file or directory". Relative includes ("../train/x.hpp")
 # bypass include paths, so a build step per layer (cmake/CheckLayerIncludes.cmake) checks
 # every include of the layer's files against the same graph before the layer compiles.

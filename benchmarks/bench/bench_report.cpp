@@ -1,12 +1,12 @@
 // verlpp-bench's shared helpers and output: the suite list, repetition timing (each ends with
 // the plugin's device_synchronize, so queued device work is inside the time), the statistics of
 // a Measurement, the terminal table, the JSON document and the self-contained HTML report
-// (inline SVG bar charts from the controller's svg_chart, no external assets).
+// (inline SVG bar charts from the tracking layer's svg_chart, no external assets).
 // Decision: rows are grouped by workload (shape printed once) with one line per plugin, so the
 // plugins being compared sit next to each other; the ratio is baseline median / this median
 // (above 1: faster than the baseline).
 #include "bench.hpp"
-#include "controller/svg_chart.hpp"  // src/core: escape, format_value, BarChart
+#include "tracking/svg_chart.hpp"  // src/core: escape, format_value, BarChart
 
 #include <verlpp/hw/device.hpp>
 
@@ -109,7 +109,7 @@ double speedup(const std::vector<Measurement>& all, const Measurement& m, const 
 
 namespace {
 
-namespace svg = verlpp::controller::svg;
+namespace svg = verlpp::tracking::svg;
 
 // The workloads in order of first appearance: (suite, workload, shape) and their rows.
 struct Group {

@@ -5,8 +5,9 @@
 // old_log_prob, ref, adv, update_actor, ..., step). No SFT, validation or checkpoints.
 #include "bench.hpp"
 
-#include <verlpp/controller/arith_task.hpp>
-#include <verlpp/controller/config.hpp>
+#include <verlpp/tasks/arith_task.hpp>
+#include <verlpp/data/records.hpp>
+#include <verlpp/config/config.hpp>
 #include <verlpp/controller/rl_trainer.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/model/decoder.hpp>
@@ -32,14 +33,15 @@ std::string make_run_inputs(const std::string& dir) {
   model::DecoderLM m(model::load_model_config(dir + "/model"));
   m.init_weights(1);
   model::save_pretrained(m, dir + "/model");
-  controller::ArithTaskOptions task;
+  tasks::ArithTaskOptions task;
   task.max_operand = 9;
   task.sft_count = 1;
   task.train_count = 64;
   task.val_count = 4;
-  const controller::ArithSplits splits = controller::make_arith_splits(task);
-  controller::write_jsonl(dir + "/train.jsonl", splits.train);
-  controller::write_jsonl(dir + "/val.jsonl", splits.val);
+  const tasks::ArithSplits splits = tasks::make_arith_splits(task);
+  tasks::register_arith_reward();  // the rows' data_source, for runs in this process
+  data::write_jsonl(dir + "/train.jsonl", splits.train);
+  data::write_jsonl(dir + "/val.jsonl", splits.val);
   return dir;
 }
 
@@ -76,7 +78,7 @@ std::vector<Measurement> run_e2e(const Options& o, const Target& t) {
                                                                              : t.device.str()},
                                   {"seed", 5}}},
                                 {"sft", {{"enable", false}}}};
-  controller::Config config = controller::Config::from_json(given, "verlpp-bench e2e");
+  config::Config config = config::Config::from_json(given, "verlpp-bench e2e");
   config.resolve();
   std::vector<nlohmann::json> rows;
   controller::TrainerHooks hooks;

@@ -5,9 +5,10 @@
 // per key marked with what it does in verlpp (config_key_states.hpp).
 #include "commands.hpp"
 
-#include <verlpp/controller/config.hpp>
-#include <verlpp/controller/config_key_states.hpp>
-#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/config/keys.hpp>
+#include <verlpp/config/config.hpp>
+#include <verlpp/config/config_key_states.hpp>
+#include <verlpp/config/run_settings.hpp>
 
 #include <iostream>
 
@@ -28,23 +29,24 @@ void register_config_command(CLI::App& app) {
                   "an optional CONFIG.json or CONFIG.yaml, then overrides (key=value, +key=value, ++key=value, ~key)");
   cmd->callback([=] {
     std::vector<std::string> overrides = *args;
-    controller::Config config = controller::Config::defaults();
-    if (!overrides.empty() && controller::is_config_file_argument(overrides.front())) {
-      config = controller::Config::from_file(overrides.front());
+    config::Config config = config::Config::defaults();
+    if (!overrides.empty() && config::is_config_file_argument(overrides.front())) {
+      config = config::Config::from_file(overrides.front());
       overrides.erase(overrides.begin());
     }
     config.apply_overrides(overrides);
     config.resolve();
     if (!*no_validate) {
       // The layout the config asks for (null: one machine, one rank), as a launch would give it.
-      const int per_node = int(config.get_or<int64_t>("trainer.n_gpus_per_node", 1));
-      controller::parse_run_settings(config, int(config.get_or<int64_t>("trainer.nnodes", 1)) * per_node, per_node);
+      const int per_node = int(config.get_or<int64_t>(config::keys::kTrainerNGpusPerNode, 1));
+      config::parse_run_settings(config, int(config.get_or<int64_t>(config::keys::kTrainerNnodes, 1)) * per_node,
+                                 per_node);
     }
     if (*keys) {
-      std::cout << controller::describe_config_keys(config);
+      std::cout << config::describe_config_keys(config);
       return;
     }
-    std::cerr << controller::no_effect_notice(config);
+    std::cerr << config::no_effect_notice(config);
     std::cout << config.dump() << "\n";
   });
 }

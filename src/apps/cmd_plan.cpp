@@ -7,9 +7,10 @@
 
 #include "../core/util/files.hpp"
 
+#include <verlpp/config/keys.hpp>
 #include <verlpp/controller/device_choice.hpp>
 #include <verlpp/controller/memory_plan.hpp>
-#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/config/run_settings.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/device.hpp>
 #include <verlpp/hw/plugin_registry.hpp>
@@ -31,9 +32,9 @@ void run_plan(const std::vector<std::string>& args, int nproc, double device_gib
     throw Error("--device-memory-gib", fmt::format("{} GiB: must be a size > 0", device_gib));
   CommandConfig given =
       command_config(args, /*demo=*/false, /*embedded_when_empty=*/true, "examples/arith/grpo_tiny.json");
-  const controller::RunSettings rs = controller::parse_run_settings(given.config, nproc, nproc);
+  const config::RunSettings rs = config::parse_run_settings(given.config, nproc, nproc);
   if (!rs.model.path)
-    throw Error("actor_rollout_ref.model.path", "no model folder given (a Hugging Face folder with config.json)");
+    throw Error(config::keys::kModelPath, "no model folder given (a Hugging Face folder with config.json)");
   // The embedded demo's model is written at the start of its run; until then its shape is the
   // embedded tiny config.
   const std::string config_file = *rs.model.path + "/config.json";
@@ -51,7 +52,8 @@ void run_plan(const std::vector<std::string>& args, int nproc, double device_gib
     device_name = fmt::format("a {:g} GiB device", device_gib);
     accelerator = rs.trainer.device != "cpu";
   } else {
-    const controller::DeviceChoice choice = controller::choose_device(rs.trainer.device, 0, "trainer.device");
+    const controller::DeviceChoice choice =
+        controller::choose_device(rs.trainer.device, 0, config::keys::kTrainerDevice);
     device_name = choice.device.str();
     accelerator = !choice.device.is_cpu();
     if (!choice.plugin.empty())
@@ -60,7 +62,7 @@ void run_plan(const std::vector<std::string>& args, int nproc, double device_gib
               .memory_info()
               .second;
   }
-  controller::check_rollout_split(rs, mc);
+  config::check_rollout_split(rs, mc);
   const controller::MemoryPlanInputs inputs = controller::plan_inputs(rs, mc, nproc, accelerator, total);
   const controller::MemoryPlan plan = controller::plan_memory(inputs);
   const int64_t tp = rs.rollout.tensor_model_parallel_size;
@@ -68,7 +70,7 @@ void run_plan(const std::vector<std::string>& args, int nproc, double device_gib
   const int64_t ranks = inputs.world_size;
   if (!rs.pools.colocated())
     std::cout << fmt::format("resource pools: {}; the plan below is the actor pool's ({} rank(s))\n",
-                             rs.pools.describe(controller::active_roles(given.config)), ranks);
+                             rs.pools.describe(config::active_roles(given.config)), ranks);
   std::cout << fmt::format("model {} ({:.3f}B parameters), {} rank(s), ZeRO stage {}, param_dtype {}{}\n",
                            *rs.model.path, double(model::parameter_count(mc)) / 1e9, ranks,
                            ranks > 1 ? inputs.actor_layout.zero_stage : 0, model::dtype_name(inputs.param_dtype),

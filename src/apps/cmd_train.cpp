@@ -9,10 +9,11 @@
 
 #include "../core/util/files.hpp"  // the library's POSIX file helpers (is_file)
 
-#include <verlpp/controller/config.hpp>
-#include <verlpp/controller/report.hpp>
+#include <verlpp/config/keys.hpp>
+#include <verlpp/config/config.hpp>
+#include <verlpp/tracking/report.hpp>
 #include <verlpp/controller/rl_trainer.hpp>
-#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/config/run_settings.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <fmt/format.h>
@@ -29,8 +30,8 @@ constexpr const char* kDefaultConfig = "examples/arith/grpo_tiny.json";
 
 // Overrides without a config file start from verl's defaults, as verl's own entry point does, so
 // a verl run script's lines mean what they mean there; those defaults name no model and no data.
-void require_run_inputs(const controller::Config& config) {
-  for (const char* key : {"actor_rollout_ref.model.path", "data.train_files"})
+void require_run_inputs(const config::Config& config) {
+  for (const char* key : {config::keys::kModelPath, config::keys::kDataTrainFiles})
     if (config.is_null(key))
       throw Error("verlpp train",
                   fmt::format("{} is not set: without a config file the overrides apply to verl's defaults, which "
@@ -42,7 +43,7 @@ void require_run_inputs(const controller::Config& config) {
 void run_train(const std::vector<std::string>& args, int nproc, bool demo) {
   const auto start = std::chrono::steady_clock::now();
   CommandConfig given = command_config(args, demo, /*embedded_when_empty=*/true, kDefaultConfig);
-  controller::Config config = std::move(given.config);
+  config::Config config = std::move(given.config);
   const bool needs_inputs_check = !given.embedded && !given.from_file;
   if (launch_ranks_if_asked("train", config, nproc, demo, args, [&] {
         if (needs_inputs_check) require_run_inputs(config);
@@ -60,14 +61,14 @@ void run_train(const std::vector<std::string>& args, int nproc, bool demo) {
 
   // The report, from everything metrics.jsonl holds (a resumed run included).
   const std::string metrics_path = trainer.run_dir() + "/metrics.jsonl";
-  std::vector<json> rows = controller::read_metrics(metrics_path);
+  std::vector<json> rows = tracking::read_metrics(metrics_path);
   std::optional<double> before, after;
   for (const json& row : rows)
     if (row.contains("val/acc") && row["val/acc"].is_number()) {
       if (!before) before = row["val/acc"].get<double>();
       after = row["val/acc"].get<double>();
     }
-  controller::ReportInfo info;
+  tracking::ReportInfo info;
   info.title = fmt::format("verlpp train: {} ({})", trainer.settings().trainer.experiment_name,
                            trainer.settings().algorithm.adv_estimator);
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60.0;
@@ -78,9 +79,9 @@ void run_train(const std::vector<std::string>& args, int nproc, bool demo) {
   info.config = trainer.config().tree();
   // The validation samples of trainer.log_val_generations, one row per evaluation.
   const std::string samples_path = trainer.run_dir() + "/val_generations.jsonl";
-  if (files::is_file(samples_path)) info.val_generations = controller::read_metrics(samples_path);
+  if (files::is_file(samples_path)) info.val_generations = tracking::read_metrics(samples_path);
   const std::string report = trainer.run_dir() + "/report.html";
-  controller::write_report(rows, report, info);
+  tracking::write_report(rows, report, info);
 
   std::cout << fmt::format("\ntrained {} steps in {:.1f} min\n", trainer.global_step(), minutes);
   if (before && after)

@@ -7,7 +7,7 @@
 #include "run_setup.hpp"
 
 #include <verlpp/controller/rm_training.hpp>
-#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/config/run_settings.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/world.hpp>
 
@@ -25,9 +25,9 @@ void run_train_rm(const std::vector<std::string>& args, int nproc) {
                 "needs a config (or overrides on verl's defaults) naming rm_train.train_files; the example: "
                 "`verlpp train-rm examples/arith/ppo_rm_tiny.json`");
   CommandConfig given = command_config(args, /*demo=*/false, /*embedded_when_empty=*/false, "");
-  const controller::Config& config = given.config;
+  const config::Config& config = given.config;
   if (launch_ranks_if_asked("train-rm", config, nproc, /*demo=*/false, args,
-                            [&] { (void)controller::parse_rm_train_settings(config); }))
+                            [&] { (void)config::parse_rm_train_settings(config); }))
     return;
   Progress progress;
   controller::TrainerHooks hooks;

@@ -7,6 +7,7 @@
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/error_text.hpp>
+#include <verlpp/tasks/arith_task.hpp>
 
 #include <malloc.h>
 
@@ -19,6 +20,8 @@ int main(int argc, char** argv) {
   // actor update 0.58 s -> 0.24 s on the 2-core CPU (docs/benchmarks.md). The math is unchanged.
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // The embedded demo's reward source (tasks/), for its data and any dataset naming "arith".
+  verlpp::tasks::register_arith_reward();
   CLI::App app{"verlpp: reinforcement-learning post-training of LLMs on LibTorch"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("verlpp ") + VERLPP_VERSION_STRING);

@@ -3,13 +3,14 @@
 
 #include "../core/util/files.hpp"  // the library's POSIX file helpers (write_text, make_dirs)
 
-#include <verlpp/controller/arith_task.hpp>
-#include <verlpp/controller/config_key_states.hpp>
+#include <verlpp/config/config_key_states.hpp>
+#include <verlpp/config/run_settings.hpp>
 #include <verlpp/controller/launcher.hpp>
-#include <verlpp/controller/run_settings.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/data/records.hpp>
 #include <verlpp/hw/world.hpp>
 #include <verlpp/model/checkpoint.hpp>
+#include <verlpp/tasks/arith_task.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -40,16 +41,16 @@ std::string embedded_text(const std::string& name) {
 CommandConfig command_config(std::vector<std::string> args, bool demo, bool embedded_when_empty,
                              const std::string& embedded_config) {
   CommandConfig out;
-  out.from_file = !args.empty() && controller::is_config_file_argument(args.front());
+  out.from_file = !args.empty() && config::is_config_file_argument(args.front());
   if (demo && out.from_file)
     throw Error("--demo", fmt::format("runs the embedded demo's config; {} is another config: give one of the two",
                                       args.front()));
   out.embedded = demo || (embedded_when_empty && args.empty());
   if (out.embedded) {
-    out.config = controller::Config::from_json(nlohmann::json::parse(embedded_text(embedded_config)),
-                                               "embedded " + embedded_config);
+    out.config =
+        config::Config::from_json(nlohmann::json::parse(embedded_text(embedded_config)), "embedded " + embedded_config);
   } else if (out.from_file) {
-    out.config = controller::Config::from_file(args.front());
+    out.config = config::Config::from_file(args.front());
     args.erase(args.begin());
   }
   out.config.apply_overrides(args);
@@ -57,9 +58,9 @@ CommandConfig command_config(std::vector<std::string> args, bool demo, bool embe
   return out;
 }
 
-void write_demo_inputs(const controller::Config& config) {
-  const controller::ArithDemoSettings demo = controller::arith_demo_settings(config);
-  const std::string run = config.get<std::string>("trainer.default_local_dir");
+void write_demo_inputs(const config::Config& config) {
+  const config::DemoSettings demo = config::parse_demo_settings(config);
+  const std::string& run = demo.run_dir;
   const std::string model_dir = run + "/tiny_init", data_dir = run + "/data";
   files::make_dirs(model_dir);
   files::make_dirs(data_dir);
@@ -71,16 +72,14 @@ void write_demo_inputs(const controller::Config& config) {
   save.source_dir = model_dir;
   model::save_pretrained(tiny, model_dir, save);
 
-  const controller::ArithSplits splits = controller::make_arith_splits(demo.task);
-  controller::write_jsonl(data_dir + "/arith_sft.jsonl", splits.sft);
-  controller::write_jsonl(data_dir + "/arith_train.jsonl", splits.train);
-  controller::write_jsonl(data_dir + "/arith_val.jsonl", splits.val);
+  const tasks::ArithSplits splits = tasks::make_arith_splits(tasks::arith_task_options(demo));
+  data::write_jsonl(data_dir + "/arith_sft.jsonl", splits.sft);
+  data::write_jsonl(data_dir + "/arith_train.jsonl", splits.train);
+  data::write_jsonl(data_dir + "/arith_val.jsonl", splits.val);
   // Reward-model pairs on the SFT split's problems, held-out pairs on the validation split's
   // (which RL's validation also uses, so no reward-model pair shares a problem with it but these).
-  controller::write_jsonl(data_dir + "/arith_pairs_train.jsonl",
-                          controller::make_arith_preference_pairs(splits.sft, demo.task.seed));
-  controller::write_jsonl(data_dir + "/arith_pairs_val.jsonl",
-                          controller::make_arith_preference_pairs(splits.val, demo.task.seed + 1));
+  data::write_jsonl(data_dir + "/arith_pairs_train.jsonl", tasks::make_arith_preference_pairs(splits.sft, demo.seed));
+  data::write_jsonl(data_dir + "/arith_pairs_val.jsonl", tasks::make_arith_preference_pairs(splits.val, demo.seed + 1));
 }
 
 hw::WorldInfo check_nproc(int nproc) {
@@ -105,14 +104,14 @@ void launch_command_ranks(const std::string& subcommand, const std::vector<std::
   std::cerr << "verlpp launcher: " << result.summary() << "\n";
 }
 
-bool launch_ranks_if_asked(const std::string& subcommand, const controller::Config& config, int nproc, bool demo,
+bool launch_ranks_if_asked(const std::string& subcommand, const config::Config& config, int nproc, bool demo,
                            const std::vector<std::string>& given_args, const std::function<void()>& check) {
   const hw::WorldInfo world = check_nproc(nproc);
   const bool launched_by_us = std::getenv(kDemoInputsReady) != nullptr;
   // The no-effect keys this run changes, once: by this process, not again by the ranks it starts.
-  if (world.rank == 0 && !launched_by_us) std::cerr << controller::no_effect_notice(config);
+  if (world.rank == 0 && !launched_by_us) std::cerr << config::no_effect_notice(config);
   if (check) check();
-  if (controller::arith_demo_settings(config).enabled && !launched_by_us) {
+  if (config::parse_demo_settings(config).enabled && !launched_by_us) {
     if (world.is_distributed())
       throw Error("verlpp " + subcommand,
                   fmt::format("the arithmetic demo (verlpp.demo.enabled) under {} with {} ranks: start it with "
@@ -122,10 +121,10 @@ bool launch_ranks_if_asked(const std::string& subcommand, const controller::Conf
   }
   if (nproc <= 1) return false;
   // A layout or batch that cannot work is refused before any rank starts.
-  const controller::RunSettings settings = controller::parse_run_settings(config, nproc, nproc);
+  const config::RunSettings settings = config::parse_run_settings(config, nproc, nproc);
   // The engine split against the model's shape, where its config is already there.
   if (settings.model.path && files::is_file(files::join(*settings.model.path, "config.json")))
-    controller::check_rollout_split(settings, model::load_model_config(*settings.model.path));
+    config::check_rollout_split(settings, model::load_model_config(*settings.model.path));
   std::vector<std::string> args;
   if (demo) args.push_back("--demo");
   args.insert(args.end(), given_args.begin(), given_args.end());

@@ -2,7 +2,7 @@
 // arithmetic demo's inputs, and `--nproc N`'s launch of N ranks running the same command.
 #pragma once
 
-#include <verlpp/controller/config.hpp>
+#include <verlpp/config/config.hpp>
 #include <verlpp/hw/world.hpp>
 
 #include <chrono>
@@ -21,7 +21,7 @@ std::string embedded_text(const std::string& name);
 // overrides apply to the embedded `embedded_config`; without a config file to verl's defaults.
 // Resolved. `from_file` / `embedded` say which base was taken.
 struct CommandConfig {
-  controller::Config config = controller::Config::defaults();
+  config::Config config = config::Config::defaults();
   bool from_file = false;
   bool embedded = false;
 };
@@ -31,7 +31,7 @@ CommandConfig command_config(std::vector<std::string> args, bool demo, bool embe
 // The arithmetic demo's inputs (verlpp.demo), written into trainer.default_local_dir: the tiny
 // model (config, tokenizer, weights from verlpp.demo.init_seed) in tiny_init/, the arithmetic
 // splits data.* and sft.* point at, and the preference pairs rm_train.* points at, in data/.
-void write_demo_inputs(const controller::Config& config);
+void write_demo_inputs(const config::Config& config);
 
 // `--nproc N` against the launcher's environment: an Error when N < 1, or when N > 1 and this
 // process is already a rank of a launched world. Returns that environment's world.
@@ -47,7 +47,7 @@ void launch_command_ranks(const std::string& subcommand, const std::vector<std::
 // `check` (refusals before any work), and writes the demo's inputs when verlpp.demo.enabled.
 // With nproc > 1 it then starts the ranks (`verlpp <subcommand> [--demo] <given_args>`), waits
 // for them and returns true; false means: run the command in this process.
-bool launch_ranks_if_asked(const std::string& subcommand, const controller::Config& config, int nproc, bool demo,
+bool launch_ranks_if_asked(const std::string& subcommand, const config::Config& config, int nproc, bool demo,
                            const std::vector<std::string>& given_args, const std::function<void()>& check);
 
 }  // namespace verlpp::apps

@@ -1,6 +1,6 @@
 // Config: verl's defaults, strict merging with suggestions, overrides, references, validation.
-#include <verlpp/controller/config.hpp>
-#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/config/config.hpp>
+#include <verlpp/config/run_settings.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <cstdio>
@@ -9,9 +9,9 @@
 #include <catch2/catch.hpp>
 
 using Catch::Contains;
-using verlpp::controller::Config;
-using verlpp::controller::parse_run_settings;
-using verlpp::controller::RunSettings;
+using verlpp::config::Config;
+using verlpp::config::parse_run_settings;
+using verlpp::config::RunSettings;
 
 namespace {
 
@@ -270,15 +270,15 @@ TEST_CASE("validate: a step batch that cannot fit in this machine's memory is re
 
 TEST_CASE("resource pools: consecutive ranks in the order declared, roles mapped, verl's reward pool",
           "[config][pools]") {
-  using verlpp::controller::pool_layout;
-  using verlpp::controller::PoolLayout;
-  using verlpp::controller::RlRole;
+  using verlpp::config::pool_layout;
+  using verlpp::config::PoolLayout;
+  using verlpp::config::RlRole;
   // Colocated by default: one pool of every rank holds every role.
   const PoolLayout colocated = pool_layout(small_valid(), 4, 4);
   REQUIRE(colocated.pools.size() == 1);
   CHECK(colocated.colocated());
   CHECK(colocated.pools[0].ranks() == std::vector<int32_t>{0, 1, 2, 3});
-  for (RlRole r : verlpp::controller::all_roles()) CHECK(colocated.role_pool.at(r) == 0);
+  for (RlRole r : verlpp::config::all_roles()) CHECK(colocated.role_pool.at(r) == 0);
 
   // Two nodes of 4: the actor's pool takes 2 ranks per node on both (4 ranks), the critic's the next 4.
   Config c = small_valid();

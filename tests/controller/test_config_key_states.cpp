@@ -2,10 +2,10 @@
 // read by a reader (its effect), or listed in config_key_states.cpp as no-effect or refused.
 // The readers are run for real (RunSettings with validate, the demo's settings) over configs
 // that take each of their branches, and Config records every key they look up.
-#include <verlpp/controller/arith_task.hpp>
-#include <verlpp/controller/config.hpp>
-#include <verlpp/controller/config_key_states.hpp>
-#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/tasks/arith_task.hpp>
+#include <verlpp/config/config.hpp>
+#include <verlpp/config/config_key_states.hpp>
+#include <verlpp/config/run_settings.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <fstream>
@@ -18,7 +18,9 @@
 
 using Catch::Contains;
 using nlohmann::json;
-using namespace verlpp::controller;
+using namespace verlpp::config;
+using namespace verlpp::reward;
+using namespace verlpp::tasks;
 
 namespace {
 
@@ -72,7 +74,7 @@ const std::vector<std::string> kBranches = {"data.train_batch_size=8",
 // The keys each reader looked up while parsing `c`.
 std::set<std::string> keys_read_by_readers(const Config& c) {
   (void)parse_run_settings(c, 1, 1);
-  (void)arith_demo_settings(c);
+  (void)parse_demo_settings(c);
   if (!c.is_null("rm_train.train_files")) (void)parse_rm_train_settings(c);
   return c.read_keys();
 }

@@ -2,8 +2,8 @@
 // type, +, ++, ~, lists of files, quoted strings with commas and brackets, and the errors with
 // their columns. Expected values are the ones Hydra's grammar documentation and its lexer rules
 // (hydra/grammar/OverrideLexer.g4) give for each input.
-#include <verlpp/controller/config.hpp>
-#include <verlpp/controller/config_override.hpp>
+#include <verlpp/config/config.hpp>
+#include <verlpp/config/config_override.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <cmath>
@@ -12,10 +12,10 @@
 
 using Catch::Contains;
 using nlohmann::json;
-using verlpp::controller::Config;
-using verlpp::controller::Override;
-using verlpp::controller::OverrideAction;
-using verlpp::controller::parse_override;
+using verlpp::config::Config;
+using verlpp::config::Override;
+using verlpp::config::OverrideAction;
+using verlpp::config::parse_override;
 
 namespace {
 

@@ -1,8 +1,8 @@
 // YAML config files (config_yaml.hpp): scalar typing against PyYAML (with OmegaConf's loader
 // changes) on fixtures whose expected JSON PyYAML wrote (config_files/make_expected.py), verl's
 // own generated trainer config, Hydra defaults lists, and the interpolation resolvers.
-#include <verlpp/controller/config.hpp>
-#include <verlpp/controller/config_yaml.hpp>
+#include <verlpp/config/config.hpp>
+#include <verlpp/config/config_yaml.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <cmath>
@@ -15,9 +15,9 @@
 
 using Catch::Contains;
 using nlohmann::json;
-using verlpp::controller::Config;
-using verlpp::controller::yaml_plain_scalar;
-using verlpp::controller::yaml_to_json;
+using verlpp::config::Config;
+using verlpp::config::yaml_plain_scalar;
+using verlpp::config::yaml_to_json;
 
 namespace {
 
@@ -310,7 +310,7 @@ TEST_CASE("interpolations: relative keys, oc.select, oc.env, escapes; others ref
 
   auto resolve_error = [](const std::string& value) {
     Config bad = Config::defaults();
-    bad.apply(verlpp::controller::parse_override("+actor_rollout_ref.model.override_config.v=x"), "setup");
+    bad.apply(verlpp::config::parse_override("+actor_rollout_ref.model.override_config.v=x"), "setup");
     bad.set("actor_rollout_ref.model.override_config.v", value);
     return error_of([&] { bad.resolve(); });
   };

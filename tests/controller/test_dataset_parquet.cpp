@@ -2,7 +2,7 @@
 // same records as the JSONL of the same data (the fixtures arrow-rs wrote, tests/data says how),
 // a list of files concatenates, and the demo's arith data as parquet equals the demo generator's
 // rows (make_arith_splits with examples/arith/grpo_tiny.json's verlpp.demo settings).
-#include <verlpp/controller/arith_task.hpp>
+#include <verlpp/tasks/arith_task.hpp>
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/data/records.hpp>
@@ -15,6 +15,9 @@
 
 using namespace verlpp;
 using namespace verlpp::controller;
+using namespace verlpp::config;
+using namespace verlpp::reward;
+using namespace verlpp::tasks;
 using Catch::Contains;
 using json = nlohmann::json;
 

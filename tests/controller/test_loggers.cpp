@@ -3,8 +3,8 @@
 // store from MLflow's documented layout (tests/log_readers/mlflow_reader), verl's file logger as
 // JSON lines. Each must hold every metric of every step once, with its value, also after a resume
 // that cuts the run back to a checkpoint; network backends and unknown names are refused.
-#include <verlpp/controller/generation_dump.hpp>
-#include <verlpp/controller/loggers.hpp>
+#include <verlpp/tracking/generation_dump.hpp>
+#include <verlpp/tracking/loggers.hpp>
 #include <verlpp/core/error.hpp>
 
 #include "mlflow_reader.hpp"
@@ -24,7 +24,7 @@
 
 using Catch::Contains;
 using json = nlohmann::json;
-using namespace verlpp::controller;
+using namespace verlpp::tracking;
 
 namespace {
 
@@ -109,20 +109,49 @@ void check_tensorboard(const std::string& dir, int64_t last) {
 
 TEST_CASE("trainer.logger: a name or a list of local backends; network services and unknown names refused",
           "[loggers]") {
-  CHECK(logger_backends(json("console")) == std::vector<std::string>{"console"});
-  CHECK(logger_backends(json{"console", "tensorboard", "console", "file", "mlflow"}) ==
+  CHECK(logger_backends(json("console"), "trainer.logger") == std::vector<std::string>{"console"});
+  CHECK(logger_backends(json{"console", "tensorboard", "console", "file", "mlflow"}, "trainer.logger") ==
         std::vector<std::string>{"console", "tensorboard", "file", "mlflow"});
-  CHECK(logger_backends(json::array()).empty());
+  CHECK(logger_backends(json::array(), "trainer.logger").empty());
   for (const char* network : {"wandb", "swanlab", "clearml", "vemlp_wandb", "trackio"}) {
     INFO(network);
-    CHECK_THROWS_WITH(logger_backends(json{"console", network}),
+    CHECK_THROWS_WITH(logger_backends(json{"console", network}, "trainer.logger"),
                       Contains("trainer.logger") && Contains(std::string("'") + network + "'") &&
-                          Contains("network service") && Contains("console, file, tensorboard, mlflow"));
+                          Contains("network service") && Contains("console, file, mlflow, tensorboard"));
   }
-  CHECK_THROWS_WITH(logger_backends(json("jsonl")),
-                    Contains("'jsonl' is not a logger backend") && Contains("console, file, tensorboard, mlflow"));
-  CHECK_THROWS_WITH(logger_backends(json{"console", 3}), Contains("every entry must be a backend name, got 3"));
-  CHECK_THROWS_WITH(logger_backends(json{{"a", 1}}), Contains("must be a backend name or a list"));
+  CHECK_THROWS_WITH(logger_backends(json("jsonl"), "trainer.logger"),
+                    Contains("'jsonl' is not a logger backend") && Contains("console, file, mlflow, tensorboard"));
+  CHECK_THROWS_WITH(logger_backends(json{"console", 3}, "trainer.logger"),
+                    Contains("every entry must be a backend name, got 3"));
+  CHECK_THROWS_WITH(logger_backends(json{{"a", 1}}, "trainer.logger"), Contains("must be a backend name or a list"));
+}
+
+TEST_CASE("a logger a program registers: one line, then trainer.logger names it beside the built-ins", "[loggers]") {
+  // Records what it is given, so the test sees make_loggers hand it the run and the steps.
+  struct Recording : MetricsLogger {
+    std::vector<std::pair<int64_t, double>>* seen;
+    explicit Recording(std::vector<std::pair<int64_t, double>>* s) : seen(s) {}
+    void log(const json& metrics, int64_t step) override { seen->push_back({step, metrics.at("loss").get<double>()}); }
+  };
+  static std::vector<std::pair<int64_t, double>> seen;
+  static std::string project_seen;
+  logger_factories().add("test_recording", [](const LoggerRun& run) -> std::unique_ptr<MetricsLogger> {
+    project_seen = run.project;
+    return std::make_unique<Recording>(&seen);
+  });
+  CHECK_THROWS_WITH(logger_factories().add("console", nullptr), Contains("'console' is already registered"));
+  CHECK(logger_backends(json{"test_recording", "console"}, "trainer.logger") ==
+        std::vector<std::string>{"test_recording", "console"});
+  CHECK_THROWS_WITH(logger_backends(json("nope"), "trainer.logger"),
+                    Contains("console, file, mlflow, tensorboard, test_recording"));
+  LoggerRun run;
+  run.project = "proj";
+  auto loggers = make_loggers({"test_recording"}, run);
+  REQUIRE(loggers.size() == 1);
+  loggers[0]->log(json{{"loss", 0.5}}, 3);
+  loggers[0]->log(json{{"loss", 0.25}}, 4);
+  CHECK(project_seen == "proj");
+  CHECK(seen == std::vector<std::pair<int64_t, double>>{{3, 0.5}, {4, 0.25}});
 }
 
 TEST_CASE("tensorboard logger: event files the protobuf reader reads; a resume cuts them back to the checkpoint",

@@ -1,7 +1,7 @@
 // trim_metrics, the cut of metrics.jsonl back to a checkpoint on resume: the rows up to the
 // checkpoint's step stay byte for byte, later rows and an unterminated last line go, missing or
 // repeated steps are reported, and a line the trainer never writes stops it without a change.
-#include <verlpp/controller/metrics_log.hpp>
+#include <verlpp/tracking/metrics_log.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <cstdlib>
@@ -12,7 +12,7 @@
 #include <catch2/catch.hpp>
 
 using Catch::Contains;
-using namespace verlpp::controller;
+using namespace verlpp::tracking;
 
 namespace {
 

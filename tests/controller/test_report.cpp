@@ -1,7 +1,7 @@
 // The run report: the HTML is parsed back (one <svg> per panel with data, one polyline point per
 // finite value, null/non-finite values split lines, absent ones do not, strings escaped), and
 // read_metrics names file:line on bad input.
-#include <verlpp/controller/report.hpp>
+#include <verlpp/tracking/report.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <cmath>
@@ -16,9 +16,9 @@
 
 using Catch::Contains;
 using nlohmann::json;
-using verlpp::controller::read_metrics;
-using verlpp::controller::ReportInfo;
-using verlpp::controller::write_report;
+using verlpp::tracking::read_metrics;
+using verlpp::tracking::ReportInfo;
+using verlpp::tracking::write_report;
 
 namespace {
 

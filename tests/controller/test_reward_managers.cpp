@@ -3,8 +3,8 @@
 // equals serial, a slow function hits the per-item timeout and the others still finish); the
 // batch manager with a registered function and the C symbol of a shared object; and the
 // settings read from verl's keys, with the errors for values that cannot be used.
-#include <verlpp/controller/reward_manager.hpp>
-#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/reward/reward_manager.hpp>
+#include <verlpp/config/run_settings.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <chrono>
@@ -13,7 +13,8 @@
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
-using namespace verlpp::controller;
+using namespace verlpp::config;
+using namespace verlpp::reward;
 using Catch::Contains;
 
 namespace {

@@ -3,7 +3,7 @@
 // chat template (Qwen2.5's default system prompt) sees exactly its own encoding of the prompt and
 // the decoded response without EOS; max_length cuts from the right; a vocabulary that cannot
 // encode the text is refused naming the row.
-#include <verlpp/controller/reward_model_input.hpp>
+#include <verlpp/reward/reward_model_input.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/data/rl_batch.hpp>
 
@@ -99,12 +99,12 @@ TEST_CASE("reward model input: another vocabulary and template see their own enc
     responses.push_back(ids);
   }
   const data::Batch batch = response_batch(responses, 12, 0);
-  controller::RewardModelText rm;
+  reward::RewardModelText rm;
   rm.tokenizer = &rm_tokenizer;
   rm.chat = &rm_chat;
   rm.pad_token_id = 7;
   rm.vocab_size = rm_tokenizer.vocab_size();
-  const data::Batch out = controller::reencode_for_reward_model(batch, prompts, policy, "<|im_end|>", rm, 1000);
+  const data::Batch out = reward::reencode_for_reward_model(batch, prompts, policy, "<|im_end|>", rm, 1000);
   size_t longest = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
     // The text by hand: the prompt's turns, then the response as the assistant's turn.
@@ -128,7 +128,7 @@ TEST_CASE("reward model input: another vocabulary and template see their own enc
       if (mask[r][k].item<int64_t>() == 0) CHECK(out.tensor(data::fields::kInputIds)[r][k].item<int64_t>() == 7);
 
   // max_length cuts each row from the right (verl's truncation "right").
-  const data::Batch cut = controller::reencode_for_reward_model(batch, prompts, policy, "<|im_end|>", rm, 9);
+  const data::Batch cut = reward::reencode_for_reward_model(batch, prompts, policy, "<|im_end|>", rm, 9);
   CHECK(cut.tensor(data::fields::kInputIds).size(1) == 9);
   for (int64_t r = 0; r < 3; ++r) {
     const TokenIds full = row_ids(out, r);
@@ -141,14 +141,14 @@ TEST_CASE("reward model input: a vocabulary that cannot encode the text is refus
   const model::Tokenizer no_seven = tokenizer_without("7");
   const model::ChatTemplate chat = model::ChatTemplate::builtin("chatml");
   const data::Batch batch = response_batch({policy.encode("12"), policy.encode("17")}, 4, 0);
-  controller::RewardModelText rm;
+  reward::RewardModelText rm;
   rm.tokenizer = &no_seven;
   rm.chat = &chat;
   rm.vocab_size = no_seven.vocab_size();
   rm.where = "reward_model.model.path (/rm)";
   const std::vector<std::vector<model::ChatMessage>> prompts = {{{"user", "6+6="}}, {{"user", "9+8="}}};
   try {
-    controller::reencode_for_reward_model(batch, prompts, policy, "", rm, 100);
+    reward::reencode_for_reward_model(batch, prompts, policy, "", rm, 100);
     FAIL("no error");
   } catch (const Error& e) {
     const std::string message = e.what();
@@ -158,6 +158,6 @@ TEST_CASE("reward model input: a vocabulary that cannot encode the text is refus
   // A vocabulary smaller than the tokenizer's ids.
   rm.tokenizer = &policy;
   rm.vocab_size = 10;
-  CHECK_THROWS_WITH(controller::reencode_for_reward_model(batch, prompts, policy, "", rm, 100),
+  CHECK_THROWS_WITH(reward::reencode_for_reward_model(batch, prompts, policy, "", rm, 100),
                     Catch::Contains("row 0") && Catch::Contains("outside the model's vocabulary of 10"));
 }

@@ -1,8 +1,9 @@
 // The data pieces of the RL loop: the arithmetic task's splits (disjoint, deterministic, correct
 // answers), the RL layout of prompts + responses against a plain loop, SFT collation of the
 // response key with its EOS suffix, the sft.* config checks, and the estimator families.
-#include <verlpp/controller/arith_task.hpp>
-#include <verlpp/controller/config.hpp>
+#include <verlpp/data/records.hpp>
+#include <verlpp/tasks/arith_task.hpp>
+#include <verlpp/config/config.hpp>
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/controller/rl_trainer.hpp>
 #include <verlpp/core/error.hpp>
@@ -16,6 +17,9 @@
 
 using namespace verlpp;
 using namespace verlpp::controller;
+using namespace verlpp::config;
+using namespace verlpp::reward;
+using namespace verlpp::tasks;
 using Catch::Contains;
 
 namespace {
@@ -106,7 +110,7 @@ TEST_CASE("SFT rows: the response key, tokenized with the EOS suffix, collated",
   o.sft_count = 6;
   o.train_count = 0;
   o.val_count = 0;
-  write_jsonl(path, make_arith_splits(o).sft);
+  data::write_jsonl(path, make_arith_splits(o).sft);
   DatasetOptions options;
   options.response_key = "response";
   options.response_suffix_ids = {351};

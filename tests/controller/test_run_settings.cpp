@@ -2,13 +2,14 @@
 // the verlpp.* path choices map onto the options the layers take, and a value that cannot be
 // used is an Error naming the key and the value, before any work; a section only one role reads
 // is read only when that role runs.
-#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/config/run_settings.hpp>
 #include <verlpp/core/error.hpp>
 
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
-using namespace verlpp::controller;
+using namespace verlpp::config;
+using namespace verlpp::reward;
 using Catch::Contains;
 
 namespace {

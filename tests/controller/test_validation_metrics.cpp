@@ -2,7 +2,7 @@
 // bootstrap's generator, a plain reimplementation in this file on fixed samples, and verl's own
 // definitions (commit b178a3cd: metric_utils.process_validation_metrics, bootstrap_metric,
 // calc_maj_val and ray_trainer._val_metrics_update) evaluated on a fixed input.
-#include <verlpp/controller/validation_metrics.hpp>
+#include <verlpp/tracking/validation_metrics.hpp>
 #include <verlpp/core/error.hpp>
 
 #include <fmt/format.h>
@@ -18,7 +18,7 @@
 
 using Catch::Contains;
 using nlohmann::json;
-using namespace verlpp::controller;
+using namespace verlpp::tracking;
 
 namespace {
 

@@ -2,9 +2,10 @@
 // arithmetic splits), a small run config, and `verlpp train` started as a user starts it.
 #pragma once
 
-#include <verlpp/controller/arith_task.hpp>
-#include <verlpp/controller/config.hpp>
-#include <verlpp/controller/report.hpp>
+#include <verlpp/tasks/arith_task.hpp>
+#include <verlpp/data/records.hpp>
+#include <verlpp/config/config.hpp>
+#include <verlpp/tracking/report.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/model/safetensors.hpp>
 
@@ -51,15 +52,16 @@ inline std::string make_fixture(const std::string& name) {
   model::DecoderLM m(model::load_model_config(dir + "/model"));
   m.init_weights(3);
   model::save_pretrained(m, dir + "/model");
-  controller::ArithTaskOptions task;
+  tasks::ArithTaskOptions task;
   task.max_operand = 9;
   task.sft_count = 48;
   task.train_count = 40;
   task.val_count = 12;
-  auto splits = controller::make_arith_splits(task);
-  controller::write_jsonl(dir + "/sft.jsonl", splits.sft);
-  controller::write_jsonl(dir + "/train.jsonl", splits.train);
-  controller::write_jsonl(dir + "/val.jsonl", splits.val);
+  auto splits = tasks::make_arith_splits(task);
+  tasks::register_arith_reward();  // the rows' data_source, for runs in this process
+  data::write_jsonl(dir + "/sft.jsonl", splits.sft);
+  data::write_jsonl(dir + "/train.jsonl", splits.train);
+  data::write_jsonl(dir + "/val.jsonl", splits.val);
   return dir;
 }
 
@@ -159,7 +161,7 @@ inline void run_to_end(const std::string& config, const std::string& log, const 
 
 // The rows with measured quantities (times, throughput, memory) removed: what must repeat.
 inline std::vector<json> deterministic_rows(const std::string& run) {
-  std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+  std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
   for (json& row : rows) {
     json kept = json::object();
     for (const auto& [key, value] : row.items())

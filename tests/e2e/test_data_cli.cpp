@@ -80,7 +80,7 @@ TEST_CASE("verlpp train: parquet train and val files train exactly as the JSONL 
   const std::string dir = make_fixture("parquet");
   // The demo's arith splits: as parquet (the fixtures) and as the JSONL the demo writes.
   const json demo = read_json_file(std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json")["verlpp"]["demo"];
-  controller::ArithTaskOptions task;
+  tasks::ArithTaskOptions task;
   task.max_operand = demo["max_operand"];
   task.operators = demo["operators"];
   task.seed = demo["seed"];
@@ -88,9 +88,9 @@ TEST_CASE("verlpp train: parquet train and val files train exactly as the JSONL 
   task.train_count = demo["train_count"];
   task.val_count = demo["val_count"];
   task.sft_carry_error = demo["sft_carry_error"];
-  const controller::ArithSplits splits = controller::make_arith_splits(task);
-  controller::write_jsonl(dir + "/arith_train.jsonl", splits.train);
-  controller::write_jsonl(dir + "/arith_val.jsonl", splits.val);
+  const tasks::ArithSplits splits = tasks::make_arith_splits(task);
+  data::write_jsonl(dir + "/arith_train.jsonl", splits.train);
+  data::write_jsonl(dir + "/arith_val.jsonl", splits.val);
 
   std::vector<std::vector<json>> runs;
   for (const std::string format : {"jsonl", "parquet"}) {

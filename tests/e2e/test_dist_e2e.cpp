@@ -159,7 +159,7 @@ TEST_CASE("verlpp train --nproc 2 at ZeRO-3 matches one rank and resumes on 1 an
     CHECK(log.find("the next layer's gather started during each layer's forward and backward") != std::string::npos);
     CHECK(log.find("reference: ZeRO-3 over 2 ranks") != std::string::npos);
     check_close_rows(expected, deterministic_rows(run), estimator + ", ZeRO-3 on 2 ranks");
-    for (const json& row : controller::read_metrics(run + "/metrics.jsonl"))
+    for (const json& row : tracking::read_metrics(run + "/metrics.jsonl"))
       if (row.contains("timing_s/update_actor")) {
         CHECK(row["perf/weight_sync_copied"].get<int64_t>() > 0);  // unit by unit into the engine
         CHECK(row["perf/weight_sync_shared"].get<int64_t>() == 0);
@@ -200,7 +200,7 @@ TEST_CASE("ranks started by another launcher (mpirun's environment) train togeth
   }
   CHECK(read_file(run + ".rank0.log").find("2 ranks: 1 node x 2 ranks (rank 0, local rank 0; mpirun)") !=
         std::string::npos);
-  CHECK(controller::read_metrics(run + "/metrics.jsonl").size() == 2);  // validation + 1 step, written once
+  CHECK(tracking::read_metrics(run + "/metrics.jsonl").size() == 2);  // validation + 1 step, written once
 }
 
 TEST_CASE("verlpp train --nproc: a killed rank stops the run, named; resume on another rank count", "[e2e][dist]") {
@@ -224,12 +224,12 @@ TEST_CASE("verlpp train --nproc: a killed rank stops the run, named; resume on a
         std::string::npos);
   CHECK(log.find("rank 0 of 2, step ") != std::string::npos);
   CHECK(log.find("rank 1 (last stage: step ") != std::string::npos);
-  CHECK(controller::read_metrics(run + "/metrics.jsonl").size() < 6);
+  CHECK(tracking::read_metrics(run + "/metrics.jsonl").size() < 6);
 
   // The last complete checkpoint resumes on one rank and the run finishes.
   run_to_end(config, run + "-resumed.log");
   CHECK(read_file(run + "-resumed.log").find("resumed from") != std::string::npos);
-  const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+  const std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
   REQUIRE(rows.size() == 6);
   for (int64_t step = 1; step <= 5; ++step) CHECK(rows[size_t(step)]["step"] == step);
   CHECK(exists(run + "/global_step_5/actor/model.safetensors"));
@@ -329,7 +329,7 @@ TEST_CASE("verlpp train --nproc: no rank outlives a launcher killed with SIGKILL
   CHECK_FALSE(process_alive(rank1));
   CHECK(seconds < 3.0);
   // The run stopped: far fewer rows than its 40 steps.
-  CHECK(controller::read_metrics(run + "/metrics.jsonl").size() < 41);
+  CHECK(tracking::read_metrics(run + "/metrics.jsonl").size() < 41);
 }
 
 TEST_CASE("verlpp train --nproc 2 --demo: the launcher writes the demo's inputs once, the ranks run the demo's config",
@@ -349,7 +349,7 @@ TEST_CASE("verlpp train --nproc 2 --demo: the launcher writes the demo's inputs 
   REQUIRE(WEXITSTATUS(status) == 0);
   CHECK(exists(run + "/tiny_init/config.json"));
   CHECK(exists(run + "/data/arith_train.jsonl"));
-  const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+  const std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
   std::vector<int64_t> trained;
   for (const json& row : rows)
     if (row.contains("actor/pg_loss")) {
@@ -370,7 +370,7 @@ std::vector<json> jsonl_rows(const std::string& path) {
 
 // The step-0 validation row (greedy decoding) of a run.
 json step0_validation(const std::string& run) {
-  for (const json& row : controller::read_metrics(run + "/metrics.jsonl"))
+  for (const json& row : tracking::read_metrics(run + "/metrics.jsonl"))
     if (row["step"].get<int64_t>() == 0 && row.contains("val/acc")) return row;
   FAIL("no step-0 validation row in " << run << "/metrics.jsonl");
   return json();
@@ -404,7 +404,7 @@ TEST_CASE("verlpp train --nproc 2 with rollout engines split over 2 ranks valida
     CHECK((text.find("rollout: 1 engine(s), each split over 2 ranks") != std::string::npos) == (tp == 2));
     validation[tp] = step0_validation(run);
     int64_t trained = 0;
-    for (const json& row : controller::read_metrics(run + "/metrics.jsonl"))
+    for (const json& row : tracking::read_metrics(run + "/metrics.jsonl"))
       if (row.contains("actor/pg_loss")) {
         ++trained;
         CHECK(finite_number(row, "actor/pg_loss"));
@@ -446,7 +446,7 @@ TEST_CASE("verlpp train --nproc 4 with two engines of 2 ranks matches the one-ra
                                "actor_rollout_ref.rollout.tensor_model_parallel_size=2"});
     run_to_end(config, run + ".log", args);
     validation[nproc] = step0_validation(run);
-    for (const json& row : controller::read_metrics(run + "/metrics.jsonl"))
+    for (const json& row : tracking::read_metrics(run + "/metrics.jsonl"))
       if (row.contains("actor/pg_loss")) CHECK(finite_number(row, "actor/pg_loss"));
   }
   // The greedy responses, problem by problem (the dump keeps the prompt order): all but at most

@@ -4,8 +4,8 @@
 // once; the dumps hold the run's samples, checked against the data and recomputed: each score
 // by the reward function, each GRPO advantage from its group's scores, each validation mean
 // against val/acc.
-#include <verlpp/controller/generation_dump.hpp>
-#include <verlpp/controller/reward.hpp>
+#include <verlpp/tracking/generation_dump.hpp>
+#include <verlpp/reward/reward.hpp>
 
 #include "mlflow_reader.hpp"
 #include "tb_reader.hpp"
@@ -110,8 +110,7 @@ void check_rollout_dumps(const std::string& data_dir, const std::string& dump_di
         CHECK(r["step"] == step);
         CHECK(r["input"] == rows[4 * g]["input"]);
         CHECK(r["gts"] == rows[4 * g]["gts"]);
-        CHECK(r["score"].get<double>() ==
-              controller::rewards::arith(r["output"].get<std::string>(), text_of(r["gts"])));
+        CHECK(r["score"].get<double>() == tasks::arith_reward(r["output"].get<std::string>(), text_of(r["gts"])));
         rewarded += r["score"].get<double>() != 0.0;
         CHECK(r["advantage"].get<double>() ==
               Approx((r["score"].get<double>() - mean) / (std::sqrt(var) + 1e-6)).margin(1e-5));
@@ -143,7 +142,7 @@ void check_val_dumps(const std::string& run, const std::string& dump_dir, const 
     std::set<std::tuple<std::string, std::string, double>> samples;
     for (const auto& r : dump) {
       CHECK(r["step"] == step);
-      const double score = controller::rewards::arith(r["output"].get<std::string>(), text_of(r["gts"]));
+      const double score = tasks::arith_reward(r["output"].get<std::string>(), text_of(r["gts"]));
       CHECK(r["score"].get<double>() == score);
       CHECK(r["reward"].get<double>() == score);
       sum += score;
@@ -192,7 +191,7 @@ TEST_CASE("verlpp train: every logger and the generation dumps, across a resume"
   const std::string second =
       train({"trainer.resume_mode=resume_path", "trainer.resume_from_path=" + run + "/global_step_2"}, run + "-2.log");
   CHECK_THAT(second, Contains("step   3/4") && Contains("dropped") && Contains("mlflow"));
-  const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+  const std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
   REQUIRE(rows.size() == 5);  // step 0 (validation before training) and steps 1..4
   check_backends(out, rows);
   check_rollout_dumps(dir, out + "/rollouts", 4);
@@ -210,6 +209,6 @@ TEST_CASE("verlpp train: a logger backend that needs a network service is refuse
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) != 0);
   CHECK_THAT(log, Contains("trainer.logger") && Contains("'wandb' reports to a network service") &&
-                      Contains("console, file, tensorboard, mlflow"));
+                      Contains("console, file, mlflow, tensorboard"));
   CHECK_FALSE(exists(run + "/metrics.jsonl"));
 }

@@ -87,7 +87,7 @@ TEST_CASE("verlpp train: resumed after each kill point, metrics.jsonl equals the
   const std::string dir = make_fixture("resume-points");
   const std::string whole = dir + "/whole";
   run_to_end(write_config(dir, whole, "grpo"), whole + ".log");
-  REQUIRE(steps_of(controller::read_metrics(whole + "/metrics.jsonl")) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6});
+  REQUIRE(steps_of(tracking::read_metrics(whole + "/metrics.jsonl")) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6});
   // Each kill point on its own copy of the finished folder (blocks, not SECTIONs: Catch2 would
   // run the uninterrupted run again for every section).
 
@@ -146,7 +146,7 @@ TEST_CASE("verlpp train: resumed after each kill point, metrics.jsonl equals the
     cut_metrics(run, 2);
     run_to_end(config, run + ".log");
     CHECK(read_file(run + ".log").find("has no rows for steps 3") != std::string::npos);
-    CHECK(steps_of(controller::read_metrics(run + "/metrics.jsonl")) == std::vector<int64_t>{0, 1, 2, 4, 5, 6});
+    CHECK(steps_of(tracking::read_metrics(run + "/metrics.jsonl")) == std::vector<int64_t>{0, 1, 2, 4, 5, 6});
   }
 }
 
@@ -158,9 +158,9 @@ TEST_CASE("verlpp train: the folder at a checkpoint commit, or between a row and
           "[e2e]") {
   const std::string dir = make_fixture("resume-moments");
   const std::string whole = dir + "/whole", at_commit = dir + "/at-commit", before_commit = dir + "/before-commit";
-  controller::Config config = controller::Config::from_file(write_config(dir, whole, "grpo"));
+  config::Config config = config::Config::from_file(write_config(dir, whole, "grpo"));
   config.resolve();
-  auto steps_on_disk = [&] { return steps_of(controller::read_metrics(whole + "/metrics.jsonl")); };
+  auto steps_on_disk = [&] { return steps_of(tracking::read_metrics(whole + "/metrics.jsonl")); };
   controller::TrainerHooks hooks;
   hooks.on_message = [&](const std::string& text) {
     if (text != "checkpoint saved: " + whole + "/global_step_3") return;
@@ -201,7 +201,7 @@ TEST_CASE("verlpp train: SIGKILL right after a checkpoint commit, then resume, l
   ::kill(pid, SIGKILL);
   REQUIRE(WIFSIGNALED(wait_for(pid)));
   // Every row up to the committed step was on disk before the commit.
-  const std::vector<int64_t> steps = steps_of(controller::read_metrics(killed + "/metrics.jsonl"));
+  const std::vector<int64_t> steps = steps_of(tracking::read_metrics(killed + "/metrics.jsonl"));
   REQUIRE(steps.size() >= 4);
   CHECK(std::vector<int64_t>(steps.begin(), steps.begin() + 4) == std::vector<int64_t>{0, 1, 2, 3});
   CHECK(steps.size() < size_t(kSteps + 1));

@@ -6,6 +6,7 @@
 // refused before any work, naming the file (and line) and the key.
 #include "e2e_util.hpp"
 
+#include <verlpp/data/records.hpp>
 #include <verlpp/controller/preference_data.hpp>
 #include <verlpp/model/chat_template.hpp>
 #include <verlpp/model/tokenizer.hpp>
@@ -22,14 +23,14 @@ namespace {
 
 // The fixture's arithmetic splits again (make_fixture's options), as preference pairs.
 void write_pairs(const std::string& dir) {
-  controller::ArithTaskOptions task;
+  tasks::ArithTaskOptions task;
   task.max_operand = 9;
   task.sft_count = 48;
   task.train_count = 40;
   task.val_count = 12;
-  const auto splits = controller::make_arith_splits(task);
-  controller::write_jsonl(dir + "/pairs.jsonl", controller::make_arith_preference_pairs(splits.sft, 1));
-  controller::write_jsonl(dir + "/pairs_val.jsonl", controller::make_arith_preference_pairs(splits.val, 2));
+  const auto splits = tasks::make_arith_splits(task);
+  data::write_jsonl(dir + "/pairs.jsonl", tasks::make_arith_preference_pairs(splits.sft, 1));
+  data::write_jsonl(dir + "/pairs_val.jsonl", tasks::make_arith_preference_pairs(splits.val, 2));
 }
 
 std::string write_rm_config(const std::string& dir, const std::string& run, int64_t steps) {
@@ -53,7 +54,7 @@ std::string write_rm_config(const std::string& dir, const std::string& run, int6
 }
 
 std::vector<json> rm_rows(const std::string& rm_dir) {
-  std::vector<json> rows = controller::read_metrics(rm_dir + "/metrics.jsonl");
+  std::vector<json> rows = tracking::read_metrics(rm_dir + "/metrics.jsonl");
   for (json& row : rows) row.erase("timing_s/step");
   return rows;
 }
@@ -182,7 +183,7 @@ TEST_CASE("verlpp train with reward_model.enable: training scored by the reward 
               "trainer.rollout_data_dir=" + run + "/rollouts"});
   INFO(read_file(dir + "/train.log"));
   CHECK(read_file(dir + "/train.log").find("reward model " + dir + "/rm") != std::string::npos);
-  const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+  const std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
   REQUIRE(rows.size() == 3);
   // Training scores are the reward model's (real numbers, not the rule's 0/1) ...
   int fractional = 0;
@@ -204,7 +205,7 @@ TEST_CASE("verlpp train with reward_model.enable: training scored by the reward 
              {"--nproc", "2", "trainer.total_training_steps=1", "trainer.dist_timeout_s=20",
               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "reward_model.enable=true",
               "reward_model.model.path=" + dir + "/rm", "reward_model.micro_batch_size_per_gpu=3"});
-  const std::vector<json> two_rows = controller::read_metrics(two + "/metrics.jsonl");
+  const std::vector<json> two_rows = tracking::read_metrics(two + "/metrics.jsonl");
   REQUIRE(two_rows.size() == 2);
   for (const char* key : {"critic/score/mean", "critic/score/max", "critic/score/min"}) {
     INFO(key);
@@ -222,7 +223,7 @@ TEST_CASE("verlpp train with reward_model.enable: training scored by the reward 
   INFO(pool_log);
   CHECK(pool_log.find("resource pools: global_pool (rank 0): actor_rollout, ref; reward_pool (rank 1): reward_model") !=
         std::string::npos);
-  const std::vector<json> pool_rows = controller::read_metrics(pooled + "/metrics.jsonl");
+  const std::vector<json> pool_rows = tracking::read_metrics(pooled + "/metrics.jsonl");
   REQUIRE(pool_rows.size() == 2);
   for (const char* key : {"critic/score/mean", "critic/score/max", "critic/score/min", "actor/pg_loss"}) {
     INFO(key);

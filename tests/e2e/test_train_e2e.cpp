@@ -2,8 +2,8 @@
 // a few steps with an SFT warm start, write finite metrics with verl's names, validation rows,
 // checkpoints and the report; and a run killed with SIGKILL while training, then resumed,
 // produces exactly the metrics (timings aside) and the weights of an uninterrupted run.
-#include <verlpp/controller/run_settings.hpp>
-#include <verlpp/controller/validation_metrics.hpp>
+#include <verlpp/config/run_settings.hpp>
+#include <verlpp/tracking/validation_metrics.hpp>
 
 #include <dirent.h>
 
@@ -20,7 +20,7 @@ TEST_CASE("verlpp train: GRPO and PPO run end to end with metrics, checkpoints a
   for (const std::string estimator : {"grpo", "gae"}) {
     const std::string run = dir + "/" + estimator;
     run_to_end(write_config(dir, run, estimator), run + ".log");
-    const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+    const std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
     REQUIRE(rows.size() == size_t(kSteps + 1));  // step 0 (validation before training) + 6 steps
     CHECK(finite_number(rows[0], "val/acc"));
     CHECK(finite_number(rows[0], "val/arith/acc"));
@@ -71,7 +71,7 @@ TEST_CASE("verlpp train: SIGKILL mid-run, then resume, repeats the uninterrupted
     ::kill(pid, SIGKILL);
     const int status = wait_for(pid);
     REQUIRE(WIFSIGNALED(status));  // it really died mid-run (a finished run would prove nothing)
-    CHECK(controller::read_metrics(killed + "/metrics.jsonl").size() < size_t(kSteps + 1));
+    CHECK(tracking::read_metrics(killed + "/metrics.jsonl").size() < size_t(kSteps + 1));
 
     run_to_end(config, killed + "-resumed.log");
     CHECK(read_file(killed + "-resumed.log").find("resumed from") != std::string::npos);
@@ -114,17 +114,16 @@ TEST_CASE("every example config under examples/ loads and validates, in the libr
   REQUIRE(configs.size() >= 3);
   for (const std::string& file : configs) {
     INFO(file);
-    controller::Config c = controller::Config::from_file(file);
+    config::Config c = config::Config::from_file(file);
     c.resolve();
     CHECK_NOTHROW(c.validate(1));
-    CHECK_NOTHROW(controller::parse_run_settings(c, 1, 1));
+    CHECK_NOTHROW(config::parse_run_settings(c, 1, 1));
     // `verlpp config FILE` validates it as a run would.
     const int status = std::system((std::string(VERLPP_CLI) + " config " + file + " > /dev/null").c_str());
     CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
   }
   // The embedded default is examples/arith/grpo_tiny.json, with the demo inputs switched on.
-  controller::Config c =
-      controller::Config::from_file(std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json");
+  config::Config c = config::Config::from_file(std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json");
   c.resolve();
   CHECK(c.get<bool>("verlpp.demo.enabled"));
   CHECK(c.get<std::string>("data.train_files").find("/data/arith_train.jsonl") != std::string::npos);
@@ -145,7 +144,7 @@ TEST_CASE("verlpp train: every other estimator runs its family's step", "[e2e]")
     c["sft"]["enable"] = false;
     std::ofstream(config) << c.dump(2);
     run_to_end(config, run + ".log");
-    const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+    const std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
     REQUIRE(rows.size() == 2);
     for (const json& row : rows) {
       INFO(estimator << ": " << row.dump());
@@ -177,7 +176,7 @@ TEST_CASE("verlpp train: the dapo manager's overlong penalty and its metrics", "
   c["verlpp"]["reward"] = {{"num_workers", 2}, {"timeout_s", 60}};
   std::ofstream(config) << c.dump(2);
   run_to_end(config, run + ".log");
-  const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+  const std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
   REQUIRE(rows.size() == 2);
   for (const json& row : rows) {
     INFO(row.dump());
@@ -222,7 +221,7 @@ TEST_CASE("verlpp train: after the SFT warm start the engine generates with the 
         if (!line.empty()) last = json::parse(line);
       seen.push_back({{"acc", last.at("sft/val/acc")}, {"length", last.at("sft/val/response_length/mean")}});
     } else {
-      const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+      const std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
       REQUIRE(!rows.empty());
       seen.push_back({{"acc", rows[0].at("val/acc")}, {"length", rows[0].at("val/response_length/mean")}});
     }
@@ -249,7 +248,7 @@ TEST_CASE("verlpp train: val_kwargs.n=2 with sampling writes verl's val-core met
   c["actor_rollout_ref"]["rollout"]["val_kwargs"] = {{"n", 2}, {"do_sample", true}, {"temperature", 1.0}};
   std::ofstream(config) << c.dump(2);
   run_to_end(config, run + ".log");
-  const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+  const std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
   REQUIRE(rows.size() == 2);  // before training, after step 1
   for (const json& row : rows) {
     const int64_t step = row["step"].get<int64_t>();
@@ -282,7 +281,7 @@ TEST_CASE("verlpp train: val_kwargs.n=2 with sampling writes verl's val-core met
     // every prompt since it re-seeds each time).
     const double b2 = row.at("val-core/arith/reward/best@2/mean").get<double>();
     const double w2 = row.at("val-aux/arith/reward/worst@2/mean").get<double>();
-    const std::vector<int64_t> draws = controller::numpy_choice_indices(2, 1000, 2, 42);
+    const std::vector<int64_t> draws = tracking::numpy_choice_indices(2, 1000, 2, 42);
     int64_t differ = 0;
     for (size_t k = 0; k < draws.size(); k += 2) differ += draws[k] != draws[k + 1];
     CHECK(b2 - w2 == Approx(double(differ) / 1000 * (best - worst) / 12).margin(1e-12));

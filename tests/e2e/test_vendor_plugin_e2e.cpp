@@ -70,7 +70,7 @@ TEST_CASE("verlpp train: a step on a vendor plugin's cpu device calls the plugin
     CHECK(calls.count(kernel) == 1);
     CHECK((calls.count(kernel) == 1 && calls.at(kernel) > 0));
   }
-  CHECK(controller::read_metrics(run + "/metrics.jsonl").size() == 1);
+  CHECK(tracking::read_metrics(run + "/metrics.jsonl").size() == 1);
 
   // cpu_ref on the same run: its kernels are a reference, so the run says none are called.
   const std::string ref_run = dir + "/cpu_ref";
@@ -164,7 +164,7 @@ std::string host_backend_name() {
 // The metrics of a run's only step, without its timings and process memory (which differ between
 // any two runs).
 json step_metrics(const std::string& run) {
-  const auto rows = controller::read_metrics(run + "/metrics.jsonl");
+  const auto rows = tracking::read_metrics(run + "/metrics.jsonl");
   REQUIRE(rows.size() == 1);
   json out = json::object();
   for (const auto& [key, value] : rows.front().items())

@@ -12,9 +12,9 @@
 // (as verl's docs tell users to), only what a 2-core CPU and one process need: console logging,
 // one rank (and so one-rank rollout engines, as verl also needs on one GPU), 2 steps, and small
 // batch and response sizes.
-#include <verlpp/controller/config.hpp>
-#include <verlpp/controller/config_key_states.hpp>
-#include <verlpp/controller/metrics_log.hpp>
+#include <verlpp/config/config.hpp>
+#include <verlpp/config/config_key_states.hpp>
+#include <verlpp/tracking/metrics_log.hpp>
 
 #include <set>
 #include <sstream>
@@ -145,8 +145,8 @@ const nlohmann::json* find_dotted(const nlohmann::json& tree, const std::string&
 
 TEST_CASE("verl's example scripts run unchanged but for the program name", "[verl_scripts]") {
   make_home();
-  const controller::Config raw_defaults = controller::Config::defaults();
-  controller::Config defaults = raw_defaults;
+  const config::Config raw_defaults = config::Config::defaults();
+  config::Config defaults = raw_defaults;
   defaults.resolve();
 
   for (const std::string& name : kScriptNames) {
@@ -198,9 +198,9 @@ TEST_CASE("verl's example scripts run unchanged but for the program name", "[ver
           if (followed != nullptr && *followed == *value) continue;
         }
       }
-      const controller::KeyState state = controller::config_key_state(key);
-      if (state == controller::KeyState::refused) refused.insert(key);
-      if (state == controller::KeyState::no_effect) no_effect.insert(key);
+      const config::KeyState state = config::config_key_state(key);
+      if (state == config::KeyState::refused) refused.insert(key);
+      if (state == config::KeyState::no_effect) no_effect.insert(key);
     }
     const bool wandb = value_of(args, "trainer.logger").find("wandb") != std::string::npos;
 
@@ -227,7 +227,7 @@ TEST_CASE("verl's example scripts run unchanged but for the program name", "[ver
     CHECK(block_keys(train.out + train.err) == no_effect);
     const std::string run = dir + "/checkpoints/" + tree["trainer"]["project_name"].get<std::string>() + "/" +
                             tree["trainer"]["experiment_name"].get<std::string>();
-    const std::vector<json> rows = controller::read_metrics(run + "/metrics.jsonl");
+    const std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
     std::set<int64_t> steps;
     for (const json& row : rows) {
       if (!row.contains("actor/pg_loss")) continue;

@@ -3,11 +3,11 @@
 // and validate a config, tokenize a dataset, encode with a tokenizer, read every tensor).
 #include "fuzz_driver.hpp"
 
-#include <verlpp/controller/arith_task.hpp>
-#include <verlpp/controller/config.hpp>
-#include <verlpp/controller/config_yaml.hpp>
+#include <verlpp/tasks/arith_task.hpp>
+#include <verlpp/config/config.hpp>
+#include <verlpp/config/config_yaml.hpp>
 #include <verlpp/controller/dataset.hpp>
-#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/config/run_settings.hpp>
 #include <verlpp/data/parquet.hpp>
 #include <verlpp/model/chat_template.hpp>
 #include <verlpp/model/decoder.hpp>
@@ -64,9 +64,9 @@ Target config_target() {
                                     source_file("examples/gsm8k/ppo_qwen2.5_0.5b.json"), small.dump()};
   };
   t.run_one = [](const std::string& folder) {
-    controller::Config c = controller::Config::from_file(folder + "/run.json");
+    config::Config c = config::Config::from_file(folder + "/run.json");
     c.resolve();
-    controller::parse_run_settings(c, 1, 1);
+    config::parse_run_settings(c, 1, 1);
   };
   t.dictionary = with(kJsonTokens, {"\"data\"", "\"trainer\"", "\"actor_rollout_ref\"", "\"rollout\"", "\"n\"",
                                     "\"algorithm\"", "\"adv_estimator\"", "\"verlpp\"", "${trainer.default_local_dir}",
@@ -79,10 +79,10 @@ Target dataset_target() {
   t.name = "dataset";
   t.file_name = "train.jsonl";
   t.seeds = [] {
-    controller::ArithTaskOptions task;
+    tasks::ArithTaskOptions task;
     task.sft_count = task.train_count = task.val_count = 3;
     std::string rows;
-    for (const json& row : controller::make_arith_splits(task).train) rows += row.dump() + "\n";
+    for (const json& row : tasks::make_arith_splits(task).train) rows += row.dump() + "\n";
     json plain = {{"data_source", "gsm8k"},
                   {"prompt", "What is 2+2?"},
                   {"reward_model", {{"style", "rule"}, {"ground_truth", "4"}}},
@@ -234,10 +234,10 @@ Target config_yaml_target() {
         "  model:\n    use_remove_padding: True\n"};
   };
   t.run_one = [](const std::string& folder) {
-    controller::yaml_to_json(source_text(folder + "/run.yaml"), "run.yaml");
-    controller::Config c = controller::Config::from_file(folder + "/run.yaml");
+    config::yaml_to_json(source_text(folder + "/run.yaml"), "run.yaml");
+    config::Config c = config::Config::from_file(folder + "/run.yaml");
     c.resolve();
-    controller::parse_run_settings(c, 1, 1);
+    config::parse_run_settings(c, 1, 1);
   };
   t.dictionary = {":",    ": ",        "- ",     "\n  ",        "[",         "]",      "{",
                   "}",    ",",         "&a ",    "*a",          "<<: ",      "!!str ", "!!int ",
@@ -265,11 +265,11 @@ Target override_target() {
         "trainer.experiment_name=${trainer.project_name}_${oc.select:data.seed,0}\n"};
   };
   t.run_one = [](const std::string& folder) {
-    controller::Config c = controller::Config::defaults();
+    config::Config c = config::Config::defaults();
     std::istringstream lines(source_text(folder + "/overrides.txt"));
     for (std::string line; std::getline(lines, line);) c.apply_override(line);
     c.resolve();
-    controller::parse_run_settings(c, 1, 1);
+    config::parse_run_settings(c, 1, 1);
   };
   t.dictionary = {
       "=", "+",    "++",   "~",    "[",  "]",   "{",     "}",       ",",   ":", "'",  "\"",           "\\",  "${",

@@ -7,7 +7,7 @@
 // the formulas).
 #pragma once
 
-#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/config/run_settings.hpp>
 #include <verlpp/model/model_config.hpp>
 
 #include <cstdint>
@@ -81,7 +81,7 @@ struct MemoryPlan {
 
 // The inputs of a run of `world_size` ranks. With resource pools (settings.pools) they are the
 // actor's pool's: its ranks, with the reference and the critic only where they share it.
-MemoryPlanInputs plan_inputs(const RunSettings& settings, const model::ModelConfig& model, int64_t world_size,
+MemoryPlanInputs plan_inputs(const config::RunSettings& settings, const model::ModelConfig& model, int64_t world_size,
                              bool accelerator, uint64_t device_total_bytes);
 MemoryPlan plan_memory(const MemoryPlanInputs& inputs);
 

@@ -7,8 +7,8 @@
 // baseline). See docs/training.md.
 #pragma once
 
-#include <verlpp/controller/config.hpp>
-#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/config/config.hpp>
+#include <verlpp/config/run_settings.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -39,7 +39,7 @@ class RlTrainer {
   // Validates `config` (resolved), then builds everything it names: tokenizer and chat
   // template, datasets, actor (+ reference, critic), rollout engine, reward scorer (unknown
   // data sources are refused here), checkpoint manager. Errors name the key or file.
-  explicit RlTrainer(Config config, TrainerHooks hooks = {});
+  explicit RlTrainer(config::Config config, TrainerHooks hooks = {});
   ~RlTrainer();
   RlTrainer(const RlTrainer&) = delete;
   RlTrainer& operator=(const RlTrainer&) = delete;
@@ -63,8 +63,8 @@ class RlTrainer {
   // trainer.default_local_dir: metrics.jsonl, report.html and the checkpoints live here.
   const std::string& run_dir() const;
   // The resolved tree (recorded in checkpoints and the report) and the settings read from it.
-  const Config& config() const;
-  const RunSettings& settings() const;
+  const config::Config& config() const;
+  const config::RunSettings& settings() const;
   // This process's rank and the number of ranks (from the launcher's environment; see
   // hw/world.hpp). Rank 0 writes metrics, checkpoints and sft_model; every rank trains.
   int32_t rank() const;

@@ -8,7 +8,7 @@
 // folder that transformers loads and a PPO run takes as reward_model.model.path.
 #pragma once
 
-#include <verlpp/controller/config.hpp>
+#include <verlpp/config/config.hpp>
 #include <verlpp/controller/rl_trainer.hpp>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +33,6 @@ struct RmTrainingResult {
 // Runs reward-model training as `config` (resolved) describes, on this process's rank of the
 // launcher's world. Errors name the key or the file (a malformed pair: file and line) before any
 // work where they can.
-RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& hooks = {});
+RmTrainingResult train_reward_model(const config::Config& config, const TrainerHooks& hooks = {});
 
 }  // namespace verlpp::controller

@@ -26,4 +26,8 @@ bool is_parquet_dataset(const std::string& path);
 // group and column) when it cannot be read, a line is not JSON, or a row is not an object.
 std::vector<DataRecord> read_data_records(const std::string& path, size_t max_rows = 0);
 
+// Writes `rows` as JSONL (one compact object per line), replacing `path` (an Error naming the
+// file when it cannot be written).
+void write_jsonl(const std::string& path, const std::vector<nlohmann::json>& rows);
+
 }  // namespace verlpp::data

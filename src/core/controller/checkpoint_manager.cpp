@@ -1,4 +1,5 @@
 // CheckpointManager: temporary folder, rename, atomic tracker update, pruning.
+#include <verlpp/config/keys.hpp>
 #include <verlpp/controller/checkpoint_manager.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/strings.hpp>
@@ -31,7 +32,7 @@ bool parse_step(const std::string& name, int64_t* step) {
 
 CheckpointManager::CheckpointManager(std::string root, int64_t max_to_keep)
     : root_(std::move(root)), max_to_keep_(max_to_keep) {
-  if (root_.empty()) throw Error("trainer.default_local_dir", "the checkpoint folder is empty");
+  if (root_.empty()) throw Error(config::keys::kTrainerDefaultLocalDir, "the checkpoint folder is empty");
 }
 
 std::string CheckpointManager::folder(int64_t step) const { return files::join(root_, kPrefix + std::to_string(step)); }
@@ -141,7 +142,7 @@ std::string list_steps(const std::vector<int64_t>& steps) {
 ResumePlan CheckpointManager::plan_resume(const std::string& mode, const std::string& path,
                                           const std::vector<std::string>& run_outputs) const {
   if (mode != "auto" && mode != "disable" && mode != "resume_path")
-    throw Error("trainer.resume_mode", fmt::format("'{}' is not one of auto, disable, resume_path", mode));
+    throw Error(config::keys::kTrainerResumeMode, fmt::format("'{}' is not one of auto, disable, resume_path", mode));
   const std::vector<int64_t> on_disk = steps_on_disk();
   const std::string tracker = files::join(root_, kTracker);
   std::vector<std::string> outputs;  // the run outputs present
@@ -167,7 +168,7 @@ ResumePlan CheckpointManager::plan_resume(const std::string& mode, const std::st
     if (files::is_file(tracker)) found.push_back(kTracker);
     found.insert(found.end(), outputs.begin(), outputs.end());
     if (!found.empty())
-      throw Error("trainer.resume_mode=disable",
+      throw Error(std::string(config::keys::kTrainerResumeMode) + "=disable",
                   fmt::format("trains from scratch, but {} holds an earlier run ({}) that it would overwrite; "
                               "choose another trainer.default_local_dir, move those away, or resume the run "
                               "(trainer.resume_mode=auto)",
@@ -176,12 +177,13 @@ ResumePlan CheckpointManager::plan_resume(const std::string& mode, const std::st
   }
 
   if (mode == "resume_path") {
-    if (path.empty()) throw Error("trainer.resume_from_path", "resume_mode = resume_path needs a folder");
+    if (path.empty()) throw Error(config::keys::kTrainerResumeFromPath, "resume_mode = resume_path needs a folder");
     step_of(path);
-    if (!files::is_dir(path)) throw Error("trainer.resume_from_path", fmt::format("'{}' does not exist", path));
+    if (!files::is_dir(path))
+      throw Error(config::keys::kTrainerResumeFromPath, fmt::format("'{}' does not exist", path));
     plan.step = check_state(path);
     plan.folder = path;
-    note_newer("trainer.resume_from_path names an earlier one");
+    note_newer(std::string(config::keys::kTrainerResumeFromPath) + " names an earlier one");
     return plan;
   }
 

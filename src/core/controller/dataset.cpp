@@ -1,4 +1,5 @@
 // PromptDataset, DataLoader and prompt collation (see dataset.hpp).
+#include <verlpp/config/keys.hpp>
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/log.hpp>
@@ -96,10 +97,11 @@ bool prepare(PromptRecord& r, const model::Tokenizer& tokenizer, const model::Ch
 PromptDataset PromptDataset::from_records(std::vector<PromptRecord> records, const model::Tokenizer& tokenizer,
                                           const model::ChatTemplate& chat_template, const DatasetOptions& options) {
   if (options.max_prompt_length < 1)
-    throw Error("data.max_prompt_length", fmt::format("{} must be >= 1", options.max_prompt_length));
+    throw Error(config::keys::kDataMaxPromptLength, fmt::format("{} must be >= 1", options.max_prompt_length));
   if (options.truncation != "error" && options.truncation != "left" && options.truncation != "right" &&
       options.truncation != "middle")
-    throw Error("data.truncation", fmt::format("'{}' is not one of error, left, right, middle", options.truncation));
+    throw Error(config::keys::kDataTruncation,
+                fmt::format("'{}' is not one of error, left, right, middle", options.truncation));
   PromptDataset d;
   for (auto& r : records) {
     if (prepare(r, tokenizer, chat_template, options))

@@ -8,6 +8,7 @@
 // compute dtype (a shard at ZeRO-3), the critic alike, and the engine's own copy when it cannot
 // share the compute weights (counted in generation and sync: it is released while training).
 // Transients are estimates.
+#include <verlpp/config/keys.hpp>
 #include <verlpp/controller/memory_plan.hpp>
 
 #include <verlpp/controller/rl_trainer.hpp>
@@ -230,18 +231,18 @@ const MemoryItem& MemoryPlan::largest_resident() const {
                            [](const MemoryItem& a, const MemoryItem& b) { return a.bytes < b.bytes; });
 }
 
-MemoryPlanInputs plan_inputs(const RunSettings& s, const model::ModelConfig& model, int64_t world_size,
+MemoryPlanInputs plan_inputs(const config::RunSettings& s, const model::ModelConfig& model, int64_t world_size,
                              bool accelerator, uint64_t device_total_bytes) {
   MemoryPlanInputs in;
   in.model = model;
   in.world_size = std::max<int64_t>(world_size, 1);
   // With resource pools the plan is the actor's pool's: its ranks, and the roles it holds besides
   // the actor (a role on a pool of its own holds less than the actor's ranks do with it).
-  if (!s.pools.colocated()) in.world_size = s.pools.pool_of(RlRole::kActorRollout).size();
-  const auto with_actor = [&](RlRole role) {
-    return s.pools.colocated() || s.pools.role_pool.at(role) == s.pools.role_pool.at(RlRole::kActorRollout);
+  if (!s.pools.colocated()) in.world_size = s.pools.pool_of(config::RlRole::kActorRollout).size();
+  const auto with_actor = [&](config::RlRole role) {
+    return s.pools.colocated() || s.pools.role_pool.at(role) == s.pools.role_pool.at(config::RlRole::kActorRollout);
   };
-  auto layout = [](const ShardingSettings& sh) {
+  auto layout = [](const config::ShardingSettings& sh) {
     return RoleLayout{sh.zero_stage, sh.param_offload, sh.optimizer_offload, sh.forward_prefetch};
   };
   in.actor_layout = layout(s.actor.sharding);
@@ -249,10 +250,10 @@ MemoryPlanInputs plan_inputs(const RunSettings& s, const model::ModelConfig& mod
   in.ref_layout = layout(s.ref.sharding);
   in.param_dtype = s.actor.precision.resolve(!accelerator);
   in.rollout_dtype = s.rollout.dtype;
-  in.reference = (s.algorithm.use_kl_in_reward || s.actor.use_kl_loss) && with_actor(RlRole::kReference);
+  in.reference = (s.algorithm.use_kl_in_reward || s.actor.use_kl_loss) && with_actor(config::RlRole::kReference);
   // As the RL loop decides (rl_setup.cpp): the critic by default where the estimator needs one.
   in.critic = s.critic.enable.value_or(algorithm_family(s.algorithm.adv_estimator) == AlgorithmFamily::kWithCritic) &&
-              with_actor(RlRole::kCritic);
+              with_actor(config::RlRole::kCritic);
   in.actor_checkpointing = s.model.enable_gradient_checkpointing;
   in.critic_checkpointing = s.critic.enable_gradient_checkpointing;
   in.sequence_tokens = s.data.max_prompt_length + s.data.max_response_length;
@@ -555,11 +556,11 @@ std::string memory_fix_hint(const MemoryPlanInputs& inputs) {
                      [](MemoryPlanInputs& in) { in.rollout_dtype = in.param_dtype; }});
   if (!inputs.actor_layout.optimizer_offload)
     moves.push_back(
-        {std::string("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true") +
+        {(std::string(config::keys::kActorFsdpConfigOptimizerOffload) + "=true") +
              (inputs.critic ? " critic.model.fsdp_config.optimizer_offload=true" : ""),
          [](MemoryPlanInputs& in) { in.actor_layout.optimizer_offload = in.critic_layout.optimizer_offload = true; }});
   if (!inputs.actor_layout.param_offload)
-    moves.push_back({std::string("actor_rollout_ref.actor.fsdp_config.param_offload=true") +
+    moves.push_back({(std::string(config::keys::kActorFsdpConfigParamOffload) + "=true") +
                          (inputs.reference ? " actor_rollout_ref.ref.fsdp_config.param_offload=true" : "") +
                          (inputs.critic ? " critic.model.fsdp_config.param_offload=true" : ""),
                      [](MemoryPlanInputs& in) {

@@ -1,4 +1,5 @@
 // PreferenceDataset and pair collation (see preference_data.hpp).
+#include <verlpp/config/keys.hpp>
 #include <verlpp/controller/preference_data.hpp>
 
 #include <verlpp/controller/dataset.hpp>
@@ -62,8 +63,8 @@ PreferenceDataset PreferenceDataset::load(const std::vector<std::string>& files,
       if (!row.contains(options.prompt_key))
         throw Error(p.origin, fmt::format("the row has no '{}' (rm_train.prompt_key)", options.prompt_key));
       p.prompt = parse_prompt_messages(row[options.prompt_key], p.origin, options.prompt_key);
-      p.chosen = response_field(row, options.chosen_key, p.origin, "rm_train.chosen_key");
-      p.rejected = response_field(row, options.rejected_key, p.origin, "rm_train.rejected_key");
+      p.chosen = response_field(row, options.chosen_key, p.origin, config::keys::kRmTrainChosenKey);
+      p.rejected = response_field(row, options.rejected_key, p.origin, config::keys::kRmTrainRejectedKey);
       p.chosen_ids = tokenizer.encode(render_preference_side(chat_template, p.prompt, p.chosen));
       p.rejected_ids = tokenizer.encode(render_preference_side(chat_template, p.prompt, p.rejected));
       out.truncated_ += size_t(fit(p.chosen_ids, options, p.origin, "chosen"));
@@ -72,7 +73,7 @@ PreferenceDataset PreferenceDataset::load(const std::vector<std::string>& files,
     }
   }
   if (out.pairs_.empty())
-    throw Error(files.empty() ? std::string("rm_train.train_files") : files.front(),
+    throw Error(files.empty() ? std::string(config::keys::kRmTrainTrainFiles) : files.front(),
                 "no preference pairs in the files");
   return out;
 }

@@ -34,7 +34,7 @@ void write_checkpoint(RlTrainer::State& s) {
     if (s.actor) s.actor->trained_model().save(files::join(tmp, "actor"), options);
     if (s.critic) s.critic->trained_model().save(files::join(tmp, "critic"), options);
     const json critic_updates =
-        s.use_critic ? share_json_from_pool(s, RlRole::kCritic, s.critic ? json(s.critic->updates()) : json())
+        s.use_critic ? share_json_from_pool(s, config::RlRole::kCritic, s.critic ? json(s.critic->updates()) : json())
                      : json(0);
     // Every pool's part is written before rank 0 completes the folder.
     if (pools) pools_barrier(s, fmt::format("checkpoint/{}/written", step));
@@ -109,7 +109,7 @@ int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder) {
     s.critic->set_updates(state.at("critic_updates").get<int64_t>());
   }
   s.loader->load_state(state.at("dataloader"));
-  const AlgorithmSettings& a = s.settings.algorithm;
+  const config::AlgorithmSettings& a = s.settings.algorithm;
   s.kl_ctrl = algo::make_kl_controller(a.kl_ctrl_type, state.at("kl_coef").get<double>(), a.target_kl, a.horizon);
   json ignored;
   sync_rollout_weights(s, ignored);

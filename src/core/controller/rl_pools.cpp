@@ -17,13 +17,13 @@ namespace verlpp::controller {
 using json = nlohmann::json;
 
 void join_resource_pools(RlTrainer::State& s) {
-  const PoolLayout& layout = s.settings.pools;
+  const config::PoolLayout& layout = s.settings.pools;
   const int32_t rank = s.world.rank, world = s.world.world_size;
   // Each pool's communicator as this rank sees it: the run's for a pool of every rank, a
   // subgroup for a smaller pool it is in (made by that pool's ranks alone), none for one rank.
   std::vector<const hw::ProcessGroup*> group_of(layout.pools.size(), s.group.get());
   for (size_t i = 0; i < layout.pools.size(); ++i) {
-    const ResourcePool& pool = layout.pools[i];
+    const config::ResourcePool& pool = layout.pools[i];
     if (pool.size() == world || !pool.contains(rank)) continue;
     if (pool.size() == 1) {
       group_of[i] = nullptr;
@@ -32,9 +32,9 @@ void join_resource_pools(RlTrainer::State& s) {
     s.pool_groups.push_back(s.group->subgroup(pool.ranks(), "pool/" + pool.name));
     group_of[i] = s.pool_groups.back().get();
   }
-  for (RlRole role : all_roles()) {
+  for (config::RlRole role : config::all_roles()) {
     const size_t i = layout.role_pool.at(role);
-    const ResourcePool& pool = layout.pools[i];
+    const config::ResourcePool& pool = layout.pools[i];
     RlTrainer::State::RolePlacement p;
     p.root = pool.first;
     p.here = pool.contains(rank);
@@ -45,13 +45,13 @@ void join_resource_pools(RlTrainer::State& s) {
   }
 }
 
-at::Tensor share_from_pool(const RlTrainer::State& s, RlRole role, at::Tensor t) {
+at::Tensor share_from_pool(const RlTrainer::State& s, config::RlRole role, at::Tensor t) {
   const RlTrainer::State::RolePlacement& p = s.place(role);
   if (p.whole_world) return t;
   // The header: dtype, rank of the shape, then the sizes.
   constexpr int64_t kMaxDims = 8;
   const bool root = s.world.rank == p.root;
-  const std::string ready = fmt::format("pool/{}/{}", role_key(role), s.pool_transfers++);
+  const std::string ready = fmt::format("pool/{}/{}", config::role_key(role), s.pool_transfers++);
   if (root)
     s.group->post(ready);
   else
@@ -59,7 +59,8 @@ at::Tensor share_from_pool(const RlTrainer::State& s, RlRole role, at::Tensor t)
   std::vector<int64_t> header(size_t(kMaxDims + 2), 0);
   if (root) {
     if (!t.defined())
-      throw Error("resource pools", fmt::format("{}: the pool's first rank has no result to send", role_key(role)));
+      throw Error("resource pools",
+                  fmt::format("{}: the pool's first rank has no result to send", config::role_key(role)));
     if (t.dim() > kMaxDims) throw Error("resource pools", fmt::format("a result of {} dimensions", t.dim()));
     header[0] = int64_t(t.scalar_type());
     header[1] = t.dim();
@@ -86,7 +87,7 @@ void pools_barrier(const RlTrainer::State& s, const std::string& key) {
     s.group->barrier_without_timeout(key);
 }
 
-json share_json_from_pool(const RlTrainer::State& s, RlRole role, json value) {
+json share_json_from_pool(const RlTrainer::State& s, config::RlRole role, json value) {
   const RlTrainer::State::RolePlacement& p = s.place(role);
   if (p.whole_world) return value;
   const bool root = s.world.rank == p.root;

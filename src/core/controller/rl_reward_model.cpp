@@ -6,7 +6,8 @@
 // last valid token (verl's _expand_to_token_level).
 #include "rl_state.hpp"
 
-#include <verlpp/controller/reward_model_input.hpp>
+#include <verlpp/config/keys.hpp>
+#include <verlpp/reward/reward_model_input.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/train/reward_model.hpp>
 
@@ -15,18 +16,18 @@ namespace {
 
 // The re-encoded input (reward_model_input.hpp); a row's prompt is its training-set row's.
 Batch reencoded_batch(const RlTrainer::State& s, const Batch& batch) {
-  const RewardModelSettings& r = s.settings.reward_model;
+  const config::RewardModelSettings& r = s.settings.reward_model;
   std::vector<std::vector<model::ChatMessage>> prompts;
   for (const auto& index : batch.column("index")) prompts.push_back((*s.train_set)[index.get<size_t>()].prompt);
-  RewardModelText rm;
+  reward::RewardModelText rm;
   rm.tokenizer = &*s.rm_tokenizer;
   rm.chat = &*s.rm_chat;
   rm.pad_token_id = s.rm_pad_id;
   rm.vocab_size = s.reward_model->config().vocab_size;
   rm.where = fmt::format("reward model (reward_model.model.path {})", r.path);
   const std::string eos = s.eos_ids.empty() ? std::string() : s.tokenizer->decode({s.eos_ids.front()});
-  return reencode_for_reward_model(batch, prompts, *s.tokenizer, eos, rm,
-                                   r.max_length.value_or(batch.tensor(data::fields::kAttentionMask).size(1)));
+  return reward::reencode_for_reward_model(batch, prompts, *s.tokenizer, eos, rm,
+                                           r.max_length.value_or(batch.tensor(data::fields::kAttentionMask).size(1)));
 }
 
 // The policy's own tokens (reward_model.model.input_tokenizer = null).
@@ -49,17 +50,17 @@ Batch policy_token_batch(const RlTrainer::State& s, const Batch& batch) {
 }  // namespace
 
 void build_reward_model(RlTrainer::State& s) {
-  const RewardModelSettings& r = s.settings.reward_model;
+  const config::RewardModelSettings& r = s.settings.reward_model;
   const std::string where = fmt::format("reward_model.model.path ({})", r.path);
   const model::ModelConfig mc = model::load_model_config(r.path);
   train::check_reward_model_config(mc, where);
   // verl's reward-model worker runs in bf16; the CPU keeps fp32. Only the ranks of its pool hold it.
-  if (s.runs(RlRole::kRewardModel)) {
+  if (s.runs(config::RlRole::kRewardModel)) {
     s.reward_model = std::make_unique<model::DecoderLM>(
         model::load_pretrained(r.path, model_options(s, s.device.is_cpu() ? at::kFloat : at::kBFloat16)));
     s.reward_model->set_requires_grad(false);
   }
-  if (r.input_tokenizer && s.runs(RlRole::kRewardModel)) {
+  if (r.input_tokenizer && s.runs(config::RlRole::kRewardModel)) {
     s.rm_tokenizer = model::Tokenizer::from_file(r.path);
     s.rm_chat = model::ChatTemplate::from_config_file(r.path);
     s.rm_pad_id = mc.pad_token_id.value_or(mc.eos_token_ids.empty() ? 0 : mc.eos_token_ids.front());
@@ -76,15 +77,16 @@ void build_reward_model(RlTrainer::State& s) {
 }
 
 void compute_rm_scores(RlTrainer::State& s, Batch& batch) {
-  const RewardModelSettings& r = s.settings.reward_model;
+  const config::RewardModelSettings& r = s.settings.reward_model;
   train::RewardModelOptions options;
   options.micro_batch_size = r.micro_batch_size_per_gpu;
   options.use_dynamic_bsz = r.use_dynamic_bsz;
   options.max_token_len = r.forward_max_token_len_per_gpu;
   // Only the reward model's ranks build its input (the others receive the scores).
   Batch input;
-  if (s.runs(RlRole::kRewardModel)) input = s.rm_tokenizer ? reencoded_batch(s, batch) : policy_token_batch(s, batch);
-  const at::Tensor scores = dispatch_rows(s, RlRole::kRewardModel, input, [&](const Batch& rows) {
+  if (s.runs(config::RlRole::kRewardModel))
+    input = s.rm_tokenizer ? reencoded_batch(s, batch) : policy_token_batch(s, batch);
+  const at::Tensor scores = dispatch_rows(s, config::RlRole::kRewardModel, input, [&](const Batch& rows) {
     return train::reward_model_scores(*s.reward_model, rows, options);
   });
   batch.set(data::fields::kRmScores, train::token_level_rm_scores(batch.tensor(data::fields::kAttentionMask),

@@ -3,6 +3,7 @@
 // rollout.n, as verl's workers do).
 #include "rl_state.hpp"
 
+#include <verlpp/config/keys.hpp>
 #include <verlpp/algo/advantages.hpp>
 #include <verlpp/controller/device_choice.hpp>
 #include <verlpp/controller/memory_plan.hpp>
@@ -23,7 +24,7 @@ namespace {
 // The fields train::ActorConfig and train::CriticConfig share, from the role's settings
 // (mini-batches count prompts in verl; the trainers count sequences).
 template <class RoleConfig>
-void set_ppo_update(RoleConfig& out, const PpoRoleSettings& role, const RlTrainer::State& s) {
+void set_ppo_update(RoleConfig& out, const config::PpoRoleSettings& role, const RlTrainer::State& s) {
   out.ppo_mini_batch_size = role.ppo_mini_batch_size * s.n;
   out.ppo_micro_batch_size = role.ppo_micro_batch_size_per_gpu;
   out.use_dynamic_bsz = role.use_dynamic_bsz;
@@ -42,7 +43,7 @@ hw::Device plugin_device(const RlTrainer::State& s) {
 }  // namespace
 
 // The LR schedule of `<role>.optim`, for `total_steps` optimizer updates.
-train::LrSchedule schedule_of(const OptimSettings& optim, int64_t total_steps) {
+train::LrSchedule schedule_of(const config::OptimSettings& optim, int64_t total_steps) {
   train::LrScheduleOptions o;
   o.base_lr = optim.lr;
   o.style = optim.lr_scheduler_type;
@@ -53,7 +54,7 @@ train::LrSchedule schedule_of(const OptimSettings& optim, int64_t total_steps) {
   return train::LrSchedule(o);
 }
 
-train::ShardingOptions sharding_options(const RlTrainer::State& s, const ShardingSettings& role) {
+train::ShardingOptions sharding_options(const RlTrainer::State& s, const config::ShardingSettings& role) {
   train::ShardingOptions o;
   o.zero_stage = int(role.zero_stage);
   o.param_offload = role.param_offload;
@@ -67,15 +68,15 @@ train::ShardingOptions sharding_options(const RlTrainer::State& s, const Shardin
 }
 
 void check_offload(const RlTrainer::State& s) {
-  const RunSettings& rs = s.settings;
+  const config::RunSettings& rs = s.settings;
   std::vector<std::string> asked;
-  if (rs.actor.sharding.param_offload) asked.push_back("actor_rollout_ref.actor.fsdp_config.param_offload");
-  if (rs.actor.sharding.optimizer_offload) asked.push_back("actor_rollout_ref.actor.fsdp_config.optimizer_offload");
-  if (s.use_reference && rs.ref.sharding.param_offload)
-    asked.push_back("actor_rollout_ref.ref.fsdp_config.param_offload");
-  if (s.use_critic && rs.critic.sharding.param_offload) asked.push_back("critic.model.fsdp_config.param_offload");
+  if (rs.actor.sharding.param_offload) asked.push_back(config::keys::kActorFsdpConfigParamOffload);
+  if (rs.actor.sharding.optimizer_offload) asked.push_back(config::keys::kActorFsdpConfigOptimizerOffload);
+  if (s.use_reference && rs.ref.sharding.param_offload) asked.push_back(config::keys::kRefFsdpConfigParamOffload);
+  if (s.use_critic && rs.critic.sharding.param_offload)
+    asked.push_back(config::keys::kCriticModelFsdpConfigParamOffload);
   if (s.use_critic && rs.critic.sharding.optimizer_offload)
-    asked.push_back("critic.model.fsdp_config.optimizer_offload");
+    asked.push_back(config::keys::kCriticModelFsdpConfigOptimizerOffload);
   if (asked.empty() || s.device.is_cpu()) return;  // the host's memory is the device's: nothing to pin
   if (s.plugin.empty() || !hw::has_pinned_host_memory(hw::plugin_named(s.plugin)))
     throw Error(asked.front(),
@@ -87,7 +88,7 @@ void check_offload(const RlTrainer::State& s) {
 
 // Whether the reference is sharded: ZeRO-3 over the several ranks of its pool (shard_reference).
 bool reference_sharded(const RlTrainer::State& s) {
-  return s.settings.ref.sharding.zero_stage == 3 && s.settings.pools.pool_of(RlRole::kReference).size() > 1;
+  return s.settings.ref.sharding.zero_stage == 3 && s.settings.pools.pool_of(config::RlRole::kReference).size() > 1;
 }
 
 // The reference's layout as a ShardingOptions (for the start-up line): stage 3 when sharded.
@@ -145,7 +146,7 @@ model::ModelOptions model_options(const RlTrainer::State& s, at::ScalarType dtyp
 void join_process_group(RlTrainer::State& s) {
   if (!s.world.is_distributed()) return;
   if (s.plugin.empty())
-    throw Error("trainer.device",
+    throw Error(config::keys::kTrainerDevice,
                 fmt::format("{} ranks need a plugin communicator, but no hardware plugin is loaded for {} "
                             "(VERL_HARDWARE_PLUGIN, `verlpp plugins`)",
                             s.world.world_size, s.device.str()));
@@ -177,8 +178,8 @@ std::string kernels_line(const RlTrainer::State& s) {
 }
 
 train::ActorConfig actor_config(const RlTrainer::State& s) {
-  const ActorSettings& a = s.settings.actor;
-  const ActorModelSettings& m = s.settings.model;
+  const config::ActorSettings& a = s.settings.actor;
+  const config::ActorModelSettings& m = s.settings.model;
   train::ActorConfig ac;
   set_ppo_update(ac, a, s);
   ac.entropy_coeff = a.entropy_coeff;
@@ -232,12 +233,12 @@ void build_reference(RlTrainer::State& s) {
 // The reference in flat units when the run shards it (ZeRO-3 on several ranks, unless its
 // fsdp_config.reshard_after_forward is false) or offloads it between its forwards.
 void shard_reference(RlTrainer::State& s) {
-  const ShardingSettings& ref = s.settings.ref.sharding;
+  const config::ShardingSettings& ref = s.settings.ref.sharding;
   const bool sharded = reference_sharded(s);
   if (!sharded && !ref.param_offload) return;
   train::ShardedWeightsOptions o;
   o.dtype = s.ref_model->options().dtype;
-  o.dp = s.place(RlRole::kReference).dp;
+  o.dp = s.place(config::RlRole::kReference).dp;
   o.shard = sharded;
   o.gather_per_use = sharded;
   o.trainable = false;
@@ -249,7 +250,7 @@ void shard_reference(RlTrainer::State& s) {
 }
 
 void build_critic(RlTrainer::State& s) {
-  const CriticSettings& cs = s.settings.critic;
+  const config::CriticSettings& cs = s.settings.critic;
   const std::string path = cs.model_path.value_or(s.model_path);
   model::ModelConfig mc = model::load_model_config(path);
   if (mc.head != model::ModelHead::kTokenClassification) {
@@ -276,30 +277,45 @@ void build_critic(RlTrainer::State& s) {
 // The reward manager (verl's load_reward_manager): the batch manager calls the shared object's
 // batch symbol or a registered batch function named custom_reward_function.name; the others
 // score item by item with the shared object's function or the rules.
-std::unique_ptr<RewardManager> make_reward_manager(const RlTrainer::State& s, const RunSettings& rs) {
-  const CustomRewardSettings& custom = rs.custom_reward;
-  if (rs.reward_manager.name == "batch")
-    return std::make_unique<RewardManager>(rs.reward_manager,
-                                           custom.path ? batch_reward_function_from_library(*custom.path, custom.name)
-                                                       : registered_batch_reward_function(custom.name));
-  RewardScorer scorer = custom.path ? RewardScorer::from_library(*custom.path, custom.name) : RewardScorer();
+std::unique_ptr<reward::RewardManager> make_reward_manager(const RlTrainer::State& s, const config::RunSettings& rs) {
+  const config::CustomRewardSettings& custom = rs.custom_reward;
+  // The reward layer's errors name the file or the function; here they get the key they came from.
+  const auto at_key = [](const char* key, const auto& make) {
+    try {
+      return make();
+    } catch (const Error& e) {
+      throw Error(std::string(key) + "=" + e.where(), e.message());
+    }
+  };
+  if (rs.reward_manager.name == "batch") {
+    reward::BatchRewardFn fn =
+        custom.path ? at_key(config::keys::kCustomRewardFunctionPath,
+                             [&] { return reward::batch_reward_function_from_library(*custom.path, custom.name); })
+                    : at_key(config::keys::kCustomRewardFunctionName,
+                             [&] { return reward::registered_batch_reward_function(custom.name); });
+    return std::make_unique<reward::RewardManager>(rs.reward_manager, std::move(fn));
+  }
+  reward::RewardScorer scorer =
+      custom.path ? at_key(config::keys::kCustomRewardFunctionPath,
+                           [&] { return reward::RewardScorer::from_library(*custom.path, custom.name); })
+                  : reward::RewardScorer();
   // The text decoding leaves at the end when eos is not a special token (verl's tokenizer.eos_token).
   const std::string eos = s.eos_ids.empty() ? std::string() : s.tokenizer->decode({s.eos_ids.front()});
-  return std::make_unique<RewardManager>(rs.reward_manager, std::move(scorer), eos);
+  return std::make_unique<reward::RewardManager>(rs.reward_manager, std::move(scorer), eos);
 }
 
 // rollout.tensor_model_parallel_size = t: checks that t splits the model (heads, KV heads, MLP)
 // and, with t > 1, joins this rank's engine group (ranks [e t, (e + 1) t) of the actor's pool).
 // Config::validate has checked that t divides the pool's ranks.
 void join_rollout_group(RlTrainer::State& s, const model::ModelConfig& mc) {
-  check_rollout_split(s.settings, mc);
+  config::check_rollout_split(s.settings, mc);
   s.rollout_tp = s.settings.rollout.tensor_model_parallel_size;
-  if (s.rollout_tp > 1 && s.runs(RlRole::kActorRollout))
-    s.rollout_group = rollout::engine_group(*s.place(RlRole::kActorRollout).group, s.rollout_tp, "rollout");
+  if (s.rollout_tp > 1 && s.runs(config::RlRole::kActorRollout))
+    s.rollout_group = rollout::engine_group(*s.place(config::RlRole::kActorRollout).group, s.rollout_tp, "rollout");
 }
 
 void build_engine(RlTrainer::State& s) {
-  const RolloutSettings& r = s.settings.rollout;
+  const config::RolloutSettings& r = s.settings.rollout;
   rollout::EngineOptions o;
   o.block_size = r.block_size;
   o.limits.max_num_seqs = r.max_num_seqs;
@@ -323,7 +339,7 @@ void build_engine(RlTrainer::State& s) {
     o.memory_fraction = r.gpu_memory_utilization;
     if (!s.plugin.empty()) o.memory_total_bytes = int64_t(plugin_device(s).memory_info().second);
     if (o.memory_total_bytes <= 0)
-      throw Error("trainer.device",
+      throw Error(config::keys::kTrainerDevice,
                   fmt::format("{}: no plugin reports this device's memory, so the KV pool cannot be sized "
                               "from rollout.gpu_memory_utilization",
                               s.device.str()));
@@ -351,7 +367,7 @@ void build_engine(RlTrainer::State& s) {
 
 }  // namespace
 
-train::AdamWConfig adamw_of(const OptimSettings& optim) {
+train::AdamWConfig adamw_of(const config::OptimSettings& optim) {
   train::AdamWConfig a;
   a.weight_decay = optim.weight_decay;
   a.beta1 = optim.beta1;
@@ -360,7 +376,7 @@ train::AdamWConfig adamw_of(const OptimSettings& optim) {
   return a;
 }
 
-DatasetOptions dataset_options(const DataSettings& data) {
+DatasetOptions dataset_options(const config::DataSettings& data) {
   DatasetOptions o;
   o.prompt_key = data.prompt_key;
   o.reward_fn_key = data.reward_fn_key;
@@ -375,17 +391,18 @@ AlgorithmFamily algorithm_family(const std::string& estimator) {
   if (estimator == "remax") return AlgorithmFamily::kGreedyBaseline;
   const auto names = algo::advantage_estimator_names();
   if (std::find(names.begin(), names.end(), estimator) == names.end())
-    throw Error("algorithm.adv_estimator", fmt::format("'{}' is not one of: {}", estimator, join(names, ", ")));
+    throw Error(config::keys::kAlgorithmAdvEstimator,
+                fmt::format("'{}' is not one of: {}", estimator, join(names, ", ")));
   return AlgorithmFamily::kCriticFree;
 }
 
 void setup_trainer(RlTrainer::State& s) {
   s.world = hw::world_from_environment();
-  s.settings = parse_run_settings(s.config, s.world.world_size, s.world.local_world_size);
-  const RunSettings& rs = s.settings;
+  s.settings = config::parse_run_settings(s.config, s.world.world_size, s.world.local_world_size);
+  const config::RunSettings& rs = s.settings;
   s.estimator = rs.algorithm.adv_estimator;
   s.family = algorithm_family(s.estimator);
-  const DeviceChoice device = choose_device(rs.trainer.device, s.world.local_rank, "trainer.device");
+  const DeviceChoice device = choose_device(rs.trainer.device, s.world.local_rank, config::keys::kTrainerDevice);
   s.device = device.device;
   s.plugin = device.plugin;
   join_process_group(s);
@@ -397,7 +414,7 @@ void setup_trainer(RlTrainer::State& s) {
   s.run_dir = rs.trainer.default_local_dir;
 
   if (!rs.model.path)
-    throw Error("actor_rollout_ref.model.path", "no model folder given (a Hugging Face folder with config.json)");
+    throw Error(config::keys::kModelPath, "no model folder given (a Hugging Face folder with config.json)");
   s.model_path = *rs.model.path;
   const std::string tokenizer_path = rs.data.tokenizer.value_or(s.model_path);
   s.tokenizer = model::Tokenizer::from_file(tokenizer_path);
@@ -409,7 +426,7 @@ void setup_trainer(RlTrainer::State& s) {
   const int64_t context = rs.data.max_prompt_length + s.response_length;
   if (context > mc.max_position_embeddings)
     throw Error(
-        "data.max_prompt_length + data.max_response_length",
+        std::string(config::keys::kDataMaxPromptLength) + " + data.max_response_length",
         fmt::format("{} tokens exceed the model's max_position_embeddings {}", context, mc.max_position_embeddings));
   // A run whose resident training state cannot fit the device is refused before anything is
   // built (memory_plan.hpp; `verlpp plan` prints the whole plan).
@@ -420,7 +437,7 @@ void setup_trainer(RlTrainer::State& s) {
   // Data, and the reward check before any work: an unknown data source fails here.
   const DatasetOptions options = dataset_options(rs.data);
   if (rs.data.train_files.empty())
-    throw Error("data.train_files", "no training data given (JSONL files in verl's schema)");
+    throw Error(config::keys::kDataTrainFiles, "no training data given (JSONL files in verl's schema)");
   s.train_set = PromptDataset::load(rs.data.train_files, *s.tokenizer, *s.chat, options);
   if (!rs.data.val_files.empty()) s.val_set = PromptDataset::load(rs.data.val_files, *s.tokenizer, *s.chat, options);
   s.rewards = make_reward_manager(s, rs);
@@ -436,13 +453,14 @@ void setup_trainer(RlTrainer::State& s) {
       std::make_unique<DataLoader>(s.train_set->size(), s.train_batch_size, rs.data.shuffle, uint64_t(rs.data.seed));
   s.total_steps = rs.trainer.total_training_steps.value_or(s.loader->batches_per_epoch() * rs.trainer.total_epochs);
   if (s.total_steps < 1)
-    throw Error("trainer.total_training_steps", fmt::format("{} steps: nothing to train", s.total_steps));
+    throw Error(config::keys::kTrainerTotalTrainingSteps, fmt::format("{} steps: nothing to train", s.total_steps));
 
   s.use_kl_in_reward = rs.algorithm.use_kl_in_reward;
   s.use_reference = s.use_kl_in_reward || rs.actor.use_kl_loss;
   s.use_critic = rs.critic.enable.value_or(s.family == AlgorithmFamily::kWithCritic);
   if (s.family == AlgorithmFamily::kWithCritic && !s.use_critic)
-    throw Error("critic.enable", "algorithm.adv_estimator = gae needs the critic");
+    throw Error(config::keys::kCriticEnable,
+                std::string(config::keys::kAlgorithmAdvEstimator) + " = gae needs the critic");
   s.kl_ctrl = algo::make_kl_controller(rs.algorithm.kl_ctrl_type, rs.algorithm.kl_coef, rs.algorithm.target_kl,
                                        rs.algorithm.horizon);
 
@@ -450,28 +468,31 @@ void setup_trainer(RlTrainer::State& s) {
   check_offload(s);
   s.actor_config = actor_config(s);
   // Each rank builds the roles of its pools only (every role when colocated).
-  const bool actor_here = s.runs(RlRole::kActorRollout);
-  const bool ref_here = s.use_reference && s.runs(RlRole::kReference);
+  const bool actor_here = s.runs(config::RlRole::kActorRollout);
+  const bool ref_here = s.use_reference && s.runs(config::RlRole::kReference);
   if (actor_here) build_actor(s);
   // The reference copies the actor's weights before they move into sharded units.
   if (ref_here) build_reference(s);
-  if (actor_here) s.actor->set_data_parallel(s.place(RlRole::kActorRollout).dp, sharding_options(s, rs.actor.sharding));
+  if (actor_here)
+    s.actor->set_data_parallel(s.place(config::RlRole::kActorRollout).dp, sharding_options(s, rs.actor.sharding));
   if (ref_here) shard_reference(s);
-  if (s.use_critic && s.runs(RlRole::kCritic)) {
+  if (s.use_critic && s.runs(config::RlRole::kCritic)) {
     build_critic(s);
-    s.critic->set_data_parallel(s.place(RlRole::kCritic).dp, sharding_options(s, rs.critic.sharding));
+    s.critic->set_data_parallel(s.place(config::RlRole::kCritic).dp, sharding_options(s, rs.critic.sharding));
   }
   if (actor_here) build_engine(s);
-  const PoolLayout& pools = rs.pools;
+  const config::PoolLayout& pools = rs.pools;
   const bool ref_line = s.use_reference && (reference_sharded(s) || rs.ref.sharding.param_offload);
   for (const std::string& line :
-       {sharding_line("actor", sharding_options(s, rs.actor.sharding), pools.pool_of(RlRole::kActorRollout).size()),
-        s.use_critic
-            ? sharding_line("critic", sharding_options(s, rs.critic.sharding), pools.pool_of(RlRole::kCritic).size())
-            : "",
-        ref_line ? sharding_line("reference", reference_sharding(s), pools.pool_of(RlRole::kReference).size()) : ""})
+       {sharding_line("actor", sharding_options(s, rs.actor.sharding),
+                      pools.pool_of(config::RlRole::kActorRollout).size()),
+        s.use_critic ? sharding_line("critic", sharding_options(s, rs.critic.sharding),
+                                     pools.pool_of(config::RlRole::kCritic).size())
+                     : "",
+        ref_line ? sharding_line("reference", reference_sharding(s), pools.pool_of(config::RlRole::kReference).size())
+                 : ""})
     if (!line.empty()) s.message(line);
-  if (!pools.colocated()) s.message("resource pools: " + pools.describe(active_roles(s.config)));
+  if (!pools.colocated()) s.message("resource pools: " + pools.describe(config::active_roles(s.config)));
   s.checkpoints = std::make_unique<CheckpointManager>(s.run_dir, rs.trainer.max_actor_ckpt_to_keep);
   files::make_dirs(s.run_dir);
   if (s.world.is_distributed()) s.message(fmt::format("{} ranks: {}", s.world.world_size, hw::describe(s.world)));

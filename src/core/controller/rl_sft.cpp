@@ -6,7 +6,7 @@
 
 #include "rl_state.hpp"
 
-#include <verlpp/controller/metrics_log.hpp>
+#include <verlpp/tracking/metrics_log.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/train/sft.hpp>
 
@@ -18,13 +18,13 @@
 namespace verlpp::controller {
 
 void run_sft_warm_start(RlTrainer::State& s) {
-  const SftSettings& sft = s.settings.sft;
+  const config::SftSettings& sft = s.settings.sft;
   if (!sft.enable) return;
   const auto start = std::chrono::steady_clock::now();
   // The SFT trains the actor, on its pool's ranks. Ranks of other pools take part in the
   // validations only (they receive the samples), and a reference of its own pool then reads the
   // result from sft_model.
-  const bool actor_here = s.runs(RlRole::kActorRollout);
+  const bool actor_here = s.runs(config::RlRole::kActorRollout);
   DatasetOptions options = dataset_options(s.settings.data);
   options.response_key = sft.response_key;
   // The response ends the assistant turn: the first EOS id (ChatML's <|im_end|>) closes it.
@@ -54,7 +54,8 @@ void run_sft_warm_start(RlTrainer::State& s) {
     // it first, and the SFT's own optimizer shards them again the same way.
     s.actor->trained_model().materialize_master();
     trainer.emplace(*s.actor_model, config, train::LrSchedule(lr));
-    trainer->set_data_parallel(s.place(RlRole::kActorRollout).dp, sharding_options(s, s.settings.actor.sharding));
+    trainer->set_data_parallel(s.place(config::RlRole::kActorRollout).dp,
+                               sharding_options(s, s.settings.actor.sharding));
     loader.emplace(data->size(), sft.batch_size, /*shuffle=*/true, uint64_t(sft.seed));
   }
   // Rank 0 writes the files. The SFT runs only in a run that starts from scratch (a resumed run
@@ -96,7 +97,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   }
   if (log.is_open()) {
     log.commit();
-    sync_file(log_path);  // on disk before any checkpoint of the RL phase exists
+    tracking::sync_file(log_path);  // on disk before any checkpoint of the RL phase exists
   }
   const std::string out = files::join(s.run_dir, "sft_model");
   if (actor_here) {

@@ -90,7 +90,7 @@ Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vect
   const int64_t engines = s.num_engines();
   int64_t chunk = 0;
   for (int64_t e = 0; e < engines; ++e) chunk = std::max(chunk, (begins[size_t(e) + 1] - begins[size_t(e)]) * n);
-  const hw::ProcessGroup& group = *s.place(RlRole::kActorRollout).group;  // the actor pool's ranks
+  const hw::ProcessGroup& group = *s.place(config::RlRole::kActorRollout).group;  // the actor pool's ranks
   const PaddedSamples mine = pad_samples(s, local, chunk);
   auto gather = [&](const at::Tensor& t) { return group.all_gather(t.to(s.device)).cpu().contiguous(); };
   const PaddedSamples all{gather(mine.ids), gather(mine.lens), gather(mine.lps)};
@@ -103,12 +103,14 @@ Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vect
 // The actor pool's samples (`rows` of them) on every rank, sent by the pool's first rank, when
 // the pool is not every rank.
 Samples share_samples(const RlTrainer::State& s, Samples samples, int64_t rows) {
-  const RlTrainer::State::RolePlacement& actor = s.place(RlRole::kActorRollout);
+  const RlTrainer::State::RolePlacement& actor = s.place(config::RlRole::kActorRollout);
   if (actor.whole_world) return samples;
   const bool root = s.world.rank == actor.root;
   PaddedSamples padded;
   if (root) padded = pad_samples(s, samples, rows);
-  auto share = [&](const at::Tensor& t) { return share_from_pool(s, RlRole::kActorRollout, t).cpu().contiguous(); };
+  auto share = [&](const at::Tensor& t) {
+    return share_from_pool(s, config::RlRole::kActorRollout, t).cpu().contiguous();
+  };
   padded = {share(padded.ids), share(padded.lens), share(padded.lps)};
   if (root) return samples;
   Samples out;
@@ -119,7 +121,7 @@ Samples share_samples(const RlTrainer::State& s, Samples samples, int64_t rows) 
 // This engine's share of the prompts, generated, then every engine's on every rank of the actor's pool.
 Samples generate_on_engines(RlTrainer::State& s, const Batch& prompts, const std::vector<std::vector<int64_t>>& tokens,
                             const rollout::SamplingParams& params, int64_t n, uint64_t seed_base) {
-  const RolloutSettings& r = s.settings.rollout;
+  const config::RolloutSettings& r = s.settings.rollout;
   // Data-parallel rollout: engine e (rank e of the actor's pool alone, or the t ranks it is split
   // over) generates the prompts [begins[e], begins[e+1]) with all their n samples (GRPO groups
   // stay whole); every seed is a function of the global prompt index, so the tokens do not depend
@@ -168,13 +170,15 @@ Samples generate_on_engines(RlTrainer::State& s, const Batch& prompts, const std
 
 }  // namespace
 
-Decoding rollout_decoding(const RolloutSettings& r) { return {!r.do_sample, r.temperature, r.top_k, r.top_p}; }
+Decoding rollout_decoding(const config::RolloutSettings& r) { return {!r.do_sample, r.temperature, r.top_k, r.top_p}; }
 
-Decoding validation_decoding(const ValKwargsSettings& v) { return {!v.do_sample, v.temperature, v.top_k, v.top_p}; }
+Decoding validation_decoding(const config::ValKwargsSettings& v) {
+  return {!v.do_sample, v.temperature, v.top_k, v.top_p};
+}
 
 Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, const Decoding& decoding,
                          uint64_t seed_base) {
-  const RolloutSettings& r = s.settings.rollout;
+  const config::RolloutSettings& r = s.settings.rollout;
   rollout::SamplingParams params;
   params.n = n;
   params.max_new_tokens = s.response_length;
@@ -190,7 +194,7 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, c
   const int64_t num_prompts = int64_t(tokens.size());
   // The actor pool's ranks generate; the others receive the samples from its first rank.
   Samples all;
-  if (s.runs(RlRole::kActorRollout)) all = generate_on_engines(s, prompts, tokens, params, n, seed_base);
+  if (s.runs(config::RlRole::kActorRollout)) all = generate_on_engines(s, prompts, tokens, params, n, seed_base);
   all = share_samples(s, std::move(all), num_prompts * n);
   Batch batch = data::append_samples(prompts.repeat(n, /*interleave=*/true), all.responses, all.logprobs,
                                      s.response_length, s.pad_id);
@@ -224,25 +228,25 @@ std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, json*
   const auto& sources = batch.column("data_source");
   const auto& truths = batch.column("ground_truth");
   const auto& extras = batch.column("extra_info");
-  std::vector<RewardItem> items;
+  std::vector<reward::RewardItem> items;
   items.reserve(size_t(b));
   for (int64_t row = 0; row < b; ++row) {
     const int64_t len = lengths.data_ptr<int64_t>()[row];
     const TokenId* row_ids = responses.data_ptr<int64_t>() + row * r;
     const TokenIds ids(row_ids, row_ids + len);
-    items.push_back(
-        {RewardInput{sources[size_t(row)].get<std::string>(), s.tokenizer->decode(ids, /*skip_special_tokens=*/true),
-                     truths[size_t(row)], extras[size_t(row)]},
-         len});
+    items.push_back({reward::RewardInput{sources[size_t(row)].get<std::string>(),
+                                         s.tokenizer->decode(ids, /*skip_special_tokens=*/true), truths[size_t(row)],
+                                         extras[size_t(row)]},
+                     len});
   }
-  ScoredBatch scored = s.rewards->score(items);
+  reward::ScoredBatch scored = s.rewards->score(items);
   std::vector<double> values;
   std::vector<json> scores, texts;
   // verl's reward extra info (e.g. math_dapo's acc and pred): one column per key, null in rows
   // whose scorer did not report it.
   std::map<std::string, std::vector<json>> extras_by_key;
   for (int64_t row = 0; row < b; ++row) {
-    RewardResult& result = scored.results[size_t(row)];
+    reward::RewardResult& result = scored.results[size_t(row)];
     for (auto& [key, value] : result.extra.items()) {
       auto& column = extras_by_key[key];
       column.resize(size_t(row), nullptr);
@@ -275,7 +279,7 @@ void compute_reference_log_prob(RlTrainer::State& s, Batch& batch) {
   // A sharded or offloaded reference: its weights come back for this stage and go after it.
   if (s.ref_weights) s.ref_weights->reload();     // null on ranks outside the reference's pool
   const train::ActorConfig& ac = s.actor_config;  // the actor's forward settings (it may be on another pool)
-  batch.set("ref_log_prob", dispatch_rows(s, RlRole::kReference, batch, [&](const Batch& rows) {
+  batch.set("ref_log_prob", dispatch_rows(s, config::RlRole::kReference, batch, [&](const Batch& rows) {
               return train::response_log_probs(
                          reference_model(s), rows.tensor("input_ids"), rows.tensor("attention_mask"),
                          rows.tensor("position_ids"), s.response_length, ac.temperature, false, ac.log_prob_chunk_rows,
@@ -292,7 +296,7 @@ double compute_old_log_prob(RlTrainer::State& s, Batch& batch) {
   // param_offload: back for the forwards and the update
   if (s.actor) s.actor->trained_model().reload_parameters();
   // Log-probs and entropies side by side [B, 2R], so one gather brings both back.
-  at::Tensor both = dispatch_rows(s, RlRole::kActorRollout, batch, [&](const Batch& rows) {
+  at::Tensor both = dispatch_rows(s, config::RlRole::kActorRollout, batch, [&](const Batch& rows) {
     train::ResponseLogProbs out = s.actor->compute_log_prob(rows, /*with_entropy=*/true);
     return at::cat({out.log_probs, out.entropy}, 1);
   });
@@ -304,7 +308,7 @@ double compute_old_log_prob(RlTrainer::State& s, Batch& batch) {
 void compute_values(RlTrainer::State& s, Batch& batch) {
   // param_offload: back for the forward and the update
   if (s.critic) s.critic->trained_model().reload_parameters();
-  batch.set("values", dispatch_rows(s, RlRole::kCritic, batch,
+  batch.set("values", dispatch_rows(s, config::RlRole::kCritic, batch,
                                     [&](const Batch& rows) { return s.critic->compute_values(rows); }));
 }
 

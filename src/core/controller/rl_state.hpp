@@ -6,14 +6,14 @@
 #include <verlpp/algo/kl.hpp>
 #include <verlpp/controller/batch.hpp>
 #include <verlpp/controller/checkpoint_manager.hpp>
-#include <verlpp/controller/config.hpp>
+#include <verlpp/config/config.hpp>
 #include <verlpp/controller/dataset.hpp>
-#include <verlpp/controller/generation_dump.hpp>
-#include <verlpp/controller/loggers.hpp>
-#include <verlpp/controller/reward.hpp>
-#include <verlpp/controller/reward_manager.hpp>
+#include <verlpp/tracking/generation_dump.hpp>
+#include <verlpp/tracking/loggers.hpp>
+#include <verlpp/reward/reward.hpp>
+#include <verlpp/reward/reward_manager.hpp>
 #include <verlpp/controller/rl_trainer.hpp>
-#include <verlpp/controller/run_settings.hpp>
+#include <verlpp/config/run_settings.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/error_text.hpp>
 #include <verlpp/hw/kernels.hpp>
@@ -43,8 +43,8 @@
 namespace verlpp::controller {
 
 struct RlTrainer::State {
-  Config config = Config::defaults();  // the resolved tree, as checkpoints and the report record it
-  RunSettings settings;                // what the stages read (parsed once from `config`)
+  config::Config config = config::Config::defaults();  // the resolved tree, as checkpoints and the report record it
+  config::RunSettings settings;                        // what the stages read (parsed once from `config`)
   TrainerHooks hooks;
   AlgorithmFamily family = AlgorithmFamily::kCriticFree;
   std::string estimator;
@@ -72,19 +72,19 @@ struct RlTrainer::State {
   // The communicators of the pools this rank is in that are not every rank; declared before
   // everything that keeps one (the trainers, the engine's group).
   std::vector<std::unique_ptr<hw::ProcessGroup>> pool_groups;
-  std::map<RlRole, RolePlacement> places;
+  std::map<config::RlRole, RolePlacement> places;
   // Results sent from a pool so far (keys the signal that each is ready, share_from_pool); every
   // rank counts alike, as every rank takes part in every transfer.
   mutable int64_t pool_transfers = 0;
-  const RolePlacement& place(RlRole role) const { return places.at(role); }
-  bool runs(RlRole role) const { return place(role).here; }
+  const RolePlacement& place(config::RlRole role) const { return places.at(role); }
+  bool runs(config::RlRole role) const { return place(role).here; }
   // Rollout engines (rollout.tensor_model_parallel_size = t): the actor pool's ranks
   // [e t, (e + 1) t) run engine e, split over them through `rollout_group` (null when t = 1: one
   // whole engine per rank). Declared before `engine`, which uses it until it is destroyed.
   int64_t rollout_tp = 1;
   std::unique_ptr<hw::ProcessGroup> rollout_group;
-  int64_t num_engines() const { return place(RlRole::kActorRollout).dp.world_size() / rollout_tp; }
-  int64_t engine_index() const { return place(RlRole::kActorRollout).dp.rank() / rollout_tp; }
+  int64_t num_engines() const { return place(config::RlRole::kActorRollout).dp.world_size() / rollout_tp; }
+  int64_t engine_index() const { return place(config::RlRole::kActorRollout).dp.rank() / rollout_tp; }
 
   std::string model_path;
   std::optional<model::Tokenizer> tokenizer;
@@ -105,7 +105,7 @@ struct RlTrainer::State {
   std::unique_ptr<train::Critic> critic;
   std::unique_ptr<hw::Kernels> kernels;  // the plugin's, for the engine and the trainer on an accelerator
   std::unique_ptr<rollout::RolloutEngine> engine;
-  std::unique_ptr<RewardManager> rewards;  // reward_manager.name with its scorer or batch function
+  std::unique_ptr<reward::RewardManager> rewards;  // reward_manager.name with its scorer or batch function
   // reward_model.enable: the frozen reward model and, with reward_model.model.input_tokenizer,
   // its own tokenizer and chat template that responses are re-encoded with (rl_reward_model.cpp).
   std::unique_ptr<model::DecoderLM> reward_model;
@@ -122,7 +122,7 @@ struct RlTrainer::State {
   std::string run_dir;
   files::OutputFile metrics_out;  // metrics.jsonl, appended to; a failed write stops the run
   // trainer.logger's backends (rank 0), opened by fit() once it knows whether the run resumes.
-  std::vector<std::unique_ptr<MetricsLogger>> loggers;
+  std::vector<std::unique_ptr<tracking::MetricsLogger>> loggers;
   files::OutputFile val_generations_out;  // val_generations.jsonl (with trainer.log_val_generations)
   // The step's peaks of LibTorch's device memory (bytes) over its stages, where the device's
   // allocator keeps statistics (hw/torch_memory.hpp); reset by add_memory_metrics.
@@ -189,18 +189,18 @@ void join_resource_pools(RlTrainer::State& s);
 // (its dtype and shape first) when the pool is not every rank; `t` itself otherwise. The other
 // ranks first wait for the pool's signal that `t` is ready (hw::ProcessGroup::wait_posted: no
 // timeout while every rank is alive), so a long stage of one pool does not time the others out.
-at::Tensor share_from_pool(const RlTrainer::State& s, RlRole role, at::Tensor t);
+at::Tensor share_from_pool(const RlTrainer::State& s, config::RlRole role, at::Tensor t);
 // Every rank meets here: a barrier, or with resource pools one without a timeout (the pools'
 // ranks arrive at times as far apart as their stages are long); `key` names the meeting (unique).
 void pools_barrier(const RlTrainer::State& s, const std::string& key);
 // The same for a JSON value (a stage's metrics).
-nlohmann::json share_json_from_pool(const RlTrainer::State& s, RlRole role, nlohmann::json value);
+nlohmann::json share_json_from_pool(const RlTrainer::State& s, config::RlRole role, nlohmann::json value);
 
 // Runs `compute` (a forward over rows of `batch`, returning [rows, ...]) on the ranks of `role`'s
 // pool, each its share of the rows, and returns the whole batch's result in its order, on every
 // rank (from the pool's first rank when the pool is not every rank; `compute` runs only there).
 template <class F>
-at::Tensor dispatch_rows(const RlTrainer::State& s, RlRole role, const Batch& batch, F&& compute) {
+at::Tensor dispatch_rows(const RlTrainer::State& s, config::RlRole role, const Batch& batch, F&& compute) {
   const RlTrainer::State::RolePlacement& p = s.place(role);
   at::Tensor result;
   if (p.here) {
@@ -221,9 +221,9 @@ inline void move_to(Batch& batch, c10::Device device) {
 
 // --- setup and persistence (rl_setup.cpp, rl_checkpoint.cpp, rl_sft.cpp) ---
 // AdamW's weight decay, betas and clipping norm.
-train::AdamWConfig adamw_of(const OptimSettings& optim);
+train::AdamWConfig adamw_of(const config::OptimSettings& optim);
 // data.* as DatasetOptions.
-DatasetOptions dataset_options(const DataSettings& data);
+DatasetOptions dataset_options(const config::DataSettings& data);
 void setup_trainer(RlTrainer::State& s);
 // Parts of setup_trainer that `verlpp train-rm` shares (rl_setup.cpp): the options every model
 // of the run is built with (its dtype, the run's device and path choices); with several ranks,
@@ -232,10 +232,10 @@ void setup_trainer(RlTrainer::State& s);
 model::ModelOptions model_options(const RlTrainer::State& s, at::ScalarType dtype);
 // The LR schedule of `<role>.optim` for `total_steps` optimizer updates (optim.total_training_steps
 // wins when set).
-train::LrSchedule schedule_of(const OptimSettings& optim, int64_t total_steps);
+train::LrSchedule schedule_of(const config::OptimSettings& optim, int64_t total_steps);
 void join_process_group(RlTrainer::State& s);
 // A role's ShardingOptions (its stage, offloads, the plugin's pinned memory).
-train::ShardingOptions sharding_options(const RlTrainer::State& s, const ShardingSettings& role);
+train::ShardingOptions sharding_options(const RlTrainer::State& s, const config::ShardingSettings& role);
 // Refuses offload on an accelerator whose plugin has no pinned host memory, naming the keys.
 void check_offload(const RlTrainer::State& s);
 // Whether the engine's model can be a second handle on the actor's compute weights (they stay
@@ -269,9 +269,9 @@ struct Decoding {
   double top_p = 1.0;
 };
 // The training rollout's decoding (rollout.*; greedy with do_sample=false).
-Decoding rollout_decoding(const RolloutSettings& r);
+Decoding rollout_decoding(const config::RolloutSettings& r);
 // Validation's decoding (rollout.val_kwargs.*; greedy with do_sample=false, as verl's HF rollout).
-Decoding validation_decoding(const ValKwargsSettings& v);
+Decoding validation_decoding(const config::ValKwargsSettings& v);
 // Samples `n` responses per prompt as `decoding` says, returning the RL layout (interleaved
 // repeat of the prompts + responses, rollout_log_probs). Sample seeds: seed_base + prompt row.
 Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, const Decoding& decoding,
@@ -318,14 +318,15 @@ nlohmann::json validate_model(RlTrainer::State& s);
 // decoded without padding and special tokens, the response, ground truth, score; with
 // `with_advantage`, "advantage" (the mean over the row's response tokens); then each of
 // `reward_extras` (columns from compute_scores) the row's scorer reported.
-std::vector<GenerationRecord> generation_records(const RlTrainer::State& s, const Batch& batch, bool with_advantage,
-                                                 const std::vector<std::string>& reward_extras = {});
+std::vector<tracking::GenerationRecord> generation_records(const RlTrainer::State& s, const Batch& batch,
+                                                           bool with_advantage,
+                                                           const std::vector<std::string>& reward_extras = {});
 // trainer.rollout_data_dir: the training step's samples as <dir>/<step>.jsonl (rank 0), with
 // the reward extras every sample has (as verl keeps only full-length lists).
 void dump_rollout_generations(RlTrainer::State& s, const Batch& batch, const std::vector<std::string>& reward_extras);
 // trainer.validation_data_dir and trainer.log_val_generations for one evaluation's samples
 // (rank 0): the dump, the loggers' sample table and a row of val_generations.jsonl.
-void record_val_generations(RlTrainer::State& s, const std::vector<GenerationRecord>& records);
+void record_val_generations(RlTrainer::State& s, const std::vector<tracking::GenerationRecord>& records);
 
 // --- metrics (rl_metrics.cpp) ---
 // verl's compute_data_metrics: critic/score, critic/rewards, critic/advantages, critic/returns,

@@ -4,8 +4,9 @@
 // checkpoints on their frequencies, and one metrics row per step.
 #include "rl_state.hpp"
 
-#include <verlpp/controller/metrics_log.hpp>
-#include <verlpp/controller/validation_metrics.hpp>
+#include <verlpp/config/keys.hpp>
+#include <verlpp/tracking/metrics_log.hpp>
+#include <verlpp/tracking/validation_metrics.hpp>
 #include <verlpp/rollout/engine.hpp>
 #include <verlpp/rollout/sampling.hpp>
 
@@ -54,7 +55,7 @@ void advantages_update_and_sync(RlTrainer::State& s, StepOutput& out) {
         critic = s.critic->update_critic(out.batch);
         s.critic->trained_model().offload_parameters();  // param_offload: off the device until the next values
       }
-      merge_into(m, share_json_from_pool(s, RlRole::kCritic, std::move(critic)));
+      merge_into(m, share_json_from_pool(s, config::RlRole::kCritic, std::move(critic)));
     });
   if (s.global_step + 1 > s.settings.trainer.critic_warmup) {
     run_stage(s, "update_actor", m, [&] {
@@ -157,18 +158,18 @@ json validate_model(RlTrainer::State& s) {
   if (!s.val_set) return m;
   const int64_t size = int64_t(s.val_set->size());
   const int64_t chunk = s.settings.data.val_batch_size.value_or(size);
-  const ValKwargsSettings& val = s.settings.rollout.val_kwargs;
+  const config::ValKwargsSettings& val = s.settings.rollout.val_kwargs;
   const Decoding decoding = validation_decoding(val);
   // Sampled validation draws from seeds of the run seed and the step alone (as the rollout's),
   // so a resumed run validates as the uninterrupted one did.
   const uint64_t seed_base = decoding.greedy ? 0 : rollout_seed(s, s.global_step, 2);
   std::map<std::string, std::pair<double, int64_t>> by_source;
   double total = 0, length = 0;
-  const TrainerSettings& t = s.settings.trainer;
+  const config::TrainerSettings& t = s.settings.trainer;
   const bool keep_samples = s.is_writer() && (t.validation_data_dir || t.log_val_generations > 0);
-  std::vector<GenerationRecord> samples;
+  std::vector<tracking::GenerationRecord> samples;
   // verl's inputs to process_validation_metrics: "reward" (the score) and the reward extras.
-  ValidationSamples scored;
+  tracking::ValidationSamples scored;
   for (int64_t begin = 0; begin < size; begin += chunk) {
     std::vector<size_t> indices;
     for (int64_t i = begin; i < std::min(size, begin + chunk); ++i) indices.push_back(size_t(i));
@@ -198,12 +199,12 @@ json validate_model(RlTrainer::State& s) {
     for (auto& [var, values] : scored.vars) values.resize(scored.uids.size(), nullptr);
     length += batch.tensor("response_mask").sum().item<double>();
     if (keep_samples)
-      for (GenerationRecord& r : generation_records(s, batch, /*with_advantage=*/false, extras))
+      for (tracking::GenerationRecord& r : generation_records(s, batch, /*with_advantage=*/false, extras))
         samples.push_back(std::move(r));
     s.progress("val", std::min(size, begin + chunk), size);
   }
   if (keep_samples) record_val_generations(s, samples);
-  merge_into(m, validation_metric_names(process_validation_metrics(scored)));
+  merge_into(m, tracking::validation_metric_names(tracking::process_validation_metrics(scored)));
   // The names before verl's (one release, docs/training.md): the mean score per source and over
   // all responses, and the mean response length.
   const double responses = double(scored.uids.size());
@@ -213,7 +214,7 @@ json validate_model(RlTrainer::State& s) {
   return m;
 }
 
-RlTrainer::RlTrainer(Config config, TrainerHooks hooks) : s_(std::make_unique<State>()) {
+RlTrainer::RlTrainer(config::Config config, TrainerHooks hooks) : s_(std::make_unique<State>()) {
   s_->config = std::move(config);
   s_->hooks = std::move(hooks);
   setup_trainer(*s_);
@@ -225,14 +226,14 @@ json RlTrainer::validate() { return validate_model(*s_); }
 int64_t RlTrainer::global_step() const { return s_->global_step; }
 int64_t RlTrainer::total_steps() const { return s_->total_steps; }
 const std::string& RlTrainer::run_dir() const { return s_->run_dir; }
-const Config& RlTrainer::config() const { return s_->config; }
-const RunSettings& RlTrainer::settings() const { return s_->settings; }
+const config::Config& RlTrainer::config() const { return s_->config; }
+const config::RunSettings& RlTrainer::settings() const { return s_->settings; }
 int32_t RlTrainer::rank() const { return s_->world.rank; }
 int32_t RlTrainer::world_size() const { return s_->world.world_size; }
 
 json RlTrainer::fit() {
   State& s = *s_;
-  const TrainerSettings& t = s.settings.trainer;
+  const config::TrainerSettings& t = s.settings.trainer;
   const std::string metrics_path = files::join(s.run_dir, "metrics.jsonl");
   const std::string samples_path = files::join(s.run_dir, "val_generations.jsonl");
   const ResumePlan plan = s.checkpoints->plan_resume(t.resume_mode, t.resume_from_path,
@@ -246,10 +247,11 @@ json RlTrainer::fit() {
     s.global_step = load_checkpoint(s, *resume_from);
     // The rows past the checkpoint (and a torn last one) go: this run writes them again.
     if (s.is_writer()) {
-      for (const std::string& note : trim_metrics(metrics_path, s.global_step).notes(metrics_path, s.global_step))
+      for (const std::string& note :
+           tracking::trim_metrics(metrics_path, s.global_step).notes(metrics_path, s.global_step))
         s.message(note);
       // val_generations.jsonl has rows at evaluations only, so only the cut applies to it.
-      trim_metrics(samples_path, s.global_step);
+      tracking::trim_metrics(samples_path, s.global_step);
     }
     s.message(fmt::format("resumed from {} (step {} of {})", *resume_from, s.global_step, s.total_steps));
     if (s.global_step >= s.total_steps)
@@ -271,7 +273,7 @@ json RlTrainer::fit() {
   if (s.is_writer()) {
     s.metrics_out = files::OutputFile(metrics_path, files::OutputFile::Mode::kAppend);
     // The backends of trainer.logger follow metrics.jsonl: cut back to the checkpoint on resume.
-    LoggerRun run;
+    tracking::LoggerRun run;
     run.project = t.project_name;
     run.experiment = t.experiment_name;
     run.run_dir = s.run_dir;
@@ -279,26 +281,26 @@ json RlTrainer::fit() {
     run.total_steps = s.total_steps;
     if (resume_from) run.resumed_step = s.global_step;
     run.message = [&s](const std::string& text) { s.message(text); };
-    s.loggers = make_loggers(t.logger, run);
+    s.loggers = tracking::make_loggers(t.logger, run);
     if (t.log_val_generations > 0)
       s.val_generations_out = files::OutputFile(samples_path, files::OutputFile::Mode::kAppend);
   }
   // Syncs what every output holds (before a checkpoint names the step).
   auto sync_outputs = [&] {
-    sync_file(metrics_path);
+    tracking::sync_file(metrics_path);
     for (const auto& logger : s.loggers) logger->sync();
-    if (s.val_generations_out.is_open()) sync_file(samples_path);
+    if (s.val_generations_out.is_open()) tracking::sync_file(samples_path);
   };
   // Closes metrics.jsonl and the backends and syncs them: the rows after the last checkpoint
   // are on disk too.
   auto close_metrics = [&] {
     if (!s.metrics_out.is_open()) return;
     s.metrics_out.commit();
-    sync_file(metrics_path);
+    tracking::sync_file(metrics_path);
     for (const auto& logger : s.loggers) logger->finish();
     if (s.val_generations_out.is_open()) {
       s.val_generations_out.commit();
-      sync_file(samples_path);
+      tracking::sync_file(samples_path);
     }
   };
   auto write_row = [&](const json& row) {

@@ -2,14 +2,15 @@
 // state and setup pieces (device and ranks, kernels, the actor for the optional SFT step), so a
 // reward model trains on the same devices, paths and files as a policy.
 #include <ATen/core/grad_mode.h>
+#include <verlpp/config/keys.hpp>
 #include <verlpp/controller/rm_training.hpp>
 
 #include "rl_state.hpp"
 
 #include <verlpp/controller/device_choice.hpp>
-#include <verlpp/controller/metrics_log.hpp>
+#include <verlpp/tracking/metrics_log.hpp>
 #include <verlpp/controller/preference_data.hpp>
-#include <verlpp/controller/report.hpp>
+#include <verlpp/tracking/report.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/train/reward_model.hpp>
 #include <verlpp/train/reward_model_trainer.hpp>
@@ -80,21 +81,21 @@ std::unique_ptr<model::DecoderLM> make_reward_model(const RlTrainer::State& s, c
 
 }  // namespace
 
-RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& hooks) {
+RmTrainingResult train_reward_model(const config::Config& config, const TrainerHooks& hooks) {
   const auto start = std::chrono::steady_clock::now();
   RlTrainer::State s;
   s.config = config;
   s.hooks = hooks;
   s.world = hw::world_from_environment();
-  s.settings = parse_run_settings(s.config, s.world.world_size, s.world.local_world_size);
-  const RmTrainSettings rm = parse_rm_train_settings(s.config);
-  const TrainerSettings& t = s.settings.trainer;
-  const DeviceChoice device = choose_device(t.device, s.world.local_rank, "trainer.device");
+  s.settings = config::parse_run_settings(s.config, s.world.world_size, s.world.local_world_size);
+  const config::RmTrainSettings rm = config::parse_rm_train_settings(s.config);
+  const config::TrainerSettings& t = s.settings.trainer;
+  const DeviceChoice device = choose_device(t.device, s.world.local_rank, config::keys::kTrainerDevice);
   s.device = device.device;
   s.plugin = device.plugin;
   join_process_group(s);
   if (!s.settings.pools.colocated())
-    throw Error("trainer.resource_pools",
+    throw Error(config::keys::kTrainerResourcePools,
                 "verlpp train-rm trains one model on every rank; resource pools are "
                 "for the roles of verlpp train (leave trainer.resource_pools null)");
   join_resource_pools(s);  // one pool of every rank, as the SFT warm start reads the actor's place
@@ -120,22 +121,22 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
   std::optional<PreferenceDataset> val_pairs;
   if (!rm.val_files.empty()) val_pairs = PreferenceDataset::load(rm.val_files, *s.tokenizer, *s.chat, data);
   if (rm.batch_size > int64_t(train_pairs.size()))
-    throw Error("rm_train.batch_size", fmt::format("{} pairs per step, but rm_train.train_files hold only {}",
-                                                   rm.batch_size, train_pairs.size()));
+    throw Error(config::keys::kRmTrainBatchSize, fmt::format("{} pairs per step, but rm_train.train_files hold only {}",
+                                                             rm.batch_size, train_pairs.size()));
   if (rm.batch_size % s.world.world_size != 0)
-    throw Error("rm_train.batch_size",
+    throw Error(config::keys::kRmTrainBatchSize,
                 fmt::format("{} pairs per step do not divide over {} ranks", rm.batch_size, s.world.world_size));
   if (rm.sft_warm_start) {
     // The warm start takes the config's sft.* section whether or not sft.enable asks `verlpp train`
     // to run it too: a chain's policy run can start from this run's sft_model instead.
-    const nlohmann::json& files = s.config.at("sft.train_files");
+    const nlohmann::json& files = s.config.at(config::keys::kSftTrainFiles);
     if (files.is_null() || (files.is_array() && files.empty()))
-      throw Error("rm_train.sft_warm_start",
+      throw Error(config::keys::kRmTrainSftWarmStart,
                   "is true but sft.train_files is not set: the warm start trains on the config's sft.* section "
                   "(or set rm_train.sft_warm_start=false to start from rm_train.model_path)");
-    Config with_sft = s.config;
-    with_sft.set("sft.enable", true);
-    s.settings.sft = parse_run_settings(with_sft, s.world.world_size, s.world.local_world_size).sft;
+    config::Config with_sft = s.config;
+    with_sft.set(config::keys::kSftEnable, true);
+    s.settings.sft = config::parse_run_settings(with_sft, s.world.world_size, s.world.local_world_size).sft;
   }
 
   CheckpointManager checkpoints(s.run_dir, t.max_actor_ckpt_to_keep);
@@ -191,7 +192,8 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
     trainer.set_updates(state["updates"].get<int64_t>());
     loader.load_state(state["dataloader"]);
     if (s.is_writer())
-      for (const std::string& note : trim_metrics(metrics_path, step).notes(metrics_path, step)) s.message(note);
+      for (const std::string& note : tracking::trim_metrics(metrics_path, step).notes(metrics_path, step))
+        s.message(note);
     s.message(fmt::format("resumed from {} (step {} of {})", *plan.folder, step, rm.total_steps));
   } else if (s.is_writer()) {
     files::remove_file(metrics_path);
@@ -203,7 +205,7 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
     std::vector<std::string> names;
     for (const std::string& name : t.logger)
       if (name != "console") names.push_back(name);
-    LoggerRun run;
+    tracking::LoggerRun run;
     run.project = t.project_name;
     run.experiment = t.experiment_name + "_rm";
     run.run_dir = s.run_dir;
@@ -211,7 +213,7 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
     run.total_steps = rm.total_steps;
     if (plan.folder) run.resumed_step = step;
     run.message = [&s](const std::string& text) { s.message(text); };
-    s.loggers = make_loggers(names, run);
+    s.loggers = tracking::make_loggers(names, run);
   }
   auto write_row = [&](const json& row) {
     if (!s.is_writer()) return;
@@ -269,7 +271,7 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
     try {
       write_row(m);
       if (save && s.is_writer()) {
-        sync_file(metrics_path);
+        tracking::sync_file(metrics_path);
         for (const auto& logger : s.loggers) logger->sync();
       }
     } catch (...) {
@@ -297,7 +299,7 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
   trainer.trained_model().materialize_master();  // collective with sharded weights: the folder below
   if (s.is_writer()) {
     s.metrics_out.commit();
-    sync_file(metrics_path);
+    tracking::sync_file(metrics_path);
     for (const auto& logger : s.loggers) logger->finish();
     // The deliverable: written beside, then renamed over the previous one, so a crash never
     // leaves a half folder under the name a PPO run reads.
@@ -308,7 +310,7 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
     model::save_pretrained(trainer.trained_model().master(), tmp, options);
     files::remove_tree(result.model_dir);
     files::rename_path(tmp, result.model_dir);
-    ReportInfo info;
+    tracking::ReportInfo info;
     info.title = fmt::format("verlpp train-rm: {}", t.experiment_name);
     const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60.0;
     info.summary = {
@@ -321,7 +323,7 @@ RmTrainingResult train_reward_model(const Config& config, const TrainerHooks& ho
     if (result.val_accuracy_after)
       info.summary.push_back({"held-out accuracy after", fmt::format("{:.1f}%", *result.val_accuracy_after * 100)});
     info.config = s.config.tree();
-    write_report(read_metrics(metrics_path), files::join(s.run_dir, "report.html"), info);
+    tracking::write_report(tracking::read_metrics(metrics_path), files::join(s.run_dir, "report.html"), info);
   }
   if (s.group) s.group->barrier();  // no rank leaves while another still needs the store
   return result;

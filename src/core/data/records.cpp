@@ -1,4 +1,5 @@
 // Dataset files as JSON rows (see records.hpp).
+#include "../util/files.hpp"
 #include "../util/input_file.hpp"
 
 #include <verlpp/core/error.hpp>
@@ -56,6 +57,12 @@ std::vector<DataRecord> read_data_records(const std::string& path, size_t max_ro
   }
   if (in.bad()) throw Error(path, "reading the data file failed part-way");
   return records;
+}
+
+void write_jsonl(const std::string& path, const std::vector<nlohmann::json>& rows) {
+  std::string text;
+  for (const auto& row : rows) text += row.dump() + "\n";
+  files::write_text(path, text);
 }
 
 }  // namespace verlpp::data
