@@ -23,9 +23,9 @@ double arith_reward(const std::string& response, const std::string& ground_truth
 void register_arith_reward() {
   // A function-local static: registered once however many times a program asks.
   static const bool registered = reward::reward_sources().add("arith", [](const reward::RewardInput& in) {
-    const std::string truth =
-        in.ground_truth.is_null() ? std::string() : in.ground_truth.is_string() ? in.ground_truth.get<std::string>()
-                                                                                 : in.ground_truth.dump();
+    const std::string truth = in.ground_truth.is_null()     ? std::string()
+                              : in.ground_truth.is_string() ? in.ground_truth.get<std::string>()
+                                                            : in.ground_truth.dump();
     return reward::RewardResult{arith_reward(in.response, truth)};
   });
   (void)registered;

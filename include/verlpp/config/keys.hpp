@@ -4,10 +4,15 @@
 #pragma once
 
 namespace verlpp::config::keys {
+
 inline constexpr char kActorFsdpConfigOptimizerOffload[] = "actor_rollout_ref.actor.fsdp_config.optimizer_offload";
 inline constexpr char kActorFsdpConfigParamOffload[] = "actor_rollout_ref.actor.fsdp_config.param_offload";
+inline constexpr char kActorPpoMicroBatchSizePerGpu[] = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu";
+inline constexpr char kModelEnableGradientCheckpointing[] = "actor_rollout_ref.model.enable_gradient_checkpointing";
 inline constexpr char kModelPath[] = "actor_rollout_ref.model.path";
 inline constexpr char kRefFsdpConfigParamOffload[] = "actor_rollout_ref.ref.fsdp_config.param_offload";
+inline constexpr char kRolloutDtype[] = "actor_rollout_ref.rollout.dtype";
+inline constexpr char kRolloutGpuMemoryUtilization[] = "actor_rollout_ref.rollout.gpu_memory_utilization";
 inline constexpr char kAlgorithmAdvEstimator[] = "algorithm.adv_estimator";
 inline constexpr char kCriticEnable[] = "critic.enable";
 inline constexpr char kCriticModelFsdpConfigOptimizerOffload[] = "critic.model.fsdp_config.optimizer_offload";
@@ -35,5 +40,6 @@ inline constexpr char kTrainerResourcePools[] = "trainer.resource_pools";
 inline constexpr char kTrainerResumeFromPath[] = "trainer.resume_from_path";
 inline constexpr char kTrainerResumeMode[] = "trainer.resume_mode";
 inline constexpr char kTrainerTotalTrainingSteps[] = "trainer.total_training_steps";
+inline constexpr char kTrainerZeroStage[] = "trainer.zero_stage";
 
 }  // namespace verlpp::config::keys

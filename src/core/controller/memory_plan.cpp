@@ -551,7 +551,7 @@ std::string memory_fix_hint(const MemoryPlanInputs& inputs) {
   };
   std::vector<Move> moves;
   if (inputs.rollout_dtype != inputs.param_dtype)
-    moves.push_back({fmt::format("actor_rollout_ref.rollout.dtype={} (the engine then shares the compute weights)",
+    moves.push_back({fmt::format("{}={} (the engine then shares the compute weights)", config::keys::kRolloutDtype,
                                  model::dtype_name(inputs.param_dtype)),
                      [](MemoryPlanInputs& in) { in.rollout_dtype = in.param_dtype; }});
   if (!inputs.actor_layout.optimizer_offload)
@@ -568,13 +568,13 @@ std::string memory_fix_hint(const MemoryPlanInputs& inputs) {
                            true;
                      }});
   if (!inputs.actor_checkpointing)
-    moves.push_back({"actor_rollout_ref.model.enable_gradient_checkpointing=true",
+    moves.push_back({std::string(config::keys::kModelEnableGradientCheckpointing) + "=true",
                      [](MemoryPlanInputs& in) { in.actor_checkpointing = in.critic_checkpointing = true; }});
   if (inputs.update_micro_batch > 1)
-    moves.push_back({"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+    moves.push_back({std::string(config::keys::kActorPpoMicroBatchSizePerGpu) + "=1",
                      [](MemoryPlanInputs& in) { in.update_micro_batch = 1; }});
   if (inputs.accelerator && inputs.gpu_memory_utilization > 0.2)
-    moves.push_back({"actor_rollout_ref.rollout.gpu_memory_utilization=0.2",
+    moves.push_back({std::string(config::keys::kRolloutGpuMemoryUtilization) + "=0.2",
                      [](MemoryPlanInputs& in) { in.gpu_memory_utilization = 0.2; }});
   std::vector<std::string> hints;
   // One change alone, where one suffices.
@@ -609,8 +609,9 @@ std::string memory_fix_hint(const MemoryPlanInputs& inputs) {
         split = fmt::format(" actor_rollout_ref.rollout.tensor_model_parallel_size={}", trial.rollout_tp);
       }
       if (fits(trial)) {
-        hints.push_back(fmt::format("trainer.zero_stage=3{} on {} ranks (--nproc {} or as many devices){}", split,
-                                    world, world, with_moves && !taken.empty() ? " with " + join(taken, " ") : ""));
+        hints.push_back(fmt::format("{}=3{} on {} ranks (--nproc {} or as many devices){}",
+                                    config::keys::kTrainerZeroStage, split, world, world,
+                                    with_moves && !taken.empty() ? " with " + join(taken, " ") : ""));
         placed = true;
       }
     }

@@ -37,8 +37,8 @@ Batch policy_token_batch(const RlTrainer::State& s, const Batch& batch) {
   if (largest >= vocab)
     throw Error(
         fmt::format("reward model (reward_model.model.path {})", s.settings.reward_model.path),
-        fmt::format("the policy's token id {} is outside the reward model's vocabulary of {}: with "
-                    "reward_model.model.input_tokenizer=null both must share one tokenizer (set it to re-encode "
+        fmt::format("the policy's token id {} is outside the reward model's vocabulary of {}:"
+                    " with reward_model.model.input_tokenizer=null both must share one tokenizer (set it to re-encode "
                     "the text with the reward model's tokenizer)",
                     largest, vocab));
   Batch out;
@@ -65,8 +65,8 @@ void build_reward_model(RlTrainer::State& s) {
     s.rm_chat = model::ChatTemplate::from_config_file(r.path);
     s.rm_pad_id = mc.pad_token_id.value_or(mc.eos_token_ids.empty() ? 0 : mc.eos_token_ids.front());
   } else if (s.tokenizer->vocab_size() > mc.vocab_size) {
-    throw Error(where, fmt::format("the policy's tokenizer has {} ids but the reward model's vocabulary only {}: with "
-                                   "reward_model.model.input_tokenizer=null it reads the policy's tokens as they "
+    throw Error(where, fmt::format("the policy's tokenizer has {} ids but the reward model's vocabulary only {}:"
+                                   " with reward_model.model.input_tokenizer=null it reads the policy's tokens as they "
                                    "are; set input_tokenizer to re-encode the text with the reward model's tokenizer",
                                    s.tokenizer->vocab_size(), mc.vocab_size));
   }

@@ -38,15 +38,14 @@ double overlong_penalty(int64_t response_length, int64_t max_resp_len, const Ove
 RewardManager::RewardManager(RewardManagerSettings settings, RewardScorer scorer, std::string eos_token)
     : settings_(std::move(settings)), scorer_(std::move(scorer)), eos_token_(std::move(eos_token)) {
   if (settings_.name == "batch")
-    throw Error("reward_manager.name", "batch needs a batch function (RewardManager(settings, BatchRewardFn))");
+    throw Error("RewardManager", "batch needs a batch function (RewardManager(settings, BatchRewardFn))");
 }
 
 RewardManager::RewardManager(RewardManagerSettings settings, BatchRewardFn fn)
     : settings_(std::move(settings)), batch_(std::move(fn)) {
   if (settings_.name != "batch")
-    throw Error("reward_manager.name",
-                fmt::format("'{}' scores item by item, not with a batch function", settings_.name));
-  if (!batch_) throw Error("reward_manager.name", "batch: an empty batch function");
+    throw Error("RewardManager", fmt::format("'{}' scores item by item, not with a batch function", settings_.name));
+  if (!batch_) throw Error("RewardManager", "batch: an empty batch function");
 }
 
 void RewardManager::check_data_sources(const std::vector<std::string>& data_sources) const {

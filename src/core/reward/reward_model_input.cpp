@@ -43,8 +43,8 @@ data::Batch reencode_for_reward_model(const data::Batch& batch,
       const size_t from = first < 20 ? 0 : first - 20;
       throw Error(rm.where,
                   fmt::format("row {}: its tokenizer ({}) cannot encode the text to score: from byte {}, '{}' comes "
-                              "back as '{}'. Use a reward model whose vocabulary covers the policy's text, or "
-                              "reward_model.model.input_tokenizer=null to score the policy's own tokens",
+                              "back as '{}'. Use a reward model whose vocabulary covers the policy's text,"
+                              " or reward_model.model.input_tokenizer=null to score the policy's own tokens",
                               row, rm.tokenizer->origin(), from, rendered.substr(from, 60),
                               back.substr(std::min(from, back.size()), 60)));
     }
