@@ -26,20 +26,19 @@
 namespace verlpp::apps {
 namespace {
 
-void run_plan(const std::vector<std::string>& args, int nproc, double device_gib) {
+void run_plan(const std::vector<std::string>& args, bool demo, int nproc, double device_gib) {
   if (nproc < 1) throw Error("--nproc", fmt::format("{} ranks: must be >= 1", nproc));
   if (device_gib < 0 || !std::isfinite(device_gib))
     throw Error("--device-memory-gib", fmt::format("{} GiB: must be a size > 0", device_gib));
-  CommandConfig given =
-      command_config(args, /*demo=*/false, /*embedded_when_empty=*/true, "examples/arith/grpo_tiny.json");
+  CommandConfig given = command_config(args, demo, /*embedded_when_empty=*/true, "examples/arith/grpo_tiny.json");
   const config::RunSettings rs = config::parse_run_settings(given.config, nproc, nproc);
   if (!rs.model.path)
     throw Error(config::keys::kModelPath, "no model folder given (a Hugging Face folder with config.json)");
-  // The embedded demo's model is written at the start of its run; until then its shape is the
-  // embedded tiny config.
+  // The demo's model (verlpp.demo.enabled, as the embedded run and examples/arith have it) is
+  // written at the start of its run; until then its shape is the embedded tiny config.
   const std::string config_file = *rs.model.path + "/config.json";
   const model::ModelConfig mc =
-      given.embedded && !files::is_file(config_file)
+      (given.embedded || rs.demo.enabled) && !files::is_file(config_file)
           ? model::parse_model_config(nlohmann::json::parse(embedded_text("examples/tiny/config.json")),
                                       "the embedded tiny model")
           : model::load_model_config(*rs.model.path);
@@ -94,12 +93,14 @@ void register_plan_command(CLI::App& app) {
   auto args = std::make_shared<std::vector<std::string>>();
   auto nproc = std::make_shared<int>(1);
   auto gib = std::make_shared<double>(0.0);
+  auto demo = std::make_shared<bool>(false);
   cmd->add_option("args", *args,
                   "a CONFIG.json or CONFIG.yaml, then overrides in Hydra's grammar (none: the embedded default run)");
+  cmd->add_flag("--demo", *demo, "plan the embedded demo's run (overrides may follow), as `verlpp train --demo`");
   cmd->add_option("--nproc", *nproc, "data-parallel ranks to plan for");
   cmd->add_option("--device-memory-gib", *gib,
                   "plan for a device of this many GiB instead of the one trainer.device picks here");
-  cmd->callback([=] { run_plan(*args, *nproc, *gib); });
+  cmd->callback([=] { run_plan(*args, *demo, *nproc, *gib); });
 }
 
 }  // namespace verlpp::apps

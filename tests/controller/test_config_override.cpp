@@ -10,6 +10,8 @@
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
+#include "../error_of.hpp"
+
 using Catch::Contains;
 using nlohmann::json;
 using verlpp::config::Config;
@@ -18,6 +20,8 @@ using verlpp::config::OverrideAction;
 using verlpp::config::parse_override;
 
 namespace {
+
+using verlpp::test::error_of;
 
 json value_of(const std::string& value) { return parse_override("k=" + value).value; }
 
@@ -36,15 +40,6 @@ bool same(const json& a, const json& b) {
     return true;
   }
   return a == b;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const verlpp::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

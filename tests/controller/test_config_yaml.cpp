@@ -13,6 +13,8 @@
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
+#include "../error_of.hpp"
+
 using Catch::Contains;
 using nlohmann::json;
 using verlpp::config::Config;
@@ -20,6 +22,8 @@ using verlpp::config::yaml_plain_scalar;
 using verlpp::config::yaml_to_json;
 
 namespace {
+
+using verlpp::test::error_of;
 
 const std::string kFiles = std::string(VERLPP_SOURCE_DIR) + "/tests/controller/config_files/";
 
@@ -95,15 +99,6 @@ json known_part(const json& given, const json& defaults, size_t& dropped) {
       out[it.key()] = it.value();
   }
   return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const verlpp::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

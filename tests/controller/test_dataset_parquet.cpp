@@ -3,6 +3,8 @@
 // a list of files concatenates, and the demo's arith data as parquet equals the demo generator's
 // rows (make_arith_splits with examples/arith/grpo_tiny.json's verlpp.demo settings).
 #include <verlpp/tasks/arith_task.hpp>
+#include <verlpp/config/config.hpp>
+#include <verlpp/config/run_settings.hpp>
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/core/error.hpp>
 #include <verlpp/data/records.hpp>
@@ -93,15 +95,8 @@ TEST_CASE("dataset: parquet files load the same records as the JSONL of the same
 }
 
 TEST_CASE("dataset: the demo's arith data as parquet is the demo generator's rows", "[dataset][parquet]") {
-  const json demo = read_json(std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json")["verlpp"]["demo"];
-  ArithTaskOptions task;
-  task.max_operand = demo["max_operand"];
-  task.operators = demo["operators"];
-  task.seed = demo["seed"];
-  task.sft_count = demo["sft_count"];
-  task.train_count = demo["train_count"];
-  task.val_count = demo["val_count"];
-  task.sft_carry_error = demo["sft_carry_error"];
+  const ArithTaskOptions task = arith_task_options(config::parse_demo_settings(
+      config::Config::from_file(std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json")));
   const ArithSplits splits = make_arith_splits(task);
   for (const auto& [name, rows] : {std::pair<std::string, const std::vector<json>&>{"train", splits.train},
                                    std::pair<std::string, const std::vector<json>&>{"val", splits.val}}) {

@@ -8,9 +8,11 @@
 #include <ATen/ATen.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <unistd.h>
 // Catch2 last: LibTorch 2.x headers define glog's CHECK, which would otherwise replace Catch's.
 #include <catch2/catch.hpp>
 
@@ -174,4 +176,19 @@ TEST_CASE("verlpp train: overrides alone start from verl's defaults, which name 
   CHECK_THAT(both.output,
              Contains("--demo: runs the embedded demo's config;") && Contains("grpo_tiny.json is another"));
   no_backtrace(both);
+}
+
+TEST_CASE("verlpp train: a reward function that cannot be had is named by the key it came from", "[cli][errors]") {
+  const std::string run = "/tmp/verlpp-reward-key-" + std::to_string(::getpid());
+  const std::string demo = "train --demo trainer.default_local_dir=" + run;
+  // The reward layer names the file or the function; the controller adds the key.
+  const Run python = verlpp::e2e::run_cli(demo + " custom_reward_function.path=/x/reward.py");
+  CHECK(python.status == 1);
+  CHECK_THAT(python.output, Contains("custom_reward_function.path=/x/reward.py: is a Python file") &&
+                                Contains("C symbol in a shared library"));
+  const Run missing = verlpp::e2e::run_cli(demo + " reward_manager.name=batch custom_reward_function.name=nope");
+  CHECK(missing.status == 1);
+  CHECK_THAT(missing.output, Contains("custom_reward_function.name=nope: no batch reward function 'nope'") &&
+                                 Contains("registered: none"));
+  std::system(("rm -rf " + run).c_str());
 }

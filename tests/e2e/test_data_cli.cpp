@@ -2,6 +2,10 @@
 // records the fixtures' writer wrote, the same text for both formats, --n, errors), and
 // `verlpp train` with data.train_files / data.val_files given as parquet files: the run is the
 // run of the JSONL of the same data, metric for metric.
+#include <verlpp/config/config.hpp>
+#include <verlpp/config/run_settings.hpp>
+#include <verlpp/tasks/arith_task.hpp>
+
 #include "cli_run.hpp"
 #include "e2e_util.hpp"
 
@@ -79,15 +83,8 @@ TEST_CASE("verlpp data head: unreadable files and bad arguments are one-line err
 TEST_CASE("verlpp train: parquet train and val files train exactly as the JSONL of the same data", "[e2e][data]") {
   const std::string dir = make_fixture("parquet");
   // The demo's arith splits: as parquet (the fixtures) and as the JSONL the demo writes.
-  const json demo = read_json_file(std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json")["verlpp"]["demo"];
-  tasks::ArithTaskOptions task;
-  task.max_operand = demo["max_operand"];
-  task.operators = demo["operators"];
-  task.seed = demo["seed"];
-  task.sft_count = demo["sft_count"];
-  task.train_count = demo["train_count"];
-  task.val_count = demo["val_count"];
-  task.sft_carry_error = demo["sft_carry_error"];
+  const tasks::ArithTaskOptions task = tasks::arith_task_options(config::parse_demo_settings(
+      config::Config::from_file(std::string(VERLPP_SOURCE_DIR) + "/examples/arith/grpo_tiny.json")));
   const tasks::ArithSplits splits = tasks::make_arith_splits(task);
   data::write_jsonl(dir + "/arith_train.jsonl", splits.train);
   data::write_jsonl(dir + "/arith_val.jsonl", splits.val);

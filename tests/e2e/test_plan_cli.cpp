@@ -95,3 +95,36 @@ TEST_CASE("verlpp train: a model whose plan cannot fit is refused before any wor
   CHECK_THAT(r.output, !Contains("terminate called") && !Contains("Exception raised from"));
   CHECK(std::system(("rm -rf " + dir + " " + run).c_str()) == 0);
 }
+
+TEST_CASE("the examples from a fresh clone: plan and config work before the demo ever ran", "[cli][plan]") {
+  // A fresh working folder: no checkpoints/ with the demo's model in it.
+  const std::string cwd = "/tmp/verlpp-fresh-" + std::to_string(::getpid());
+  REQUIRE(std::system(("rm -rf " + cwd + " && mkdir -p " + cwd).c_str()) == 0);
+  const std::string in_fresh = "cd " + cwd + " && " + std::string(VERLPP_CLI) + " ";
+  const std::string examples = std::string(VERLPP_SOURCE_DIR) + "/examples/";
+  for (const char* example : {"arith/grpo_tiny.json", "arith/ppo_rm_tiny.json"}) {
+    INFO(example);
+    const auto plan = verlpp::e2e::run_shell_line(in_fresh + "plan " + examples + example + " 2>&1");
+    INFO(plan.output);
+    CHECK(plan.status == 0);
+    CHECK_THAT(plan.output, Contains("(0.001B parameters)") && Contains("- fits"));
+  }
+  for (const char* example : {"arith/grpo_tiny.json", "arith/ppo_rm_tiny.json", "gsm8k/grpo_qwen2.5_0.5b.json",
+                              "gsm8k/ppo_qwen2.5_0.5b.json"}) {
+    INFO(example);
+    const auto config = verlpp::e2e::run_shell_line(in_fresh + "config " + examples + example + " 2>&1");
+    CHECK(config.status == 0);
+    CHECK_THAT(config.output, Contains("\"actor_rollout_ref\""));
+  }
+  // --demo as `verlpp train` takes it: the embedded run, overrides after it; not beside a file.
+  const auto demo = verlpp::e2e::run_shell_line(in_fresh + "plan --demo actor_rollout_ref.rollout.n=4 2>&1");
+  INFO(demo.output);
+  CHECK(demo.status == 0);
+  CHECK_THAT(demo.output, Contains("arith_grpo_tiny/tiny_init") && Contains("- fits"));
+  const auto both = verlpp::e2e::run_shell_line(in_fresh + "plan --demo " + examples + "arith/grpo_tiny.json 2>&1");
+  CHECK(both.status != 0);
+  CHECK_THAT(both.output, Contains("--demo") && Contains("give one of the two"));
+  // Nothing was written: plan and config only read.
+  CHECK(verlpp::e2e::run_shell_line("ls -A " + cwd).output.empty());
+  std::system(("rm -rf " + cwd).c_str());
+}

@@ -1,4 +1,4 @@
-// verl's own example run scripts (tests/e2e/verl_scripts, copied verbatim from verl at the commit
+// verl's own example run scripts (tests/e2e/third_party/verl_scripts, copied verbatim from verl at the commit
 // docs/training.md pins) run as a verl user would run them with verlpp: the program name
 // `python3 -m verl.trainer.main_ppo` becomes `verlpp config` / `verlpp train`, and nothing else
 // in the script changes. The model paths the scripts name (Hugging Face ids such as
@@ -28,7 +28,7 @@ using namespace verlpp::e2e;
 
 namespace {
 
-const std::string kScripts = std::string(VERLPP_SOURCE_DIR) + "/tests/e2e/verl_scripts/";
+const std::string kScripts = std::string(VERLPP_SOURCE_DIR) + "/tests/e2e/third_party/verl_scripts/";
 const std::string kFixtures = std::string(VERLPP_SOURCE_DIR) + "/tests/data/parquet_fixtures/files/";
 const std::string kRoot = "/tmp/verlpp-e2e-verl-scripts";
 

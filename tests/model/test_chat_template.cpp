@@ -15,6 +15,8 @@
 #include <fstream>
 #include <functional>
 
+#include "../error_of.hpp"
+
 using verlpp::model::ChatFormat;
 using verlpp::model::ChatMessage;
 using verlpp::model::ChatOptions;
@@ -22,16 +24,9 @@ using verlpp::model::ChatTemplate;
 
 namespace {
 
-const std::string kTinyDir = std::string(VERLPP_SOURCE_DIR) + "/examples/tiny";
+using verlpp::test::error_of;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const verlpp::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+const std::string kTinyDir = std::string(VERLPP_SOURCE_DIR) + "/examples/tiny";
 
 // Qwen2.5-Instruct's template opening (enough for recognition).
 const char* kQwen25Jinja =

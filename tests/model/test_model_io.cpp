@@ -17,12 +17,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../error_of.hpp"
+
 using namespace verlpp::model;
 using namespace verlpp::model::testing;
 using Catch::Matchers::Contains;
 using nlohmann::json;
 
 namespace {
+
+using verlpp::test::error_of;
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -42,15 +46,6 @@ std::string raw_safetensors(const std::string& header, const std::string& data) 
 }
 
 bool file_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const verlpp::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 }  // namespace
 

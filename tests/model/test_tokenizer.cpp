@@ -14,11 +14,15 @@
 #include <functional>
 #include <sstream>
 
+#include "../error_of.hpp"
+
 using verlpp::model::StreamDecoder;
 using verlpp::model::Tokenizer;
 namespace tok = verlpp::model::tok;
 
 namespace {
+
+using verlpp::test::error_of;
 
 const std::string kTinyDir = std::string(VERLPP_SOURCE_DIR) + "/examples/tiny";
 
@@ -53,15 +57,6 @@ nlohmann::json added(int id, const std::string& content, bool lstrip, bool rstri
   return {{"id", id},         {"content", content}, {"single_word", single_word},
           {"lstrip", lstrip}, {"rstrip", rstrip},   {"normalized", normalized},
           {"special", false}};
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const verlpp::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

@@ -13,36 +13,27 @@ namespace {
 
 using json = nlohmann::json;
 
-class FileLogger : public MetricsLogger {
+class FileLogger : public AppendedFileLogger {
  public:
-  explicit FileLogger(const LoggerRun& run) : path_(file_logger_path(run.project, run.experiment)) {
-    const size_t slash = path_.find_last_of('/');
-    if (slash != std::string::npos && slash > 0) files::make_dirs(path_.substr(0, slash));
+  explicit FileLogger(const LoggerRun& run) {
+    const std::string path = file_logger_path(run.project, run.experiment);
+    const size_t slash = path.find_last_of('/');
+    if (slash != std::string::npos && slash > 0) files::make_dirs(path.substr(0, slash));
     if (run.resumed_step) {
-      for (const std::string& note : trim_metrics(path_, *run.resumed_step).notes(path_, *run.resumed_step))
+      for (const std::string& note : trim_metrics(path, *run.resumed_step).notes(path, *run.resumed_step))
         if (run.message) run.message(note);
     } else {
-      files::remove_file(path_);  // a fresh run starts the file afresh, as verl's does
+      files::remove_file(path);  // a fresh run starts the file afresh, as verl's does
     }
-    out_ = files::OutputFile(path_, files::OutputFile::Mode::kAppend);
-    if (run.message) run.message("file logger: " + path_);
+    open_for_append(path);
+    if (run.message) run.message("file logger: " + path);
   }
 
   void log(const json& metrics, int64_t step) override {
     json data = metrics;
     data.erase("step");
-    out_.write(json{{"step", step}, {"data", data}}.dump() + "\n");
-    out_.flush();
+    append(json{{"step", step}, {"data", data}}.dump() + "\n");
   }
-  void sync() override { sync_file(path_); }
-  void finish() override {
-    out_.commit();
-    sync_file(path_);
-  }
-
- private:
-  std::string path_;
-  files::OutputFile out_;
 };
 
 }  // namespace

@@ -62,7 +62,7 @@ std::string trim_event_file(const std::string& path, int64_t step) {
   return what;
 }
 
-class TensorboardLogger : public MetricsLogger {
+class TensorboardLogger : public AppendedFileLogger {
  public:
   explicit TensorboardLogger(const LoggerRun& run) : dir_(tensorboard_dir(run.project, run.experiment)) {
     files::make_dirs(dir_);
@@ -80,29 +80,20 @@ class TensorboardLogger : public MetricsLogger {
     }
     static int counter = 0;  // TensorBoard's writer numbers the files of one process too
     const double now = wall_time();
-    path_ =
-        files::join(dir_, fmt::format("{}{:010d}.{}.{}.{}", kPrefix, int64_t(now), host_name(), ::getpid(), counter++));
-    out_ = files::OutputFile(path_, files::OutputFile::Mode::kAppend);
-    out_.write(tensorboard::frame_record(tensorboard::file_version_event(now)));
-    out_.flush();
+    open_for_append(files::join(
+        dir_, fmt::format("{}{:010d}.{}.{}.{}", kPrefix, int64_t(now), host_name(), ::getpid(), counter++)));
+    append(tensorboard::frame_record(tensorboard::file_version_event(now)));
     if (run.message) run.message("tensorboard logger: " + dir_);
   }
 
   void log(const json& metrics, int64_t step) override {
     std::vector<std::pair<std::string, float>> values;
     for (const auto& [name, value] : numeric_metrics(metrics)) values.emplace_back(name, float(value));
-    out_.write(tensorboard::frame_record(tensorboard::scalars_event(wall_time(), step, values)));
-    out_.flush();
-  }
-  void sync() override { sync_file(path_); }
-  void finish() override {
-    out_.commit();
-    sync_file(path_);
+    append(tensorboard::frame_record(tensorboard::scalars_event(wall_time(), step, values)));
   }
 
  private:
-  std::string dir_, path_;
-  files::OutputFile out_;
+  std::string dir_;
 };
 
 }  // namespace

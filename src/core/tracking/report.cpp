@@ -4,6 +4,7 @@
 // is in the closing table whether or not a panel plots it.
 #include <verlpp/tracking/report.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/json_limits.hpp>
 #include <verlpp/core/strings.hpp>
 
 #include "../util/files.hpp"
@@ -28,30 +29,20 @@ constexpr const char* kNonFiniteTokens[] = {"-Infinity", "Infinity", "NaN"};
 
 std::string quote_non_finite(const std::string& line) {
   std::string out;
-  bool in_string = false, escaped = false;
+  JsonStringScan strings;
   for (size_t i = 0; i < line.size();) {
-    const char c = line[i];
-    if (in_string) {
-      out += c, ++i;
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
     bool matched = false;
-    for (std::string token : kNonFiniteTokens)
-      if (line.compare(i, token.size(), token) == 0) {
-        out += "\"\\u0001verlpp:" + token + "\"";
-        i += token.size();
-        matched = true;
-        break;
-      }
+    if (!strings.in_string())
+      for (std::string token : kNonFiniteTokens)
+        if (line.compare(i, token.size(), token) == 0) {
+          out += "\"\\u0001verlpp:" + token + "\"";
+          i += token.size();
+          matched = true;
+          break;
+        }
     if (matched) continue;
-    if (c == '"') in_string = true;
-    out += c, ++i;
+    strings.feed(line[i]);
+    out += line[i++];
   }
   return out;
 }

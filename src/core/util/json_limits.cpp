@@ -9,21 +9,11 @@ namespace verlpp {
 
 void check_json_depth(std::string_view text, const std::string& where, int max_depth) {
   int depth = 0;
-  bool in_string = false, escaped = false;
+  JsonStringScan strings;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
+    if (strings.feed(c)) continue;
+    if (c == '[' || c == '{') {
       if (++depth > max_depth)
         throw Error(where, fmt::format("JSON nested deeper than {} levels (at byte {})", max_depth, i));
     } else if (c == ']' || c == '}') {

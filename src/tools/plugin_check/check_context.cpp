@@ -105,6 +105,16 @@ uint16_t to_bf16(float f) {
   return uint16_t((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
 }
 
+std::vector<uint16_t> round_half(const std::vector<float>& v, DLDataType dtype, std::vector<float>& seen) {
+  std::vector<uint16_t> out(v.size());
+  seen.resize(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    out[i] = dtype.code == kDLBfloat ? to_bf16(v[i]) : to_f16(v[i]);
+    seen[i] = dtype.code == kDLBfloat ? from_bf16(out[i]) : from_f16(out[i]);
+  }
+  return out;
+}
+
 float from_bf16(uint16_t h) {
   uint32_t bits = uint32_t(h) << 16;
   float f;

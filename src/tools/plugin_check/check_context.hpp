@@ -170,6 +170,9 @@ uint16_t to_bf16(float f);
 float from_bf16(uint16_t h);
 uint16_t to_f16(float f);
 float from_f16(uint16_t h);
+// Host data of `dtype` (bf16 or f16) from fp32 values, rounded, and in `seen` the values as a
+// kernel reads them back.
+std::vector<uint16_t> round_half(const std::vector<float>& v, DLDataType dtype, std::vector<float>& seen);
 // Raw host bytes of `values` stored as `dtype` (f32, bf16 or f16; rounded), and in `seen` the
 // values as a kernel reads them back.
 std::vector<uint8_t> encode_as(const std::vector<float>& values, DLDataType dtype, std::vector<double>& seen);

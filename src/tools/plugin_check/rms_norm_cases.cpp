@@ -9,21 +9,6 @@
 #include <random>
 
 namespace verlpp::conformance {
-namespace {
-
-// Host data of `dtype` from fp32 values (rounded), and the values as the kernel sees them.
-std::vector<uint16_t> round_half(const std::vector<float>& v, DLDataType dtype, std::vector<float>& seen) {
-  std::vector<uint16_t> out(v.size());
-  seen.resize(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    out[i] = dtype.code == kDLBfloat ? to_bf16(v[i]) : to_f16(v[i]);
-    seen[i] = dtype.code == kDLBfloat ? from_bf16(out[i]) : from_f16(out[i]);
-  }
-  return out;
-}
-
-}  // namespace
-
 void run_rms_norm_cases(CheckContext& ctx) {
   hw::Device d = ctx.device();
   const auto* table = ctx.api().kernels;
