@@ -7,6 +7,7 @@
 #include <verlpp/config/run_settings.hpp>
 #include <verlpp/core/error.hpp>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -54,6 +55,19 @@ void register_test_functions() {
       }
       return out;
     });
+    // A manager of the program's own: the function sees the response upper-cased, and each
+    // score is reported again as a metric of the batch.
+    reward_managers().add(
+        "mgr_shout",
+        RewardManagerKind{false,
+                          [](RewardInput& in, const std::string&) {
+                            for (char& c : in.response) c = char(std::toupper(static_cast<unsigned char>(c)));
+                          },
+                          [](const RewardManagerSettings& s, const std::vector<RewardItem>&, ScoredBatch& out) {
+                            double sum = 0;
+                            for (const RewardResult& r : out.results) sum += r.score;
+                            out.metrics["reward/shout_sum"] = sum * s.kwargs.value("scale", 1.0);
+                          }});
     register_batch_reward_function("mgr_batch_short", [](const std::vector<RewardInput>& items, const nlohmann::json&) {
       return std::vector<RewardResult>(items.size() > 0 ? items.size() - 1 : 0);
     });
@@ -257,6 +271,30 @@ TEST_CASE("batch manager: one call with the whole batch, registered or from a sh
                     Contains("has no symbol 'nope'"));
 }
 
+TEST_CASE("a registered reward manager: chosen by reward_model.reward_manager, its kwargs its own",
+          "[reward][manager][registry]") {
+  register_test_functions();
+  RewardManagerSettings s = manager("mgr_shout");
+  s.kwargs = {{"scale", 2.0}};
+  // Registered item-by-item functions: "mgr_extras" reports what it saw (upper-cased by the manager).
+  const ScoredBatch out =
+      RewardManager(s, RewardScorer()).score({item("mgr_extras", "abc", 3), item("mgr_len", "xy", 2)});
+  CHECK(out.results[0].extra["seen"] == "ABC");
+  CHECK(out.results[1].score == 2.0);
+  CHECK(out.metrics["reward/shout_sum"] == (1.5 + 2.0) * 2.0);
+  CHECK_THROWS_WITH(RewardManager(s, registered_batch_reward_function("mgr_batch")),
+                    Contains("'mgr_shout' scores item by item"));
+  CHECK_THROWS_WITH(RewardManager(manager("nope"), RewardScorer()),
+                    Contains("unknown reward manager 'nope'") && Contains("mgr_shout") && Contains("prime"));
+  CHECK_THROWS_WITH(reward_managers().add("dapo", RewardManagerKind{}), Contains("'dapo' is already registered"));
+
+  // From verl's keys: the name is accepted, the manager's keyword arguments reach it whole.
+  const RunSettings settings =
+      parse_run_settings(small({"reward_model.reward_manager=mgr_shout", "+reward_model.reward_kwargs.scale=3"}));
+  CHECK(settings.reward_manager.name == "mgr_shout");
+  CHECK(settings.reward_manager.kwargs == nlohmann::json{{"scale", 3}});
+}
+
 TEST_CASE("reward manager settings: verl's keys and the errors for values that cannot be used",
           "[reward][manager][settings]") {
   const RunSettings plain = parse_run_settings(small());
@@ -291,7 +329,8 @@ TEST_CASE("reward manager settings: verl's keys and the errors for values that c
   CHECK(batch.custom_reward.name == "mine");
 
   CHECK_THAT(settings_error({"reward_model.reward_manager=fancy"}),
-             Contains("reward_model.reward_manager") && Contains("'fancy'") && Contains("naive, dapo, prime, batch"));
+             Contains("reward_model.reward_manager") && Contains("'fancy'") &&
+                 Contains("batch, dapo, mgr_shout, naive, prime"));
   CHECK_THAT(settings_error({"+reward_model.reward_kwargs.max_resp_len=5"}),
              Contains("reward_model.reward_kwargs.max_resp_len") && Contains("naive manager takes no keyword"));
   CHECK_THAT(settings_error({"reward_model.reward_manager=dapo", "+reward_model.reward_kwargs.overlong=1"}),

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/registry.hpp>
 
 // `torch::Tensor` is `at::Tensor`. torch/types.h exposes it through `using namespace at;`
 // inside namespace torch; this using-declaration names the same entity, so it coexists with
@@ -59,58 +60,9 @@ inline void check_floating(const at::Tensor& t, const char* name, const std::str
 
 }  // namespace detail
 
-// A thread-safe map from names to functions, used for the user-extensible choices
-// (advantage estimators, policy losses, KL types). `kind` names the choice in errors.
-// Entries are never removed, so a function obtained from get() stays valid.
-template <class Fn>
-class Registry {
- public:
-  explicit Registry(std::string kind) : kind_(std::move(kind)) {}
-  // Calls add_builtins(*this) once, so a function-local static is complete on first use.
-  Registry(std::string kind, void (*add_builtins)(Registry&)) : kind_(std::move(kind)) { add_builtins(*this); }
-  Registry(const Registry&) = delete;
-  Registry& operator=(const Registry&) = delete;
-
-  // Adds `fn` under `name`. Throws verlpp::Error if the name is empty, taken, or `fn` empty.
-  void add(const std::string& name, Fn fn) {
-    VERLPP_CHECK(!name.empty(), "cannot register a {} with an empty name", kind_);
-    VERLPP_CHECK(static_cast<bool>(fn), "cannot register {} '{}': the function is empty", kind_, name);
-    std::lock_guard<std::mutex> lock(mutex_);
-    VERLPP_CHECK(fns_.count(name) == 0, "{} '{}' is already registered", kind_, name);
-    fns_.emplace(name, std::move(fn));
-  }
-
-  // The function registered under `name`; throws verlpp::Error listing the valid names.
-  Fn get(const std::string& name) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = fns_.find(name);
-    if (it == fns_.end()) {
-      std::string names;
-      for (const auto& kv : fns_) names += (names.empty() ? "" : ", ") + kv.first;
-      VERLPP_FAIL_AT(kind_, "unknown {} '{}'; valid names: {}", kind_, name, names);
-    }
-    return it->second;
-  }
-
-  bool contains(const std::string& name) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return fns_.count(name) != 0;
-  }
-
-  // All registered names, sorted.
-  std::vector<std::string> names() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<std::string> out;
-    for (const auto& kv : fns_) out.push_back(kv.first);
-    return out;
-  }
-
-  const std::string& kind() const { return kind_; }
-
- private:
-  std::string kind_;
-  mutable std::mutex mutex_;
-  std::map<std::string, Fn> fns_;
-};
+// The user-extensible choices (advantage estimators, policy losses, KL types) are entries of
+// verlpp's one Registry (core/registry.hpp): entries are never removed, so a function obtained
+// from get() stays valid.
+using ::verlpp::Registry;
 
 }  // namespace verlpp::algo

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,9 @@ class Registry {
  public:
   // `kind` names what the registry holds in its errors ("reward source", "logger", "tool").
   explicit Registry(std::string kind) : kind_(std::move(kind)) {}
+  // Calls add_builtins(*this) once, so that a function-local static holds the built-in entries
+  // from its first use.
+  Registry(std::string kind, void (*add_builtins)(Registry&)) : kind_(std::move(kind)) { add_builtins(*this); }
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
@@ -30,6 +34,8 @@ class Registry {
   // true, so that a registration can initialise a static (the one-line form above).
   bool add(const std::string& name, Entry entry) {
     if (name.empty()) throw Error("register " + kind_, "the name is empty");
+    if constexpr (std::is_constructible_v<bool, const Entry&>)  // a function: not an empty one
+      if (!static_cast<bool>(entry)) throw Error("register " + kind_, fmt::format("'{}': the function is empty", name));
     std::lock_guard<std::mutex> lock(mutex_);
     if (!entries_.emplace(name, std::move(entry)).second)
       throw Error("register " + kind_, fmt::format("'{}' is already registered", name));

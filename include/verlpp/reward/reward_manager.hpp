@@ -4,8 +4,11 @@
 // per-item timeout (timed-out and failing items score timeout_score, as verl's PrimeRewardManager
 // gives them 0); batch calls one user function with the whole batch. Every manager that scores
 // item by item can use the pool (num_workers, timeout_s). docs/training.md describes the keys.
+// The managers are entries of reward_managers(): verl's four are registered there, and a
+// program registers its own in one line (the key reward_model.reward_manager then names it).
 #pragma once
 
+#include <verlpp/core/registry.hpp>
 #include <verlpp/reward/reward.hpp>
 
 #include <nlohmann/json.hpp>
@@ -30,12 +33,13 @@ struct OverlongBufferSettings {
 // The reward manager's settings: reward_manager.name (which follows reward_model.reward_manager),
 // reward_model.reward_kwargs, custom_reward_function.reward_kwargs and verlpp.reward.*.
 struct RewardManagerSettings {
-  std::string name = "naive";  // naive | dapo | prime | batch
+  std::string name = "naive";  // naive | dapo | prime | batch | a registered manager
   // dapo: reward_kwargs.max_resp_len (unset: data.max_response_length) and overlong_buffer_cfg.
   int64_t max_resp_len = 0;
   OverlongBufferSettings overlong;
   // batch: the keyword arguments of the user function, reward_model.reward_kwargs updated by
-  // custom_reward_function.reward_kwargs (verl's precedence); a JSON object.
+  // custom_reward_function.reward_kwargs (verl's precedence); a registered manager: its
+  // reward_model.reward_kwargs. A JSON object.
   nlohmann::json kwargs = nlohmann::json::object();
   // The pool for item-by-item scoring: 1 worker and no timeout score in the calling thread.
   int64_t num_workers = 1;          // verlpp.reward.num_workers (prime: 64, verl's)
@@ -82,12 +86,32 @@ struct ScoredBatch {
   nlohmann::json metrics = nlohmann::json::object();
 };
 
+// What a reward manager does around the reward function. verl's naive, dapo, prime and batch are
+// registered as these; a program adds its own with `reward::reward_managers().add("mine", kind)`.
+struct RewardManagerKind {
+  // Scores with one call of a batch function (custom_reward_function.path or .name names it);
+  // false: item by item with the reward scorer, on the pool.
+  bool batch = false;
+  // Edits what the function sees of one response before it is scored (dapo strips the
+  // tokenizer's eos text); may be empty.
+  std::function<void(RewardInput& input, const std::string& eos_token)> prepare;
+  // Edits the scored results and adds metrics (dapo's "acc" extra and overlong penalty, prime's
+  // empty extras); called after every score was checked finite; may be empty.
+  std::function<void(const RewardManagerSettings& settings, const std::vector<RewardItem>& items, ScoredBatch& scored)>
+      finish;
+};
+
+// The reward managers by name (reward_model.reward_manager): naive, dapo, prime, batch and any
+// a program registers.
+Registry<RewardManagerKind>& reward_managers();
+
 class RewardManager {
  public:
-  // An item-by-item manager (naive, dapo, prime) scoring with `scorer`; `eos_token` is the text
-  // dapo strips from the end of a decoded response (verl's tokenizer.eos_token).
+  // An item-by-item manager (naive, dapo, prime, or a registered one) scoring with `scorer`;
+  // `eos_token` is the text dapo strips from the end of a decoded response (verl's
+  // tokenizer.eos_token). An unknown name is an Error listing the registered managers.
   RewardManager(RewardManagerSettings settings, RewardScorer scorer, std::string eos_token = {});
-  // The batch manager calling `fn`.
+  // A batch manager (batch, or a registered one) calling `fn`.
   RewardManager(RewardManagerSettings settings, BatchRewardFn fn);
 
   const RewardManagerSettings& settings() const { return settings_; }
@@ -101,6 +125,7 @@ class RewardManager {
   std::vector<RewardResult> score_batch(const std::vector<RewardItem>& items) const;
 
   RewardManagerSettings settings_;
+  RewardManagerKind kind_;
   RewardScorer scorer_;
   BatchRewardFn batch_;
   std::string eos_token_;

@@ -5,6 +5,7 @@
 
 #include <verlpp/tracking/loggers.hpp>
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/strings.hpp>
 #include <verlpp/model/decoder.hpp>
 #include <verlpp/model/tensor_parallel.hpp>
 
@@ -412,10 +413,13 @@ const json& object_at(const Config& c, const std::string& key) {
 reward::RewardManagerSettings reward_manager_at(const Config& c, int64_t max_response_length, bool custom_path) {
   reward::RewardManagerSettings m;
   m.name = read<std::string>(c, "reward_manager.name");
-  const std::vector<std::string> managers = {"naive", "dapo", "prime", "batch"};
-  if (std::find(managers.begin(), managers.end(), m.name) == managers.end())
+  const std::optional<reward::RewardManagerKind> kind = reward::reward_managers().find(m.name);
+  if (!kind)
     throw Error("reward_manager.name (reward_model.reward_manager)",
-                fmt::format("'{}' is not a reward manager verlpp has: naive, dapo, prime, batch", m.name));
+                fmt::format("'{}' is not a reward manager verlpp has: {}", m.name,
+                            join(reward::reward_managers().names(), ", ")));
+  // A manager a program registered reads its own keyword arguments (kept whole in m.kwargs).
+  const bool builtin = m.name == "naive" || m.name == "dapo" || m.name == "prime" || m.name == "batch";
   const std::string kw = "reward_model.reward_kwargs", custom_kw = "custom_reward_function.reward_kwargs";
   const json& kwargs = object_at(c, kw);
   const json& custom_kwargs = object_at(c, custom_kw);
@@ -450,10 +454,12 @@ reward::RewardManagerSettings reward_manager_at(const Config& c, int64_t max_res
     }
     if (m.max_resp_len < 1)
       throw Error(kw + ".max_resp_len", fmt::format("{}: needs at least one token", m.max_resp_len));
-  } else if (m.name != "batch") {
+  } else if (builtin && !kind->batch) {
     only_keys(kwargs, kw, {}, fmt::format("the {} manager takes no keyword arguments", m.name));
+  } else if (!kind->batch) {
+    m.kwargs = kwargs;
   }
-  if (m.name == "batch") {
+  if (kind->batch) {
     // verl merges the custom function's own arguments over the manager's.
     m.kwargs = kwargs;
     for (auto it = custom_kwargs.begin(); it != custom_kwargs.end(); ++it) m.kwargs[it.key()] = it.value();
@@ -468,9 +474,9 @@ reward::RewardManagerSettings reward_manager_at(const Config& c, int64_t max_res
   const std::optional<int64_t> workers = read_optional<int64_t>(c, "verlpp.reward.num_workers");
   const std::optional<double> timeout = read_optional<double>(c, "verlpp.reward.timeout_s");
   m.timeout_score = read_optional<double>(c, "verlpp.reward.timeout_score");
-  if (m.name == "batch" && (workers || timeout))
+  if (kind->batch && (workers || timeout))
     throw Error(workers ? "verlpp.reward.num_workers" : "verlpp.reward.timeout_s",
-                "the batch manager calls its function once per batch; leave it null");
+                fmt::format("the {} manager calls its function once per batch; leave it null", m.name));
   m.num_workers = workers.value_or(prime ? 64 : 1);  // verl's prime runs 64 processes
   if (m.num_workers < 1 || m.num_workers > 4096)
     throw Error("verlpp.reward.num_workers", fmt::format("{}: needs 1 to 4096 threads", m.num_workers));
@@ -502,7 +508,7 @@ RunSettings parse_run_settings(const Config& config, int world_size, int ranks_p
   s.custom_reward.path = read_optional<std::string>(config, "custom_reward_function.path");
   // The batch manager names a registered batch function by custom_reward_function.name too.
   s.reward_manager = reward_manager_at(config, s.data.max_response_length, s.custom_reward.path.has_value());
-  if (s.custom_reward.path || s.reward_manager.name == "batch")
+  if (s.custom_reward.path || reward::reward_managers().get(s.reward_manager.name).batch)
     s.custom_reward.name = read<std::string>(config, "custom_reward_function.name");
   s.reward_model = reward_model_at(config);
   s.sft = sft_at(config);

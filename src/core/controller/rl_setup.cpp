@@ -287,7 +287,7 @@ std::unique_ptr<reward::RewardManager> make_reward_manager(const RlTrainer::Stat
       throw Error(std::string(key) + "=" + e.where(), e.message());
     }
   };
-  if (rs.reward_manager.name == "batch") {
+  if (reward::reward_managers().get(rs.reward_manager.name).batch) {
     reward::BatchRewardFn fn =
         custom.path ? at_key(config::keys::kCustomRewardFunctionPath,
                              [&] { return reward::batch_reward_function_from_library(*custom.path, custom.name); })

@@ -36,16 +36,22 @@ double overlong_penalty(int64_t response_length, int64_t max_resp_len, const Ove
 }
 
 RewardManager::RewardManager(RewardManagerSettings settings, RewardScorer scorer, std::string eos_token)
-    : settings_(std::move(settings)), scorer_(std::move(scorer)), eos_token_(std::move(eos_token)) {
-  if (settings_.name == "batch")
-    throw Error("RewardManager", "batch needs a batch function (RewardManager(settings, BatchRewardFn))");
+    : settings_(std::move(settings)),
+      kind_(reward_managers().get(settings_.name, "RewardManager")),
+      scorer_(std::move(scorer)),
+      eos_token_(std::move(eos_token)) {
+  if (kind_.batch)
+    throw Error("RewardManager",
+                fmt::format("'{}' needs a batch function (RewardManager(settings, BatchRewardFn))", settings_.name));
 }
 
 RewardManager::RewardManager(RewardManagerSettings settings, BatchRewardFn fn)
-    : settings_(std::move(settings)), batch_(std::move(fn)) {
-  if (settings_.name != "batch")
+    : settings_(std::move(settings)),
+      kind_(reward_managers().get(settings_.name, "RewardManager")),
+      batch_(std::move(fn)) {
+  if (!kind_.batch)
     throw Error("RewardManager", fmt::format("'{}' scores item by item, not with a batch function", settings_.name));
-  if (!batch_) throw Error("RewardManager", "batch: an empty batch function");
+  if (!batch_) throw Error("RewardManager", fmt::format("{}: an empty batch function", settings_.name));
 }
 
 void RewardManager::check_data_sources(const std::vector<std::string>& data_sources) const {
@@ -60,11 +66,7 @@ std::vector<RewardResult> RewardManager::score_items(const std::vector<RewardIte
   inputs->reserve(items.size());
   for (const RewardItem& item : items) {
     inputs->push_back(item.input);
-    // verl's dapo strips the tokenizer's eos text when decoding left it (a non-special eos).
-    std::string& text = inputs->back().response;
-    if (s.name == "dapo" && !eos_token_.empty() && text.size() >= eos_token_.size() &&
-        text.compare(text.size() - eos_token_.size(), eos_token_.size(), eos_token_) == 0)
-      text.resize(text.size() - eos_token_.size());
+    if (kind_.prepare) kind_.prepare(inputs->back(), eos_token_);
   }
   const RewardScorer scorer = scorer_;
   std::vector<PoolOutcome> outcomes = run_reward_pool(
@@ -116,18 +118,31 @@ std::vector<RewardResult> RewardManager::score_batch(const std::vector<RewardIte
 ScoredBatch RewardManager::score(const std::vector<RewardItem>& items) const {
   ScoredBatch out;
   out.results = batch_ ? score_batch(items) : score_items(items, out.metrics);
-  const RewardManagerSettings& s = settings_;
-  const bool dapo = s.name == "dapo";
+  for (size_t i = 0; i < items.size(); ++i)
+    if (!std::isfinite(out.results[i].score))
+      throw Error("reward", fmt::format("the reward function gave {} a score of {} (not a finite number)",
+                                        item_name(items, i), out.results[i].score));
+  if (kind_.finish) kind_.finish(settings_, items, out);
+  return out;
+}
+
+namespace {
+
+// verl's dapo strips the tokenizer's eos text when decoding left it (a non-special eos).
+void strip_eos_text(RewardInput& input, const std::string& eos_token) {
+  std::string& text = input.response;
+  if (!eos_token.empty() && text.size() >= eos_token.size() &&
+      text.compare(text.size() - eos_token.size(), eos_token.size(), eos_token) == 0)
+    text.resize(text.size() - eos_token.size());
+}
+
+// verl's dapo: a plain score is also reported as the extra "acc"; with the overlong buffer on,
+// the penalty is added to the score (and reported, with log).
+void dapo_finish(const RewardManagerSettings& s, const std::vector<RewardItem>& items, ScoredBatch& out) {
   double overlong_sum = 0;
   int64_t overlong_count = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     RewardResult& r = out.results[i];
-    if (!std::isfinite(r.score))
-      throw Error("reward", fmt::format("the reward function gave {} a score of {} (not a finite number)",
-                                        item_name(items, i), r.score));
-    if (s.name == "prime") r.extra = nlohmann::json::object();  // verl's prime reports no extras
-    if (!dapo) continue;
-    // verl's dapo: a plain score is also reported as the extra "acc".
     if (r.extra.empty()) r.extra["acc"] = r.score;
     if (!s.overlong.enable) continue;
     const double penalty = overlong_penalty(items[i].response_length, s.max_resp_len, s.overlong);
@@ -139,11 +154,28 @@ ScoredBatch RewardManager::score(const std::vector<RewardItem>& items) const {
       r.extra["overlong"] = penalty < 0;
     }
   }
-  if (dapo && s.overlong.enable && s.overlong.log && !items.empty()) {
+  if (s.overlong.enable && s.overlong.log && !items.empty()) {
     out.metrics["reward/overlong_reward/mean"] = overlong_sum / double(items.size());
     out.metrics["reward/overlong_ratio"] = double(overlong_count) / double(items.size());
   }
-  return out;
+}
+
+void add_builtin_managers(Registry<RewardManagerKind>& r) {
+  r.add("naive", RewardManagerKind{});
+  r.add("dapo", RewardManagerKind{false, strip_eos_text, dapo_finish});
+  r.add("prime", RewardManagerKind{
+                     false, {}, [](const RewardManagerSettings&, const std::vector<RewardItem>&, ScoredBatch& out) {
+                       for (RewardResult& r : out.results)
+                         r.extra = nlohmann::json::object();  // verl's prime reports no extras
+                     }});
+  r.add("batch", RewardManagerKind{true, {}, {}});
+}
+
+}  // namespace
+
+Registry<RewardManagerKind>& reward_managers() {
+  static Registry<RewardManagerKind> registry("reward manager", &add_builtin_managers);
+  return registry;
 }
 
 }  // namespace verlpp::reward
