@@ -46,6 +46,12 @@ class BlockManager {
   bool can_append(const std::vector<int64_t>& table, int64_t num_tokens) const;
   std::optional<BlockCopy> append(std::vector<int64_t>& table, int64_t num_tokens);
 
+  // Blocks a table whose first `num_cached` tokens are written needs to hold `num_tokens`: new
+  // blocks past its end, and a copy of its partly filled last block when that is shared. extend()
+  // takes them (appending position by position), returning the copy to perform, if any.
+  int64_t blocks_to_extend(const std::vector<int64_t>& table, int64_t num_cached, int64_t num_tokens) const;
+  std::optional<BlockCopy> extend(std::vector<int64_t>& table, int64_t num_cached, int64_t num_tokens);
+
   // Drops the table's references (blocks reaching 0 become free) and clears it.
   void free(std::vector<int64_t>& table);
 

@@ -40,6 +40,7 @@ namespace verlpp::rollout {
 namespace detail {
 class DecodeGraphs;
 }
+class GenerationSession;
 
 // What generate() does when the weights of the model the engine tracks changed since the engine
 // took them (see the top of this file).
@@ -141,7 +142,8 @@ class RolloutEngine {
   ~RolloutEngine();
   RolloutEngine(RolloutEngine&&) noexcept;
 
-  // Generates every request; outputs ordered by (request, sample). Requests that fail their
+  // Generates every request (a GenerationSession that submits them all and steps until every
+  // sample's turn ended); outputs ordered by (request, sample). Requests that fail their
   // checks become error outputs. `progress(done, total)` is called as samples finish. Stale
   // weights (weights_stale()) are synced or refused first, as options().stale_weights says.
   // With `on_output`, each output is handed over as soon as it is final instead (refused
@@ -156,7 +158,8 @@ class RolloutEngine {
   // through), unless the engine fused it (EngineOptions::fuse_projections); otherwise it is
   // cast into the engine's buffer. Unknown names and shape
   // mismatches are Errors naming the tensor. The engine counts as current afterwards: the
-  // caller vouches for the weights (the tracked model stays the same).
+  // caller vouches for the weights (the tracked model stays the same). Refused while a
+  // GenerationSession is open, as are release_weights() and sleep().
   WeightUpdateReport update_weights(const std::vector<std::pair<std::string, at::Tensor>>& named,
                                     WeightSharing sharing = WeightSharing::kShare);
   // Loads every parameter of `source` (as above) and tracks its weights version from now on:
@@ -192,9 +195,28 @@ class RolloutEngine {
   std::string check_request(const GenerateRequest& request) const;
 
  private:
+  friend class GenerationSession;
+  // The decode graphs' counters, summed over every DecodeGraphs the engine has had.
+  struct GraphCounters {
+    int64_t captures = 0, overlapped = 0, discarded = 0, early_launch_edges = 0;
+    double capture_seconds = 0;
+  };
+
   int64_t bytes_per_block() const;
+  // Before a generation: refuses a sleeping engine, released weights or an open session, and
+  // syncs or refuses stale weights; `call` names the caller in the Errors.
+  void prepare_to_generate(const char* call);
+  // Refuses `call` while a GenerationSession is open.
+  void check_no_session(const char* call) const;
+  // Decode graphs whose block tables hold `num_blocks` blocks (rebuilt wider when they are
+  // narrower: a power of two from 16, so that later calls of similar lengths reuse them).
+  void ensure_graph_width(int64_t num_blocks);
+  // Drops the decode graphs (their counters kept in graph_totals_).
+  void drop_graphs();
+  GraphCounters graph_counters() const;
   // `next_is_decode`: nothing but a decode step can follow (no request waits for a prefill).
-  void run_step(const ScheduledStep& step, std::vector<int64_t>& token_ids, std::vector<float>& logprobs,
+  // Returns whether the step ran as a device graph.
+  bool run_step(const ScheduledStep& step, std::vector<int64_t>& token_ids, std::vector<float>& logprobs,
                 bool next_is_decode);
 
   model::DecoderLM model_;
@@ -213,7 +235,9 @@ class RolloutEngine {
   // storage moves). With graphs on, the pool has one block more than num_blocks_: the scratch
   // block that padding rows of a graph's batch write to.
   std::unique_ptr<detail::DecodeGraphs> graphs_;
+  GraphCounters graph_totals_;  // of the graphs dropped so far
   std::string graphs_off_reason_;
+  bool session_open_ = false;  // a GenerationSession holds the pool
   // The plugin's kernels for the MLP's product in every step (null without them), made once.
   std::shared_ptr<const model::LayerKernels> layer_kernels_;
   // A step's int64 inputs staged in one host buffer (pinned on an accelerator) and moved with

@@ -4,6 +4,10 @@
 // cannot get a block, the most recently admitted sequences are preempted by recompute (their
 // blocks freed, they go back to the front of the queue and later re-prefill prompt + output).
 // The n samples of a prompt are admitted together: the prompt is computed once, then forked.
+// For an incremental caller (GenerationSession) a finished sequence can be parked instead of
+// freed: it keeps its blocks until it is resumed with more tokens (a prefill of those alone) or
+// released, and parked blocks are taken back, longest-parked first, before anything waits or is
+// preempted for want of a block.
 #pragma once
 
 #include <verlpp/core/token_id.hpp>
@@ -47,6 +51,12 @@ struct SchedulerLimits {
   int64_t max_num_batched_tokens = 8192;  // tokens computed in one prefill step
 };
 
+// What postprocess does with a finished sequence's blocks.
+enum class FinishedBlocks {
+  kFree,  // back to the pool at once (generate's batch)
+  kPark,  // kept: the sequence is parked until resume() or release()
+};
+
 // What the runner computes this step.
 struct ScheduledStep {
   bool is_prefill = false;
@@ -65,15 +75,26 @@ class Scheduler {
   // each sequence feeds in the step after it (the token sampled now, unless it is the last), so
   // that step is known before this one's tokens are (rollout decode graphs queue it ahead). The
   // required blocks of a step are taken first: this never preempts a sequence.
-  Scheduler(BlockManager& blocks, SchedulerLimits limits, bool reserve_ahead = false);
+  Scheduler(BlockManager& blocks, SchedulerLimits limits, bool reserve_ahead = false,
+            FinishedBlocks finished = FinishedBlocks::kFree);
 
   // Queues a group of samples of one prompt (all with the same token_ids, nothing cached).
   // The group must fit the whole pool alone (the engine checks before adding).
   void add_group(std::vector<Sequence*> group);
+  // Queues a parked sequence again after its caller appended tokens to token_ids (and set its
+  // turn's num_prompt_tokens and max_new_tokens): the next prefill computes what its blocks do not
+  // hold. It must fit the whole pool alone.
+  void resume(Sequence* seq);
+  // Frees a parked sequence's blocks and forgets it.
+  void release(Sequence* seq);
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   int64_t num_waiting() const;
   int64_t num_running() const { return int64_t(running_.size()); }
+  int64_t num_parked() const { return int64_t(parked_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
+  // Parked (or resumed, still waiting) sequences whose blocks were taken back for others (they
+  // recompute when admitted).
+  int64_t num_parked_evictions() const { return num_parked_evictions_; }
 
   // The next step (empty only when there is no work).
   ScheduledStep schedule();
@@ -86,13 +107,21 @@ class Scheduler {
   ScheduledStep schedule_prefill();
   ScheduledStep schedule_decode();
   void preempt(Sequence* seq);
+  // Takes the blocks of the longest-parked sequence still holding some; false when none does.
+  bool evict_parked();
+  // Takes the blocks of the waiting sequence furthest back that holds some (a resumed one),
+  // other than `keep`; false when none does.
+  bool evict_waiting(const Sequence* keep);
 
   BlockManager& blocks_;
   SchedulerLimits limits_;
   bool reserve_ahead_;
-  std::deque<std::vector<Sequence*>> waiting_;  // groups (size n when fresh, 1 when preempted)
+  FinishedBlocks finished_;
+  std::deque<std::vector<Sequence*>> waiting_;  // groups (size n when fresh, 1 when preempted or resumed)
   std::deque<Sequence*> running_;
+  std::deque<Sequence*> parked_;  // in the order they were parked
   int64_t num_preemptions_ = 0;
+  int64_t num_parked_evictions_ = 0;
 };
 
 }  // namespace verlpp::rollout

@@ -4,6 +4,8 @@
 
 #include <verlpp/core/error.hpp>
 
+#include <algorithm>
+
 namespace verlpp::rollout {
 
 BlockManager::BlockManager(int64_t num_blocks, int64_t block_size)
@@ -63,6 +65,25 @@ std::optional<BlockCopy> BlockManager::append(std::vector<int64_t>& table, int64
   BlockCopy op{last, copy};
   last = copy;
   return op;
+}
+
+int64_t BlockManager::blocks_to_extend(const std::vector<int64_t>& table, int64_t num_cached,
+                                       int64_t num_tokens) const {
+  const int64_t fresh = std::max<int64_t>(0, blocks_for(num_tokens) - int64_t(table.size()));
+  const size_t partial = size_t(num_cached / block_size_);
+  const bool copy = num_tokens > num_cached && num_cached % block_size_ != 0 && partial < table.size() &&
+                    ref_counts_[size_t(table[partial])] > 1;
+  return fresh + (copy ? 1 : 0);
+}
+
+std::optional<BlockCopy> BlockManager::extend(std::vector<int64_t>& table, int64_t num_cached, int64_t num_tokens) {
+  VERLPP_CHECK(blocks_to_extend(table, num_cached, num_tokens) <= num_free_blocks(),
+               "BlockManager::extend: {} -> {} tokens need {} blocks, {} free", num_cached, num_tokens,
+               blocks_to_extend(table, num_cached, num_tokens), num_free_blocks());
+  std::optional<BlockCopy> copy;
+  for (int64_t p = num_cached; p < num_tokens; ++p)
+    if (auto c = append(table, p)) copy = c;  // only the first position can copy
+  return copy;
 }
 
 void BlockManager::free(std::vector<int64_t>& table) {

@@ -3,6 +3,7 @@
 // the hybrid-engine hooks. Only the last position of each computed sequence goes through the
 // LM head, so a prefill never materialises [N, V] logits.
 #include <verlpp/rollout/engine.hpp>
+#include <verlpp/rollout/generation_session.hpp>
 
 #include <verlpp/model/tensor_parallel.hpp>
 
@@ -109,8 +110,9 @@ int64_t RolloutEngine::bytes_per_block() const {
 int64_t RolloutEngine::pool_bytes() const { return num_blocks_ * bytes_per_block(); }
 
 double RolloutEngine::release_weights() {
+  check_no_session("RolloutEngine::release_weights");
   const auto start = std::chrono::steady_clock::now();
-  graphs_.reset();  // they read the weights' storage, which comes back elsewhere
+  drop_graphs();  // they read the weights' storage, which comes back elsewhere
   for (const auto& [name, p] : model_.named_parameters()) {
     if (std::find(shared_params_.begin(), shared_params_.end(), name) != shared_params_.end()) continue;
     hw::release_storage(p);
@@ -120,9 +122,10 @@ double RolloutEngine::release_weights() {
 }
 
 double RolloutEngine::sleep() {
+  check_no_session("RolloutEngine::sleep");
   const auto start = std::chrono::steady_clock::now();
-  graphs_.reset();  // they write into this pool; a new pool lies elsewhere
-  cache_.reset();   // on CUDA the memory goes back to LibTorch's caching allocator (docs/rollout.md)
+  drop_graphs();   // they write into this pool; a new pool lies elsewhere
+  cache_.reset();  // on CUDA the memory goes back to LibTorch's caching allocator (docs/rollout.md)
   return seconds_since(start);
 }
 
@@ -168,18 +171,6 @@ std::string RolloutEngine::check_request(const GenerateRequest& request) const {
 
 namespace {
 
-// The output of a finished sample; its ids and log-probs move out of the sequence.
-GenerateOutput output_of(Sequence& s) {
-  GenerateOutput out;
-  out.request_index = s.request_index;
-  out.sample_index = s.sample_index;
-  out.token_ids.assign(s.token_ids.begin() + s.num_prompt_tokens, s.token_ids.end());
-  out.logprobs = std::move(s.logprobs);
-  out.finish_reason = s.finish_reason;
-  out.num_preemptions = s.num_preemptions;
-  return out;
-}
-
 GenerateOutput refused_output(size_t request_index, const std::string& error) {
   GenerateOutput out;
   out.request_index = int64_t(request_index);
@@ -190,18 +181,24 @@ GenerateOutput refused_output(size_t request_index, const std::string& error) {
 
 }  // namespace
 
-std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRequest>& requests,
-                                                    const std::function<void(int64_t, int64_t)>& progress,
-                                                    const std::function<void(GenerateOutput&&)>& on_output) {
-  VERLPP_CHECK(cache_ != nullptr, "RolloutEngine::generate: the engine is asleep (call wake() first)");
+void RolloutEngine::check_no_session(const char* call) const {
+  if (session_open_)
+    VERLPP_FAIL_AT(call,
+                   "a GenerationSession is open on this engine (it holds the KV pool and the weights): close it "
+                   "first");
+}
+
+void RolloutEngine::prepare_to_generate(const char* call) {
+  check_no_session(call);
+  VERLPP_CHECK(cache_ != nullptr, "{}: the engine is asleep (call wake() first)", call);
   VERLPP_CHECK(released_params_.empty(),
-               "RolloutEngine::generate: the engine's weights were released (release_weights) and {} of them, '{}' "
-               "first, were not written again: call update_weights first",
-               released_params_.size(), released_params_.empty() ? "" : *released_params_.begin());
+               "{}: the engine's weights were released (release_weights) and {} of them, '{}' first, were not "
+               "written again: call update_weights first",
+               call, released_params_.size(), released_params_.empty() ? "" : *released_params_.begin());
   if (weights_stale()) {
     const int64_t now = source_version_ ? source_version_->load() : 0;
     if (options_.stale_weights == StaleWeights::kRefuse || source_params_.empty())
-      VERLPP_FAIL_AT("RolloutEngine::generate",
+      VERLPP_FAIL_AT(call,
                      "the weights of the model this engine tracks changed (version {}, the engine took version {}): "
                      "it would generate with a mix of new shared and stale fused weights. Call "
                      "update_weights(model) after the optimizer step, or build the engine with "
@@ -209,130 +206,102 @@ std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRe
                      now, synced_version_);
     update_weights(source_params_);
   }
-  at::NoGradGuard no_grad;
-  const auto start = std::chrono::steady_clock::now();
-  stats_ = GenerateStats{};
-  BlockManager blocks(num_blocks_, options_.block_size);
-  // Overlapped decode steps need the next position's block before the step that feeds it.
-  Scheduler scheduler(blocks, options_.limits, /*reserve_ahead=*/graphs_off_reason_.empty() && options_.overlap_decode);
-  const auto& c = model_.config();
+}
 
-  std::vector<std::string> errors(requests.size());
-  std::vector<std::vector<int64_t>> stop_lists(requests.size());
-  std::vector<std::unique_ptr<Sequence>> seqs;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const GenerateRequest& r = requests[i];
-    errors[i] = check_request(r);
-    if (!errors[i].empty()) continue;
-    stop_lists[i] = r.sampling.stop_token_ids;
-    if (!r.sampling.ignore_eos)
-      stop_lists[i].insert(stop_lists[i].end(), c.eos_token_ids.begin(), c.eos_token_ids.end());
-    const uint64_t seed = r.sampling.seed.value_or(options_.seed + uint64_t(i));
-    const int64_t len = int64_t(r.prompt_ids.size());
-    std::vector<Sequence*> group;
-    for (int64_t j = 0; j < r.sampling.n; ++j) {
-      auto seq = std::make_unique<Sequence>();
-      seq->id = int64_t(seqs.size());
-      seq->request_index = int64_t(i);
-      seq->sample_index = j;
-      seq->token_ids = r.prompt_ids;
-      seq->num_prompt_tokens = len;
-      seq->max_new_tokens = c.max_position_embeddings > 0
-                                ? std::min(r.sampling.max_new_tokens, c.max_position_embeddings - len)
-                                : r.sampling.max_new_tokens;
-      seq->sampling = RowSampling{r.sampling.temperature, r.sampling.top_k, r.sampling.top_p, sample_seed(seed, j), 0};
-      seq->stop_ids = &stop_lists[i];
-      group.push_back(seq.get());
-      seqs.push_back(std::move(seq));
-    }
-    scheduler.add_group(std::move(group));
-  }
-  if (on_output)
-    for (size_t i = 0; i < requests.size(); ++i)
-      if (!errors[i].empty()) on_output(refused_output(i, errors[i]));
+void RolloutEngine::ensure_graph_width(int64_t num_blocks) {
+  if (!graphs_off_reason_.empty() || (graphs_ && graphs_->table_width() >= num_blocks)) return;
+  int64_t width = 16;
+  while (width < num_blocks) width *= 2;
+  drop_graphs();  // settles a step queued ahead first
+  graphs_ = std::make_unique<detail::DecodeGraphs>(model_.options().device, num_blocks_, *options_.kernels,
+                                                   options_.limits.max_num_seqs, width, options_.rotary_attention);
+}
 
-  if (graphs_off_reason_.empty()) {
-    // Block tables of a graph are as wide as the longest sample can need, rounded up to a power
-    // of two so that later calls with similar lengths reuse the graphs.
-    int64_t need = 1;
-    for (const auto& s : seqs)
-      need = std::max(need,
-                      (s->num_prompt_tokens + s->max_new_tokens - 1 + options_.block_size - 1) / options_.block_size);
-    int64_t width = 16;
-    while (width < need) width *= 2;
-    if (!graphs_ || graphs_->table_width() < width)
-      graphs_ = std::make_unique<detail::DecodeGraphs>(model_.options().device, num_blocks_, *options_.kernels,
-                                                       options_.limits.max_num_seqs, width, options_.rotary_attention);
-  }
-  const int64_t captures_before = graphs_ ? graphs_->num_captures() : 0;
-  const double capture_seconds_before = graphs_ ? graphs_->capture_seconds() : 0;
-  const int64_t early_edges_before = graphs_ ? graphs_->early_launch_edges() : 0;
-  const int64_t overlapped_before = graphs_ ? graphs_->num_overlapped() : 0;
-  const int64_t discarded_before = graphs_ ? graphs_->num_discarded() : 0;
-  // A step queued ahead belongs to this call's sequences: it must be done and dropped before
-  // they go away, also when this call throws.
-  struct Settle {
-    std::unique_ptr<detail::DecodeGraphs>& graphs;
-    ~Settle() {
-      if (graphs) graphs->settle();
-    }
-  } settle{graphs_};
+void RolloutEngine::drop_graphs() {
+  if (!graphs_) return;
+  graph_totals_ = graph_counters();
+  graphs_.reset();
+}
 
-  const int64_t total = int64_t(seqs.size());
-  int64_t done = 0;
-  std::vector<int64_t> token_ids;
-  std::vector<float> logprobs;
-  while (scheduler.has_work()) {
-    ScheduledStep step = scheduler.schedule();
-    VERLPP_CHECK(!step.empty(),
-                 "RolloutEngine: the scheduler made no progress ({} waiting, {} running, {} free blocks)",
-                 scheduler.num_waiting(), scheduler.num_running(), blocks.num_free_blocks());
-    if (step.is_prefill) {
-      ++stats_.num_prefill_steps;
-      for (const Sequence* s : step.compute) stats_.num_prompt_tokens += s->num_tokens() - s->num_cached_tokens;
-    } else {
-      ++stats_.num_decode_steps;
-    }
-    const auto step_start = std::chrono::steady_clock::now();
-    run_step(step, token_ids, logprobs, scheduler.num_waiting() == 0);
-    (step.is_prefill ? stats_.prefill_seconds : stats_.decode_seconds) += seconds_since(step_start);
-    stats_.num_generated_tokens += int64_t(token_ids.size());
-    const auto finished = scheduler.postprocess(step, token_ids, logprobs);
-    done += int64_t(finished.size());
-    if (on_output)
-      for (Sequence* s : finished) {
-        on_output(output_of(*s));
-        std::vector<int64_t>().swap(s->token_ids);  // a finished sequence is never read again
-      }
-    if (progress && !finished.empty()) progress(done, total);
-  }
-  VERLPP_CHECK(blocks.num_free_blocks() == blocks.num_blocks(),
-               "RolloutEngine: {} blocks still held after every request finished",
-               blocks.num_blocks() - blocks.num_free_blocks());
-  stats_.num_preemptions = scheduler.num_preemptions();
+RolloutEngine::GraphCounters RolloutEngine::graph_counters() const {
+  GraphCounters c = graph_totals_;
   if (graphs_) {
-    stats_.num_graph_captures = graphs_->num_captures() - captures_before;
-    stats_.graph_capture_seconds = graphs_->capture_seconds() - capture_seconds_before;
-    stats_.graph_early_launch_edges = graphs_->early_launch_edges() - early_edges_before;
-    stats_.num_overlapped_steps = graphs_->num_overlapped() - overlapped_before;
-    stats_.num_discarded_steps = graphs_->num_discarded() - discarded_before;
+    c.captures += graphs_->num_captures();
+    c.overlapped += graphs_->num_overlapped();
+    c.discarded += graphs_->num_discarded();
+    c.early_launch_edges += graphs_->early_launch_edges();
+    c.capture_seconds += graphs_->capture_seconds();
   }
+  return c;
+}
+
+std::vector<GenerateOutput> RolloutEngine::generate(const std::vector<GenerateRequest>& requests,
+                                                    const std::function<void(int64_t, int64_t)>& progress,
+                                                    const std::function<void(GenerateOutput&&)>& on_output) {
+  const auto start = std::chrono::steady_clock::now();
+  prepare_to_generate("RolloutEngine::generate");
+  std::vector<std::string> errors(requests.size());
+  int64_t longest = 1;  // tokens of KV the longest sample can need (its last sampled token is never fed)
+  for (size_t i = 0; i < requests.size(); ++i) {
+    errors[i] = check_request(requests[i]);
+    if (!errors[i].empty()) continue;
+    const int64_t len = int64_t(requests[i].prompt_ids.size());
+    int64_t max_new = requests[i].sampling.max_new_tokens;
+    if (model_.config().max_position_embeddings > 0)
+      max_new = std::min(max_new, model_.config().max_position_embeddings - len);
+    longest = std::max(longest, len + max_new - 1);
+  }
+  GenerationSession session(*this);
+  session.reserve_context(longest);
+  // Outputs by sequence id (ids are given in submission order, which is request order).
+  std::vector<GenerateOutput> by_sequence;
+  std::vector<SequenceId> first_of(requests.size(), -1);
+  for (size_t i = 0; i < requests.size(); ++i)
+    if (errors[i].empty()) first_of[i] = session.submit(requests[i], int64_t(i)).front();
+  const int64_t total = session.num_waiting();
+  if (!on_output) by_sequence.resize(size_t(total));
+  for (size_t i = 0; i < requests.size() && on_output; ++i)
+    if (!errors[i].empty()) on_output(refused_output(i, errors[i]));
+
+  int64_t done = 0;
+  while (session.has_work()) {
+    std::vector<TurnOutput> ended = session.step();
+    for (TurnOutput& turn : ended) {
+      session.release(turn.sequence);  // its blocks go back at once, as the batch needs them
+      GenerateOutput out;
+      out.request_index = turn.request_index;
+      out.sample_index = turn.sample_index;
+      out.token_ids = std::move(turn.token_ids);
+      out.logprobs = std::move(turn.logprobs);
+      out.finish_reason = turn.finish_reason;
+      out.num_preemptions = turn.num_preemptions;
+      if (on_output)
+        on_output(std::move(out));
+      else
+        by_sequence[size_t(turn.sequence)] = std::move(out);
+    }
+    done += int64_t(ended.size());
+    if (progress && !ended.empty()) progress(done, total);
+  }
+  VERLPP_CHECK(session.num_free_blocks() == num_blocks_,
+               "RolloutEngine: {} blocks still held after every request finished",
+               num_blocks_ - session.num_free_blocks());
+  stats_ = session.stats().steps;
 
   std::vector<GenerateOutput> outputs;
-  size_t next = 0;
   for (size_t i = 0; i < requests.size() && !on_output; ++i) {
     if (!errors[i].empty()) {
       outputs.push_back(refused_output(i, errors[i]));
       continue;
     }
-    for (; next < seqs.size() && seqs[next]->request_index == int64_t(i); ++next)
-      outputs.push_back(output_of(*seqs[next]));
+    for (int64_t j = 0; j < requests[i].sampling.n; ++j)
+      outputs.push_back(std::move(by_sequence[size_t(first_of[i] + j)]));
   }
   stats_.seconds = seconds_since(start);
   return outputs;
 }
 
-void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& token_ids, std::vector<float>& logprobs,
+bool RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& token_ids, std::vector<float>& logprobs,
                              bool next_is_decode) {
   const int64_t bs = options_.block_size;
   const auto dev = model_.options().device;
@@ -344,15 +313,13 @@ void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& to
     }
   if (!step.is_prefill && graphs_) {
     try {
-      if (graphs_->run(model_, *cache_, step, token_ids, logprobs, next_is_decode && options_.overlap_decode)) {
-        ++stats_.num_graph_steps;
-        return;
-      }
+      if (graphs_->run(model_, *cache_, step, token_ids, logprobs, next_is_decode && options_.overlap_decode))
+        return true;
     } catch (const Error& e) {
       // A capture that fails (an op that synchronises, a driver without graph support) costs
       // speed, not the generation: this and every later step run eagerly.
       graphs_off_reason_ = e.what();
-      graphs_.reset();
+      drop_graphs();
       log(LogLevel::warning, "rollout: decode graphs turned off, steps run eagerly: " + graphs_off_reason_);
     }
   }
@@ -408,10 +375,12 @@ void RolloutEngine::run_step(const ScheduledStep& step, std::vector<int64_t>& to
   const float* lp = result.logprobs.data_ptr<float>();
   token_ids.assign(t, t + result.token_ids.numel());
   logprobs.assign(lp, lp + result.logprobs.numel());
+  return false;
 }
 
 WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std::string, at::Tensor>>& named,
                                                  WeightSharing sharing) {
+  check_no_session("RolloutEngine::update_weights");
   at::NoGradGuard no_grad;
   const auto start = std::chrono::steady_clock::now();
   WeightUpdateReport report;
@@ -442,7 +411,7 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
     if (sharing == WeightSharing::kShare && !model_.is_fused(name) && src.device() == dst.device() &&
         src.scalar_type() == dst.scalar_type() && src.is_contiguous()) {
       if (!dst.is_same(src)) {
-        if (dst.data_ptr() != src.data_ptr()) graphs_.reset();  // they read the old storage
+        if (dst.data_ptr() != src.data_ptr()) drop_graphs();  // they read the old storage
         const_cast<at::Tensor&>(dst).set_(src.detach());
       }
       released_params_.erase(name);
@@ -453,7 +422,7 @@ WeightUpdateReport RolloutEngine::update_weights(const std::vector<std::pair<std
       if (shared != shared_params_.end()) {
         const_cast<at::Tensor&>(dst).set_(at::empty(dst.sizes(), dst.options()));
         shared_params_.erase(shared);
-        graphs_.reset();
+        drop_graphs();
       }
       if (released_params_.erase(name) > 0) hw::restore_storage(dst);
       dst.copy_(src.detach());

@@ -1,6 +1,8 @@
 // Scheduler: prefill when something waiting fits, otherwise decode every running sequence,
 // preempting from the back of the running queue (the most recently admitted) when a block is
 // missing. A group is split into chunks of max_num_seqs so that it can always be admitted.
+// Parked sequences (FinishedBlocks::kPark) give their blocks back before a group waits or a
+// running sequence is preempted.
 #include <verlpp/rollout/scheduler.hpp>
 
 #include <verlpp/core/error.hpp>
@@ -9,8 +11,8 @@
 
 namespace verlpp::rollout {
 
-Scheduler::Scheduler(BlockManager& blocks, SchedulerLimits limits, bool reserve_ahead)
-    : blocks_(blocks), limits_(limits), reserve_ahead_(reserve_ahead) {
+Scheduler::Scheduler(BlockManager& blocks, SchedulerLimits limits, bool reserve_ahead, FinishedBlocks finished)
+    : blocks_(blocks), limits_(limits), reserve_ahead_(reserve_ahead), finished_(finished) {
   VERLPP_CHECK(limits.max_num_seqs > 0 && limits.max_num_batched_tokens > 0,
                "Scheduler: max_num_seqs {} and max_num_batched_tokens {} must be positive", limits.max_num_seqs,
                limits.max_num_batched_tokens);
@@ -21,6 +23,44 @@ void Scheduler::add_group(std::vector<Sequence*> group) {
     const size_t end = std::min(group.size(), start + size_t(limits_.max_num_seqs));
     waiting_.emplace_back(group.begin() + int64_t(start), group.begin() + int64_t(end));
   }
+}
+
+void Scheduler::resume(Sequence* seq) {
+  const auto it = std::find(parked_.begin(), parked_.end(), seq);
+  VERLPP_CHECK(it != parked_.end(), "Scheduler::resume: sequence {} is not parked", seq->id);
+  parked_.erase(it);
+  seq->finished = false;
+  waiting_.push_back({seq});
+}
+
+void Scheduler::release(Sequence* seq) {
+  const auto it = std::find(parked_.begin(), parked_.end(), seq);
+  VERLPP_CHECK(it != parked_.end(), "Scheduler::release: sequence {} is not parked", seq->id);
+  parked_.erase(it);
+  blocks_.free(seq->block_table);
+}
+
+bool Scheduler::evict_parked() {
+  for (Sequence* seq : parked_)
+    if (!seq->block_table.empty()) {
+      blocks_.free(seq->block_table);
+      seq->num_cached_tokens = 0;
+      ++num_parked_evictions_;
+      return true;
+    }
+  return false;
+}
+
+bool Scheduler::evict_waiting(const Sequence* keep) {
+  for (auto group = waiting_.rbegin(); group != waiting_.rend(); ++group)
+    for (Sequence* seq : *group)
+      if (seq != keep && !seq->block_table.empty()) {
+        blocks_.free(seq->block_table);
+        seq->num_cached_tokens = 0;
+        ++num_parked_evictions_;
+        return true;
+      }
+  return false;
 }
 
 int64_t Scheduler::num_waiting() const {
@@ -44,12 +84,29 @@ ScheduledStep Scheduler::schedule_prefill() {
   while (!waiting_.empty()) {
     std::vector<Sequence*>& group = waiting_.front();
     Sequence* leader = group.front();
-    const int64_t tokens = leader->num_tokens();
+    // A fresh or preempted group holds no block; a resumed sequence may hold its earlier turns'.
+    const bool holds_blocks = !leader->block_table.empty();
+    const int64_t tokens = leader->num_tokens() - leader->num_cached_tokens;
     const bool first = step.compute.empty();
     if (num_seqs + int64_t(group.size()) > limits_.max_num_seqs) break;
     if (!first && num_tokens + tokens > limits_.max_num_batched_tokens) break;
-    if (!blocks_.can_allocate(tokens)) break;
-    blocks_.allocate(leader->block_table, tokens);
+    auto fits = [&] {
+      return holds_blocks ? blocks_.blocks_to_extend(leader->block_table, leader->num_cached_tokens,
+                                                     leader->num_tokens()) <= blocks_.num_free_blocks()
+                          : blocks_.can_allocate(tokens);
+    };
+    while (!fits() && evict_parked()) {
+    }
+    // Nothing runs that could free blocks: resumed sequences further back in the queue give
+    // theirs up (they recompute when admitted), so that the head always gets in eventually.
+    while (!fits() && first && running_.empty() && evict_waiting(leader)) {
+    }
+    if (!fits()) break;
+    if (!holds_blocks) {
+      blocks_.allocate(leader->block_table, tokens);
+    } else if (auto copy = blocks_.extend(leader->block_table, leader->num_cached_tokens, leader->num_tokens())) {
+      step.copies.push_back(*copy);
+    }
     const int64_t row = int64_t(step.compute.size());
     step.compute.push_back(leader);
     for (Sequence* seq : group) {
@@ -74,6 +131,7 @@ ScheduledStep Scheduler::schedule_decode() {
     const int64_t position = seq->num_tokens() - 1;  // the token fed this step
     bool keep = true;
     while (!blocks_.can_append(seq->block_table, position)) {
+      if (evict_parked()) continue;
       if (remaining.empty()) {
         preempt(seq);
         keep = false;
@@ -126,7 +184,10 @@ std::vector<Sequence*> Scheduler::postprocess(const ScheduledStep& step, const s
     if (stop || seq->num_generated() >= seq->max_new_tokens) {
       seq->finished = true;
       seq->finish_reason = stop ? FinishReason::kStop : FinishReason::kLength;
-      blocks_.free(seq->block_table);
+      if (finished_ == FinishedBlocks::kPark)
+        parked_.push_back(seq);
+      else
+        blocks_.free(seq->block_table);
       finished.push_back(seq);
     }
   }
