@@ -47,7 +47,7 @@ const char* rollout_bench_usage() {
          "                     [--shapes B:P:R,...]\n"
          "                     [--temperature T] [--repeat R] [--kv-tokens N] [--init-seed S]\n"
          "                     [--json FILE] [--transitions] [--profile FILE [--profile-tokens N]]\n"
-         "                     [--device-graphs 0|1] [--decode-overlap 0|1]\n"
+         "                     [--device-graphs 0|1] [--decode-overlap 0|1] [--resume A:T]\n"
          "Generated tokens/s of RolloutEngine::generate, every sample running exactly R new tokens\n"
          "(EOS ignored), random weights, best of --repeat runs after one warm-up run.\n"
          "--plugin NAME uses that loaded plugin's kernels (paged attention decode, sampling);\n"
@@ -59,7 +59,9 @@ const char* rollout_bench_usage() {
          "(default 16), where this LibTorch (2.1+) has the profiler. --device-graphs 0 runs decode steps\n"
          "eagerly, --decode-overlap 0 waits for each step's tokens before queuing the next (both on by\n"
          "default, as verlpp.rollout.device_graphs / decode_overlap in a run's config; also from\n"
-         "VERLPP_BENCH_DEVICE_GRAPHS / VERLPP_BENCH_DECODE_OVERLAP=0|1).\n";
+         "VERLPP_BENCH_DEVICE_GRAPHS / VERLPP_BENCH_DECODE_OVERLAP=0|1). --resume A:T also times a\n"
+         "second turn of each shape (A appended ids, T new tokens, as after a tool call): resumed in a\n"
+         "GenerationSession with the prefix's KV kept, and the whole context submitted again.\n";
 }
 
 std::vector<RolloutShape> parse_shapes(const std::string& text) {
@@ -133,7 +135,12 @@ RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help) 
       o.device_graphs = parse_switch(opt, val);
     else if (opt == "--decode-overlap")
       o.decode_overlap = parse_switch(opt, val);
-    else
+    else if (opt == "--resume") {
+      const size_t colon = val.find(':');
+      if (colon == std::string::npos) VERLPP_FAIL_AT(opt, "'{}': give A:T (appended ids : new tokens)", val);
+      o.resume_append = parse_int(opt, val.substr(0, colon), 0);
+      o.resume_tokens = parse_int(opt, val.substr(colon + 1), 1);
+    } else
       VERLPP_FAIL_AT(opt, "unknown option (see --help)");
   }
   if (!o.model_dir.empty() && !o.shape_name.empty())

@@ -36,6 +36,9 @@ struct RolloutBenchOptions {
   int64_t profile_tokens = 16;       // --profile-tokens N: that run's response length
   bool device_graphs = true;         // --device-graphs 0|1: EngineOptions::device_graphs
   bool decode_overlap = true;        // --decode-overlap 0|1: EngineOptions::overlap_decode
+  // --resume A:T: also time a second turn of each shape (A appended ids, T new tokens) in a
+  // GenerationSession with the prefix kept, beside the whole context submitted again (0 = off).
+  int64_t resume_append = 0, resume_tokens = 0;
 };
 
 // Parses argv; throws verlpp::Error naming the offending option or value. `--help` fills

@@ -6,6 +6,7 @@
 // preemption, and a pool that is not the whole GPU). Options: bench_options.hpp, --help.
 #include "bench_options.hpp"
 #include "bench_profile.hpp"
+#include "bench_resume.hpp"
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/kernels.hpp>
@@ -135,7 +136,9 @@ int run(const RolloutBenchOptions& o) {
   const int64_t bs = options.block_size;
   int64_t kv_tokens = o.kv_tokens;
   for (const RolloutShape& s : o.shapes)
-    if (o.kv_tokens == 0) kv_tokens = std::max(kv_tokens, s.batch * ((s.prompt + s.response + bs - 1) / bs) * bs);
+    if (o.kv_tokens == 0)
+      kv_tokens = std::max(kv_tokens,
+                           s.batch * ((s.prompt + s.response + o.resume_append + o.resume_tokens + bs - 1) / bs) * bs);
 
   model::DecoderLM lm(config);  // fp32 on the CPU: init_weights draws there, then one move
   lm.init_weights(o.init_seed);
@@ -211,6 +214,19 @@ int run(const RolloutBenchOptions& o) {
               {"warmup_graph_capture_seconds", warmup.graph_capture_seconds},
               {"warmup_graph_early_launch_edges", warmup.graph_early_launch_edges}});
     if (json_out) *json_out << j.dump() << "\n" << std::flush;
+  }
+  if (o.resume_tokens > 0) {
+    // kept s: the second turn resumed with its prefix's KV kept; again s: the whole context
+    // submitted as a fresh prompt; prefill tokens: what each computed before decoding.
+    std::cout << fmt::format("\n{:>6} {:>7} {:>7} {:>12} {:>12} {:>8} {:>14} {:>14} {:>12}\n", "batch", "append",
+                             "tokens", "kept s", "again s", "ratio", "kept prefill", "again prefill", "agree");
+    for (const RolloutShape& s : o.shapes) {
+      nlohmann::json j = base_json(o, config);
+      j.update({{"batch", s.batch}, {"prompt", s.prompt}, {"response", s.response}});
+      j.update(time_resume(engine, make_requests(s, config.vocab_size, o.temperature), o.resume_append, o.resume_tokens,
+                           o.repeat, config.vocab_size));
+      if (json_out) *json_out << j.dump() << "\n" << std::flush;
+    }
   }
   if (!o.profile_path.empty() && !o.shapes.empty()) {
     RolloutShape shape = o.shapes.front();
