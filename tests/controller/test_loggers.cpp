@@ -139,7 +139,10 @@ TEST_CASE("a logger a program registers: one line, then trainer.logger names it 
     project_seen = run.project;
     return std::make_unique<Recording>(&seen);
   });
-  CHECK_THROWS_WITH(logger_factories().add("console", nullptr), Contains("'console' is already registered"));
+  const auto no_logger = [](const LoggerRun&) -> std::unique_ptr<MetricsLogger> { return nullptr; };
+  CHECK_THROWS_WITH(logger_factories().add("console", no_logger), Contains("'console' is already registered"));
+  CHECK_THROWS_WITH(logger_factories().add("test_empty", nullptr), Contains("'test_empty': the function is empty"));
+  CHECK_FALSE(logger_factories().contains("test_empty"));
   CHECK(logger_backends(json{"test_recording", "console"}, "trainer.logger") ==
         std::vector<std::string>{"test_recording", "console"});
   CHECK_THROWS_WITH(logger_backends(json("nope"), "trainer.logger"),

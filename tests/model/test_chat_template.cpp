@@ -60,10 +60,10 @@ TEST_CASE("Qwen2.5: default system prompt when the conversation has none", "[cha
   CHECK(t.render({{"user", "hi"}}) ==
         "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-  CHECK(t.render({{"system", "S"}, {"user", "hi"}}, {false, true}) ==
+  CHECK(t.render({{"system", "S"}, {"user", "hi"}}, {false, true, {}}) ==
         "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n");
   // Consecutive tool messages become one user turn of <tool_response> blocks.
-  CHECK(t.render({{"system", "S"}, {"tool", "a"}, {"tool", "b"}}, {false, true}) ==
+  CHECK(t.render({{"system", "S"}, {"tool", "a"}, {"tool", "b"}}, {false, true, {}}) ==
         "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\n<tool_response>\na\n</tool_response>\n"
         "<tool_response>\nb\n</tool_response><|im_end|>\n");
   CHECK(ChatTemplate::builtin("qwen2").default_system_prompt() == "You are a helpful assistant.");
@@ -76,11 +76,11 @@ TEST_CASE("Qwen3: <think> handling of assistant turns", "[chat_template]") {
                                    {"assistant", "<think>\nr1\n</think>\n\nA1"},
                                    {"user", "Q2"},
                                    {"assistant", "<think>r2</think>A2"}};
-  ChatOptions no_prompt{false, true};
+  ChatOptions no_prompt{false, true, {}};
   CHECK(t.render(chat, no_prompt) ==
         "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
         "<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n<think>\nr2\n</think>\n\nA2<|im_end|>\n");
-  ChatOptions no_thinking{true, false};
+  ChatOptions no_thinking{true, false, {}};
   CHECK(t.render({{"user", "Q"}}, no_thinking) ==
         "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
 }
@@ -91,7 +91,7 @@ TEST_CASE("Llama 3: bos first, trimmed contents, 3.1's preamble", "[chat_templat
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
   ChatTemplate t31 = ChatTemplate::builtin("llama3.1");
-  CHECK(t31.render({{"user", "hi"}}, {false, true}) ==
+  CHECK(t31.render({{"user", "hi"}}, {false, true, {}}) ==
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
         "Today Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>");
   ChatTemplate recognised = ChatTemplate::recognise(

@@ -21,6 +21,9 @@ namespace verlpp::config {
 // The JSON value of a YAML document (an empty document is {}); `origin` names it in errors,
 // which give the line, the column and the key path.
 nlohmann::json yaml_to_json(const std::string& text, const std::string& origin);
+// The same, with each mapping's keys in the file's order (for what is rendered back as text in
+// that order, such as a tool's JSON schema in a prompt).
+nlohmann::ordered_json yaml_to_ordered_json(const std::string& text, const std::string& origin);
 
 // The typed value of one plain YAML scalar, by the rules above; throws for the plain scalars
 // PyYAML cannot construct (the value indicator '=', an integer with no digits such as 0x_).

@@ -4,6 +4,8 @@
 // unless the caller names a built-in format, so a prompt is never silently formatted wrong.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -27,6 +29,10 @@ enum class ChatFormat {
 struct ChatOptions {
   bool add_generation_prompt = true;  // end with the opening of an assistant turn
   bool enable_thinking = true;        // Qwen3: false adds an empty <think></think> block
+  // Function schemas ({"type": "function", "function": {...}}) the model may call, written into
+  // the system turn as the template's `tools` section (Qwen2.5 and Qwen3: hermes <tool_call>);
+  // rendered with `tojson` in their own key order. Empty: none (the template's `if tools`).
+  std::vector<nlohmann::ordered_json> tools;
 };
 
 class ChatTemplate {
@@ -44,10 +50,15 @@ class ChatTemplate {
   static ChatTemplate recognise(const std::string& jinja, const std::string& bos_token,
                                 const std::string& origin = "chat_template");
 
-  // The prompt text for `messages` (special tokens written as text, e.g. "<|im_start|>").
+  // The prompt text for `messages` (special tokens written as text, e.g. "<|im_start|>"). Tool
+  // schemas for a format whose template has no tools section are an Error naming the format.
   std::string render(const std::vector<ChatMessage>& messages, const ChatOptions& options = {}) const;
 
   ChatFormat format() const { return format_; }
+  // Whether options.tools is rendered: Qwen3, and ChatML templates with Qwen2.5's tool turns.
+  bool renders_tools() const {
+    return format_ == ChatFormat::kQwen3 || (format_ == ChatFormat::kChatML && group_tool_responses_);
+  }
   // Name of the built-in in use ("qwen2.5", "llama3", ...).
   const std::string& name() const { return name_; }
   // ChatML: the system prompt used when the conversation has none (empty: none is added).

@@ -311,11 +311,13 @@ struct DocumentCounter : YAML::EventHandler {
   void OnMapEnd() override {}
 };
 
+// Json: nlohmann::json (keys sorted) or nlohmann::ordered_json (keys in the file's order).
+template <class Json>
 class Converter {
  public:
   explicit Converter(std::string origin) : origin_(std::move(origin)) {}
 
-  json convert(const YAML::Node& node, const std::string& path, int depth) {
+  Json convert(const YAML::Node& node, const std::string& path, int depth) {
     if (++nodes_ > kMaxNodes)
       fail(node, path, fmt::format("the document expands (with its aliases) to more than {} nodes", kMaxNodes));
     if (depth > kMaxDepth) fail(node, path, fmt::format("nested deeper than {} levels", kMaxDepth));
@@ -324,13 +326,13 @@ class Converter {
     const std::string& tag = node.Tag();
     switch (node.Type()) {
       case YAML::NodeType::Null:
-        return tag == kTag + "str" ? json(std::string()) : json(nullptr);
+        return tag == kTag + "str" ? Json(std::string()) : Json(nullptr);
       case YAML::NodeType::Scalar:
         return scalar(node, path);
       case YAML::NodeType::Sequence: {
         if (tag != "?" && tag != "!" && tag != kTag + "seq") unsupported_tag(node, path);
         ancestors_.push_back(node);
-        json out = json::array();
+        Json out = Json::array();
         size_t i = 0;
         for (const auto& item : node) out.push_back(convert(item, fmt::format("{}[{}]", path, i++), depth + 1));
         ancestors_.pop_back();
@@ -339,7 +341,7 @@ class Converter {
       case YAML::NodeType::Map: {
         if (tag != "?" && tag != "!" && tag != kTag + "map") unsupported_tag(node, path);
         ancestors_.push_back(node);
-        json out = mapping(node, path, depth);
+        Json out = mapping(node, path, depth);
         ancestors_.pop_back();
         return out;
       }
@@ -367,15 +369,15 @@ class Converter {
          fmt::format("the tag {} is not supported (only !!str !!int !!float !!bool !!null !!map !!seq)", node.Tag()));
   }
 
-  json scalar(const YAML::Node& node, const std::string& path) const {
+  Json scalar(const YAML::Node& node, const std::string& path) const {
     const std::string& tag = node.Tag();
     const std::string& text = node.Scalar();
     try {
-      if (tag == "?") return yaml_plain_scalar(text);
+      if (tag == "?") return Json(yaml_plain_scalar(text));
       if (tag == "!" || tag == kTag + "str") return text;
-      if (tag == kTag + "int") return construct_int(text);
-      if (tag == kTag + "float") return construct_float(text);
-      if (tag == kTag + "bool") return construct_bool(text);
+      if (tag == kTag + "int") return Json(construct_int(text));
+      if (tag == kTag + "float") return Json(construct_float(text));
+      if (tag == kTag + "bool") return Json(construct_bool(text));
       if (tag == kTag + "null") return nullptr;
     } catch (const Error& e) {
       fail(node, path, e.message());
@@ -386,16 +388,16 @@ class Converter {
   std::string key_text(const YAML::Node& key, const std::string& path) const {
     if (key.IsNull()) return "null";
     if (!key.IsScalar()) fail(key, path, "a mapping key must be a scalar (not a list or a mapping)");
-    const json k = scalar(key, path);
-    if (k.is_string()) return k.get<std::string>();
+    const Json k = scalar(key, path);
+    if (k.is_string()) return k.template get<std::string>();
     if (k.is_null()) return "null";
-    if (k.is_number_float()) return fmt::format("{}", k.get<double>());
+    if (k.is_number_float()) return fmt::format("{}", k.template get<double>());
     return k.dump();
   }
 
   // Adds the merged entries of a `<<` value to `merged`, earlier sources winning.
-  void merge_source(const YAML::Node& source, const std::string& path, int depth, json& merged) {
-    auto add = [&](const json& m) {
+  void merge_source(const YAML::Node& source, const std::string& path, int depth, Json& merged) {
+    auto add = [&](const Json& m) {
       for (auto it = m.begin(); it != m.end(); ++it)
         if (!merged.contains(it.key())) merged[it.key()] = it.value();
     };
@@ -411,9 +413,9 @@ class Converter {
     }
   }
 
-  json mapping(const YAML::Node& node, const std::string& path, int depth) {
-    json out = json::object();
-    json merged = json::object();
+  Json mapping(const YAML::Node& node, const std::string& path, int depth) {
+    Json out = Json::object();
+    Json merged = Json::object();
     std::set<std::string> seen;
     for (const auto& entry : node) {
       const YAML::Node& key = entry.first;
@@ -426,9 +428,14 @@ class Converter {
       if (!seen.insert(name).second) fail(key, child, "a duplicate key (OmegaConf refuses them)");
       out[name] = convert(entry.second, child, depth + 1);
     }
+    // PyYAML places the merged entries first, the mapping's own values replacing theirs.
+    if (merged.empty()) return out;
+    Json result = Json::object();
     for (auto it = merged.begin(); it != merged.end(); ++it)
-      if (!out.contains(it.key())) out[it.key()] = it.value();
-    return out;
+      result[it.key()] = out.contains(it.key()) ? out[it.key()] : it.value();
+    for (auto it = out.begin(); it != out.end(); ++it)
+      if (!result.contains(it.key())) result[it.key()] = it.value();
+    return result;
   }
 };
 
@@ -448,7 +455,10 @@ nlohmann::json yaml_plain_scalar(const std::string& text) {
   return text;
 }
 
-nlohmann::json yaml_to_json(const std::string& text, const std::string& origin) {
+namespace {
+
+template <class Json>
+Json load_yaml(const std::string& text, const std::string& origin) {
   const size_t bad = detail::first_invalid_utf8(text);
   if (bad != std::string::npos) {
     const size_t line_start = text.rfind('\n', bad == 0 ? 0 : bad - 1);
@@ -467,7 +477,7 @@ nlohmann::json yaml_to_json(const std::string& text, const std::string& origin) 
     DocumentCounter counter;
     while (counter.starts.size() < 2 && parser.HandleNextDocument(counter)) {
     }
-    if (counter.starts.empty()) return json::object();
+    if (counter.starts.empty()) return Json::object();
     if (counter.starts.size() > 1)
       throw Error(origin, fmt::format("a second YAML document starts at line {}, column {} (after '---', or at a ',' "
                                       "outside [] and {{}}); a config is one document",
@@ -477,13 +487,23 @@ nlohmann::json yaml_to_json(const std::string& text, const std::string& origin) 
     throw Error(origin,
                 fmt::format("not valid YAML at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
   }
-  if (document.IsNull()) return json::object();
+  if (document.IsNull()) return Json::object();
   try {
-    return Converter(origin).convert(document, "", 0);
+    return Converter<Json>(origin).convert(document, "", 0);
   } catch (const YAML::Exception& e) {
     throw Error(origin,
                 fmt::format("not valid YAML at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
   }
+}
+
+}  // namespace
+
+nlohmann::json yaml_to_json(const std::string& text, const std::string& origin) {
+  return load_yaml<nlohmann::json>(text, origin);
+}
+
+nlohmann::ordered_json yaml_to_ordered_json(const std::string& text, const std::string& origin) {
+  return load_yaml<nlohmann::ordered_json>(text, origin);
 }
 
 }  // namespace verlpp::config

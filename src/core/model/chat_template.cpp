@@ -1,5 +1,7 @@
 // Built-in chat formats and the recognition of published templates. The rendering follows the
-// templates' Jinja logic for conversations of plain text messages (no tool definitions): Qwen3's
+// templates' Jinja logic for conversations of plain text messages and, for Qwen2.5 and Qwen3,
+// the `tools` section of function schemas (assistant messages carrying structured tool_calls are
+// not rendered: the agent loop appends the model's own tokens instead): Qwen3's
 // <think> splitting of assistant turns after the last user query, tool-response grouping, and
 // Jinja's `trim` (Python's str.strip) on Llama message contents.
 #include "../util/input_file.hpp"
@@ -9,6 +11,7 @@
 #include "tokenizer_internal.hpp"
 
 #include <verlpp/core/error.hpp>
+#include <verlpp/core/python_json.hpp>
 #include <verlpp/core/strings.hpp>
 
 #include <fstream>
@@ -74,6 +77,20 @@ std::string literal_default_system(const std::string& jinja) {
     }
   }
   return "";
+}
+
+// The `tools` section of the Qwen2.5 and Qwen3 templates (hermes <tool_call> format), from
+// "# Tools" to the end of the system turn.
+std::string hermes_tools_section(const std::vector<nlohmann::ordered_json>& tools) {
+  std::string out =
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+  for (const auto& tool : tools) out += "\n" + python_json_dumps(tool);
+  out +=
+      "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+      "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+      "<args-json-object>}\n</tool_call><|im_end|>\n";
+  return out;
 }
 
 }  // namespace
@@ -195,6 +212,11 @@ ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
   std::string out;
   const size_t n = messages.size();
+  const bool tools = !options.tools.empty();
+  VERLPP_CHECK(!tools || renders_tools(),
+               "chat template \"{}\": this format renders no tool schemas (the built-ins that do: qwen2.5, qwen3)",
+               name_);
+  const bool has_system = n > 0 && messages[0].role == "system";
   auto chatml_turn = [&](const std::string& role, const std::string& content) {
     out += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";
   };
@@ -210,10 +232,12 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
 
   switch (format_) {
     case ChatFormat::kChatML: {
-      bool has_system = n > 0 && messages[0].role == "system";
-      if (!default_system_.empty() && !has_system && (n > 0 || system_outside_loop_))
+      if (tools)  // the system turn carries the tools section; the loop skips a first system message
+        out += "<|im_start|>system\n" + (has_system ? messages[0].content : default_system_) + "\n\n" +
+               hermes_tools_section(options.tools);
+      else if (!default_system_.empty() && !has_system && (n > 0 || system_outside_loop_))
         chatml_turn("system", default_system_);
-      for (size_t i = 0; i < n; ++i) {
+      for (size_t i = tools && has_system ? 1 : 0; i < n; ++i) {
         if (group_tool_responses_ && messages[i].role == "tool")
           tool_turn(i);
         else
@@ -223,7 +247,11 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
       break;
     }
     case ChatFormat::kQwen3: {
-      if (n > 0 && messages[0].role == "system") chatml_turn("system", messages[0].content);
+      if (tools)
+        out += "<|im_start|>system\n" + (has_system ? messages[0].content + "\n\n" : std::string()) +
+               hermes_tools_section(options.tools);
+      else if (has_system)
+        chatml_turn("system", messages[0].content);
       // The last user message that is not a wrapped tool response.
       size_t last_query = n == 0 ? 0 : n - 1;
       for (size_t k = n; k-- > 0;) {

@@ -1,0 +1,21 @@
+// The built-in tool classes (registered in tool_classes() by tool.cpp).
+#pragma once
+
+#include <verlpp/agent/tool.hpp>
+
+namespace verlpp::agent {
+
+// verl.tools.gsm8k_tool.Gsm8kTool: scores the answer it is given against the sample's
+// create_kwargs.ground_truth with verl's flexible gsm8k rule.
+std::unique_ptr<Tool> make_gsm8k_tool(const nlohmann::json& config, const nlohmann::ordered_json& schema,
+                                      const std::string& where);
+// verlpp.tools.Calculator: exact rational arithmetic on {"expression": "..."}.
+std::unique_ptr<Tool> make_calculator_tool(const nlohmann::json& config, const nlohmann::ordered_json& schema,
+                                           const std::string& where);
+// verlpp.tools.Sandbox: the call's code run by a command in a child process with limits.
+std::unique_ptr<Tool> make_sandbox_tool(const nlohmann::json& config, const nlohmann::ordered_json& schema,
+                                        const std::string& where);
+// The calculator's reply for `expression` (its digits, or "p/q"); Error as the tool raises it.
+std::string calculate(const std::string& expression);
+
+}  // namespace verlpp::agent

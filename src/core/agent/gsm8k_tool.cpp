@@ -1,0 +1,51 @@
+// verl's Gsm8kTool as its agent loop calls it: each call is a fresh instance (previous reward
+// 0), so the reply is "Current parsed answer=<repr> reward=<score>" and the call's tool reward
+// is 0.0 for a correct answer and -0.05 otherwise.
+#include "builtin_tools.hpp"
+
+#include <verlpp/core/error.hpp>
+#include <verlpp/reward/reward.hpp>
+
+namespace verlpp::agent {
+namespace {
+
+// Python's type name of a JSON value, for the AttributeError text verl's tool would raise.
+const char* python_type(const nlohmann::ordered_json& value) {
+  if (value.is_string()) return "str";
+  if (value.is_array()) return "list";
+  if (value.is_boolean()) return "bool";
+  if (value.is_null()) return "NoneType";
+  if (value.is_number_float()) return "float";
+  return "int";
+}
+
+class Gsm8kTool : public Tool {
+ public:
+  Gsm8kTool(const nlohmann::ordered_json& schema, const std::string& where) : Tool(schema, where) {}
+
+  ToolResult call(const nlohmann::ordered_json& arguments, const nlohmann::json& create_kwargs) const override {
+    if (!arguments.is_object())
+      throw Error("gsm8k tool", fmt::format("'{}' object has no attribute 'get'", python_type(arguments)));
+    const std::string answer = arguments.contains("answer") ? python_str(arguments["answer"]) : std::string();
+    const std::string response = answer.rfind("#### ", 0) == 0 ? answer : "#### " + answer;
+    double score = 0.0;
+    if (create_kwargs.is_object() && create_kwargs.contains("ground_truth") && !create_kwargs["ground_truth"].is_null()) {
+      const auto& truth = create_kwargs["ground_truth"];
+      score = reward::rules::gsm8k(response, truth.is_string() ? truth.get<std::string>() : python_str(truth),
+                                   /*flexible=*/true, /*format_score=*/0.0, /*score=*/1.0);
+    }
+    ToolResult result;
+    result.reward = score > 0.0 ? 0.0 : -0.05;
+    result.text = "Current parsed answer=" + python_repr(answer) + " reward=" + python_str(score);
+    return result;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Tool> make_gsm8k_tool(const nlohmann::json&, const nlohmann::ordered_json& schema,
+                                      const std::string& where) {
+  return std::make_unique<Gsm8kTool>(schema, where);
+}
+
+}  // namespace verlpp::agent
