@@ -97,7 +97,8 @@ const char* kTools = R"(tools:
                   parameters: {type: object, properties: {expression: {type: string}}, required: [expression]}}}
 )";
 
-const std::string kQwenSystem = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n";
+const std::string kQwenSystem =
+    "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n";
 
 // Log-probs -1/100 ... -n/100 starting after `first` ids emitted before.
 std::vector<float> scripted_logprobs(size_t first, size_t n) {
@@ -134,7 +135,9 @@ TEST_CASE("Qwen2.5 and Qwen3 render tool schemas as their templates do", "[agent
         "<|im_start|>system\n" + section + "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
   CHECK(qwen3.render({{"system", "S"}, {"user", "hi"}}, options) ==
         "<|im_start|>system\nS\n\n" + section + "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-  CHECK_THAT(error_of([&] { model::ChatTemplate::builtin("llama3").render({{"user", "hi"}}, options); }),
+  CHECK_THAT(error_of([&] {
+               model::ChatTemplate::builtin("llama3").render({{"user", "hi"}}, options);
+             }),
              Contains("\"llama3\": this format renders no tool schemas"));
 }
 
@@ -146,24 +149,27 @@ TEST_CASE("the tool segment: verl's system-prompt cut, with the end-of-turn newl
   CHECK(format.segment("x<|im_end|>", {"408"}) ==
         ids_of("\n<|im_start|>user\n<tool_response>\n408\n</tool_response><|im_end|>\n<|im_start|>assistant\n"));
   // A turn that did not end with the end-of-turn token gets no part of it (verl appends nothing).
-  CHECK(format.segment("x", {"1", "2"}) ==
-        ids_of("<|im_start|>user\n<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>\n"
-               "<|im_start|>assistant\n"));
+  CHECK(
+      format.segment("x", {"1", "2"}) ==
+      ids_of("<|im_start|>user\n<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>\n"
+             "<|im_start|>assistant\n"));
   const auto chatml = model::ChatTemplate::builtin("chatml");
   const ToolSegmentFormat plain(tiny_tokenizer(), chatml);
   CHECK(plain.system_prefix().empty());
   CHECK(plain.segment("x<|im_end|>", {"7"}) == ids_of("\n<|im_start|>tool\n7<|im_end|>\n<|im_start|>assistant\n"));
 }
 
-TEST_CASE("a two-turn trajectory: ids, mask, log-probs and counts as verl's ToolAgentLoop builds them", "[agent_loop]") {
+TEST_CASE("a two-turn trajectory: ids, mask, log-probs and counts as verl's ToolAgentLoop builds them",
+          "[agent_loop]") {
   const ToolSet tools = parse_tool_config(kTools, "tools.yaml");
   const auto qwen25 = model::ChatTemplate::builtin("qwen2.5");
   const ToolSegmentFormat format(tiny_tokenizer(), qwen25);
   const TokenIds im_end = ids_of("<|im_end|>");
   REQUIRE(im_end.size() == 1);
-  const TokenIds call = cat({ids_of("<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*34\"}}\n"
-                                    "</tool_call>"),
-                             im_end});
+  const TokenIds call =
+      cat({ids_of("<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*34\"}}\n"
+                  "</tool_call>"),
+           im_end});
   const TokenIds answer = cat({ids_of("The answer is 408."), im_end});
   const TokenIds plain = cat({ids_of("no tools needed"), im_end});
   ScriptedSource source({{call, answer}, {plain}});
@@ -175,7 +181,8 @@ TEST_CASE("a two-turn trajectory: ids, mask, log-probs and counts as verl's Tool
   AgentLoopSettings settings;
   settings.response_length = 200;
   AgentLoopStats stats;
-  const std::vector<Trajectory> out = run_agent_loop(source, samples, tools, format, tiny_tokenizer(), settings, &stats);
+  const std::vector<Trajectory> out =
+      run_agent_loop(source, samples, tools, format, tiny_tokenizer(), settings, &stats);
   REQUIRE(out.size() == 2);
 
   const TokenIds segment =
@@ -225,7 +232,8 @@ TEST_CASE("termination: budget, turn limits, overflowing segment, parallel calls
   };
   const TokenIds one_call = cat({call_of("1+1"), im_end});
   const TokenIds prompt = ids_of("<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
-  const TokenIds seg2 = ids_of("\n<|im_start|>user\n<tool_response>\n2\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+  const TokenIds seg2 =
+      ids_of("\n<|im_start|>user\n<tool_response>\n2\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
   auto run = [&](std::vector<TokenIds> script, AgentLoopSettings settings, ScriptedSource** source_out = nullptr) {
     static std::unique_ptr<ScriptedSource> source;
     source = std::make_unique<ScriptedSource>(std::vector<std::vector<TokenIds>>{std::move(script)});
@@ -309,7 +317,8 @@ TEST_CASE("termination: budget, turn limits, overflowing segment, parallel calls
     std::vector<AgentSample> samples(1);
     samples[0].prompt_ids = prompt;
     ScriptedSource source({{one_call}});
-    const Trajectory t = run_agent_loop(source, samples, ToolSet(), format, tiny_tokenizer(), AgentLoopSettings()).at(0);
+    const Trajectory t =
+        run_agent_loop(source, samples, ToolSet(), format, tiny_tokenizer(), AgentLoopSettings()).at(0);
     CHECK(t.response_ids == one_call);
     CHECK(t.num_turns == 2);
     CHECK(t.tool_calls == 0);
@@ -323,11 +332,13 @@ TEST_CASE("the agent loop refuses what it cannot run, naming it", "[agent_loop]"
   std::vector<AgentSample> samples(1);
   samples[0].prompt_ids = ids_of("hi");
   samples[0].agent_name = "react_agent";
-  CHECK_THAT(error_of([&] { run_agent_loop(source, samples, ToolSet(), format, tiny_tokenizer(), AgentLoopSettings()); }),
-             Contains("sample 0: agent_name 'react_agent' is not a known agent loop"));
+  CHECK_THAT(
+      error_of([&] { run_agent_loop(source, samples, ToolSet(), format, tiny_tokenizer(), AgentLoopSettings()); }),
+      Contains("sample 0: agent_name 'react_agent' is not a known agent loop"));
   samples[0].agent_name = kToolAgent;
-  CHECK_THAT(error_of([&] { run_agent_loop(source, samples, ToolSet(), format, tiny_tokenizer(), AgentLoopSettings()); }),
-             Contains("needs tools"));
+  CHECK_THAT(
+      error_of([&] { run_agent_loop(source, samples, ToolSet(), format, tiny_tokenizer(), AgentLoopSettings()); }),
+      Contains("needs tools"));
   AgentLoopSettings bad;
   bad.tool_response_truncate_side = "top";
   CHECK_THAT(error_of([&] { validate(bad); }), Contains("must be left, right or middle, got 'top'"));

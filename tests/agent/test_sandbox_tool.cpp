@@ -78,9 +78,12 @@ TEST_CASE("sandbox: an endless loop, a fork bomb, 10 GiB, a network connect, 100
 
 TEST_CASE("sandbox: its config is checked, naming the key", "[sandbox]") {
   using verlpp::test::error_of;
-  CHECK_THAT(error_of([] { sandbox(", timeout_s: -1"); }), Contains("sandbox.yaml: tools[0].config.timeout_s: expected a positive number"));
-  CHECK_THAT(error_of([] { sandbox(", memory_mb: 0"); }), Contains("config.memory_mb: expected a positive integer, got 0"));
-  CHECK_THAT(error_of([] { sandbox(", command: [sh, -c]"); }), Contains("the program must be an absolute path, got 'sh'"));
+  CHECK_THAT(error_of([] { sandbox(", timeout_s: -1"); }),
+             Contains("sandbox.yaml: tools[0].config.timeout_s: expected a positive number"));
+  CHECK_THAT(error_of([] { sandbox(", memory_mb: 0"); }),
+             Contains("config.memory_mb: expected a positive integer, got 0"));
+  CHECK_THAT(error_of([] { sandbox(", command: [sh, -c]"); }),
+             Contains("the program must be an absolute path, got 'sh'"));
   CHECK_THAT(error_of([] { sandbox(", network: wide"); }), Contains("config.network: expected none or host"));
   const ToolSet missing = sandbox(", command: [/nonexistent/python3, -c]");
   CHECK(run(missing, "print(1)").text == "sandbox: /nonexistent/python3: No such file or directory\n[exit code 127]");

@@ -56,7 +56,8 @@ ToolResult call_tool(const ToolSet& tools, const std::string& name, const std::s
 
 TEST_CASE("python_json_dumps writes json.dumps(ensure_ascii=False) text, keys in their own order", "[tools]") {
   const ojson value = ojson::parse(R"({"z": 1, "a": [1, 2.5, "x\"y\n", null, true], "m": {}, "u": "é", "e": []})");
-  CHECK(python_json_dumps(value) == "{\"z\": 1, \"a\": [1, 2.5, \"x\\\"y\\n\", null, true], \"m\": {}, \"u\": \"é\", \"e\": []}");
+  CHECK(python_json_dumps(value) ==
+        "{\"z\": 1, \"a\": [1, 2.5, \"x\\\"y\\n\", null, true], \"m\": {}, \"u\": \"é\", \"e\": []}");
   CHECK(python_json_dumps(ojson(1e16)) == "1e+16");
   CHECK(python_json_dumps(ojson(1.0)) == "1.0");
   CHECK(python_json_dumps(ojson(0.0001)) == "0.0001");
@@ -155,9 +156,10 @@ TEST_CASE("verl's tool config: schemas in the file's order, clear errors", "[too
   CHECK_THAT(error_of([] { parse_tool_config("tools:\n  - class_name: my.Missing\n    tool_schema: {}\n", "t.yaml"); }),
              Contains("t.yaml: tools[0].class_name: unknown tool class 'my.Missing'; known: verl.tools.gsm8k_tool"));
   CHECK_THAT(error_of([] {
-               parse_tool_config("tools:\n  - class_name: verlpp.tools.Calculator\n    config: {type: mcp}\n"
-                                 "    tool_schema: {}\n",
-                                 "t.yaml");
+               parse_tool_config(
+                   "tools:\n  - class_name: verlpp.tools.Calculator\n    config: {type: mcp}\n"
+                   "    tool_schema: {}\n",
+                   "t.yaml");
              }),
              Contains("t.yaml: tools[0].config.type: 'mcp' tools are not supported"));
   CHECK_THAT(error_of([] {
@@ -165,9 +167,39 @@ TEST_CASE("verl's tool config: schemas in the file's order, clear errors", "[too
                                  "t.yaml");
              }),
              Contains("t.yaml: tools[0]: tool_schema must be"));
-  const std::string twice = std::string(kToolsYaml) +
-                            "  - class_name: verlpp.tools.Calculator\n    tool_schema: {function: {name: calculator}}\n";
-  CHECK_THAT(error_of([&] { parse_tool_config(twice, "t.yaml"); }), Contains("tools[2]: a second tool named 'calculator'"));
+  const std::string twice =
+      std::string(kToolsYaml) +
+      "  - class_name: verlpp.tools.Calculator\n    tool_schema: {function: {name: calculator}}\n";
+  CHECK_THAT(error_of([&] { parse_tool_config(twice, "t.yaml"); }),
+             Contains("tools[2]: a second tool named 'calculator'"));
   CHECK_THAT(error_of([] { parse_tool_config("tool: []", "t.yaml"); }), Contains("expected a top-level 'tools' list"));
   CHECK_THAT(error_of([] { load_tool_config("/nonexistent/tools.yaml"); }), Contains("/nonexistent/tools.yaml"));
+}
+
+TEST_CASE("a tool in a user's shared library, through the C ABI", "[tools]") {
+  const std::string entry = std::string("tools:\n  - class_name: verlpp.tools.SharedLibrary\n    config: {path: ") +
+                            VERLPP_TEST_CUSTOM_TOOL + ", symbol: echo_tool, max_reply_bytes: 64}\n" +
+                            "    tool_schema: {type: function, function: {name: echo}}\n";
+  const ToolSet tools = parse_tool_config(entry, "lib.yaml");
+  const nlohmann::json kwargs = {{"echo", {{"create_kwargs", {{"k", 1}}}}}};
+  ToolResult ok = call_tool(tools, "echo", R"({"b": 2, "a": 1})", kwargs);
+  CHECK(ok.text == "echo got {\"b\": 2, \"a\": 1} with {\"k\":1}");
+  CHECK(ok.reward == 1.25);
+  CHECK(call_tool(tools, "echo", R"({"x": "fail"})").text == "Error when executing tool: cannot run echo");
+  ToolResult cut = call_tool(tools, "echo", R"({"x": "long"})");
+  CHECK(cut.text == std::string(63, 'x'));
+  CHECK_THAT(error_of([] {
+               parse_tool_config(
+                   "tools:\n  - class_name: verlpp.tools.SharedLibrary\n    config: {path: /nonexistent.so, "
+                   "symbol: f}\n    tool_schema: {function: {name: f}}\n",
+                   "lib.yaml");
+             }),
+             Contains("lib.yaml: tools[0].config.path: '/nonexistent.so' cannot be loaded"));
+  CHECK_THAT(error_of([] {
+               parse_tool_config(
+                   std::string("tools:\n  - class_name: verlpp.tools.SharedLibrary\n    config: {path: ") +
+                       VERLPP_TEST_CUSTOM_TOOL + ", symbol: nope}\n    tool_schema: {function: {name: f}}\n",
+                   "lib.yaml");
+             }),
+             Contains("has no symbol 'nope'"));
 }

@@ -48,8 +48,8 @@ class Tool {
 
 // Builds a tool from its config entry's `config` mapping and `tool_schema`; `where` names the
 // entry in errors ("tools.yaml: tools[0]").
-using ToolClass = std::function<std::unique_ptr<Tool>(const nlohmann::json& config, const nlohmann::ordered_json& schema,
-                                                      const std::string& where)>;
+using ToolClass = std::function<std::unique_ptr<Tool>(const nlohmann::json& config,
+                                                      const nlohmann::ordered_json& schema, const std::string& where)>;
 
 // The tool classes by class_name: verl.tools.gsm8k_tool.Gsm8kTool, verlpp.tools.Calculator,
 // verlpp.tools.Sandbox and what programs register.

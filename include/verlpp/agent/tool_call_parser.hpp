@@ -19,10 +19,10 @@ struct ToolCall {
 
 // What a turn holds.
 struct ParsedTurn {
-  std::string content;           // the text with every <tool_call> span removed
-  std::vector<ToolCall> calls;   // in the order they were written
-  int64_t num_malformed = 0;     // spans skipped: not JSON, not an object, no string name or no arguments
-  std::string first_malformed;   // why the first skipped span was skipped ("" = none)
+  std::string content;          // the text with every <tool_call> span removed
+  std::vector<ToolCall> calls;  // in the order they were written
+  int64_t num_malformed = 0;    // spans skipped: not JSON, not an object, no string name or no arguments
+  std::string first_malformed;  // why the first skipped span was skipped ("" = none)
 };
 
 // The hermes reading of `text` (a decoded assistant turn).

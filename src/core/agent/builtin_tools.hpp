@@ -15,6 +15,9 @@ std::unique_ptr<Tool> make_calculator_tool(const nlohmann::json& config, const n
 // verlpp.tools.Sandbox: the call's code run by a command in a child process with limits.
 std::unique_ptr<Tool> make_sandbox_tool(const nlohmann::json& config, const nlohmann::ordered_json& schema,
                                         const std::string& where);
+// verlpp.tools.SharedLibrary: a C function of a user's shared object (tool_abi.h).
+std::unique_ptr<Tool> make_library_tool(const nlohmann::json& config, const nlohmann::ordered_json& schema,
+                                        const std::string& where);
 // The calculator's reply for `expression` (its digits, or "p/q"); Error as the tool raises it.
 std::string calculate(const std::string& expression);
 

@@ -29,7 +29,8 @@ class Gsm8kTool : public Tool {
     const std::string answer = arguments.contains("answer") ? python_str(arguments["answer"]) : std::string();
     const std::string response = answer.rfind("#### ", 0) == 0 ? answer : "#### " + answer;
     double score = 0.0;
-    if (create_kwargs.is_object() && create_kwargs.contains("ground_truth") && !create_kwargs["ground_truth"].is_null()) {
+    if (create_kwargs.is_object() && create_kwargs.contains("ground_truth") &&
+        !create_kwargs["ground_truth"].is_null()) {
       const auto& truth = create_kwargs["ground_truth"];
       score = reward::rules::gsm8k(response, truth.is_string() ? truth.get<std::string>() : python_str(truth),
                                    /*flexible=*/true, /*format_score=*/0.0, /*score=*/1.0);

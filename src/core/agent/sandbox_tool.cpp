@@ -63,7 +63,8 @@ SandboxLimits read_limits(const nlohmann::json& config, const std::string& where
   SandboxLimits limits;
   if (config.contains("command")) {
     const auto& c = config["command"];
-    VERLPP_CHECK(c.is_array() && !c.empty(), "{}.config.command: expected a non-empty list such as [/bin/sh, -c]", where);
+    VERLPP_CHECK(c.is_array() && !c.empty(), "{}.config.command: expected a non-empty list such as [/bin/sh, -c]",
+                 where);
     limits.command.clear();
     for (const auto& part : c) {
       VERLPP_CHECK(part.is_string() && !part.get<std::string>().empty(),
@@ -79,8 +80,8 @@ SandboxLimits read_limits(const nlohmann::json& config, const std::string& where
   }
   if (config.contains("timeout_s")) {
     const auto& t = config["timeout_s"];
-    VERLPP_CHECK(t.is_number() && t.get<double>() > 0, "{}.config.timeout_s: expected a positive number, got {}",
-                 where, t.dump());
+    VERLPP_CHECK(t.is_number() && t.get<double>() > 0, "{}.config.timeout_s: expected a positive number, got {}", where,
+                 t.dump());
     limits.timeout_s = t.get<double>();
   }
   limits.memory_mb = positive(config, "memory_mb", limits.memory_mb, where);
@@ -153,14 +154,16 @@ class SandboxTool : public Tool {
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     char dir_template[] = "/tmp/verlpp-sandbox-XXXXXX";
-    VERLPP_CHECK(::mkdtemp(dir_template) != nullptr, "sandbox: cannot make a working directory: {}", std::strerror(errno));
+    VERLPP_CHECK(::mkdtemp(dir_template) != nullptr, "sandbox: cannot make a working directory: {}",
+                 std::strerror(errno));
     const std::string dir = dir_template;
     const bool as_root = ::geteuid() == 0;
     if (as_root && ::chown(dir.c_str(), kNobody, kNobody) != 0) {
       std::filesystem::remove_all(dir);
       throw Error("sandbox", fmt::format("cannot hand the working directory to nobody: {}", std::strerror(errno)));
     }
-    std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + dir, "LANG=C.UTF-8"};
+    std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + dir,
+                                    "LANG=C.UTF-8"};
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -207,8 +210,7 @@ class SandboxTool : public Tool {
     const int null_fd = ::open("/dev/null", O_RDONLY);
     if (null_fd >= 0) ::dup2(null_fd, 0);
     if (isolate && ::unshare(CLONE_NEWNET) != 0) die("unshare(CLONE_NEWNET)");
-    const struct rlimit mem = {memory, memory}, cpus = {cpu, cpu + 1}, procs = {processes, processes},
-                        core = {0, 0};
+    const struct rlimit mem = {memory, memory}, cpus = {cpu, cpu + 1}, procs = {processes, processes}, core = {0, 0};
     if (::setrlimit(RLIMIT_AS, &mem) != 0 || ::setrlimit(RLIMIT_CPU, &cpus) != 0 ||
         ::setrlimit(RLIMIT_NPROC, &procs) != 0 || ::setrlimit(RLIMIT_CORE, &core) != 0)
       die("setrlimit");
@@ -234,14 +236,15 @@ class SandboxTool : public Tool {
         timed_out = true;
         break;
       }
-      const int wait_ms = static_cast<int>(std::min<int64_t>(
-          100, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1));
+      const int wait_ms = static_cast<int>(
+          std::min<int64_t>(100, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1));
       struct pollfd p = {in, POLLIN, 0};
       const int ready = ::poll(&p, 1, wait_ms);
       if (ready > 0) {
         const ssize_t n = ::read(in, buffer, sizeof(buffer));
         if (n > 0) {
-          const size_t room = static_cast<size_t>(limits_.max_output_bytes) - std::min(output.size(), size_t(limits_.max_output_bytes));
+          const size_t room =
+              static_cast<size_t>(limits_.max_output_bytes) - std::min(output.size(), size_t(limits_.max_output_bytes));
           output.append(buffer, std::min(room, static_cast<size_t>(n)));
           if (static_cast<size_t>(n) > room) {
             capped = true;
@@ -275,7 +278,6 @@ class SandboxTool : public Tool {
                        WTERMSIG(status) == SIGXCPU || WTERMSIG(status) == SIGKILL ? ": a limit was reached" : ""));
     return reply;
   }
-
 };
 
 }  // namespace

@@ -14,6 +14,7 @@ void add_builtin_tools(Registry<ToolClass>& registry) {
   registry.add("verl.tools.gsm8k_tool.Gsm8kTool", make_gsm8k_tool);
   registry.add("verlpp.tools.Calculator", make_calculator_tool);
   registry.add("verlpp.tools.Sandbox", make_sandbox_tool);
+  registry.add("verlpp.tools.SharedLibrary", make_library_tool);
 }
 
 // Python's repr of a str: single quotes unless the text holds ' and no ", the usual escapes,

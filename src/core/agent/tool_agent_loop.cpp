@@ -93,12 +93,18 @@ struct Running {
 
 const char* termination_name(Termination termination) {
   switch (termination) {
-    case Termination::kNoToolCall: return "no_tool_call";
-    case Termination::kResponseLength: return "response_length";
-    case Termination::kMaxAssistantTurns: return "max_assistant_turns";
-    case Termination::kMaxUserTurns: return "max_user_turns";
-    case Termination::kToolSegmentOverflow: return "tool_segment_overflow";
-    case Termination::kAborted: return "aborted";
+    case Termination::kNoToolCall:
+      return "no_tool_call";
+    case Termination::kResponseLength:
+      return "response_length";
+    case Termination::kMaxAssistantTurns:
+      return "max_assistant_turns";
+    case Termination::kMaxUserTurns:
+      return "max_user_turns";
+    case Termination::kToolSegmentOverflow:
+      return "tool_segment_overflow";
+    case Termination::kAborted:
+      return "aborted";
   }
   return "?";
 }
@@ -153,8 +159,8 @@ ToolResult run_tool_call(const ToolSet& tools, const ToolCall& call, const nlohm
     return ToolResult{std::string("Error when executing tool: ") + e.what(), 0.0};
   }
   if (failed) *failed = false;
-  result.text = truncate_tool_reply(result.text, settings.max_tool_response_length,
-                                    settings.tool_response_truncate_side);
+  result.text =
+      truncate_tool_reply(result.text, settings.max_tool_response_length, settings.tool_response_truncate_side);
   return result;
 }
 
@@ -272,9 +278,10 @@ std::vector<Trajectory> run_agent_loop(TurnSource& source, const std::vector<Age
       on_tools(run);
       if (run.done) --remaining;
     }
-    VERLPP_CHECK(remaining == 0 || source.has_work() ||
-                     std::any_of(runs.begin(), runs.end(), [](const Running& r) { return !r.done && !r.pending.empty(); }),
-                 "agent loop: {} trajectories neither generate nor wait on a tool", remaining);
+    VERLPP_CHECK(
+        remaining == 0 || source.has_work() ||
+            std::any_of(runs.begin(), runs.end(), [](const Running& r) { return !r.done && !r.pending.empty(); }),
+        "agent loop: {} trajectories neither generate nor wait on a tool", remaining);
   }
 
   std::vector<Trajectory> out;

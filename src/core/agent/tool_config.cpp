@@ -53,8 +53,8 @@ ToolSet parse_tool_config(const std::string& yaml_text, const std::string& origi
                                       : nlohmann::json::object();
     VERLPP_CHECK(config.is_object(), "{}.config: expected a mapping", where);
     const std::string type = config.value("type", std::string("native"));
-    VERLPP_CHECK(type == "native", "{}.config.type: '{}' tools are not supported (only 'native' tools run here)",
-                 where, type);
+    VERLPP_CHECK(type == "native", "{}.config.type: '{}' tools are not supported (only 'native' tools run here)", where,
+                 type);
     VERLPP_CHECK(entry.contains("tool_schema"), "{}: 'tool_schema' is missing (verl's OpenAI function schema)", where);
     const std::optional<ToolClass> make = tool_classes().find(class_name);
     if (!make) throw tool_classes().unknown(class_name, where + ".class_name");
