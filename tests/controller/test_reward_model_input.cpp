@@ -54,7 +54,7 @@ model::Tokenizer tokenizer_without(const std::string& digit) {
   return model::Tokenizer::from_json_string(t.dump(), "tokenizer without " + digit);
 }
 
-// A batch of responses as the rollout returns them: right-padded ids and their mask.
+// A batch of responses as the rollout returns them: right-padded ids, their mask and attention.
 data::Batch response_batch(const std::vector<TokenIds>& responses, int64_t width, TokenId pad) {
   const int64_t rows = int64_t(responses.size());
   std::vector<int64_t> ids(size_t(rows * width), pad);
@@ -70,6 +70,7 @@ data::Batch response_batch(const std::vector<TokenIds>& responses, int64_t width
   b.set(data::fields::kResponseMask,
         at::from_blob(mask.data(), {rows, width}, at::TensorOptions().dtype(at::kFloat)).clone());
   b.set(data::fields::kInputIds, b.tensor(data::fields::kResponses));
+  b.set(data::fields::kAttentionMask, b.tensor(data::fields::kResponseMask));  // no prompt columns here
   return b;
 }
 

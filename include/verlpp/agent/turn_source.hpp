@@ -39,9 +39,13 @@ class TurnSource {
 
 // Turns from the rollout engine: each trajectory is a sequence of one GenerationSession, sampled
 // with `sampling` (its n is 1 per trajectory; its max_new_tokens is replaced by each turn's budget).
+// Trajectory `index` is seeded seeds[index] when `seeds` is given (a caller running a slice of a
+// batch passes seeds of the global rows, so the tokens do not depend on the slicing); otherwise
+// sampling.seed, or the engine's seed + index.
 class SessionTurnSource : public TurnSource {
  public:
-  SessionTurnSource(rollout::GenerationSession& session, rollout::SamplingParams sampling);
+  SessionTurnSource(rollout::GenerationSession& session, rollout::SamplingParams sampling,
+                    std::vector<uint64_t> seeds = {});
   int64_t start(const TokenIds& prompt, int64_t max_new_tokens, int64_t index) override;
   void resume(int64_t handle, const TokenIds& appended, int64_t max_new_tokens) override;
   void finish(int64_t handle) override;
@@ -51,6 +55,7 @@ class SessionTurnSource : public TurnSource {
  private:
   rollout::GenerationSession& session_;
   rollout::SamplingParams sampling_;
+  std::vector<uint64_t> seeds_;  // by trajectory index (empty: sampling_.seed or the engine's)
 };
 
 }  // namespace verlpp::agent

@@ -129,6 +129,25 @@ struct ValKwargsSettings {
   double top_p = 1.0;        // top_p
 };
 
+// actor_rollout_ref.rollout.multi_turn.* (verl's agent loop; docs/agent.md)
+struct MultiTurnSettings {
+  bool enable = false;                                 // enable (tool_agent rows need it)
+  int64_t max_assistant_turns = 0;                     // max_assistant_turns (null: 0, no limit)
+  int64_t max_user_turns = 0;                          // max_user_turns (null: 0, no limit)
+  int64_t max_parallel_calls = 1;                      // max_parallel_calls (calls of one turn run)
+  int64_t max_tool_response_length = 256;              // max_tool_response_length (characters)
+  std::string tool_response_truncate_side = "middle";  // tool_response_truncate_side: left | right | middle
+  std::optional<std::string> tool_config_path;         // tool_config_path (verl's tool YAML)
+  std::string format = "hermes";                       // format (the tool-call parser: hermes)
+};
+
+// actor_rollout_ref.rollout.agent.* (which loop runs a row, and the tools' thread pool)
+struct AgentSettings {
+  int64_t num_workers = 8;                               // num_workers (verlpp: threads running tool calls)
+  std::string default_agent_loop = "single_turn_agent";  // default_agent_loop (rows without agent_name)
+  std::optional<std::string> agent_loop_config_path;     // agent_loop_config_path (verl's agent loop YAML)
+};
+
 // actor_rollout_ref.rollout.*
 struct RolloutSettings {
   double temperature = 1.0;                       // temperature (0: greedy)
@@ -146,6 +165,8 @@ struct RolloutSettings {
   int64_t tensor_model_parallel_size = 1;         // tensor_model_parallel_size (ranks per engine)
   int64_t log_prob_micro_batch_size_per_gpu = 8;  // log_prob_micro_batch_size_per_gpu (null: 8; rows per LM-head chunk)
   ValKwargsSettings val_kwargs;                   // val_kwargs.*
+  MultiTurnSettings multi_turn;                   // multi_turn.*
+  AgentSettings agent;                            // agent.*
 };
 
 // critic.* (read only when the run has a critic)

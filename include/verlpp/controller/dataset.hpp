@@ -3,6 +3,8 @@
 // load; a seeded, resumable data loader; and collation into a left-padded prompt Batch.
 #pragma once
 
+#include <verlpp/agent/agent_loop_config.hpp>
+#include <verlpp/agent/tool_agent_loop.hpp>
 #include <verlpp/controller/batch.hpp>
 #include <verlpp/core/token_id.hpp>
 #include <verlpp/data/rl_batch.hpp>
@@ -28,6 +30,9 @@ struct PromptRecord {
   TokenIds prompt_ids;                       // chat template + tokenizer, truncated if configured
   std::optional<std::string> response_text;  // SFT target text (options.response_key), if read
   TokenIds response_ids;                     // response_text tokenized + suffix ids; else empty
+  std::string agent_name;                    // the row's agent_name, else options.default_agent_name
+  std::string agent_loop;                    // the built-in loop it names (agent::kSingleTurnAgent, kToolAgent)
+  nlohmann::json tools_kwargs = nlohmann::json::object();  // extra_info.tools_kwargs ({} when absent)
 };
 
 // A row's prompt as chat messages: a string is one user turn; otherwise a non-empty list of
@@ -45,6 +50,13 @@ struct DatasetOptions {
   model::ChatOptions chat;                    // add_generation_prompt etc.
   std::string response_key;                   // SFT rows: the key of the target text ("" = not read)
   TokenIds response_suffix_ids;               // appended to each SFT target (the end-of-turn/EOS id)
+  // The agent loop of rows without an agent_name column (rollout.agent.default_agent_loop), and
+  // the names known (null: every row is single_turn_agent, an agent_name column is ignored).
+  std::string default_agent_name = agent::kSingleTurnAgent;
+  const agent::AgentLoopNames* agent_loops = nullptr;
+  // The tools' schemas a tool_agent row's prompt is rendered with (as verl's ToolAgentLoop does);
+  // a tool_agent row with none is an Error naming it.
+  std::vector<nlohmann::ordered_json> tool_schemas;
 };
 
 class PromptDataset {
@@ -95,7 +107,8 @@ class DataLoader {
 
 // A prompt Batch for `indices`: tensors input_ids / attention_mask / position_ids
 // [B, max_len] int64, left-padded with `pad_token_id` (as verl pads prompts); columns
-// data_source, ground_truth, extra_info, index (dataset row) and uid (one id per row).
+// data_source, ground_truth, extra_info, index (dataset row), uid (one id per row), agent_name,
+// agent_loop (the built-in loop it names) and tools_kwargs.
 Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& indices, int64_t pad_token_id,
                       const std::string& uid_prefix = "");
 

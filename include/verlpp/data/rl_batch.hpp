@@ -55,9 +55,26 @@ Batch append_responses(const Batch& prompts, const std::vector<TokenIds>& respon
 Batch append_samples(const Batch& prompts, const std::vector<TokenIds>& responses,
                      const std::vector<std::vector<float>>& log_probs, int64_t response_length, TokenId pad_token_id);
 
+// append_samples for multi-turn trajectories (verl's agent loop output): response_mask from
+// `masks` (one 0/1 value per token of responses[i]: 1 the model's, 0 a tool's or a template's),
+// attention_mask 1 over every response token, rollout_log_probs from `log_probs`, and
+// position_ids = clamp(cumsum(attention_mask) - 1, 0) over the whole row, as verl's agent loop
+// computes them. Errors name the row whose mask does not fit its response or holds another value.
+Batch append_trajectories(const Batch& prompts, const std::vector<TokenIds>& responses,
+                          const std::vector<std::vector<float>>& masks,
+                          const std::vector<std::vector<float>>& log_probs, int64_t response_length,
+                          TokenId pad_token_id);
+
+// The response part of attention_mask [B, R] as float (1 at every response token, the tools'
+// included; equal to response_mask for single-turn samples), on the batch's device.
+at::Tensor response_attention(const Batch& batch);
+// Each row's number of response tokens (response_attention's row sums), [B] int64 on the CPU.
+at::Tensor response_lengths(const Batch& batch);
+
 // Outcome rewards as verl places them: [B, R] float with scores[i] on row i's last response
-// token (the last 1 of response_mask [B, R]) and 0 elsewhere; a row with an empty response gets
-// none. On response_mask's device. Error unless scores has B values.
-at::Tensor outcome_token_scores(const at::Tensor& response_mask, const std::vector<double>& scores);
+// token (the last 1 of `valid` [B, R]: response_attention, or response_mask for single-turn
+// samples) and 0 elsewhere; a row with an empty response gets none. On valid's device. Error
+// unless scores has B values.
+at::Tensor outcome_token_scores(const at::Tensor& valid, const std::vector<double>& scores);
 
 }  // namespace verlpp::data

@@ -4,8 +4,9 @@
 
 namespace verlpp::agent {
 
-SessionTurnSource::SessionTurnSource(rollout::GenerationSession& session, rollout::SamplingParams sampling)
-    : session_(session), sampling_(std::move(sampling)) {
+SessionTurnSource::SessionTurnSource(rollout::GenerationSession& session, rollout::SamplingParams sampling,
+                                     std::vector<uint64_t> seeds)
+    : session_(session), sampling_(std::move(sampling)), seeds_(std::move(seeds)) {
   sampling_.n = 1;
 }
 
@@ -14,6 +15,11 @@ int64_t SessionTurnSource::start(const TokenIds& prompt, int64_t max_new_tokens,
   request.prompt_ids = prompt;
   request.sampling = sampling_;
   request.sampling.max_new_tokens = max_new_tokens;
+  if (!seeds_.empty()) {
+    VERLPP_CHECK(index >= 0 && size_t(index) < seeds_.size(), "agent loop: trajectory {} has no seed ({} given)", index,
+                 seeds_.size());
+    request.sampling.seed = seeds_[size_t(index)];
+  }
   const std::vector<rollout::SequenceId> ids = session_.submit(request, index);
   VERLPP_CHECK(ids.size() == 1, "agent loop: the engine queued {} sequences for one trajectory", ids.size());
   return ids[0];

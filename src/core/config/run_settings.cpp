@@ -208,6 +208,46 @@ ActorSettings actor_at(const Config& c) {
   return s;
 }
 
+// An optional count where verl's null means "no limit" (0 here); negatives are refused.
+int64_t limit_at(const Config& c, const std::string& key) {
+  const int64_t value = read_optional<int64_t>(c, key).value_or(0);
+  if (value < 0) throw Error(key, fmt::format("{} must be >= 0 or null (no limit)", value));
+  return value;
+}
+
+int64_t positive_at(const Config& c, const std::string& key) {
+  const int64_t value = read<int64_t>(c, key);
+  if (value < 1) throw Error(key, fmt::format("{} must be >= 1", value));
+  return value;
+}
+
+MultiTurnSettings multi_turn_at(const Config& c, const std::string& m) {
+  MultiTurnSettings s;
+  s.enable = read<bool>(c, m + "enable");
+  s.max_assistant_turns = limit_at(c, m + "max_assistant_turns");
+  s.max_user_turns = limit_at(c, m + "max_user_turns");
+  s.max_parallel_calls = positive_at(c, m + "max_parallel_calls");
+  s.max_tool_response_length = positive_at(c, m + "max_tool_response_length");
+  s.tool_response_truncate_side = read<std::string>(c, m + "tool_response_truncate_side");
+  if (s.tool_response_truncate_side != "left" && s.tool_response_truncate_side != "right" &&
+      s.tool_response_truncate_side != "middle")
+    throw Error(m + "tool_response_truncate_side",
+                fmt::format("'{}' is not one of left, right, middle", s.tool_response_truncate_side));
+  s.tool_config_path = read_optional<std::string>(c, m + "tool_config_path");
+  s.format = read<std::string>(c, m + "format");
+  if (s.format != "hermes")
+    throw Error(m + "format", fmt::format("'{}' is not a tool-call format verlpp parses (known: hermes)", s.format));
+  return s;
+}
+
+AgentSettings agent_at(const Config& c, const std::string& a) {
+  AgentSettings s;
+  s.num_workers = positive_at(c, a + "num_workers");
+  s.default_agent_loop = read<std::string>(c, a + "default_agent_loop");
+  s.agent_loop_config_path = read_optional<std::string>(c, a + "agent_loop_config_path");
+  return s;
+}
+
 RolloutSettings rollout_at(const Config& c) {
   const std::string r = "actor_rollout_ref.rollout.";
   RolloutSettings s;
@@ -232,6 +272,8 @@ RolloutSettings rollout_at(const Config& c) {
   s.val_kwargs.temperature = read<double>(c, v + "temperature");
   s.val_kwargs.top_k = read<int64_t>(c, v + "top_k");
   s.val_kwargs.top_p = read<double>(c, v + "top_p");
+  s.multi_turn = multi_turn_at(c, r + "multi_turn.");
+  s.agent = agent_at(c, r + "agent.");
   return s;
 }
 

@@ -57,6 +57,19 @@ PromptRecord parse_row(const json& row, const std::string& where, const DatasetO
     if (row["reward_model"].contains("ground_truth")) r.ground_truth = row["reward_model"]["ground_truth"];
   }
   if (row.contains("extra_info")) r.extra_info = row["extra_info"];
+  // verl's dataset: tools_kwargs = extra_info.get("tools_kwargs", {}), per tool name.
+  if (r.extra_info.is_object() && r.extra_info.contains("tools_kwargs") && !r.extra_info["tools_kwargs"].is_null()) {
+    r.tools_kwargs = r.extra_info["tools_kwargs"];
+    if (!r.tools_kwargs.is_object())
+      throw Error(where, fmt::format("'extra_info.tools_kwargs' must be an object (tool name -> its kwargs), got {}",
+                                     r.tools_kwargs.dump()));
+  }
+  r.agent_name = o.default_agent_name;
+  if (row.contains("agent_name") && !row["agent_name"].is_null()) {
+    if (!row["agent_name"].is_string())
+      throw Error(where, fmt::format("'agent_name' must be a string, got {}", row["agent_name"].dump()));
+    r.agent_name = row["agent_name"].get<std::string>();
+  }
   if (!o.response_key.empty() && (!row.contains(o.response_key) || !row[o.response_key].is_string()))
     throw Error(where, fmt::format("the row has no string '{}' (the SFT response key)", o.response_key));
   if (!o.response_key.empty()) r.response_text = row[o.response_key].get<std::string>();
@@ -66,7 +79,19 @@ PromptRecord parse_row(const json& row, const std::string& where, const DatasetO
 // Renders, tokenizes and applies the length rule; false when the row must be dropped.
 bool prepare(PromptRecord& r, const model::Tokenizer& tokenizer, const model::ChatTemplate& chat,
              const DatasetOptions& o) {
-  r.prompt_ids = tokenizer.encode(chat.render(r.prompt, o.chat));
+  r.agent_loop = o.agent_loops ? o.agent_loops->loop_of(r.agent_name, r.origin + ": agent_name")
+                               : std::string(agent::kSingleTurnAgent);
+  if (r.agent_loop == agent::kToolAgent) {
+    // As verl's ToolAgentLoop: the prompt carries the tools' schemas.
+    if (o.tool_schemas.empty())
+      throw Error(r.origin, fmt::format("agent loop '{}' runs tools, but none are configured (set {})", r.agent_name,
+                                        config::keys::kRolloutMultiTurnToolConfigPath));
+    model::ChatOptions with_tools = o.chat;
+    with_tools.tools = o.tool_schemas;
+    r.prompt_ids = tokenizer.encode(chat.render(r.prompt, with_tools));
+  } else {
+    r.prompt_ids = tokenizer.encode(chat.render(r.prompt, o.chat));
+  }
   if (r.response_text) {
     r.response_ids = tokenizer.encode(*r.response_text);
     r.response_ids.insert(r.response_ids.end(), o.response_suffix_ids.begin(), o.response_suffix_ids.end());
@@ -202,7 +227,7 @@ Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& i
                       const std::string& uid_prefix) {
   if (indices.empty()) throw Error("collate_prompts", "no rows");
   std::vector<TokenIds> prompts;
-  std::vector<json> source, truth, extra, index, uid;
+  std::vector<json> source, truth, extra, index, uid, agent_name, agent_loop, tools_kwargs;
   for (size_t row = 0; row < indices.size(); ++row) {
     const PromptRecord& r = dataset[indices[row]];
     prompts.push_back(r.prompt_ids);
@@ -211,6 +236,9 @@ Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& i
     extra.push_back(r.extra_info);
     index.push_back(indices[row]);
     uid.push_back(uid_prefix + std::to_string(indices[row]) + "#" + std::to_string(row));
+    agent_name.push_back(r.agent_name);
+    agent_loop.push_back(r.agent_loop);
+    tools_kwargs.push_back(r.tools_kwargs);
   }
   Batch out = data::collate_prompt_ids(prompts, pad_token_id);
   out.set_column("data_source", source);
@@ -218,6 +246,9 @@ Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& i
   out.set_column("extra_info", extra);
   out.set_column("index", index);
   out.set_column(data::fields::kUid, uid);
+  out.set_column("agent_name", agent_name);
+  out.set_column("agent_loop", agent_loop);
+  out.set_column("tools_kwargs", tools_kwargs);
   return out;
 }
 

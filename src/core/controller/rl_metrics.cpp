@@ -5,9 +5,11 @@
 #include <verlpp/hw/torch_memory.hpp>
 
 #include <ATen/ops/masked_select.h>
+#include <ATen/ops/tensor.h>
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 
 namespace verlpp::controller {
 namespace {
@@ -30,6 +32,26 @@ double status_gib(const std::string& field) {
   while (std::getline(in, line))
     if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / (1024.0 * 1024.0);
   return 0.0;
+}
+
+// A numeric column (one value per row) as a double tensor.
+at::Tensor column_values(const Batch& batch, const std::string& name) {
+  std::vector<double> values;
+  for (const json& v : batch.column(name)) values.push_back(v.get<double>());
+  return at::tensor(values, at::TensorOptions().dtype(at::kDouble));
+}
+
+// verl's multi-turn metrics (num_turns/*, tool_call_counts/*) and verlpp's own agent/* counts, for
+// a batch the agent loop generated (its columns num_turns, tool_call_counts, malformed_tool_calls
+// and termination).
+void add_agent_metrics(const Batch& batch, json& m) {
+  if (!batch.has_column("num_turns")) return;
+  add_stats("num_turns", column_values(batch, "num_turns"), m);
+  add_stats("tool_call_counts", column_values(batch, "tool_call_counts"), m);
+  m["agent/malformed_tool_calls"] = column_values(batch, "malformed_tool_calls").sum().item<double>();
+  std::map<std::string, double> ends;
+  for (const json& why : batch.column("termination")) ends[why.get<std::string>()] += 1.0;
+  for (const auto& [why, count] : ends) m["agent/termination/" + why] = count / double(batch.size());
 }
 
 }  // namespace
@@ -70,12 +92,14 @@ void add_data_metrics(const Batch& batch, bool with_critic, json& m) {
     const double var_returns = returns.var(/*unbiased=*/false).item<double>();
     m["critic/vf_explained_var"] = 1.0 - returns.sub(values).var(false).item<double>() / (var_returns + 1e-5);
   }
-  const at::Tensor response_length = batch.tensor("response_mask").sum(-1).to(at::kDouble);
+  // As verl: the attended response tokens (a multi-turn response's tool segments included).
+  const at::Tensor response_length = data::response_attention(batch).sum(-1).to(at::kDouble);
   const int64_t max_response = batch.tensor("responses").size(1);
   add_stats("response_length", response_length, m);
   m["response_length/clip_ratio"] = response_length.eq(double(max_response)).to(at::kDouble).mean().item<double>();
   const at::Tensor prompt_mask = batch.tensor("attention_mask").narrow(1, 0, batch.tensor("prompts").size(1));
   add_stats("prompt_length", prompt_mask.sum(-1), m);
+  add_agent_metrics(batch, m);
 }
 
 void add_rollout_drift_metrics(const Batch& batch, json& m) {

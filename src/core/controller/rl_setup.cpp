@@ -435,7 +435,11 @@ void setup_trainer(RlTrainer::State& s) {
                     s.device.str());
 
   // Data, and the reward check before any work: an unknown data source fails here.
-  const DatasetOptions options = dataset_options(rs.data);
+  setup_agent_loop(s);
+  DatasetOptions options = dataset_options(rs.data);
+  options.default_agent_name = rs.rollout.agent.default_agent_loop;
+  options.agent_loops = &s.agent_loops;
+  options.tool_schemas = s.tools.schemas();
   if (rs.data.train_files.empty())
     throw Error(config::keys::kDataTrainFiles, "no training data given (JSONL files in verl's schema)");
   s.train_set = PromptDataset::load(rs.data.train_files, *s.tokenizer, *s.chat, options);

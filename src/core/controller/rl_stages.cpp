@@ -1,6 +1,7 @@
 // The stages of one RL step (see rl_state.hpp), each a small function over the step's Batch.
 #include <ATen/core/grad_mode.h>
 
+#include "rl_samples.hpp"
 #include "rl_state.hpp"
 
 #include <verlpp/algo/advantages.hpp>
@@ -27,11 +28,11 @@ Batch next_prompt_batch(RlTrainer::State& s) {
 namespace {
 
 // The prompt tokens of each row of a left-padded prompt batch.
-std::vector<std::vector<int64_t>> prompt_tokens(const Batch& prompts) {
+std::vector<TokenIds> prompt_tokens(const Batch& prompts) {
   at::Tensor ids = prompts.tensor("input_ids").cpu().contiguous(),
              mask = prompts.tensor("attention_mask").cpu().to(at::kLong).contiguous();
   const int64_t b = ids.size(0), t = ids.size(1);
-  std::vector<std::vector<int64_t>> out(static_cast<size_t>(b));
+  std::vector<TokenIds> out(static_cast<size_t>(b));
   const int64_t* ip = ids.data_ptr<int64_t>();
   const int64_t* mp = mask.data_ptr<int64_t>();
   for (int64_t r = 0; r < b; ++r)
@@ -40,97 +41,10 @@ std::vector<std::vector<int64_t>> prompt_tokens(const Batch& prompts) {
   return out;
 }
 
-// Generated samples of some prompts: token ids per sample and a log-prob per token.
-struct Samples {
-  std::vector<TokenIds> responses;
-  std::vector<std::vector<float>> logprobs;
-};
-
-// Samples as padded host tensors, the form they travel in between ranks: ids [rows, R] (padded
-// with the pad id), lengths [rows], log-probs [rows, R] (padded with 0), on the CPU.
-struct PaddedSamples {
-  at::Tensor ids, lens, lps;
-};
-
-// `samples` in the first rows of `rows` padded ones.
-PaddedSamples pad_samples(const RlTrainer::State& s, const Samples& samples, int64_t rows) {
-  const int64_t r_len = s.response_length;
-  // Host buffers first (one element write each), then one tensor per field.
-  std::vector<int64_t> ids(size_t(rows * r_len), s.pad_id), lens(size_t(rows), 0);
-  std::vector<float> lps(size_t(rows * r_len), 0.0f);
-  for (size_t row = 0; row < samples.responses.size(); ++row) {
-    lens[row] = int64_t(samples.responses[row].size());
-    std::copy(samples.responses[row].begin(), samples.responses[row].end(), ids.begin() + int64_t(row) * r_len);
-    std::copy(samples.logprobs[row].begin(), samples.logprobs[row].end(), lps.begin() + int64_t(row) * r_len);
-  }
-  auto tensor = [](auto& data, std::vector<int64_t> shape, at::ScalarType type) {
-    return at::from_blob(data.data(), shape, at::TensorOptions().dtype(type)).clone();
-  };
-  return {tensor(ids, {rows, r_len}, at::kLong), tensor(lens, {rows}, at::kLong),
-          tensor(lps, {rows, r_len}, at::kFloat)};
-}
-
-// Appends rows [first, first + count) of `padded` (on the CPU, contiguous) to `out`.
-void append_padded_rows(const PaddedSamples& padded, int64_t first, int64_t count, Samples& out) {
-  const int64_t r_len = padded.ids.size(1);
-  for (int64_t g = first; g < first + count; ++g) {
-    const int64_t len = padded.lens.data_ptr<int64_t>()[g];
-    const int64_t* row_ids = padded.ids.data_ptr<int64_t>() + g * r_len;
-    out.responses.emplace_back(row_ids, row_ids + len);
-    const float* row_lps = padded.lps.data_ptr<float>() + g * r_len;
-    out.logprobs.emplace_back(row_lps, row_lps + len);
-  }
-}
-
-// With several engines, each generated the samples of its own prompt range [begin_e, end_e)
-// (every rank of a split engine the same ones); returns everyone's, in prompt order, on every
-// rank of the actor's pool. Every rank sends its rows, padded to the longest range; the first
-// rank's of each engine are kept.
-Samples gather_samples(const RlTrainer::State& s, Samples local, const std::vector<int64_t>& begins, int64_t n) {
-  const int64_t engines = s.num_engines();
-  int64_t chunk = 0;
-  for (int64_t e = 0; e < engines; ++e) chunk = std::max(chunk, (begins[size_t(e) + 1] - begins[size_t(e)]) * n);
-  const hw::ProcessGroup& group = *s.place(config::RlRole::kActorRollout).group;  // the actor pool's ranks
-  const PaddedSamples mine = pad_samples(s, local, chunk);
-  auto gather = [&](const at::Tensor& t) { return group.all_gather(t.to(s.device)).cpu().contiguous(); };
-  const PaddedSamples all{gather(mine.ids), gather(mine.lens), gather(mine.lps)};
-  Samples out;
-  for (int64_t e = 0; e < engines; ++e)
-    append_padded_rows(all, e * s.rollout_tp * chunk, (begins[size_t(e) + 1] - begins[size_t(e)]) * n, out);
-  return out;
-}
-
-// The actor pool's samples (`rows` of them) on every rank, sent by the pool's first rank, when
-// the pool is not every rank.
-Samples share_samples(const RlTrainer::State& s, Samples samples, int64_t rows) {
-  const RlTrainer::State::RolePlacement& actor = s.place(config::RlRole::kActorRollout);
-  if (actor.whole_world) return samples;
-  const bool root = s.world.rank == actor.root;
-  PaddedSamples padded;
-  if (root) padded = pad_samples(s, samples, rows);
-  auto share = [&](const at::Tensor& t) {
-    return share_from_pool(s, config::RlRole::kActorRollout, t).cpu().contiguous();
-  };
-  padded = {share(padded.ids), share(padded.lens), share(padded.lps)};
-  if (root) return samples;
-  Samples out;
-  append_padded_rows(padded, 0, rows, out);
-  return out;
-}
-
-// This engine's share of the prompts, generated, then every engine's on every rank of the actor's pool.
-Samples generate_on_engines(RlTrainer::State& s, const Batch& prompts, const std::vector<std::vector<int64_t>>& tokens,
-                            const rollout::SamplingParams& params, int64_t n, uint64_t seed_base) {
-  const config::RolloutSettings& r = s.settings.rollout;
-  // Data-parallel rollout: engine e (rank e of the actor's pool alone, or the t ranks it is split
-  // over) generates the prompts [begins[e], begins[e+1]) with all their n samples (GRPO groups
-  // stay whole); every seed is a function of the global prompt index, so the tokens do not depend
-  // on the number of engines.
-  const int64_t num_prompts = int64_t(tokens.size()), engines = s.num_engines();
-  const int64_t per_engine = (num_prompts + engines - 1) / engines;
-  std::vector<int64_t> begins;
-  for (int64_t k = 0; k <= engines; ++k) begins.push_back(std::min(num_prompts, k * per_engine));
-  const int64_t first = begins[size_t(s.engine_index())], last = begins[size_t(s.engine_index()) + 1];
+// The single-turn samples of prompts [first, last) from this rank's engine's generate().
+Samples generate_single_turn(RlTrainer::State& s, const Batch& prompts, const std::vector<TokenIds>& tokens,
+                             int64_t first, int64_t last, const rollout::SamplingParams& params, int64_t n,
+                             uint64_t seed_base) {
   std::vector<rollout::GenerateRequest> requests;
   requests.reserve(size_t(last - first));
   for (int64_t i = first; i < last; ++i) {
@@ -138,19 +52,10 @@ Samples generate_on_engines(RlTrainer::State& s, const Batch& prompts, const std
     q.sampling.seed = seed_base + uint64_t(i);
     requests.push_back(std::move(q));
   }
-  // Weights released for the training stages (release_engine_weights) come back from the actor.
-  if (s.engine->weights_released()) {
-    json ignored;
-    sync_rollout_weights(s, ignored);
-  }
-  if (s.engine->is_sleeping()) s.engine->wake();
-  const int64_t local_total = (last - first) * n;
+  const int64_t local_total = (last - first) * n, engines = s.num_engines(), total = int64_t(tokens.size()) * n;
   std::vector<rollout::GenerateOutput> outputs;
   if (!requests.empty())
-    outputs = s.engine->generate(requests,
-                                 [&](int64_t done, int64_t) { s.progress("gen", done * engines, num_prompts * n); });
-  if (r.free_cache_engine) s.engine->sleep();  // the pool's memory goes back for training
-
+    outputs = s.engine->generate(requests, [&](int64_t done, int64_t) { s.progress("gen", done * engines, total); });
   Samples local;
   local.responses.reserve(size_t(local_total));
   local.logprobs.reserve(size_t(local_total));
@@ -165,7 +70,55 @@ Samples generate_on_engines(RlTrainer::State& s, const Batch& prompts, const std
   if (int64_t(local.responses.size()) != local_total)
     throw Error("rollout", fmt::format("the engine returned {} samples for {} x {} requested", local.responses.size(),
                                        last - first, n));
-  return engines > 1 ? gather_samples(s, std::move(local), begins, n) : std::move(local);
+  return local;
+}
+
+// This engine's share of the prompts, generated, then every engine's on every rank of the actor's pool.
+Samples generate_on_engines(RlTrainer::State& s, const Batch& prompts, const std::vector<TokenIds>& tokens,
+                            const rollout::SamplingParams& params, int64_t n, uint64_t seed_base, bool multi_turn) {
+  const config::RolloutSettings& r = s.settings.rollout;
+  // Data-parallel rollout: engine e (rank e of the actor's pool alone, or the t ranks it is split
+  // over) generates the prompts [begins[e], begins[e+1]) with all their n samples (GRPO groups
+  // stay whole); every seed is a function of the global prompt (or trajectory) index, so the
+  // tokens do not depend on the number of engines.
+  const int64_t num_prompts = int64_t(tokens.size()), engines = s.num_engines();
+  const int64_t per_engine = (num_prompts + engines - 1) / engines;
+  std::vector<int64_t> begins;
+  for (int64_t k = 0; k <= engines; ++k) begins.push_back(std::min(num_prompts, k * per_engine));
+  const int64_t first = begins[size_t(s.engine_index())], last = begins[size_t(s.engine_index()) + 1];
+  // Weights released for the training stages (release_engine_weights) come back from the actor.
+  if (s.engine->weights_released()) {
+    json ignored;
+    sync_rollout_weights(s, ignored);
+  }
+  if (s.engine->is_sleeping()) s.engine->wake();
+  Samples local = multi_turn ? generate_trajectories(s, prompts, tokens, first, last, params, n, seed_base)
+                             : generate_single_turn(s, prompts, tokens, first, last, params, n, seed_base);
+  if (r.free_cache_engine) s.engine->sleep();  // the pool's memory goes back for training
+  return engines > 1 ? gather_samples(s, std::move(local), begins, n, multi_turn) : std::move(local);
+}
+
+// Whether a prompt batch runs the agent loop: a row names tool_agent (the same on every rank).
+bool runs_agent_loop(const Batch& prompts) {
+  if (!prompts.has_column("agent_loop")) return false;
+  for (const json& loop : prompts.column("agent_loop"))
+    if (loop.get<std::string>() != agent::kSingleTurnAgent) return true;
+  return false;
+}
+
+// The agent loop's counts as the batch's columns (verl's __num_turns__ is num_turns here).
+void set_trajectory_columns(Batch& batch, const std::vector<TrajectoryCounts>& counts) {
+  std::vector<json> turns, calls, malformed, ends;
+  for (const TrajectoryCounts& c : counts) {
+    turns.push_back(c.num_turns);
+    calls.push_back(c.tool_calls);
+    malformed.push_back(c.malformed_calls);
+    ends.push_back(agent::termination_name(agent::Termination(c.termination)));
+  }
+  batch.set_column("num_turns", std::move(turns));
+  batch.set_column("tool_call_counts", std::move(calls));
+  batch.set_column("malformed_tool_calls", std::move(malformed));
+  batch.set_column("termination", std::move(ends));
 }
 
 }  // namespace
@@ -192,12 +145,17 @@ Batch generate_sequences(RlTrainer::State& s, const Batch& prompts, int64_t n, c
   }
   const auto tokens = prompt_tokens(prompts);
   const int64_t num_prompts = int64_t(tokens.size());
+  const bool multi_turn = runs_agent_loop(prompts);
   // The actor pool's ranks generate; the others receive the samples from its first rank.
   Samples all;
-  if (s.runs(config::RlRole::kActorRollout)) all = generate_on_engines(s, prompts, tokens, params, n, seed_base);
-  all = share_samples(s, std::move(all), num_prompts * n);
-  Batch batch = data::append_samples(prompts.repeat(n, /*interleave=*/true), all.responses, all.logprobs,
-                                     s.response_length, s.pad_id);
+  if (s.runs(config::RlRole::kActorRollout))
+    all = generate_on_engines(s, prompts, tokens, params, n, seed_base, multi_turn);
+  all = share_samples(s, std::move(all), num_prompts * n, multi_turn);
+  const Batch repeated = prompts.repeat(n, /*interleave=*/true);
+  Batch batch = multi_turn ? data::append_trajectories(repeated, all.responses, all.masks, all.logprobs,
+                                                       s.response_length, s.pad_id)
+                           : data::append_samples(repeated, all.responses, all.logprobs, s.response_length, s.pad_id);
+  if (multi_turn) set_trajectory_columns(batch, all.counts);
   // Collation happens on the host; the trainer's forwards run on the device.
   move_to(batch, s.device);
   return batch;
@@ -212,7 +170,7 @@ std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, json*
     const at::Tensor sums = rm.sum(1).to(at::kDouble).cpu().contiguous();
     std::vector<json> scores, texts;
     at::Tensor responses = batch.tensor("responses").cpu().contiguous();
-    at::Tensor lengths = batch.tensor("response_mask").sum(1).to(at::kLong).cpu().contiguous();
+    const at::Tensor lengths = data::response_lengths(batch);
     for (int64_t row = 0; row < batch.size(); ++row) {
       scores.push_back(sums.data_ptr<double>()[row]);
       const TokenId* ids = responses.data_ptr<int64_t>() + row * responses.size(1);
@@ -223,7 +181,8 @@ std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, json*
     return {};
   }
   at::Tensor responses = batch.tensor("responses").cpu().contiguous();
-  at::Tensor lengths = batch.tensor("response_mask").sum(1).to(at::kLong).cpu().contiguous();
+  // The whole response, tool segments included (verl decodes up to the last attended token).
+  const at::Tensor lengths = data::response_lengths(batch);
   const int64_t b = batch.size(), r = responses.size(1);
   const auto& sources = batch.column("data_source");
   const auto& truths = batch.column("ground_truth");
@@ -256,7 +215,7 @@ std::vector<std::string> compute_scores(RlTrainer::State& s, Batch& batch, json*
     scores.push_back(result.score);
     texts.push_back(std::move(items[size_t(row)].input.response));
   }
-  batch.set(data::fields::kTokenLevelScores, data::outcome_token_scores(batch.tensor("response_mask"), values));
+  batch.set(data::fields::kTokenLevelScores, data::outcome_token_scores(data::response_attention(batch), values));
   batch.set_column("score", std::move(scores));
   batch.set_column("response_text", std::move(texts));
   std::vector<std::string> names;

@@ -92,6 +92,12 @@ struct RlTrainer::State {
   int64_t pad_id = 0;
   std::vector<int64_t> eos_ids;
 
+  // The agent loop (rollout.multi_turn.*, rollout.agent.*): the tools of tool_config_path, the
+  // loop names rows may give, and the tool segments' format (built when there are tools).
+  agent::ToolSet tools;
+  agent::AgentLoopNames agent_loops;
+  std::unique_ptr<agent::ToolSegmentFormat> tool_format;
+
   std::optional<PromptDataset> train_set, val_set;
   std::unique_ptr<DataLoader> loader;
 
@@ -257,6 +263,11 @@ void load_reference_weights(RlTrainer::State& s, const std::string& folder);
 int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder);
 // The SFT warm start (sft.*), when enabled; writes sft_metrics.jsonl in the run folder.
 void run_sft_warm_start(RlTrainer::State& s);
+
+// The agent loop's pieces (rl_agent_rollout.cpp): rollout.agent.agent_loop_config_path's names,
+// the default loop checked, multi_turn.tool_config_path's tools and their segment format; Errors
+// name the key.
+void setup_agent_loop(RlTrainer::State& s);
 
 // --- the stages of a step (rl_stages.cpp), in verl's order ---
 // A prompt batch for the next loader batch (uids "s<step>:<row>").

@@ -197,7 +197,7 @@ json validate_model(RlTrainer::State& s) {
     for (const std::string& extra : extras)
       if (extra != "reward") append(extra, batch.column(extra));
     for (auto& [var, values] : scored.vars) values.resize(scored.uids.size(), nullptr);
-    length += batch.tensor("response_mask").sum().item<double>();
+    length += data::response_attention(batch).sum().item<double>();
     if (keep_samples)
       for (tracking::GenerationRecord& r : generation_records(s, batch, /*with_advantage=*/false, extras))
         samples.push_back(std::move(r));

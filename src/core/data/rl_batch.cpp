@@ -101,18 +101,61 @@ Batch append_samples(const Batch& prompts, const std::vector<TokenIds>& response
   return out;
 }
 
-at::Tensor outcome_token_scores(const at::Tensor& response_mask, const std::vector<double>& scores) {
-  if (response_mask.dim() != 2)
-    throw Error("outcome_token_scores", fmt::format("response_mask has {} dimensions, not 2", response_mask.dim()));
-  const int64_t b = response_mask.size(0), r = response_mask.size(1);
+Batch append_trajectories(const Batch& prompts, const std::vector<TokenIds>& responses,
+                          const std::vector<std::vector<float>>& masks,
+                          const std::vector<std::vector<float>>& log_probs, int64_t response_length,
+                          TokenId pad_token_id) {
+  Batch out = append_samples(prompts, responses, log_probs, response_length, pad_token_id);
+  const int64_t b = out.size(), r = response_length;
+  if (masks.size() != responses.size())
+    throw Error("append_trajectories", fmt::format("{} mask rows for {} responses", masks.size(), responses.size()));
+  std::vector<float> values(size_t(b * r), 0.0f);
+  for (int64_t row = 0; row < b; ++row) {
+    const auto& mask = masks[size_t(row)];
+    if (mask.size() != responses[size_t(row)].size())
+      throw Error("append_trajectories", fmt::format("row {}: {} mask values for a response of {} tokens", row,
+                                                     mask.size(), responses[size_t(row)].size()));
+    for (size_t k = 0; k < mask.size(); ++k)
+      if (mask[k] != 0.0f && mask[k] != 1.0f)
+        throw Error("append_trajectories",
+                    fmt::format("row {}: mask value {} at token {} is not 0 or 1", row, mask[k], k));
+    std::copy(mask.begin(), mask.end(), values.begin() + row * r);
+  }
+  out.set(fields::kResponseMask, float_tensor(values, b, r));
+  // verl's agent loop: position_ids = clamp(cumsum(attention_mask) - 1, 0); the same positions as
+  // append_responses' at every token, different only at the padding.
+  const at::Tensor attention = out.tensor(fields::kAttentionMask).to(at::kLong);
+  out.set(fields::kPositionIds, attention.cumsum(1).sub(1).clamp_min(0));
+  return out;
+}
+
+at::Tensor response_attention(const Batch& batch) {
+  const int64_t r = batch.tensor(fields::kResponses).size(1);
+  const at::Tensor& attention = batch.tensor(fields::kAttentionMask);
+  return attention.narrow(1, attention.size(1) - r, r).to(at::kFloat);
+}
+
+at::Tensor response_lengths(const Batch& batch) {
+  return response_attention(batch).sum(1).to(at::kLong).cpu().contiguous();
+}
+
+at::Tensor outcome_token_scores(const at::Tensor& valid, const std::vector<double>& scores) {
+  if (valid.dim() != 2)
+    throw Error("outcome_token_scores", fmt::format("the response mask has {} dimensions, not 2", valid.dim()));
+  const int64_t b = valid.size(0), r = valid.size(1);
   if (int64_t(scores.size()) != b)
     throw Error("outcome_token_scores", fmt::format("{} scores for {} rows", scores.size(), b));
-  const at::Tensor lengths = response_mask.sum(1).to(at::kLong).cpu().contiguous();
-  const int64_t* len = lengths.data_ptr<int64_t>();
+  // The last valid token, found from the end (the mask may hold 0s inside a multi-turn response).
+  const at::Tensor host = valid.to(at::kFloat).cpu().contiguous();
+  const float* m = host.data_ptr<float>();
   std::vector<float> values(size_t(b * r), 0.0f);
   for (int64_t row = 0; row < b; ++row)
-    if (len[row] > 0) values[size_t(row * r + len[row] - 1)] = float(scores[size_t(row)]);  // verl: the last token
-  return float_tensor(values, b, r).to(response_mask.device());
+    for (int64_t k = r - 1; k >= 0; --k)
+      if (m[row * r + k] != 0.0f) {
+        values[size_t(row * r + k)] = float(scores[size_t(row)]);  // verl: the last valid token
+        break;
+      }
+  return float_tensor(values, b, r).to(valid.device());
 }
 
 }  // namespace verlpp::data

@@ -17,7 +17,7 @@ data::Batch reencode_for_reward_model(const data::Batch& batch,
   VERLPP_CHECK(rm.tokenizer != nullptr && rm.chat != nullptr, "the reward model's tokenizer and template are needed");
   VERLPP_CHECK(max_length >= 1, "max_length {} must be >= 1", max_length);
   const at::Tensor responses = batch.tensor(data::fields::kResponses).cpu().contiguous();
-  const at::Tensor lengths = batch.tensor(data::fields::kResponseMask).sum(1).to(at::kLong).cpu().contiguous();
+  const at::Tensor lengths = data::response_lengths(batch);  // the whole response, tool segments included
   const int64_t rows = batch.size(), width = responses.size(1);
   VERLPP_CHECK(int64_t(prompts.size()) == rows, "{} prompts for {} rows", prompts.size(), rows);
   std::vector<TokenIds> encoded;
