@@ -308,6 +308,82 @@ TEST_CASE("policy losses match per-token loop references", "[policy]") {
   }
 }
 
+// A multi-turn response: tool tokens inside it carry mask 0 (verl's agent loop). Every row of
+// length >= 4 gets a hole at [1, len / 2).
+PolicyData with_tool_holes(PolicyData d) {
+  for (Vec& row : d.mask) {
+    const int64_t len = int64_t(row_sum(row));
+    for (int64_t t = 1; t < len / 2; ++t) row[size_t(t)] = 0.0;
+  }
+  return d;
+}
+
+TEST_CASE("multi-turn masks: 0s inside a response match the loop references and change nothing", "[policy]") {
+  va::PolicyLossConfig cfg;
+  uint64_t seed = 140;
+  for (const char* name : {"vanilla", "gspo", "sapo", "cispo", "gpg", "reinforce", "geo_mean"}) {
+    for (const std::string& mode : kModes) {
+      const PolicyData d = with_tool_holes(make_policy_data(++seed, 9, 13));
+      double holes = 0;
+      for (size_t i = 0; i < d.mask.size(); ++i)
+        for (size_t t = 0; t + 1 < d.mask[i].size(); ++t) holes += d.mask[i][t] == 0.0 && d.mask[i][t + 1] == 1.0;
+      REQUIRE(holes >= 2);
+      cfg.loss_agg_mode = mode;
+      INFO(name << " mode " << mode);
+      const RefPolicy want =
+          std::string(name) == "geo_mean" ? ref_geo_mean(d, cfg, true) : ref_policy(name, d, cfg, true);
+      check_policy(run_policy(name, d, cfg, at::kDouble, true), want, at::kDouble, name);
+      // Other log-probs, advantages and weights under the 0s: the same loss and metrics, and no
+      // gradient reaches a masked token.
+      PolicyData moved = d;
+      for (size_t i = 0; i < d.mask.size(); ++i)
+        for (size_t t = 0; t < d.mask[i].size(); ++t)
+          if (d.mask[i][t] == 0.0) {
+            moved.lp[i][t] += 2.5;
+            moved.old_lp[i][t] -= 1.5;
+            moved.adv[i][t] = -3.0 * moved.adv[i][t] + 1.0;
+            moved.weights[i][t] = 7.0;
+          }
+      check_policy(run_policy(name, moved, cfg, at::kDouble, true), want, at::kDouble, std::string(name) + " moved");
+      auto loss_of = [&](const at::Tensor& lp) {
+        return va::compute_policy_loss(name, from_mat(moved.old_lp, at::kDouble), lp, from_mat(moved.adv, at::kDouble),
+                                       from_mat(moved.mask, at::kDouble), cfg, from_mat(moved.weights, at::kDouble))
+            .loss;
+      };
+      const Mat grad = to_mat(autograd_grad(loss_of, from_mat(moved.lp, at::kDouble)));
+      for (size_t i = 0; i < d.mask.size(); ++i)
+        for (size_t t = 0; t < d.mask[i].size(); ++t)
+          if (d.mask[i][t] == 0.0) CHECK(grad[i][t] == 0.0);
+    }
+  }
+}
+
+TEST_CASE("value loss with 0s inside a response: the loop reference, no gradient under the 0s", "[value]") {
+  const PolicyData d = with_tool_holes(make_policy_data(23, 8, 9));  // lp: vpreds, old_lp: values, adv: returns
+  const double c = 0.4;
+  for (const std::string& mode : kModes) {
+    Mat losses = zeros_mat(8, 9);
+    for (int i = 0; i < 8; ++i)
+      for (int t = 0; t < 9; ++t) {
+        const double v = d.lp[i][t], V = d.old_lp[i][t], R = d.adv[i][t];
+        const double vc = std::max(std::min(v, V + c), V - c);
+        losses[i][t] = std::max((v - R) * (v - R), (vc - R) * (vc - R));
+      }
+    INFO(mode);
+    auto loss_of = [&](const at::Tensor& v) {
+      return va::compute_value_loss(v, from_mat(d.adv, at::kDouble), from_mat(d.old_lp, at::kDouble),
+                                    from_mat(d.mask, at::kDouble), c, mode)
+          .loss;
+    };
+    const at::Tensor vp = from_mat(d.lp, at::kDouble);
+    check_scalar(loss_of(vp), 0.5 * ref_agg(losses, d.mask, mode), 1e-10, 1e-12, "vf_loss");
+    const Mat grad = to_mat(autograd_grad(loss_of, vp));
+    for (int i = 0; i < 8; ++i)
+      for (int t = 0; t < 9; ++t)
+        if (d.mask[i][t] == 0.0) CHECK(grad[i][t] == 0.0);
+  }
+}
+
 TEST_CASE("clip_cov detaches the chosen high-covariance tokens", "[policy]") {
   va::PolicyLossConfig cfg;
   cfg.clip_cov_lb = 0.3;     // a wider window than the default, so several tokens qualify

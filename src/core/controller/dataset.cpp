@@ -79,6 +79,7 @@ PromptRecord parse_row(const json& row, const std::string& where, const DatasetO
 // Renders, tokenizes and applies the length rule; false when the row must be dropped.
 bool prepare(PromptRecord& r, const model::Tokenizer& tokenizer, const model::ChatTemplate& chat,
              const DatasetOptions& o) {
+  if (r.agent_name.empty()) r.agent_name = o.default_agent_name;  // a record built in memory
   r.agent_loop = o.agent_loops ? o.agent_loops->loop_of(r.agent_name, r.origin + ": agent_name")
                                : std::string(agent::kSingleTurnAgent);
   if (r.agent_loop == agent::kToolAgent) {
