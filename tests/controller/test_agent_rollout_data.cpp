@@ -89,8 +89,9 @@ TEST_CASE("append_trajectories: masks inside the response, attention over all of
 
   CHECK_THROWS_WITH(data::append_trajectories(prompts, responses, {{1, 1}, {1, 1}, {}}, log_probs, R, pad),
                     Contains("row 0") && Contains("2 mask values for a response of 6 tokens"));
-  CHECK_THROWS_WITH(data::append_trajectories(prompts, responses, {{1, 1, 0, 0.5f, 0, 1}, {1, 1}, {}}, log_probs, R, pad),
-                    Contains("row 0") && Contains("0.5") && Contains("token 3"));
+  CHECK_THROWS_WITH(
+      data::append_trajectories(prompts, responses, {{1, 1, 0, 0.5f, 0, 1}, {1, 1}, {}}, log_probs, R, pad),
+      Contains("row 0") && Contains("0.5") && Contains("token 3"));
   CHECK_THROWS_WITH(data::append_trajectories(prompts, responses, masks, log_probs, 5, pad), Contains("row 0"));
 }
 
@@ -123,9 +124,9 @@ TEST_CASE("agent loop names: the built-ins, verl's YAML entries, errors naming t
                    "loops.yaml");
   CHECK(names.loop_of("math_expression", "here") == agent::kToolAgent);
   CHECK(names.loop_of("plain", "here") == agent::kSingleTurnAgent);
-  CHECK_THROWS_WITH(names.loop_of("react_agent", "data.jsonl:3: agent_name"),
-                    Contains("data.jsonl:3") && Contains("'react_agent'") && Contains("math_expression") &&
-                        Contains("tool_agent"));
+  CHECK_THROWS_WITH(
+      names.loop_of("react_agent", "data.jsonl:3: agent_name"),
+      Contains("data.jsonl:3") && Contains("'react_agent'") && Contains("math_expression") && Contains("tool_agent"));
   CHECK_THROWS_WITH(names.add_config("- name: mine\n  _target_: my_pkg.MyAgentLoop\n", "custom.yaml"),
                     Contains("custom.yaml: [0]") && Contains("my_pkg.MyAgentLoop") && Contains("Python"));
   CHECK_THROWS_WITH(names.add_config("- name: a\n  _target_: verl.experimental.agent_loop.ToolAgentLoop\n"
@@ -142,12 +143,19 @@ TEST_CASE("agent loop names: the built-ins, verl's YAML entries, errors naming t
 TEST_CASE("dataset rows: agent_name picks the loop, tool_agent prompts carry the tools", "[agent_rollout]") {
   const std::string path = "/tmp/verlpp-agent-rows.jsonl";
   const json question = json::array({{{"role", "user"}, {"content", "12*34?"}}});
-  data::write_jsonl(path, {
-                              {{"prompt", question}, {"data_source", "calc"}, {"reward_model", {{"ground_truth", "408"}}}, {"agent_name", "tool_agent"},
-                               {"extra_info", {{"tools_kwargs", {{"calc", {{"create_kwargs", {{"x", 1}}}}}}}}}},
-                              {{"prompt", question}, {"data_source", "calc"}, {"reward_model", {{"ground_truth", "408"}}}},
-                              {{"prompt", question}, {"data_source", "calc"}, {"reward_model", {{"ground_truth", "408"}}}, {"agent_name", "single_turn_agent"}},
-                          });
+  data::write_jsonl(path,
+                    {
+                        {{"prompt", question},
+                         {"data_source", "calc"},
+                         {"reward_model", {{"ground_truth", "408"}}},
+                         {"agent_name", "tool_agent"},
+                         {"extra_info", {{"tools_kwargs", {{"calc", {{"create_kwargs", {{"x", 1}}}}}}}}}},
+                        {{"prompt", question}, {"data_source", "calc"}, {"reward_model", {{"ground_truth", "408"}}}},
+                        {{"prompt", question},
+                         {"data_source", "calc"},
+                         {"reward_model", {{"ground_truth", "408"}}},
+                         {"agent_name", "single_turn_agent"}},
+                    });
   const model::ChatTemplate qwen25 = model::ChatTemplate::builtin("qwen2.5");
   agent::AgentLoopNames names;
   DatasetOptions options;
@@ -188,14 +196,22 @@ TEST_CASE("dataset rows: agent_name picks the loop, tool_agent prompts carry the
   no_tools.tool_schemas.clear();
   CHECK_THROWS_WITH(PromptDataset::load({path}, tokenizer(), qwen25, no_tools),
                     Contains(path + ":1") && Contains("tool_agent") && Contains("multi_turn.tool_config_path"));
-  data::write_jsonl(path, {{{"prompt", question}, {"data_source", "calc"}, {"reward_model", {{"ground_truth", "408"}}}, {"agent_name", "react"}}});
+  data::write_jsonl(path, {{{"prompt", question},
+                            {"data_source", "calc"},
+                            {"reward_model", {{"ground_truth", "408"}}},
+                            {"agent_name", "react"}}});
   CHECK_THROWS_WITH(PromptDataset::load({path}, tokenizer(), qwen25, options),
                     Contains(path + ":1") && Contains("'react' is not a known agent loop"));
-  data::write_jsonl(path, {{{"prompt", question}, {"data_source", "calc"}, {"reward_model", {{"ground_truth", "408"}}}, {"agent_name", 3}}});
+  data::write_jsonl(path, {{{"prompt", question},
+                            {"data_source", "calc"},
+                            {"reward_model", {{"ground_truth", "408"}}},
+                            {"agent_name", 3}}});
   CHECK_THROWS_WITH(PromptDataset::load({path}, tokenizer(), qwen25, options),
                     Contains(path + ":1") && Contains("'agent_name' must be a string"));
-  data::write_jsonl(path,
-                    {{{"prompt", question}, {"data_source", "calc"}, {"reward_model", {{"ground_truth", "408"}}}, {"extra_info", {{"tools_kwargs", "calc"}}}}});
+  data::write_jsonl(path, {{{"prompt", question},
+                            {"data_source", "calc"},
+                            {"reward_model", {{"ground_truth", "408"}}},
+                            {"extra_info", {{"tools_kwargs", "calc"}}}}});
   CHECK_THROWS_WITH(PromptDataset::load({path}, tokenizer(), qwen25, options),
                     Contains(path + ":1") && Contains("'extra_info.tools_kwargs' must be an object"));
   std::remove(path.c_str());

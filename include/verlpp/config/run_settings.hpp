@@ -131,7 +131,6 @@ struct ValKwargsSettings {
 
 // actor_rollout_ref.rollout.multi_turn.* (verl's agent loop; docs/agent.md)
 struct MultiTurnSettings {
-  bool enable = false;                                 // enable (tool_agent rows need it)
   int64_t max_assistant_turns = 0;                     // max_assistant_turns (null: 0, no limit)
   int64_t max_user_turns = 0;                          // max_user_turns (null: 0, no limit)
   int64_t max_parallel_calls = 1;                      // max_parallel_calls (calls of one turn run)

@@ -35,8 +35,8 @@ void AgentLoopNames::add_config(const std::string& yaml_text, const std::string&
     VERLPP_CHECK(entry.is_object() && entry.contains("name") && entry["name"].is_string(),
                  "{}: expected a mapping with a string 'name' and a '_target_'", where);
     const std::string name = entry["name"].get<std::string>();
-    VERLPP_CHECK(entry.contains("_target_") && entry["_target_"].is_string(), "{} ({}): '_target_' is missing",
-                 where, name);
+    VERLPP_CHECK(entry.contains("_target_") && entry["_target_"].is_string(), "{} ({}): '_target_' is missing", where,
+                 name);
     const std::string target = entry["_target_"].get<std::string>();
     const auto known = verl_classes().find(target);
     if (known == verl_classes().end()) {

@@ -180,6 +180,9 @@ const std::vector<KeyRule>& config_key_rules() {
       refused("actor_rollout_ref.rollout.over_sample_rate", "not implemented: every request is completed"),
       none("actor_rollout_ref.rollout.multi_stage_wake_up", kVllm),
       none("actor_rollout_ref.rollout.engine_kwargs", kVllm),
+      none("actor_rollout_ref.rollout.multi_turn.enable",
+           "SGLang's switch for its own multi-turn rollout; verlpp runs the agent loop each row's agent_name (or "
+           "rollout.agent.default_agent_loop) names"),
       refused("actor_rollout_ref.rollout.multi_turn.interaction_config_path",
               "interactions (a simulated user) are not implemented: tools only"),
       none("actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",

@@ -223,7 +223,6 @@ int64_t positive_at(const Config& c, const std::string& key) {
 
 MultiTurnSettings multi_turn_at(const Config& c, const std::string& m) {
   MultiTurnSettings s;
-  s.enable = read<bool>(c, m + "enable");
   s.max_assistant_turns = limit_at(c, m + "max_assistant_turns");
   s.max_user_turns = limit_at(c, m + "max_user_turns");
   s.max_parallel_calls = positive_at(c, m + "max_parallel_calls");

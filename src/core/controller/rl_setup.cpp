@@ -376,13 +376,18 @@ train::AdamWConfig adamw_of(const config::OptimSettings& optim) {
   return a;
 }
 
-DatasetOptions dataset_options(const config::DataSettings& data) {
+DatasetOptions dataset_options(const RlTrainer::State& s) {
+  const config::DataSettings& data = s.settings.data;
   DatasetOptions o;
   o.prompt_key = data.prompt_key;
   o.reward_fn_key = data.reward_fn_key;
   o.max_prompt_length = data.max_prompt_length;
   o.filter_overlong_prompts = data.filter_overlong_prompts;
   o.truncation = data.truncation;
+  // Which agent loop a row runs, and the tools its prompt is rendered with (setup_agent_loop).
+  o.default_agent_name = s.settings.rollout.agent.default_agent_loop;
+  o.agent_loops = &s.agent_loops;
+  o.tool_schemas = s.tools.schemas();
   return o;
 }
 
@@ -436,10 +441,7 @@ void setup_trainer(RlTrainer::State& s) {
 
   // Data, and the reward check before any work: an unknown data source fails here.
   setup_agent_loop(s);
-  DatasetOptions options = dataset_options(rs.data);
-  options.default_agent_name = rs.rollout.agent.default_agent_loop;
-  options.agent_loops = &s.agent_loops;
-  options.tool_schemas = s.tools.schemas();
+  const DatasetOptions options = dataset_options(s);
   if (rs.data.train_files.empty())
     throw Error(config::keys::kDataTrainFiles, "no training data given (JSONL files in verl's schema)");
   s.train_set = PromptDataset::load(rs.data.train_files, *s.tokenizer, *s.chat, options);

@@ -25,7 +25,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   // validations only (they receive the samples), and a reference of its own pool then reads the
   // result from sft_model.
   const bool actor_here = s.runs(config::RlRole::kActorRollout);
-  DatasetOptions options = dataset_options(s.settings.data);
+  DatasetOptions options = dataset_options(s);  // a tool_agent row's prompt as its rollout sees it
   options.response_key = sft.response_key;
   // The response ends the assistant turn: the first EOS id (ChatML's <|im_end|>) closes it.
   if (!s.eos_ids.empty()) options.response_suffix_ids = {s.eos_ids.front()};

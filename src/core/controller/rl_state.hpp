@@ -228,8 +228,8 @@ inline void move_to(Batch& batch, c10::Device device) {
 // --- setup and persistence (rl_setup.cpp, rl_checkpoint.cpp, rl_sft.cpp) ---
 // AdamW's weight decay, betas and clipping norm.
 train::AdamWConfig adamw_of(const config::OptimSettings& optim);
-// data.* as DatasetOptions.
-DatasetOptions dataset_options(const config::DataSettings& data);
+// data.* as DatasetOptions, with the agent loops and tool schemas setup_agent_loop loaded.
+DatasetOptions dataset_options(const RlTrainer::State& s);
 void setup_trainer(RlTrainer::State& s);
 // Parts of setup_trainer that `verlpp train-rm` shares (rl_setup.cpp): the options every model
 // of the run is built with (its dtype, the run's device and path choices); with several ranks,
