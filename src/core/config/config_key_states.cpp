@@ -182,7 +182,7 @@ const std::vector<KeyRule>& config_key_rules() {
       none("actor_rollout_ref.rollout.engine_kwargs", kVllm),
       none("actor_rollout_ref.rollout.multi_turn.enable",
            "SGLang's switch for its own multi-turn rollout; verlpp runs the agent loop each row's agent_name (or "
-           "rollout.agent.default_agent_loop) names"),
+           "rollout.agent.default_agent_loop) names, and every loss term always reads response_mask"),
       refused("actor_rollout_ref.rollout.multi_turn.interaction_config_path",
               "interactions (a simulated user) are not implemented: tools only"),
       none("actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",

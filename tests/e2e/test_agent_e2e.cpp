@@ -1,0 +1,208 @@
+// `verlpp train` with the tool agent loop, as a verl user runs a tool recipe: verl's tool config
+// YAML (the exact calculator under the name calc), rows whose agent_name is tool_agent, a chat
+// template with a tools section. A short SFT teaches the tiny model the hermes call format, then
+// a GRPO step runs every trajectory through the loop. The trajectories are checked against an
+// independent reading: each call's expression evaluated here, the tool reply that must follow it,
+// and the metrics' tool-call counts against the calls found in the dumped text.
+#include "e2e_util.hpp"
+
+#include <optional>
+#include <regex>
+
+namespace verlpp::e2e {
+namespace {
+
+// ChatML with a tools section and tool replies as user turns wrapped in <tool_response>: the
+// shape of Qwen2.5's template, which verlpp recognises and renders tools with.
+constexpr const char* kToolTemplate =
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- for tool in tools %}{{- tool | tojson }}{%- endfor %}"
+    "{%- endif %}{% for message in messages %}{% if message.role == 'tool' %}"
+    "{{ '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}"
+    "{% else %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+constexpr const char* kToolConfig = R"(tools:
+  - class_name: verlpp.tools.Calculator
+    config:
+      type: native
+    tool_schema:
+      type: function
+      function:
+        name: calc
+        description: Evaluates an arithmetic expression
+        parameters:
+          type: object
+          properties:
+            expression:
+              type: string
+          required: [expression]
+)";
+
+void use_tool_template(const std::string& model_dir) {
+  const std::string path = model_dir + "/tokenizer_config.json";
+  json config = json::parse(read_file(path));
+  config["chat_template"] = kToolTemplate;
+  std::ofstream(path) << config.dump(2);
+}
+
+// The fixture's arithmetic rows as tool_agent rows; the SFT rows' answers become one call.
+void write_agent_rows(const std::string& dir) {
+  tasks::ArithTaskOptions task;
+  task.max_operand = 9;
+  task.sft_count = 40;
+  task.train_count = 4;
+  task.val_count = 4;
+  auto splits = tasks::make_arith_splits(task);
+  for (auto* rows : {&splits.sft, &splits.train, &splits.val})
+    for (json& row : *rows) row["agent_name"] = "tool_agent";
+  for (json& row : splits.sft)
+    row["response"] = "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"1+2\"}}\n</tool_call>";
+  data::write_jsonl(dir + "/sft.jsonl", splits.sft);
+  data::write_jsonl(dir + "/train.jsonl", splits.train);
+  data::write_jsonl(dir + "/val.jsonl", splits.val);
+}
+
+json agent_config(const std::string& dir, const std::string& run) {
+  return {{"data",
+           {{"train_files", dir + "/train.jsonl"},
+            {"val_files", dir + "/val.jsonl"},
+            {"max_prompt_length", 640},  // the tools section is ~550 tokens
+            {"max_response_length", 200},
+            {"train_batch_size", 4}}},
+          {"actor_rollout_ref",
+           {{"model", {{"path", dir + "/model"}, {"enable_gradient_checkpointing", false}}},
+            {"actor",
+             {{"ppo_mini_batch_size", 2},
+              {"ppo_micro_batch_size_per_gpu", 4},
+              {"use_kl_loss", true},
+              {"optim", {{"lr", 1e-3}}}}},
+            {"rollout",
+             {{"n", 2},
+              {"dtype", "float32"},
+              {"multi_turn", {{"tool_config_path", dir + "/tools.yaml"}, {"max_assistant_turns", 2}}}}}}},
+          {"algorithm", {{"adv_estimator", "grpo"}}},
+          {"trainer",
+           {{"default_local_dir", run},
+            {"total_training_steps", 1},
+            {"rollout_data_dir", run + "-dump"},
+            {"save_freq", -1},
+            {"test_freq", 1},
+            {"seed", 5},
+            {"logger", {"console"}}}},
+          {"sft",
+           {{"enable", true},
+            {"train_files", dir + "/sft.jsonl"},
+            {"total_steps", 120},
+            {"batch_size", 2},
+            {"micro_batch_size_per_gpu", 2},
+            {"optim", {{"lr", 5e-3}}}}}};
+}
+
+std::string write(const json& config, const std::string& path) {
+  std::ofstream(path) << config.dump(2);
+  return path;
+}
+
+// `a+b`, `a-b` or `a*b` over integers, evaluated here; nullopt for anything else.
+std::optional<long> evaluate(const std::string& expression) {
+  std::smatch m;
+  if (!std::regex_match(expression, m, std::regex(R"(\s*(-?\d+)\s*([-+*])\s*(-?\d+)\s*)"))) return std::nullopt;
+  const long a = std::stol(m[1]), b = std::stol(m[3]);
+  const char op = m[2].str()[0];
+  return op == '+' ? a + b : op == '-' ? a - b : a * b;
+}
+
+// Runs `verlpp train` expecting failure; returns its output.
+std::string run_failing(const std::string& config, const std::string& log) {
+  const int status = wait_for(start_train(config, log));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  return read_file(log);
+}
+
+TEST_CASE("tool agent e2e: trajectories carry the tool's replies, metrics count the calls", "[e2e][agent]") {
+  const std::string dir = make_fixture("agent");
+  use_tool_template(dir + "/model");
+  write_agent_rows(dir);
+  std::ofstream(dir + "/tools.yaml") << kToolConfig;
+  const std::string run = dir + "/run";
+  run_to_end(write(agent_config(dir, run), run + ".json"), run + ".log");
+
+  // Every dumped trajectory: each hermes call is followed, in the response itself, by the tool
+  // segment the template renders for the calculator's reply to that call's expression.
+  const std::vector<json> dumped = tracking::read_metrics(run + "-dump/1.jsonl");
+  REQUIRE(dumped.size() == 8);  // 4 prompts x n=2
+  const std::regex call(R"re(<tool_call>\n\{"name": "calc", "arguments": \{"expression": "([^"]*)"\}\}\n</tool_call>)re");
+  double calls = 0;
+  int checked = 0;
+  for (const json& row : dumped) {
+    const std::string output = row.at("output").get<std::string>();
+    INFO(output);
+    CHECK(row.at("input").get<std::string>().find("<tools>") != std::string::npos);
+    for (auto it = std::sregex_iterator(output.begin(), output.end(), call); it != std::sregex_iterator(); ++it) {
+      const auto value = evaluate((*it)[1].str());
+      if (!value) continue;
+      const std::string reply = "\nuser\n<tool_response>\n" + std::to_string(*value) + "\n</tool_response>\nassistant\n";
+      CHECK(output.compare(it->position() + it->length(), reply.size(), reply) == 0);
+      ++checked;
+    }
+    size_t at = 0;
+    for (; (at = output.find("<tool_response>", at)) != std::string::npos; ++at) calls += 1;
+  }
+  CHECK(checked >= 1);  // the SFT's call format was learned: the loop ran a tool
+
+  const std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
+  REQUIRE(rows.size() == 2);  // validation before training, then step 1 (with its validation)
+  const json& step = rows.back();
+  INFO(step.dump(2));
+  CHECK(step.at("tool_call_counts/mean").get<double>() == Approx(calls / dumped.size()));
+  CHECK(step.at("tool_call_counts/max").get<double>() <= 1.0);  // max_assistant_turns 2: one tool turn at most
+  // num_turns counts the prompt's user turn, each assistant turn and each tool turn.
+  CHECK(step.at("num_turns/mean").get<double>() >= 2.0 + step.at("tool_call_counts/mean").get<double>());
+  CHECK(step.at("num_turns/max").get<double>() <= 4.0);
+  for (const char* key : {"actor/pg_loss", "actor/kl_loss", "actor/entropy", "critic/score/mean",
+                          "agent/malformed_tool_calls", "val/acc"})
+    CHECK(finite_number(step, key));
+}
+
+TEST_CASE("tool agent e2e: misconfigured tools are refused before any work, naming what is wrong", "[e2e][agent]") {
+  const std::string dir = make_fixture("agent-errors");
+  write_agent_rows(dir);
+  std::ofstream(dir + "/tools.yaml") << kToolConfig;
+  const std::string run = dir + "/run";
+  json config = agent_config(dir, run);
+  config["sft"]["enable"] = false;
+
+  // The tiny model's own ChatML template has no tools section.
+  std::string out = run_failing(write(config, run + "-a.json"), run + "-a.log");
+  CHECK(out.find("actor_rollout_ref.rollout.multi_turn.tool_config_path") != std::string::npos);
+  CHECK(out.find("no tools section") != std::string::npos);
+
+  use_tool_template(dir + "/model");
+  json no_tools = config;
+  no_tools["actor_rollout_ref"]["rollout"]["multi_turn"].erase("tool_config_path");
+  out = run_failing(write(no_tools, run + "-b.json"), run + "-b.log");
+  CHECK(out.find(dir + "/train.jsonl:1") != std::string::npos);
+  CHECK(out.find("'tool_agent'") != std::string::npos);
+
+  json missing = config;
+  missing["actor_rollout_ref"]["rollout"]["multi_turn"]["tool_config_path"] = dir + "/absent.yaml";
+  out = run_failing(write(missing, run + "-c.json"), run + "-c.log");
+  CHECK(out.find(dir + "/absent.yaml") != std::string::npos);
+
+  std::ofstream(dir + "/no-schema.yaml") << "tools:\n  - class_name: verlpp.tools.Calculator\n    config: {type: native}\n";
+  json schemaless = config;
+  schemaless["actor_rollout_ref"]["rollout"]["multi_turn"]["tool_config_path"] = dir + "/no-schema.yaml";
+  out = run_failing(write(schemaless, run + "-d.json"), run + "-d.log");
+  CHECK(out.find("tools[0]") != std::string::npos);
+  CHECK(out.find("tool_schema") != std::string::npos);
+  for (const char* log : {"-a.log", "-b.log", "-c.log", "-d.log"}) {
+    const std::string text = read_file(run + log);
+    CHECK(text.find("terminate called") == std::string::npos);
+    CHECK(text.find("Exception raised from") == std::string::npos);
+  }
+  CHECK_FALSE(exists(run + "/metrics.jsonl"));
+}
+
+}  // namespace
+}  // namespace verlpp::e2e
