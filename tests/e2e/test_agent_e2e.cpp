@@ -132,7 +132,8 @@ TEST_CASE("tool agent e2e: trajectories carry the tool's replies, metrics count 
   // segment the template renders for the calculator's reply to that call's expression.
   const std::vector<json> dumped = tracking::read_metrics(run + "-dump/1.jsonl");
   REQUIRE(dumped.size() == 8);  // 4 prompts x n=2
-  const std::regex call(R"re(<tool_call>\n\{"name": "calc", "arguments": \{"expression": "([^"]*)"\}\}\n</tool_call>)re");
+  const std::regex call(
+      R"re(<tool_call>\n\{"name": "calc", "arguments": \{"expression": "([^"]*)"\}\}\n</tool_call>)re");
   double calls = 0;
   int checked = 0;
   for (const json& row : dumped) {
@@ -142,7 +143,8 @@ TEST_CASE("tool agent e2e: trajectories carry the tool's replies, metrics count 
     for (auto it = std::sregex_iterator(output.begin(), output.end(), call); it != std::sregex_iterator(); ++it) {
       const auto value = evaluate((*it)[1].str());
       if (!value) continue;
-      const std::string reply = "\nuser\n<tool_response>\n" + std::to_string(*value) + "\n</tool_response>\nassistant\n";
+      const std::string reply =
+          "\nuser\n<tool_response>\n" + std::to_string(*value) + "\n</tool_response>\nassistant\n";
       CHECK(output.compare(it->position() + it->length(), reply.size(), reply) == 0);
       ++checked;
     }
@@ -163,6 +165,30 @@ TEST_CASE("tool agent e2e: trajectories carry the tool's replies, metrics count 
   for (const char* key : {"actor/pg_loss", "actor/kl_loss", "actor/entropy", "critic/score/mean",
                           "agent/malformed_tool_calls", "val/acc"})
     CHECK(finite_number(step, key));
+
+#if VERLPP_CPU_REF_HAS_GLOO
+  // On 2 ranks (each engine runs the trajectories of its half of the prompts, every seed a
+  // function of the trajectory's global index) from the SFT's model: the same trajectories, and
+  // the step's metrics as one rank's from that model.
+  json from_sft = agent_config(dir, run);
+  from_sft["actor_rollout_ref"]["model"]["path"] = run + "/sft_model";
+  from_sft["sft"]["enable"] = false;
+  from_sft["actor_rollout_ref"]["actor"]["ppo_micro_batch_size_per_gpu"] = 2;
+  const std::string one = dir + "/one", two = dir + "/two";
+  from_sft["trainer"]["default_local_dir"] = one;
+  from_sft["trainer"]["rollout_data_dir"] = one + "-dump";
+  run_to_end(write(from_sft, one + ".json"), one + ".log");
+  from_sft["trainer"]["default_local_dir"] = two;
+  from_sft["trainer"]["rollout_data_dir"] = two + "-dump";
+  run_to_end(write(from_sft, two + ".json"), two + ".log",
+             {"--nproc", "2", "trainer.nnodes=1", "trainer.n_gpus_per_node=2"});
+  CHECK(read_file(two + ".log").find("2 ranks: 1 node x 2 ranks") != std::string::npos);
+  const std::vector<json> one_dump = tracking::read_metrics(one + "-dump/1.jsonl");
+  const std::vector<json> two_dump = tracking::read_metrics(two + "-dump/1.jsonl");
+  REQUIRE(one_dump.size() == two_dump.size());
+  for (size_t i = 0; i < one_dump.size(); ++i) CHECK(one_dump[i] == two_dump[i]);
+  check_close_rows(deterministic_rows(one), deterministic_rows(two), "tool agent, 2 ranks");
+#endif
 }
 
 TEST_CASE("tool agent e2e: misconfigured tools are refused before any work, naming what is wrong", "[e2e][agent]") {
@@ -190,7 +216,8 @@ TEST_CASE("tool agent e2e: misconfigured tools are refused before any work, nami
   out = run_failing(write(missing, run + "-c.json"), run + "-c.log");
   CHECK(out.find(dir + "/absent.yaml") != std::string::npos);
 
-  std::ofstream(dir + "/no-schema.yaml") << "tools:\n  - class_name: verlpp.tools.Calculator\n    config: {type: native}\n";
+  std::ofstream(dir + "/no-schema.yaml")
+      << "tools:\n  - class_name: verlpp.tools.Calculator\n    config: {type: native}\n";
   json schemaless = config;
   schemaless["actor_rollout_ref"]["rollout"]["multi_turn"]["tool_config_path"] = dir + "/no-schema.yaml";
   out = run_failing(write(schemaless, run + "-d.json"), run + "-d.log");
