@@ -216,3 +216,57 @@ TEST_CASE("dataset rows: agent_name picks the loop, tool_agent prompts carry the
                     Contains(path + ":1") && Contains("'extra_info.tools_kwargs' must be an object"));
   std::remove(path.c_str());
 }
+
+TEST_CASE("dataset rows: interaction_kwargs reach the batch; with interactions a tool_agent row must name one",
+          "[agent_rollout]") {
+  const std::string path = "/tmp/verlpp-agent-interaction-rows.jsonl";
+  const json question =
+      json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "2+4?"}}});
+  const json kwargs = {{"name", "gsm8k"}, {"query", "2+4?"}, {"ground_truth", "6"}};
+  data::write_jsonl(path, {{{"prompt", question},
+                            {"data_source", "calc"},
+                            {"agent_name", "tool_agent"},
+                            {"extra_info", {{"interaction_kwargs", kwargs}}}}});
+  const agent::InteractionSet interactions = agent::parse_interaction_config(
+      "interaction:\n  - name: gsm8k\n    class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n",
+      "i.yaml");
+  const model::ChatTemplate qwen25 = model::ChatTemplate::builtin("qwen2.5");
+  agent::AgentLoopNames names;
+  DatasetOptions options;
+  options.max_prompt_length = 4096;
+  options.agent_loops = &names;
+  options.interactions = &interactions;  // no tools: an interaction alone drives tool_agent rows
+  const PromptDataset data = PromptDataset::load({path}, tokenizer(), qwen25, options);
+  CHECK(data[0].interaction_kwargs == kwargs);
+  CHECK(data[0].prompt_ids == tokenizer().encode(qwen25.render({{"system", "Be brief."}, {"user", "2+4?"}}, {})));
+  const data::Batch b = collate_prompts(data, {0}, 349);
+  CHECK(b.column("interaction_kwargs")[0] == kwargs);
+  CHECK(b.column("raw_prompt")[0] == question);
+
+  data::write_jsonl(path, {{{"prompt", question}, {"data_source", "calc"}, {"agent_name", "tool_agent"}},
+                           {{"prompt", question},
+                            {"data_source", "calc"},
+                            {"agent_name", "tool_agent"},
+                            {"extra_info", {{"interaction_kwargs", {{"name", "weather"}}}}}}});
+  CHECK_THROWS_WITH(PromptDataset::load({path}, tokenizer(), qwen25, options),
+                    Contains(path + ":1") && Contains("interaction_kwargs needs a string 'name'"));
+  data::write_jsonl(path, {{{"prompt", question},
+                            {"data_source", "calc"},
+                            {"agent_name", "tool_agent"},
+                            {"extra_info", {{"interaction_kwargs", {{"name", "weather"}}}}}}});
+  CHECK_THROWS_WITH(PromptDataset::load({path}, tokenizer(), qwen25, options),
+                    Contains(path + ":1") && Contains("'weather' names no configured interaction"));
+  // SFT rows run no loop: their kwargs are not checked.
+  DatasetOptions sft = options;
+  sft.response_key = "response";
+  data::write_jsonl(path,
+                    {{{"prompt", question}, {"data_source", "calc"}, {"agent_name", "tool_agent"}, {"response", "6"}}});
+  CHECK(PromptDataset::load({path}, tokenizer(), qwen25, sft).size() == 1);
+  // Neither tools nor interactions: the row is refused naming both keys.
+  DatasetOptions neither = options;
+  neither.interactions = nullptr;
+  CHECK_THROWS_WITH(PromptDataset::load({path}, tokenizer(), qwen25, neither),
+                    Contains(path + ":1") && Contains("multi_turn.tool_config_path") &&
+                        Contains("multi_turn.interaction_config_path"));
+  std::remove(path.c_str());
+}

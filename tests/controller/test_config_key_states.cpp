@@ -190,7 +190,7 @@ TEST_CASE("the table's patterns: wildcards, sections, first match", "[config][ke
   CHECK(config_key_state("actor_rollout_ref.rollout.val_kwargs.n") == KeyState::effect);
   CHECK(config_key_state("actor_rollout_ref.rollout.multi_turn.enable") == KeyState::no_effect);
   CHECK(config_key_state("actor_rollout_ref.rollout.multi_turn.format") == KeyState::effect);
-  CHECK(config_key_state("actor_rollout_ref.rollout.multi_turn.interaction_config_path") == KeyState::refused);
+  CHECK(config_key_state("actor_rollout_ref.rollout.multi_turn.interaction_config_path") == KeyState::effect);
   CHECK(config_key_state("algorithm.adv_estimator") == KeyState::effect);
   CHECK(config_key_state("reward_model.enable") == KeyState::effect);
   CHECK(config_key_state("reward_model.model.fsdp_config.param_offload") == KeyState::no_effect);

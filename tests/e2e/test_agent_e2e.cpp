@@ -231,5 +231,98 @@ TEST_CASE("tool agent e2e: misconfigured tools are refused before any work, nami
   CHECK_FALSE(exists(run + "/metrics.jsonl"));
 }
 
+constexpr const char* kWrong = "Your response is incorrect! You need to reflect on your answer and try again.";
+constexpr const char* kRight = "Your response is correct!";
+
+// verl's flexible gsm8k rule, written out here: the last run of digits, '.', ',' and a leading
+// '-' that is not "" or ".", compared as text.
+bool flexible_gsm8k_correct(const std::string& turn, const std::string& truth) {
+  const std::regex number(R"(-?[0-9.,]+)");
+  std::string last;
+  for (auto it = std::sregex_iterator(turn.begin(), turn.end(), number); it != std::sregex_iterator(); ++it)
+    if (it->str() != "." && !it->str().empty()) last = it->str();
+  return !last.empty() && last == truth;
+}
+
+TEST_CASE("interaction e2e: verl's Gsm8kInteraction grades every turn, a correct one ends the trajectory",
+          "[e2e][agent]") {
+  const std::string dir = make_fixture("agent-interaction");
+  tasks::ArithTaskOptions task;
+  task.max_operand = 9;
+  task.sft_count = 40;
+  task.train_count = 4;
+  task.val_count = 4;
+  auto splits = tasks::make_arith_splits(task);
+  for (auto* rows : {&splits.sft, &splits.train, &splits.val})
+    for (json& row : *rows) {
+      const std::string truth = row["reward_model"]["ground_truth"].get<std::string>();
+      row["agent_name"] = "tool_agent";
+      row["extra_info"] = {{"interaction_kwargs", {{"name", "gsm8k"}, {"ground_truth", truth}}}};
+      row["response"] = "#### " + truth;
+    }
+  data::write_jsonl(dir + "/sft.jsonl", splits.sft);
+  data::write_jsonl(dir + "/train.jsonl", splits.train);
+  data::write_jsonl(dir + "/val.jsonl", splits.val);
+  std::ofstream(dir + "/interaction.yaml")
+      << "interaction:\n  - name: \"gsm8k\"\n"
+         "    class_name: \"verl.interactions.gsm8k_interaction.Gsm8kInteraction\"\n    config: {}\n";
+  const std::string run = dir + "/run";
+  json config = agent_config(dir, run);
+  config["data"]["max_prompt_length"] = 32;
+  config["data"]["max_response_length"] = 256;  // two replies and three short turns, uncut
+  config["actor_rollout_ref"]["rollout"]["multi_turn"] = {{"interaction_config_path", dir + "/interaction.yaml"},
+                                                          {"max_user_turns", 2}};
+  config["sft"]["total_steps"] = 40;
+  run_to_end(write(config, run + ".json"), run + ".log");
+
+  // Each trajectory read back: every assistant turn is followed by the reply the flexible rule
+  // gives it, and a correct one ends the trajectory.
+  const std::vector<json> dumped = tracking::read_metrics(run + "-dump/1.jsonl");
+  REQUIRE(dumped.size() == 8);
+  const std::string wrong = "\nuser\n" + std::string(kWrong) + "\nassistant\n";
+  const std::string right = "\nuser\n" + std::string(kRight) + "\nassistant\n";
+  double turns = 0;
+  int replies = 0;
+  for (const json& row : dumped) {
+    const std::string output = row.at("output").get<std::string>(), truth = row.at("gts").get<std::string>();
+    INFO(output << "\nground truth " << truth);
+    size_t at = 0;
+    int user_turns = 0, assistant_turns = 0;
+    while (true) {
+      const size_t w = output.find(wrong, at), r = output.find(right, at);
+      const size_t next = std::min(w, r);
+      ++assistant_turns;
+      if (next == std::string::npos) break;
+      CHECK(flexible_gsm8k_correct(output.substr(at, next - at), truth) == (next == r));
+      ++user_turns;
+      ++replies;
+      at = next + (next == r ? right.size() : wrong.size());
+      if (next == r) {
+        CHECK(at == output.size());  // nothing after the correct verdict
+        break;
+      }
+    }
+    CHECK(user_turns <= 2);  // max_user_turns
+    turns += 1 + user_turns + assistant_turns;
+  }
+  CHECK(replies >= 1);
+
+  const std::vector<json> rows = tracking::read_metrics(run + "/metrics.jsonl");
+  REQUIRE(rows.size() == 2);
+  const json& step = rows.back();
+  INFO(step.dump(2));
+  CHECK(step.at("num_turns/mean").get<double>() == Approx(turns / dumped.size()));
+  CHECK(step.at("tool_call_counts/max").get<double>() == 0.0);
+  for (const char* key : {"actor/pg_loss", "actor/kl_loss", "critic/score/mean"}) CHECK(finite_number(step, key));
+
+  // A tool_agent row without interaction_kwargs is refused, naming the row.
+  splits.train[2]["extra_info"] = json::object();
+  data::write_jsonl(dir + "/train.jsonl", splits.train);
+  config["sft"]["enable"] = false;
+  const std::string out = run_failing(write(config, run + "-bad.json"), run + "-bad.log");
+  CHECK(out.find(dir + "/train.jsonl:3") != std::string::npos);
+  CHECK(out.find("interaction_kwargs needs a string 'name'") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace verlpp::e2e

@@ -15,8 +15,14 @@
 // single_turn_agent trajectory ends after its first turn). A tool segment that would reach
 // response_length ends the trajectory without being appended. The response is cut to
 // response_length.
+//
+// With interactions (interaction.hpp), a tool_agent turn without a call goes to the row's
+// interaction instead of ending: its reply is a user turn rendered as a tool segment is (mask 0,
+// appended whatever its length, as verl appends it), and the trajectory ends when the
+// interaction says so or goes on generating. An interaction turn counts as a user turn.
 #pragma once
 
+#include <verlpp/agent/interaction.hpp>
 #include <verlpp/agent/tool_call_parser.hpp>
 #include <verlpp/agent/tool_config.hpp>
 #include <verlpp/agent/turn_source.hpp>
@@ -53,6 +59,10 @@ struct AgentSample {
   TokenIds prompt_ids;  // the rendered prompt (the tools' schemas included)
   std::string agent_name = kSingleTurnAgent;
   nlohmann::json tools_kwargs = nlohmann::json::object();  // extra_info.tools_kwargs
+  // For interactions: the prompt's messages ([{"role", "content"}]) and the row's
+  // extra_info.interaction_kwargs (null: none).
+  nlohmann::json messages = nlohmann::json::array();
+  nlohmann::json interaction_kwargs;
 };
 
 // Why a trajectory ended.
@@ -62,6 +72,7 @@ enum class Termination {
   kMaxAssistantTurns,
   kMaxUserTurns,
   kToolSegmentOverflow,  // the tool segment would have reached response_length
+  kInteractionDone,      // the interaction ended the trajectory (should_terminate_sequence)
   kAborted               // the engine gave up on the sequence
 };
 const char* termination_name(Termination termination);
@@ -77,6 +88,7 @@ struct Trajectory {
   int64_t tool_calls = 0;            // calls run
   int64_t malformed_calls = 0;       // <tool_call> spans skipped by the parser
   std::vector<double> tool_rewards;  // one per call run
+  std::vector<double> turn_scores;   // one per interaction reply that gave a score (verl's turn_scores)
   Termination termination = Termination::kNoToolCall;
   std::string error;  // for kAborted
 };
@@ -91,12 +103,16 @@ class ToolSegmentFormat {
   // end-of-turn text the model did not write, then the tool messages' turn and the generation
   // prompt.
   TokenIds segment(const std::string& turn_text, const std::vector<std::string>& tool_replies) const;
+  // The same for an interaction's reply: the end-of-turn rest, then the user message's turn and
+  // the generation prompt.
+  TokenIds user_segment(const std::string& turn_text, const std::string& content) const;
   // The system-prompt prefix cut from a rendering (verl's system_prompt ids).
   const TokenIds& system_prefix() const { return system_prefix_; }
   // What the template writes after an assistant message's content ("<|im_end|>\n" for ChatML).
   const std::string& turn_end() const { return turn_end_; }
 
  private:
+  TokenIds segment_of(const std::string& turn_text, const std::vector<model::ChatMessage>& messages) const;
   const model::Tokenizer& tokenizer_;
   const model::ChatTemplate& template_;
   model::ChatOptions options_;
@@ -106,16 +122,18 @@ class ToolSegmentFormat {
 
 // Counters of one run, for the step's metrics.
 struct AgentLoopStats {
-  int64_t trajectories = 0, tool_calls = 0, malformed_calls = 0, tool_errors = 0;
+  int64_t trajectories = 0, tool_calls = 0, malformed_calls = 0, tool_errors = 0, interaction_turns = 0;
   std::string first_malformed;  // the parser's reason for the first skipped span
 };
 
-// Runs every sample to its end; results in sample order. `tools` may be empty for single-turn
-// samples only (a tool_agent sample with no tools is an Error). Errors of a tool become its text.
+// Runs every sample to its end; results in sample order. A tool_agent sample needs tools or
+// interactions (an Error otherwise); with interactions, every tool_agent sample's
+// interaction_kwargs must name one (interaction_of). Errors of a tool become its text; an
+// interaction's exception is an Error naming the sample.
 std::vector<Trajectory> run_agent_loop(TurnSource& source, const std::vector<AgentSample>& samples,
                                        const ToolSet& tools, const ToolSegmentFormat& format,
                                        const model::Tokenizer& tokenizer, const AgentLoopSettings& settings,
-                                       AgentLoopStats* stats = nullptr);
+                                       AgentLoopStats* stats = nullptr, const InteractionSet* interactions = nullptr);
 
 // A tool reply cut to `max_chars` characters (code points) as verl cuts it: left keeps the start
 // and adds "...(truncated)", right keeps the end after "(truncated)...", middle keeps both halves

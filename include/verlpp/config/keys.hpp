@@ -15,6 +15,8 @@ inline constexpr char kRolloutDtype[] = "actor_rollout_ref.rollout.dtype";
 inline constexpr char kRolloutAgentDefaultAgentLoop[] = "actor_rollout_ref.rollout.agent.default_agent_loop";
 inline constexpr char kRolloutAgentLoopConfigPath[] = "actor_rollout_ref.rollout.agent.agent_loop_config_path";
 inline constexpr char kRolloutMultiTurnToolConfigPath[] = "actor_rollout_ref.rollout.multi_turn.tool_config_path";
+inline constexpr char kRolloutMultiTurnInteractionConfigPath[] =
+    "actor_rollout_ref.rollout.multi_turn.interaction_config_path";
 inline constexpr char kRolloutGpuMemoryUtilization[] = "actor_rollout_ref.rollout.gpu_memory_utilization";
 inline constexpr char kAlgorithmAdvEstimator[] = "algorithm.adv_estimator";
 inline constexpr char kCriticEnable[] = "critic.enable";

@@ -137,6 +137,7 @@ struct MultiTurnSettings {
   int64_t max_tool_response_length = 256;              // max_tool_response_length (characters)
   std::string tool_response_truncate_side = "middle";  // tool_response_truncate_side: left | right | middle
   std::optional<std::string> tool_config_path;         // tool_config_path (verl's tool YAML)
+  std::optional<std::string> interaction_config_path;  // interaction_config_path (verl's interaction YAML)
   std::string format = "hermes";                       // format (the tool-call parser: hermes)
 };
 

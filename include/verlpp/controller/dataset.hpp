@@ -33,6 +33,7 @@ struct PromptRecord {
   std::string agent_name;                    // the row's agent_name, else options.default_agent_name
   std::string agent_loop;                    // the built-in loop it names (agent::kSingleTurnAgent, kToolAgent)
   nlohmann::json tools_kwargs = nlohmann::json::object();  // extra_info.tools_kwargs ({} when absent)
+  nlohmann::json interaction_kwargs;                       // extra_info.interaction_kwargs (null when absent)
 };
 
 // A row's prompt as chat messages: a string is one user turn; otherwise a non-empty list of
@@ -57,6 +58,9 @@ struct DatasetOptions {
   // The tools' schemas a tool_agent row's prompt is rendered with (as verl's ToolAgentLoop does);
   // a tool_agent row with none is an Error naming it.
   std::vector<nlohmann::ordered_json> tool_schemas;
+  // The interactions (interaction_config_path) a tool_agent row's extra_info.interaction_kwargs
+  // must name when there are any (not checked for SFT rows, which run no loop).
+  const agent::InteractionSet* interactions = nullptr;
 };
 
 class PromptDataset {

@@ -1,7 +1,7 @@
 // The driver: one TurnSource step at a time; after each, every turn that ended moves its
-// trajectory on (terminate, or dispatch its calls to the tool pool); tool results that are ready
-// are appended and their trajectories resumed. When the engine has nothing to do the driver
-// waits for the oldest pending call, so a slow tool holds up only its own trajectory.
+// trajectory on (terminate, or dispatch its calls, or its interaction's reply, to the tool
+// pool); results that are ready are appended and their trajectories resumed. When the engine has nothing to do the
+// driver waits for the oldest pending call, so a slow tool holds up only its own trajectory.
 #include <verlpp/agent/tool_agent_loop.hpp>
 
 #include <verlpp/agent/tool_call_parser.hpp>
@@ -41,9 +41,10 @@ class ToolPool {
     wake_.notify_all();
     for (auto& worker : workers_) worker.join();
   }
-  std::future<CallOutcome> run(std::function<CallOutcome()> job) {
-    auto task = std::make_shared<std::packaged_task<CallOutcome()>>(std::move(job));
-    std::future<CallOutcome> result = task->get_future();
+  template <class Result>
+  std::future<Result> run(std::function<Result()> job) {
+    auto task = std::make_shared<std::packaged_task<Result()>>(std::move(job));
+    std::future<Result> result = task->get_future();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       jobs_.push_back([task] { (*task)(); });
@@ -86,7 +87,20 @@ struct Running {
   int64_t handle = -1;
   bool done = false;
   std::string last_turn_text;
-  std::vector<std::future<CallOutcome>> pending;
+  std::vector<std::future<CallOutcome>> pending;  // this turn's tool calls
+  std::future<InteractionReply> reply;            // or its interaction's reply (valid() while asked)
+  const Interaction* interaction = nullptr;       // the sample's, with interactions configured
+  nlohmann::json messages;                        // the conversation, kept for the interaction
+  bool waiting() const { return !pending.empty() || reply.valid(); }
+  bool ready() const {
+    for (const auto& call : pending)
+      if (call.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+    return !reply.valid() || reply.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+  void wait() const {
+    for (const auto& call : pending) call.wait();
+    if (reply.valid()) reply.wait();
+  }
 };
 
 }  // namespace
@@ -103,6 +117,8 @@ const char* termination_name(Termination termination) {
       return "max_user_turns";
     case Termination::kToolSegmentOverflow:
       return "tool_segment_overflow";
+    case Termination::kInteractionDone:
+      return "interaction_done";
     case Termination::kAborted:
       return "aborted";
   }
@@ -167,19 +183,28 @@ ToolResult run_tool_call(const ToolSet& tools, const ToolCall& call, const nlohm
 std::vector<Trajectory> run_agent_loop(TurnSource& source, const std::vector<AgentSample>& samples,
                                        const ToolSet& tools, const ToolSegmentFormat& format,
                                        const model::Tokenizer& tokenizer, const AgentLoopSettings& settings,
-                                       AgentLoopStats* stats_out) {
+                                       AgentLoopStats* stats_out, const InteractionSet* interactions) {
   validate(settings);
   AgentLoopStats stats;
   std::vector<Running> runs(samples.size());
   std::map<int64_t, size_t> by_handle;
+  const bool interacting = interactions != nullptr && !interactions->empty();
   for (size_t i = 0; i < samples.size(); ++i) {
     const AgentSample& sample = samples[i];
     VERLPP_CHECK(sample.agent_name == kSingleTurnAgent || sample.agent_name == kToolAgent,
                  "sample {}: agent_name '{}' is not a known agent loop (known: {}, {})", i, sample.agent_name,
                  kSingleTurnAgent, kToolAgent);
-    VERLPP_CHECK(sample.agent_name != kToolAgent || !tools.empty(),
-                 "sample {}: agent_name '{}' needs tools (multi_turn.tool_config_path names none)", i, kToolAgent);
+    VERLPP_CHECK(sample.agent_name != kToolAgent || !tools.empty() || interacting,
+                 "sample {}: agent_name '{}' needs tools or an interaction (multi_turn.tool_config_path and "
+                 "interaction_config_path name none)",
+                 i, kToolAgent);
     VERLPP_CHECK(!sample.prompt_ids.empty(), "sample {}: the prompt is empty", i);
+    if (interacting && sample.agent_name == kToolAgent) {
+      runs[i].interaction = &interaction_of(*interactions, sample.interaction_kwargs, fmt::format("sample {}", i));
+      VERLPP_CHECK(sample.messages.is_array(), "sample {}: the prompt's messages must be a list, got {}", i,
+                   sample.messages.dump());
+      runs[i].messages = sample.messages;
+    }
   }
   ToolPool pool(settings.tool_threads);
   const int64_t budget = settings.response_length;
@@ -212,12 +237,22 @@ std::vector<Trajectory> run_agent_loop(TurnSource& source, const std::vector<Age
     ParsedTurn parsed = parse_hermes_tool_calls(run.last_turn_text);
     t.malformed_calls += parsed.num_malformed;
     if (parsed.num_malformed > 0 && stats.first_malformed.empty()) stats.first_malformed = parsed.first_malformed;
+    if (run.interaction != nullptr)  // verl's message: the turn decoded without special tokens
+      run.messages.push_back({{"role", "assistant"}, {"content", tokenizer.decode(turn.token_ids, true)}});
+    if (parsed.calls.empty() && run.interaction != nullptr) {
+      const Interaction* interaction = run.interaction;
+      const nlohmann::json messages = run.messages;
+      const nlohmann::json* kwargs = &samples[i].interaction_kwargs;
+      run.reply = pool.run<InteractionReply>(
+          [interaction, messages, kwargs] { return interaction->respond(messages, *kwargs); });
+      return;
+    }
     if (parsed.calls.empty()) return finish(run, Termination::kNoToolCall);
     if (static_cast<int64_t>(parsed.calls.size()) > settings.max_parallel_calls)
       parsed.calls.resize(static_cast<size_t>(settings.max_parallel_calls));
     for (const ToolCall& call : parsed.calls) {
       const nlohmann::json* kwargs = &samples[i].tools_kwargs;
-      run.pending.push_back(pool.run([&tools, call, kwargs, &settings] {
+      run.pending.push_back(pool.run<CallOutcome>([&tools, call, kwargs, &settings] {
         CallOutcome outcome;
         outcome.result = run_tool_call(tools, call, *kwargs, settings, &outcome.failed);
         return outcome;
@@ -236,6 +271,8 @@ std::vector<Trajectory> run_agent_loop(TurnSource& source, const std::vector<Age
       t.tool_rewards.push_back(outcome.result.reward);
     }
     run.pending.clear();
+    if (run.interaction != nullptr)
+      for (const std::string& reply : replies) run.messages.push_back({{"role", "tool"}, {"content", reply}});
     const TokenIds segment = format.segment(run.last_turn_text, replies);
     if (static_cast<int64_t>(t.response_mask.size() + segment.size()) >= budget)
       return finish(run, Termination::kToolSegmentOverflow);
@@ -245,10 +282,29 @@ std::vector<Trajectory> run_agent_loop(TurnSource& source, const std::vector<Age
     t.user_turns += 1;
     source.resume(run.handle, segment, budget - static_cast<int64_t>(t.response_mask.size()));
   };
-  auto ready = [](const Running& run) {
-    for (const auto& pending : run.pending)
-      if (pending.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
-    return true;
+  // The interaction's reply: a user turn appended whatever its length (verl checks no budget
+  // here), then the end or the next turn.
+  auto on_reply = [&](size_t i, Running& run) {
+    Trajectory& t = run.trajectory;
+    InteractionReply reply;
+    try {
+      reply = run.reply.get();
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("sample {}", i), fmt::format("interaction '{}': {}", run.interaction->name(), e.what()));
+    }
+    t.user_turns += 1;
+    stats.interaction_turns += 1;
+    if (reply.reward) t.turn_scores.push_back(*reply.reward);
+    run.messages.push_back({{"role", "user"}, {"content", reply.content}});
+    const TokenIds segment = format.user_segment(run.last_turn_text, reply.content);
+    t.response_ids.insert(t.response_ids.end(), segment.begin(), segment.end());
+    t.response_mask.insert(t.response_mask.end(), segment.size(), 0);
+    t.response_logprobs.insert(t.response_logprobs.end(), segment.size(), 0.0f);
+    if (reply.terminate) return finish(run, Termination::kInteractionDone);
+    const int64_t left = budget - static_cast<int64_t>(t.response_mask.size());
+    // Nothing the model writes now would survive the final cut.
+    if (left <= 0) return finish(run, Termination::kResponseLength);
+    source.resume(run.handle, segment, left);
   };
 
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -266,22 +322,25 @@ std::vector<Trajectory> run_agent_loop(TurnSource& source, const std::vector<Age
         if (runs[it->second].done) --remaining;
       }
     }
-    bool waiting = false;
-    for (Running& run : runs) {
-      if (run.done || run.pending.empty()) continue;
+    bool waited = false;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      Running& run = runs[i];
+      if (run.done || !run.waiting()) continue;
       // With no engine work left, wait for this trajectory's calls rather than spin.
-      if (!source.has_work() && !waiting) {
-        for (auto& pending : run.pending) pending.wait();
-        waiting = true;
+      if (!source.has_work() && !waited) {
+        run.wait();
+        waited = true;
       }
-      if (!ready(run)) continue;
-      on_tools(run);
+      if (!run.ready()) continue;
+      if (run.reply.valid())
+        on_reply(i, run);
+      else
+        on_tools(run);
       if (run.done) --remaining;
     }
-    VERLPP_CHECK(
-        remaining == 0 || source.has_work() ||
-            std::any_of(runs.begin(), runs.end(), [](const Running& r) { return !r.done && !r.pending.empty(); }),
-        "agent loop: {} trajectories neither generate nor wait on a tool", remaining);
+    VERLPP_CHECK(remaining == 0 || source.has_work() ||
+                     std::any_of(runs.begin(), runs.end(), [](const Running& r) { return !r.done && r.waiting(); }),
+                 "agent loop: {} trajectories neither generate nor wait on a tool or an interaction", remaining);
   }
 
   std::vector<Trajectory> out;

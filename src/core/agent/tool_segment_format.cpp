@@ -36,13 +36,22 @@ ToolSegmentFormat::ToolSegmentFormat(const model::Tokenizer& tokenizer, const mo
 TokenIds ToolSegmentFormat::segment(const std::string& turn_text, const std::vector<std::string>& tool_replies) const {
   std::vector<model::ChatMessage> messages;
   for (const std::string& reply : tool_replies) messages.push_back({"tool", reply});
+  return segment_of(turn_text, messages);
+}
+
+TokenIds ToolSegmentFormat::user_segment(const std::string& turn_text, const std::string& content) const {
+  return segment_of(turn_text, {{"user", content}});
+}
+
+TokenIds ToolSegmentFormat::segment_of(const std::string& turn_text,
+                                       const std::vector<model::ChatMessage>& messages) const {
   model::ChatOptions open = options_;
   open.add_generation_prompt = true;
   const TokenIds rendered = tokenizer_.encode(template_.render(messages, open));
   VERLPP_CHECK(rendered.size() >= system_prefix_.size() &&
                    std::equal(system_prefix_.begin(), system_prefix_.end(), rendered.begin()),
-               "chat template \"{}\": the tool turn's rendering does not begin with the system prompt's ids",
-               template_.name());
+               "chat template \"{}\": the {} turn's rendering does not begin with the system prompt's ids",
+               template_.name(), messages.empty() ? "empty" : messages.front().role);
   // The end-of-turn text the model wrote: the longest head of turn_end_ the turn ends with.
   size_t written = 0;
   for (size_t k = turn_end_.size(); k > 0; --k)

@@ -183,8 +183,6 @@ const std::vector<KeyRule>& config_key_rules() {
       none("actor_rollout_ref.rollout.multi_turn.enable",
            "SGLang's switch for its own multi-turn rollout; verlpp runs the agent loop each row's agent_name (or "
            "rollout.agent.default_agent_loop) names, and every loss term always reads response_mask"),
-      refused("actor_rollout_ref.rollout.multi_turn.interaction_config_path",
-              "interactions (a simulated user) are not implemented: tools only"),
       none("actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",
            "verlpp's agent loop never re-tokenizes a trajectory: the ids trained on are the ids generated"),
       none("actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode",

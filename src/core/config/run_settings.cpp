@@ -233,6 +233,7 @@ MultiTurnSettings multi_turn_at(const Config& c, const std::string& m) {
     throw Error(m + "tool_response_truncate_side",
                 fmt::format("'{}' is not one of left, right, middle", s.tool_response_truncate_side));
   s.tool_config_path = read_optional<std::string>(c, m + "tool_config_path");
+  s.interaction_config_path = read_optional<std::string>(c, m + "interaction_config_path");
   s.format = read<std::string>(c, m + "format");
   if (s.format != "hermes")
     throw Error(m + "format", fmt::format("'{}' is not a tool-call format verlpp parses (known: hermes)", s.format));

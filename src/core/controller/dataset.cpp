@@ -64,6 +64,8 @@ PromptRecord parse_row(const json& row, const std::string& where, const DatasetO
       throw Error(where, fmt::format("'extra_info.tools_kwargs' must be an object (tool name -> its kwargs), got {}",
                                      r.tools_kwargs.dump()));
   }
+  if (r.extra_info.is_object() && r.extra_info.contains("interaction_kwargs"))
+    r.interaction_kwargs = r.extra_info["interaction_kwargs"];
   r.agent_name = o.default_agent_name;
   if (row.contains("agent_name") && !row["agent_name"].is_null()) {
     if (!row["agent_name"].is_string())
@@ -82,11 +84,15 @@ bool prepare(PromptRecord& r, const model::Tokenizer& tokenizer, const model::Ch
   if (r.agent_name.empty()) r.agent_name = o.default_agent_name;  // a record built in memory
   r.agent_loop = o.agent_loops ? o.agent_loops->loop_of(r.agent_name, r.origin + ": agent_name")
                                : std::string(agent::kSingleTurnAgent);
+  const bool interacting = o.interactions != nullptr && !o.interactions->empty();
   if (r.agent_loop == agent::kToolAgent) {
     // As verl's ToolAgentLoop: the prompt carries the tools' schemas.
-    if (o.tool_schemas.empty())
-      throw Error(r.origin, fmt::format("agent loop '{}' runs tools, but none are configured (set {})", r.agent_name,
-                                        config::keys::kRolloutMultiTurnToolConfigPath));
+    if (o.tool_schemas.empty() && !interacting)
+      throw Error(r.origin, fmt::format("agent loop '{}' runs tools or an interaction, but none are configured (set "
+                                        "{} or {})",
+                                        r.agent_name, config::keys::kRolloutMultiTurnToolConfigPath,
+                                        config::keys::kRolloutMultiTurnInteractionConfigPath));
+    if (interacting && o.response_key.empty()) agent::interaction_of(*o.interactions, r.interaction_kwargs, r.origin);
     model::ChatOptions with_tools = o.chat;
     with_tools.tools = o.tool_schemas;
     r.prompt_ids = tokenizer.encode(chat.render(r.prompt, with_tools));
@@ -228,7 +234,8 @@ Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& i
                       const std::string& uid_prefix) {
   if (indices.empty()) throw Error("collate_prompts", "no rows");
   std::vector<TokenIds> prompts;
-  std::vector<json> source, truth, extra, index, uid, agent_name, agent_loop, tools_kwargs;
+  std::vector<json> source, truth, extra, index, uid, agent_name, agent_loop, tools_kwargs, interaction_kwargs,
+      raw_prompt;
   for (size_t row = 0; row < indices.size(); ++row) {
     const PromptRecord& r = dataset[indices[row]];
     prompts.push_back(r.prompt_ids);
@@ -240,6 +247,10 @@ Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& i
     agent_name.push_back(r.agent_name);
     agent_loop.push_back(r.agent_loop);
     tools_kwargs.push_back(r.tools_kwargs);
+    interaction_kwargs.push_back(r.interaction_kwargs);
+    json messages = json::array();
+    for (const model::ChatMessage& m : r.prompt) messages.push_back({{"role", m.role}, {"content", m.content}});
+    raw_prompt.push_back(std::move(messages));
   }
   Batch out = data::collate_prompt_ids(prompts, pad_token_id);
   out.set_column("data_source", source);
@@ -250,6 +261,8 @@ Batch collate_prompts(const PromptDataset& dataset, const std::vector<size_t>& i
   out.set_column("agent_name", agent_name);
   out.set_column("agent_loop", agent_loop);
   out.set_column("tools_kwargs", tools_kwargs);
+  out.set_column("interaction_kwargs", interaction_kwargs);
+  out.set_column("raw_prompt", raw_prompt);
   return out;
 }
 

@@ -38,15 +38,22 @@ void setup_agent_loop(RlTrainer::State& s) {
   if (r.multi_turn.tool_config_path)
     at_key(config::keys::kRolloutMultiTurnToolConfigPath,
            [&] { s.tools = agent::load_tool_config(*r.multi_turn.tool_config_path); });
-  if (s.tools.empty()) return;
-  if (!s.chat->renders_tools())
+  if (r.multi_turn.interaction_config_path)
+    at_key(config::keys::kRolloutMultiTurnInteractionConfigPath,
+           [&] { s.interactions = agent::load_interaction_config(*r.multi_turn.interaction_config_path); });
+  if (s.tools.empty() && s.interactions.empty()) return;
+  if (!s.tools.empty() && !s.chat->renders_tools())
     throw Error(config::keys::kRolloutMultiTurnToolConfigPath,
                 fmt::format("the model's chat template ('{}') has no tools section verlpp renders (the Qwen2.5 and "
                             "Qwen3 families do)",
                             s.chat->name()));
   s.tool_format = std::make_unique<agent::ToolSegmentFormat>(*s.tokenizer, *s.chat);
-  log(LogLevel::info, fmt::format("agent loop: {} tool(s) ({}), {} calls per turn at most", s.tools.size(),
-                                  join(s.tools.names(), ", "), r.multi_turn.max_parallel_calls));
+  if (!s.tools.empty())
+    log(LogLevel::info, fmt::format("agent loop: {} tool(s) ({}), {} calls per turn at most", s.tools.size(),
+                                    join(s.tools.names(), ", "), r.multi_turn.max_parallel_calls));
+  if (!s.interactions.empty())
+    log(LogLevel::info,
+        fmt::format("agent loop: {} interaction(s) ({})", s.interactions.size(), join(s.interactions.names(), ", ")));
 }
 
 agent::AgentLoopSettings agent_loop_settings(const RlTrainer::State& s) {
@@ -65,16 +72,20 @@ agent::AgentLoopSettings agent_loop_settings(const RlTrainer::State& s) {
 Samples generate_trajectories(RlTrainer::State& s, const Batch& prompts, const std::vector<TokenIds>& tokens,
                               int64_t first, int64_t last, const rollout::SamplingParams& params, int64_t n,
                               uint64_t seed_base) {
-  VERLPP_CHECK(s.tool_format != nullptr, "the agent loop runs without a tool segment format (no tools configured)");
+  VERLPP_CHECK(s.tool_format != nullptr,
+               "the agent loop runs without a tool segment format (no tools or interactions configured)");
   const auto& loops = prompts.column("agent_loop");
   const auto& kwargs = prompts.column("tools_kwargs");
+  const auto& interaction_kwargs = prompts.column("interaction_kwargs");
+  const auto& messages = prompts.column("raw_prompt");
   std::vector<agent::AgentSample> samples;
   std::vector<uint64_t> seeds;
   int64_t longest = 0;
   for (int64_t i = first; i < last; ++i) {
     longest = std::max<int64_t>(longest, int64_t(tokens[size_t(i)].size()));
     for (int64_t k = 0; k < n; ++k) {
-      samples.push_back({tokens[size_t(i)], loops[size_t(i)].get<std::string>(), kwargs[size_t(i)]});
+      samples.push_back({tokens[size_t(i)], loops[size_t(i)].get<std::string>(), kwargs[size_t(i)], messages[size_t(i)],
+                         interaction_kwargs[size_t(i)]});
       seeds.push_back(rollout::sample_seed(seed_base + uint64_t(i), k));
     }
   }
@@ -87,8 +98,8 @@ Samples generate_trajectories(RlTrainer::State& s, const Batch& prompts, const s
   session.reserve_context(longest + s.response_length);
   agent::SessionTurnSource source(session, sampling, std::move(seeds));
   agent::AgentLoopStats stats;
-  std::vector<agent::Trajectory> done =
-      agent::run_agent_loop(source, samples, s.tools, *s.tool_format, *s.tokenizer, agent_loop_settings(s), &stats);
+  std::vector<agent::Trajectory> done = agent::run_agent_loop(source, samples, s.tools, *s.tool_format, *s.tokenizer,
+                                                              agent_loop_settings(s), &stats, &s.interactions);
   for (size_t row = 0; row < done.size(); ++row) {
     agent::Trajectory& t = done[row];
     const int64_t prompt = first + int64_t(row) / n;

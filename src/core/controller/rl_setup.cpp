@@ -388,6 +388,7 @@ DatasetOptions dataset_options(const RlTrainer::State& s) {
   o.default_agent_name = s.settings.rollout.agent.default_agent_loop;
   o.agent_loops = &s.agent_loops;
   o.tool_schemas = s.tools.schemas();
+  o.interactions = &s.interactions;
   return o;
 }
 

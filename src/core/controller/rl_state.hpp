@@ -6,6 +6,7 @@
 #include <verlpp/algo/kl.hpp>
 #include <verlpp/controller/batch.hpp>
 #include <verlpp/controller/checkpoint_manager.hpp>
+#include <verlpp/agent/interaction.hpp>
 #include <verlpp/config/config.hpp>
 #include <verlpp/controller/dataset.hpp>
 #include <verlpp/tracking/generation_dump.hpp>
@@ -93,8 +94,10 @@ struct RlTrainer::State {
   std::vector<int64_t> eos_ids;
 
   // The agent loop (rollout.multi_turn.*, rollout.agent.*): the tools of tool_config_path, the
-  // loop names rows may give, and the tool segments' format (built when there are tools).
+  // interactions of interaction_config_path, the loop names rows may give, and the tool
+  // segments' format (built when there are tools or interactions).
   agent::ToolSet tools;
+  agent::InteractionSet interactions;
   agent::AgentLoopNames agent_loops;
   std::unique_ptr<agent::ToolSegmentFormat> tool_format;
 
@@ -265,8 +268,8 @@ int64_t load_checkpoint(RlTrainer::State& s, const std::string& folder);
 void run_sft_warm_start(RlTrainer::State& s);
 
 // The agent loop's pieces (rl_agent_rollout.cpp): rollout.agent.agent_loop_config_path's names,
-// the default loop checked, multi_turn.tool_config_path's tools and their segment format; Errors
-// name the key.
+// the default loop checked, multi_turn.tool_config_path's tools, interaction_config_path's
+// interactions and their segment format; Errors name the key.
 void setup_agent_loop(RlTrainer::State& s);
 
 // --- the stages of a step (rl_stages.cpp), in verl's order ---
