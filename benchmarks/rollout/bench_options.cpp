@@ -47,7 +47,7 @@ const char* rollout_bench_usage() {
          "                     [--shapes B:P:R,...]\n"
          "                     [--temperature T] [--repeat R] [--kv-tokens N] [--init-seed S]\n"
          "                     [--json FILE] [--transitions] [--profile FILE [--profile-tokens N]]\n"
-         "                     [--device-graphs 0|1] [--decode-overlap 0|1] [--resume A:T]\n"
+         "                     [--device-graphs 0|1] [--decode-overlap 0|1] [--resume A:T] [--agent K:L]\n"
          "Generated tokens/s of RolloutEngine::generate, every sample running exactly R new tokens\n"
          "(EOS ignored), random weights, best of --repeat runs after one warm-up run.\n"
          "--plugin NAME uses that loaded plugin's kernels (paged attention decode, sampling);\n"
@@ -61,7 +61,9 @@ const char* rollout_bench_usage() {
          "default, as verlpp.rollout.device_graphs / decode_overlap in a run's config; also from\n"
          "VERLPP_BENCH_DEVICE_GRAPHS / VERLPP_BENCH_DECODE_OVERLAP=0|1). --resume A:T also times a\n"
          "second turn of each shape (A appended ids, T new tokens, as after a tool call): resumed in a\n"
-         "GenerationSession with the prefix's KV kept, and the whole context submitted again.\n";
+         "GenerationSession with the prefix's KV kept, and the whole context submitted again.\n"
+         "--agent K:L also runs each shape's R tokens as K turns of R/K through the agent loop, with\n"
+         "K-1 tool calls that answer after L ms, beside the same tokens generated single-turn.\n";
 }
 
 std::vector<RolloutShape> parse_shapes(const std::string& text) {
@@ -140,6 +142,11 @@ RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help) 
       if (colon == std::string::npos) VERLPP_FAIL_AT(opt, "'{}': give A:T (appended ids : new tokens)", val);
       o.resume_append = parse_int(opt, val.substr(0, colon), 0);
       o.resume_tokens = parse_int(opt, val.substr(colon + 1), 1);
+    } else if (opt == "--agent") {
+      const size_t colon = val.find(':');
+      if (colon == std::string::npos) VERLPP_FAIL_AT(opt, "'{}': give K:L (turns : tool latency in ms)", val);
+      o.agent_turns = parse_int(opt, val.substr(0, colon), 1);
+      o.agent_tool_ms = parse_int(opt, val.substr(colon + 1), 0);
     } else
       VERLPP_FAIL_AT(opt, "unknown option (see --help)");
   }
@@ -151,6 +158,11 @@ RolloutBenchOptions parse_rollout_bench_args(int argc, char** argv, bool& help) 
     VERLPP_FAIL_AT("--dtype", "'{}' is not float32, bfloat16 or float16", o.dtype);
   if (!(o.temperature >= 0)) VERLPP_FAIL_AT("--temperature", "{} must be >= 0 (0 = greedy)", o.temperature);
   if (o.shapes.empty()) o.shapes = {{1, 32, 128}, {8, 32, 128}, {32, 64, 128}, {64, 128, 256}};
+  if (o.agent_turns > 0)
+    for (const RolloutShape& s : o.shapes)
+      if (s.response % o.agent_turns != 0)
+        VERLPP_FAIL_AT("--agent", "{} turns do not split shape {}:{}:{}'s response evenly", o.agent_turns, s.batch,
+                       s.prompt, s.response);
   return o;
 }
 

@@ -39,6 +39,9 @@ struct RolloutBenchOptions {
   // --resume A:T: also time a second turn of each shape (A appended ids, T new tokens) in a
   // GenerationSession with the prefix kept, beside the whole context submitted again (0 = off).
   int64_t resume_append = 0, resume_tokens = 0;
+  // --agent K:L: also run each shape's response as K turns through the agent loop, with K-1 tool
+  // calls answering after L ms, beside the same tokens single-turn (0 = off).
+  int64_t agent_turns = 0, agent_tool_ms = 0;
 };
 
 // Parses argv; throws verlpp::Error naming the offending option or value. `--help` fills

@@ -6,6 +6,7 @@
 // preemption, and a pool that is not the whole GPU). Options: bench_options.hpp, --help.
 #include "bench_options.hpp"
 #include "bench_profile.hpp"
+#include "bench_agent.hpp"
 #include "bench_resume.hpp"
 
 #include <verlpp/core/error.hpp>
@@ -137,8 +138,11 @@ int run(const RolloutBenchOptions& o) {
   int64_t kv_tokens = o.kv_tokens;
   for (const RolloutShape& s : o.shapes)
     if (o.kv_tokens == 0)
-      kv_tokens = std::max(kv_tokens,
-                           s.batch * ((s.prompt + s.response + o.resume_append + o.resume_tokens + bs - 1) / bs) * bs);
+      kv_tokens = std::max(kv_tokens, s.batch *
+                                          ((s.prompt + s.response + o.resume_append + o.resume_tokens +
+                                            std::max<int64_t>(0, o.agent_turns - 1) * kAgentSegmentTokens + bs - 1) /
+                                           bs) *
+                                          bs);
 
   model::DecoderLM lm(config);  // fp32 on the CPU: init_weights draws there, then one move
   lm.init_weights(o.init_seed);
@@ -225,6 +229,20 @@ int run(const RolloutBenchOptions& o) {
       j.update({{"batch", s.batch}, {"prompt", s.prompt}, {"response", s.response}});
       j.update(time_resume(engine, make_requests(s, config.vocab_size, o.temperature), o.resume_append, o.resume_tokens,
                            o.repeat, config.vocab_size));
+      if (json_out) *json_out << j.dump() << "\n" << std::flush;
+    }
+  }
+  if (o.agent_turns > 0) {
+    // agent s: the response as K turns through the agent loop (tool calls between); single s:
+    // generate() of the same requests; floor: the tool latency one trajectory waits in all.
+    std::cout << fmt::format("\n{:>6} {:>6} {:>8} {:>8} {:>12} {:>12} {:>8} {:>10} {:>12} {:>10}\n", "batch", "turns",
+                             "turn tok", "tool ms", "agent s", "single s", "ratio", "floor s", "generated",
+                             "seg tokens");
+    for (const RolloutShape& s : o.shapes) {
+      nlohmann::json j = base_json(o, config);
+      j.update({{"batch", s.batch}, {"prompt", s.prompt}, {"response", s.response}});
+      j.update(time_agent_loop(engine, make_requests(s, config.vocab_size, o.temperature), o.agent_turns,
+                               o.agent_tool_ms, o.repeat));
       if (json_out) *json_out << j.dump() << "\n" << std::flush;
     }
   }

@@ -51,9 +51,10 @@ class RecordingInteraction : public Interaction {
   static inline std::vector<json> seen;
 };
 
-const bool registered = interaction_classes().add(
-    "tests.RecordingInteraction",
-    [](const std::string& name, const json&, const std::string&) { return std::make_unique<RecordingInteraction>(name); });
+const bool registered = interaction_classes().add("tests.RecordingInteraction",
+                                                  [](const std::string& name, const json&, const std::string&) {
+                                                    return std::make_unique<RecordingInteraction>(name);
+                                                  });
 
 TokenIds user_segment(const std::string& content) {
   return ids_of("\n<|im_start|>user\n" + content + "<|im_end|>\n<|im_start|>assistant\n");
@@ -99,9 +100,9 @@ TEST_CASE("interaction config: verl's file, its default names, and errors naming
                     Contains("/tmp/verlpp-no-such-interaction.yaml"));
 
   CHECK(&interaction_of(set, {{"name", "gsm8k"}}, "row 1") == set.find("gsm8k"));
-  CHECK_THROWS_WITH(interaction_of(set, json(), "rows.jsonl:4"),
-                    Contains("rows.jsonl:4") && Contains("interaction_kwargs needs a string 'name'") &&
-                        Contains("gsm8k"));
+  CHECK_THROWS_WITH(
+      interaction_of(set, json(), "rows.jsonl:4"),
+      Contains("rows.jsonl:4") && Contains("interaction_kwargs needs a string 'name'") && Contains("gsm8k"));
   CHECK_THROWS_WITH(interaction_of(set, {{"name", "weather"}}, "rows.jsonl:5"),
                     Contains("rows.jsonl:5") && Contains("'weather' names no configured interaction"));
 }
@@ -128,7 +129,8 @@ TEST_CASE("Gsm8kInteraction replies as verl's: the last assistant turn, flexible
   CHECK_FALSE(r.terminate);
   // The flexible rule takes the last number as written (verl drops commas only in its strict rule).
   CHECK(gsm8k.respond(conversation({{"assistant", "first 5, then 1,234"}}), {{"ground_truth", "1,234"}}).terminate);
-  CHECK_FALSE(gsm8k.respond(conversation({{"assistant", "first 5, then 1,234"}}), {{"ground_truth", "1234"}}).terminate);
+  CHECK_FALSE(
+      gsm8k.respond(conversation({{"assistant", "first 5, then 1,234"}}), {{"ground_truth", "1234"}}).terminate);
   // No assistant turn, or no ground truth: never correct.
   CHECK_FALSE(gsm8k.respond(conversation({{"user", "72"}}), truth).terminate);
   CHECK_FALSE(gsm8k.respond(conversation({{"assistant", "72"}}), {{"name", "gsm8k"}}).terminate);
@@ -223,8 +225,9 @@ TEST_CASE("interactions with tools: calls first, the interaction reads the whole
   RecordingInteraction::seen.clear();
   std::vector<Trajectory> out =
       run_agent_loop(source, {sample}, tools, format, tiny_tokenizer(), settings, nullptr, &interactions);
-  const TokenIds tool = ids_of("\n<|im_start|>user\n<tool_response>\n6\n</tool_response><|im_end|>\n"
-                               "<|im_start|>assistant\n");
+  const TokenIds tool = ids_of(
+      "\n<|im_start|>user\n<tool_response>\n6\n</tool_response><|im_end|>\n"
+      "<|im_start|>assistant\n");
   CHECK(out[0].response_ids == cat({call, tool, answer, user_segment("ok")}));
   CHECK(out[0].tool_calls == 1);
   CHECK(out[0].user_turns == 2);

@@ -50,8 +50,8 @@ class Interaction {
 
 // Builds an interaction named `name` from its config entry's `config` mapping; `where` names the
 // entry in errors.
-using InteractionClass = std::function<std::unique_ptr<Interaction>(const std::string& name, const nlohmann::json& config,
-                                                                    const std::string& where)>;
+using InteractionClass = std::function<std::unique_ptr<Interaction>(
+    const std::string& name, const nlohmann::json& config, const std::string& where)>;
 
 // The interaction classes by class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction and
 // what programs register.

@@ -102,8 +102,9 @@ const Interaction& interaction_of(const InteractionSet& interactions, const nloh
                where, join(interactions.names(), ", "), kwargs.is_null() ? std::string("none") : kwargs.dump());
   const std::string name = kwargs["name"].get<std::string>();
   const Interaction* interaction = interactions.find(name);
-  VERLPP_CHECK(interaction != nullptr, "{}: interaction_kwargs.name '{}' names no configured interaction (configured: {})",
-               where, name, join(interactions.names(), ", "));
+  VERLPP_CHECK(interaction != nullptr,
+               "{}: interaction_kwargs.name '{}' names no configured interaction (configured: {})", where, name,
+               join(interactions.names(), ", "));
   return *interaction;
 }
 
