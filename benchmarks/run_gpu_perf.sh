@@ -13,7 +13,7 @@
 # At most 8 files under $OUT (the device tool brings back 8): summary.txt, build.log,
 # conformance.txt, train.jsonl, rollout.jsonl, and grpo_step.{json,log} with E2E=1.
 #   OUT=/somewhere bash benchmarks/run_gpu_perf.sh     # .offline-deps beside it (docs/building.md)
-# Variables: STAGES (default "conformance train rollout"; also profile, tests, and attn, sample, gemm:
+# Variables: STAGES (default "conformance train rollout"; also agent (AGENT, RESUME, AGENT_SHAPES), profile, tests, and attn, sample, gemm:
 # the kernel microbenchmarks and the GEMM experiment, CMake targets of the same build), E2E=1,
 # HF=0, FP32=1 (train in fp32 too), TRAIN_LIBTORCH=0 (no bf16 run on LibTorch's ops), ROLLOUT_GRAPHS ("1 0": graphs on, then off), ROLLOUT_ENVS, TRAIN_ENVS, PROFILE_ENVS
 # (environment settings to compare, e.g. "VERLPP_CUDA_PDL=0 -"; the benches' own switches as VERLPP_BENCH_*, e.g.
@@ -93,6 +93,16 @@ if [[ " $STAGES " == *" train "* ]]; then
       --json /tmp/t.json 2>&1 | grep -vi warn | tail -3 | tee -a "$OUT/summary.txt"
     cat /tmp/t.json >> "$OUT/train.jsonl" 2>/dev/null; rm -f /tmp/t.json
   done
+fi
+
+if [[ " $STAGES " == *" agent "* ]]; then
+  # The agent loop's overhead: each shape's response as AGENT=K:L (K turns, K-1 tool calls of L ms)
+  # beside the same tokens single-turn, and a second turn resumed with its prefix kept beside the
+  # whole context submitted again (RESUME=A:T), on the 0.5B shape with the cuda plugin.
+  step "agent loop and kept prefix: qwen2.5-0.5b bf16, shapes ${AGENT_SHAPES:=64:128:384,256:128:384}"
+  timeout 420 "$BIN/verlpp-bench-rollout" --shape qwen2.5-0.5b --device cuda --dtype bfloat16 --plugin cuda \
+    --shapes "$AGENT_SHAPES" --repeat 2 --agent "${AGENT:-3:50}" --resume "${RESUME:-32:128}" \
+    --json "$OUT/agent.jsonl" 2>&1 | tail -16 | tee -a "$OUT/summary.txt"
 fi
 
 if [[ " $STAGES " == *" rollout "* ]]; then
