@@ -81,14 +81,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 nlohmann::json time_agent_loop(rollout::RolloutEngine& engine, const std::vector<rollout::GenerateRequest>& requests,
                                int64_t turns, int64_t tool_ms, int repeat) {
-  static const bool registered = agent::tool_classes().contains("verlpp.bench.FixedLatency") ||
-                                 agent::tool_classes().add("verlpp.bench.FixedLatency",
-                                                           [](const nlohmann::json& config,
-                                                              const nlohmann::ordered_json& schema,
-                                                              const std::string& where) {
-                                                             return std::make_unique<FixedLatencyTool>(config, schema,
-                                                                                                       where);
-                                                           });
+  static const bool registered =
+      agent::tool_classes().contains("verlpp.bench.FixedLatency") ||
+      agent::tool_classes().add(
+          "verlpp.bench.FixedLatency",
+          [](const nlohmann::json& config, const nlohmann::ordered_json& schema, const std::string& where) {
+            return std::make_unique<FixedLatencyTool>(config, schema, where);
+          });
   (void)registered;
   VERLPP_CHECK(!requests.empty(), "--agent: no requests");
   const int64_t response = requests.front().sampling.max_new_tokens;
@@ -131,7 +130,8 @@ nlohmann::json time_agent_loop(rollout::RolloutEngine& engine, const std::vector
     {
       rollout::GenerationSession session(engine);
       int64_t longest = 0;
-      for (const rollout::GenerateRequest& q : requests) longest = std::max<int64_t>(longest, int64_t(q.prompt_ids.size()));
+      for (const rollout::GenerateRequest& q : requests)
+        longest = std::max<int64_t>(longest, int64_t(q.prompt_ids.size()));
       session.reserve_context(longest + response + (turns - 1) * kAgentSegmentTokens);
       agent::SessionTurnSource inner(session, sampling);
       FixedTurnSource source(inner, turns, turn_tokens, call, answer);

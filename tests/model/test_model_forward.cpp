@@ -145,7 +145,8 @@ DecoderLM make_model(const std::string& arch, uint64_t seed) {
 // Runs `seqs` through forward_cached over a paged cache with scattered blocks. schedule[step][s]
 // is how many tokens of sequence s that step feeds (0 = idle). Returns each sequence's [len, C].
 std::vector<at::Tensor> run_cached(const DecoderLM& m, const std::vector<std::vector<int64_t>>& seqs,
-                                   const std::vector<std::vector<int64_t>>& schedule, int64_t block_size) {
+                                   const std::vector<std::vector<int64_t>>& schedule, int64_t block_size,
+                                   AttentionOptions options = {}) {
   const size_t S = seqs.size();
   std::vector<int64_t> blocks_needed(S);
   int64_t total_blocks = 2;  // spares that no sequence uses
@@ -177,7 +178,7 @@ std::vector<at::Tensor> run_cached(const DecoderLM& m, const std::vector<std::ve
       lens.push_back(done[s]);
     }
     PagedAttention backend(
-        cache, {at::tensor(slots, at::kLong), at::tensor(cu, at::kLong), at::tensor(lens, at::kLong), tables});
+        cache, {at::tensor(slots, at::kLong), at::tensor(cu, at::kLong), at::tensor(lens, at::kLong), tables}, options);
     at::Tensor h = m.forward_cached(at::tensor(ids, at::kLong), at::tensor(pos, at::kLong), backend);
     for (size_t s = 0; s < S; ++s)
       if (step[s] > 0) pieces[s].push_back(h.narrow(0, cu[s], step[s]));
@@ -265,6 +266,28 @@ TEST_CASE("decoder: prefill + decode over a paged KV cache equals the full forwa
         check_close(m.logits(cached[s]), m.logits(full), 2e-5, 2e-5, "logits of sequence " + std::to_string(s));
       }
     }
+  }
+}
+
+TEST_CASE("decoder: cached-prefix steps of uneven lengths, padded into shared calls, equal the full forward",
+          "[model][decoder][kv]") {
+  at::NoGradGuard no_grad;
+  std::mt19937 rng(4);
+  DecoderLM m = make_model("Qwen2ForCausalLM", 9);
+  const int64_t V = m.config().vocab_size;
+  std::vector<std::vector<int64_t>> seqs = {random_ids(rng, 7, V), random_ids(rng, 9, V), random_ids(rng, 11, V),
+                                            random_ids(rng, 6, V)};
+  // After the first step every sequence has a cached prefix and a different count of new tokens
+  // (resumed turns of unequal tool replies, decode tokens among them).
+  std::vector<std::vector<int64_t>> schedule = {{3, 2, 4, 6}, {2, 4, 1, 0}, {1, 1, 3, 0}, {1, 2, 3, 0}};
+  // One chunk for all, or a bound so small that every sequence is its own call.
+  for (long long pairs : {1LL << 21, 1LL}) {
+    INFO("cached_chunk_pairs " << pairs);
+    AttentionOptions options;
+    options.cached_chunk_pairs = pairs;
+    auto cached = run_cached(m, seqs, schedule, 3, options);
+    for (size_t s = 0; s < seqs.size(); ++s)
+      check_close(cached[s], single_forward(m, seqs[s]), 2e-5, 2e-5, "sequence " + std::to_string(s));
   }
 }
 

@@ -11,6 +11,9 @@ struct AttentionOptions {
   // K/V with fewer heads than q go into SDPA as they are (enable_gqa, LibTorch 2.5+) where a
   // fused kernel takes them; false repeats them for their query groups first.
   bool sdpa_gqa = true;
+  // The paged reference backend's bound on one masked call over sequences with a cached prefix:
+  // query x key pairs of a padded chunk (more sequences go into further calls).
+  long long cached_chunk_pairs = 1LL << 21;
 };
 
 // Whether a model being trained computes q/k/v (and gate/up, with kernels that take them whole)

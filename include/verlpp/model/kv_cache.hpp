@@ -43,8 +43,10 @@ struct PagedStep {
 // The reference backend: writes k/v at slot_mapping, then for each sequence gathers its
 // context through its block table and attends causally (new token i of n sees context
 // positions <= context_len - n + i). Consecutive fresh sequences of one length (nothing cached
-// before the step) attend over their own new k/v in one batched call instead. `options`: the
-// model's ForwardOptions::attention (how 16-bit attention takes K/V).
+// before the step) attend over their own new k/v in one batched call instead; consecutive
+// sequences with a cached prefix (a resumed turn, a chunk of a long prompt) are gathered padded
+// to their chunk's longest and attend in one masked call per chunk, not one call per sequence.
+// `options`: the model's ForwardOptions::attention (how 16-bit attention takes K/V).
 class PagedAttention : public AttentionBackend {
  public:
   PagedAttention(PagedKvCache& cache, PagedStep step, AttentionOptions options = {});
@@ -55,8 +57,17 @@ class PagedAttention : public AttentionBackend {
   PagedKvCache& cache_;
   PagedStep step_;
   AttentionOptions options_;
+  // Consecutive sequences [first, first + count) with a cached prefix, padded to `queries` new
+  // tokens and `keys` context positions; the tensors are on the cache's device.
+  struct CachedChunk {
+    int64_t first = 0, count = 0, queries = 0, keys = 0;
+    at::Tensor slots;       // [count * keys] int64: each context's slots, padded with its position 0's
+    at::Tensor query_rows;  // [count * queries] int64: rows of q, padded with the sequence's first
+    at::Tensor allowed;     // [count, queries, keys] bool: causal within the context; padded rows see key 0
+    at::Tensor kept_rows;   // [new tokens] int64: the real rows of the padded [count * queries] output
+  };
   std::vector<int64_t> cu_q_, context_lens_;  // host copies, read once per step
-  std::vector<at::Tensor> context_slots_;     // per sequence [context_len] int64 slots (undefined when fresh)
+  std::vector<CachedChunk> chunks_;           // in sequence order
 };
 
 }  // namespace verlpp::model

@@ -13,6 +13,8 @@
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 
 namespace verlpp::model {
@@ -58,13 +60,65 @@ PagedAttention::PagedAttention(PagedKvCache& cache, PagedStep step, AttentionOpt
     VERLPP_CHECK((len + bs - 1) / bs <= step_.block_tables.size(1),
                  "PagedAttention: sequence {} needs {} blocks of {} for {} tokens, block_tables has {} columns", s,
                  (len + bs - 1) / bs, bs, len, step_.block_tables.size(1));
-    if (n == len) {  // a fresh sequence attends to its own new tokens only (attend() below)
-      context_slots_.emplace_back();
-      continue;
+  }
+  // Chunks of consecutive cached sequences, each padded gather at most options.cached_chunk_pairs
+  // query x key pairs (the masked call's scores), built on the host and copied once for every layer.
+  const auto cached = [&](int64_t s) {
+    const int64_t n = cu_q_[size_t(s) + 1] - cu_q_[size_t(s)];
+    return n > 0 && n < context_lens_[size_t(s)];
+  };
+  std::vector<int64_t> tables;
+  const int64_t width = step_.block_tables.size(1);
+  for (int64_t s = 0; s < S; ++s) {
+    if (!cached(s)) continue;
+    if (tables.empty()) tables = host_values(step_.block_tables);
+    int64_t end = s, queries = 0, keys = 0;
+    while (end < S && cached(end)) {
+      const int64_t q = std::max(queries, cu_q_[size_t(end) + 1] - cu_q_[size_t(end)]);
+      const int64_t k = std::max(keys, context_lens_[size_t(end)]);
+      if (end > s && (end - s + 1) * q * k > int64_t(options_.cached_chunk_pairs)) break;
+      queries = q;
+      keys = k;
+      ++end;
     }
-    at::Tensor pos = at::arange(len, at::TensorOptions().dtype(at::kLong).device(step_.block_tables.device()));
-    at::Tensor blocks = step_.block_tables[s].to(at::kLong).index_select(0, pos.div(bs, "floor"));
-    context_slots_.push_back(blocks * bs + pos.remainder(bs));
+    CachedChunk chunk;
+    chunk.first = s;
+    chunk.count = end - s;
+    chunk.queries = queries;
+    chunk.keys = keys;
+    std::vector<int64_t> slots, rows, kept;
+    std::vector<uint8_t> allowed(size_t(chunk.count * queries * keys), 0);
+    for (int64_t c = 0; c < chunk.count; ++c) {
+      const int64_t seq = s + c, start = cu_q_[size_t(seq)], n = cu_q_[size_t(seq) + 1] - start;
+      const int64_t len = context_lens_[size_t(seq)];
+      const int64_t* table = tables.data() + seq * width;
+      for (int64_t p = 0; p < keys; ++p) {
+        const int64_t at = p < len ? p : 0;
+        slots.push_back(table[at / bs] * bs + at % bs);
+      }
+      for (int64_t i = 0; i < queries; ++i) {
+        rows.push_back(start + (i < n ? i : 0));
+        uint8_t* row = allowed.data() + (c * queries + i) * keys;
+        if (i >= n) {
+          row[0] = 1;  // a padded query sees one real key: no empty softmax
+          continue;
+        }
+        kept.push_back(c * queries + i);
+        for (int64_t j = 0; j <= len - n + i; ++j) row[j] = 1;
+      }
+    }
+    const auto device = step_.block_tables.device();
+    auto to_device = [&](const std::vector<int64_t>& v) {
+      return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(device);
+    };
+    chunk.slots = to_device(slots);
+    chunk.query_rows = to_device(rows);
+    chunk.kept_rows = to_device(kept);
+    chunk.allowed = at::from_blob(allowed.data(), {chunk.count, queries, keys}, at::TensorOptions().dtype(at::kByte))
+                        .to(device)
+                        .to(at::kBool);
+    chunks_.push_back(std::move(chunk));
+    s = end - 1;
   }
 }
 
@@ -77,7 +131,8 @@ at::Tensor PagedAttention::attend(int64_t layer, const at::Tensor& q, const at::
   kflat.index_copy_(0, step_.slot_mapping, k.to(kc.scalar_type()));
   vflat.index_copy_(0, step_.slot_mapping, v.to(vc.scalar_type()));
   std::vector<at::Tensor> outs;
-  const int64_t S = int64_t(context_slots_.size()), H = q.size(1);
+  const int64_t S = int64_t(context_lens_.size()), H = q.size(1);
+  size_t chunk = 0;
   for (int64_t s = 0; s < S; ++s) {
     const int64_t start = cu_q_[size_t(s)], n = cu_q_[size_t(s) + 1] - start, len = context_lens_[size_t(s)];
     if (n == 0) continue;
@@ -98,12 +153,18 @@ at::Tensor PagedAttention::attend(int64_t layer, const at::Tensor& q, const at::
       s = end - 1;
       continue;
     }
-    at::Tensor ks = kflat.index_select(0, context_slots_[size_t(s)]).unsqueeze(0);  // [1, len, KV, D]
-    at::Tensor vs = vflat.index_select(0, context_slots_[size_t(s)]).unsqueeze(0);
-    at::Tensor qs = q.narrow(0, start, n).unsqueeze(0);  // [1, n, H, D]
-    outs.push_back(attention(qs, ks.to(q.scalar_type()), vs.to(q.scalar_type()),
-                             causal_mask(n, len, q.device()).unsqueeze(0), scale, options_)
-                       .squeeze(0));
+    // The cached chunk that starts here (chunks_ is in sequence order).
+    while (chunk < chunks_.size() && chunks_[chunk].first < s) ++chunk;
+    VERLPP_CHECK(chunk < chunks_.size() && chunks_[chunk].first == s,
+                 "PagedAttention: sequence {} has a cached prefix but no chunk", s);
+    const CachedChunk& c = chunks_[chunk];
+    const at::Tensor ks = kflat.index_select(0, c.slots).view({c.count, c.keys, KV, D}).to(q.scalar_type());
+    const at::Tensor vs = vflat.index_select(0, c.slots).view({c.count, c.keys, KV, D}).to(q.scalar_type());
+    const at::Tensor qs = q.index_select(0, c.query_rows).view({c.count, c.queries, H, D});
+    outs.push_back(attention(qs, ks, vs, c.allowed, scale, options_)
+                       .reshape({c.count * c.queries, H, D})
+                       .index_select(0, c.kept_rows));
+    s = c.first + c.count - 1;
   }
   return outs.empty() ? q.narrow(0, 0, 0) : at::cat(outs, 0);
 }
