@@ -189,6 +189,35 @@ TEST_CASE("tool agent e2e: trajectories carry the tool's replies, metrics count 
   for (size_t i = 0; i < one_dump.size(); ++i) CHECK(one_dump[i] == two_dump[i]);
   check_close_rows(deterministic_rows(one), deterministic_rows(two), "tool agent, 2 ranks");
 #endif
+
+  // Two steps with a checkpoint after each; the folder cut back to step 1's checkpoint resumes
+  // to the uninterrupted run's rows exactly (the loop's seeds are a function of step and row).
+  json resumable = agent_config(dir, run);
+  resumable["actor_rollout_ref"]["model"]["path"] = run + "/sft_model";
+  resumable["sft"]["enable"] = false;
+  resumable["trainer"]["total_training_steps"] = 2;
+  resumable["trainer"]["save_freq"] = 1;
+  const std::string whole = dir + "/whole", cut = dir + "/cut";
+  resumable["trainer"]["default_local_dir"] = whole;
+  resumable["trainer"]["rollout_data_dir"] = whole + "-dump";
+  run_to_end(write(resumable, whole + ".json"), whole + ".log");
+  REQUIRE(std::system(("rm -rf " + cut + " && cp -a " + whole + " " + cut + " && rm -rf " + cut +
+                       "/global_step_2 && echo 1 > " + cut + "/latest_checkpointed_iteration.txt")
+                          .c_str()) == 0);
+  {
+    std::string kept;
+    for (const json& row : tracking::read_metrics(cut + "/metrics.jsonl"))
+      if (row.at("step").get<int64_t>() <= 1) kept += row.dump() + "\n";
+    std::ofstream(cut + "/metrics.jsonl", std::ios::trunc) << kept;
+  }
+  resumable["trainer"]["default_local_dir"] = cut;
+  resumable["trainer"]["rollout_data_dir"] = cut + "-dump";
+  run_to_end(write(resumable, cut + ".json"), cut + ".log");
+  CHECK(read_file(cut + ".log").find("resumed from") != std::string::npos);
+  const std::vector<json> expected = deterministic_rows(whole), got = deterministic_rows(cut);
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) CHECK(got[i] == expected[i]);
+  CHECK(tracking::read_metrics(cut + "-dump/2.jsonl") == tracking::read_metrics(whole + "-dump/2.jsonl"));
 }
 
 TEST_CASE("tool agent e2e: misconfigured tools are refused before any work, naming what is wrong", "[e2e][agent]") {
