@@ -45,21 +45,31 @@ void use_tool_template(const std::string& model_dir) {
   std::ofstream(path) << config.dump(2);
 }
 
-// The fixture's arithmetic rows as tool_agent rows; the SFT rows' answers become one call.
-void write_agent_rows(const std::string& dir) {
+// Small arithmetic splits (40 SFT rows, 4 train, 4 validation) whose rows run tool_agent.
+tasks::ArithSplits agent_splits() {
   tasks::ArithTaskOptions task;
   task.max_operand = 9;
   task.sft_count = 40;
   task.train_count = 4;
   task.val_count = 4;
-  auto splits = tasks::make_arith_splits(task);
+  tasks::ArithSplits splits = tasks::make_arith_splits(task);
   for (auto* rows : {&splits.sft, &splits.train, &splits.val})
     for (json& row : *rows) row["agent_name"] = "tool_agent";
-  for (json& row : splits.sft)
-    row["response"] = "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"1+2\"}}\n</tool_call>";
+  return splits;
+}
+
+void write_splits(const std::string& dir, const tasks::ArithSplits& splits) {
   data::write_jsonl(dir + "/sft.jsonl", splits.sft);
   data::write_jsonl(dir + "/train.jsonl", splits.train);
   data::write_jsonl(dir + "/val.jsonl", splits.val);
+}
+
+// The fixture's arithmetic rows as tool_agent rows; the SFT rows' answers become one call.
+void write_agent_rows(const std::string& dir) {
+  tasks::ArithSplits splits = agent_splits();
+  for (json& row : splits.sft)
+    row["response"] = "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"1+2\"}}\n</tool_call>";
+  write_splits(dir, splits);
 }
 
 json agent_config(const std::string& dir, const std::string& run) {
@@ -276,22 +286,14 @@ bool flexible_gsm8k_correct(const std::string& turn, const std::string& truth) {
 TEST_CASE("interaction e2e: verl's Gsm8kInteraction grades every turn, a correct one ends the trajectory",
           "[e2e][agent]") {
   const std::string dir = make_fixture("agent-interaction");
-  tasks::ArithTaskOptions task;
-  task.max_operand = 9;
-  task.sft_count = 40;
-  task.train_count = 4;
-  task.val_count = 4;
-  auto splits = tasks::make_arith_splits(task);
+  tasks::ArithSplits splits = agent_splits();
   for (auto* rows : {&splits.sft, &splits.train, &splits.val})
     for (json& row : *rows) {
       const std::string truth = row["reward_model"]["ground_truth"].get<std::string>();
-      row["agent_name"] = "tool_agent";
       row["extra_info"] = {{"interaction_kwargs", {{"name", "gsm8k"}, {"ground_truth", truth}}}};
       row["response"] = "#### " + truth;
     }
-  data::write_jsonl(dir + "/sft.jsonl", splits.sft);
-  data::write_jsonl(dir + "/train.jsonl", splits.train);
-  data::write_jsonl(dir + "/val.jsonl", splits.val);
+  write_splits(dir, splits);
   std::ofstream(dir + "/interaction.yaml")
       << "interaction:\n  - name: \"gsm8k\"\n"
          "    class_name: \"verl.interactions.gsm8k_interaction.Gsm8kInteraction\"\n    config: {}\n";
