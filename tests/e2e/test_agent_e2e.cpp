@@ -226,7 +226,22 @@ TEST_CASE("tool agent e2e: trajectories carry the tool's replies, metrics count 
   CHECK(read_file(cut + ".log").find("resumed from") != std::string::npos);
   const std::vector<json> expected = deterministic_rows(whole), got = deterministic_rows(cut);
   REQUIRE(got.size() == expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) CHECK(got[i] == expected[i]);
+  // Tool replies come back in the order their threads finish, so which trajectories share an
+  // engine step varies from run to run; the tokens do not (per-trajectory seeds), but the engine's
+  // log-probs carry that batch's rounding. Their gap to the actor's (rollout_probs_diff_*) is float
+  // noise both times; every other figure must agree exactly.
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("row " << i << "\n uninterrupted: " << expected[i].dump() << "\n resumed: " << got[i].dump());
+    json exact = got[i], want = expected[i];
+    for (const char* noise : {"training/rollout_probs_diff_max", "training/rollout_probs_diff_mean"}) {
+      if (!want.contains(noise)) continue;
+      REQUIRE(exact.contains(noise));
+      CHECK(exact[noise].get<double>() == Approx(want[noise].get<double>()).margin(1e-5));
+      exact.erase(noise);
+      want.erase(noise);
+    }
+    CHECK(exact == want);
+  }
   CHECK(tracking::read_metrics(cut + "-dump/2.jsonl") == tracking::read_metrics(whole + "-dump/2.jsonl"));
 }
 
