@@ -124,14 +124,13 @@ nlohmann::json time_agent_loop(rollout::RolloutEngine& engine, const std::vector
   rollout::SamplingParams sampling = requests.front().sampling;
   sampling.n = 1;
 
+  int64_t longest = 0;
+  for (const rollout::GenerateRequest& q : requests) longest = std::max<int64_t>(longest, int64_t(q.prompt_ids.size()));
   double agent_best = 1e30, single_best = 1e30;
   int64_t agent_tokens = 0, calls = 0, segment_tokens = 0;
   for (int r = 0; r < std::max(1, repeat) + 1; ++r) {  // the first round warms up
     {
       rollout::GenerationSession session(engine);
-      int64_t longest = 0;
-      for (const rollout::GenerateRequest& q : requests)
-        longest = std::max<int64_t>(longest, int64_t(q.prompt_ids.size()));
       session.reserve_context(longest + response + (turns - 1) * kAgentSegmentTokens);
       agent::SessionTurnSource inner(session, sampling);
       FixedTurnSource source(inner, turns, turn_tokens, call, answer);

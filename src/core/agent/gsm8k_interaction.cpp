@@ -2,9 +2,7 @@
 // starts so, scored by the flexible gsm8k rule (format score 0, score 1); 1.0 ends the trajectory
 // with "Your response is correct!", anything else asks for another try.
 #include "builtin_interactions.hpp"
-
-#include <verlpp/agent/tool.hpp>
-#include <verlpp/reward/reward.hpp>
+#include "builtin_tools.hpp"
 
 namespace verlpp::agent {
 namespace {
@@ -21,14 +19,8 @@ class Gsm8kInteraction : public Interaction {
           if ((*it)["content"].is_string()) content = (*it)["content"].get<std::string>();
           break;
         }
-    const std::string response = content.rfind("#### ", 0) == 0 ? content : "#### " + content;
-    double score = 0.0;  // verl compares against ground_truth=None: never correct
-    if (kwargs.is_object() && kwargs.contains("ground_truth") && !kwargs["ground_truth"].is_null()) {
-      const auto& truth = kwargs["ground_truth"];
-      // A non-string ground truth is compared as Python's str() of it, as verl.tools' Gsm8kTool here.
-      score = reward::rules::gsm8k(response, truth.is_string() ? truth.get<std::string>() : python_str(truth),
-                                   /*flexible=*/true, /*format_score=*/0.0, /*score=*/1.0);
-    }
+    const double score = score_gsm8k_answer(
+        content, kwargs.is_object() ? kwargs.value("ground_truth", nlohmann::json()) : nlohmann::json());
     InteractionReply reply;
     reply.reward = score;
     reply.terminate = score == 1.0;

@@ -27,14 +27,8 @@ class Gsm8kTool : public Tool {
     if (!arguments.is_object())
       throw Error("gsm8k tool", fmt::format("'{}' object has no attribute 'get'", python_type(arguments)));
     const std::string answer = arguments.contains("answer") ? python_str(arguments["answer"]) : std::string();
-    const std::string response = answer.rfind("#### ", 0) == 0 ? answer : "#### " + answer;
-    double score = 0.0;
-    if (create_kwargs.is_object() && create_kwargs.contains("ground_truth") &&
-        !create_kwargs["ground_truth"].is_null()) {
-      const auto& truth = create_kwargs["ground_truth"];
-      score = reward::rules::gsm8k(response, truth.is_string() ? truth.get<std::string>() : python_str(truth),
-                                   /*flexible=*/true, /*format_score=*/0.0, /*score=*/1.0);
-    }
+    const double score = score_gsm8k_answer(
+        answer, create_kwargs.is_object() ? create_kwargs.value("ground_truth", nlohmann::json()) : nlohmann::json());
     ToolResult result;
     result.reward = score > 0.0 ? 0.0 : -0.05;
     result.text = "Current parsed answer=" + python_repr(answer) + " reward=" + python_str(score);
@@ -43,6 +37,14 @@ class Gsm8kTool : public Tool {
 };
 
 }  // namespace
+
+double score_gsm8k_answer(const std::string& answer, const nlohmann::json& ground_truth) {
+  if (ground_truth.is_null()) return 0.0;  // verl compares against None
+  const std::string response = answer.rfind("#### ", 0) == 0 ? answer : "#### " + answer;
+  return reward::rules::gsm8k(response,
+                              ground_truth.is_string() ? ground_truth.get<std::string>() : python_str(ground_truth),
+                              /*flexible=*/true, /*format_score=*/0.0, /*score=*/1.0);
+}
 
 std::unique_ptr<Tool> make_gsm8k_tool(const nlohmann::json&, const nlohmann::ordered_json& schema,
                                       const std::string& where) {

@@ -1,7 +1,8 @@
 // The driver: one TurnSource step at a time; after each, every turn that ended moves its
 // trajectory on (terminate, or dispatch its calls, or its interaction's reply, to the tool
-// pool); results that are ready are appended and their trajectories resumed. When the engine has nothing to do the
-// driver waits for the oldest pending call, so a slow tool holds up only its own trajectory.
+// pool); results that are ready are appended and their trajectories resumed. When the engine
+// has nothing to do the driver waits for the oldest pending call, so a slow tool holds up only
+// its own trajectory.
 #include <verlpp/agent/tool_agent_loop.hpp>
 
 #include <verlpp/agent/tool_call_parser.hpp>
