@@ -1,7 +1,8 @@
 // `verlpp tokenize --tokenizer PATH [--file F]`: one JSON string per input line in, one JSON
 // array of ids per line out (no special tokens added). --decode reverses it (id arrays in, JSON
-// strings out); --chat reads one JSON array of {role, content} messages per line and tokenizes
-// the prompt of the chat template (--text prints the prompt itself). Errors name the line.
+// strings out); --chat reads one conversation per line (a JSON array of messages, or an object
+// {"messages": [...], "tools": [...]}) and tokenizes the prompt of the chat template (--text
+// prints the prompt itself). Errors name the line.
 #include "../core/util/input_file.hpp"
 #include "commands.hpp"
 
@@ -33,17 +34,28 @@ struct TokenizeOptions {
   bool no_generation_prompt = false;
   bool no_thinking = false;
   std::string chat_format;
+  std::string chat_template_file;
+  std::string chat_kwargs;
 };
 
-std::vector<model::ChatMessage> parse_messages(const nlohmann::json& line, const std::string& where) {
-  VERLPP_CHECK(line.is_array(), "{}: expected a JSON array of messages", where);
-  std::vector<model::ChatMessage> messages;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const auto& m = line[i];
-    VERLPP_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
-                     m["content"].is_string(),
-                 "{}: message {} needs string fields \"role\" and \"content\"", where, i);
-    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+// One input line of --chat: its messages, and its tools into `options`.
+nlohmann::ordered_json parse_conversation(const nlohmann::ordered_json& line, const std::string& where,
+                                          model::ChatOptions& options) {
+  options.tools.clear();
+  nlohmann::ordered_json messages = line;
+  if (line.is_object()) {
+    VERLPP_CHECK(line.contains("messages"), "{}: a conversation object needs a \"messages\" list", where);
+    messages = line["messages"];
+    if (line.contains("tools") && !line["tools"].is_null()) {
+      VERLPP_CHECK(line["tools"].is_array(), "{}: \"tools\" must be a list of function schemas", where);
+      for (const auto& t : line["tools"]) options.tools.push_back(t);
+    }
+  }
+  VERLPP_CHECK(messages.is_array(), "{}: expected a JSON array of messages (or an object with \"messages\")", where);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    VERLPP_CHECK(m.is_object() && m.contains("role") && m["role"].is_string(),
+                 "{}: message {} needs a string field \"role\"", where, i);
   }
   return messages;
 }
@@ -68,12 +80,26 @@ void run_tokenize(const TokenizeOptions& o) {
       size_t slash = folder.find_last_of('/');
       folder = slash == std::string::npos ? "." : folder.substr(0, slash + 1);
     }
-    chat_template = std::make_unique<model::ChatTemplate>(
-        model::ChatTemplate::from_config_file(folder + "/tokenizer_config.json", o.chat_format));
+    if (!o.chat_template_file.empty())
+      chat_template = std::make_unique<model::ChatTemplate>(model::ChatTemplate::from_jinja(
+          files::read_input(o.chat_template_file, "chat template (--chat-template-file)"),
+          folder + "/tokenizer_config.json", o.chat_template_file));
+    else
+      chat_template = std::make_unique<model::ChatTemplate>(
+          model::ChatTemplate::from_config_file(folder + "/tokenizer_config.json", o.chat_format));
   }
   model::ChatOptions chat_options;
   chat_options.add_generation_prompt = !o.no_generation_prompt;
   chat_options.enable_thinking = !o.no_thinking;
+  if (!o.chat_kwargs.empty()) {
+    try {
+      chat_options.template_kwargs = nlohmann::ordered_json::parse(o.chat_kwargs);
+    } catch (const nlohmann::json::exception& e) {
+      VERLPP_FAIL_AT("--chat-kwargs", "not valid JSON: {}", e.what());
+    }
+    VERLPP_CHECK(chat_options.template_kwargs.is_object(), "--chat-kwargs: expected a JSON object, got {}",
+                 o.chat_kwargs);
+  }
 
   std::ifstream file_stream;
   if (!o.file.empty()) file_stream = files::open_input(o.file, "input file (--file)");
@@ -82,10 +108,10 @@ void run_tokenize(const TokenizeOptions& o) {
   std::string line, out;
   for (size_t number = 1; std::getline(in, line); ++number) {
     const std::string where = fmt::format("{}:{}", source, number);
-    nlohmann::json value;
+    nlohmann::ordered_json value;
     check_json_depth(line, where);
     try {
-      value = nlohmann::json::parse(line);
+      value = nlohmann::ordered_json::parse(line);
     } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number that overflows
       VERLPP_FAIL_AT(where, "not valid JSON: {}", e.what());
     }
@@ -104,7 +130,8 @@ void run_tokenize(const TokenizeOptions& o) {
       }
       out += nlohmann::json(tokenizer.decode(ids, o.skip_special_tokens)).dump() + "\n";
     } else if (o.chat) {
-      std::string prompt = chat_template->render(parse_messages(value, where), chat_options);
+      const nlohmann::ordered_json messages = parse_conversation(value, where, chat_options);
+      std::string prompt = chat_template->render_json(messages, chat_options);
       if (o.print_text)
         out += nlohmann::json(prompt).dump() + "\n";
       else
@@ -134,7 +161,13 @@ void register_tokenize_command(CLI::App& app) {
   cmd->add_flag("--chat", options->chat, "input lines are JSON arrays of {role, content}; tokenize the chat prompt");
   cmd->add_option("--chat-template", options->chat_format,
                   "with --chat: a built-in format (chatml, qwen2, qwen2.5, qwen3, llama3, llama3.1) instead of "
-                  "recognising tokenizer_config.json's");
+                  "interpreting tokenizer_config.json's");
+  cmd->add_option("--chat-template-file", options->chat_template_file,
+                  "with --chat: a Jinja chat template file to interpret instead of tokenizer_config.json's (as "
+                  "verl's custom_chat_template)");
+  cmd->add_option("--chat-kwargs", options->chat_kwargs,
+                  "with --chat: a JSON object of extra template variables (as verl's apply_chat_template_kwargs), "
+                  "e.g. '{\"enable_thinking\": false}'");
   cmd->add_flag("--text", options->print_text, "with --chat: print the prompt as a JSON string instead of ids");
   cmd->add_flag("--no-generation-prompt", options->no_generation_prompt, "with --chat: no opening assistant turn");
   cmd->add_flag("--no-thinking", options->no_thinking, "with --chat: Qwen3's enable_thinking=false");

@@ -10,7 +10,18 @@
 
 namespace verlpp {
 
+// json.dumps's layout arguments (Hugging Face's `tojson` filter passes these through).
+struct PythonJsonOptions {
+  int indent = -1;             // negative: one line (indent=None); otherwise a newline and this many spaces per level
+  std::string item_separator;  // empty: Python's default, ", " on one line and "," when indented
+  std::string key_separator;   // empty: ": "
+  bool sort_keys = false;      // objects' keys in code-point order instead of their own order
+  bool ensure_ascii = false;   // non-ASCII characters written as \uXXXX escapes (surrogate pairs above U+FFFF)
+};
+
 // `value` as json.dumps(value, ensure_ascii=False) writes it: objects in their own key order.
 std::string python_json_dumps(const nlohmann::ordered_json& value);
+// `value` as json.dumps writes it with `options`.
+std::string python_json_dumps(const nlohmann::ordered_json& value, const PythonJsonOptions& options);
 
 }  // namespace verlpp

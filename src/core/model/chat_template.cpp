@@ -149,35 +149,69 @@ ChatTemplate ChatTemplate::recognise(const std::string& jinja, const std::string
   return t;
 }
 
-ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::string& override_name) {
-  std::string file = path;
+namespace {
+
+// A tokenizer_config.json (a file or the folder holding one) as JSON; null when absent.
+nlohmann::json read_tokenizer_config(const std::string& path, std::string& file) {
+  file = path;
   if (tok::is_directory(path)) file = tok::path_join(path, "tokenizer_config.json");
+  if (!tok::path_exists(file)) return nullptr;
+  const std::string text = files::read_input(file, "tokenizer config");
+  check_json_depth(text, file);
   nlohmann::json config;
-  if (tok::path_exists(file)) {
-    const std::string text = files::read_input(file, "tokenizer config");
-    check_json_depth(text, file);
-    try {
-      config = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number that overflows
-      VERLPP_FAIL_AT(file, "not valid JSON: {}", e.what());
-    }
-    VERLPP_CHECK(config.is_object(), "{}: expected a JSON object at the top level", file);
-  } else {
-    VERLPP_CHECK(!override_name.empty(),
-                 "tokenizer config \"{}\" does not exist (name a built-in chat format to go "
-                 "without one)",
-                 file);
+  try {
+    config = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number that overflows
+    VERLPP_FAIL_AT(file, "not valid JSON: {}", e.what());
   }
-  std::string bos;
-  if (config.contains("bos_token")) {
-    const auto& b = config["bos_token"];
-    if (b.is_string())
-      bos = b.get<std::string>();
-    else if (b.is_object() && b.contains("content") && b["content"].is_string())
-      bos = b["content"].get<std::string>();
+  VERLPP_CHECK(config.is_object(), "{}: expected a JSON object at the top level", file);
+  return config;
+}
+
+// A special token's text: a string, or an AddedToken object's "content".
+std::string token_text(const nlohmann::json& config, const char* key) {
+  if (!config.is_object() || !config.contains(key)) return "";
+  const auto& b = config[key];
+  if (b.is_string()) return b.get<std::string>();
+  if (b.is_object() && b.contains("content") && b["content"].is_string()) return b["content"].get<std::string>();
+  return "";
+}
+
+// The special tokens transformers passes to a chat template (its special_tokens_map).
+nlohmann::ordered_json special_tokens(const nlohmann::json& config) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+    const std::string text = token_text(config, key);
+    if (!text.empty()) out[key] = text;
   }
+  return out;
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::from_jinja(const std::string& jinja, const std::string& config_path,
+                                      const std::string& origin) {
+  std::string file;
+  const nlohmann::json config = config_path.empty() ? nlohmann::json() : read_tokenizer_config(config_path, file);
+  ChatTemplate t;
+  t.jinja_ = std::make_shared<const JinjaTemplate>(JinjaTemplate::parse(jinja, origin));
+  t.special_tokens_ = special_tokens(config);
+  t.name_ = origin;
+  const std::string bos = token_text(config, "bos_token");
+  if (!bos.empty()) t.bos_token_ = bos;
+  return t;
+}
+
+ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::string& override_name) {
+  std::string file;
+  const nlohmann::json config = read_tokenizer_config(path, file);
+  VERLPP_CHECK(!config.is_null() || !override_name.empty(),
+               "tokenizer config \"{}\" does not exist (name a built-in chat format to go "
+               "without one)",
+               file);
   if (!override_name.empty()) {
     ChatTemplate t = builtin(override_name);
+    const std::string bos = token_text(config, "bos_token");
     if (!bos.empty()) t.bos_token_ = bos;
     return t;
   }
@@ -185,9 +219,8 @@ ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::
   const size_t slash = file.find_last_of('/');
   const std::string jinja_file =
       (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) + "chat_template.jinja";
-  if (!config.contains("chat_template") && tok::path_exists(jinja_file)) {
-    return recognise(files::read_input(jinja_file, "chat template"), bos, jinja_file);
-  }
+  if (!config.contains("chat_template") && tok::path_exists(jinja_file))
+    return from_jinja(files::read_input(jinja_file, "chat template"), file, jinja_file);
   VERLPP_CHECK(config.contains("chat_template"),
                "{}: field \"chat_template\" is missing and there is no "
                "chat_template.jinja beside it (name a built-in chat format instead: {})",
@@ -206,10 +239,46 @@ ChatTemplate ChatTemplate::from_config_file(const std::string& path, const std::
                "{}: field \"chat_template\": expected a string or a list holding a \"default\" "
                "template, got {}",
                file, node.dump().substr(0, 120));
-  return recognise(jinja, bos, file + ": field \"chat_template\"");
+  return from_jinja(jinja, file, file + ": field \"chat_template\"");
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
+  if (!jinja_) return render_builtin(messages, options);
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  return render_json(list, options);
+}
+
+std::string ChatTemplate::render_json(const nlohmann::ordered_json& messages, const ChatOptions& options) const {
+  VERLPP_CHECK(messages.is_array(), "chat template \"{}\": the messages must be a list, got {}", name_,
+               messages.type_name());
+  if (!jinja_) {
+    std::vector<ChatMessage> plain;
+    for (const auto& m : messages) {
+      VERLPP_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() &&
+                       (!m.contains("content") || m["content"].is_string() || m["content"].is_null()),
+                   "chat template \"{}\": a built-in renders messages of a string role and content, got {}", name_,
+                   m.dump().substr(0, 120));
+      plain.push_back({m["role"].get<std::string>(),
+                       m.contains("content") && m["content"].is_string() ? m["content"].get<std::string>() : ""});
+    }
+    return render_builtin(plain, options);
+  }
+  // The variables transformers' apply_chat_template passes: the special tokens, the messages,
+  // tools (None without), documents (None), add_generation_prompt, then the caller's kwargs.
+  nlohmann::ordered_json context = special_tokens_;
+  context["messages"] = messages;
+  context["tools"] = options.tools.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(options.tools);
+  context["documents"] = nullptr;
+  context["add_generation_prompt"] = options.add_generation_prompt;
+  if (!options.enable_thinking) context["enable_thinking"] = false;
+  if (options.template_kwargs.is_object())
+    for (auto it = options.template_kwargs.begin(); it != options.template_kwargs.end(); ++it)
+      context[it.key()] = it.value();
+  return jinja_->render(context);
+}
+
+std::string ChatTemplate::render_builtin(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
   std::string out;
   const size_t n = messages.size();
   const bool tools = !options.tools.empty();
@@ -289,7 +358,10 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
       }
       if (options.add_generation_prompt) {
         out += "<|im_start|>assistant\n";
-        if (!options.enable_thinking) out += "<think>\n\n</think>\n\n";
+        const auto& kw = options.template_kwargs;
+        const bool thinking = options.enable_thinking &&
+                              !(kw.is_object() && kw.contains("enable_thinking") && kw["enable_thinking"] == false);
+        if (!thinking) out += "<think>\n\n</think>\n\n";
       }
       break;
     }
