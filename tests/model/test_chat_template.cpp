@@ -1,7 +1,8 @@
 // Chat template tests: each built-in rendered on small conversations against hand-written
-// expected prompts, recognition of published templates from tokenizer_config.json, and the
-// errors for unknown templates and names. Rendering equality with the real Jinja templates of
-// Qwen3 and Llama 3 is checked by the peer test (tokenizer_peer/compare.mjs).
+// expected prompts, recognition of published templates, tokenizer folders' templates
+// interpreted, and the errors for unknown templates and names. Rendering equality with the real
+// Jinja templates (Qwen2.5, Qwen3, Llama 3, Llama 3.2, Gemma 3) is checked by the peer test
+// (tokenizer_peer/compare.mjs); the interpreter's own semantics by test_jinja.cpp.
 #include <catch2/catch.hpp>
 
 #include <verlpp/core/error.hpp>
@@ -36,11 +37,11 @@ const char* kQwen25Jinja =
 
 }  // namespace
 
-TEST_CASE("ChatML: the tiny tokenizer's template is recognised and renders", "[chat_template]") {
+TEST_CASE("ChatML: the tiny tokenizer's template is interpreted and renders", "[chat_template]") {
   ChatTemplate t = ChatTemplate::from_config_file(kTinyDir);
-  CHECK(t.format() == ChatFormat::kChatML);
-  CHECK(t.name() == "chatml");
-  CHECK(t.default_system_prompt().empty());
+  CHECK(t.interpreted());
+  CHECK_THAT(t.name(), Catch::Contains("tokenizer_config.json"));
+  CHECK(ChatTemplate::from_config_file(kTinyDir, "chatml").name() == "chatml");
   std::vector<ChatMessage> chat = {{"user", "What is 2+2?"}};
   CHECK(t.render(chat) == "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
   ChatOptions no_prompt;
@@ -122,10 +123,18 @@ TEST_CASE("chat template errors", "[chat_template]") {
              Catch::Contains("tokenizer_config.json") && Catch::Contains("chat_template"));
   ChatTemplate named = ChatTemplate::from_config_file(dir, "llama3");
   CHECK(named.bos_token() == "<B>");
-  // Without "chat_template", a chat_template.jinja beside the config is used.
+  // Without "chat_template", a chat_template.jinja beside the config is interpreted, with the
+  // config's special tokens as variables.
   std::ofstream(dir + "/chat_template.jinja")
-      << "{% for m in messages %}{{ '<|im_start|>' + m.role }}{% endfor %}<|im_end|>";
-  CHECK(ChatTemplate::from_config_file(dir).name() == "chatml");
+      << "{{ bos_token }}{% for m in messages %}{{ '<|im_start|>' + m.role }}{% endfor %}<|im_end|>\n";
+  const ChatTemplate beside = ChatTemplate::from_config_file(dir);
+  CHECK_THAT(beside.name(), Catch::Contains("chat_template.jinja"));
+  CHECK(beside.render({{"user", "x"}, {"assistant", "y"}}) == "<B><|im_start|>user<|im_start|>assistant<|im_end|>");
+  // A syntax error names the file, the line and the column.
+  std::ofstream(dir + "/chat_template.jinja") << "ok\n{% for m in %}";
+  CHECK_THAT(error_of([&] { ChatTemplate::from_config_file(dir); }),
+             Catch::Contains("chat_template.jinja") && Catch::Contains("line 2, column 1") &&
+                 Catch::Contains("expected a value"));
   ::unlink((dir + "/chat_template.jinja").c_str());
   std::ofstream(file) << "{not json";
   CHECK_THAT(error_of([&] { ChatTemplate::from_config_file(dir); }), Catch::Contains("not valid JSON"));

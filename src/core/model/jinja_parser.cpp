@@ -466,6 +466,8 @@ class Parser {
       } else if (is_op("(")) {
         const Token& at = next();
         ExprPtr e = make(Expr::Kind::kCall, at);
+        e->line = value->line;  // errors point at the callee's name
+        e->col = value->col;
         e->args.push_back(std::move(value));
         call_arguments(*e);
         value = std::move(e);
