@@ -8,15 +8,17 @@
 
 #include <optional>
 #include <regex>
+#include <set>
 
 namespace verlpp::e2e {
 namespace {
 
 // ChatML with a tools section and tool replies as user turns wrapped in <tool_response>: the
-// shape of Qwen2.5's template, which verlpp recognises and renders tools with.
+// shape of Qwen2.5's template, interpreted as written.
 constexpr const char* kToolTemplate =
-    "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- for tool in tools %}{{- tool | tojson }}{%- endfor %}"
-    "{%- endif %}{% for message in messages %}{% if message.role == 'tool' %}"
+    "{%- if tools %}{{- '<|im_start|>system\\n<tools>' }}{%- for tool in tools %}{{- '\\n' + tool | tojson }}"
+    "{%- endfor %}{{- '\\n</tools><|im_end|>\\n' }}{%- endif %}{% for message in messages %}{% if message.role == "
+    "'tool' %}"
     "{{ '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}"
     "{% else %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
@@ -253,10 +255,10 @@ TEST_CASE("tool agent e2e: misconfigured tools are refused before any work, nami
   json config = agent_config(dir, run);
   config["sft"]["enable"] = false;
 
-  // The tiny model's own ChatML template has no tools section.
+  // The tiny model's own ChatML template never reads `tools`.
   std::string out = run_failing(write(config, run + "-a.json"), run + "-a.log");
   CHECK(out.find("actor_rollout_ref.rollout.multi_turn.tool_config_path") != std::string::npos);
-  CHECK(out.find("no tools section") != std::string::npos);
+  CHECK(out.find("renders no tools") != std::string::npos);
 
   use_tool_template(dir + "/model");
   json no_tools = config;
@@ -283,6 +285,54 @@ TEST_CASE("tool agent e2e: misconfigured tools are refused before any work, nami
     CHECK(text.find("Exception raised from") == std::string::npos);
   }
   CHECK_FALSE(exists(run + "/metrics.jsonl"));
+}
+
+TEST_CASE("chat template e2e: custom_chat_template and apply_chat_template_kwargs shape every prompt", "[e2e][agent]") {
+  const std::string dir = make_fixture("custom-template");
+  tasks::ArithTaskOptions task;
+  task.max_operand = 9;
+  task.sft_count = 0;
+  task.train_count = 4;
+  task.val_count = 4;
+  const tasks::ArithSplits splits = tasks::make_arith_splits(task);
+  write_splits(dir, splits);
+  const std::string run = dir + "/run";
+  json config = agent_config(dir, run);
+  config["sft"]["enable"] = false;
+  config["actor_rollout_ref"]["rollout"].erase("multi_turn");
+  // A template of our own that reads a variable only the kwargs define; with the special tokens
+  // of the tokenizer folder (the decoded dump leaves them out).
+  config["actor_rollout_ref"]["model"]["custom_chat_template"] =
+      "{{ greeting }}{% for m in messages %}<|im_start|>{{ m.role }}\n[{{ m.content | upper }}]<|im_end|>\n"
+      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  config["data"]["apply_chat_template_kwargs"] = {{"greeting", "Hello. "}};
+  run_to_end(write(config, run + ".json"), run + ".log");
+  const std::vector<json> dumped = tracking::read_metrics(run + "-dump/1.jsonl");
+  REQUIRE(dumped.size() == 8);
+  std::set<std::string> want, got;
+  for (const json& row : splits.train) {
+    std::string content = row.at("prompt").at(0).at("content").get<std::string>();
+    for (char& c : content) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    want.insert("Hello. user\n[" + content + "]\nassistant\n");
+  }
+  for (const json& row : dumped) got.insert(row.at("input").get<std::string>());
+  CHECK(got == want);
+
+  // A template that does not parse, and kwargs that are not a mapping: refused, naming the key.
+  json broken = config;
+  broken["actor_rollout_ref"]["model"]["custom_chat_template"] = "{% for m in messages %}{{ m.content }";
+  std::string out = run_failing(write(broken, run + "-a.json"), run + "-a.log");
+  CHECK(out.find("actor_rollout_ref.model.custom_chat_template") != std::string::npos);
+  CHECK(out.find("line 1") != std::string::npos);
+  json listed = config;
+  listed["data"]["apply_chat_template_kwargs"] = json::array({"enable_thinking"});
+  out = run_failing(write(listed, run + "-b.json"), run + "-b.log");
+  CHECK(out.find("data.apply_chat_template_kwargs") != std::string::npos);
+  for (const char* log : {"-a.log", "-b.log"}) {
+    const std::string text = read_file(run + log);
+    CHECK(text.find("terminate called") == std::string::npos);
+    CHECK(text.find("Exception raised from") == std::string::npos);
+  }
 }
 
 constexpr const char* kWrong = "Your response is incorrect! You need to reflect on your answer and try again.";

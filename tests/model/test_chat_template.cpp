@@ -132,9 +132,9 @@ TEST_CASE("chat template errors", "[chat_template]") {
   CHECK(beside.render({{"user", "x"}, {"assistant", "y"}}) == "<B><|im_start|>user<|im_start|>assistant<|im_end|>");
   // A syntax error names the file, the line and the column.
   std::ofstream(dir + "/chat_template.jinja") << "ok\n{% for m in %}";
-  CHECK_THAT(error_of([&] { ChatTemplate::from_config_file(dir); }),
-             Catch::Contains("chat_template.jinja") && Catch::Contains("line 2, column 1") &&
-                 Catch::Contains("expected a value"));
+  CHECK_THAT(error_of([&] { ChatTemplate::from_config_file(dir); }), Catch::Contains("chat_template.jinja") &&
+                                                                         Catch::Contains("line 2, column 1") &&
+                                                                         Catch::Contains("expected a value"));
   ::unlink((dir + "/chat_template.jinja").c_str());
   std::ofstream(file) << "{not json";
   CHECK_THAT(error_of([&] { ChatTemplate::from_config_file(dir); }), Catch::Contains("not valid JSON"));

@@ -55,8 +55,9 @@ TEST_CASE("jinja: expressions with Python's semantics", "[jinja]") {
 TEST_CASE("jinja: scoping, loops and namespaces", "[jinja]") {
   // A set inside a loop is gone after it; a namespace carries state out.
   CHECK(render("{% set x = 1 %}{% for i in [1, 2] %}{% set x = i %}{% endfor %}{{ x }}") == "1");
-  CHECK(render("{% set ns = namespace(n=0) %}{% for i in [1, 2, 3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}") ==
-        "6");
+  CHECK(
+      render("{% set ns = namespace(n=0) %}{% for i in [1, 2, 3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}") ==
+      "6");
   CHECK(render("{% for i in 'ab' %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}"
                "{{ loop.length }}{{ loop.revindex }};{% endfor %}") == "10TrueFalse22;21FalseTrue21;");
   // A loop filter runs before loop.* counts; else runs on no items; break and continue.
@@ -64,21 +65,23 @@ TEST_CASE("jinja: scoping, loops and namespaces", "[jinja]") {
   CHECK(render("{% for i in [] %}x{% else %}empty{% endfor %}") == "empty");
   CHECK(render("{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 4 %}{% break %}{% endif %}"
                "{{ i }}{% endfor %}") == "013");
-  CHECK(render("{% for k, v in d.items() %}{{ k }}={{ v }},{% endfor %}", {{"d", {{"b", 1}, {"a", 2}}}}) ==
-        "b=1,a=2,");
+  CHECK(render("{% for k, v in d.items() %}{{ k }}={{ v }},{% endfor %}", {{"d", {{"b", 1}, {"a", 2}}}}) == "b=1,a=2,");
   CHECK(render("{% for m in ms %}{{ loop.previtem | default('-') }}{{ m }}{% endfor %}", {{"ms", {"a", "b"}}}) ==
         "-aab");
   // Top-level sets override the context (Llama's `set messages = messages[1:]`).
   CHECK(render("{% set messages = messages[1:] %}{{ messages | length }}", {{"messages", {1, 2, 3}}}) == "2");
-  CHECK(render("{% macro greet(name, p='Hi') %}{{ p }} {{ name }}{% endmacro %}{{ greet('a') }}/{{ greet('b', p='Yo') }}") ==
-        "Hi a/Yo b");
+  CHECK(
+      render(
+          "{% macro greet(name, p='Hi') %}{{ p }} {{ name }}{% endmacro %}{{ greet('a') }}/{{ greet('b', p='Yo') }}") ==
+      "Hi a/Yo b");
   CHECK(render("{% set block %}in{{ 1 }}{% endset %}[{{ block }}]") == "[in1]");
   CHECK(render("{% filter upper %}ab{{ 'c' }}{% endfilter %}") == "ABC");
 }
 
 TEST_CASE("jinja: filters, tests and string methods", "[jinja]") {
   CHECK(render("{{ '  a b \n' | trim }}|{{ 'xxaxx' | trim('x') }}|{{ ' a '.strip() }}|{{ 'a,b,,c'.split(',') }}|"
-               "{{ ' a  b '.split() }}|{{ 'a-b-c'.rsplit('-', 1) }}") == "a b|a|a|['a', 'b', '', 'c']|['a', 'b']|['a-b', 'c']");
+               "{{ ' a  b '.split() }}|{{ 'a-b-c'.rsplit('-', 1) }}") ==
+        "a b|a|a|['a', 'b', '', 'c']|['a', 'b']|['a-b', 'c']");
   CHECK(render("{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x', 'c')) }}{{ 'ß'.upper() }}{{ 'ÀB' | lower }}"
                "{{ 'hello world' | title }}{{ 'hELLO' | capitalize }}") == "TrueTrueSSàbHello WorldHello");
   CHECK(render("{{ [3, 1, 2] | sort | join(',') }} {{ [1, 2] | reverse | list }} {{ 'x' | length }} "
@@ -88,9 +91,10 @@ TEST_CASE("jinja: filters, tests and string methods", "[jinja]") {
   CHECK(render("{{ ps | selectattr('ok') | map(attribute='n') | join }}{{ ps | rejectattr('ok') | map(attribute='n') | "
                "list }}",
                people) == "a['b']");
-  CHECK(render("{{ undefined_name | default('d') }} {{ '' | default('e', true) }} {{ x is defined }} "
-               "{{ none is none }} {{ 'a' is string }} {{ {} is mapping }} {{ 3 is divisibleby 3 }} {{ 1 is number }}") ==
-        "d e False True True True True True");
+  CHECK(
+      render("{{ undefined_name | default('d') }} {{ '' | default('e', true) }} {{ x is defined }} "
+             "{{ none is none }} {{ 'a' is string }} {{ {} is mapping }} {{ 3 is divisibleby 3 }} {{ 1 is number }}") ==
+      "d e False True True True True True");
   CHECK(render("{{ 'a\nb' | indent(2) }}|{{ 'a<b' | e }}|{{ 'aXbX' | replace('X', '-') }}|{{ [1, 2] | sum }}") ==
         "a\n  b|a&lt;b|a-b-|3");
 }
@@ -119,8 +123,9 @@ TEST_CASE("jinja: errors name the template, line and column", "[jinja]") {
   CHECK_THAT(error_of([] { render("{% for i in range(100000000) %}{% endfor %}"); }), Catch::Contains("range"));
   CHECK_THAT(error_of([] { render("{% for i in range(5000) %}{% for j in range(5000) %}{% endfor %}{% endfor %}"); }),
              Catch::Contains("loop iterations"));
-  CHECK_THAT(error_of([] { JinjaTemplate::parse("{{ " + std::string(500, '(') + "1" + std::string(500, ')') + " }}"); }),
-             Catch::Contains("nests too deeply"));
+  CHECK_THAT(
+      error_of([] { JinjaTemplate::parse("{{ " + std::string(500, '(') + "1" + std::string(500, ')') + " }}"); }),
+      Catch::Contains("nests too deeply"));
   CHECK_THAT(error_of([] { render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"); }),
              Catch::Contains("nest deeper"));
   // What the template reads is known without rendering.

@@ -9,6 +9,7 @@ inline constexpr char kActorFsdpConfigOptimizerOffload[] = "actor_rollout_ref.ac
 inline constexpr char kActorFsdpConfigParamOffload[] = "actor_rollout_ref.actor.fsdp_config.param_offload";
 inline constexpr char kActorPpoMicroBatchSizePerGpu[] = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu";
 inline constexpr char kModelEnableGradientCheckpointing[] = "actor_rollout_ref.model.enable_gradient_checkpointing";
+inline constexpr char kModelCustomChatTemplate[] = "actor_rollout_ref.model.custom_chat_template";
 inline constexpr char kModelPath[] = "actor_rollout_ref.model.path";
 inline constexpr char kRefFsdpConfigParamOffload[] = "actor_rollout_ref.ref.fsdp_config.param_offload";
 inline constexpr char kRolloutDtype[] = "actor_rollout_ref.rollout.dtype";

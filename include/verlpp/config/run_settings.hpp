@@ -59,14 +59,18 @@ struct DataSettings {
   int64_t seed = 1;                           // seed (data order; null: 1)
   bool filter_overlong_prompts = false;       // filter_overlong_prompts
   std::string truncation = "error";           // truncation: error | left | right | middle
+  // apply_chat_template_kwargs: extra variables of every chat-template rendering (prompts, tool
+  // and interaction turns), e.g. {"enable_thinking": false}; {} when unset.
+  nlohmann::ordered_json apply_chat_template_kwargs = nlohmann::ordered_json::object();
 };
 
 // actor_rollout_ref.model.*
 struct ActorModelSettings {
-  std::optional<std::string> path;             // path (a Hugging Face folder; required to train)
-  bool enable_gradient_checkpointing = false;  // enable_gradient_checkpointing
-  bool use_remove_padding = true;              // use_remove_padding (packed forwards)
-  bool use_fused_kernels = false;              // use_fused_kernels (recompute the logits in the backward)
+  std::optional<std::string> path;                  // path (a Hugging Face folder; required to train)
+  std::optional<std::string> custom_chat_template;  // custom_chat_template (Jinja text replacing the folder's)
+  bool enable_gradient_checkpointing = false;       // enable_gradient_checkpointing
+  bool use_remove_padding = true;                   // use_remove_padding (packed forwards)
+  bool use_fused_kernels = false;                   // use_fused_kernels (recompute the logits in the backward)
 };
 
 // How a role's model is held over the ranks and in host memory: <role>.strategy (fsdp, fsdp2),

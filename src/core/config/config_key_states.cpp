@@ -211,8 +211,6 @@ const std::vector<KeyRule>& config_key_rules() {
       refused("actor_rollout_ref.model.hf_config_path", "the config is read from model.path"),
       none("actor_rollout_ref.model.use_shm", kShm),
       none("actor_rollout_ref.model.trust_remote_code", kRemoteCode),
-      refused("actor_rollout_ref.model.custom_chat_template",
-              "not implemented: the tokenizer folder's template is used"),
       refused("actor_rollout_ref.model.external_lib", kPython),
       refused("actor_rollout_ref.model.override_config", kOverrideConfig),
       none("actor_rollout_ref.model.enable_activation_offload", kActivationOffload),
@@ -252,7 +250,6 @@ const std::vector<KeyRule>& config_key_rules() {
       none("data.sampler.class_name", "used only with sampler.class_path, which verlpp refuses"),
       refused("data.datagen.path", kPython),
       none("data.datagen.name", "used only with datagen.path, which verlpp refuses"),
-      refused("data.apply_chat_template_kwargs", "not implemented: the chat template is applied without arguments"),
 
       // reward_manager.name has its effect (it follows reward_model.reward_manager).
       refused("reward_manager.source",

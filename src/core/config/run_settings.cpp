@@ -147,6 +147,12 @@ DataSettings data_at(const Config& c) {
   d.seed = read_optional<int64_t>(c, "data.seed").value_or(1);
   d.filter_overlong_prompts = read<bool>(c, "data.filter_overlong_prompts");
   d.truncation = read<std::string>(c, "data.truncation");
+  const json& kwargs = c.at("data.apply_chat_template_kwargs");
+  if (!kwargs.is_null() && !kwargs.is_object())
+    throw Error("data.apply_chat_template_kwargs",
+                fmt::format("must be a mapping of template variables (e.g. {{enable_thinking: false}}), got {}",
+                            kwargs.dump()));
+  if (kwargs.is_object()) d.apply_chat_template_kwargs = nlohmann::ordered_json::parse(kwargs.dump());
   return d;
 }
 
@@ -154,6 +160,7 @@ ActorModelSettings model_at(const Config& c) {
   const std::string m = "actor_rollout_ref.model.";
   ActorModelSettings s;
   s.path = read_optional<std::string>(c, m + "path");
+  s.custom_chat_template = read_optional<std::string>(c, m + "custom_chat_template");
   s.enable_gradient_checkpointing = read<bool>(c, m + "enable_gradient_checkpointing");
   s.use_remove_padding = read<bool>(c, m + "use_remove_padding");
   s.use_fused_kernels = read<bool>(c, m + "use_fused_kernels");

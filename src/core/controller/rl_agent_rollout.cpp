@@ -44,10 +44,13 @@ void setup_agent_loop(RlTrainer::State& s) {
   if (s.tools.empty() && s.interactions.empty()) return;
   if (!s.tools.empty() && !s.chat->renders_tools())
     throw Error(config::keys::kRolloutMultiTurnToolConfigPath,
-                fmt::format("the model's chat template ('{}') has no tools section verlpp renders (the Qwen2.5 and "
-                            "Qwen3 families do)",
+                fmt::format("the model's chat template ('{}') renders no tools (it never reads `tools`; the Qwen2.5, "
+                            "Qwen3 and Llama 3.1+ templates do)",
                             s.chat->name()));
-  s.tool_format = std::make_unique<agent::ToolSegmentFormat>(*s.tokenizer, *s.chat);
+  // Tool and interaction turns render with the prompts' template variables, as verl's do.
+  model::ChatOptions turn_options;
+  turn_options.template_kwargs = s.settings.data.apply_chat_template_kwargs;
+  s.tool_format = std::make_unique<agent::ToolSegmentFormat>(*s.tokenizer, *s.chat, turn_options);
   if (!s.tools.empty())
     log(LogLevel::info, fmt::format("agent loop: {} tool(s) ({}), {} calls per turn at most", s.tools.size(),
                                     join(s.tools.names(), ", "), r.multi_turn.max_parallel_calls));

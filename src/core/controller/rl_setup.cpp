@@ -384,6 +384,7 @@ DatasetOptions dataset_options(const RlTrainer::State& s) {
   o.max_prompt_length = data.max_prompt_length;
   o.filter_overlong_prompts = data.filter_overlong_prompts;
   o.truncation = data.truncation;
+  o.chat.template_kwargs = data.apply_chat_template_kwargs;
   // Which agent loop a row runs, and the tools its prompt is rendered with (setup_agent_loop).
   o.default_agent_name = s.settings.rollout.agent.default_agent_loop;
   o.agent_loops = &s.agent_loops;
@@ -424,7 +425,12 @@ void setup_trainer(RlTrainer::State& s) {
   s.model_path = *rs.model.path;
   const std::string tokenizer_path = rs.data.tokenizer.value_or(s.model_path);
   s.tokenizer = model::Tokenizer::from_file(tokenizer_path);
-  s.chat = model::ChatTemplate::from_config_file(tokenizer_path);
+  // verl's custom_chat_template replaces the tokenizer's template; its special tokens stay.
+  if (rs.model.custom_chat_template)
+    s.chat = model::ChatTemplate::from_jinja(*rs.model.custom_chat_template, tokenizer_path,
+                                             config::keys::kModelCustomChatTemplate);
+  else
+    s.chat = model::ChatTemplate::from_config_file(tokenizer_path);
   const model::ModelConfig mc = model::load_model_config(s.model_path);
   s.eos_ids = mc.eos_token_ids;
   s.pad_id = mc.pad_token_id.value_or(s.eos_ids.empty() ? 0 : s.eos_ids.front());

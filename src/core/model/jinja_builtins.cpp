@@ -185,7 +185,8 @@ Value filter_replace(Args& a, Kwargs& kw) {
   const Value* count_v = arg(a, kw, 3, "count");
   if (!old_v || !new_v) fail("replace expects the old and the new text");
   const std::string from = str_of(*old_v), to = str_of(*new_v);
-  int64_t count = count_v && !(count_v->is_data() && count_v->data().is_null()) ? int_arg(*count_v, "replace(count)") : -1;
+  int64_t count =
+      count_v && !(count_v->is_data() && count_v->data().is_null()) ? int_arg(*count_v, "replace(count)") : -1;
   if (from.empty()) {  // Python inserts `to` between characters and at both ends
     const auto cps = code_points(s);
     std::string out;
@@ -354,7 +355,8 @@ Value filter_sort(Args& a, Kwargs& kw) {
     if (!case_sensitive && k.is_string()) k = py_lower(k.get<std::string>());
     return k;
   };
-  std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) { return less(key(x), key(y), "sort"); });
+  std::stable_sort(items.begin(), items.end(),
+                   [&](const Value& x, const Value& y) { return less(key(x), key(y), "sort"); });
   if (rev && truthy(*rev)) std::reverse(items.begin(), items.end());
   return list_of(items, "sort");
 }
@@ -402,12 +404,23 @@ Value filter_escape(Args& a, Kwargs&) {
   std::string out;
   for (char c : str_of(a[0])) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return Json(out);
@@ -546,7 +559,8 @@ const std::map<std::string, std::function<bool(Args&)>>& tests() {
       {"float", [data](Args& a) { return data(a[0]) && data(a[0])->is_number_float(); }},
       {"number", [data](Args& a) { return data(a[0]) && is_number(*data(a[0])); }},
       {"string", [data](Args& a) { return data(a[0]) && data(a[0])->is_string(); }},
-      {"mapping", [data](Args& a) { return (data(a[0]) && data(a[0])->is_object()) || a[0].kind() == Value::Kind::kObject; }},
+      {"mapping",
+       [data](Args& a) { return (data(a[0]) && data(a[0])->is_object()) || a[0].kind() == Value::Kind::kObject; }},
       {"iterable",
        [data](Args& a) {
          return a[0].is_undefined() ||
@@ -573,7 +587,8 @@ const std::map<std::string, std::function<bool(Args&)>>& tests() {
          if (a.size() < 2) fail("the test \"in\" expects a container");
          const Json& c = data_of(a[1], "in");
          if (c.is_string()) return c.get<std::string>().find(str_of(a[0])) != std::string::npos;
-         if (c.is_object()) return a[0].is_data() && a[0].data().is_string() && c.contains(a[0].data().get<std::string>());
+         if (c.is_object())
+           return a[0].is_data() && a[0].data().is_string() && c.contains(a[0].data().get<std::string>());
          if (c.is_array()) {
            for (const Json& e : c)
              if (equal(a[0], Value(e))) return true;
@@ -590,15 +605,23 @@ const std::map<std::string, std::function<bool(Args&)>>& tests() {
          if (d == 0) fail("divisibleby 0");
          return int_arg(a[0], "divisibleby") % d == 0;
        }},
-      {"lower", [](Args& a) { const std::string s = str_of(a[0]); return py_lower(s) == s; }},
-      {"upper", [](Args& a) { const std::string s = str_of(a[0]); return py_upper(s) == s; }},
+      {"lower",
+       [](Args& a) {
+         const std::string s = str_of(a[0]);
+         return py_lower(s) == s;
+       }},
+      {"upper",
+       [](Args& a) {
+         const std::string s = str_of(a[0]);
+         return py_upper(s) == s;
+       }},
       {"escaped", [](Args&) { return false; }},
   };
   return table;
 }
 
-const std::vector<std::string> kCompareTests = {"eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<",
-                                                "gt", "greaterthan", ">", "le", "<=", "ge", ">="};
+const std::vector<std::string> kCompareTests = {"eq", "equalto",     "==", "ne", "!=", "lt", "lessthan", "<",
+                                                "gt", "greaterthan", ">",  "le", "<=", "ge", ">="};
 
 // ---- str and dict methods ----
 
@@ -618,14 +641,16 @@ Json split(const std::string& s, const Value* sep_v, const Value* max_v, bool fr
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
         size_t end = cps.size();
         while (end > i && py_isspace(cps[end - 1])) --end;
-        std::vector<char32_t> rest(cps.begin() + static_cast<std::ptrdiff_t>(i), cps.begin() + static_cast<std::ptrdiff_t>(end));
+        std::vector<char32_t> rest(cps.begin() + static_cast<std::ptrdiff_t>(i),
+                                   cps.begin() + static_cast<std::ptrdiff_t>(end));
         if (from_right) std::reverse(rest.begin(), rest.end());
         parts.push_back(from_code_points(rest, 0, rest.size()));
         break;
       }
       size_t j = i;
       while (j < cps.size() && !py_isspace(cps[j])) ++j;
-      std::vector<char32_t> word(cps.begin() + static_cast<std::ptrdiff_t>(i), cps.begin() + static_cast<std::ptrdiff_t>(j));
+      std::vector<char32_t> word(cps.begin() + static_cast<std::ptrdiff_t>(i),
+                                 cps.begin() + static_cast<std::ptrdiff_t>(j));
       if (from_right) std::reverse(word.begin(), word.end());
       parts.push_back(from_code_points(word, 0, word.size()));
       i = j;
@@ -639,7 +664,8 @@ Json split(const std::string& s, const Value* sep_v, const Value* max_v, bool fr
   std::vector<std::string> parts;
   if (!from_right) {
     size_t pos = 0;
-    for (size_t at = s.find(sep); at != std::string::npos && (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit);
+    for (size_t at = s.find(sep);
+         at != std::string::npos && (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit);
          at = s.find(sep, pos)) {
       parts.push_back(s.substr(pos, at - pos));
       pos = at + sep.size();
@@ -663,7 +689,8 @@ Json split(const std::string& s, const Value* sep_v, const Value* max_v, bool fr
 
 bool matches_affix(const std::string& s, const Value& affix, bool suffix) {
   auto one = [&](const std::string& a) {
-    return suffix ? s.size() >= a.size() && s.compare(s.size() - a.size(), a.size(), a) == 0 : s.compare(0, a.size(), a) == 0;
+    return suffix ? s.size() >= a.size() && s.compare(s.size() - a.size(), a.size(), a) == 0
+                  : s.compare(0, a.size(), a) == 0;
   };
   if (affix.is_data() && affix.data().is_array()) {
     for (const Json& a : affix.data())
@@ -771,7 +798,8 @@ Value dict_method(const Value& self, const std::string& name) {
   if (name == "get")
     return callable(name, [self](Args& a, Kwargs&) {
       if (a.empty()) fail("get expects a key");
-      const std::string key = a[0].is_data() && a[0].data().is_string() ? a[0].data().get<std::string>() : repr(to_data(a[0], "get"));
+      const std::string key =
+          a[0].is_data() && a[0].data().is_string() ? a[0].data().get<std::string>() : repr(to_data(a[0], "get"));
       if (self.data().contains(key)) return self.child(self.data()[key]);
       return a.size() > 1 ? a[1] : Value(Json(nullptr));
     });
@@ -790,7 +818,8 @@ Value apply_filter(const std::string& name, Args& args, Kwargs& kwargs) {
 bool has_filter(const std::string& name) { return filters().count(name) > 0; }
 
 bool apply_test(const std::string& name, Args& args) {
-  if (std::find(kCompareTests.begin(), kCompareTests.end(), name) != kCompareTests.end()) return compare_test(name, args);
+  if (std::find(kCompareTests.begin(), kCompareTests.end(), name) != kCompareTests.end())
+    return compare_test(name, args);
   const auto& table = tests();
   const auto it = table.find(name);
   if (it == table.end()) fail(fmt::format("unknown test \"{}\"", name));
@@ -798,12 +827,12 @@ bool apply_test(const std::string& name, Args& args) {
 }
 
 bool has_test(const std::string& name) {
-  return tests().count(name) > 0 ||
-         std::find(kCompareTests.begin(), kCompareTests.end(), name) != kCompareTests.end();
+  return tests().count(name) > 0 || std::find(kCompareTests.begin(), kCompareTests.end(), name) != kCompareTests.end();
 }
 
 Value attribute(const Value& self, const std::string& name) {
-  if (self.is_undefined()) fail(fmt::format("{} (reading its attribute \"{}\")", self.what().empty() ? "undefined value" : self.what(), name));
+  if (self.is_undefined())
+    fail(fmt::format("{} (reading its attribute \"{}\")", self.what().empty() ? "undefined value" : self.what(), name));
   if (self.kind() == Value::Kind::kObject) {
     auto it = self.object().fields.find(name);
     if (it != self.object().fields.end()) return it->second;
@@ -866,10 +895,9 @@ const std::map<std::string, Value>& globals() {
                           for (auto& kv : kw) out[kv.first] = to_data(kv.second, "dict");
                           return Value(out);
                         })},
-      {"raise_exception", callable("raise_exception",
-                                   [](Args& a, Kwargs&) -> Value {
-                                     throw TemplateRaised{a.empty() ? std::string() : to_str(a[0])};
-                                   })},
+      {"raise_exception",
+       callable("raise_exception",
+                [](Args& a, Kwargs&) -> Value { throw TemplateRaised{a.empty() ? std::string() : to_str(a[0])}; })},
       {"strftime_now", callable("strftime_now",
                                 [](Args& a, Kwargs&) {
                                   if (a.empty()) fail("strftime_now expects a format");

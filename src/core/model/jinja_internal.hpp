@@ -73,13 +73,13 @@ using Body = std::vector<Stmt>;
 
 struct Stmt {
   enum class Kind {
-    kText,      // text
-    kOutput,    // {{ expr }}
-    kIf,        // branches: (condition, body); the else branch has no condition
-    kFor,       // for targets in expr [if filter] body [else else_body]
-    kSet,       // set targets (or targets[0].attr) = expr
-    kSetBlock,  // set targets[0] %} body {% endset
-    kMacro,     // macro name(params) body
+    kText,         // text
+    kOutput,       // {{ expr }}
+    kIf,           // branches: (condition, body); the else branch has no condition
+    kFor,          // for targets in expr [if filter] body [else else_body]
+    kSet,          // set targets (or targets[0].attr) = expr
+    kSetBlock,     // set targets[0] %} body {% endset
+    kMacro,        // macro name(params) body
     kFilterBlock,  // filter expr (a kFilter whose args[0] is null) applied to body's text
     kBreak,
     kContinue,

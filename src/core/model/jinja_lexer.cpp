@@ -242,8 +242,8 @@ class Lexer {
       t.text = string_literal(pos);
       return t;
     }
-    static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">",
-                                 "(", ")", "[", "]", "{", "}", ",", ".", ":", "|", "="};
+    static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                                 ">",  "(",  ")",  "[",  "]",  "{",  "}", ",", ".", ":", "|", "="};
     for (const char* op : kOps) {
       const size_t n = std::strlen(op);
       if (src_.compare(pos, n, op) == 0) {
@@ -275,25 +275,53 @@ class Lexer {
         if (pos + n > src_.size()) fail(start, "a \\x, \\u or \\U escape is cut short");
         const std::string digits = src_.substr(pos, n);
         for (char d : digits)
-          if (!std::isxdigit(static_cast<unsigned char>(d))) fail(start, "a \\x, \\u or \\U escape has a non-hex digit");
+          if (!std::isxdigit(static_cast<unsigned char>(d)))
+            fail(start, "a \\x, \\u or \\U escape has a non-hex digit");
         pos += n;
         return static_cast<char32_t>(std::stoul(digits, nullptr, 16));
       };
       switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case 'a': out += '\a'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'v': out += '\v'; break;
-        case '\n': break;  // a line continuation
-        case 'x': tok::append_utf8(hex(2), out); break;
-        case 'u': tok::append_utf8(hex(4), out); break;
-        case 'U': tok::append_utf8(hex(8), out); break;
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case '\n':
+          break;  // a line continuation
+        case 'x':
+          tok::append_utf8(hex(2), out);
+          break;
+        case 'u':
+          tok::append_utf8(hex(4), out);
+          break;
+        case 'U':
+          tok::append_utf8(hex(8), out);
+          break;
         default:
           if (e >= '0' && e <= '7') {  // octal, up to three digits
             char32_t v = static_cast<char32_t>(e - '0');

@@ -71,11 +71,15 @@ class Parser {
   }
   static std::string describe(const Token& t) {
     switch (t.kind) {
-      case Token::Kind::kEnd: return "the end of the tag";
-      case Token::Kind::kString: return "a string";
+      case Token::Kind::kEnd:
+        return "the end of the tag";
+      case Token::Kind::kString:
+        return "a string";
       case Token::Kind::kInt:
-      case Token::Kind::kFloat: return "the number " + t.text;
-      default: return "\"" + t.text + "\"";
+      case Token::Kind::kFloat:
+        return "the number " + t.text;
+      default:
+        return "\"" + t.text + "\"";
     }
   }
   void expect_op(const char* op) {
@@ -86,7 +90,8 @@ class Parser {
     return next().text;
   }
   void expect_end() {
-    if (peek().kind != Token::Kind::kEnd) fail_here(fmt::format("expected the end of the tag, found {}", describe(peek())));
+    if (peek().kind != Token::Kind::kEnd)
+      fail_here(fmt::format("expected the end of the tag, found {}", describe(peek())));
   }
 
   ExprPtr make(Expr::Kind kind, const Token& at) {
@@ -310,8 +315,8 @@ class Parser {
     for (;;) {
       const Token& at = peek();
       std::string op;
-      if (at.kind == Token::Kind::kOp &&
-          (at.text == "==" || at.text == "!=" || at.text == "<" || at.text == "<=" || at.text == ">" || at.text == ">="))
+      if (at.kind == Token::Kind::kOp && (at.text == "==" || at.text == "!=" || at.text == "<" || at.text == "<=" ||
+                                          at.text == ">" || at.text == ">="))
         op = at.text;
       else if (is_name("in"))
         op = "in";
@@ -550,7 +555,8 @@ class Parser {
         }
         break;
       }
-      case Token::Kind::kEnd: break;
+      case Token::Kind::kEnd:
+        break;
     }
     fail_here(fmt::format("expected a value, found {}", describe(t)));
   }

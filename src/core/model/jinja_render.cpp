@@ -12,9 +12,9 @@
 namespace verlpp::model::jinja {
 namespace {
 
-constexpr int64_t kMaxIterations = 10'000'000;     // loop iterations of one render
+constexpr int64_t kMaxIterations = 10'000'000;    // loop iterations of one render
 constexpr size_t kMaxOutput = size_t{256} << 20;  // bytes of one render
-constexpr int kMaxCallDepth = 64;                  // nested macro calls
+constexpr int kMaxCallDepth = 64;                 // nested macro calls
 
 enum class Flow { kNormal, kBreak, kContinue };
 
@@ -84,13 +84,18 @@ class Renderer {
 
   Flow exec(const Stmt& s, std::string& out) {
     switch (s.kind) {
-      case Stmt::Kind::kText: emit(out, s.text, s.line, s.col); return Flow::kNormal;
-      case Stmt::Kind::kOutput: emit(out, to_str(eval(*s.expr)), s.line, s.col); return Flow::kNormal;
+      case Stmt::Kind::kText:
+        emit(out, s.text, s.line, s.col);
+        return Flow::kNormal;
+      case Stmt::Kind::kOutput:
+        emit(out, to_str(eval(*s.expr)), s.line, s.col);
+        return Flow::kNormal;
       case Stmt::Kind::kIf:
         for (const auto& branch : s.branches)
           if (!branch.first || truthy(eval(*branch.first))) return exec(branch.second, out);
         return Flow::kNormal;
-      case Stmt::Kind::kFor: return exec_for(s, out);
+      case Stmt::Kind::kFor:
+        return exec_for(s, out);
       case Stmt::Kind::kSet: {
         Value v = eval(*s.expr);
         if (!s.attr.empty()) {
@@ -111,7 +116,9 @@ class Renderer {
         frames_.back()[s.targets[0]] = Value(Json(text));
         return Flow::kNormal;
       }
-      case Stmt::Kind::kMacro: frames_.back()[s.attr] = macro(s); return Flow::kNormal;
+      case Stmt::Kind::kMacro:
+        frames_.back()[s.attr] = macro(s);
+        return Flow::kNormal;
       case Stmt::Kind::kFilterBlock: {
         std::string text;
         exec(s.body, text);
@@ -122,9 +129,12 @@ class Renderer {
         emit(out, to_str(filtered), s.line, s.col);
         return Flow::kNormal;
       }
-      case Stmt::Kind::kBreak: return Flow::kBreak;
-      case Stmt::Kind::kContinue: return Flow::kContinue;
-      case Stmt::Kind::kBlock: return exec(s.body, out);
+      case Stmt::Kind::kBreak:
+        return Flow::kBreak;
+      case Stmt::Kind::kContinue:
+        return Flow::kContinue;
+      case Stmt::Kind::kBlock:
+        return exec(s.body, out);
     }
     return Flow::kNormal;
   }
@@ -135,8 +145,7 @@ class Renderer {
       return;
     }
     if (!v.is_data() || !v.data().is_array() || v.data().size() != targets.size())
-      fail_at(line, col,
-              fmt::format("cannot unpack a {} into {} names", type_name(v), targets.size()));
+      fail_at(line, col, fmt::format("cannot unpack a {} into {} names", type_name(v), targets.size()));
     for (size_t i = 0; i < targets.size(); ++i) frames_.back()[targets[i]] = v.child(v.data()[i]);
   }
 
@@ -211,7 +220,8 @@ class Renderer {
     const Stmt* def = &s;
     c->call = [this, def](Args& args, Kwargs& kwargs) {
       if (args.size() > def->params.size())
-        throw UseError{fmt::format("macro \"{}\" takes {} arguments, got {}", def->attr, def->params.size(), args.size())};
+        throw UseError{
+            fmt::format("macro \"{}\" takes {} arguments, got {}", def->attr, def->params.size(), args.size())};
       if (++call_depth_ > kMaxCallDepth) throw UseError{fmt::format("macro calls nest deeper than {}", kMaxCallDepth)};
       std::map<std::string, Value> frame;
       for (size_t i = 0; i < def->params.size(); ++i) {
@@ -219,7 +229,9 @@ class Renderer {
         const Value* given = i < args.size() ? &args[i] : nullptr;
         for (auto& kv : kwargs)
           if (kv.first == name) given = &kv.second;
-        frame[name] = given ? *given : fallback ? eval(*fallback) : Value::undefined(fmt::format("'{}' is undefined", name));
+        frame[name] = given      ? *given
+                      : fallback ? eval(*fallback)
+                                 : Value::undefined(fmt::format("'{}' is undefined", name));
       }
       for (auto& kv : kwargs) {
         bool known = false;
@@ -294,7 +306,8 @@ class Renderer {
       if (!e.args[i]) return false;
       const Value v = eval(*e.args[i]);
       if (v.is_data() && v.data().is_null()) return false;
-      if (!v.is_data() || !is_int(v.data())) throw UseError{fmt::format("a slice bound is a {}, not an integer", type_name(v))};
+      if (!v.is_data() || !is_int(v.data()))
+        throw UseError{fmt::format("a slice bound is a {}, not an integer", type_name(v))};
       out = as_int(v.data());
       return true;
     };
@@ -328,8 +341,10 @@ class Renderer {
 
   Value eval_node(const Expr& e) {
     switch (e.kind) {
-      case Expr::Kind::kLiteral: return Value(e.literal);
-      case Expr::Kind::kName: return lookup(e.name);
+      case Expr::Kind::kLiteral:
+        return Value(e.literal);
+      case Expr::Kind::kName:
+        return lookup(e.name);
       case Expr::Kind::kList:
       case Expr::Kind::kTuple: {
         Json out = Json::array();
@@ -345,9 +360,12 @@ class Renderer {
         }
         return Value(out);
       }
-      case Expr::Kind::kAttr: return attribute(eval(*e.args[0]), e.name);
-      case Expr::Kind::kItem: return item(eval(*e.args[0]), eval(*e.args[1]));
-      case Expr::Kind::kSlice: return slice(eval(*e.args[0]), e);
+      case Expr::Kind::kAttr:
+        return attribute(eval(*e.args[0]), e.name);
+      case Expr::Kind::kItem:
+        return item(eval(*e.args[0]), eval(*e.args[1]));
+      case Expr::Kind::kSlice:
+        return slice(eval(*e.args[0]), e);
       case Expr::Kind::kCall: {
         const Value callee = eval(*e.args[0]);
         if (callee.kind() != Value::Kind::kCallable)
@@ -388,7 +406,8 @@ class Renderer {
         if (v.data().is_number_float()) return Value(Json(-v.data().get<double>()));
         return Value(Json(-as_int(v.data())));
       }
-      case Expr::Kind::kBinary: return binary(e);
+      case Expr::Kind::kBinary:
+        return binary(e);
       case Expr::Kind::kCond: {
         if (truthy(eval(*e.args[0]))) return eval(*e.args[1]);
         return e.args[2] ? eval(*e.args[2]) : Value::undefined("the else of a conditional without one");
@@ -405,14 +424,16 @@ class Renderer {
   }
 
   static bool contains(const Value& container, const Value& needle) {
-    if (!container.is_data()) throw UseError{fmt::format("\"in\" a {}", container.is_undefined() ? container.what() : type_name(container))};
+    if (!container.is_data())
+      throw UseError{fmt::format("\"in\" a {}", container.is_undefined() ? container.what() : type_name(container))};
     const Json& c = container.data();
     if (c.is_string()) {
       if (!needle.is_data() || !needle.data().is_string())
         throw UseError{fmt::format("\"in <string>\" needs a string on the left, not a {}", type_name(needle))};
       return c.get_ref<const std::string&>().find(needle.data().get_ref<const std::string&>()) != std::string::npos;
     }
-    if (c.is_object()) return needle.is_data() && needle.data().is_string() && c.contains(needle.data().get<std::string>());
+    if (c.is_object())
+      return needle.is_data() && needle.data().is_string() && c.contains(needle.data().get<std::string>());
     if (c.is_array()) {
       for (const Json& x : c)
         if (equal(needle, container.child(x))) return true;

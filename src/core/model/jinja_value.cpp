@@ -43,22 +43,33 @@ Value Value::callable(std::shared_ptr<Callable> c) {
 
 bool truthy(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return false;
+    case Value::Kind::kUndefined:
+      return false;
     case Value::Kind::kObject:
-    case Value::Kind::kCallable: return true;
-    case Value::Kind::kData: break;
+    case Value::Kind::kCallable:
+      return true;
+    case Value::Kind::kData:
+      break;
   }
   const Json& j = v.data();
   switch (j.type()) {
-    case Json::value_t::null: return false;
-    case Json::value_t::boolean: return j.get<bool>();
-    case Json::value_t::number_integer: return j.get<int64_t>() != 0;
-    case Json::value_t::number_unsigned: return j.get<uint64_t>() != 0;
-    case Json::value_t::number_float: return j.get<double>() != 0.0;
-    case Json::value_t::string: return !j.get_ref<const std::string&>().empty();
+    case Json::value_t::null:
+      return false;
+    case Json::value_t::boolean:
+      return j.get<bool>();
+    case Json::value_t::number_integer:
+      return j.get<int64_t>() != 0;
+    case Json::value_t::number_unsigned:
+      return j.get<uint64_t>() != 0;
+    case Json::value_t::number_float:
+      return j.get<double>() != 0.0;
+    case Json::value_t::string:
+      return !j.get_ref<const std::string&>().empty();
     case Json::value_t::array:
-    case Json::value_t::object: return !j.empty();
-    default: return true;
+    case Json::value_t::object:
+      return !j.empty();
+    default:
+      return true;
   }
 }
 
@@ -103,10 +114,14 @@ std::string string_repr(const std::string& s) {
 
 std::string repr(const Json& j) {
   switch (j.type()) {
-    case Json::value_t::null: return "None";
-    case Json::value_t::boolean: return j.get<bool>() ? "True" : "False";
-    case Json::value_t::number_float: return float_repr(j.get<double>());
-    case Json::value_t::string: return string_repr(j.get_ref<const std::string&>());
+    case Json::value_t::null:
+      return "None";
+    case Json::value_t::boolean:
+      return j.get<bool>() ? "True" : "False";
+    case Json::value_t::number_float:
+      return float_repr(j.get<double>());
+    case Json::value_t::string:
+      return string_repr(j.get_ref<const std::string&>());
     case Json::value_t::array: {
       std::string out = "[";
       for (size_t i = 0; i < j.size(); ++i) out += (i ? ", " : "") + repr(j[i]);
@@ -121,16 +136,21 @@ std::string repr(const Json& j) {
       }
       return out + "}";
     }
-    default: return j.dump();
+    default:
+      return j.dump();
   }
 }
 
 std::string to_str(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "";
-    case Value::Kind::kObject: return "<" + v.object().type + " object>";
-    case Value::Kind::kCallable: return "<function " + v.callable().name + ">";
-    case Value::Kind::kData: break;
+    case Value::Kind::kUndefined:
+      return "";
+    case Value::Kind::kObject:
+      return "<" + v.object().type + " object>";
+    case Value::Kind::kCallable:
+      return "<function " + v.callable().name + ">";
+    case Value::Kind::kData:
+      break;
   }
   const Json& j = v.data();
   if (j.is_string()) return j.get_ref<const std::string&>();
@@ -139,21 +159,33 @@ std::string to_str(const Value& v) {
 
 std::string type_name(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "undefined";
-    case Value::Kind::kObject: return v.object().type;
-    case Value::Kind::kCallable: return "function";
-    case Value::Kind::kData: break;
+    case Value::Kind::kUndefined:
+      return "undefined";
+    case Value::Kind::kObject:
+      return v.object().type;
+    case Value::Kind::kCallable:
+      return "function";
+    case Value::Kind::kData:
+      break;
   }
   switch (v.data().type()) {
-    case Json::value_t::null: return "none";
-    case Json::value_t::boolean: return "boolean";
+    case Json::value_t::null:
+      return "none";
+    case Json::value_t::boolean:
+      return "boolean";
     case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "integer";
-    case Json::value_t::number_float: return "float";
-    case Json::value_t::string: return "string";
-    case Json::value_t::array: return "list";
-    case Json::value_t::object: return "dict";
-    default: return "value";
+    case Json::value_t::number_unsigned:
+      return "integer";
+    case Json::value_t::number_float:
+      return "float";
+    case Json::value_t::string:
+      return "string";
+    case Json::value_t::array:
+      return "list";
+    case Json::value_t::object:
+      return "dict";
+    default:
+      return "value";
   }
 }
 
@@ -208,9 +240,7 @@ std::string py_strip(const std::string& s, const std::string* chars, bool left, 
   const std::vector<char32_t> cps = code_points(s);
   std::vector<char32_t> set;
   if (chars) set = code_points(*chars);
-  auto strip = [&](char32_t c) {
-    return chars ? std::find(set.begin(), set.end(), c) != set.end() : py_isspace(c);
-  };
+  auto strip = [&](char32_t c) { return chars ? std::find(set.begin(), set.end(), c) != set.end() : py_isspace(c); };
   size_t begin = 0, end = cps.size();
   while (left && begin < end && strip(cps[begin])) ++begin;
   while (right && end > begin && strip(cps[end - 1])) --end;
