@@ -191,3 +191,72 @@ TEST_CASE("collate: left padding, mask and positions", "[dataset]") {
   CHECK(b.column("uid")[0] != b.column("uid")[1]);
   std::remove(path.c_str());
 }
+
+TEST_CASE("dataset: SFT conversation rows train on the assistant turns only", "[dataset]") {
+  // A hermes template of our own: assistant tool_calls as <tool_call> blocks, tool replies as
+  // user turns of <tool_response>.
+  const model::ChatTemplate chat = model::ChatTemplate::from_jinja(
+      "{% for m in messages %}{% if m.role == 'tool' %}"
+      "{{ '<|im_start|>user\\n<tool_response>\\n' + m.content + '\\n</tool_response><|im_end|>\\n' }}"
+      "{% else %}{{ '<|im_start|>' + m.role + '\\n' + (m.content or '') }}"
+      "{% for c in m.tool_calls | default([]) %}"
+      "{{ '<tool_call>\\n' + {'name': c.function.name, 'arguments': c.function.arguments} | tojson + '\\n</tool_call>' "
+      "}}"
+      "{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+      std::string(VERLPP_SOURCE_DIR) + "/examples/tiny", "test template");
+  const nlohmann::json conversation = nlohmann::json::parse(R"({"messages": [
+      {"role": "user", "content": "6*7?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function":
+        {"name": "calc", "arguments": {"expression": "6*7"}}}]},
+      {"role": "tool", "content": "42"}, {"role": "assistant", "content": "42"}]})");
+  const std::string path = write_jsonl(
+      "conversation", {conversation.dump(), R"({"prompt": [{"role": "user", "content": "1+1"}], "response": "2"})"});
+  DatasetOptions o;
+  o.response_key = "response";
+  o.messages_key = "messages";
+  const TokenId eos = *tiny_tokenizer().token_to_id("<|im_end|>");
+  o.response_suffix_ids = {eos};
+  PromptDataset d = PromptDataset::load({path}, tiny_tokenizer(), chat, o);
+  REQUIRE(d.size() == 2);
+  // The prompt: the messages before the first assistant one, with the generation prompt.
+  CHECK(d[0].prompt_ids == tiny_tokenizer().encode("<|im_start|>user\n6*7?<|im_end|>\n<|im_start|>assistant\n"));
+  // The response, from the literal text the template writes, turn by turn.
+  TokenIds want;
+  std::vector<uint8_t> mask;
+  auto add = [&](const std::string& text, uint8_t trained) {
+    const TokenIds ids = tiny_tokenizer().encode(text);
+    want.insert(want.end(), ids.begin(), ids.end());
+    mask.insert(mask.end(), ids.size(), trained);
+  };
+  add("<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"6*7\"}}\n</tool_call><|im_end|>", 1);
+  add("\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n", 0);
+  add("42<|im_end|>", 1);
+  add("\n", 0);
+  CHECK(d[0].response_ids == want);
+  CHECK(d[0].response_loss_mask == mask);
+  // A prompt-and-response row is trained on whole.
+  CHECK(d[1].response_loss_mask.empty());
+
+  // Collated: the response mask holds the holes; the padding after a response stays 0.
+  const Batch b = collate_sft(d, {0, 1}, 349, 0);
+  const at::Tensor m = b.tensor("response_mask");
+  REQUIRE(m.size(1) == int64_t(want.size()));
+  for (size_t j = 0; j < want.size(); ++j) CHECK(m[0][int64_t(j)].item<int64_t>() == mask[j]);
+  const size_t second = d[1].response_ids.size();
+  for (size_t j = 0; j < want.size(); ++j) CHECK(m[1][int64_t(j)].item<int64_t>() == (j < second ? 1 : 0));
+  std::remove(path.c_str());
+
+  // A conversation without an assistant turn, and a template whose renderings do not extend
+  // each other, are refused naming the row.
+  const std::string bad = write_jsonl("conversation-bad", {R"({"messages": [{"role": "user", "content": "x"}]})"});
+  CHECK_THROWS_WITH(PromptDataset::load({bad}, tiny_tokenizer(), chat, o),
+                    Contains(bad + ":1") && Contains("an assistant message"));
+  const model::ChatTemplate counting = model::ChatTemplate::from_jinja(
+      "{{ messages | length }}{% for m in messages %}{{ m.role }}{% endfor %}", "", "counting template");
+  const std::string two = write_jsonl(
+      "conversation-2", {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})"});
+  CHECK_THROWS_WITH(PromptDataset::load({two}, tiny_tokenizer(), counting, o), Contains("extend each other"));
+  std::remove(two.c_str());
+  std::remove(bad.c_str());
+}

@@ -267,6 +267,7 @@ struct SftSettings {
   bool enable = false;                    // enable
   std::vector<std::string> train_files;   // train_files
   std::string response_key = "response";  // response_key
+  std::string messages_key = "messages";  // messages_key (a row with it and no response: a whole conversation)
   int64_t total_steps = 100;              // total_steps
   int64_t batch_size = 64;                // batch_size
   int64_t micro_batch_size_per_gpu = 64;  // micro_batch_size_per_gpu

@@ -30,8 +30,13 @@ struct PromptRecord {
   TokenIds prompt_ids;                       // chat template + tokenizer, truncated if configured
   std::optional<std::string> response_text;  // SFT target text (options.response_key), if read
   TokenIds response_ids;                     // response_text tokenized + suffix ids; else empty
-  std::string agent_name;                    // the row's agent_name, else options.default_agent_name
-  std::string agent_loop;                    // the built-in loop it names (agent::kSingleTurnAgent, kToolAgent)
+  // An SFT conversation row (options.messages_key): its messages, and which response ids are
+  // trained on (1: an assistant turn's tokens through its end-of-turn id; 0: the tool and user
+  // turns and the role headers). Empty: every response id is trained on.
+  nlohmann::ordered_json conversation;
+  std::vector<uint8_t> response_loss_mask;
+  std::string agent_name;  // the row's agent_name, else options.default_agent_name
+  std::string agent_loop;  // the built-in loop it names (agent::kSingleTurnAgent, kToolAgent)
   nlohmann::json tools_kwargs = nlohmann::json::object();  // extra_info.tools_kwargs ({} when absent)
   nlohmann::json interaction_kwargs;                       // extra_info.interaction_kwargs (null when absent)
 };
@@ -51,6 +56,11 @@ struct DatasetOptions {
   model::ChatOptions chat;                    // add_generation_prompt etc.
   std::string response_key;                   // SFT rows: the key of the target text ("" = not read)
   TokenIds response_suffix_ids;               // appended to each SFT target (the end-of-turn/EOS id)
+  // SFT rows: the key of a whole conversation ("" = not read). A row holding it (and not
+  // response_key) trains on its assistant turns: the messages before the first assistant one
+  // are the prompt, the rest the response, each turn rendered by the chat template (with an
+  // assistant message's tool_calls) and masked by role.
+  std::string messages_key;
   // The agent loop of rows without an agent_name column (rollout.agent.default_agent_loop), and
   // the names known (null: every row is single_turn_agent, an agent_name column is ignored).
   std::string default_agent_name = agent::kSingleTurnAgent;

@@ -672,6 +672,7 @@ const char* default_config_text() {
     "enable": false,
     "train_files": null,
     "response_key": "response",
+    "messages_key": "messages",
     "total_steps": 100,
     "batch_size": 64,
     "micro_batch_size_per_gpu": 64,

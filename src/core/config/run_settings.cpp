@@ -348,6 +348,7 @@ SftSettings sft_at(const Config& c) {
   if (!s.enable) return s;
   s.train_files = file_list(c, "sft.train_files");
   s.response_key = read<std::string>(c, "sft.response_key");
+  s.messages_key = read<std::string>(c, "sft.messages_key");
   s.total_steps = read<int64_t>(c, "sft.total_steps");
   s.batch_size = read<int64_t>(c, "sft.batch_size");
   s.micro_batch_size_per_gpu = read<int64_t>(c, "sft.micro_batch_size_per_gpu");

@@ -8,6 +8,7 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/ones.h>
 
 #include <algorithm>
 #include <random>
@@ -43,15 +44,53 @@ std::vector<model::ChatMessage> parse_prompt_messages(const json& value, const s
 
 namespace {
 
+// An SFT conversation: a list of message objects with string roles, an assistant message after
+// the first one; the messages before the first assistant one become the prompt.
+void parse_conversation(const json& value, const std::string& where, const std::string& key, PromptRecord& r) {
+  if (!value.is_array() || value.empty())
+    throw Error(
+        where, fmt::format("'{}' must be a non-empty list of chat messages, got {}", key, value.dump().substr(0, 200)));
+  r.conversation = nlohmann::ordered_json::parse(value.dump());
+  size_t first_assistant = value.size();
+  for (size_t i = 0; i < value.size(); ++i) {
+    const json& m = value[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      throw Error(where, fmt::format("'{}[{}]' must be a message object with a string \"role\", got {}", key, i,
+                                     m.dump().substr(0, 200)));
+    const bool has_text = m.contains("content") && m["content"].is_string();
+    if (m["role"] == "assistant") {
+      if (first_assistant == value.size()) first_assistant = i;
+      continue;
+    }
+    if (!has_text)
+      throw Error(where, fmt::format("'{}[{}]' ({}) needs a string \"content\"", key, i, m["role"].get<std::string>()));
+    if (first_assistant == value.size())
+      r.prompt.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  if (first_assistant == 0 || first_assistant == value.size())
+    throw Error(where, fmt::format("'{}' needs a message before the first assistant message and an assistant message "
+                                   "to train on",
+                                   key));
+}
+
 PromptRecord parse_row(const json& row, const std::string& where, const DatasetOptions& o) {
   PromptRecord r;
   r.origin = where;
-  if (!row.contains(o.prompt_key))
-    throw Error(where, fmt::format("the row has no '{}' (data.prompt_key)", o.prompt_key));
-  r.prompt = parse_prompt_messages(row[o.prompt_key], where, o.prompt_key);
-  if (!row.contains(o.reward_fn_key) || !row[o.reward_fn_key].is_string())
+  // An SFT row may be a whole conversation instead of a prompt and a response.
+  const bool conversation_row = !o.messages_key.empty() && !o.response_key.empty() && row.contains(o.messages_key) &&
+                                !row.contains(o.response_key);
+  if (conversation_row) {
+    parse_conversation(row[o.messages_key], where, o.messages_key, r);
+  } else {
+    if (!row.contains(o.prompt_key))
+      throw Error(where, fmt::format("the row has no '{}' (data.prompt_key)", o.prompt_key));
+    r.prompt = parse_prompt_messages(row[o.prompt_key], where, o.prompt_key);
+  }
+  const bool sft_row = !o.response_key.empty();
+  if (row.contains(o.reward_fn_key) && row[o.reward_fn_key].is_string())
+    r.data_source = row[o.reward_fn_key].get<std::string>();
+  else if (!sft_row)  // an SFT row is never scored
     throw Error(where, fmt::format("the row has no string '{}' (data.reward_fn_key)", o.reward_fn_key));
-  r.data_source = row[o.reward_fn_key].get<std::string>();
   if (row.contains("reward_model") && !row["reward_model"].is_null()) {  // a null struct in parquet
     if (!row["reward_model"].is_object()) throw Error(where, "'reward_model' must be an object");
     if (row["reward_model"].contains("ground_truth")) r.ground_truth = row["reward_model"]["ground_truth"];
@@ -72,10 +111,49 @@ PromptRecord parse_row(const json& row, const std::string& where, const DatasetO
       throw Error(where, fmt::format("'agent_name' must be a string, got {}", row["agent_name"].dump()));
     r.agent_name = row["agent_name"].get<std::string>();
   }
+  if (conversation_row) return r;
   if (!o.response_key.empty() && (!row.contains(o.response_key) || !row[o.response_key].is_string()))
-    throw Error(where, fmt::format("the row has no string '{}' (the SFT response key)", o.response_key));
+    throw Error(where, fmt::format("the row has no string '{}' (the SFT response key{})", o.response_key,
+                                   o.messages_key.empty() ? "" : fmt::format(", nor a '{}' list", o.messages_key)));
   if (!o.response_key.empty()) r.response_text = row[o.response_key].get<std::string>();
   return r;
+}
+
+// The response of an SFT conversation: each message after the prompt rendered as the template
+// writes it once the conversation reaches it (the prompt's options, so a tool_agent row's
+// tools too), tokenized turn by turn, an assistant turn trained on through its end-of-turn id.
+void conversation_response(PromptRecord& r, const model::Tokenizer& tokenizer, const model::ChatTemplate& chat,
+                           const model::ChatOptions& prompt_options, const DatasetOptions& o) {
+  const nlohmann::ordered_json& messages = r.conversation;
+  auto render = [&](size_t count, bool generation_prompt) {
+    model::ChatOptions options = prompt_options;
+    options.add_generation_prompt = generation_prompt;
+    nlohmann::ordered_json head = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < count; ++i) head.push_back(messages[i]);
+    return chat.render_json(head, options);
+  };
+  std::string before = render(r.prompt.size(), true);
+  for (size_t k = r.prompt.size(); k < messages.size(); ++k) {
+    const bool assistant = messages[k]["role"] == "assistant";
+    const bool next_assistant = k + 1 < messages.size() && messages[k + 1]["role"] == "assistant";
+    const std::string text = render(k + 1, !assistant && next_assistant);
+    if (text.compare(0, before.size(), before) != 0)
+      throw Error(r.origin,
+                  fmt::format("the chat template ('{}') renders the conversation before message {} differently once "
+                              "message {} ({}) is added (as Qwen3's drops earlier reasoning); a conversation row needs "
+                              "renderings that extend each other",
+                              chat.name(), k, k, messages[k]["role"].get<std::string>()));
+    const TokenIds ids = tokenizer.encode(text.substr(before.size()));
+    // An assistant turn is trained on through its end-of-turn id, not the text after it.
+    size_t trained = assistant ? ids.size() : 0;
+    if (assistant && !o.response_suffix_ids.empty()) {
+      const auto end = std::search(ids.begin(), ids.end(), o.response_suffix_ids.begin(), o.response_suffix_ids.end());
+      if (end != ids.end()) trained = size_t(end - ids.begin()) + o.response_suffix_ids.size();
+    }
+    r.response_ids.insert(r.response_ids.end(), ids.begin(), ids.end());
+    for (size_t i = 0; i < ids.size(); ++i) r.response_loss_mask.push_back(i < trained ? 1 : 0);
+    before = text;
+  }
 }
 
 // Renders, tokenizes and applies the length rule; false when the row must be dropped.
@@ -85,6 +163,7 @@ bool prepare(PromptRecord& r, const model::Tokenizer& tokenizer, const model::Ch
   r.agent_loop = o.agent_loops ? o.agent_loops->loop_of(r.agent_name, r.origin + ": agent_name")
                                : std::string(agent::kSingleTurnAgent);
   const bool interacting = o.interactions != nullptr && !o.interactions->empty();
+  model::ChatOptions prompt_options = o.chat;
   if (r.agent_loop == agent::kToolAgent) {
     // As verl's ToolAgentLoop: the prompt carries the tools' schemas.
     if (o.tool_schemas.empty() && !interacting)
@@ -93,16 +172,14 @@ bool prepare(PromptRecord& r, const model::Tokenizer& tokenizer, const model::Ch
                                         r.agent_name, config::keys::kRolloutMultiTurnToolConfigPath,
                                         config::keys::kRolloutMultiTurnInteractionConfigPath));
     if (interacting && o.response_key.empty()) agent::interaction_of(*o.interactions, r.interaction_kwargs, r.origin);
-    model::ChatOptions with_tools = o.chat;
-    with_tools.tools = o.tool_schemas;
-    r.prompt_ids = tokenizer.encode(chat.render(r.prompt, with_tools));
-  } else {
-    r.prompt_ids = tokenizer.encode(chat.render(r.prompt, o.chat));
+    prompt_options.tools = o.tool_schemas;
   }
+  r.prompt_ids = tokenizer.encode(chat.render(r.prompt, prompt_options));
   if (r.response_text) {
     r.response_ids = tokenizer.encode(*r.response_text);
     r.response_ids.insert(r.response_ids.end(), o.response_suffix_ids.begin(), o.response_suffix_ids.end());
   }
+  if (!r.conversation.is_null()) conversation_response(r, tokenizer, chat, prompt_options, o);
   const size_t max_len = size_t(o.max_prompt_length);
   if (r.prompt_ids.size() <= max_len) return true;
   if (o.filter_overlong_prompts) return false;
@@ -281,7 +358,20 @@ Batch collate_sft(const PromptDataset& dataset, const std::vector<size_t>& indic
   const int64_t r = response_length > 0 ? response_length : int64_t(longest);
   for (auto& resp : responses)
     if (int64_t(resp.size()) > r) resp.resize(size_t(r));
-  return append_responses(prompts, responses, r, pad_token_id);
+  Batch batch = append_responses(prompts, responses, r, pad_token_id);
+  // Conversation rows: the tool and user turns inside a response are not trained on.
+  bool holes = false;
+  for (size_t i : indices) holes = holes || !dataset[i].response_loss_mask.empty();
+  if (!holes) return batch;
+  const at::Tensor mask = batch.tensor("response_mask");
+  at::Tensor trained = at::ones(mask.sizes(), at::kLong);
+  auto acc = trained.accessor<int64_t, 2>();
+  for (size_t row = 0; row < indices.size(); ++row) {
+    const auto& loss_mask = dataset[indices[row]].response_loss_mask;
+    for (size_t j = 0; j < loss_mask.size() && int64_t(j) < r; ++j) acc[int64_t(row)][int64_t(j)] = loss_mask[j];
+  }
+  batch.set("response_mask", mask.mul(trained.to(mask.device(), mask.scalar_type())));
+  return batch;
 }
 
 }  // namespace verlpp::controller

@@ -27,6 +27,7 @@ void run_sft_warm_start(RlTrainer::State& s) {
   const bool actor_here = s.runs(config::RlRole::kActorRollout);
   DatasetOptions options = dataset_options(s);  // a tool_agent row's prompt as its rollout sees it
   options.response_key = sft.response_key;
+  options.messages_key = sft.messages_key;
   // The response ends the assistant turn: the first EOS id (ChatML's <|im_end|>) closes it.
   if (!s.eos_ids.empty()) options.response_suffix_ids = {s.eos_ids.front()};
   std::optional<PromptDataset> data;
