@@ -78,7 +78,7 @@ json agent_config(const std::string& dir, const std::string& run) {
   return {{"data",
            {{"train_files", dir + "/train.jsonl"},
             {"val_files", dir + "/val.jsonl"},
-            {"max_prompt_length", 640},  // the tools section is ~550 tokens
+            {"max_prompt_length", 640},  // the prompt with its tools section is ~240 tokens
             {"max_response_length", 200},
             {"train_batch_size", 4}}},
           {"actor_rollout_ref",
