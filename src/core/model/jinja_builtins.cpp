@@ -49,25 +49,6 @@ const Value* arg(Args& args, Kwargs& kwargs, size_t i, const std::string& name) 
   return kwarg(kwargs, name);
 }
 
-// The items of an iterable: a list's elements, a dict's keys, a string's characters;
-// undefined iterates as empty (Jinja's Undefined).
-std::vector<Value> items_of(const Value& v, const std::string& what) {
-  std::vector<Value> out;
-  if (v.is_undefined()) return out;
-  const Json& j = data_of(v, what);
-  if (j.is_array()) {
-    for (const Json& e : j) out.push_back(v.child(e));
-  } else if (j.is_object()) {
-    for (auto it = j.begin(); it != j.end(); ++it) out.emplace_back(Json(it.key()));
-  } else if (j.is_string()) {
-    const auto cps = code_points(j.get_ref<const std::string&>());
-    for (size_t i = 0; i < cps.size(); ++i) out.emplace_back(Json(from_code_points(cps, i, i + 1)));
-  } else {
-    fail(fmt::format("{}: a {} is not iterable", what, type_name(v)));
-  }
-  return out;
-}
-
 Json list_of(const std::vector<Value>& items, const std::string& what) {
   Json out = Json::array();
   for (const Value& v : items) out.push_back(to_data(v, what));
@@ -807,6 +788,25 @@ Value dict_method(const Value& self, const std::string& name) {
 }
 
 }  // namespace
+
+// The items of an iterable: a list's elements, a dict's keys, a string's characters;
+// undefined iterates as empty (Jinja's Undefined).
+std::vector<Value> items_of(const Value& v, const std::string& what) {
+  std::vector<Value> out;
+  if (v.is_undefined()) return out;
+  const Json& j = data_of(v, what);
+  if (j.is_array()) {
+    for (const Json& e : j) out.push_back(v.child(e));
+  } else if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) out.emplace_back(Json(it.key()));
+  } else if (j.is_string()) {
+    const auto cps = code_points(j.get_ref<const std::string&>());
+    for (size_t i = 0; i < cps.size(); ++i) out.emplace_back(Json(from_code_points(cps, i, i + 1)));
+  } else {
+    fail(fmt::format("{}: a {} is not iterable", what, type_name(v)));
+  }
+  return out;
+}
 
 Value apply_filter(const std::string& name, Args& args, Kwargs& kwargs) {
   const auto& table = filters();

@@ -193,6 +193,9 @@ struct UseError {
   std::string message;
 };
 
+// The items a for loop or a filter iterates: a list's elements, a dict's keys, a string's
+// characters; undefined iterates as empty (Jinja's Undefined). Throws UseError naming `what`.
+std::vector<Value> items_of(const Value& v, const std::string& what);
 // The filter `name` applied to `args[0]` with args[1..] and `kwargs`. Throws UseError.
 Value apply_filter(const std::string& name, Args& args, Kwargs& kwargs);
 bool has_filter(const std::string& name);

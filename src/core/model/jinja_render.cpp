@@ -150,21 +150,11 @@ class Renderer {
   }
 
   std::vector<Value> iterate(const Value& v, int line, int col) {
-    std::vector<Value> items;
-    if (v.is_undefined()) return items;
-    if (!v.is_data()) fail_at(line, col, fmt::format("a {} is not iterable", type_name(v)));
-    const Json& j = v.data();
-    if (j.is_array()) {
-      for (const Json& e : j) items.push_back(v.child(e));
-    } else if (j.is_object()) {
-      for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(Json(it.key()));
-    } else if (j.is_string()) {
-      const auto cps = code_points(j.get_ref<const std::string&>());
-      for (size_t i = 0; i < cps.size(); ++i) items.emplace_back(Json(from_code_points(cps, i, i + 1)));
-    } else {
-      fail_at(line, col, fmt::format("a {} is not iterable", type_name(v)));
+    try {
+      return items_of(v, "for");
+    } catch (const UseError& u) {
+      fail_at(line, col, u.message);
     }
-    return items;
   }
 
   Flow exec_for(const Stmt& s, std::string& out) {
