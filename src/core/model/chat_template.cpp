@@ -8,6 +8,7 @@
 #include <verlpp/core/json_limits.hpp>
 #include <verlpp/model/chat_template.hpp>
 
+#include "jinja_internal.hpp"
 #include "tokenizer_internal.hpp"
 
 #include <verlpp/core/error.hpp>
@@ -26,26 +27,8 @@ const std::vector<std::string> kBuiltinNames = {"chatml", "qwen2", "qwen2.5", "q
 
 bool contains(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
 
-// Python's str.isspace: the White_Space property plus U+001C..U+001F.
-bool python_space(char32_t c) { return (c >= 0x1C && c <= 0x1F) || (tok::char_class(c) & tok::kSpace); }
-
-// Python's str.strip() (what Jinja's `trim` filter does).
-std::string python_strip(const std::string& text) {
-  size_t begin = 0, end = text.size();
-  while (begin < end) {
-    size_t pos = begin;
-    if (!python_space(tok::next_code_point(text, pos))) break;
-    begin = pos;
-  }
-  while (end > begin) {
-    size_t start = end - 1;
-    while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
-    size_t pos = start;
-    if (!python_space(tok::next_code_point(text, pos))) break;
-    end = start;
-  }
-  return text.substr(begin, end - begin);
-}
+// Python's str.strip() (what Jinja's `trim` filter does), as the interpreter does it.
+std::string python_strip(const std::string& text) { return jinja::py_strip(text, nullptr, true, true); }
 
 // str.lstrip('\n') / rstrip('\n') / strip('\n').
 std::string strip_newlines(const std::string& text, bool left, bool right) {
