@@ -229,8 +229,9 @@ TEST_CASE("verlpp train --nproc: a hung rank stops the run within the timeout, n
   INFO(log << "\n" << seconds << " s after SIGSTOP");
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) != 0);
-  // Rank 0 times out in its next collective (5 s), names rank 1 and its stage, and stops; the
-  // launcher then ends the stopped rank after its grace period (timeout + 5 s).
+  // Rank 0 times out in its next collective (5 s), names rank 1 and its stage (from rank 1's
+  // heartbeat datagrams, so even when rank 1 stopped in the middle of a store request), and
+  // stops; the launcher then ends the stopped rank after its grace period (timeout + 5 s).
   CHECK(log.find("rank 1 failed first") == std::string::npos);
   CHECK(log.find("rank 0 of 2, step ") != std::string::npos);
   CHECK(log.find("stopped responding (no heartbeat for 2000 ms): rank 1 (last stage: step ") != std::string::npos);

@@ -256,9 +256,10 @@ TEST_CASE("data parallel: a checkpoint folder saved by 2 ZeRO-1 ranks resumes on
 
 // A client stopped in the middle of a store request wedges c10d's single-threaded store server
 // (LibTorch 1.x; 2.x's libuv server does not block). Here a raw connection sends the first byte
-// of a request and nothing more, between two live ranks. Rank 0's collective, which rank 1 skips,
-// must still end within its timeout plus the diagnosis deadline, and both groups must shut down
-// (before the fix rank 0 waited in its diagnosis, then in the store's destructor, forever).
+// of a request and nothing more; then rank 1 records a stage and leaves (its group destroyed:
+// no heartbeat, no collective). Rank 0's collective must end within its timeout plus the
+// diagnosis window and name rank 1 with that stage, though the store answers nobody (liveness
+// goes over datagrams), and both groups must shut down.
 TEST_CASE("process group: a wedged rendezvous store cannot hang a failed collective", "[dp][store]") {
   const uint16_t port = controller::pick_free_port();
   std::atomic<int> ready{0};
@@ -292,6 +293,9 @@ TEST_CASE("process group: a wedged rendezvous store cannot hang a failed collect
           seconds0 = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           rank0_done = true;
         } else {
+          group->set_stage("step 7 held");
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the stage's datagram is read
+          group.reset();
           while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
       } catch (const std::exception& e) {
@@ -315,8 +319,79 @@ TEST_CASE("process group: a wedged rendezvous store cannot hang a failed collect
   ::close(fd);
   INFO("rank 0: " << error0 << " (" << seconds0 << " s)");
   CHECK(error0.find("all_reduce over 2 ranks") != std::string::npos);
+  CHECK(error0.find("stopped responding (no heartbeat for 800 ms): rank 1 (last stage: step 7 held)") !=
+        std::string::npos);
   CHECK(seconds0 > 0);
-  CHECK(seconds0 < 2.0 + 0.8 + 5.0 + 3.0);  // the timeout + the diagnosis deadline + slack
+  CHECK(seconds0 < 2.0 + 0.8 + 3.0);  // the timeout + the diagnosis window + slack
+}
+
+// The other ranks ask rank 0, which keeps the heartbeats: rank 2, waiting for a signal that rank
+// 1 would have posted, learns from rank 0 that rank 1 stopped and where; rank 0's collective
+// names rank 1 and not rank 2 (alive, though absent from the collective). Once rank 0 is gone
+// too, rank 2's question goes unanswered and says so.
+TEST_CASE("process group: every rank names the stopped ranks through rank 0", "[dp][store]") {
+  const uint16_t port = controller::pick_free_port();
+  std::atomic<bool> rank1_left{false}, rank2_asked{false}, rank0_left{false};
+  std::vector<std::string> errors(3);
+  std::string after_rank0;
+  std::vector<std::thread> threads;
+  for (int32_t r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        hw::WorldInfo w;
+        w.rank = r;
+        w.world_size = w.local_world_size = 3;
+        w.local_rank = r;
+        w.master_port = port;
+        hw::ProcessGroupOptions options;
+        options.timeout = std::chrono::milliseconds(3000);
+        options.heartbeat = std::chrono::milliseconds(200);
+        auto group = hw::ProcessGroup::create(w, hw::Device(cpu_ref(), 0), options);
+        group->barrier();
+        if (r == 1) {
+          group->set_stage("step 2 update_actor");
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          group.reset();
+          rank1_left = true;
+        } else if (r == 2) {
+          while (!rank1_left) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          try {
+            group->wait_posted("never posted");
+          } catch (const std::exception& e) {
+            errors[2] = e.what();
+          }
+          rank2_asked = true;
+          while (!rank0_left) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          after_rank0 = group->diagnose_peers();
+        } else {
+          while (!rank1_left) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          try {
+            at::Tensor t = at::ones({4});
+            group->all_reduce_sum(t);  // rank 1 has left, rank 2 waits elsewhere
+          } catch (const std::exception& e) {
+            errors[0] = e.what();
+          }
+          while (!rank2_asked) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          group.reset();
+          rank0_left = true;
+        }
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = std::string("unexpected: ") + e.what();
+        rank1_left = rank2_asked = rank0_left = true;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  INFO("rank 0: " << errors[0] << "\nrank 1: " << errors[1] << "\nrank 2: " << errors[2]
+                  << "\nrank 2 after rank 0 left: " << after_rank0);
+  const std::string named = "stopped responding (no heartbeat for 800 ms): rank 1 (last stage: step 2 update_actor)";
+  CHECK(errors[1].empty());
+  CHECK(errors[0].find("all_reduce over 3 ranks") != std::string::npos);
+  CHECK(errors[0].find(named) != std::string::npos);
+  CHECK(errors[0].find("rank 2") == std::string::npos);
+  CHECK(errors[2].find("waiting for 'never posted'") != std::string::npos);
+  CHECK(errors[2].find(named) != std::string::npos);
+  CHECK(after_rank0.find("rank 0 did not answer a liveness question at 127.0.0.1:") != std::string::npos);
 }
 
 namespace {

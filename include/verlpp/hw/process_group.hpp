@@ -1,8 +1,9 @@
 // One rank's membership in a multi-process run: the rendezvous store (LibTorch's c10d
 // TCPStore, served by rank 0 at MASTER_ADDR:MASTER_PORT), the plugin communicator built over
-// it (NCCL on cuda, Gloo on cpu_ref), collectives on at::Tensors, and liveness. A heartbeat
-// thread bumps this rank's counter in the store, and each rank records the stage it is in, so
-// that when a collective fails or times out the error names the ranks that stopped and where.
+// it (NCCL on cuda, Gloo on cpu_ref), collectives on at::Tensors, and liveness. Each rank sends
+// rank 0 a heartbeat datagram with the stage it is in (UDP, a port rank 0 publishes in the
+// store), so that when a collective fails or times out the error names the ranks that stopped
+// and where, even when a stopped rank holds the store.
 #pragma once
 
 #include <verlpp/hw/communicator.hpp>
@@ -108,8 +109,8 @@ class ProcessGroup {
   void set_stage(const std::string& stage);
   const std::string& stage() const { return stage_; }
   // A sentence naming the ranks whose heartbeat stopped (and the stage each last recorded), or
-  // saying the store itself is gone; empty when every other rank is alive. Takes a few
-  // heartbeat periods.
+  // saying rank 0 does not answer; empty when every other rank is alive. Watches the
+  // heartbeats for 4 periods (rank 0 keeps them; the others ask it).
   std::string diagnose_peers() const;
 
  private:

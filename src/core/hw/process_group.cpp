@@ -1,9 +1,10 @@
-// ProcessGroup: store + communicator + heartbeat (see process_group.hpp). The heartbeat and the
-// diagnosis use their own store connections, so they never share a socket with the main thread.
+// ProcessGroup: store + communicator + liveness (see process_group.hpp). Liveness goes over
+// datagrams of its own (liveness.hpp), never through the store.
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/process_group.hpp>
 
 #include "dlpack_view.hpp"
+#include "liveness.hpp"
 #include "serial_worker.hpp"
 
 #include <ATen/ops/empty.h>
@@ -19,15 +20,6 @@
 
 namespace verlpp::hw {
 
-// What the heartbeat thread shares with its group, owned jointly: a thread stuck in a store call
-// (see diagnose_peers) is detached at shutdown and may outlive the group.
-struct HeartbeatState {
-  std::mutex mutex;
-  std::condition_variable wake;
-  bool stopping = false;
-  bool finished = false;
-};
-
 struct ProcessGroup::Impl {
   explicit Impl(const Device& d) : device(d) {}
   Device device;
@@ -38,18 +30,16 @@ struct ProcessGroup::Impl {
   std::mutex worker_mutex;
   std::unique_ptr<Stream> comm_stream;  // with the worker, where the plugin has streams and events
   std::unique_ptr<detail::SerialWorker> worker;
-  std::thread heartbeat;
-  std::shared_ptr<HeartbeatState> beat = std::make_shared<HeartbeatState>();
-  // Set when the store stopped answering (diagnose_peers' deadline, or a heartbeat that never
-  // came back): then the store is not destroyed, since destroying rank 0's server joins its
-  // thread, which waits for the stopped rank forever.
-  std::atomic<bool> store_wedged{false};
+  std::unique_ptr<detail::Liveness> liveness;  // the whole group's; null in subgroups
+  // Set once an operation of the group failed: the store is then not destroyed, since a rank
+  // stopped in the middle of a store request may hold rank 0's server, and destroying that
+  // server joins its thread, which would wait for the stopped rank forever.
+  std::atomic<bool> failed{false};
 };
 
 namespace {
 
-std::string hb_key(int32_t rank) { return fmt::format("verlpp/hb/{}", rank); }
-std::string stage_key(int32_t rank) { return fmt::format("verlpp/stage/{}", rank); }
+const char* const kLivenessKey = "verlpp/liveness";
 
 std::shared_ptr<KvStore> connect(const WorldInfo& w, bool serve, std::chrono::milliseconds timeout) {
   TcpStoreOptions o;
@@ -87,7 +77,24 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const WorldInfo& world, const
     throw Error(where, fmt::format("rendezvous at {}:{} failed ({}): {}", world.master_addr, world.master_port,
                                    world.rank == 0 ? "serving the store" : "connecting to rank 0's store", e.what()));
   }
-  g->impl_->store->add(hb_key(world.rank), 1);
+  // Liveness first: a rank that stops while the communicator is being built is named.
+  if (world.rank == 0) {
+    g->impl_->liveness = detail::Liveness::serve(world.world_size, options.heartbeat);
+    const std::string address = g->impl_->liveness->address();
+    g->impl_->store->set(kLivenessKey, std::vector<uint8_t>(address.begin(), address.end()));
+  } else {
+    std::vector<uint8_t> published;
+    try {
+      published = g->impl_->store->get(kLivenessKey, options.timeout);
+    } catch (const std::exception& e) {
+      throw Error(where, fmt::format("rank 0 did not publish its liveness address at {}:{}: {}", world.master_addr,
+                                     world.master_port, e.what()));
+    }
+    uint16_t port = 0;
+    uint64_t token = 0;
+    if (!detail::Liveness::parse_address(std::string(published.begin(), published.end()), port, token)) port = 0;
+    g->impl_->liveness = detail::Liveness::join(world.master_addr, port, token, world.rank, options.heartbeat);
+  }
   g->set_stage("setup");
   CommunicatorOptions co;
   co.rank = world.rank;
@@ -97,33 +104,10 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const WorldInfo& world, const
   try {
     g->impl_->comm = std::make_unique<Communicator>(Communicator::create(device, g->impl_->store, co));
   } catch (const std::exception& e) {
+    g->impl_->failed = true;
     throw Error(where, fmt::format("creating the {} communicator failed: {}{}", device.plugin().name(), e.what(),
                                    g->diagnose_peers()));
   }
-  // The heartbeat: its own connection; a store that goes away just ends it (the next
-  // collective reports the failure with a diagnosis).
-  std::shared_ptr<HeartbeatState> beat = g->impl_->beat;
-  g->impl_->heartbeat = std::thread([beat, world, options] {
-    std::shared_ptr<KvStore> own;
-    try {
-      own = connect(world, false, options.timeout);
-    } catch (...) {
-      own.reset();
-    }
-    std::unique_lock<std::mutex> lock(beat->mutex);
-    while (own && !beat->stopping) {
-      lock.unlock();
-      try {
-        own->add(hb_key(world.rank), 1);
-      } catch (...) {
-        own.reset();
-      }
-      lock.lock();
-      if (own) beat->wake.wait_for(lock, options.heartbeat, [&] { return beat->stopping; });
-    }
-    beat->finished = true;
-    beat->wake.notify_all();
-  });
   return g;
 }
 
@@ -149,6 +133,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::subgroup(const std::vector<int32_t>&
   try {
     g->impl_->comm = std::make_unique<Communicator>(Communicator::create(impl_->device, g->impl_->store, co));
   } catch (const std::exception& e) {
+    g->impl_->failed = true;
     throw Error(fmt::format("subgroup '{}' (rank {} of {})", name, w.rank, w.world_size),
                 fmt::format("creating the {} communicator failed: {}{}", impl_->device.plugin().name(), e.what(),
                             diagnose_peers()));
@@ -157,110 +142,21 @@ std::unique_ptr<ProcessGroup> ProcessGroup::subgroup(const std::vector<int32_t>&
 }
 
 ProcessGroup::~ProcessGroup() {
-  if (impl_->heartbeat.joinable()) {
-    std::unique_lock<std::mutex> lock(impl_->beat->mutex);
-    impl_->beat->stopping = true;
-    impl_->beat->wake.notify_all();
-    // A heartbeat stuck in a store call that will never be answered (a stopped rank holds rank
-    // 0's store) must not hold the process: after a bounded wait it is left running, detached.
-    const bool finished =
-        impl_->beat->wake.wait_for(lock, std::chrono::seconds(5), [&] { return impl_->beat->finished; });
-    lock.unlock();
-    if (finished) {
-      impl_->heartbeat.join();
-    } else {
-      impl_->heartbeat.detach();
-      impl_->store_wedged = true;
-    }
-  }
-  // Deliberately leaked when wedged: the process is ending with an error anyway, and the OS
-  // closes the sockets; destroying it would wait for the stopped rank.
-  if (impl_->store_wedged) new std::shared_ptr<KvStore>(std::move(impl_->store));
+  impl_->liveness.reset();  // its thread never blocks for long
+  // Deliberately leaked after a failure (see Impl::failed): the process is ending with an error
+  // anyway, and the OS closes the sockets.
+  if (impl_->failed) new std::shared_ptr<KvStore>(std::move(impl_->store));
 }
 
 void ProcessGroup::set_stage(const std::string& stage) {
   stage_ = stage;
-  if (parent_ != nullptr) return;  // the store's stage keys are the whole group's ranks
-  const std::string& s = stage_;
-  try {
-    impl_->store->set(stage_key(world_.rank), std::vector<uint8_t>(s.begin(), s.end()));
-  } catch (const std::exception&) {
-    // A store that is gone shows up in the next collective, with a diagnosis.
-  }
+  if (impl_->liveness) impl_->liveness->set_stage(stage_);  // subgroups: their parent's says it
 }
-
-namespace {
-
-// The store work of diagnose_peers (see there): heartbeats before and after a pause, and the
-// last stage of each rank whose heartbeat did not move.
-std::string probe_peers(const WorldInfo& world_, const ProcessGroupOptions& options_) {
-  std::shared_ptr<KvStore> probe;
-  try {
-    probe = connect(world_, false, std::chrono::milliseconds(3000));
-  } catch (const std::exception&) {
-    return fmt::format("; the rendezvous store at {}:{} is unreachable, so rank 0 (which serves it) has stopped",
-                       world_.master_addr, world_.master_port);
-  }
-  try {
-    std::vector<int64_t> before(size_t(world_.world_size));
-    for (int32_t r = 0; r < world_.world_size; ++r) before[size_t(r)] = probe->add(hb_key(r), 0);
-    std::this_thread::sleep_for(options_.heartbeat * 4);
-    std::vector<std::string> stopped;
-    for (int32_t r = 0; r < world_.world_size; ++r) {
-      if (r == world_.rank || probe->add(hb_key(r), 0) != before[size_t(r)]) continue;
-      std::string stage = "unknown";
-      try {
-        const auto v = probe->get(stage_key(r), std::chrono::milliseconds(500));
-        stage.assign(v.begin(), v.end());
-      } catch (const std::exception&) {
-      }
-      stopped.push_back(fmt::format("rank {} (last stage: {})", r, stage));
-    }
-    if (stopped.empty()) return "";
-    std::string list;
-    for (const auto& s : stopped) list += (list.empty() ? "" : ", ") + s;
-    return fmt::format("; stopped responding (no heartbeat for {} ms): {}", (options_.heartbeat * 4).count(), list);
-  } catch (const std::exception& e) {
-    return fmt::format(
-        "; the rendezvous store at {}:{} failed while checking the other ranks ({}): rank 0 has probably stopped",
-        world_.master_addr, world_.master_port, e.what());
-  }
-}
-
-}  // namespace
 
 std::string ProcessGroup::diagnose_peers() const {
   if (parent_ != nullptr) return parent_->diagnose_peers();
-  if (world_.world_size < 2) return "";
-  // c10d's TCPStore server (rank 0) serves its clients from one thread, which blocks reading a
-  // request until it is whole: a rank stopped (SIGSTOP, a debugger) in the middle of a store
-  // request leaves every other store call waiting forever, this probe's included (seen in the
-  // hung-rank test: rank 0 waited in its diagnosis, so nothing ended the run). So the probe runs
-  // on its own thread with a deadline; a probe still waiting then is abandoned (detached: it
-  // holds only copies and a shared result).
-  struct Result {
-    std::mutex mutex;
-    std::condition_variable done;
-    bool finished = false;
-    std::string text;
-  };
-  auto result = std::make_shared<Result>();
-  std::thread([result, world = world_, options = options_] {
-    std::string text = probe_peers(world, options);
-    std::lock_guard<std::mutex> lock(result->mutex);
-    result->text = std::move(text);
-    result->finished = true;
-    result->done.notify_all();
-  }).detach();
-  const auto deadline = options_.heartbeat * 4 + std::chrono::milliseconds(5000);
-  std::unique_lock<std::mutex> lock(result->mutex);
-  if (result->done.wait_for(lock, deadline, [&] { return result->finished; })) return result->text;
-  impl_->store_wedged = true;
-  return fmt::format(
-      "; the rendezvous store at {}:{} did not answer within {} ms while checking the other ranks "
-      "(a rank stopped in the middle of a store request holds rank 0's store; which ranks stopped "
-      "is unknown)",
-      world_.master_addr, world_.master_port, deadline.count());
+  if (world_.world_size < 2 || !impl_->liveness) return "";
+  return impl_->liveness->diagnose();
 }
 
 template <class F>
@@ -268,6 +164,7 @@ void ProcessGroup::checked(const char* op, const std::string& stage, F&& call) c
   try {
     call();
   } catch (const std::exception& e) {
+    impl_->failed = true;
     // The caller (the trainer's stage runner) adds the rank; the stage is said here because a
     // collective outside a stage (setup, SFT) has no other place to say it.
     throw Error(fmt::format("{} over {} ranks during '{}'", op, world_.world_size, stage),
@@ -479,10 +376,12 @@ void ProcessGroup::wait_posted(const std::string& key) const {
     pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::milliseconds(50));
     if (std::chrono::steady_clock::now() - last_check < check_every) continue;
     const std::string stopped = diagnose_peers();
-    if (!stopped.empty())
+    if (!stopped.empty()) {
+      impl_->failed = true;
       throw Error(
           fmt::format("waiting for '{}' during '{}' (rank {} of {})", key, stage_, world_.rank, world_.world_size),
           "another rank will not post it" + stopped);
+    }
     last_check = std::chrono::steady_clock::now();
   }
 }
