@@ -8,6 +8,7 @@
 #include <verlpp/core/error.hpp>
 #include <verlpp/core/error_text.hpp>
 #include <verlpp/tasks/arith_task.hpp>
+#include <verlpp/tasks/multiply_tool_task.hpp>
 
 #include <malloc.h>
 
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   // The embedded demo's reward source (tasks/), for its data and any dataset naming "arith".
   verlpp::tasks::register_arith_reward();
+  verlpp::tasks::register_multiply_tool_reward();
   CLI::App app{"verlpp: reinforcement-learning post-training of LLMs on LibTorch"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("verlpp ") + VERLPP_VERSION_STRING);

@@ -11,6 +11,7 @@
 #include <verlpp/hw/world.hpp>
 #include <verlpp/model/checkpoint.hpp>
 #include <verlpp/tasks/arith_task.hpp>
+#include <verlpp/tasks/multiply_tool_task.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -72,6 +73,29 @@ void write_demo_inputs(const config::Config& config) {
   save.source_dir = model_dir;
   model::save_pretrained(tiny, model_dir, save);
 
+  if (demo.task == "multiply_tool") {
+    // The agentic demo: tool-call traces for SFT, the RL rows with and without the tool, the
+    // calculator's config and the chat template with tools that the example config names.
+    tasks::MultiplyToolTaskOptions task;
+    task.seed = demo.seed;
+    task.sft_count = demo.sft_count;
+    task.train_count = demo.train_count;
+    task.val_count = demo.val_count;
+    const tasks::MultiplyToolSplits splits = tasks::make_multiply_tool_splits(task);
+    data::write_jsonl(data_dir + "/multiply_sft.jsonl", splits.sft);
+    data::write_jsonl(data_dir + "/multiply_train.jsonl", splits.train);
+    data::write_jsonl(data_dir + "/multiply_val.jsonl", splits.val);
+    data::write_jsonl(data_dir + "/multiply_sft_no_tool.jsonl", splits.sft_without_tool);
+    data::write_jsonl(data_dir + "/multiply_train_no_tool.jsonl", splits.train_without_tool);
+    data::write_jsonl(data_dir + "/multiply_val_no_tool.jsonl", splits.val_without_tool);
+    files::write_text(data_dir + "/calculator_tool.yaml", tasks::multiply_tool_config_yaml());
+    // The model folder carries its chat template with tools, as Qwen2.5's does.
+    const std::string tokenizer_config = model_dir + "/tokenizer_config.json";
+    nlohmann::json tc = nlohmann::json::parse(embedded_text("examples/tiny/tokenizer_config.json"));
+    tc["chat_template"] = tasks::multiply_tool_chat_template();
+    files::write_text(tokenizer_config, tc.dump(2) + "\n");
+    return;
+  }
   const tasks::ArithSplits splits = tasks::make_arith_splits(tasks::arith_task_options(demo));
   data::write_jsonl(data_dir + "/arith_sft.jsonl", splits.sft);
   data::write_jsonl(data_dir + "/arith_train.jsonl", splits.train);

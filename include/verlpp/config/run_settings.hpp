@@ -295,6 +295,7 @@ struct PathSettings {
 // tasks/), the tiny model's init seed and the task's options.
 struct DemoSettings {
   bool enabled = false;          // verlpp.demo.enabled
+  std::string task = "arith";    // verlpp.demo.task: arith, or multiply_tool (the agentic demo)
   uint64_t init_seed = 1;        // verlpp.demo.init_seed
   int64_t max_operand = 99;      // verlpp.demo.max_operand: operands are 0..max_operand
   std::string operators = "+";   // verlpp.demo.operators: any of "+-*"

@@ -725,6 +725,7 @@ const char* default_config_text() {
     "reward": {"num_workers": null, "timeout_s": null, "timeout_score": 0.0},
     "demo": {
       "enabled": false,
+      "task": "arith",
       "max_operand": 99,
       "operators": "+",
       "seed": 1,

@@ -572,6 +572,9 @@ DemoSettings parse_demo_settings(const Config& config) {
   DemoSettings s;
   const std::string d = "verlpp.demo.";
   s.enabled = read<bool>(config, d + "enabled");
+  s.task = read<std::string>(config, d + "task");
+  if (s.task != "arith" && s.task != "multiply_tool")
+    throw Error(d + "task", fmt::format("'{}' is not a demo task (arith, multiply_tool)", s.task));
   s.init_seed = read<uint64_t>(config, d + "init_seed");
   s.max_operand = read<int64_t>(config, d + "max_operand");
   s.operators = read<std::string>(config, d + "operators");
