@@ -52,9 +52,10 @@ MultiplyToolSplits make_multiply_tool_splits(const MultiplyToolTaskOptions& o) {
   const int64_t total = (o.max_a - o.min_a + 1) * range_b;
   const int64_t wanted = o.sft_count + o.train_count + o.val_count;
   if (wanted > total)
-    throw Error("multiply_tool task",
-                fmt::format("{} problems asked for (sft {} + train {} + val {}) but {}..{} x {}..{} give only {}", wanted,
-                            o.sft_count, o.train_count, o.val_count, o.min_a, o.max_a, o.min_b, o.max_b, total));
+    throw Error(
+        "multiply_tool task",
+        fmt::format("{} problems asked for (sft {} + train {} + val {}) but {}..{} x {}..{} give only {}", wanted,
+                    o.sft_count, o.train_count, o.val_count, o.min_a, o.max_a, o.min_b, o.max_b, total));
   // Problem k is (min_a + k / range_b) x (min_b + k % range_b). The first `wanted` entries of a
   // Fisher-Yates shuffle over mt19937_64 (our own: std::shuffle's algorithm is unspecified),
   // drawn lazily so the 810,000 problems of the default ranges are never all listed.
@@ -96,7 +97,8 @@ MultiplyToolSplits make_multiply_tool_splits(const MultiplyToolTaskOptions& o) {
 }
 
 std::string multiply_tool_config_yaml() {
-  return fmt::format(R"(# The demo's calculator, in verl's tool config format (verlpp.tools.Calculator: exact arithmetic).
+  return fmt::format(
+      R"(# The demo's calculator, in verl's tool config format (verlpp.tools.Calculator: exact arithmetic).
 tools:
   - class_name: verlpp.tools.Calculator
     config:
@@ -114,7 +116,7 @@ tools:
               description: the expression, e.g. 1234*56
           required: [expression]
 )",
-                     kMultiplyToolName);
+      kMultiplyToolName);
 }
 
 std::string multiply_tool_chat_template() {

@@ -115,7 +115,8 @@ TEST_CASE("multiply_tool task: the chat template renders tools, calls and replie
 
 TEST_CASE("multiply_tool reward: the answer after the last tool reply, never the reply itself", "[tasks][reward]") {
   using tasks::multiply_tool_reward;
-  const std::string call = "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"1234*56\"}}\n</tool_call>";
+  const std::string call =
+      "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"1234*56\"}}\n</tool_call>";
   const std::string reply = "user\n<tool_response>\n69104\n</tool_response>\nassistant\n";
   CHECK(multiply_tool_reward(call + reply + "69104", "69104") == 1.0);
   CHECK(multiply_tool_reward(call + reply, "69104") == 0.0);  // stopped after the tool: no answer of its own
