@@ -1,9 +1,11 @@
 // The agentic demo task (see multiply_tool_task.hpp).
 #include <verlpp/core/error.hpp>
 #include <verlpp/reward/reward.hpp>
+#include <verlpp/tasks/arith_task.hpp>
 #include <verlpp/tasks/multiply_tool_task.hpp>
 
 #include <random>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -137,17 +139,11 @@ std::string multiply_tool_chat_template() {
 }
 
 double multiply_tool_reward(const std::string& response, const std::string& ground_truth) {
-  const size_t reply_end = response.rfind("</tool_response>");
-  const std::string answer_text = reply_end == std::string::npos ? response : response.substr(reply_end + 16);
-  const size_t end = answer_text.find_last_of("0123456789");
-  if (end == std::string::npos) return 0.0;
-  size_t begin = end;
-  while (begin > 0 && answer_text[begin - 1] >= '0' && answer_text[begin - 1] <= '9') --begin;
-  if (begin > 0 && answer_text[begin - 1] == '-') --begin;
-  std::string truth = ground_truth;
-  truth.erase(0, truth.find_first_not_of(" \t\n"));
-  truth.erase(truth.find_last_not_of(" \t\n") + 1);
-  return answer_text.substr(begin, end - begin + 1) == truth ? 1.0 : 0.0;
+  // The arithmetic demo's rule on the final answer alone.
+  constexpr std::string_view kReplyEnd = "</tool_response>";
+  const size_t reply_end = response.rfind(kReplyEnd);
+  return arith_reward(reply_end == std::string::npos ? response : response.substr(reply_end + kReplyEnd.size()),
+                      ground_truth);
 }
 
 void register_multiply_tool_reward() {

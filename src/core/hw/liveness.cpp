@@ -75,9 +75,8 @@ struct Liveness::State {
   int32_t rank = 0;
   int32_t world_size = 1;
   std::chrono::milliseconds heartbeat{500};
-  uint64_t token = 0;
-  std::string token_text;
-  std::string where;  // rank 0's host:port, for the other ranks' messages
+  std::string token_text;  // 16 hex digits
+  std::string where;       // rank 0's host:port, for the other ranks' messages
   std::string off_reason;
   int fd = -1;
   uint16_t port = 0;
@@ -248,8 +247,7 @@ std::unique_ptr<Liveness> Liveness::serve(int32_t world_size, std::chrono::milli
   s->world_size = world_size;
   s->heartbeat = heartbeat;
   std::random_device entropy;
-  s->token = std::uniform_int_distribution<uint64_t>()(entropy);
-  s->token_text = fmt::format("{:016x}", s->token);
+  s->token_text = fmt::format("{:016x}", std::uniform_int_distribution<uint64_t>()(entropy));
   s->table.resize(size_t(world_size));
   s->fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   sockaddr_in any{};
@@ -269,13 +267,12 @@ std::unique_ptr<Liveness> Liveness::serve(int32_t world_size, std::chrono::milli
   return std::unique_ptr<Liveness>(new Liveness(s));
 }
 
-std::unique_ptr<Liveness> Liveness::join(const std::string& host, uint16_t port, uint64_t token, int32_t rank,
+std::unique_ptr<Liveness> Liveness::join(const std::string& host, uint16_t port, const std::string& token, int32_t rank,
                                          std::chrono::milliseconds heartbeat) {
   auto s = std::make_shared<State>();
   s->rank = rank;
   s->heartbeat = heartbeat;
-  s->token = token;
-  s->token_text = fmt::format("{:016x}", token);
+  s->token_text = token;
   s->where = fmt::format("{}:{}", host, port);
   if (port == 0) {
     s->off_reason = "rank 0 has no liveness socket";
@@ -312,7 +309,7 @@ std::string Liveness::address() const {
   return fmt::format("{} {}", state_->port, state_->token_text);
 }
 
-bool Liveness::parse_address(const std::string& text, uint16_t& port, uint64_t& token) {
+bool Liveness::parse_address(const std::string& text, uint16_t& port, std::string& token) {
   const size_t space = text.find(' ');
   if (space == std::string::npos || space == 0 || space > 5 || text.size() != space + 17) return false;
   const std::string p = text.substr(0, space), t = text.substr(space + 1);
@@ -322,7 +319,7 @@ bool Liveness::parse_address(const std::string& text, uint16_t& port, uint64_t& 
   const unsigned long value = std::stoul(p);
   if (value == 0 || value > 65535) return false;
   port = uint16_t(value);
-  token = std::stoull(t, nullptr, 16);
+  token = t;
   return true;
 }
 
@@ -330,7 +327,6 @@ void Liveness::set_stage(const std::string& stage) {
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->stage = stage;
-    if (state_->rank == 0 && !state_->table.empty()) state_->table[0].stage = stage;
   }
   if (state_->rank != 0 && state_->fd >= 0) state_->send_beat();
 }

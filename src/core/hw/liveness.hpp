@@ -23,7 +23,7 @@ class Liveness {
   static std::unique_ptr<Liveness> serve(int32_t world_size, std::chrono::milliseconds heartbeat);
   // Another rank's side: heartbeats to rank 0's `host`:`port` (as served, with its `token`)
   // every `heartbeat`, from a thread of its own. Never throws, as serve().
-  static std::unique_ptr<Liveness> join(const std::string& host, uint16_t port, uint64_t token, int32_t rank,
+  static std::unique_ptr<Liveness> join(const std::string& host, uint16_t port, const std::string& token, int32_t rank,
                                         std::chrono::milliseconds heartbeat);
   ~Liveness();
   Liveness(const Liveness&) = delete;
@@ -32,9 +32,9 @@ class Liveness {
   // What rank 0 publishes for the others (in the store, at setup): "<port> <token>", or "off".
   std::string address() const;
   // Parses address(); false for "off" or anything malformed.
-  static bool parse_address(const std::string& text, uint16_t& port, uint64_t& token);
+  static bool parse_address(const std::string& text, uint16_t& port, std::string& token);
 
-  // Records this rank's stage and sends it at once (rank 0 keeps its own).
+  // Records this rank's stage and, on a rank other than 0, sends it at once.
   void set_stage(const std::string& stage);
   // "; stopped responding (no heartbeat for N ms): rank 1 (last stage: ...)" for the ranks
   // (other than the asking one) that sent nothing for 4 heartbeat periods, watched from now;

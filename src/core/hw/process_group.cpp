@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -90,9 +89,9 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const WorldInfo& world, const
       throw Error(where, fmt::format("rank 0 did not publish its liveness address at {}:{}: {}", world.master_addr,
                                      world.master_port, e.what()));
     }
-    uint16_t port = 0;
-    uint64_t token = 0;
-    if (!detail::Liveness::parse_address(std::string(published.begin(), published.end()), port, token)) port = 0;
+    uint16_t port = 0;  // stays 0 (liveness off) unless rank 0 published an address
+    std::string token;
+    detail::Liveness::parse_address(std::string(published.begin(), published.end()), port, token);
     g->impl_->liveness = detail::Liveness::join(world.master_addr, port, token, world.rank, options.heartbeat);
   }
   g->set_stage("setup");
