@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,18 @@ inline const hw::Plugin& cpu_ref() {
   return plugin;
 }
 
+// Rank `rank` of `world` ranks on this host (rendezvous at 127.0.0.1:`port`), with cpu_ref's
+// device 0; collective over the ranks' threads.
+inline std::unique_ptr<hw::ProcessGroup> join_local_group(int32_t rank, int32_t world, uint16_t port,
+                                                          const hw::ProcessGroupOptions& options) {
+  hw::WorldInfo w;
+  w.rank = rank;
+  w.world_size = w.local_world_size = world;
+  w.local_rank = rank;
+  w.master_port = port;
+  return hw::ProcessGroup::create(w, hw::Device(cpu_ref(), 0), options);
+}
+
 // Runs `body(group)` on `world` threads, each a rank of one process group whose collectives
 // time out after `timeout`; throws the first error (the test fails with it).
 inline void run_group_ranks(int32_t world, const std::function<void(const hw::ProcessGroup&)>& body,
@@ -36,14 +49,9 @@ inline void run_group_ranks(int32_t world, const std::function<void(const hw::Pr
   for (int32_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        hw::WorldInfo w;
-        w.rank = r;
-        w.world_size = w.local_world_size = world;
-        w.local_rank = r;
-        w.master_port = port;
         hw::ProcessGroupOptions options;
         options.timeout = timeout;
-        auto group = hw::ProcessGroup::create(w, hw::Device(cpu_ref(), 0), options);
+        auto group = join_local_group(r, world, port, options);
         body(*group);
         group->barrier();
       } catch (const std::exception& e) {

@@ -270,15 +270,10 @@ TEST_CASE("process group: a wedged rendezvous store cannot hang a failed collect
   for (int32_t r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       try {
-        hw::WorldInfo w;
-        w.rank = r;
-        w.world_size = w.local_world_size = 2;
-        w.local_rank = r;
-        w.master_port = port;
         hw::ProcessGroupOptions options;
         options.timeout = std::chrono::milliseconds(2000);
         options.heartbeat = std::chrono::milliseconds(200);
-        auto group = hw::ProcessGroup::create(w, hw::Device(cpu_ref(), 0), options);
+        auto group = test::join_local_group(r, 2, port, options);
         group->barrier();
         ++ready;
         while (!wedged) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -338,15 +333,10 @@ TEST_CASE("process group: every rank names the stopped ranks through rank 0", "[
   for (int32_t r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
       try {
-        hw::WorldInfo w;
-        w.rank = r;
-        w.world_size = w.local_world_size = 3;
-        w.local_rank = r;
-        w.master_port = port;
         hw::ProcessGroupOptions options;
         options.timeout = std::chrono::milliseconds(3000);
         options.heartbeat = std::chrono::milliseconds(200);
-        auto group = hw::ProcessGroup::create(w, hw::Device(cpu_ref(), 0), options);
+        auto group = test::join_local_group(r, 3, port, options);
         group->barrier();
         if (r == 1) {
           group->set_stage("step 2 update_actor");
