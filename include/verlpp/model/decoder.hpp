@@ -84,6 +84,8 @@ class LayerKernels {
 using LayerFn = std::function<at::Tensor(const at::Tensor&)>;
 
 class TensorParallelGroup;  // tensor_parallel.hpp
+class LoraAdapters;         // lora.hpp
+enum class LoraProjection;
 
 // The seam through which a sharded trainer (ZeRO-3 / FSDP, train/sharded_weights.hpp) makes a
 // model's parameters present only while they are used. The model calls gather_outer() before it
@@ -189,6 +191,14 @@ class DecoderLM {
   // embedding lookup and the row-parallel layers' outputs over the group, and logits() gathers
   // every rank's vocabulary. Copies made afterwards share it.
   void set_tensor_parallel(std::shared_ptr<const TensorParallelGroup> group, const ModelConfig& whole);
+  // LoRA (lora.hpp): every forward from now on adds the adapters' terms to the projections they
+  // sit on (null: none, the base model). The adapters are shared, not copied: a trainer updating
+  // them in place updates every model holding them. Copies made afterwards share them; a copy
+  // given null is the base model over the same weights. Refused with tensor parallelism, and for
+  // adapters made for another shape.
+  void set_lora(std::shared_ptr<const LoraAdapters> adapters);
+  const LoraAdapters* lora() const { return lora_.get(); }
+  const std::shared_ptr<const LoraAdapters>& lora_adapters() const { return lora_; }
   const TensorParallelGroup* tensor_parallel() const { return tp_.get(); }
   // With tensor parallelism: the config of the whole model this one is a part of.
   const ModelConfig& whole_config() const { return tp_ ? tp_whole_ : config_; }
@@ -290,10 +300,14 @@ class DecoderLM {
   bool gradient_checkpointing_ = false;
   std::shared_ptr<const ParameterGather> gather_;  // set_parameter_gather
   std::shared_ptr<const TensorParallelGroup> tp_;  // set_tensor_parallel
+  std::shared_ptr<const LoraAdapters> lora_;       // set_lora
   ModelConfig tp_whole_;                           // the whole model's config, with tp_
   // A row-parallel layer's output: x W^T summed over the tensor-parallel group, then the bias
   // (whole on every rank: added once). Without tp_, at::linear(x, weight, bias).
   at::Tensor row_parallel_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const;
+  // y plus the adapter's term for projection `p` of `layer` on input x (y itself where none).
+  at::Tensor with_lora(const at::Tensor& y, int64_t layer, LoraProjection p, const at::Tensor& x) const;
+  bool lora_trained() const;  // adapters set and requiring grad
   // Shared by copies (they share the tensors); see weights_version().
   std::shared_ptr<std::atomic<int64_t>> weights_version_ = std::make_shared<std::atomic<int64_t>>(0);
   std::set<std::string> fused_names_;  // parameters that are views of a fused buffer

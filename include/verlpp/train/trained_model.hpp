@@ -43,6 +43,11 @@ struct TrainedModelOptions {
   // read strided from the fused projection); false takes rotary_embedding on copies
   // (verlpp.train.rotary_qkv).
   bool rotate_qkv = true;
+  // LoRA (model/lora.hpp): train these adapters instead of the model's weights. The model is
+  // then the frozen base: it stays in its own dtype (no fp32 masters, no compute copy, no
+  // gradients), forwards add the adapters' terms, and only the adapters (fp32, their own masters)
+  // are in the optimizer. Checkpoints hold the adapters as a PEFT folder.
+  std::shared_ptr<model::LoraAdapters> lora;
 };
 
 class TrainedModel {
@@ -52,7 +57,8 @@ class TrainedModel {
 
   // Trains `model`'s parameters (fp32) in place: `model` must outlive this object, which turns on
   // its requires_grad. A 16-bit options.param_dtype makes the compute copy here, once; the
-  // schedule gives the LR of each update.
+  // schedule gives the LR of each update. With options.lora the adapters are trained instead
+  // (set on `model`, whose weights stay frozen).
   TrainedModel(model::DecoderLM& model, const TrainedModelOptions& options, LrSchedule schedule);
   ~TrainedModel();
   TrainedModel(const TrainedModel&) = delete;
@@ -62,6 +68,8 @@ class TrainedModel {
   // The trained model: its weights are the fp32 masters the optimizer steps.
   model::DecoderLM& master() { return master_; }
   const model::DecoderLM& master() const { return master_; }
+  // The trained LoRA adapters (null without LoRA).
+  const model::LoraAdapters* lora() const { return lora_.get(); }
   // The model forwards and backwards run on: the master itself, or its compute copy, which always
   // holds the latest weights cast (a rollout engine of that dtype can share its tensors: steps
   // write into them in place).
@@ -102,6 +110,7 @@ class TrainedModel {
   // Bytes this rank holds now, measured from the tensors themselves (memory reports, tests).
   struct MemoryHeld {
     int64_t master_weights = 0;    // the master model's parameters (0 while the units hold them)
+    int64_t adapter_weights = 0;   // LoRA's adapters (their own fp32 masters)
     int64_t compute_weights = 0;   // a separate compute copy, or the units' resident weights
     int64_t masters_in_units = 0;  // the sharded optimizer's fp32 masters kept apart from them
     int64_t gradients = 0;         // every gradient held (whole ones, or the units' sums)
@@ -148,7 +157,8 @@ class TrainedModel {
   void save_optimizer_state(const std::string& path) const;
   void load_optimizer_state(const std::string& path);
   // A checkpoint folder `dir`: the model as a Hugging Face folder (save_pretrained; rank 0 creates
-  // and writes it) with the optimizer state in it as kOptimizerStateFile (gathered to rank 0 when
+  // and writes it), or with LoRA the adapters as a PEFT folder (the base is not written: it never
+  // changes), with the optimizer state in it as kOptimizerStateFile (gathered to rank 0 when
   // sharded). Every rank calls save. updates() is not in it: the caller keeps the LR schedule's
   // position (RlTrainer: trainer_state.json) and restores it with set_updates.
   void save(const std::string& dir, const model::SaveOptions& options = {}) const;
@@ -158,11 +168,14 @@ class TrainedModel {
 
  private:
   model::DecoderLM& master_;
+  std::shared_ptr<model::LoraAdapters> lora_;  // options.lora
   MixedPrecision precision_;
   ShardingOptions sharding_;
   std::unique_ptr<ShardedWeights> weights_;  // flat units (ZeRO-2/3, offload); null otherwise
   bool master_present_ = true;               // with weights_: whether master_ holds memory
-  std::vector<at::Tensor> params_;           // the master's parameters, as the optimizer and the all-reduce see them
+  std::vector<at::Tensor>
+      params_;  // what the optimizer and the all-reduce see: the master's parameters or the adapters
+  std::vector<std::string> names_;  // their names in the optimizer state file
   OptimizerStep optimizer_;
   const hw::Kernels* kernels_ = nullptr;
   DataParallel dp_;

@@ -5,6 +5,7 @@
 #include <verlpp/model/decoder.hpp>
 
 #include <verlpp/model/layers.hpp>
+#include <verlpp/model/lora.hpp>
 #include <verlpp/model/tensor_parallel.hpp>
 
 #include <verlpp/core/error.hpp>
@@ -182,6 +183,8 @@ std::vector<at::Tensor> DecoderLM::layer_parameters(int64_t index) const {
                               &l.o_proj, &l.o_bias, &l.q_norm, &l.k_norm, &l.post_attention_layernorm, &l.gate_proj,
                               &l.gate_bias, &l.up_proj, &l.up_bias, &l.down_proj, &l.down_bias})
     if (t->defined()) out.push_back(*t);
+  if (lora_)
+    for (const at::Tensor& t : lora_->layer_parameters(index)) out.push_back(t);
   return out;
 }
 
@@ -334,6 +337,11 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   } else {
     q = at::linear(x, l.q_proj, l.q_bias), k = at::linear(x, l.k_proj, l.k_bias), v = at::linear(x, l.v_proj, l.v_bias);
   }
+  if (lora_) {
+    q = with_lora(q, index, LoraProjection::kQ, x);
+    k = with_lora(k, index, LoraProjection::kK, x);
+    v = with_lora(v, index, LoraProjection::kV, x);
+  }
   q = heads(q, config_.num_attention_heads);
   k = heads(k, config_.num_key_value_heads);
   v = heads(v, config_.num_key_value_heads);
@@ -346,15 +354,20 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   std::vector<int64_t> flat = lead;
   flat.push_back(HD);
   at::Tensor h;
-  std::tie(h, x) = add_norm(residual, row_parallel_linear(a.reshape(flat), l.o_proj, l.o_bias),
-                            l.post_attention_layernorm, fused_adds);
+  const at::Tensor attended = a.reshape(flat);
+  at::Tensor o = row_parallel_linear(attended, l.o_proj, l.o_bias);
+  if (lora_) o = with_lora(o, index, LoraProjection::kO, attended);
+  std::tie(h, x) = add_norm(residual, o, l.post_attention_layernorm, fused_adds);
   at::Tensor gate, up, mlp;
   const int64_t F = config_.intermediate_size;
+  // [gate | up] whole into the product kernel has no place for the adapters' terms.
+  const bool gate_up_adapted = lora_ && (lora_->find(index, LoraProjection::kGate) != nullptr ||
+                                         lora_->find(index, LoraProjection::kUp) != nullptr);
   if (l.gate_up_proj.defined()) {
     const at::Tensor gate_up = at::linear(x, l.gate_up_proj, l.gate_up_bias);
     gate = gate_up.narrow(-1, 0, F), up = gate_up.narrow(-1, F, F);
   } else if (training_projections_fused(l.gate_proj, options_.forward.training_projections) && kernels != nullptr &&
-             kernels->offers_silu_mul_halves()) {
+             kernels->offers_silu_mul_halves() && !gate_up_adapted) {
     // Training with kernels that take [gate | up] whole (silu_mul_halves): one GEMM each way, as
     // for q/k/v above, and the product's backward writes both gradients into one tensor.
     const at::Tensor w = at::cat({l.gate_proj, l.up_proj}, 0);
@@ -368,9 +381,45 @@ std::pair<at::Tensor, at::Tensor> DecoderLM::layer_forward(int64_t index, const 
   } else {
     gate = at::linear(x, l.gate_proj, l.gate_bias), up = at::linear(x, l.up_proj, l.up_bias);
   }
+  if (gate_up_adapted) {
+    gate = with_lora(gate, index, LoraProjection::kGate, x);
+    up = with_lora(up, index, LoraProjection::kUp, x);
+  }
   if (!mlp.defined() && kernels != nullptr) mlp = kernels->silu_mul(gate, up);
   if (!mlp.defined()) mlp = at::silu(gate) * up;
-  return {h, row_parallel_linear(mlp, l.down_proj, l.down_bias)};
+  at::Tensor down = row_parallel_linear(mlp, l.down_proj, l.down_bias);
+  if (lora_) down = with_lora(down, index, LoraProjection::kDown, mlp);
+  return {h, down};
+}
+
+bool DecoderLM::lora_trained() const {
+  return lora_ && !lora_->named_parameters().empty() && lora_->named_parameters().front().second.requires_grad();
+}
+
+at::Tensor DecoderLM::with_lora(const at::Tensor& y, int64_t layer, LoraProjection p, const at::Tensor& x) const {
+  at::Tensor d = lora_->delta(layer, p, x);
+  return d.defined() ? y + d : y;
+}
+
+void DecoderLM::set_lora(std::shared_ptr<const LoraAdapters> adapters) {
+  if (adapters) {
+    VERLPP_CHECK(!tp_, "{}: LoRA adapters with tensor parallelism are not supported", config_.architecture);
+    const ModelConfig& m = adapters->model_config();
+    VERLPP_CHECK(m.num_hidden_layers == config_.num_hidden_layers && m.hidden_size == config_.hidden_size &&
+                     m.intermediate_size == config_.intermediate_size &&
+                     m.num_attention_heads == config_.num_attention_heads &&
+                     m.num_key_value_heads == config_.num_key_value_heads && m.head_dim == config_.head_dim,
+                 "{}: the LoRA adapters were made for another shape ({} layers, hidden {}, MLP {}, heads {}/{}, head "
+                 "dim {}; this model: {} layers, hidden {}, MLP {}, heads {}/{}, head dim {})",
+                 config_.architecture, m.num_hidden_layers, m.hidden_size, m.intermediate_size, m.num_attention_heads,
+                 m.num_key_value_heads, m.head_dim, config_.num_hidden_layers, config_.hidden_size,
+                 config_.intermediate_size, config_.num_attention_heads, config_.num_key_value_heads, config_.head_dim);
+    const std::vector<at::Tensor> tensors = adapters->parameters();
+    VERLPP_CHECK(tensors.empty() || tensors.front().device() == options_.device,
+                 "{}: the LoRA adapters live on {}, the model on {}", config_.architecture,
+                 tensors.front().device().str(), options_.device.str());
+  }
+  lora_ = std::move(adapters);
 }
 
 at::Tensor DecoderLM::row_parallel_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const {
@@ -381,6 +430,8 @@ at::Tensor DecoderLM::row_parallel_linear(const at::Tensor& x, const at::Tensor&
 }
 
 void DecoderLM::set_tensor_parallel(std::shared_ptr<const TensorParallelGroup> group, const ModelConfig& whole) {
+  VERLPP_CHECK(group == nullptr || !lora_, "{}: tensor parallelism with LoRA adapters is not supported",
+               config_.architecture);
   if (group != nullptr) {
     const TensorParallelLayout layout = tensor_parallel_layout(whole, group->size());
     const ModelConfig mine = rank_config(whole, layout);
@@ -434,7 +485,13 @@ at::Tensor DecoderLM::run(const at::Tensor& input_ids, const at::Tensor& positio
       k = apply_rope(k, cos_sin.first, cos_sin.second);
     };
   }
-  const bool checkpoint = gradient_checkpointing_ && at::GradMode::is_enabled() && options_.requires_grad;
+  const bool checkpoint =
+      gradient_checkpointing_ && at::GradMode::is_enabled() && (options_.requires_grad || lora_trained());
+  // The recomputation would draw another dropout mask than the forward did.
+  VERLPP_CHECK(!(checkpoint && lora_ && lora_->config().dropout > 0),
+               "{}: LoRA dropout ({}) with gradient checkpointing is not supported: set lora_dropout to 0 or turn "
+               "enable_gradient_checkpointing off",
+               config_.architecture, lora_ ? lora_->config().dropout : 0.0);
   // Without checkpointing, a layer's MLP output rides to the next layer (or the final norm)
   // unadded, so that the residual add and that RMSNorm can run as one kernel.
   at::Tensor pending;

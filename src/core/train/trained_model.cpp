@@ -7,6 +7,8 @@
 
 #include <verlpp/core/error.hpp>
 #include <verlpp/hw/tensor_storage.hpp>
+#include <verlpp/model/lora.hpp>
+#include <verlpp/model/lora_files.hpp>
 #include <verlpp/train/parameters.hpp>
 #include <verlpp/train/sharded_weights.hpp>
 
@@ -45,18 +47,40 @@ void release_master(model::DecoderLM& master) {
   master.set_parameter_gather(std::make_shared<WeightsInUnits>());
 }
 
-// The model's parameters with requires_grad turned on (the optimizer's list, in HF order).
-std::vector<at::Tensor> trainable_parameters(model::DecoderLM& model) {
-  model.set_requires_grad(true);
-  return parameter_tensors(model);
+// What the optimizer steps, requires_grad turned on: the model's parameters in HF order, or
+// with LoRA the adapters (set on the model, whose own weights stay frozen).
+std::vector<at::Tensor> trainable_parameters(model::DecoderLM& model,
+                                             const std::shared_ptr<model::LoraAdapters>& lora) {
+  if (!lora) {
+    model.set_requires_grad(true);
+    return parameter_tensors(model);
+  }
+  model.set_requires_grad(false);
+  lora->set_requires_grad(true);
+  model.set_lora(lora);
+  return lora->parameters();
+}
+
+std::vector<std::string> trained_names(const model::DecoderLM& model, const model::LoraAdapters* lora) {
+  if (!lora) return parameter_names(model);
+  std::vector<std::string> names;
+  for (const auto& [name, t] : lora->named_parameters()) names.push_back(name);
+  return names;
+}
+
+// LoRA keeps the base in its own dtype: no compute copy.
+at::ScalarType compute_dtype(const model::DecoderLM& model, const TrainedModelOptions& options) {
+  return options.lora ? model.options().dtype : options.param_dtype;
 }
 
 }  // namespace
 
 TrainedModel::TrainedModel(model::DecoderLM& model, const TrainedModelOptions& options, LrSchedule schedule)
     : master_(model),
-      precision_(master_, options.param_dtype),
-      params_(trainable_parameters(master_)),
+      lora_(options.lora),
+      precision_(master_, compute_dtype(model, options)),
+      params_(trainable_parameters(master_, lora_)),
+      names_(trained_names(master_, lora_.get())),
       optimizer_(params_, options.optim, std::move(schedule)),
       kernels_(options.kernels) {
   optimizer_.use_kernels(kernels_);
@@ -78,6 +102,12 @@ void TrainedModel::set_data_parallel(DataParallel dp, const ShardingOptions& sha
   sharding_ = sharding;
   const bool offload = sharding.param_offload || sharding.optimizer_offload;
   const bool units = offload || (sharding.zero_stage >= 2 && dp.is_distributed());
+  // The flat units shard a whole model's weights; the adapters are a few MB beside it.
+  VERLPP_CHECK(
+      !(units && lora_),
+      "LoRA with {} is not supported: the frozen base is not sharded; use ZeRO stage 0 or 1 (the adapters' "
+      "optimizer state is sharded at stage 1)",
+      offload ? "param or optimizer offload" : fmt::format("ZeRO stage {} on several ranks", sharding.zero_stage));
   if (!units) {
     optimizer_.shard(dp_, std::min(sharding.zero_stage, 2));
     return;
@@ -195,6 +225,11 @@ TrainedModel::MemoryHeld TrainedModel::memory_held() const {
     held.master_weights += hw::storage_bytes(p);
     held.gradients += hw::storage_bytes(p.grad());
   }
+  if (lora_)
+    for (const auto& [name, p] : lora_->named_parameters()) {
+      held.adapter_weights += hw::storage_bytes(p);
+      held.gradients += hw::storage_bytes(p.grad());
+    }
   if (weights_) {
     held.compute_weights = weights_->resident_weight_bytes();
     held.gradients += weights_->gradient_bytes();
@@ -213,18 +248,22 @@ TrainedModel::MemoryHeld TrainedModel::memory_held() const {
   return held;
 }
 
-void TrainedModel::save_optimizer_state(const std::string& path) const {
-  optimizer_.save_state(path, parameter_names(master_));
-}
+void TrainedModel::save_optimizer_state(const std::string& path) const { optimizer_.save_state(path, names_); }
 
 void TrainedModel::load_optimizer_state(const std::string& path) {
-  optimizer_.load_state(path, parameter_names(master_));
+  optimizer_.load_state(path, names_);
   refresh_compute();  // the caller may have loaded new master weights too
 }
 
 void TrainedModel::save(const std::string& dir, const model::SaveOptions& options) const {
   const bool writer = dp_.rank() == 0;
-  if (weights_) {
+  if (lora_) {
+    if (writer) {
+      model::LoraSaveOptions lora_options;
+      lora_options.dtype = options.dtype;
+      model::save_lora_adapter(*lora_, dir, lora_options);
+    }
+  } else if (weights_) {
     // The fp32 weights gathered to rank 0, unit by unit, and written from a host model over them.
     std::vector<at::Tensor> masters = optimizer_.sharded_state()->gather_masters(/*everywhere=*/false);
     if (writer) {
@@ -241,7 +280,9 @@ void TrainedModel::save(const std::string& dir, const model::SaveOptions& option
 }
 
 void TrainedModel::load(const std::string& dir) {
-  if (weights_) {
+  if (lora_) {
+    model::load_lora_adapter(*lora_, dir);
+  } else if (weights_) {
     // Read into a host model, then taken by the units (and by the master when it holds weights).
     model::ModelOptions host;
     host.dtype = at::kFloat;
